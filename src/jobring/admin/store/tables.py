@@ -1,0 +1,193 @@
+"""The database schema: XXL-JOB 2.4's tables and columns, plus jobring's additions.
+
+Names and meanings follow the reference so an existing XXL-JOB 2.x MySQL database can be
+adopted. jobring's additions are new columns with defaults or new tables (prefixed
+``jobring_``), never renames. Instants we add are UTC epoch milliseconds (BIGINT); the
+reference's DATETIME columns hold naive UTC.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+
+metadata = MetaData()
+
+# MEDIUMTEXT on MySQL as in the reference; TEXT elsewhere.
+LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+job_group = Table(
+    "xxl_job_group",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("app_name", String(64), nullable=False),
+    Column("title", String(12), nullable=False),
+    Column("address_type", SmallInteger, nullable=False, server_default="0"),
+    Column("address_list", Text, nullable=True),
+    Column("update_time", DateTime, nullable=True),
+)
+
+job_info = Table(
+    "xxl_job_info",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_group", Integer, nullable=False),
+    Column("job_desc", String(255), nullable=False),
+    Column("add_time", DateTime, nullable=True),
+    Column("update_time", DateTime, nullable=True),
+    Column("author", String(64), nullable=True),
+    Column("alarm_email", String(255), nullable=True),
+    Column("schedule_type", String(50), nullable=False, server_default="NONE"),
+    Column("schedule_conf", String(128), nullable=True),
+    Column("misfire_strategy", String(50), nullable=False, server_default="DO_NOTHING"),
+    Column("executor_route_strategy", String(50), nullable=True),
+    Column("executor_handler", String(255), nullable=True),
+    Column("executor_param", String(512), nullable=True),
+    Column("executor_block_strategy", String(50), nullable=True),
+    Column("executor_timeout", Integer, nullable=False, server_default="0"),
+    Column("executor_fail_retry_count", Integer, nullable=False, server_default="0"),
+    Column("glue_type", String(50), nullable=False),
+    Column("glue_source", LongText, nullable=True),
+    Column("glue_remark", String(128), nullable=True),
+    Column("glue_updatetime", DateTime, nullable=True),
+    Column("child_jobid", String(255), nullable=True),
+    Column("trigger_status", SmallInteger, nullable=False, server_default="0"),
+    Column("trigger_last_time", BigInteger, nullable=False, server_default="0"),
+    Column("trigger_next_time", BigInteger, nullable=False, server_default="0"),
+    # jobring additions
+    Column("schedule_timezone", String(64), nullable=True),  # None: the admin's zone
+    Column("lease_owner", String(64), nullable=True),  # admin node holding the job's fires
+    Column("lease_until", BigInteger, nullable=False, server_default="0"),  # epoch ms
+    Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
+    Index("ix_job_info_group", "job_group"),
+)
+
+job_log = Table(
+    "xxl_job_log",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("job_group", Integer, nullable=False),
+    Column("job_id", Integer, nullable=False),
+    Column("executor_address", String(255), nullable=True),
+    Column("executor_handler", String(255), nullable=True),
+    Column("executor_param", String(512), nullable=True),
+    Column("executor_sharding_param", String(20), nullable=True),
+    Column("executor_fail_retry_count", Integer, nullable=False, server_default="0"),
+    Column("trigger_time", DateTime, nullable=True),
+    Column("trigger_code", Integer, nullable=False),
+    Column("trigger_msg", Text, nullable=True),
+    Column("handle_time", DateTime, nullable=True),
+    Column("handle_code", Integer, nullable=False),
+    Column("handle_msg", Text, nullable=True),
+    Column("alarm_status", SmallInteger, nullable=False, server_default="0"),
+    # jobring additions
+    Column("trigger_type", String(20), nullable=True),
+    # The planned instant of a scheduled fire (epoch ms); with job_id it is the fire's
+    # identity, so a second node that tries the same fire hits the unique key.
+    Column("planned_time", BigInteger, nullable=True),
+    Column("dispatch_time", BigInteger, nullable=True),  # actual dispatch, epoch ms
+    Column("admin_node", String(64), nullable=True),
+    UniqueConstraint("job_id", "planned_time", name="ux_job_log_planned_fire"),
+    Index("I_trigger_time", "trigger_time"),
+    Index("I_handle_code", "handle_code"),
+    Index("ix_job_log_job_time", "job_id", "trigger_time"),
+    Index("ix_job_log_alarm", "alarm_status", "handle_code"),
+)
+
+job_log_report = Table(
+    "xxl_job_log_report",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("trigger_day", DateTime, nullable=True),
+    Column("running_count", Integer, nullable=False, server_default="0"),
+    Column("suc_count", Integer, nullable=False, server_default="0"),
+    Column("fail_count", Integer, nullable=False, server_default="0"),
+    Column("update_time", DateTime, nullable=True),
+    UniqueConstraint("trigger_day", name="i_trigger_day"),
+)
+
+job_logglue = Table(
+    "xxl_job_logglue",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("glue_type", String(50), nullable=True),
+    Column("glue_source", LongText, nullable=True),
+    Column("glue_remark", String(128), nullable=False),
+    Column("add_time", DateTime, nullable=True),
+    Column("update_time", DateTime, nullable=True),
+    Index("ix_job_logglue_job", "job_id"),
+)
+
+job_registry = Table(
+    "xxl_job_registry",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("registry_group", String(50), nullable=False),
+    Column("registry_key", String(255), nullable=False),
+    Column("registry_value", String(255), nullable=False),
+    Column("update_time", DateTime, nullable=True),
+    Index("i_g_k_v", "registry_group", "registry_key", "registry_value"),
+)
+
+job_user = Table(
+    "xxl_job_user",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("username", String(50), nullable=False),
+    # The reference's unsalted MD5; jobring never writes it (kept empty) and never accepts it.
+    Column("password", String(50), nullable=False, server_default=""),
+    # 1 = admin, 0 = operator (the reference's normal user), 2 = viewer (jobring).
+    Column("role", SmallInteger, nullable=False),
+    Column("permission", String(255), nullable=True),  # permitted group ids, comma list
+    # jobring additions
+    Column("password_hash", String(255), nullable=True),  # argon2id
+    Column("must_change_password", Boolean, nullable=False, server_default="0"),
+    Column("glue_permission", Boolean, nullable=False, server_default="0"),
+    Column("add_time", DateTime, nullable=True),
+    UniqueConstraint("username", name="i_username"),
+)
+
+job_lock = Table(
+    "xxl_job_lock",
+    metadata,
+    Column("lock_name", String(50), primary_key=True),
+)
+
+# jobring's own tables.
+setting = Table(
+    "jobring_setting",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("update_time", DateTime, nullable=True),
+)
+
+api_token = Table(
+    "jobring_api_token",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("user_id", Integer, nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("token_hash", String(128), nullable=False),  # sha256 hex of the token
+    Column("add_time", DateTime, nullable=True),
+    Column("last_used_time", DateTime, nullable=True),
+    Column("revoked", Boolean, nullable=False, server_default="0"),
+    UniqueConstraint("token_hash", name="ux_api_token_hash"),
+    Index("ix_api_token_user", "user_id"),
+)
+
+SCHEDULE_LOCK = "schedule_lock"

@@ -1,0 +1,106 @@
+"""Admin settings: defaults, then an optional TOML file, then ``JOBRING_*`` env vars.
+
+The TOML file is named by ``JOBRING_CONFIG`` (or ``--config`` on the CLI); its keys are
+the field names below, at top level or under an ``[admin]`` table.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, get_type_hints
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
+ENV_PREFIX = "JOBRING_"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings:
+    database_url: str = DEFAULT_DATABASE_URL
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # Executors configured for XXL-JOB use ".../xxl-job-admin/"; "/" is served as well.
+    base_path: str = "/xxl-job-admin"
+    # None: generated on first start and kept in the database.
+    access_token: str | None = None
+    admin_password: str | None = None
+    timezone: str = "UTC"
+    auto_upgrade: bool = True
+    glue_enabled: bool = False
+    log_retention_days: int = 30
+    fast_pool_size: int = 200
+    slow_pool_size: int = 100
+    executor_connect_timeout: float = 3.0
+    executor_read_timeout: float = 3.0
+    pre_read_ms: int = 5000
+    node_id: str | None = None
+    secure_cookies: bool = False
+
+
+def _coerce(name: str, raw: Any, target: Any) -> Any:
+    text = str(raw).strip()
+    if target is bool or target == (bool | None):
+        if isinstance(raw, bool):
+            return raw
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{name}: expected true/false, got {raw!r}")
+    if target is int:
+        try:
+            return int(raw)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{name}: expected an integer, got {raw!r}") from exc
+    if target is float:
+        try:
+            return float(raw)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{name}: expected a number, got {raw!r}") from exc
+    if raw is None or (target == (str | None) and text == ""):
+        return None
+    return str(raw)
+
+
+def _apply(settings: AdminSettings, values: Mapping[str, Any], source: str) -> AdminSettings:
+    hints = get_type_hints(AdminSettings)
+    known = {f.name for f in fields(AdminSettings)}
+    changes: dict[str, Any] = {}
+    for key, raw in values.items():
+        if key not in known:
+            raise ConfigError(f"{source}: unknown setting {key!r}")
+        changes[key] = _coerce(f"{source}:{key}", raw, hints[key])
+    return replace(settings, **changes)
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> AdminSettings:
+    """Build the admin settings from defaults, a TOML file, the environment and overrides."""
+    env = os.environ if environ is None else environ
+    settings = AdminSettings()
+    path = config_file or env.get(ENV_PREFIX + "CONFIG")
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {path}: {exc}") from exc
+        section = data.get("admin", data)
+        settings = _apply(settings, {k: v for k, v in section.items() if k != "executor"}, str(path))
+    known = {f.name for f in fields(AdminSettings)}
+    from_env = {
+        key[len(ENV_PREFIX):].lower(): value
+        for key, value in env.items()
+        if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX):].lower() in known
+    }
+    settings = _apply(settings, from_env, "environment")
+    return _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")

@@ -1,0 +1,284 @@
+"""XXL-JOB 2.x wire models and their JSON codec.
+
+Field names on the wire are camelCase and spelled as the reference spells them
+(``logDateTim`` in LogParam and HandleCallbackParam). Unknown fields are ignored;
+``None`` fields are omitted when encoding, as the Java side does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+ACCESS_TOKEN_HEADER = "XXL-JOB-ACCESS-TOKEN"
+SUCCESS_CODE = 200
+FAIL_CODE = 500
+
+MSG_TOKEN_WRONG = "The access token is wrong."
+MSG_METHOD_NOT_SUPPORTED = "invalid request, HttpMethod not support."
+
+
+def msg_uri_not_found(uri: str) -> str:
+    return f"invalid request, uri-mapping({uri}) not found."
+
+
+class ProtocolError(ValueError):
+    """A request body that does not decode to the expected wire model."""
+
+
+def _int(data: dict[str, Any], key: str, default: int = 0) -> int:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ProtocolError(f"field {key!r} must be an integer")
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ProtocolError(f"field {key!r} must be an integer") from exc
+
+
+def _str(data: dict[str, Any], key: str, default: str | None = None) -> str | None:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ProtocolError(f"field {key!r} must be a string")
+    return value
+
+
+def _object(body: bytes | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(body, dict):
+        return body
+    if not body.strip():
+        return {}
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(str(exc)) from exc
+    if not isinstance(data, dict):
+        raise ProtocolError("request body must be a JSON object")
+    return data
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj)
+
+
+@dataclass(slots=True)
+class ReturnT:
+    code: int = SUCCESS_CODE
+    msg: str | None = None
+    content: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code == SUCCESS_CODE
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code}
+        if self.msg is not None:
+            out["msg"] = self.msg
+        if self.content is not None:
+            out["content"] = self.content
+        return out
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def success(cls, content: Any = None) -> ReturnT:
+        return cls(SUCCESS_CODE, None, content)
+
+    @classmethod
+    def fail(cls, msg: str) -> ReturnT:
+        return cls(FAIL_CODE, msg, None)
+
+    @classmethod
+    def decode(cls, body: bytes | dict[str, Any]) -> ReturnT:
+        data = _object(body)
+        return cls(_int(data, "code", FAIL_CODE), _str(data, "msg"), data.get("content"))
+
+
+@dataclass(slots=True)
+class TriggerParam:
+    job_id: int
+    executor_handler: str = ""
+    executor_params: str = ""
+    executor_block_strategy: str = "SERIAL_EXECUTION"
+    executor_timeout: int = 0
+    log_id: int = 0
+    log_date_time: int = 0
+    glue_type: str = "BEAN"
+    glue_source: str = ""
+    glue_updatetime: int = 0
+    broadcast_index: int = 0
+    broadcast_total: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "jobId": self.job_id,
+            "executorHandler": self.executor_handler,
+            "executorParams": self.executor_params,
+            "executorBlockStrategy": self.executor_block_strategy,
+            "executorTimeout": self.executor_timeout,
+            "logId": self.log_id,
+            "logDateTime": self.log_date_time,
+            "glueType": self.glue_type,
+            "glueSource": self.glue_source,
+            "glueUpdatetime": self.glue_updatetime,
+            "broadcastIndex": self.broadcast_index,
+            "broadcastTotal": self.broadcast_total,
+        }
+
+    @classmethod
+    def decode(cls, body: bytes | dict[str, Any]) -> TriggerParam:
+        d = _object(body)
+        return cls(
+            job_id=_int(d, "jobId"),
+            executor_handler=_str(d, "executorHandler", "") or "",
+            executor_params=_str(d, "executorParams", "") or "",
+            executor_block_strategy=_str(d, "executorBlockStrategy", "SERIAL_EXECUTION")
+            or "SERIAL_EXECUTION",
+            executor_timeout=_int(d, "executorTimeout"),
+            log_id=_int(d, "logId"),
+            # 3.x spells it in full; 2.x TriggerParam already does.
+            log_date_time=_int(d, "logDateTime", _int(d, "logDateTim")),
+            glue_type=_str(d, "glueType", "BEAN") or "BEAN",
+            glue_source=_str(d, "glueSource", "") or "",
+            glue_updatetime=_int(d, "glueUpdatetime"),
+            broadcast_index=_int(d, "broadcastIndex"),
+            broadcast_total=_int(d, "broadcastTotal", 1),
+        )
+
+
+@dataclass(slots=True)
+class HandleCallbackParam:
+    log_id: int
+    log_date_tim: int
+    handle_code: int
+    handle_msg: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "logId": self.log_id,
+            "logDateTim": self.log_date_tim,
+            "handleCode": self.handle_code,
+        }
+        if self.handle_msg is not None:
+            out["handleMsg"] = self.handle_msg
+        return out
+
+    @classmethod
+    def decode(cls, body: bytes | dict[str, Any]) -> HandleCallbackParam:
+        d = _object(body)
+        return cls(
+            log_id=_int(d, "logId"),
+            log_date_tim=_int(d, "logDateTim", _int(d, "logDateTime")),
+            handle_code=_int(d, "handleCode"),
+            handle_msg=_str(d, "handleMsg"),
+        )
+
+    @classmethod
+    def decode_batch(cls, body: bytes) -> list[HandleCallbackParam]:
+        try:
+            data = orjson.loads(body) if body.strip() else []
+        except orjson.JSONDecodeError as exc:
+            raise ProtocolError(str(exc)) from exc
+        if isinstance(data, dict) and "callbackList" in data:  # 3.x wraps the batch
+            data = data["callbackList"]
+        if not isinstance(data, list) or not all(isinstance(i, dict) for i in data):
+            raise ProtocolError("callback body must be a JSON array of objects")
+        return [cls.decode(item) for item in data]
+
+
+@dataclass(slots=True)
+class RegistryParam:
+    registry_group: str
+    registry_key: str
+    registry_value: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "registryGroup": self.registry_group,
+            "registryKey": self.registry_key,
+            "registryValue": self.registry_value,
+        }
+
+    @classmethod
+    def decode(cls, body: bytes | dict[str, Any]) -> RegistryParam:
+        d = _object(body)
+        group, key, value = (
+            _str(d, "registryGroup"),
+            _str(d, "registryKey"),
+            _str(d, "registryValue"),
+        )
+        if not group or not key or not value:
+            raise ProtocolError("Illegal Argument.")
+        return cls(group, key, value)
+
+
+@dataclass(slots=True)
+class IdleBeatParam:
+    job_id: int
+
+    @classmethod
+    def decode(cls, body: bytes | dict[str, Any]) -> IdleBeatParam:
+        return cls(_int(_object(body), "jobId"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"jobId": self.job_id}
+
+
+KillParam = IdleBeatParam
+
+
+@dataclass(slots=True)
+class LogParam:
+    log_date_tim: int
+    log_id: int
+    from_line_num: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "logDateTim": self.log_date_tim,
+            "logId": self.log_id,
+            "fromLineNum": self.from_line_num,
+        }
+
+    @classmethod
+    def decode(cls, body: bytes | dict[str, Any]) -> LogParam:
+        d = _object(body)
+        return cls(
+            _int(d, "logDateTim", _int(d, "logDateTime")),
+            _int(d, "logId"),
+            _int(d, "fromLineNum", 1),
+        )
+
+
+@dataclass(slots=True)
+class LogResult:
+    from_line_num: int
+    to_line_num: int
+    log_content: str
+    is_end: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fromLineNum": self.from_line_num,
+            "toLineNum": self.to_line_num,
+            "logContent": self.log_content,
+            "isEnd": self.is_end,
+        }
+
+    @classmethod
+    def decode(cls, body: bytes | dict[str, Any]) -> LogResult:
+        d = _object(body)
+        return cls(
+            _int(d, "fromLineNum"),
+            _int(d, "toLineNum"),
+            _str(d, "logContent", "") or "",
+            bool(d.get("isEnd", False)),
+        )
