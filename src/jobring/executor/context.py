@@ -1,0 +1,222 @@
+"""What a job handler is and what it sees while it runs.
+
+A :class:`JobHandler` is built by the ``Executor.job`` decorator. While a run
+is active, :func:`current_context` returns its :class:`JobContext` (a
+contextvar, so it follows the run's asyncio task or the thread it runs in);
+``ctx.log`` and records of the stdlib ``logging`` module (through
+:class:`RunLogHandler`) go to the run's log file.
+
+Cancellation (timeout, kill, cover-early, executor stop) is reported to the
+admin at once by the engine; the handler learns about it through
+``ctx.cancelled`` and through :class:`JobCancelled`, raised by its next
+``ctx.log`` call. Async handlers are additionally cancelled (CancelledError).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "JobCancelled",
+    "JobContext",
+    "JobHandler",
+    "LineSink",
+    "RunLogHandler",
+    "current_context",
+]
+
+Isolation = Literal["thread", "process"]
+
+
+class JobCancelled(Exception):
+    """Raised inside a handler by ``ctx.log`` once its run was cancelled."""
+
+
+@dataclass(frozen=True)
+class JobHandler:
+    """A registered handler: its function, optional init/destroy hooks, isolation mode.
+
+    ``func`` may be sync or async; it receives the :class:`JobContext` when it
+    declares at least one parameter. ``init`` runs once per worker before its
+    first run, ``destroy`` when the worker retires, is replaced or the executor
+    stops. ``isolation="process"`` (sync functions only) runs each call in a
+    subprocess that is really terminated on timeout/kill; the function must then
+    be importable by ``module`` + ``qualname`` (a top-level function).
+    """
+
+    name: str
+    func: Callable[..., Any]
+    init: Callable[[], Any] | None = None
+    destroy: Callable[[], Any] | None = None
+    isolation: Isolation = "thread"
+    is_async: bool = field(init=False, repr=False, compare=False)
+    wants_context: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError("a job handler needs a non-empty name")
+        if not callable(self.func):
+            raise TypeError(f"job handler [{self.name}]: func is not callable")
+        if self.isolation not in ("thread", "process"):
+            raise ValueError(f"job handler [{self.name}]: isolation must be 'thread' or 'process'")
+        is_async = inspect.iscoroutinefunction(self.func)
+        if is_async and self.isolation == "process":
+            raise ValueError(f"job handler [{self.name}]: isolation='process' needs a sync function")
+        if self.isolation == "process":
+            qualname = getattr(self.func, "__qualname__", "")
+            if "<" in qualname or not getattr(self.func, "__module__", None):
+                raise ValueError(
+                    f"job handler [{self.name}]: isolation='process' needs a top-level function "
+                    f"importable by module and name (got {qualname!r})"
+                )
+        object.__setattr__(self, "is_async", is_async)
+        object.__setattr__(self, "wants_context", _takes_an_argument(self.func))
+
+
+def _takes_an_argument(func: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: call them bare
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )
+
+
+class LineSink(Protocol):
+    """Where a run's formatted log lines go (a run log writer, or stderr in a subprocess)."""
+
+    def write_line(self, line: str) -> None: ...
+
+
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
+    "jobring_job_context", default=None
+)
+
+
+def current_context() -> JobContext | None:
+    """The context of the run active in this task/thread, or None."""
+    return _current.get()
+
+
+class JobContext:
+    """What a running handler sees: the trigger's fields, logging, result and cancellation."""
+
+    __slots__ = (
+        "job_id",
+        "params",
+        "log_id",
+        "log_date_time",
+        "shard_index",
+        "shard_total",
+        "_sink",
+        "_format",
+        "_thread_label",
+        "_cancelled",
+        "_fail_msg",
+    )
+
+    def __init__(
+        self,
+        *,
+        job_id: int,
+        params: str,
+        log_id: int,
+        log_date_time: int,
+        shard_index: int,
+        shard_total: int,
+        sink: LineSink,
+        line_format: Callable[[str, int, str, str], str],
+        thread_label: str | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.params = params
+        self.log_id = log_id
+        self.log_date_time = log_date_time
+        self.shard_index = shard_index
+        self.shard_total = shard_total
+        self._sink = sink
+        self._format = line_format
+        # Async runs share the loop thread; name them after their worker instead.
+        self._thread_label = thread_label
+        self._cancelled = False
+        self._fail_msg: str | None = None
+
+    @property
+    def trigger_time(self) -> datetime:
+        """When the admin triggered this run (logDateTime), as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.log_date_time / 1000, tz=UTC)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a timeout, kill, cover-early or executor stop hit this run."""
+        return self._cancelled
+
+    @property
+    def fail_message(self) -> str | None:
+        """The message given to :meth:`fail`, or None when the handler did not fail."""
+        return self._fail_msg
+
+    def log(self, msg: str, *args: object) -> None:
+        """Append a line to the run's log (``msg % args`` when args are given).
+
+        Raises :class:`JobCancelled` when the run was cancelled, so sync
+        handlers stop at their next log call.
+        """
+        if self._cancelled:
+            raise JobCancelled(f"job {self.job_id} run {self.log_id} was cancelled")
+        text = msg % args if args else str(msg)
+        caller = sys._getframe(1)
+        source = f"{caller.f_globals.get('__name__', '?')}#{caller.f_code.co_name}"
+        self.write(source, caller.f_lineno, text)
+
+    def fail(self, msg: str) -> None:
+        """Mark the run failed with ``msg`` (the handler may still return normally)."""
+        self._fail_msg = str(msg)
+
+    def write(self, source: str, lineno: int, text: str) -> None:
+        """Write one framework or handler line; never raises on cancellation."""
+        thread = self._thread_label or threading.current_thread().name
+        self._sink.write_line(self._format(source, lineno, thread, text))
+
+    def mark_cancelled(self) -> None:
+        self._cancelled = True
+
+    def activate(self) -> contextvars.Token[JobContext | None]:
+        """Make this the current context (engine use); undo with ``deactivate``."""
+        return _current.set(self)
+
+    @staticmethod
+    def deactivate(token: contextvars.Token[JobContext | None]) -> None:
+        _current.reset(token)
+
+
+class RunLogHandler(logging.Handler):
+    """A logging handler that copies records emitted during a run into that run's log.
+
+    Attach it to the root logger (or any logger); outside a run, or after the
+    run was cancelled, records are ignored by this handler.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        ctx = _current.get()
+        if ctx is None or ctx.cancelled:
+            return
+        try:
+            text = record.getMessage()
+            if record.exc_info:
+                text += "\n" + (self.formatter or _PLAIN).formatException(record.exc_info)
+            ctx.write(f"{record.name}#{record.funcName}", record.lineno, text)
+        except Exception:
+            self.handleError(record)
+
+
+_PLAIN = logging.Formatter()
