@@ -1,0 +1,342 @@
+"""TriggerService: turn fire requests into run-log rows and executor /run calls.
+
+Every run gets its log row before the executor is called. Scheduled fires carry their
+planned instant; with the job id it is the fire's identity (a unique key of the log), so
+a fire that another admin node already recorded is dropped here, not dispatched twice.
+Rows are inserted in one batch, then dispatched concurrently through the fast/slow lanes,
+then their trigger results are recorded in one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.lanes import DispatchLanes
+from jobring.admin.store.records import JobGroup, JobInfo, NewLog, TriggerResult
+from jobring.core.clock import Clock
+from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy, TriggerType
+from jobring.core.routing import Router, RouteResult, parse_strategy
+from jobring.protocol.models import FAIL_CODE, ReturnT, TriggerParam
+
+if TYPE_CHECKING:
+    from jobring.admin.store import Store
+
+log = logging.getLogger(__name__)
+
+TRIGGER_TYPE_TITLES = {
+    TriggerType.MANUAL: "Manual trigger",
+    TriggerType.CRON: "Cron trigger",
+    TriggerType.RETRY: "Fail retry trigger",
+    TriggerType.PARENT: "Parent job trigger",
+    TriggerType.API: "Api trigger",
+    TriggerType.MISFIRE: "Misfire compensation trigger",
+}
+MSG_ADDRESS_EMPTY = "Trigger Fail: registry address is empty"
+
+
+class TriggerRejected(ValueError):
+    """A fire request that must not be carried out (e.g. an address outside the group)."""
+
+
+@dataclass(frozen=True)
+class FireRequest:
+    """One fire of one job.
+
+    ``planned_time`` (epoch ms) is set for scheduled fires: with ``job.id`` it is the fire's
+    identity. ``address_override`` (MANUAL only) must be a subset of the group's addresses.
+    ``fail_retry_count`` None means the job's own count.
+    """
+
+    job: JobInfo
+    trigger_type: TriggerType
+    planned_time: int | None = None
+    executor_param: str | None = None
+    address_override: list[str] | None = None
+    fail_retry_count: int | None = None
+    sharding: tuple[int, int] | None = None  # a retry re-runs one shard (index, total)
+
+
+@dataclass(frozen=True)
+class FireResult:
+    """What became of one request: its log ids, or ``duplicate`` when another node fired it."""
+
+    log_ids: list[int]
+    duplicate: bool
+    trigger_code: int
+    trigger_msg: str
+
+
+@dataclass
+class _Plan:
+    """A request resolved against its group: the address list and the shards to run."""
+
+    req: FireRequest
+    group: JobGroup | None
+    addresses: list[str]
+    manual_addresses: bool
+    strategy: RouteStrategy | None
+    param: str
+    retry_count: int
+    shards: list[tuple[int, int]]
+    trigger_time_ms: int
+    log_ids: list[int] = field(default_factory=list)
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class _Dispatched:
+    result: TriggerResult
+    plan: _Plan
+
+
+def _ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).replace(tzinfo=None)
+
+
+def _datetime_to_ms(value: datetime | None) -> int:
+    if value is None:
+        return 0
+    return int(value.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+class TriggerService:
+    """Fires jobs: log rows first, then /run through the lanes, then the recorded answers."""
+
+    def __init__(
+        self,
+        store: Store,
+        client: ExecutorClient,
+        *,
+        access_token: str | None,
+        node_id: str,
+        clock: Clock,
+        admin_timezone: str,
+        fast_pool: int = 200,
+        slow_pool: int = 100,
+        rng: random.Random | None = None,
+        router: Router | None = None,
+    ) -> None:
+        self._store = store
+        self._client = client
+        # The token goes out with every call through ``client``; kept for introspection.
+        self.access_token = access_token
+        self.node_id = node_id
+        self._clock = clock
+        self.admin_timezone = admin_timezone
+        self._lanes = DispatchLanes(clock, fast_size=fast_pool, slow_size=slow_pool)
+        self._router = router or Router(
+            rng=rng, beat=client.beat_probe, idle_beat=client.idle_beat_probe
+        )
+        self._in_flight: set[asyncio.Task[list[FireResult]]] = set()
+        self._closed = False
+
+    @property
+    def lanes(self) -> DispatchLanes:
+        return self._lanes
+
+    async def fire(self, req: FireRequest) -> FireResult:
+        """Fire one request; raises TriggerRejected for a request that must not run."""
+        return (await self.fire_batch([req]))[0]
+
+    async def fire_batch(self, reqs: Sequence[FireRequest]) -> list[FireResult]:
+        """Insert the batch's log rows in one go, dispatch them, record the answers.
+
+        Planned fires already recorded (by this or another node) come back ``duplicate``
+        and are not dispatched. Returns once every dispatch answer is recorded.
+        """
+        if self._closed:
+            raise RuntimeError("TriggerService is closed")
+        task = asyncio.ensure_future(self._fire_batch(list(reqs)))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+        # Shielded: a caller that is cancelled must not leave inserted rows undispatched.
+        return await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """Refuse new fires and wait for the ones in flight."""
+        self._closed = True
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    # -- planning ---------------------------------------------------------------------------
+
+    async def _groups(self, reqs: Sequence[FireRequest]) -> dict[int, JobGroup | None]:
+        ids = {r.job.job_group for r in reqs}
+        groups: dict[int, JobGroup | None] = {}
+        for group_id in ids:
+            groups[group_id] = await self._store.groups.get(group_id)
+        return groups
+
+    def _plan(self, req: FireRequest, group: JobGroup | None, now_ms: int) -> _Plan:
+        job = req.job
+        addresses = group.addresses if group else []
+        manual = bool(group and group.address_type == AddressType.MANUAL)
+        if req.address_override:
+            if req.trigger_type is not TriggerType.MANUAL:
+                raise TriggerRejected("an address list may be given only with a manual trigger")
+            override = [a.strip() for a in req.address_override if a.strip()]
+            outside = sorted(set(override) - set(addresses))
+            if outside:
+                raise TriggerRejected(
+                    f"addresses not registered in the job's executor group: {', '.join(outside)}"
+                )
+            addresses, manual = override, True
+        strategy = parse_strategy(job.executor_route_strategy)
+        if req.sharding is not None:
+            shards = [req.sharding]
+        elif strategy is RouteStrategy.SHARDING_BROADCAST and addresses:
+            shards = [(i, len(addresses)) for i in range(len(addresses))]
+        else:
+            shards = [(0, 1)]
+        param = req.executor_param if req.executor_param is not None else (job.executor_param or "")
+        retry = req.fail_retry_count if req.fail_retry_count is not None else job.executor_fail_retry_count
+        # A scheduled fire prepared ahead is logged at its planned instant (the executor files
+        # its run log under that day); a late one (misfire) at the time it really runs.
+        trigger_time = max(now_ms, req.planned_time) if req.planned_time is not None else now_ms
+        return _Plan(req, group, addresses, manual, strategy, param, max(retry, 0), shards, trigger_time)
+
+    def _new_log(self, plan: _Plan, shard: tuple[int, int], identity: bool) -> NewLog:
+        job = plan.req.job
+        broadcast = plan.strategy is RouteStrategy.SHARDING_BROADCAST
+        return NewLog(
+            job_group=job.job_group,
+            job_id=job.id,
+            trigger_time=_ms_to_datetime(plan.trigger_time_ms),
+            executor_handler=job.executor_handler,
+            executor_param=plan.param,
+            executor_sharding_param=f"{shard[0]}/{shard[1]}" if broadcast else None,
+            executor_fail_retry_count=plan.retry_count,
+            trigger_type=plan.req.trigger_type.value,
+            # Only the first row of a broadcast carries the identity (the key is unique).
+            planned_time=plan.req.planned_time if identity else None,
+            admin_node=self.node_id,
+        )
+
+    async def _insert(self, plans: list[_Plan]) -> None:
+        firsts = [self._new_log(p, p.shards[0], identity=True) for p in plans]
+        first_ids = await self._store.logs.insert_fires(firsts)
+        rest: list[NewLog] = []
+        owners: list[_Plan] = []
+        for plan, log_id in zip(plans, first_ids, strict=True):
+            if log_id is None:
+                plan.duplicate = True
+                continue
+            plan.log_ids.append(log_id)
+            for shard in plan.shards[1:]:
+                rest.append(self._new_log(plan, shard, identity=False))
+                owners.append(plan)
+        if rest:
+            rest_ids = await self._store.logs.insert_fires(rest)
+            for plan, log_id in zip(owners, rest_ids, strict=True):
+                if log_id is None:  # cannot happen without an identity; keep the count honest
+                    raise RuntimeError(f"shard log of job {plan.req.job.id} was not inserted")
+                plan.log_ids.append(log_id)
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    async def _fire_batch(self, reqs: list[FireRequest]) -> list[FireResult]:
+        now_ms = self._clock.now_ms()
+        groups = await self._groups(reqs)
+        plans = [self._plan(r, groups.get(r.job.job_group), now_ms) for r in reqs]
+        await self._insert(plans)
+        work = [
+            self._lanes.run(plan.req.job.id, functools.partial(self._dispatch, plan, shard, log_id))
+            for plan in plans
+            if not plan.duplicate
+            for shard, log_id in zip(plan.shards, plan.log_ids, strict=True)
+        ]
+        done: list[_Dispatched] = list(await asyncio.gather(*work))
+        if done:
+            await self._store.logs.record_triggers([d.result for d in done])
+        by_log = {d.result.log_id: d.result for d in done}
+        results: list[FireResult] = []
+        for plan in plans:
+            if plan.duplicate:
+                results.append(FireResult([], True, 0, "duplicate fire: already recorded"))
+                continue
+            answers = [by_log[i] for i in plan.log_ids]
+            code = FAIL_CODE if any(a.trigger_code != 200 for a in answers) else 200
+            msg = "\n\n".join(a.trigger_msg or "" for a in answers)
+            results.append(FireResult(list(plan.log_ids), False, code, msg))
+        return results
+
+    async def _route(self, plan: _Plan, shard: tuple[int, int]) -> RouteResult:
+        if not plan.addresses:
+            return RouteResult((), MSG_ADDRESS_EMPTY)
+        if plan.strategy is None:
+            return RouteResult((), f"unknown route strategy {plan.req.job.executor_route_strategy!r}")
+        if plan.strategy is RouteStrategy.SHARDING_BROADCAST:
+            index = shard[0] if shard[0] < len(plan.addresses) else 0
+            return RouteResult((plan.addresses[index],))
+        return await self._router.route(plan.strategy, plan.req.job.id, plan.addresses, self._clock.now_ms())
+
+    async def _dispatch(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> _Dispatched:
+        job = plan.req.job
+        route = await self._route(plan, shard)
+        address = route.address
+        dispatch_time: int | None = None
+        if address is None:
+            answer = ReturnT(FAIL_CODE, None)
+        else:
+            param = TriggerParam(
+                job_id=job.id,
+                executor_handler=job.executor_handler or "",
+                executor_params=plan.param,
+                executor_block_strategy=job.executor_block_strategy or BlockStrategy.SERIAL_EXECUTION.value,
+                executor_timeout=job.executor_timeout,
+                log_id=log_id,
+                log_date_time=plan.trigger_time_ms,
+                glue_type=job.glue_type,
+                glue_source=job.glue_source or "",
+                glue_updatetime=_datetime_to_ms(job.glue_updatetime),
+                broadcast_index=shard[0],
+                broadcast_total=shard[1],
+            )
+            dispatch_time = self._clock.now_ms()
+            answer = await self._client.run(address, param)
+            if not answer.ok:
+                log.warning("trigger of job %s (log %s) at %s failed: %s",
+                            job.id, log_id, address, answer.msg)
+        broadcast = plan.strategy is RouteStrategy.SHARDING_BROADCAST
+        result = TriggerResult(
+            log_id=log_id,
+            executor_address=address,
+            trigger_code=answer.code,
+            trigger_msg=self._trigger_msg(plan, shard, route, address, answer),
+            dispatch_time=dispatch_time,
+            executor_sharding_param=f"{shard[0]}/{shard[1]}" if broadcast else None,
+        )
+        return _Dispatched(result, plan)
+
+    def _trigger_msg(
+        self, plan: _Plan, shard: tuple[int, int], route: RouteResult, address: str | None, answer: ReturnT
+    ) -> str:
+        job = plan.req.job
+        strategy = plan.strategy.value if plan.strategy else str(job.executor_route_strategy)
+        if plan.strategy is RouteStrategy.SHARDING_BROADCAST:
+            strategy += f"({shard[0]}/{shard[1]})"
+        lines = [
+            f"Trigger type: {TRIGGER_TYPE_TITLES[plan.req.trigger_type]}",
+            f"Admin node: {self.node_id}",
+            "Executor registry type: " + ("manual" if plan.manual_addresses else "automatic"),
+            f"Executor addresses: [{', '.join(plan.addresses)}]",
+            f"Route strategy: {strategy}",
+            f"Block strategy: {job.executor_block_strategy or BlockStrategy.SERIAL_EXECUTION.value}",
+            f"Timeout: {job.executor_timeout}",
+            f"Fail retry count: {plan.retry_count}",
+            "",
+            ">>>>>>>>>>> Trigger Job <<<<<<<<<<<",
+        ]
+        if route.msg:
+            lines += [route.msg, ""]
+        if address is not None:
+            lines += [f"address: {address}", f"code: {answer.code}", f"msg: {answer.msg}"]
+        return "\n".join(lines)
