@@ -9,9 +9,10 @@ from collections.abc import Callable, Sequence
 from jobring.cli import admin as admin_cmd
 from jobring.cli import cron as cron_cmd
 from jobring.cli import db as db_cmd
+from jobring.cli import executor as executor_cmd
 from jobring.cli.common import EXIT_USAGE, UsageError
 
-_GROUPS = (admin_cmd, cron_cmd, db_cmd)
+_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,90 @@
+"""`jobring executor module:attr`: serve an Executor defined in the user's code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Any
+
+from jobring.cli.common import UsageError
+from jobring.config import ConfigError
+
+
+def register(sub: Any) -> None:
+    """Add this module's commands to the top-level parser."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "executor",
+        help="serve an executor: jobring executor package.module:executor",
+        description="Serve the jobring Executor named by MODULE:ATTR. Flags override the "
+        "Executor's arguments and JOBRING_EXECUTOR_* environment variables.",
+    )
+    parser.add_argument("target", metavar="MODULE:ATTR", help="where the Executor object is")
+    parser.add_argument("--app-name", dest="app_name")
+    parser.add_argument("--admin", dest="admin_addresses", action="append", metavar="URL",
+                        help="admin base URL, e.g. http://127.0.0.1:8080/xxl-job-admin/ (repeatable)")
+    parser.add_argument("--token", dest="access_token", help="access token shared with the admin")
+    parser.add_argument("--host", help="interface to listen on")
+    parser.add_argument("--port", type=int, help="port to listen on (0: any free port)")
+    parser.add_argument("--address", help="address to register, e.g. http://10.0.0.5:9999/")
+    parser.add_argument("--ip", help="IP to register instead of the detected one")
+    parser.add_argument("--log-path", dest="log_path", help="folder for run logs and the callback spool")
+    parser.add_argument("--log-retention-days", dest="log_retention_days", type=int)
+    parser.add_argument("--glue", dest="glue_enabled", action="store_const", const=True,
+                        help="allow GLUE script jobs (off by default)")
+    parser.add_argument("--allow-open", dest="allow_open", action="store_const", const=True,
+                        help="allow running without a token (loopback only)")
+    parser.add_argument("--beat-interval", dest="beat_interval_s", type=float, metavar="SECONDS")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.set_defaults(handler=run_executor)
+
+
+def load_target(target: str) -> Any:
+    """Import ``module:attr`` and return the Executor it names (UsageError otherwise)."""
+    from jobring.executor.executor import Executor
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"executor target must look like module:attr, got {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise UsageError(f"{module_name!r} has no attribute {attr!r}") from exc
+    if not isinstance(obj, Executor):
+        raise UsageError(f"{target} is a {type(obj).__name__}, not a jobring Executor")
+    return obj
+
+
+def run_executor(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    executor = load_target(args.target)
+    overrides = {
+        name: getattr(args, name)
+        for name in ("app_name", "admin_addresses", "access_token", "host", "port", "address", "ip",
+                     "log_path", "log_retention_days", "glue_enabled", "allow_open", "beat_interval_s")
+    }
+    try:
+        executor.configure(**overrides)
+    except (ConfigError, TypeError) as exc:
+        raise UsageError(str(exc)) from exc
+
+    def announce(address: str) -> None:
+        s = executor.settings
+        print(f"jobring executor {s.app_name} listening on {s.host}:{executor.bound_port}, "
+              f"registered as {address}", flush=True)
+
+    import asyncio
+
+    try:
+        asyncio.run(executor.serve(ready=announce))
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    print("jobring executor stopped", file=sys.stderr, flush=True)
+    return 0

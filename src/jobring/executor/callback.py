@@ -1,0 +1,257 @@
+"""Run results to the admin: batched, with a durable spool for what cannot be delivered.
+
+One task sends everything. Results queue in memory and go out in batches (``api/callback``,
+a JSON array). A batch no admin takes is appended to a spool file (one JSON line per
+result, fsync'd) and retried with exponential backoff, also after a restart: the spool is
+loaded on start. Entries are unique by logId (the first outcome recorded wins), so a result
+is never sent with two different outcomes; a repeat of the same outcome is ignored by the admin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import httpx
+import orjson
+
+from jobring.protocol.models import ACCESS_TOKEN_HEADER, HandleCallbackParam, ReturnT
+
+log = logging.getLogger(__name__)
+
+SPOOL_FILE_NAME = "callback-spool.jsonl"
+_INITIAL_BACKOFF_S = 0.5
+
+
+class AdminUnavailable(Exception):
+    """No admin address took the request."""
+
+
+async def post_to_admins(
+    client: httpx.AsyncClient,
+    admin_urls: Sequence[str],
+    api: str,
+    body: bytes,
+    headers: dict[str, str],
+) -> None:
+    """POST to each admin address in order until one answers ReturnT code 200."""
+    problems: list[str] = []
+    for base in admin_urls:
+        url = base + api
+        try:
+            response = await client.post(url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            problems.append(f"{url}: {type(exc).__name__}: {exc}")
+            continue
+        if response.status_code != 200:
+            problems.append(f"{url}: HTTP {response.status_code}")
+            continue
+        try:
+            answer = ReturnT.decode(response.content)
+        except ValueError:
+            problems.append(f"{url}: answer is not a ReturnT: {response.content[:200]!r}")
+            continue
+        if answer.ok:
+            return
+        problems.append(f"{url}: code {answer.code} {answer.msg}")
+    raise AdminUnavailable("; ".join(problems) or "no admin address configured")
+
+
+def admin_headers(access_token: str | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json;charset=UTF-8"}
+    if access_token:
+        headers[ACCESS_TOKEN_HEADER] = access_token
+    return headers
+
+
+class CallbackSpool:
+    """Results not yet delivered, kept in a file one JSON object per line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._items: dict[int, HandleCallbackParam] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def load(self) -> None:
+        self._items.clear()
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        for number, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = HandleCallbackParam.decode(orjson.loads(line))
+            except (orjson.JSONDecodeError, ValueError):
+                # A torn last line after a crash: everything before it is intact.
+                log.warning("callback spool %s: skipping unreadable line %d", self.path, number)
+                continue
+            self._items.setdefault(item.log_id, item)
+
+    def items(self) -> list[HandleCallbackParam]:
+        return list(self._items.values())
+
+    def append(self, batch: Sequence[HandleCallbackParam]) -> None:
+        new = [item for item in batch if item.log_id not in self._items]
+        if not new:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = b"".join(orjson.dumps(item.to_dict()) + b"\n" for item in new)
+        with open(self.path, "ab") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        for item in new:
+            self._items[item.log_id] = item
+
+    def remove(self, delivered: Sequence[HandleCallbackParam]) -> None:
+        for item in delivered:
+            self._items.pop(item.log_id, None)
+        if not self._items:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            return
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(b"".join(orjson.dumps(i.to_dict()) + b"\n" for i in self._items.values()))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+
+class CallbackSender:
+    """Queues results (``report`` is non-blocking) and delivers them from one task."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        admin_urls: Sequence[str],
+        access_token: str | None,
+        spool_dir: str | os.PathLike[str],
+        *,
+        batch_size: int = 100,
+        max_backoff_s: float = 30.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._client = client
+        self._admin_urls = list(admin_urls)
+        self._headers = admin_headers(access_token)
+        self._spool = CallbackSpool(Path(spool_dir) / SPOOL_FILE_NAME)
+        self._batch_size = batch_size
+        self._max_backoff_s = max_backoff_s
+        self._pending: deque[HandleCallbackParam] = deque()
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._backoff_s = _INITIAL_BACKOFF_S
+        self._retry_at = 0.0
+        self._clock = clock or asyncio.get_running_loop().time
+        self.delivered_count = 0
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    @property
+    def spooled_count(self) -> int:
+        return len(self._spool)
+
+    def report(self, result: HandleCallbackParam) -> None:
+        """Queue one result; called from the event loop, never blocks."""
+        self._pending.append(result)
+        self._wakeup.set()
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._spool.load)
+        if len(self._spool):
+            log.info("callback spool: %d undelivered result(s) loaded from %s",
+                     len(self._spool), self._spool.path)
+        self._task = asyncio.create_task(self._loop(), name="jobring-callback-sender")
+
+    async def close(self, flush_timeout_s: float = 5.0) -> None:
+        """Deliver what is queued (within flush_timeout_s); spool whatever the admin did not take."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), flush_timeout_s)
+            except TimeoutError:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+            self._task = None
+        if self._pending:
+            batch = list(self._pending)
+            self._pending.clear()
+            await asyncio.to_thread(self._spool.append, batch)
+            log.warning("callback: %d result(s) spooled at shutdown for delivery after restart", len(batch))
+
+    async def _loop(self) -> None:
+        while True:
+            if not self._pending and (self._closing or not len(self._spool)):
+                if self._closing:
+                    return
+                await self._wait(None)
+                continue
+            if len(self._spool) and self._clock() >= self._retry_at:
+                await self._retry_spool()
+            if self._pending:
+                await self._send_pending()
+            elif len(self._spool) and not self._closing:
+                await self._wait(self._retry_at - self._clock())
+
+    async def _wait(self, max_wait_s: float | None) -> None:
+        if max_wait_s is not None and max_wait_s <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), max_wait_s)
+        self._wakeup.clear()
+
+    async def _send_pending(self) -> None:
+        batch = [self._pending.popleft() for _ in range(min(self._batch_size, len(self._pending)))]
+        if len(self._spool) and self._clock() < self._retry_at:
+            # The admin failed recently: do not hammer it; keep the results safe instead.
+            await asyncio.to_thread(self._spool.append, batch)
+            return
+        try:
+            await self._post(batch)
+        except AdminUnavailable as exc:
+            await asyncio.to_thread(self._spool.append, batch)
+            self._schedule_retry(f"{len(batch)} result(s) spooled: {exc}")
+            return
+        except asyncio.CancelledError:
+            # Stopped mid-request: the batch goes back so that close() spools it.
+            self._pending.extendleft(reversed(batch))
+            raise
+        self.delivered_count += len(batch)
+
+    async def _retry_spool(self) -> None:
+        items = self._spool.items()
+        for start in range(0, len(items), self._batch_size):
+            batch = items[start:start + self._batch_size]
+            try:
+                await self._post(batch)
+            except AdminUnavailable as exc:
+                self._schedule_retry(f"spool retry failed ({len(self._spool)} waiting): {exc}")
+                return
+            await asyncio.to_thread(self._spool.remove, batch)
+            self.delivered_count += len(batch)
+        log.info("callback spool delivered")
+        self._backoff_s = _INITIAL_BACKOFF_S
+
+    def _schedule_retry(self, why: str) -> None:
+        log.warning("callback: %s; retry in %.1f s", why, self._backoff_s)
+        self._retry_at = self._clock() + self._backoff_s
+        self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
+
+    async def _post(self, batch: Sequence[HandleCallbackParam]) -> None:
+        body = orjson.dumps([item.to_dict() for item in batch])
+        await post_to_admins(self._client, self._admin_urls, "api/callback", body, self._headers)

@@ -1,0 +1,361 @@
+"""The embeddable executor: handler registry, lifecycle and the ways to run it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import httpx
+import uvicorn
+
+from jobring.config import ConfigError
+from jobring.executor.callback import CallbackSender
+from jobring.executor.config import ExecutorSettings, check_security, load_executor_settings
+from jobring.executor.context import JobHandler
+from jobring.executor.registry import Registrar, detect_ipv4
+from jobring.executor.server import ExecutorEndpoints
+
+if TYPE_CHECKING:
+    from jobring.executor.runlog import RunLog
+    from jobring.executor.worker import JobRunner
+
+log = logging.getLogger("jobring.executor")
+
+F = TypeVar("F", bound=Callable[..., Any])
+_CLEANUP_EVERY_S = 24 * 3600.0
+_THREAD_START_TIMEOUT_S = 30.0
+
+
+class ExecutorError(RuntimeError):
+    """The executor cannot do what was asked in its current state."""
+
+
+class Executor:
+    """An XXL-JOB compatible executor that runs the handlers registered with :meth:`job`.
+
+    Every argument may also come from a ``JOBRING_EXECUTOR_<NAME>`` environment
+    variable (``admin_addresses`` comma separated); explicit arguments win. Without
+    an ``access_token`` the executor refuses to start unless ``allow_open=True`` and
+    it binds to loopback only.
+
+    Run it standalone with :meth:`run` / :meth:`serve`, inside an ASGI app with
+    :meth:`asgi_app` plus :meth:`lifespan`, or beside a WSGI app with
+    :meth:`start_in_thread` / :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        app_name: str | None = None,
+        admin_addresses: list[str] | tuple[str, ...] | str | None = None,
+        access_token: str | None = None,
+        address: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        log_path: str | None = None,
+        log_retention_days: int | None = None,
+        glue_enabled: bool | None = None,
+        allow_open: bool | None = None,
+        *,
+        ip: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        **more: Any,
+    ) -> None:
+        self._explicit: dict[str, Any] = {
+            "app_name": app_name,
+            "admin_addresses": admin_addresses,
+            "access_token": access_token,
+            "address": address,
+            "ip": ip,
+            "host": host,
+            "port": port,
+            "log_path": log_path,
+            "log_retention_days": log_retention_days,
+            "glue_enabled": glue_enabled,
+            "allow_open": allow_open,
+            **more,
+        }
+        self._environ = environ
+        self.settings: ExecutorSettings = load_executor_settings(environ, **self._explicit)
+        self._handlers: dict[str, JobHandler] = {}
+        self._endpoints: ExecutorEndpoints | None = None
+        self._runner: JobRunner | None = None
+        self._runlog: RunLog | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._callback: CallbackSender | None = None
+        self._registrar: Registrar | None = None
+        self._cleanup_task: asyncio.Task[None] | None = None
+        self._server: uvicorn.Server | None = None
+        self._server_loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.address: str | None = None
+        # The port the standalone server listens on (known once it serves; port 0 picks one).
+        self.bound_port: int | None = None
+
+    # --- configuration -------------------------------------------------------------------
+
+    def configure(self, **overrides: Any) -> None:
+        """Override settings (e.g. from CLI flags) before the executor starts."""
+        if self._runner is not None:
+            raise ExecutorError("cannot configure a running executor")
+        self._explicit.update({k: v for k, v in overrides.items() if v is not None})
+        self.settings = load_executor_settings(self._environ, **self._explicit)
+        self._endpoints = None
+
+    def job(
+        self,
+        name: str,
+        *,
+        init: Callable[[], Any] | None = None,
+        destroy: Callable[[], Any] | None = None,
+        isolation: Literal["thread", "process"] = "thread",
+    ) -> Callable[[F], F]:
+        """Register the decorated function as the handler ``name``; it is returned unchanged."""
+
+        def register(func: F) -> F:
+            self.add_handler(JobHandler(name, func, init=init, destroy=destroy, isolation=isolation))
+            return func
+
+        return register
+
+    def add_handler(self, handler: JobHandler) -> None:
+        """Register a handler built by hand (what :meth:`job` does)."""
+        if handler.name in self._handlers:
+            raise ValueError(f"job handler [{handler.name}] is already registered")
+        self._handlers[handler.name] = handler
+
+    @property
+    def handlers(self) -> Mapping[str, JobHandler]:
+        return self._handlers
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def asgi_app(self) -> ExecutorEndpoints:
+        """The executor's endpoints as an ASGI app (mount it, or serve it; it handles lifespan)."""
+        if self._endpoints is None:
+            self._endpoints = ExecutorEndpoints(self.settings.access_token)
+            self._endpoints.on_lifespan(lambda: self.startup(binds=False), self.shutdown)
+        return self._endpoints
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: object = None) -> AsyncIterator[None]:
+        """Start the executor for the life of a host ASGI app (``FastAPI(lifespan=ex.lifespan)``)."""
+        await self.startup(binds=False)
+        try:
+            yield
+        finally:
+            await self.shutdown()
+
+    async def startup(self, *, binds: bool = True, port: int | None = None) -> None:
+        """Start the engine, callback sender and registry heartbeat (not the HTTP server)."""
+        from jobring.executor.runlog import RunLog
+        from jobring.executor.worker import JobRunner
+
+        if self._runner is not None:
+            raise ExecutorError("executor already started")
+        s = self.settings
+        check_security(s, binds=binds)
+        self._runlog = RunLog(s.log_path)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(s.admin_timeout_s),
+            limits=httpx.Limits(max_keepalive_connections=4, keepalive_expiry=60.0),
+        )
+        self._callback = CallbackSender(
+            self._client,
+            s.admin_urls(),
+            s.access_token,
+            s.log_path,
+            batch_size=s.callback_batch_size,
+            max_backoff_s=s.callback_max_backoff_s,
+        )
+        await self._callback.start()
+        self._runner = JobRunner(
+            self._handlers,
+            self._runlog,
+            self._callback.report,
+            glue_enabled=s.glue_enabled,
+            idle_timeout_s=s.idle_timeout_s,
+            max_handle_msg=s.max_handle_msg,
+        )
+        self.asgi_app().bind(self._runner, self._runlog.read)
+        # An open executor is loopback only, so it advertises a loopback address too.
+        detected = "127.0.0.1" if not s.access_token else detect_ipv4()
+        self.address = s.base_address(detected) if port is None else _with_port(s, detected, port)
+        self._registrar = Registrar(
+            self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
+            interval_s=s.beat_interval_s,
+        )
+        self._registrar.start()
+        self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="jobring-runlog-cleanup")
+        log.info("executor %s started as %s with handlers %s", s.app_name, self.address,
+                 sorted(self._handlers))
+
+    async def shutdown(self) -> None:
+        """Leave the admin (registryRemove), stop runs, deliver or spool their results."""
+        if self._runner is None:
+            return
+        runner, self._runner = self._runner, None
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cleanup_task
+        try:
+            if self._registrar is not None:
+                await self._registrar.stop()
+            if self._endpoints is not None:
+                self._endpoints.unbind()
+            await runner.close()
+            if self._callback is not None:
+                await self._callback.close()
+        finally:
+            if self._client is not None:
+                await self._client.aclose()
+            self._client = self._callback = self._registrar = None
+        log.info("executor %s stopped", self.settings.app_name)
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            runlog = self._runlog
+            if runlog is not None:
+                try:
+                    removed = await asyncio.to_thread(
+                        runlog.cleanup, self.settings.log_retention_days, datetime.now(UTC)
+                    )
+                    if removed:
+                        log.info("run log cleanup removed %d day folder(s)", removed)
+                except OSError as exc:
+                    log.warning("run log cleanup failed: %s", exc)
+            await asyncio.sleep(_CLEANUP_EVERY_S)
+
+    # --- standalone server -------------------------------------------------------------
+
+    async def serve(self, *, ready: Callable[[str], None] | None = None) -> None:
+        """Serve the endpoints with uvicorn until stopped (SIGINT/SIGTERM or :meth:`stop`)."""
+        s = self.settings
+        check_security(s, binds=True)
+        sock = _bind(s.host, s.port)
+        config = uvicorn.Config(
+            self.asgi_app(), lifespan="off", access_log=False, log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
+        server = _QuietSignalsServer(config)
+        self._server, self._server_loop = server, asyncio.get_running_loop()
+        stop_signals = _install_signal_handlers(server)
+        self.bound_port = sock.getsockname()[1]
+        try:
+            await self.startup(port=self.bound_port)
+            serving = asyncio.create_task(server.serve(sockets=[sock]))
+            started = asyncio.create_task(server.started_event.wait())
+            await asyncio.wait({serving, started}, return_when=asyncio.FIRST_COMPLETED)
+            started.cancel()
+            if server.started and ready is not None:
+                ready(self.address or "")
+            await serving
+        finally:
+            try:
+                await self.shutdown()
+            finally:
+                for sig in stop_signals:
+                    asyncio.get_running_loop().remove_signal_handler(sig)
+                sock.close()
+                self._server = self._server_loop = None
+
+    def run(self) -> None:
+        """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly."""
+        asyncio.run(self.serve())
+
+    def start_in_thread(self) -> None:
+        """Serve from a background thread (for Flask, Django, scripts); returns once serving."""
+        if self._thread is not None:
+            raise ExecutorError("executor thread already started")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                asyncio.run(self.serve(ready=lambda _address: ready.set()))
+            except BaseException as exc:
+                failure.append(exc)
+                log.exception("executor thread stopped with an error")
+            finally:
+                ready.set()
+
+        self._thread = threading.Thread(target=target, name="jobring-executor", daemon=True)
+        self._thread.start()
+        if not ready.wait(_THREAD_START_TIMEOUT_S):
+            raise ExecutorError("executor thread did not start in time")
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise ExecutorError(f"executor failed to start: {failure[0]}") from failure[0]
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop a server started by :meth:`start_in_thread` or :meth:`serve` (thread-safe)."""
+        server, loop = self._server, self._server_loop
+        if server is not None and loop is not None:
+            loop.call_soon_threadsafe(setattr, server, "should_exit", True)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                raise ExecutorError("executor thread did not stop in time")
+            self._thread = None
+
+
+def _with_port(s: ExecutorSettings, detected_ip: str, port: int) -> str:
+    from dataclasses import replace
+
+    return replace(s, port=port).base_address(detected_ip)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"executor cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _install_signal_handlers(server: uvicorn.Server) -> list[signal.Signals]:
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, setattr, server, "should_exit", True)
+            installed.append(sig)
+    return installed
+
+
+class _QuietSignalsServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.started_event = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.started_event.set()
+
+    # The executor handles SIGINT/SIGTERM itself so that it can leave the admin
+    # cleanly; uvicorn must not re-raise them after its own shutdown.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

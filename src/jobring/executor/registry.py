@@ -1,0 +1,100 @@
+"""Heartbeat registration with the admin (``api/registry`` / ``api/registryRemove``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Sequence
+
+import httpx
+import orjson
+import psutil
+
+from jobring.executor.callback import AdminUnavailable, admin_headers, post_to_admins
+from jobring.protocol.models import RegistryParam
+
+log = logging.getLogger(__name__)
+
+REGISTRY_GROUP = "EXECUTOR"
+_FIRST_RETRY_S = 1.0
+
+
+def detect_ipv4() -> str:
+    """The first non-loopback IPv4 address of this host, or 127.0.0.1 when there is none."""
+    try:
+        interfaces = psutil.net_if_addrs()
+    except OSError as exc:
+        log.warning("cannot list network interfaces (%s); using 127.0.0.1", exc)
+        return "127.0.0.1"
+    for addresses in interfaces.values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not address.address.startswith("127."):
+                return address.address
+    return "127.0.0.1"
+
+
+class Registrar:
+    """Beats ``api/registry`` every interval; retries failures sooner, with backoff."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        admin_urls: Sequence[str],
+        access_token: str | None,
+        app_name: str,
+        address: str,
+        *,
+        interval_s: float = 30.0,
+    ) -> None:
+        self._client = client
+        self._admin_urls = list(admin_urls)
+        self._headers = admin_headers(access_token)
+        self._body = orjson.dumps(RegistryParam(REGISTRY_GROUP, app_name, address).to_dict())
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self.address = address
+        self.registered = asyncio.Event()
+
+    def start(self) -> None:
+        if not self._admin_urls:
+            log.warning("no admin address configured: the executor will not register")
+            return
+        self._task = asyncio.create_task(self._loop(), name="jobring-registry")
+
+    async def _loop(self) -> None:
+        retry_s = _FIRST_RETRY_S
+        failing = False
+        while True:
+            try:
+                await post_to_admins(
+                    self._client, self._admin_urls, "api/registry", self._body, self._headers
+                )
+            except AdminUnavailable as exc:
+                log.warning("registry beat failed (%s); retry in %.1f s", exc, retry_s)
+                failing = True
+                self.registered.clear()
+                await asyncio.sleep(retry_s)
+                retry_s = min(retry_s * 2, self._interval_s)
+                continue
+            if failing:
+                log.info("registered with the admin again as %s", self.address)
+            failing, retry_s = False, _FIRST_RETRY_S
+            self.registered.set()
+            await asyncio.sleep(self._interval_s)
+
+    async def stop(self) -> None:
+        """Stop beating and tell the admin this executor leaves (best effort, logged)."""
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+        try:
+            await post_to_admins(
+                self._client, self._admin_urls, "api/registryRemove", self._body, self._headers
+            )
+        except AdminUnavailable as exc:
+            log.warning("registryRemove failed: %s", exc)
