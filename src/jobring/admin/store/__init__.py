@@ -1,0 +1,129 @@
+"""The admin's storage layer: one ``Store`` facade over typed async repositories.
+
+    engine = create_engine("postgresql://postgres@127.0.0.1/jobring")
+    await upgrade_database(engine)
+    store = Store(engine)
+    job = await store.jobs.get(1)
+
+Every repository method runs in its own transaction and returns frozen dataclasses from
+``jobring.admin.store.records``. Reference DATETIME columns are naive UTC (whole seconds);
+epoch-millisecond columns are ints.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
+from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
+from jobring.admin.store.groups import EXECUTOR, GroupRepository, RegistryRepository
+from jobring.admin.store.jobs import JobRepository
+from jobring.admin.store.logs import HANDLE_MSG_MAX, LogRepository
+from jobring.admin.store.migrate import UpgradeResult, current_revision, head_revision, upgrade_database
+from jobring.admin.store.misc import GlueRepository, ReportRepository, ScheduleLock
+from jobring.admin.store.records import (
+    ApiToken,
+    ClearRule,
+    DayCount,
+    GlueVersion,
+    HandleResult,
+    JobGroup,
+    JobInfo,
+    JobSort,
+    LogEntry,
+    LogStatus,
+    NewLog,
+    Page,
+    RegistryEntry,
+    ReportTotals,
+    ResultOutcome,
+    TriggerResult,
+    User,
+)
+from jobring.admin.store.users import SettingRepository, TokenRepository, UserRepository
+
+
+class Store:
+    """Typed access to every table. Cheap to construct; share one per process."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.db = Db(engine)
+        self.jobs = JobRepository(self.db)
+        self.logs = LogRepository(self.db)
+        self.groups = GroupRepository(self.db)
+        self.registry = RegistryRepository(self.db)
+        self.reports = ReportRepository(self.db)
+        self.glue = GlueRepository(self.db)
+        self.users = UserRepository(self.db)
+        self.tokens = TokenRepository(self.db)
+        self.settings = SettingRepository(self.db)
+        self.lock = ScheduleLock(self.db)
+
+    @classmethod
+    async def open(cls, url: str, *, upgrade: bool = True) -> Store:
+        """Create the engine for ``url``, optionally run migrations, and return the store."""
+        engine = create_engine(url)
+        if upgrade:
+            await upgrade_database(engine)
+        return cls(engine)
+
+    @property
+    def backend(self) -> str:
+        """ "sqlite", "postgresql", "mariadb" or "mysql" (MariaDB is known after first connect)."""
+        return self.db.backend
+
+    async def capabilities(self) -> Capabilities:
+        """What the server supports (SKIP LOCKED, INSERT ... RETURNING)."""
+        return await self.db.capabilities()
+
+    async def close(self) -> None:
+        """Dispose of the engine's connections."""
+        await self.engine.dispose()
+
+
+__all__ = [
+    "EXECUTOR",
+    "HANDLE_MSG_MAX",
+    "ApiToken",
+    "Capabilities",
+    "ClearRule",
+    "Conflict",
+    "DayCount",
+    "GlueRepository",
+    "GlueVersion",
+    "GroupRepository",
+    "HandleResult",
+    "JobGroup",
+    "JobInfo",
+    "JobRepository",
+    "JobSort",
+    "LogEntry",
+    "LogRepository",
+    "LogStatus",
+    "NewLog",
+    "NotFound",
+    "Page",
+    "ReferencedError",
+    "RegistryEntry",
+    "RegistryRepository",
+    "ReportRepository",
+    "ReportTotals",
+    "ResultOutcome",
+    "ScheduleLock",
+    "SettingRepository",
+    "Store",
+    "StoreError",
+    "TokenRepository",
+    "TriggerResult",
+    "UpgradeResult",
+    "User",
+    "UserRepository",
+    "create_engine",
+    "current_revision",
+    "head_revision",
+    "is_transient",
+    "normalize_url",
+    "upgrade_database",
+    "utc_naive",
+]

@@ -1,0 +1,176 @@
+"""Engine creation per dialect, and the transaction helpers every repository uses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+    "mysql": "mysql+aiomysql",
+    "mysql+aiomysql": "mysql+aiomysql",
+    "mariadb": "mariadb+aiomysql",
+    "mariadb+aiomysql": "mariadb+aiomysql",
+}
+
+# Execution option that makes a SQLite transaction start with BEGIN IMMEDIATE (take the
+# write lock up front, so a read-then-write transaction cannot fail on lock upgrade).
+SQLITE_IMMEDIATE = "jobring_sqlite_immediate"
+# Execution option that silences MariaDB's per-row warnings of one INSERT IGNORE.
+MARIADB_QUIET = "jobring_mariadb_quiet"
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Map a database URL to its asyncio driver; ValueError for anything unsupported."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError as exc:
+        raise ValueError(f"not a database URL: {url!s}: {exc}") from exc
+    name = parsed.drivername
+    target = _ASYNC_DRIVERS.get(name)
+    if target is None:
+        supported = "sqlite[+aiosqlite], postgresql[+asyncpg], mysql[+aiomysql], mariadb[+aiomysql]"
+        raise ValueError(f"unsupported database URL scheme {name!r}; supported: {supported}")
+    parsed = parsed.set(drivername=target)
+    if target.startswith(("mysql", "mariadb")) and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own handling defers it
+    # and cannot do BEGIN IMMEDIATE).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=OFF")
+    finally:
+        cursor.close()
+
+
+def _on_sqlite_begin(conn: Any) -> None:
+    immediate = conn.get_execution_options().get(SQLITE_IMMEDIATE, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _on_mysql_before_execute(
+    conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+) -> tuple[str, Any]:
+    if context is not None and context.execution_options.get(MARIADB_QUIET):
+        # aiomysql turns every server warning into a Python warning; duplicates skipped by
+        # INSERT IGNORE are expected, so keep them out of the warning list.
+        statement = "SET STATEMENT max_error_count=0 FOR " + statement
+    return statement, parameters
+
+
+def create_engine(
+    url: str | URL, *, pool_size: int = 10, max_overflow: int = 20, echo: bool = False
+) -> AsyncEngine:
+    """Create an async engine for ``url`` with the settings jobring relies on per dialect.
+
+    SQLite: WAL, busy_timeout 10 s, synchronous=NORMAL, transactions begun explicitly (so
+    ``BEGIN IMMEDIATE`` works). PostgreSQL/MySQL/MariaDB: ``pool_pre_ping`` and a bounded
+    pool; MySQL/MariaDB use utf8mb4. Plain ``sqlite://``, ``postgresql://``, ``mysql://`` and
+    ``mariadb://`` URLs are mapped to aiosqlite, asyncpg and aiomysql.
+    """
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        engine = create_async_engine(parsed, echo=echo, connect_args={"timeout": 10})
+        event.listen(engine.sync_engine, "connect", _on_sqlite_connect)
+        event.listen(engine.sync_engine, "begin", _on_sqlite_begin)
+        return engine
+    engine = create_async_engine(
+        parsed,
+        echo=echo,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_recycle=3600,
+        pool_timeout=30,
+    )
+    if backend in ("mysql", "mariadb"):
+        event.listen(engine.sync_engine, "before_cursor_execute", _on_mysql_before_execute, retval=True)
+    return engine
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the connected server can do, learned on first connect."""
+
+    backend: str  # "sqlite", "postgresql", "mariadb", "mysql"
+    skip_locked: bool
+    insert_returning: bool
+
+
+def utc_naive(value: datetime) -> datetime:
+    """A datetime as stored in reference DATETIME columns: naive UTC, whole seconds."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.replace(microsecond=0)
+
+
+class Db:
+    """An engine plus the transaction shapes the repositories use."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._caps: Capabilities | None = None
+        # Tests set this to exercise the MySQL (no RETURNING) code paths on MariaDB.
+        self.force_no_returning = False
+
+    @property
+    def backend(self) -> str:
+        name = self.engine.dialect.name
+        return "mariadb" if name == "mysql" and getattr(self.engine.dialect, "is_mariadb", False) else name
+
+    async def capabilities(self) -> Capabilities:
+        if self._caps is None:
+            async with self.engine.connect():
+                pass  # the dialect learns the server version on first connect
+            dialect = self.engine.dialect
+            version = dialect.server_version_info or ()
+            backend = self.backend
+            if backend == "postgresql":
+                skip_locked = True
+            elif backend == "mariadb":
+                skip_locked = tuple(version[:2]) >= (10, 6)
+            elif backend == "mysql":
+                skip_locked = tuple(version[:1]) >= (8,)
+            else:
+                skip_locked = False
+            returning = bool(dialect.insert_returning) and not self.force_no_returning
+            self._caps = Capabilities(backend, skip_locked, returning)
+        if self.force_no_returning and self._caps.insert_returning:
+            return Capabilities(self._caps.backend, self._caps.skip_locked, False)
+        return self._caps
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection in a plain transaction (committed at the end; for reads)."""
+        async with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A connection in a write transaction: ``BEGIN IMMEDIATE`` on SQLite."""
+        async with self.engine.connect() as conn:
+            if self.engine.dialect.name == "sqlite":
+                await conn.execution_options(**{SQLITE_IMMEDIATE: True})
+            async with conn.begin():
+                yield conn

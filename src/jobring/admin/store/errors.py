@@ -1,0 +1,76 @@
+"""Errors raised by the store, and which database errors are worth a retry."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import exc as sa_exc
+
+
+class StoreError(Exception):
+    """Base class of every error the store raises on purpose."""
+
+
+class NotFound(StoreError):
+    """The record named by the call does not exist."""
+
+
+class Conflict(StoreError):
+    """The write would break a uniqueness rule (e.g. a username that is taken)."""
+
+
+class ReferencedError(StoreError):
+    """The record cannot be deleted because other records still reference it."""
+
+
+# Driver error codes that mean "try again later" rather than "your statement is wrong".
+_PG_TRANSIENT_SQLSTATES = frozenset(
+    {
+        "40001",
+        "40P01",
+        "55P03",
+        "57P01",
+        "57P02",
+        "57P03",
+        "08000",
+        "08003",
+        "08006",
+        "08001",
+        "08004",
+        "53300",
+    }
+)
+_MYSQL_TRANSIENT_CODES = frozenset({1205, 1213, 2002, 2003, 2006, 2013, 1040, 1053})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` is a database error a caller may retry with backoff.
+
+    Transient: lost or refused connections (``DBAPIError.connection_invalidated``, SQLAlchemy
+    pool timeouts, OS-level connection errors), serialization failures and deadlocks
+    (PostgreSQL 40001/40P01, MySQL 1213), lock wait timeouts (MySQL 1205, PostgreSQL 55P03),
+    server shutdown/too many connections, and SQLite "database is locked"/"busy". Everything
+    else (constraint violations, syntax, StoreError) is not transient. The store never
+    retries by itself: callers decide.
+    """
+    if isinstance(exc, StoreError):
+        return False
+    if isinstance(exc, sa_exc.TimeoutError | ConnectionError | asyncio.TimeoutError):
+        return True
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        if isinstance(exc, sa_exc.IntegrityError | sa_exc.ProgrammingError):
+            return False
+        orig = exc.orig
+        sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+        if isinstance(sqlstate, str) and sqlstate in _PG_TRANSIENT_SQLSTATES:
+            return True
+        args = getattr(orig, "args", ())
+        if args and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT_CODES:
+            return True
+        text = str(orig).lower()
+        if "database is locked" in text or "database is busy" in text:
+            return True
+        return isinstance(exc, sa_exc.OperationalError) and "connection" in text
+    return False

@@ -1,0 +1,199 @@
+"""Executor groups (``xxl_job_group``) and executor heartbeats (``xxl_job_registry``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, delete, func, insert, select, update
+
+from jobring.admin.store.base import Repository, fetch_page, like_pattern, new_id, to_record
+from jobring.admin.store.engine import utc_naive
+from jobring.admin.store.errors import NotFound, ReferencedError
+from jobring.admin.store.records import JobGroup, Page, RegistryEntry
+from jobring.admin.store.tables import job_group, job_info, job_registry
+
+EXECUTOR = "EXECUTOR"  # the registry_group of executors
+
+
+def _join_addresses(addresses: Sequence[str]) -> str | None:
+    unique = sorted({a.strip() for a in addresses if a.strip()})
+    return ",".join(unique) if unique else None
+
+
+class GroupRepository(Repository):
+    """Executor groups."""
+
+    async def get(self, group_id: int) -> JobGroup | None:
+        """The group, or ``None``."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(job_group).where(job_group.c.id == group_id))).first()
+        return None if row is None else to_record(JobGroup, row)
+
+    async def by_app_name(self, app_name: str) -> JobGroup | None:
+        """The first group (lowest id) with this appname, or ``None``."""
+        stmt = select(job_group).where(job_group.c.app_name == app_name).order_by(job_group.c.id).limit(1)
+        async with self._db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else to_record(JobGroup, row)
+
+    async def all(self) -> list[JobGroup]:
+        """Every group, by app_name then id."""
+        async with self._db.read() as conn:
+            rows = (
+                await conn.execute(select(job_group).order_by(job_group.c.app_name, job_group.c.id))
+            ).all()
+        return [to_record(JobGroup, r) for r in rows]
+
+    async def list(
+        self,
+        *,
+        app_name: str | None = None,
+        title: str | None = None,
+        group_ids: Sequence[int] | None = None,
+        offset: int = 0,
+        limit: int = 20,
+    ) -> Page[JobGroup]:
+        """A page of groups; ``app_name``/``title`` are substring filters."""
+        where: list[ColumnElement[bool]] = []
+        if app_name:
+            where.append(job_group.c.app_name.like(like_pattern(app_name), escape="\\"))
+        if title:
+            where.append(job_group.c.title.like(like_pattern(title), escape="\\"))
+        if group_ids is not None:
+            where.append(job_group.c.id.in_(list(group_ids)))
+        async with self._db.read() as conn:
+            return await fetch_page(
+                conn, job_group, JobGroup, where, (job_group.c.app_name, job_group.c.id), offset, limit
+            )
+
+    async def create(self, group: JobGroup, now: datetime) -> int:
+        """Insert the group (``id`` ignored, ``update_time`` = now); returns the new id."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                insert(job_group).values(
+                    app_name=group.app_name,
+                    title=group.title,
+                    address_type=group.address_type,
+                    address_list=group.address_list,
+                    update_time=utc_naive(now),
+                )
+            )
+            return new_id(result)
+
+    async def update(self, group: JobGroup, now: datetime) -> None:
+        """Overwrite the group's fields; NotFound when it does not exist."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(job_group)
+                .where(job_group.c.id == group.id)
+                .values(
+                    app_name=group.app_name,
+                    title=group.title,
+                    address_type=group.address_type,
+                    address_list=group.address_list,
+                    update_time=utc_naive(now),
+                )
+            )
+            if result.rowcount == 0:
+                raise NotFound(f"executor group {group.id} does not exist")
+
+    async def delete(self, group_id: int) -> bool:
+        """Delete the group; ReferencedError while jobs use it; False when it did not exist."""
+        async with self._db.write() as conn:
+            used = (
+                await conn.execute(
+                    select(func.count()).select_from(job_info).where(job_info.c.job_group == group_id)
+                )
+            ).scalar_one()
+            if used:
+                raise ReferencedError(
+                    f"executor group {group_id} still has {used} job(s); delete or move them first"
+                )
+            result = await conn.execute(delete(job_group).where(job_group.c.id == group_id))
+            return result.rowcount > 0
+
+    async def refresh_addresses(self, mapping: Mapping[str, Sequence[str]], now: datetime) -> int:
+        """Set each auto-registered group's address_list from ``mapping`` (app_name ->
+        addresses): sorted, comma-joined, NULL when none. Returns how many groups changed."""
+        changed = 0
+        async with self._db.write() as conn:
+            rows = (
+                await conn.execute(
+                    select(job_group.c.id, job_group.c.app_name, job_group.c.address_list).where(
+                        job_group.c.address_type == 0
+                    )
+                )
+            ).all()
+            for row in rows:
+                new = _join_addresses(mapping.get(row.app_name, ()))
+                if new != row.address_list:
+                    await conn.execute(
+                        update(job_group)
+                        .where(job_group.c.id == row.id)
+                        .values(address_list=new, update_time=utc_naive(now))
+                    )
+                    changed += 1
+        return changed
+
+
+class RegistryRepository(Repository):
+    """Heartbeats: one row per (registry_group, registry_key, registry_value)."""
+
+    async def beat(self, group: str, key: str, value: str, now: datetime) -> None:
+        """Record a heartbeat: refresh the row's update_time, insert it when absent."""
+        stamp = utc_naive(now)
+        match = (
+            job_registry.c.registry_group == group,
+            job_registry.c.registry_key == key,
+            job_registry.c.registry_value == value,
+        )
+        async with self._db.write() as conn:
+            result = await conn.execute(update(job_registry).where(*match).values(update_time=stamp))
+            if result.rowcount == 0:
+                await conn.execute(
+                    insert(job_registry).values(
+                        registry_group=group, registry_key=key, registry_value=value, update_time=stamp
+                    )
+                )
+
+    async def remove(self, group: str, key: str, value: str) -> int:
+        """Delete the heartbeat rows of one address; returns how many were deleted."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                delete(job_registry).where(
+                    job_registry.c.registry_group == group,
+                    job_registry.c.registry_key == key,
+                    job_registry.c.registry_value == value,
+                )
+            )
+            return result.rowcount
+
+    async def delete_dead(self, before: datetime) -> int:
+        """Delete heartbeats last seen before ``before``; returns how many."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                delete(job_registry).where(job_registry.c.update_time < utc_naive(before))
+            )
+            return result.rowcount
+
+    async def live(self, after: datetime) -> dict[str, list[str]]:
+        """Executor appname -> sorted addresses with a heartbeat later than ``after``."""
+        stmt = select(job_registry.c.registry_key, job_registry.c.registry_value).where(
+            job_registry.c.registry_group == EXECUTOR, job_registry.c.update_time > utc_naive(after)
+        )
+        found: dict[str, set[str]] = {}
+        async with self._db.read() as conn:
+            for key, value in (await conn.execute(stmt)).all():
+                found.setdefault(key, set()).add(value)
+        return {k: sorted(v) for k, v in sorted(found.items())}
+
+    async def entries(self, app_name: str) -> list[RegistryEntry]:
+        """Every executor heartbeat row of one appname, by address."""
+        stmt = (
+            select(job_registry)
+            .where(job_registry.c.registry_group == EXECUTOR, job_registry.c.registry_key == app_name)
+            .order_by(job_registry.c.registry_value)
+        )
+        async with self._db.read() as conn:
+            return [to_record(RegistryEntry, r) for r in (await conn.execute(stmt)).all()]

@@ -1,0 +1,225 @@
+"""Jobs (``xxl_job_info``): CRUD, listing, and the lease-based claiming of due jobs."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from sqlalchemy import ColumnElement, case, delete, insert, or_, select, update
+
+from jobring.admin.store.base import Repository, chunks, fetch_page, like_pattern, new_id, to_record
+from jobring.admin.store.engine import utc_naive
+from jobring.admin.store.errors import NotFound
+from jobring.admin.store.records import JobInfo, JobSort, Page
+from jobring.admin.store.tables import job_info
+
+_LEASE_FIELDS = ("id", "lease_owner", "lease_until", "add_time")
+_DATETIME_FIELDS = ("add_time", "update_time", "glue_updatetime")
+
+
+def _values(job: JobInfo, exclude: Iterable[str]) -> dict[str, Any]:
+    values = {k: v for k, v in asdict(job).items() if k not in exclude}
+    for name in _DATETIME_FIELDS:
+        if values.get(name) is not None:
+            values[name] = utc_naive(values[name])
+    return values
+
+
+_SORTS = {
+    JobSort.ID_DESC: (job_info.c.id.desc(),),
+    JobSort.ID_ASC: (job_info.c.id.asc(),),
+    JobSort.NEXT_TIME: (job_info.c.trigger_next_time.asc(), job_info.c.id.asc()),
+    JobSort.DESC: (job_info.c.job_desc.asc(), job_info.c.id.asc()),
+}
+
+
+class JobRepository(Repository):
+    """Jobs. Leases (``lease_owner``/``lease_until``) are only written by the claim methods."""
+
+    async def get(self, job_id: int) -> JobInfo | None:
+        """The job, or ``None``."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(job_info).where(job_info.c.id == job_id))).first()
+        return None if row is None else to_record(JobInfo, row)
+
+    async def get_many(self, job_ids: Iterable[int]) -> dict[int, JobInfo]:
+        """The jobs that exist among ``job_ids``, by id."""
+        ids = sorted(set(job_ids))
+        found: dict[int, JobInfo] = {}
+        async with self._db.read() as conn:
+            for part in chunks(ids):
+                rows = (await conn.execute(select(job_info).where(job_info.c.id.in_(part)))).all()
+                found.update({r.id: to_record(JobInfo, r) for r in rows})
+        return found
+
+    async def create(self, job: JobInfo) -> int:
+        """Insert ``job`` (its ``id`` and lease fields are ignored); returns the new id."""
+        values = _values(job, ("id", "lease_owner", "lease_until"))
+        async with self._db.write() as conn:
+            result = await conn.execute(insert(job_info).values(**values))
+            return new_id(result)
+
+    async def update(self, job: JobInfo) -> None:
+        """Write every field of ``job`` except id, add_time and the lease; NotFound if absent."""
+        values = _values(job, _LEASE_FIELDS)
+        async with self._db.write() as conn:
+            result = await conn.execute(update(job_info).where(job_info.c.id == job.id).values(**values))
+            if result.rowcount == 0:
+                raise NotFound(f"job {job.id} does not exist")
+
+    async def delete(self, job_id: int) -> bool:
+        """Delete the job; False when it did not exist. (Its logs and GLUE history stay.)"""
+        async with self._db.write() as conn:
+            result = await conn.execute(delete(job_info).where(job_info.c.id == job_id))
+            return result.rowcount > 0
+
+    async def list(
+        self,
+        *,
+        group_ids: Sequence[int] | None = None,
+        trigger_status: int | None = None,
+        desc: str | None = None,
+        handler: str | None = None,
+        author: str | None = None,
+        offset: int = 0,
+        limit: int = 20,
+        sort: JobSort = JobSort.ID_DESC,
+    ) -> Page[JobInfo]:
+        """A page of jobs. ``group_ids`` restricts to those groups (empty list: nothing);
+        ``desc``/``handler``/``author`` are substring filters; ``trigger_status`` exact."""
+        where: builtins.list[ColumnElement[bool]] = []
+        if group_ids is not None:
+            where.append(job_info.c.job_group.in_(list(group_ids)))
+        if trigger_status is not None:
+            where.append(job_info.c.trigger_status == trigger_status)
+        for column, text in (
+            (job_info.c.job_desc, desc),
+            (job_info.c.executor_handler, handler),
+            (job_info.c.author, author),
+        ):
+            if text:
+                where.append(column.like(like_pattern(text), escape="\\"))
+        async with self._db.read() as conn:
+            return await fetch_page(conn, job_info, JobInfo, where, _SORTS[sort], offset, limit)
+
+    async def set_status(
+        self, job_id: int, status: int, next_time: int, *, last_time: int | None = None
+    ) -> None:
+        """Start/stop a job: set trigger_status and trigger_next_time (and optionally last)."""
+        values: dict[str, Any] = {"trigger_status": status, "trigger_next_time": next_time}
+        if last_time is not None:
+            values["trigger_last_time"] = last_time
+        async with self._db.write() as conn:
+            result = await conn.execute(update(job_info).where(job_info.c.id == job_id).values(**values))
+            if result.rowcount == 0:
+                raise NotFound(f"job {job_id} does not exist")
+
+    async def count_in_group(self, group_id: int) -> int:
+        """How many jobs belong to the group."""
+        page = await self.list(group_ids=[group_id], limit=1)
+        return page.total
+
+    async def children(self, job_id: int) -> builtins.list[JobInfo]:
+        """The existing jobs listed in this job's ``child_jobid`` (in that order)."""
+        job = await self.get(job_id)
+        if job is None:
+            return []
+        found = await self.get_many(job.child_job_ids)
+        return [found[i] for i in job.child_job_ids if i in found]
+
+    async def parents(self, job_id: int) -> builtins.list[JobInfo]:
+        """Jobs whose ``child_jobid`` lists ``job_id``."""
+        needle = str(job_id)
+        stmt = select(job_info).where(job_info.c.child_jobid.like(f"%{needle}%")).order_by(job_info.c.id)
+        async with self._db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        jobs = [to_record(JobInfo, r) for r in rows]
+        return [j for j in jobs if job_id in j.child_job_ids]
+
+    # -- claiming due jobs -------------------------------------------------------------
+
+    async def claim_due(
+        self, node_id: str, now_ms: int, window_end_ms: int, lease_ms: int, limit: int
+    ) -> builtins.list[JobInfo]:
+        """Lease up to ``limit`` running jobs due by ``window_end_ms`` to ``node_id``.
+
+        A job is claimable when its lease expired (``lease_until < now_ms``) or is already
+        ours. Rows are locked with ``FOR UPDATE SKIP LOCKED`` where the server supports it
+        (PostgreSQL, MariaDB 10.6+, MySQL 8), so concurrent nodes get disjoint sets; SQLite
+        takes its single write lock (BEGIN IMMEDIATE). Oldest ``trigger_next_time`` first,
+        read through ``ix_job_info_due``. Returns the jobs with the new lease.
+        """
+        if limit <= 0:
+            return []
+        caps = await self._db.capabilities()
+        until = now_ms + lease_ms
+        stmt = (
+            select(job_info)
+            .where(
+                job_info.c.trigger_status == 1,
+                job_info.c.trigger_next_time <= window_end_ms,
+                or_(job_info.c.lease_until < now_ms, job_info.c.lease_owner == node_id),
+            )
+            .order_by(job_info.c.trigger_next_time)
+            .limit(limit)
+        )
+        if caps.backend != "sqlite":
+            stmt = stmt.with_for_update(skip_locked=caps.skip_locked)
+        async with self._db.write() as conn:
+            rows = (await conn.execute(stmt)).all()
+            if not rows:
+                return []
+            ids = [r.id for r in rows]
+            for part in chunks(ids):
+                await conn.execute(
+                    update(job_info)
+                    .where(job_info.c.id.in_(part))
+                    .values(lease_owner=node_id, lease_until=until)
+                )
+        claimed = [to_record(JobInfo, r) for r in rows]
+        return [_with_lease(j, node_id, until) for j in claimed]
+
+    async def advance(self, node_id: str, updates: Sequence[tuple[int, int, int]]) -> int:
+        """Apply ``(job_id, trigger_last_time, trigger_next_time)`` for jobs ``node_id`` holds.
+
+        Rows whose lease moved to another node are left alone. Returns how many applied.
+        """
+        applied = 0
+        async with self._db.write() as conn:
+            for part in chunks(updates):
+                ids = [u[0] for u in part]
+                last = case({u[0]: u[1] for u in part}, value=job_info.c.id)
+                nxt = case({u[0]: u[2] for u in part}, value=job_info.c.id)
+                result = await conn.execute(
+                    update(job_info)
+                    .where(job_info.c.id.in_(ids), job_info.c.lease_owner == node_id)
+                    .values(trigger_last_time=last, trigger_next_time=nxt)
+                )
+                applied += result.rowcount
+        return applied
+
+    async def renew_leases(self, node_id: str, job_ids: Sequence[int], until_ms: int) -> int:
+        """Extend ``node_id``'s leases on ``job_ids`` to ``until_ms``; returns how many it still held."""
+        return await self._set_lease(node_id, job_ids, {"lease_until": until_ms})
+
+    async def release(self, node_id: str, job_ids: Sequence[int]) -> int:
+        """Give up ``node_id``'s leases on ``job_ids``; returns how many were released."""
+        return await self._set_lease(node_id, job_ids, {"lease_owner": None, "lease_until": 0})
+
+    async def _set_lease(self, node_id: str, job_ids: Sequence[int], values: dict[str, Any]) -> int:
+        count = 0
+        async with self._db.write() as conn:
+            for part in chunks(list(job_ids)):
+                result = await conn.execute(
+                    update(job_info)
+                    .where(job_info.c.id.in_(part), job_info.c.lease_owner == node_id)
+                    .values(**values)
+                )
+                count += result.rowcount
+        return count
+
+
+def _with_lease(job: JobInfo, owner: str, until: int) -> JobInfo:
+    return replace(job, lease_owner=owner, lease_until=until)

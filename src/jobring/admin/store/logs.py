@@ -1,0 +1,354 @@
+"""Run logs (``xxl_job_log``): fire inserts, trigger and handle results, monitors, retention."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection, Sequence
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, case, delete, func, insert, not_, or_, select, update
+from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from jobring.admin.store.base import Repository, chunks, fetch_page, new_id, to_record
+from jobring.admin.store.engine import MARIADB_QUIET, utc_naive
+from jobring.admin.store.errors import Conflict
+from jobring.admin.store.records import (
+    ClearRule,
+    DayCount,
+    HandleResult,
+    LogEntry,
+    LogStatus,
+    NewLog,
+    Page,
+    ResultOutcome,
+    TriggerResult,
+)
+from jobring.admin.store.tables import job_log
+
+HANDLE_MSG_MAX = 15_000
+_OK_CODES = (0, 200)
+_LIMITS = {
+    "executor_address": 255,
+    "executor_handler": 255,
+    "executor_param": 512,
+    "executor_sharding_param": 20,
+    "trigger_type": 20,
+    "admin_node": 64,
+}
+
+
+def _row(log: NewLog) -> dict[str, Any]:
+    values = asdict(log)
+    values["trigger_time"] = utc_naive(log.trigger_time)
+    for name, size in _LIMITS.items():
+        if values[name] is not None and len(values[name]) > size:
+            values[name] = values[name][:size]
+    return values
+
+
+def _failed() -> ColumnElement[bool]:
+    return or_(job_log.c.trigger_code.not_in(_OK_CODES), job_log.c.handle_code.not_in(_OK_CODES))
+
+
+_STATUS_FILTERS: dict[LogStatus, Any] = {
+    LogStatus.SUCCESS: lambda: job_log.c.handle_code == 200,
+    LogStatus.FAIL: _failed,
+    LogStatus.RUNNING: lambda: and_(job_log.c.trigger_code == 200, job_log.c.handle_code == 0),
+}
+
+_RULE_AGE = {
+    ClearRule.OLDER_THAN_1_DAY: timedelta(days=1),
+    ClearRule.OLDER_THAN_1_WEEK: timedelta(weeks=1),
+    ClearRule.OLDER_THAN_1_MONTH: timedelta(days=30),
+    ClearRule.OLDER_THAN_3_MONTHS: timedelta(days=90),
+    ClearRule.OLDER_THAN_6_MONTHS: timedelta(days=180),
+    ClearRule.OLDER_THAN_1_YEAR: timedelta(days=365),
+}
+_RULE_KEEP = {
+    ClearRule.KEEP_LAST_1K: 1_000,
+    ClearRule.KEEP_LAST_10K: 10_000,
+    ClearRule.KEEP_LAST_30K: 30_000,
+    ClearRule.KEEP_LAST_100K: 100_000,
+}
+
+
+class LogRepository(Repository):
+    """Run logs."""
+
+    async def insert(self, log: NewLog) -> int:
+        """Insert one log row; returns its id. A duplicate planned fire raises Conflict."""
+        try:
+            async with self._db.write() as conn:
+                result = await conn.execute(insert(job_log).values(**_row(log)))
+                return new_id(result)
+        except IntegrityError as exc:
+            raise Conflict(f"job {log.job_id} already has a fire planned at {log.planned_time}") from exc
+
+    async def insert_fires(self, rows: Sequence[NewLog]) -> list[int | None]:
+        """Insert many log rows in one transaction; returns ids in input order.
+
+        A row with ``planned_time`` whose (job_id, planned_time) already exists (in the
+        table or earlier in ``rows``) is skipped and gets ``None``: this is how a fire is
+        recorded at most once across nodes.
+        """
+        if not rows:
+            return []
+        caps = await self._db.capabilities()
+        ids: list[int | None] = [None] * len(rows)
+        planned = [(i, r) for i, r in enumerate(rows) if r.planned_time is not None]
+        unplanned = [(i, r) for i, r in enumerate(rows) if r.planned_time is None]
+        async with self._db.write() as conn:
+            for i, row in unplanned:
+                result = await conn.execute(insert(job_log).values(**_row(row)))
+                ids[i] = new_id(result)
+            if caps.insert_returning:
+                for part in chunks(planned):
+                    await self._insert_planned_returning(conn, caps.backend, part, ids)
+            else:
+                for i, row in planned:
+                    ids[i] = await _insert_one_ignoring_duplicate(conn, row)
+        return ids
+
+    async def _insert_planned_returning(
+        self, conn: AsyncConnection, backend: str, part: Sequence[tuple[int, NewLog]], ids: list[int | None]
+    ) -> None:
+        values = [_row(r) for _, r in part]
+        returning = (job_log.c.id, job_log.c.job_id, job_log.c.planned_time)
+        stmt: Any
+        if backend == "postgresql":
+            stmt = pg_dialect.insert(job_log).values(values).on_conflict_do_nothing().returning(*returning)
+        elif backend == "sqlite":
+            stmt = (
+                sqlite_dialect.insert(job_log).values(values).on_conflict_do_nothing().returning(*returning)
+            )
+        else:
+            stmt = (
+                mysql_dialect.insert(job_log)
+                .values(values)
+                .prefix_with("IGNORE")
+                .returning(*returning)
+                .execution_options(**{MARIADB_QUIET: True})
+            )
+        got = {(r.job_id, r.planned_time): int(r.id) for r in (await conn.execute(stmt)).all()}
+        for i, row in part:
+            # The first row of a key gets its id; a later duplicate in the same batch, None.
+            ids[i] = got.pop((row.job_id, row.planned_time), None)
+
+    async def update_trigger_results(self, results: Sequence[TriggerResult]) -> int:
+        """Store each dispatch's address, trigger code/message, dispatch time (and shard
+        param when given). Returns how many log rows were updated."""
+        count = 0
+        async with self._db.write() as conn:
+            for r in results:
+                values: dict[str, Any] = {
+                    "executor_address": r.executor_address,
+                    "trigger_code": r.trigger_code,
+                    "trigger_msg": r.trigger_msg,
+                }
+                if r.dispatch_time is not None:
+                    values["dispatch_time"] = r.dispatch_time
+                if r.executor_sharding_param is not None:
+                    values["executor_sharding_param"] = r.executor_sharding_param
+                if values["executor_address"] is not None:
+                    values["executor_address"] = values["executor_address"][:255]
+                result = await conn.execute(update(job_log).where(job_log.c.id == r.log_id).values(**values))
+                count += result.rowcount
+        return count
+
+    async def record_results(self, results: Sequence[HandleResult]) -> list[ResultOutcome]:
+        """Record executor callbacks, each only if the log has no result yet (handle_code 0).
+
+        Messages are capped at 15,000 characters. Returns one outcome per input item.
+        """
+        outcomes: list[ResultOutcome] = []
+        async with self._db.write() as conn:
+            for r in results:
+                msg = None if r.handle_msg is None else r.handle_msg[:HANDLE_MSG_MAX]
+                result = await conn.execute(
+                    update(job_log)
+                    .where(job_log.c.id == r.log_id, job_log.c.handle_code == 0)
+                    .values(handle_code=r.handle_code, handle_msg=msg, handle_time=utc_naive(r.handle_time))
+                )
+                if result.rowcount > 0:
+                    outcomes.append(ResultOutcome.APPLIED)
+                    continue
+                exists = (await conn.execute(select(job_log.c.id).where(job_log.c.id == r.log_id))).first()
+                outcomes.append(ResultOutcome.REPEAT if exists else ResultOutcome.NOT_FOUND)
+        return outcomes
+
+    async def get(self, log_id: int) -> LogEntry | None:
+        """The log row, or ``None``."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(job_log).where(job_log.c.id == log_id))).first()
+        return None if row is None else to_record(LogEntry, row)
+
+    async def list(
+        self,
+        *,
+        group_ids: Sequence[int] | None = None,
+        job_id: int | None = None,
+        status: LogStatus = LogStatus.ALL,
+        trigger_from: datetime | None = None,
+        trigger_to: datetime | None = None,
+        offset: int = 0,
+        limit: int = 20,
+    ) -> Page[LogEntry]:
+        """A page of logs, newest first, filtered like the console's log page."""
+        where: builtins.list[ColumnElement[bool]] = []
+        if group_ids is not None:
+            where.append(job_log.c.job_group.in_(list(group_ids)))
+        if job_id is not None:
+            where.append(job_log.c.job_id == job_id)
+        if status is not LogStatus.ALL:
+            where.append(_STATUS_FILTERS[status]())
+        if trigger_from is not None:
+            where.append(job_log.c.trigger_time >= utc_naive(trigger_from))
+        if trigger_to is not None:
+            where.append(job_log.c.trigger_time <= utc_naive(trigger_to))
+        async with self._db.read() as conn:
+            return await fetch_page(
+                conn,
+                job_log,
+                LogEntry,
+                where,
+                (job_log.c.trigger_time.desc(), job_log.c.id.desc()),
+                offset,
+                limit,
+            )
+
+    async def failed_unalarmed(self, limit: int = 1000) -> builtins.list[LogEntry]:
+        """Failed logs (trigger or handle code not 0/200) whose alarm_status is still 0."""
+        stmt = (
+            select(job_log).where(job_log.c.alarm_status == 0, _failed()).order_by(job_log.c.id).limit(limit)
+        )
+        async with self._db.read() as conn:
+            return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+    async def set_alarm_status(self, log_id: int, expected: int, new: int) -> bool:
+        """Compare-and-set alarm_status; True when this call changed it."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(job_log)
+                .where(job_log.c.id == log_id, job_log.c.alarm_status == expected)
+                .values(alarm_status=new)
+            )
+            return result.rowcount > 0
+
+    async def lost_runs(
+        self, triggered_before: datetime, live_addresses: Collection[str], limit: int = 1000
+    ) -> builtins.list[LogEntry]:
+        """Running logs (trigger 200, handle 0) triggered at or before the instant whose
+        executor address has no live heartbeat."""
+        where: builtins.list[ColumnElement[bool]] = [
+            job_log.c.trigger_code == 200,
+            job_log.c.handle_code == 0,
+            job_log.c.trigger_time <= utc_naive(triggered_before),
+        ]
+        if live_addresses:
+            where.append(
+                or_(
+                    job_log.c.executor_address.is_(None),
+                    not_(job_log.c.executor_address.in_(list(live_addresses))),
+                )
+            )
+        stmt = select(job_log).where(*where).order_by(job_log.c.id).limit(limit)
+        async with self._db.read() as conn:
+            return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+    async def delete_older_than(self, before: datetime, batch: int = 1000) -> int:
+        """Delete logs triggered before ``before``, ``batch`` rows per transaction; returns the count."""
+        return await self._delete_where([job_log.c.trigger_time < utc_naive(before)], batch)
+
+    async def clear(
+        self,
+        rule: ClearRule,
+        now: datetime,
+        *,
+        group_id: int | None = None,
+        job_id: int | None = None,
+        batch: int = 1000,
+    ) -> int:
+        """The console's "clear logs": by age, keep the newest N, or all; optionally for one
+        group and/or job. Returns how many rows were deleted."""
+        where: builtins.list[ColumnElement[bool]] = []
+        if group_id:
+            where.append(job_log.c.job_group == group_id)
+        if job_id:
+            where.append(job_log.c.job_id == job_id)
+        if rule in _RULE_AGE:
+            where.append(job_log.c.trigger_time <= utc_naive(now) - _RULE_AGE[rule])
+        elif rule in _RULE_KEEP:
+            keep = _RULE_KEEP[rule]
+            async with self._db.read() as conn:
+                pivot = (
+                    await conn.execute(
+                        select(job_log.c.id)
+                        .where(*where)
+                        .order_by(job_log.c.id.desc())
+                        .offset(keep - 1)
+                        .limit(1)
+                    )
+                ).scalar()
+            if pivot is None:
+                return 0
+            where.append(job_log.c.id < pivot)
+        return await self._delete_where(where, batch)
+
+    async def _delete_where(self, where: builtins.list[ColumnElement[bool]], batch: int) -> int:
+        total = 0
+        while True:
+            async with self._db.write() as conn:
+                ids = list(
+                    (
+                        await conn.execute(
+                            select(job_log.c.id).where(*where).order_by(job_log.c.id).limit(batch)
+                        )
+                    ).scalars()
+                )
+                if not ids:
+                    return total
+                result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids)))
+                total += result.rowcount
+
+    async def counts_by_day(self, from_day: datetime, to_day: datetime) -> builtins.list[DayCount]:
+        """Running/success/fail counts per day (by trigger_time, UTC) from ``from_day`` to
+        ``to_day`` inclusive, one entry per day including empty days."""
+        start = utc_naive(from_day).replace(hour=0, minute=0, second=0)
+        end = utc_naive(to_day).replace(hour=0, minute=0, second=0)
+        running = case((and_(job_log.c.trigger_code.in_(_OK_CODES), job_log.c.handle_code == 0), 1), else_=0)
+        success = case((job_log.c.handle_code == 200, 1), else_=0)
+        days: builtins.list[DayCount] = []
+        async with self._db.read() as conn:
+            day = start
+            while day <= end:
+                stmt = select(func.count(), func.sum(running), func.sum(success)).where(
+                    job_log.c.trigger_time >= day, job_log.c.trigger_time < day + timedelta(days=1)
+                )
+                total, run_n, ok_n = (await conn.execute(stmt)).one()
+                run_n, ok_n = int(run_n or 0), int(ok_n or 0)
+                days.append(DayCount(day, run_n, ok_n, int(total) - run_n - ok_n))
+                day += timedelta(days=1)
+        return days
+
+    async def for_job(self, job_id: int) -> builtins.list[LogEntry]:
+        """Every log of one job, oldest first (tests and small tools)."""
+        stmt = select(job_log).where(job_log.c.job_id == job_id).order_by(job_log.c.id)
+        async with self._db.read() as conn:
+            return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+
+async def _insert_one_ignoring_duplicate(conn: AsyncConnection, row: NewLog) -> int | None:
+    # MySQL without RETURNING: a duplicate key fails only this statement, the transaction
+    # goes on (InnoDB rolls back the statement, not the transaction).
+    try:
+        async with conn.begin_nested():
+            result = await conn.execute(insert(job_log).values(**_row(row)))
+    except IntegrityError:
+        return None
+    return new_id(result)

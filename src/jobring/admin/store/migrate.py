@@ -1,0 +1,87 @@
+"""Schema migrations run from code: ``upgrade_database`` and ``current_revision``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from jobring.admin.store.engine import create_engine
+
+VERSION_TABLE = "jobring_alembic_version"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeResult:
+    """Revisions before and after an upgrade (``None``: the database had no jobring revision)."""
+
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+def _config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest revision shipped with this version of jobring."""
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def _current(connection: Connection) -> str | None:
+    return MigrationContext.configure(
+        connection, opts={"version_table": VERSION_TABLE}
+    ).get_current_revision()
+
+
+def _upgrade(connection: Connection) -> UpgradeResult:
+    before = _current(connection)
+    command.upgrade(_config(connection), "head")
+    return UpgradeResult(before, _current(connection))
+
+
+async def _with_engine(url_or_engine: str | AsyncEngine) -> tuple[AsyncEngine, bool]:
+    if isinstance(url_or_engine, AsyncEngine):
+        return url_or_engine, False
+    return create_engine(url_or_engine), True
+
+
+async def upgrade_database(url_or_engine: str | AsyncEngine) -> UpgradeResult:
+    """Bring the database to the newest schema; safe to run again (and on an XXL-JOB database)."""
+    engine, owned = await _with_engine(url_or_engine)
+    try:
+        async with engine.connect() as conn:
+            result = await conn.run_sync(_upgrade)
+            await conn.commit()
+        return result
+    finally:
+        if owned:
+            await engine.dispose()
+
+
+async def current_revision(url_or_engine: str | AsyncEngine) -> str | None:
+    """The database's jobring schema revision, ``None`` when it has none yet."""
+    engine, owned = await _with_engine(url_or_engine)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(_current)
+    finally:
+        if owned:
+            await engine.dispose()

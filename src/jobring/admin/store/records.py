@@ -1,0 +1,281 @@
+"""The store's records: frozen dataclasses, one per row kind, plus small value types.
+
+Reference DATETIME columns are naive UTC ``datetime`` values (whole seconds: MySQL keeps
+no fractions); epoch-millisecond columns are ``int``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing and the number of rows matching the filter overall."""
+
+    items: list[T]
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A row of ``xxl_job_info``. ``id`` is ignored by ``jobs.create``."""
+
+    id: int = 0
+    job_group: int = 0
+    job_desc: str = ""
+    add_time: datetime | None = None
+    update_time: datetime | None = None
+    author: str | None = None
+    alarm_email: str | None = None
+    schedule_type: str = "NONE"
+    schedule_conf: str | None = None
+    misfire_strategy: str = "DO_NOTHING"
+    executor_route_strategy: str | None = "FIRST"
+    executor_handler: str | None = None
+    executor_param: str | None = None
+    executor_block_strategy: str | None = "SERIAL_EXECUTION"
+    executor_timeout: int = 0
+    executor_fail_retry_count: int = 0
+    glue_type: str = "BEAN"
+    glue_source: str | None = None
+    glue_remark: str | None = None
+    glue_updatetime: datetime | None = None
+    child_jobid: str | None = None
+    trigger_status: int = 0
+    trigger_last_time: int = 0
+    trigger_next_time: int = 0
+    schedule_timezone: str | None = None
+    lease_owner: str | None = None
+    lease_until: int = 0
+
+    @property
+    def child_job_ids(self) -> list[int]:
+        """``child_jobid`` parsed; blanks and non-numbers are ignored."""
+        return [int(p) for p in (self.child_jobid or "").split(",") if p.strip().isdigit()]
+
+
+class JobSort(StrEnum):
+    """Orderings offered by ``jobs.list``."""
+
+    ID_DESC = "id_desc"
+    ID_ASC = "id_asc"
+    NEXT_TIME = "next_time"
+    DESC = "desc"
+
+
+@dataclass(frozen=True, slots=True)
+class NewLog:
+    """A run-log row to insert. ``planned_time`` (epoch ms) is the identity of a scheduled fire."""
+
+    job_group: int
+    job_id: int
+    trigger_time: datetime
+    executor_handler: str | None = None
+    executor_param: str | None = None
+    executor_address: str | None = None
+    executor_sharding_param: str | None = None
+    executor_fail_retry_count: int = 0
+    trigger_code: int = 0
+    trigger_msg: str | None = None
+    handle_code: int = 0
+    trigger_type: str | None = None
+    planned_time: int | None = None
+    dispatch_time: int | None = None
+    admin_node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """A row of ``xxl_job_log``."""
+
+    id: int
+    job_group: int
+    job_id: int
+    executor_address: str | None
+    executor_handler: str | None
+    executor_param: str | None
+    executor_sharding_param: str | None
+    executor_fail_retry_count: int
+    trigger_time: datetime | None
+    trigger_code: int
+    trigger_msg: str | None
+    handle_time: datetime | None
+    handle_code: int
+    handle_msg: str | None
+    alarm_status: int
+    trigger_type: str | None
+    planned_time: int | None
+    dispatch_time: int | None
+    admin_node: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerResult:
+    """What the dispatcher learned from the executor's /run answer, for one log row."""
+
+    log_id: int
+    executor_address: str | None
+    trigger_code: int
+    trigger_msg: str | None
+    dispatch_time: int | None = None
+    executor_sharding_param: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HandleResult:
+    """An executor's callback for one log row."""
+
+    log_id: int
+    handle_code: int
+    handle_msg: str | None
+    handle_time: datetime
+
+
+class ResultOutcome(StrEnum):
+    """What ``logs.record_results`` did with one callback."""
+
+    APPLIED = "applied"
+    REPEAT = "repeat"  # the log already had a result: ignored
+    NOT_FOUND = "not_found"
+
+
+class LogStatus(StrEnum):
+    """The console's log status filter (the reference's logStatus 0..3)."""
+
+    ALL = "all"
+    SUCCESS = "success"
+    FAIL = "fail"
+    RUNNING = "running"
+
+
+class ClearRule(StrEnum):
+    """The reference's clearLog types, plus 1 day and 1 week."""
+
+    OLDER_THAN_1_DAY = "older_than_1_day"
+    OLDER_THAN_1_WEEK = "older_than_1_week"
+    OLDER_THAN_1_MONTH = "older_than_1_month"
+    OLDER_THAN_3_MONTHS = "older_than_3_months"
+    OLDER_THAN_6_MONTHS = "older_than_6_months"
+    OLDER_THAN_1_YEAR = "older_than_1_year"
+    KEEP_LAST_1K = "keep_last_1k"
+    KEEP_LAST_10K = "keep_last_10k"
+    KEEP_LAST_30K = "keep_last_30k"
+    KEEP_LAST_100K = "keep_last_100k"
+    ALL = "all"
+
+    @classmethod
+    def from_reference_type(cls, clear_type: int) -> ClearRule:
+        """Map XXL-JOB's numeric ``type`` (1..9) to a rule; ValueError when unknown."""
+        mapping = {
+            1: cls.OLDER_THAN_1_MONTH,
+            2: cls.OLDER_THAN_3_MONTHS,
+            3: cls.OLDER_THAN_6_MONTHS,
+            4: cls.OLDER_THAN_1_YEAR,
+            5: cls.KEEP_LAST_1K,
+            6: cls.KEEP_LAST_10K,
+            7: cls.KEEP_LAST_30K,
+            8: cls.KEEP_LAST_100K,
+            9: cls.ALL,
+        }
+        try:
+            return mapping[clear_type]
+        except KeyError:
+            raise ValueError(f"unknown log clear type {clear_type!r} (expected 1..9)") from None
+
+
+@dataclass(frozen=True, slots=True)
+class DayCount:
+    """Run counts of one day (from the logs or from ``xxl_job_log_report``)."""
+
+    day: datetime  # midnight, naive UTC
+    running: int
+    success: int
+    fail: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobGroup:
+    """A row of ``xxl_job_group`` (an executor group). ``id`` is ignored by ``groups.create``."""
+
+    id: int = 0
+    app_name: str = ""
+    title: str = ""
+    address_type: int = 0
+    address_list: str | None = None
+    update_time: datetime | None = None
+
+    @property
+    def addresses(self) -> list[str]:
+        """``address_list`` split on commas, blanks dropped."""
+        return [a.strip() for a in (self.address_list or "").split(",") if a.strip()]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryEntry:
+    """A row of ``xxl_job_registry``: one heartbeat of one executor address."""
+
+    id: int
+    registry_group: str
+    registry_key: str
+    registry_value: str
+    update_time: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class GlueVersion:
+    """A row of ``xxl_job_logglue``: one saved version of a job's GLUE source."""
+
+    id: int
+    job_id: int
+    glue_type: str | None
+    glue_source: str | None
+    glue_remark: str
+    add_time: datetime | None
+    update_time: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A row of ``xxl_job_user``. Role: 1 admin, 0 operator, 2 viewer."""
+
+    id: int
+    username: str
+    role: int
+    permission: str | None = None
+    password_hash: str | None = None
+    must_change_password: bool = False
+    glue_permission: bool = False
+    add_time: datetime | None = None
+
+    @property
+    def permitted_group_ids(self) -> list[int]:
+        """``permission`` parsed as a comma list of group ids."""
+        return [int(p) for p in (self.permission or "").split(",") if p.strip().isdigit()]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """A row of ``jobring_api_token``; only the token's hash is stored."""
+
+    id: int
+    user_id: int
+    name: str
+    token_hash: str
+    add_time: datetime | None
+    last_used_time: datetime | None
+    revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReportTotals:
+    """Sums over all of ``xxl_job_log_report``."""
+
+    running: int = 0
+    success: int = 0
+    fail: int = 0

@@ -1,0 +1,230 @@
+"""Users, API tokens and key/value settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from sqlalchemy import ColumnElement, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from jobring.admin.store.base import Repository, fetch_page, like_pattern, new_id, to_record
+from jobring.admin.store.engine import utc_naive
+from jobring.admin.store.errors import Conflict, NotFound
+from jobring.admin.store.records import ApiToken, Page, User
+from jobring.admin.store.tables import api_token, job_user, setting
+
+_USER_COLUMNS = (
+    job_user.c.id,
+    job_user.c.username,
+    job_user.c.role,
+    job_user.c.permission,
+    job_user.c.password_hash,
+    job_user.c.must_change_password,
+    job_user.c.glue_permission,
+    job_user.c.add_time,
+)
+
+
+class UserRepository(Repository):
+    """Console users. The reference's MD5 ``password`` column is never read or written
+    (kept empty); ``password_hash`` holds argon2id hashes."""
+
+    async def get(self, user_id: int) -> User | None:
+        """The user, or ``None``."""
+        return await self._one(job_user.c.id == user_id)
+
+    async def by_username(self, username: str) -> User | None:
+        """The user with this exact username, or ``None``."""
+        return await self._one(job_user.c.username == username)
+
+    async def _one(self, where: ColumnElement[bool]) -> User | None:
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(*_USER_COLUMNS).where(where))).first()
+        return None if row is None else to_record(User, row)
+
+    async def list(
+        self, *, username: str | None = None, role: int | None = None, offset: int = 0, limit: int = 20
+    ) -> Page[User]:
+        """A page of users by username; ``username`` is a substring filter."""
+        where: list[ColumnElement[bool]] = []
+        if username:
+            where.append(job_user.c.username.like(like_pattern(username), escape="\\"))
+        if role is not None:
+            where.append(job_user.c.role == role)
+        async with self._db.read() as conn:
+            page = await fetch_page(conn, job_user, dict, where, (job_user.c.username,), offset, limit)
+        users = [User(**{c.name: item[c.name] for c in _USER_COLUMNS}) for item in page.items]
+        return Page(users, page.total)
+
+    async def create(
+        self,
+        *,
+        username: str,
+        role: int,
+        password_hash: str | None = None,
+        permission: str | None = None,
+        must_change_password: bool = False,
+        glue_permission: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        """Insert a user; returns the id. Conflict when the username is taken."""
+        stamp = utc_naive(now or datetime.now(UTC))
+        try:
+            async with self._db.write() as conn:
+                result = await conn.execute(
+                    insert(job_user).values(
+                        username=username,
+                        password="",
+                        role=role,
+                        permission=permission,
+                        password_hash=password_hash,
+                        must_change_password=must_change_password,
+                        glue_permission=glue_permission,
+                        add_time=stamp,
+                    )
+                )
+                return new_id(result)
+        except IntegrityError as exc:
+            raise Conflict(f"username {username!r} is already taken") from exc
+
+    async def count(self) -> int:
+        """How many users exist."""
+        async with self._db.read() as conn:
+            return int((await conn.execute(select(func.count()).select_from(job_user))).scalar_one())
+
+    async def update(self, user: User) -> None:
+        """Write username, role, permission and glue_permission (not the password)."""
+        try:
+            async with self._db.write() as conn:
+                result = await conn.execute(
+                    update(job_user)
+                    .where(job_user.c.id == user.id)
+                    .values(
+                        username=user.username,
+                        role=user.role,
+                        permission=user.permission,
+                        glue_permission=user.glue_permission,
+                    )
+                )
+                if result.rowcount == 0:
+                    raise NotFound(f"user {user.id} does not exist")
+        except IntegrityError as exc:
+            raise Conflict(f"username {user.username!r} is already taken") from exc
+
+    async def set_password_hash(self, user_id: int, password_hash: str, *, must_change: bool = False) -> None:
+        """Replace the user's password hash."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(job_user)
+                .where(job_user.c.id == user_id)
+                .values(password_hash=password_hash, must_change_password=must_change)
+            )
+            if result.rowcount == 0:
+                raise NotFound(f"user {user_id} does not exist")
+
+    async def delete(self, user_id: int) -> bool:
+        """Delete the user and their API tokens; False when absent."""
+        async with self._db.write() as conn:
+            await conn.execute(delete(api_token).where(api_token.c.user_id == user_id))
+            return (await conn.execute(delete(job_user).where(job_user.c.id == user_id))).rowcount > 0
+
+
+class TokenRepository(Repository):
+    """API tokens (only their sha256 hashes are stored)."""
+
+    async def create(self, user_id: int, name: str, token_hash: str, now: datetime) -> int:
+        """Store a new token hash; returns its id. Conflict if the hash exists."""
+        try:
+            async with self._db.write() as conn:
+                result = await conn.execute(
+                    insert(api_token).values(
+                        user_id=user_id,
+                        name=name,
+                        token_hash=token_hash,
+                        add_time=utc_naive(now),
+                        revoked=False,
+                    )
+                )
+                return new_id(result)
+        except IntegrityError as exc:
+            raise Conflict("a token with this hash already exists") from exc
+
+    async def by_hash(self, token_hash: str) -> ApiToken | None:
+        """The token with this hash, revoked or not (check ``revoked``), or ``None``."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(api_token).where(api_token.c.token_hash == token_hash))).first()
+        return None if row is None else to_record(ApiToken, row)
+
+    async def list_for_user(self, user_id: int) -> list[ApiToken]:
+        """The user's tokens, by id."""
+        stmt = select(api_token).where(api_token.c.user_id == user_id).order_by(api_token.c.id)
+        async with self._db.read() as conn:
+            return [to_record(ApiToken, r) for r in (await conn.execute(stmt)).all()]
+
+    async def revoke(self, token_id: int, *, user_id: int | None = None) -> bool:
+        """Revoke a token (only the user's own when ``user_id`` is given); True if it changed."""
+        where = [api_token.c.id == token_id, api_token.c.revoked.is_(False)]
+        if user_id is not None:
+            where.append(api_token.c.user_id == user_id)
+        async with self._db.write() as conn:
+            return (await conn.execute(update(api_token).where(*where).values(revoked=True))).rowcount > 0
+
+    async def touch_last_used(self, token_id: int, now: datetime) -> None:
+        """Record the token's last use."""
+        async with self._db.write() as conn:
+            await conn.execute(
+                update(api_token).where(api_token.c.id == token_id).values(last_used_time=utc_naive(now))
+            )
+
+
+class SettingRepository(Repository):
+    """Cluster-wide key/value settings (``jobring_setting``)."""
+
+    async def get(self, name: str) -> str | None:
+        """The value, or ``None``."""
+        async with self._db.read() as conn:
+            return (await conn.execute(select(setting.c.value).where(setting.c.name == name))).scalar()
+
+    async def set(self, name: str, value: str, now: datetime | None = None) -> None:
+        """Create or overwrite a setting."""
+        stamp = utc_naive(now or datetime.now(UTC))
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(setting).where(setting.c.name == name).values(value=value, update_time=stamp)
+            )
+            if result.rowcount:
+                return
+            try:
+                async with conn.begin_nested():
+                    await conn.execute(insert(setting).values(name=name, value=value, update_time=stamp))
+            except IntegrityError:
+                await conn.execute(
+                    update(setting).where(setting.c.name == name).values(value=value, update_time=stamp)
+                )
+
+    async def get_or_create(
+        self, name: str, factory: Callable[[], str] | str, now: datetime | None = None
+    ) -> str:
+        """The stored value; if none, store ``factory()`` (or ``factory`` when a str).
+        Race-safe across nodes: when two create at once, both get the value stored first."""
+        existing = await self.get(name)
+        if existing is not None:
+            return existing
+        value = factory if isinstance(factory, str) else factory()
+        stamp = utc_naive(now or datetime.now(UTC))
+        try:
+            async with self._db.write() as conn:
+                await conn.execute(insert(setting).values(name=name, value=value, update_time=stamp))
+            return value
+        except IntegrityError:
+            stored = await self.get(name)
+            if stored is None:
+                raise
+            return stored
+
+    async def all(self) -> dict[str, str]:
+        """Every setting."""
+        async with self._db.read() as conn:
+            rows = (await conn.execute(select(setting.c.name, setting.c.value))).all()
+        return {str(name): str(value) for name, value in rows}
