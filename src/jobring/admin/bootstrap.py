@@ -1,0 +1,83 @@
+"""First-start set-up of the admin: the first user and the secrets kept in the database.
+
+Nothing here has a fixed default: the admin password, the executor access token and the
+session-signing secret are either configured or generated once and stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+from jobring.admin.security.passwords import generate_password, hash_password
+from jobring.admin.security.roles import Role
+from jobring.admin.store import Store
+from jobring.admin.store.errors import Conflict
+from jobring.config import AdminSettings
+
+log = logging.getLogger(__name__)
+
+ADMIN_USERNAME = "admin"
+ACCESS_TOKEN_SETTING = "executor_access_token"
+SESSION_SECRET_SETTING = "session_secret"
+
+
+@dataclass(frozen=True, slots=True)
+class Secrets:
+    """What the admin needs at run time; ``admin_password_generated`` is set only on the
+    start that created the first user with a generated password (it was printed once)."""
+
+    access_token: str
+    session_secret: str
+    admin_password_generated: str | None = None
+
+
+async def ensure_first_user(store: Store, settings: AdminSettings, out: TextIO | None = None) -> str | None:
+    """Create user ``admin`` when no user exists; return the password if it was generated."""
+    if await store.users.count() > 0:
+        return None
+    generated = settings.admin_password is None
+    password = generate_password() if generated else settings.admin_password
+    assert password is not None
+    try:
+        await store.users.create(
+            username=ADMIN_USERNAME,
+            role=int(Role.ADMIN),
+            password_hash=hash_password(password),
+            must_change_password=generated,
+            glue_permission=True,
+        )
+    except Conflict:
+        # Another node starting at the same moment created it first; its password stands.
+        log.info("first user %r was created by another node", ADMIN_USERNAME)
+        return None
+    if generated:
+        stream = out if out is not None else sys.stderr
+        print(
+            f"jobring: created user '{ADMIN_USERNAME}' with the generated password: {password}\n"
+            "jobring: this password is shown only once; you must change it at first login.",
+            file=stream,
+            flush=True,
+        )
+        return password
+    log.info("created user %r with the configured password", ADMIN_USERNAME)
+    return None
+
+
+async def _configured_or_stored(store: Store, name: str, configured: str | None) -> str:
+    if configured:
+        return configured
+    # get_or_create is atomic across nodes: whoever inserts first wins, the rest read it.
+    return await store.settings.get_or_create(name, lambda: secrets.token_urlsafe(32))
+
+
+async def bootstrap(store: Store, settings: AdminSettings, out: TextIO | None = None) -> Secrets:
+    """Run at every start: idempotent, safe when several admin nodes start at once."""
+    password = await ensure_first_user(store, settings, out)
+    access_token = await _configured_or_stored(store, ACCESS_TOKEN_SETTING, settings.access_token)
+    session_secret = await _configured_or_stored(store, SESSION_SECRET_SETTING, None)
+    return Secrets(access_token=access_token, session_secret=session_secret,
+                   admin_password_generated=password)

@@ -1,0 +1,1 @@
+"""Authentication and authorization for the admin: passwords, sessions, CSRF, API tokens, roles."""
