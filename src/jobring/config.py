@@ -42,6 +42,16 @@ class AdminSettings:
     pre_read_ms: int = 5000
     node_id: str | None = None
     secure_cookies: bool = False
+    # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
+    smtp_host: str | None = None
+    smtp_port: int = 25
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_from: str | None = None
+    smtp_starttls: bool = False
+    smtp_ssl: bool = False
+    alarm_webhook_url: str | None = None
+    alarm_timeout: float = 10.0
 
 
 def _coerce(name: str, raw: Any, target: Any) -> Any:
