@@ -1,12 +1,75 @@
-"""`jobring db` commands."""
+"""`jobring db` commands: bring the database schema up to date, show its revision."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
 from typing import Any
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from jobring.admin.store import current_revision, head_revision, normalize_url, upgrade_database
+from jobring.cli.common import UsageError
+from jobring.config import ConfigError, load_settings
+
+EXIT_DB_ERROR = 1
 
 
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
-    parser: argparse.ArgumentParser = sub.add_parser("db", help="(not yet available)")
+    parser: argparse.ArgumentParser = sub.add_parser("db", help="database schema: upgrade, current revision")
     parser.set_defaults(handler=None)
+    commands = parser.add_subparsers(dest="db_command", metavar="COMMAND")
+    for name, handler, text in (
+        ("upgrade", _upgrade, "create or upgrade the schema (adopts an existing XXL-JOB 2.x database)"),
+        ("current", _current, "show the database's schema revision"),
+    ):
+        command = commands.add_parser(name, help=text, description=text)
+        command.add_argument(
+            "--database-url",
+            help="database URL (default: JOBRING_DATABASE_URL, the config file, or ./jobring.db)",
+        )
+        command.add_argument("--config", help="TOML config file (default: JOBRING_CONFIG)")
+        command.set_defaults(handler=handler)
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    try:
+        settings = load_settings(args.config, database_url=args.database_url)
+        normalize_url(settings.database_url)
+    except (ConfigError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    return settings.database_url
+
+
+def _shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    url = _database_url(args)
+    try:
+        result = asyncio.run(upgrade_database(url))
+    except (SQLAlchemyError, OSError) as exc:
+        print(f"jobring: database upgrade failed for {_shown(url)}: {exc}", file=sys.stderr)
+        return EXIT_DB_ERROR
+    if result.changed:
+        print(f"{_shown(url)}: upgraded schema from {result.before or 'none'} to {result.after}")
+    else:
+        print(f"{_shown(url)}: schema already at {result.after} (nothing to do)")
+    return 0
+
+
+def _current(args: argparse.Namespace) -> int:
+    url = _database_url(args)
+    try:
+        revision = asyncio.run(current_revision(url))
+    except (SQLAlchemyError, OSError) as exc:
+        print(f"jobring: cannot read the schema revision of {_shown(url)}: {exc}", file=sys.stderr)
+        return EXIT_DB_ERROR
+    head = head_revision()
+    state = "up to date" if revision == head else f"behind head {head}; run `jobring db upgrade`"
+    print(f"{_shown(url)}: revision {revision or 'none'} ({state})")
+    return 0
