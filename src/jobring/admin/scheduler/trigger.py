@@ -255,7 +255,7 @@ class TriggerService:
         ]
         done: list[_Dispatched] = list(await asyncio.gather(*work))
         if done:
-            await self._store.logs.record_triggers([d.result for d in done])
+            await self._store.logs.update_trigger_results([d.result for d in done])
         by_log = {d.result.log_id: d.result for d in done}
         results: list[FireResult] = []
         for plan in plans:

@@ -1,0 +1,139 @@
+"""Executor callbacks: record each run's result once, then fire the job's child jobs.
+
+A batch is recorded before it is answered, so a 200 means the results are stored (an
+executor whose call fails keeps them in its retry spool). Each item is judged alone: a
+log that already has a result is left unchanged (``log repeate callback.``), an unknown
+log id is skipped (``log item not found.``). A success fires the job's children (trigger
+type PARENT) in the background; the parent's handle message lists them as the reference
+does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from jobring.admin.scheduler.trigger import FireRequest, TriggerService
+from jobring.admin.store.records import HandleResult, JobInfo, ResultOutcome
+from jobring.core.clock import Clock
+from jobring.core.enums import HandleCode, TriggerType
+from jobring.protocol.models import HandleCallbackParam
+
+if TYPE_CHECKING:
+    from jobring.admin.store import Store
+
+log = logging.getLogger(__name__)
+
+MSG_REPEAT = "log repeate callback."
+MSG_NOT_FOUND = "log item not found."
+CHILD_HEADER = ">>>>>>>>>>> Trigger child job <<<<<<<<<<<"
+
+
+@dataclass(frozen=True)
+class _ChildPlan:
+    """Children to fire when the parent's result is applied."""
+
+    children: list[JobInfo]
+    summary: str
+
+
+def parse_child_ids(child_jobid: str | None) -> list[str]:
+    """The raw comma-separated entries of ``child_jobid`` (blanks dropped)."""
+    return [p.strip() for p in (child_jobid or "").split(",") if p.strip()]
+
+
+def child_summary(entries: Sequence[str], known: dict[int, JobInfo]) -> str:
+    """The lines appended to a successful parent's handle message, one per child entry."""
+    lines = [CHILD_HEADER]
+    total = len(entries)
+    for n, entry in enumerate(entries, start=1):
+        child = known.get(int(entry)) if entry.isdigit() else None
+        if child is None:
+            lines.append(f"{n}/{total} [Job ID={entry}], Trigger Fail, Trigger msg: Job ID is illegal")
+        else:
+            lines.append(f"{n}/{total} [Job ID={entry}], Trigger success, Trigger msg: submitted")
+    return "\n".join(lines)
+
+
+class CallbackService:
+    """Handles ``api/callback`` batches."""
+
+    def __init__(self, store: Store, trigger: TriggerService, clock: Clock) -> None:
+        self._store = store
+        self._trigger = trigger
+        self._clock = clock
+        self._children_tasks: set[asyncio.Task[None]] = set()
+
+    async def handle(self, items: Sequence[HandleCallbackParam]) -> list[ResultOutcome]:
+        """Record a batch of callbacks; returns one outcome per item."""
+        if not items:
+            return []
+        now = datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=UTC)
+        plans = await self._child_plans(items)
+        results = []
+        for item in items:
+            msg = item.handle_msg
+            plan = plans.get(item.log_id)
+            if plan is not None:
+                msg = f"{msg}\n\n{plan.summary}" if msg else plan.summary
+            results.append(HandleResult(item.log_id, item.handle_code, msg, now))
+        outcomes = await self._store.logs.record_results(results)
+        to_fire: list[FireRequest] = []
+        for item, outcome in zip(items, outcomes, strict=True):
+            if outcome is ResultOutcome.REPEAT:
+                log.info("%s logId=%s", MSG_REPEAT, item.log_id)
+            elif outcome is ResultOutcome.NOT_FOUND:
+                log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id)
+            elif (plan := plans.get(item.log_id)) is not None:
+                to_fire += [FireRequest(child, TriggerType.PARENT) for child in plan.children]
+        if to_fire:
+            self._spawn_children(to_fire)
+        return outcomes
+
+    async def _child_plans(self, items: Sequence[HandleCallbackParam]) -> dict[int, _ChildPlan]:
+        successes = [i for i in items if i.handle_code == HandleCode.SUCCESS]
+        if not successes:
+            return {}
+        job_of_log: dict[int, int] = {}
+        for item in successes:
+            entry = await self._store.logs.get(item.log_id)
+            if entry is not None and entry.handle_code == HandleCode.UNKNOWN:
+                job_of_log[item.log_id] = entry.job_id
+        parents = await self._store.jobs.get_many(set(job_of_log.values()))
+        entries_of = {jid: parse_child_ids(job.child_jobid) for jid, job in parents.items()}
+        wanted = {int(e) for entries in entries_of.values() for e in entries if e.isdigit()}
+        known = await self._store.jobs.get_many(wanted) if wanted else {}
+        plans: dict[int, _ChildPlan] = {}
+        for log_id, job_id in job_of_log.items():
+            entries = entries_of.get(job_id)
+            if entries:
+                children = [known[int(e)] for e in entries if e.isdigit() and int(e) in known]
+                plans[log_id] = _ChildPlan(children, child_summary(entries, known))
+        return plans
+
+    def _spawn_children(self, reqs: list[FireRequest]) -> None:
+        task = asyncio.create_task(self._fire_children(reqs))
+        self._children_tasks.add(task)
+        task.add_done_callback(self._children_tasks.discard)
+
+    async def _fire_children(self, reqs: list[FireRequest]) -> None:
+        try:
+            results = await self._trigger.fire_batch(reqs)
+        except Exception:
+            log.exception("firing child jobs %s failed", [r.job.id for r in reqs])
+            return
+        for req, result in zip(reqs, results, strict=True):
+            if result.trigger_code != 200:
+                log.warning("child job %s trigger failed (logs %s)", req.job.id, result.log_ids)
+
+    async def wait_idle(self) -> None:
+        """Wait until the child fires started so far are done (tests, shutdown)."""
+        while self._children_tasks:
+            await asyncio.gather(*list(self._children_tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.wait_idle()

@@ -1,0 +1,514 @@
+"""The admin's scheduling loop: claim due jobs ahead, fire each at its planned instant.
+
+How it works (and the rules it keeps):
+
+* **Claim ahead.** Every cycle (1 s) the loop claims, with a lease, the running jobs whose
+  ``trigger_next_time`` falls within the pre-read window (5 s). Several admin nodes claim
+  at once (``SKIP LOCKED`` on PostgreSQL/MariaDB); a job is held by one node at a time.
+* **Fire on time.** Each held job's next planned instant sits in a timer heap keyed in
+  epoch milliseconds, with one sleeper on the earliest deadline. At the instant every fire
+  due then goes out in one ``fire_batch`` call (log rows in one insert, then dispatch), so
+  the slow work (claim, parse, plan) is done before the instant, not on a 1 s tick.
+* **Nothing runs ahead of what was recorded.** The database's ``trigger_next_time`` is
+  advanced only after the fire's log row was written (guarded by the lease owner), so it
+  always names the earliest instant not yet recorded. A node that dies leaves an expired
+  lease; the next claimant finds that instant in the past and applies the misfire rule
+  (see :mod:`jobring.core.planning`). The run log's unique key on (job id, planned instant)
+  drops a fire that was already recorded, so no instant fires twice.
+* **Leases.** Claiming renews the leases of the jobs this node holds and re-reads them.
+  A fire is only sent while its lease is valid; a job whose lease could not be renewed is
+  dropped from memory. Jobs whose next instant leaves the window are released.
+* **Edits and stops.** Held jobs are re-read every cycle. A stopped job (trigger_status
+  0), or one whose schedule fields, update time or ``trigger_next_time`` changed behind
+  the loop's back, is dropped and, if still running, re-planned from the database. So a
+  stop or an edit takes effect within one cycle (1 s); fires already due in that second
+  may still go out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from jobring.admin.scheduler.timers import TimerHandle, Timers
+from jobring.admin.scheduler.trigger import FireRequest, TriggerService
+from jobring.admin.store import NotFound, Store
+from jobring.admin.store.records import JobInfo
+from jobring.core.enums import ScheduleType, TriggerType
+from jobring.core.planning import MISFIRE_THRESHOLD_MS, FireDecision, decide_fire
+
+log = logging.getLogger(__name__)
+
+
+class Schedule(Protocol):
+    def next_fire_ms(self, after_ms: int) -> int | None: ...
+
+
+ScheduleFactory = Callable[[str, "str | None", str], Schedule]
+"""(schedule_type, schedule_conf, time zone) -> Schedule; raises ValueError when unusable."""
+
+
+class LeaseStore(Protocol):
+    """The loop's view of the job table, bound to this node's id."""
+
+    async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
+        """Lease the running jobs due by ``window_end_ms`` that are free, expired or already
+        leased to this node (renewing those), and return their current rows."""
+        ...
+
+    async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
+        """Write ``(job_id, trigger_last_time, trigger_next_time)`` where this node holds the
+        lease; return how many rows were written."""
+        ...
+
+    async def end_schedule(self, job_ids: Sequence[int]) -> None:
+        """Stop jobs whose schedule has no further instant (trigger_status 0, next 0)."""
+        ...
+
+    async def release(self, job_ids: Sequence[int]) -> None:
+        """Give up this node's leases on the jobs."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFire:
+    """One fire of a job: its identity is (job.id, planned_ms)."""
+
+    job: JobInfo
+    trigger_type: TriggerType
+    planned_ms: int
+
+
+FireBatch = Callable[[Sequence[PlannedFire]], Awaitable[None]]
+"""Records the fires' log rows (duplicates dropped) and dispatches them. Returning means the
+fires are recorded; raising means none of them were."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    pre_read_ms: int = 5_000
+    cycle_ms: int = 1_000
+    lease_ms: int = 5_000
+    # A fire is not sent when the lease ends within this margin (clock skew between nodes).
+    lease_guard_ms: int = 500
+    claim_limit: int = 20_000
+    misfire_threshold_ms: int = MISFIRE_THRESHOLD_MS
+    stop_timeout_s: float = 10.0
+
+
+@dataclass(slots=True)
+class LoopStats:
+    fired: int = 0
+    misfired: int = 0
+    skipped: int = 0
+    batches: int = 0
+    batch_failures: int = 0
+    cycles: int = 0
+    held: int = 0
+    # Lateness of the fire_batch call against the planned instant, ms (on-time fires only).
+    lateness_ms: list[int] = field(default_factory=list)
+
+
+_SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "update_time")
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    """A job this node holds: its planned instant and what the database says."""
+
+    job: JobInfo
+    schedule: Schedule
+    planned_ms: int
+    db_next_ms: int
+    lease_until_ms: int
+    generation: int
+    leaving: bool = False  # next instant is past the window: release after the advance
+
+
+_HeapEntry = tuple[int, int, _Held, int]  # (fire at ms, seq, held, generation)
+
+
+class ScheduleLoop:
+    """Claims due jobs and fires them on time; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        fire_batch: FireBatch,
+        timers: Timers,
+        schedule_factory: ScheduleFactory,
+        *,
+        admin_timezone: str = "UTC",
+        config: LoopConfig | None = None,
+    ) -> None:
+        self._store = store
+        self._fire_batch = fire_batch
+        self._timers = timers
+        self._clock = timers.clock
+        self._schedule_factory = schedule_factory
+        self._admin_tz = admin_timezone
+        self.config = config or LoopConfig()
+        self.stats = LoopStats()
+        self._held: dict[int, _Held] = {}
+        self._heap: list[_HeapEntry] = []
+        self._seq = itertools.count()
+        self._generation = itertools.count(1)
+        self._pending_advance: dict[int, tuple[int, int, _Held]] = {}
+        self._pending_end: list[int] = []
+        self._db_lock = asyncio.Lock()
+        self._advance_wanted = asyncio.Event()
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake: asyncio.Future[None] | None = None
+        self._wake_deadline: int | None = None
+        self._stopping = False
+        self.cycle_done = asyncio.Condition()
+
+    # ----------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        """Start claiming and firing (three tasks: claim cycle, timer, advance writer)."""
+        self._tasks = [
+            asyncio.create_task(self._run_cycles(), name="jobring-schedule-cycle"),
+            asyncio.create_task(self._run_timer(), name="jobring-schedule-timer"),
+            asyncio.create_task(self._run_writer(), name="jobring-schedule-writer"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop claiming and firing, let in-flight fires finish, record them, release leases."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._inflight:
+            _, late = await asyncio.wait(set(self._inflight), timeout=self.config.stop_timeout_s)
+            for task in late:
+                log.warning("fire batch still running at stop; cancelling it")
+                task.cancel()
+        async with self._db_lock:
+            await self._flush_locked()
+            if self._held:
+                await self._store.release(list(self._held))
+        self._held.clear()
+        self._heap.clear()
+        self.stats.held = 0
+
+    @property
+    def held_job_ids(self) -> list[int]:
+        return list(self._held)
+
+    # ----------------------------------------------------------------- claim cycle
+    async def _run_cycles(self) -> None:
+        while True:
+            started = self._clock.now_ms()
+            try:
+                await self.run_cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The database may be briefly unreachable; held fires keep going until
+                # their leases run out, and the next cycle tries again.
+                log.exception("schedule cycle failed; retrying next cycle")
+            await self._sleep_until(started + self.config.cycle_ms)
+
+    async def run_cycle(self) -> None:
+        """One claim cycle: write pending advances, claim/renew/re-read, plan."""
+        now = self._clock.now_ms()
+        async with self._db_lock:
+            await self._flush_locked()
+            rows = await self._store.claim(
+                now, now + self.config.pre_read_ms, self.config.lease_ms, self.config.claim_limit
+            )
+        self._apply_claim(rows, now)
+        self.stats.cycles += 1
+        async with self.cycle_done:
+            self.cycle_done.notify_all()
+
+    def _apply_claim(self, rows: Sequence[JobInfo], now: int) -> None:
+        lease_until = now + self.config.lease_ms
+        seen: set[int] = set()
+        to_release: list[int] = []
+        for row in rows:
+            seen.add(row.id)
+            held = self._held.get(row.id)
+            if row.trigger_status != 1:
+                self._drop(row.id)
+                to_release.append(row.id)
+            elif held is None:
+                self._adopt(row, now, lease_until)
+            elif held.leaving:
+                held.lease_until_ms = lease_until
+            elif self._changed(held, row):
+                log.info("job %s changed while held; re-planning from the database", row.id)
+                self._drop(row.id)
+                self._adopt(row, now, lease_until)
+            else:
+                held.job = row
+                held.lease_until_ms = lease_until
+        if len(rows) < self.config.claim_limit:
+            # Held but not returned: stopped, moved out of the window, or leased away.
+            for job_id in [j for j, h in self._held.items() if j not in seen and not h.leaving]:
+                self._drop(job_id)
+                to_release.append(job_id)
+        else:
+            log.warning("claim returned the limit (%d rows); raise claim_limit", len(rows))
+        if to_release:
+            self._spawn(self._store.release(to_release), "release")
+        self.stats.held = len(self._held)
+
+    @staticmethod
+    def _changed(held: _Held, row: JobInfo) -> bool:
+        if row.trigger_next_time != held.db_next_ms:
+            return True
+        return any(getattr(row, name) != getattr(held.job, name) for name in _SCHEDULE_FIELDS)
+
+    def _adopt(self, row: JobInfo, now: int, lease_until: int) -> None:
+        tz = row.schedule_timezone or self._admin_tz
+        try:
+            if row.schedule_type == ScheduleType.NONE:
+                raise ValueError("schedule type NONE never fires by itself")
+            schedule = self._schedule_factory(row.schedule_type, row.schedule_conf, tz)
+        except ValueError as exc:
+            log.error("job %s cannot be scheduled (%s); stopping it", row.id, exc)
+            self._pending_end.append(row.id)
+            self._advance_wanted.set()
+            return
+        held = _Held(row, schedule, row.trigger_next_time, row.trigger_next_time, lease_until,
+                     next(self._generation))
+        self._held[row.id] = held
+        self._push(held, max(held.planned_ms, now))
+
+    def _drop(self, job_id: int) -> None:
+        held = self._held.pop(job_id, None)
+        if held is not None:
+            held.generation = 0  # invalidates its heap entries
+            self._pending_advance.pop(job_id, None)
+
+    # ----------------------------------------------------------------- timer heap
+    def _push(self, held: _Held, fire_at_ms: int) -> None:
+        heapq.heappush(self._heap, (fire_at_ms, next(self._seq), held, held.generation))
+        if self._wake is not None and (self._wake_deadline is None or fire_at_ms < self._wake_deadline):
+            self._wake_now()
+
+    def _wake_now(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def _sleep_until(self, deadline_ms: int | None) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def _ring() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        handle: TimerHandle | None = None
+        if deadline_ms is not None:
+            handle = self._timers.call_at_ms(deadline_ms, _ring)
+        try:
+            await fut
+        finally:
+            if handle is not None:
+                handle.cancel()
+        return None
+
+    async def _run_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            heap = self._heap
+            while heap and heap[0][2].generation != heap[0][3]:
+                heapq.heappop(heap)
+            now = self._clock.now_ms()
+            if heap and heap[0][0] <= now:
+                self._fire_due(now)
+                continue
+            self._wake = loop.create_future()
+            self._wake_deadline = heap[0][0] if heap else None
+            handle = (
+                self._timers.call_at_ms(self._wake_deadline, self._wake_now)
+                if self._wake_deadline is not None else None
+            )
+            try:
+                await self._wake
+            finally:
+                self._wake = None
+                if handle is not None:
+                    handle.cancel()
+
+    def _fire_due(self, now: int) -> None:
+        heap = self._heap
+        fires: list[PlannedFire] = []
+        outcomes: list[tuple[_Held, FireDecision]] = []
+        horizon = now + self.config.pre_read_ms
+        guard = self.config.lease_guard_ms
+        while heap and heap[0][0] <= now:
+            _, _, held, generation = heapq.heappop(heap)
+            if held.generation != generation:
+                continue
+            if now >= held.lease_until_ms - guard:
+                log.warning("lease on job %s ran out before its fire; dropping it", held.job.id)
+                self._drop(held.job.id)
+                continue
+            decision = decide_fire(held.planned_ms, now, held.job.misfire_strategy,
+                                   held.schedule.next_fire_ms, self.config.misfire_threshold_ms)
+            if decision.trigger_type is TriggerType.MISFIRE:
+                self.stats.misfired += 1
+            elif decision.trigger_type is TriggerType.CRON:
+                self.stats.lateness_ms.append(now - decision.planned_ms)
+            else:
+                self.stats.skipped += 1
+            self._continue(held, decision, horizon)
+            if decision.fires:
+                assert decision.trigger_type is not None
+                fires.append(PlannedFire(held.job, decision.trigger_type, decision.planned_ms))
+                outcomes.append((held, decision))
+            else:
+                self._queue_advance(held, decision)
+        if fires:
+            self.stats.fired += len(fires)
+            self.stats.batches += 1
+            self._spawn(self._dispatch(fires, outcomes), "fire batch")
+
+    def _continue(self, held: _Held, decision: FireDecision, horizon: int) -> None:
+        nxt = decision.next_ms
+        if nxt is not None and nxt <= horizon:
+            held.planned_ms = nxt
+            self._push(held, nxt)
+        else:
+            held.leaving = True
+
+    async def _dispatch(
+        self, fires: Sequence[PlannedFire], outcomes: Sequence[tuple[_Held, FireDecision]]
+    ) -> None:
+        try:
+            await self._fire_batch(fires)
+        except Exception:
+            # Not recorded: the database still names these instants. Forget the in-memory
+            # plan; the next cycle re-reads the jobs (still leased to us) and re-plans them.
+            self.stats.batch_failures += 1
+            log.exception("fire batch of %d failed; re-planning its jobs from the database", len(fires))
+            for held, _ in outcomes:
+                if self._held.get(held.job.id) is held:
+                    self._drop(held.job.id)
+            return
+        for held, decision in outcomes:
+            self._queue_advance(held, decision)
+
+    # ----------------------------------------------------------------- advancing
+    def _queue_advance(self, held: _Held, decision: FireDecision) -> None:
+        if self._held.get(held.job.id) is not held:
+            return
+        if decision.next_ms is None:
+            self._drop(held.job.id)
+            self._pending_end.append(held.job.id)
+        else:
+            last = decision.planned_ms if decision.fires else held.job.trigger_last_time
+            previous = self._pending_advance.get(held.job.id)
+            if previous is None or previous[1] < decision.next_ms:
+                self._pending_advance[held.job.id] = (last, decision.next_ms, held)
+        self._advance_wanted.set()
+
+    async def _run_writer(self) -> None:
+        while True:
+            await self._advance_wanted.wait()
+            try:
+                async with self._db_lock:
+                    await self._flush_locked()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("writing trigger_next_time failed; retrying")
+                await self._sleep_until(self._clock.now_ms() + 200)
+
+    async def _flush_locked(self) -> None:
+        self._advance_wanted.clear()
+        pending, self._pending_advance = self._pending_advance, {}
+        ended, self._pending_end = self._pending_end, []
+        try:
+            if pending:
+                updates = [(job_id, last, nxt) for job_id, (last, nxt, _) in pending.items()]
+                applied = await self._store.advance(updates)
+                if applied < len(updates):
+                    # Some leases moved to another node; the next claim no longer returns
+                    # those jobs, which drops them from memory.
+                    log.warning("%d of %d next-time updates found their lease gone",
+                                len(updates) - applied, len(updates))
+                self._after_advance(pending)
+            if ended:
+                await self._store.end_schedule(ended)
+        except BaseException:
+            # Put back what was not written (newer entries win) so nothing is forgotten.
+            for job_id, entry in pending.items():
+                current = self._pending_advance.get(job_id)
+                if current is None or current[1] < entry[1]:
+                    self._pending_advance[job_id] = entry
+            self._pending_end.extend(ended)
+            raise
+
+    def _after_advance(self, pending: dict[int, tuple[int, int, _Held]]) -> None:
+        leaving: list[int] = []
+        for job_id, (_, nxt, held) in pending.items():
+            if self._held.get(job_id) is not held:
+                continue
+            held.db_next_ms = nxt
+            if held.leaving:
+                leaving.append(job_id)
+        for job_id in leaving:
+            self._drop(job_id)
+        if leaving:
+            self._spawn(self._store.release(leaving), "release")
+        self.stats.held = len(self._held)
+
+    # ----------------------------------------------------------------- helpers
+    def _spawn(self, work: Awaitable[None], what: str) -> None:
+        async def runner() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s failed", what)
+
+        task = asyncio.get_running_loop().create_task(runner())
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+
+class StoreLeases:
+    """:class:`LeaseStore` over the admin store's job repository, for one node."""
+
+    def __init__(self, store: Store, node_id: str) -> None:
+        self._store = store
+        self.node_id = node_id
+
+    async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
+        return await self._store.jobs.claim_due(self.node_id, now_ms, window_end_ms, lease_ms, limit)
+
+    async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
+        return await self._store.jobs.advance(self.node_id, updates)
+
+    async def end_schedule(self, job_ids: Sequence[int]) -> None:
+        for job_id in job_ids:
+            try:
+                await self._store.jobs.set_status(job_id, 0, 0)
+            except NotFound:
+                log.info("job %s was deleted before its schedule could be ended", job_id)
+
+    async def release(self, job_ids: Sequence[int]) -> None:
+        await self._store.jobs.release(self.node_id, job_ids)
+
+
+def trigger_fire_batch(trigger: TriggerService) -> FireBatch:
+    """The loop's fire port over the trigger service (scheduled fires carry their instant)."""
+
+    async def fire_batch(fires: Sequence[PlannedFire]) -> None:
+        await trigger.fire_batch(
+            [FireRequest(f.job, f.trigger_type, planned_time=f.planned_ms) for f in fires]
+        )
+
+    return fire_batch
