@@ -187,6 +187,10 @@ class JobContext:
         thread = self._thread_label or threading.current_thread().name
         self._sink.write_line(self._format(source, lineno, thread, text))
 
+    def write_raw(self, line: str) -> None:
+        """Write one line as is (script and subprocess output); never raises on cancellation."""
+        self._sink.write_line(line)
+
     def mark_cancelled(self) -> None:
         self._cancelled = True
 

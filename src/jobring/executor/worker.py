@@ -1,18 +1,109 @@
-"""Per-job workers: queue, block strategies, timeout, kill (interface; implementation follows)."""
+"""The execution engine: one worker per job id, block strategies, timeout, kill, results.
+
+A :class:`JobRunner` takes triggers (``run``), keeps one worker (an asyncio
+task with a queue) per job id, runs each trigger's handler and reports exactly
+one :class:`HandleCallbackParam` per accepted run through ``report``.
+
+Behaviour, as XXL-JOB's xxl-job-core (messages are the reference's, byte for byte):
+
+- SERIAL_EXECUTION queues; DISCARD_LATER answers ``block strategy effect：Discard
+  Later`` while a run executes or waits; COVER_EARLY replaces the busy worker:
+  its running run is reported ``block strategy effect：Cover Early [job running,
+  killed]``, queued ones ``... [job not executed, in the job queue, killed.]``.
+  An unknown strategy queues (as the reference).
+- A different handler object for the job id, or a different GLUE type/version,
+  replaces the worker the same way (reason ``change jobhandler or glue type,
+  and terminate the old job thread.`` / ``change job source or glue type, ...``).
+- ``kill`` stops the job's worker (``scheduling center kill job. [job running,
+  killed]``) and answers 200; with no worker it answers 200 ``job thread already
+  killed.``. A logId already waiting in the queue is refused (``repeate trigger
+  job, logId:N``).
+- ``init`` runs once when a worker starts, ``destroy`` when it ends (idle for
+  ``idle_timeout_s``, replaced, killed, or the runner closes). Hook errors are
+  logged and do not stop the worker.
+- Results: return normally = 200 without message; ``ctx.fail(msg)`` = 500 msg;
+  an exception = 500 with its traceback (cut at ``max_handle_msg`` + "...");
+  ``executorTimeout`` seconds exceeded = 502 ``job execute timeout ``.
+
+Handler kinds and how they stop (see also jobring.executor.isolation):
+
+- async functions run as a task on the event loop (no thread per run) and are
+  cancelled on timeout/kill; a handler that ignores cancellation is left
+  running after ``kill_grace_s``, with a warning.
+- sync functions run in a shared thread pool (``sync_threads`` threads,
+  default 64: enough for many blocking jobs, bounded so a burst cannot start
+  thousands of threads). On timeout/kill the result is reported at once, the
+  context is marked cancelled and the next ``ctx.log`` raises JobCancelled; the
+  thread finishes on its own and keeps its pool slot until then, and the job's
+  next run may start meanwhile.
+- ``isolation="process"`` sync functions and GLUE scripts run in a subprocess
+  whose process group is terminated (SIGTERM, SIGKILL after ``kill_grace_s``);
+  the worker waits for it to be gone before running anything else.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
+import logging
 import time
-from collections.abc import Callable, Mapping
+import traceback
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from jobring.executor.context import JobHandler
-from jobring.executor.runlog import RunLog
+from jobring.core.enums import BlockStrategy, GlueType
+from jobring.executor.context import JobCancelled, JobContext, JobHandler
+from jobring.executor.glue import GlueScript, glue_refusal, run_script
+from jobring.executor.isolation import run_in_process
+from jobring.executor.runlog import RunLog, RunLogWriter, format_line
 from jobring.protocol.models import HandleCallbackParam, ReturnT, TriggerParam
 
+__all__ = ["JobRunner", "ReportFn"]
+
+log = logging.getLogger(__name__)
+
 ReportFn = Callable[[HandleCallbackParam], None]
+Outcome = tuple[int, str | None]
+
+MSG_DISCARD_LATER = "block strategy effect：Discard Later"
+REASON_COVER_EARLY = "block strategy effect：Cover Early"
+REASON_KILL = "scheduling center kill job."
+REASON_CHANGE_HANDLER = "change jobhandler or glue type, and terminate the old job thread."
+REASON_CHANGE_SOURCE = "change job source or glue type, and terminate the old job thread."
+REASON_IDLE = "excutor idel times over limit."
+REASON_STOPPING = "executor stopping"
+SUFFIX_RUNNING = " [job running, killed]"
+SUFFIX_QUEUED = " [job not executed, in the job queue, killed.]"
+MSG_TIMEOUT = "job execute timeout "
+MSG_ALREADY_KILLED = "job thread already killed."
+MSG_BUSY = "job thread is running or has trigger queue."
+MSG_NOT_ACCEPTING = "executor is stopping, run not accepted."
+
+_ENGINE = "jobring.executor.worker#run"
+Unit = JobHandler | GlueScript
+
+
+def _msg_not_found(name: str) -> str:
+    return f"job handler [{name}] not found."
+
+
+class _Run:
+    __slots__ = ("param", "ctx", "reported", "code", "msg")
+
+    def __init__(self, param: TriggerParam) -> None:
+        self.param = param
+        self.ctx: JobContext | None = None
+        self.reported = False
+        self.code = 0
+        self.msg: str | None = None
 
 
 class JobRunner:
+    """Runs triggers on per-job workers and reports each run's outcome once."""
+
     def __init__(
         self,
         handlers: Mapping[str, JobHandler],
@@ -23,20 +114,352 @@ class JobRunner:
         idle_timeout_s: float = 90.0,
         max_handle_msg: int = 15000,
         clock: Callable[[], float] = time.monotonic,
+        sync_threads: int = 64,
+        kill_grace_s: float = 2.0,
     ) -> None:
-        raise NotImplementedError
+        self.handlers = handlers
+        self.runlog = runlog
+        self.glue_enabled = glue_enabled
+        self.idle_timeout_s = idle_timeout_s
+        self.max_handle_msg = max_handle_msg
+        self.kill_grace_s = kill_grace_s
+        self._report = report
+        self._clock = clock
+        self._workers: dict[int, _Worker] = {}
+        self._live: set[asyncio.Task[None]] = set()  # worker tasks, including stopped ones still settling
+        self._pool = ThreadPoolExecutor(max_workers=sync_threads, thread_name_prefix="jobring-job")
+        self._closing = False
+
+    # --- admin-facing operations ------------------------------------------------------------
 
     async def run(self, param: TriggerParam) -> ReturnT:
-        raise NotImplementedError
+        """Accept a trigger (answer 200) or refuse it with the reference's message."""
+        if self._closing:
+            return ReturnT.fail(MSG_NOT_ACCEPTING)
+        try:
+            self.runlog.path_for(param.log_date_time, param.log_id)
+        except ValueError as exc:
+            return ReturnT.fail(str(exc))
+        unit = self._resolve(param)
+        if isinstance(unit, ReturnT):
+            return unit
+        worker = self._workers.get(param.job_id)
+        if worker is not None:
+            reason = worker.replace_reason(unit)
+            if reason is None and worker.busy():
+                strategy = param.executor_block_strategy
+                if strategy == BlockStrategy.DISCARD_LATER:
+                    return ReturnT.fail(MSG_DISCARD_LATER)
+                if strategy == BlockStrategy.COVER_EARLY:
+                    reason = REASON_COVER_EARLY
+            if reason is not None:
+                worker.stop(reason)
+                worker = None
+        if worker is None:
+            worker = _Worker(self, param.job_id, unit)
+            self._workers[param.job_id] = worker
+        return worker.push(_Run(param))
+
+    def _resolve(self, param: TriggerParam) -> Unit | ReturnT:
+        if param.glue_type == GlueType.BEAN:
+            handler = self.handlers.get(param.executor_handler)
+            return handler if handler is not None else ReturnT.fail(_msg_not_found(param.executor_handler))
+        refusal = glue_refusal(param.glue_type, enabled=self.glue_enabled)
+        if refusal is not None:
+            return ReturnT.fail(refusal)
+        return GlueScript(param.job_id, GlueType(param.glue_type), param.glue_updatetime, param.glue_source)
 
     def is_idle(self, job_id: int) -> bool:
-        raise NotImplementedError
+        """True when no run of this job is executing or queued (for /idleBeat)."""
+        worker = self._workers.get(job_id)
+        return worker is None or not worker.busy()
 
     async def kill(self, job_id: int) -> ReturnT:
-        raise NotImplementedError
+        """Stop the job's worker: its running and queued runs are reported as killed."""
+        worker = self._workers.get(job_id)
+        if worker is None:
+            return ReturnT(200, MSG_ALREADY_KILLED)
+        worker.stop(REASON_KILL)
+        return ReturnT.success()
 
     def running_count(self) -> int:
-        raise NotImplementedError
+        """How many runs are executing right now (queued ones not counted)."""
+        return sum(1 for w in self._workers.values() if w.current is not None)
+
+    def queued_count(self) -> int:
+        return sum(len(w.queue) for w in self._workers.values())
+
+    def retire_idle(self) -> int:
+        """Retire workers idle for ``idle_timeout_s`` by the clock now; returns how many.
+
+        Workers also retire on their own timer; this is for an injected clock.
+        """
+        now = self._clock()
+        idle = [
+            w for w in self._workers.values() if not w.busy() and now - w.idle_since >= self.idle_timeout_s
+        ]
+        for worker in idle:
+            worker.stop(REASON_IDLE)
+        return len(idle)
 
     async def close(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109 - agreed interface
-        raise NotImplementedError
+        """Stop accepting; report queued runs failed (``executor stopping [job not executed, ...]``);
+        let running runs finish for up to ``timeout`` s, then kill them; run destroy hooks."""
+        self._closing = True
+        for worker in list(self._workers.values()):
+            worker.drain(REASON_STOPPING)
+        if self._live:
+            await asyncio.wait(set(self._live), timeout=timeout)
+        for worker in list(self._workers.values()):
+            worker.stop(REASON_STOPPING)
+        if self._live:
+            _, pending = await asyncio.wait(set(self._live), timeout=self.kill_grace_s + 3.0)
+            for task in pending:
+                log.warning("job worker %s did not stop in time; abandoning it", task.get_name())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- used by workers ---------------------------------------------------------------------
+
+    def _finish(self, run: _Run, code: int, msg: str | None) -> None:
+        if run.reported:
+            return
+        run.reported = True
+        run.code, run.msg = code, msg
+        try:
+            self._report(HandleCallbackParam(run.param.log_id, run.param.log_date_time, code, msg))
+        except Exception:
+            log.exception("reporting the result of log %s failed", run.param.log_id)
+
+    def _cap(self, text: str) -> str:
+        return text if len(text) <= self.max_handle_msg else text[: self.max_handle_msg] + "..."
+
+
+class _Worker:
+    """One job id's queue and the task that drains it (the reference's JobThread)."""
+
+    def __init__(self, runner: JobRunner, job_id: int, unit: Unit) -> None:
+        self.runner = runner
+        self.job_id = job_id
+        self.unit = unit
+        self.queue: deque[_Run] = deque()
+        self.log_ids: set[int] = set()
+        self.current: _Run | None = None
+        self.exec_future: asyncio.Future[Outcome] | None = None
+        self.stop_reason: str | None = None
+        self.draining = False
+        self.idle_since = runner._clock()
+        self.label = f"jobring, JobWorker-{job_id}"
+        self._wakeup = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._main(), name=f"jobring-job-{job_id}")
+        runner._live.add(self.task)
+        self.task.add_done_callback(runner._live.discard)
+
+    def busy(self) -> bool:
+        return self.current is not None or bool(self.queue)
+
+    def replace_reason(self, unit: Unit) -> str | None:
+        if isinstance(unit, JobHandler):
+            return None if unit is self.unit else REASON_CHANGE_HANDLER
+        same = (
+            isinstance(self.unit, GlueScript)
+            and self.unit.glue_type == unit.glue_type
+            and self.unit.glue_updatetime == unit.glue_updatetime
+        )
+        return None if same else REASON_CHANGE_SOURCE
+
+    def push(self, run: _Run) -> ReturnT:
+        log_id = run.param.log_id
+        if log_id in self.log_ids:
+            return ReturnT.fail(f"repeate trigger job, logId:{log_id}")
+        self.log_ids.add(log_id)
+        self.queue.append(run)
+        self._wakeup.set()
+        return ReturnT.success()
+
+    def _forget(self) -> None:
+        if self.runner._workers.get(self.job_id) is self:
+            del self.runner._workers[self.job_id]
+
+    def _fail_queued(self, reason: str) -> None:
+        while self.queue:
+            self.runner._finish(self.queue.popleft(), 500, reason + SUFFIX_QUEUED)
+        self.log_ids.clear()
+
+    def stop(self, reason: str) -> None:
+        """Take this worker out of service now: report its runs as killed, stop what can be stopped."""
+        if self.stop_reason is not None:
+            return
+        self.stop_reason = reason
+        self._forget()
+        run = self.current
+        if run is not None and not run.reported:
+            if run.ctx is not None:
+                run.ctx.mark_cancelled()
+                run.ctx.write(_ENGINE, 0, f"<br>----------- JobThread toStop, stopReason:{reason}")
+            self.runner._finish(run, 500, reason + SUFFIX_RUNNING)
+            if self.exec_future is not None:
+                self.exec_future.cancel()
+        self._fail_queued(reason)
+        self._wakeup.set()
+
+    def drain(self, reason: str) -> None:
+        """Finish the running run but nothing queued, then end (executor shutdown)."""
+        self.draining = True
+        self._fail_queued(reason)
+        self._wakeup.set()
+
+    async def _main(self) -> None:
+        try:
+            await self._hook(self.unit.init if isinstance(self.unit, JobHandler) else None, "init")
+            while self.stop_reason is None:
+                if not self.queue:
+                    if self.draining or not await self._wait_for_work():
+                        break
+                    continue
+                run = self.queue.popleft()
+                self.log_ids.discard(run.param.log_id)
+                self.current = run
+                try:
+                    await self._execute(run)
+                finally:
+                    self.current = None
+                    self.exec_future = None
+                    self.idle_since = self.runner._clock()
+        finally:
+            self._forget()
+            self._fail_queued(self.stop_reason or REASON_STOPPING)
+            await self._hook(self.unit.destroy if isinstance(self.unit, JobHandler) else None, "destroy")
+
+    async def _wait_for_work(self) -> bool:
+        """Wait for a run; False when the worker retired because it stayed idle."""
+        self._wakeup.clear()
+        if self.queue or self.stop_reason is not None or self.draining:
+            return True
+        remaining = self.runner.idle_timeout_s - (self.runner._clock() - self.idle_since)
+        if remaining <= 0:
+            self.stop(REASON_IDLE)
+            return False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(remaining):
+                await self._wakeup.wait()
+        return True
+
+    async def _hook(self, hook: Callable[[], Any] | None, what: str) -> None:
+        if hook is None:
+            return
+        try:
+            if asyncio.iscoroutinefunction(hook):
+                await hook()
+            else:
+                await asyncio.get_running_loop().run_in_executor(self.runner._pool, hook)
+        except Exception:
+            log.exception("job %s: %s hook failed", self.job_id, what)
+
+    # --- one run ------------------------------------------------------------------------------
+
+    async def _execute(self, run: _Run) -> None:
+        runner = self.runner
+        param = run.param
+        writer = runner.runlog.writer(param.log_date_time, param.log_id)
+        threaded = isinstance(self.unit, JobHandler) and not self.unit.is_async
+        ctx = JobContext(
+            job_id=param.job_id,
+            params=param.executor_params,
+            log_id=param.log_id,
+            log_date_time=param.log_date_time,
+            shard_index=param.broadcast_index,
+            shard_total=param.broadcast_total,
+            sink=writer,
+            line_format=format_line,
+            thread_label=None if threaded else self.label,
+        )
+        run.ctx = ctx
+        try:
+            ctx.write(
+                _ENGINE,
+                0,
+                "<br>----------- jobring job execute start -----------<br>----------- Param:"
+                + param.executor_params,
+            )
+            await self._supervise(run, ctx)
+        finally:
+            self._write_end(run, ctx, writer)
+
+    async def _supervise(self, run: _Run, ctx: JobContext) -> None:
+        timeout = run.param.executor_timeout if run.param.executor_timeout > 0 else None
+        future = self._start(ctx)
+        self.exec_future = future
+        done, _ = await asyncio.wait((future,), timeout=timeout)
+        if not done:
+            ctx.mark_cancelled()
+            ctx.write(_ENGINE, 0, f"<br>----------- jobring job execute timeout ({timeout} s)")
+            self.runner._finish(run, 502, MSG_TIMEOUT)
+            future.cancel()
+        elif not future.cancelled():
+            exc = future.exception()
+            if exc is None:
+                code, msg = future.result()
+                self.runner._finish(run, code, msg)
+            elif not (isinstance(exc, JobCancelled) and run.reported):
+                text = "".join(traceback.format_exception(exc))
+                ctx.write(_ENGINE, 0, f"<br>----------- JobThread Exception:{text}")
+                self.runner._finish(run, 500, self.runner._cap(text))
+        if not future.done() or future.cancelled():
+            await self._settle(future)
+
+    def _start(self, ctx: JobContext) -> asyncio.Future[Outcome]:
+        loop = asyncio.get_running_loop()
+        unit, runner = self.unit, self.runner
+        grace = runner.kill_grace_s
+        token = ctx.activate()
+        try:
+            if isinstance(unit, GlueScript):
+                return loop.create_task(run_script(unit, runner.runlog.glue_dir, ctx, kill_grace_s=grace))
+            if unit.isolation == "process":
+                cap = runner.max_handle_msg
+                return loop.create_task(run_in_process(unit, ctx, max_handle_msg=cap, kill_grace_s=grace))
+            if unit.is_async:
+                return loop.create_task(_call_async(unit, ctx))
+            return loop.run_in_executor(runner._pool, contextvars.copy_context().run, _call_sync, unit, ctx)
+        finally:
+            ctx.deactivate(token)
+
+    async def _settle(self, future: asyncio.Future[Outcome]) -> None:
+        """After a timeout/kill: wait until a task or subprocess is really over (bounded)."""
+        if not isinstance(future, asyncio.Task):
+            return  # a pool thread: it cannot be stopped, the run is already reported
+        done, _ = await asyncio.wait((future,), timeout=self.runner.kill_grace_s + 3.0)
+        if not done:
+            log.warning("job %s: cancelled handler still running after the grace period", self.job_id)
+        elif not future.cancelled() and future.exception() is not None:
+            late = future.exception()
+            log.debug("job %s: handler ended with %r after its run was reported", self.job_id, late)
+
+    def _write_end(self, run: _Run, ctx: JobContext, writer: RunLogWriter) -> None:
+        try:
+            # Only reached unreported when the worker task itself was torn down mid-run.
+            self.runner._finish(run, 500, "job run interrupted: its worker was stopped")
+            ctx.write(
+                _ENGINE,
+                0,
+                "<br>----------- jobring job execute end(finish) -----------<br>----------- Result: "
+                f"handleCode={run.code}, handleMsg = {'null' if run.msg is None else run.msg}",
+            )
+        finally:
+            writer.close()
+
+
+def _ctx_outcome(ctx: JobContext) -> Outcome:
+    fail = ctx.fail_message
+    return (200, None) if fail is None else (500, fail)
+
+
+async def _call_async(handler: JobHandler, ctx: JobContext) -> Outcome:
+    result: Awaitable[Any] = handler.func(ctx) if handler.wants_context else handler.func()
+    await result
+    return _ctx_outcome(ctx)
+
+
+def _call_sync(handler: JobHandler, ctx: JobContext) -> Outcome:
+    handler.func(ctx) if handler.wants_context else handler.func()
+    return _ctx_outcome(ctx)
