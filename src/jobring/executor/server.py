@@ -160,19 +160,17 @@ class ExecutorEndpoints:
 async def _read_body(receive: Receive) -> bytes:
     message = await receive()
     body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        return body
+    if not message.get("more_body", False) and len(body) <= MAX_BODY_BYTES:
+        return body  # the usual case: one message
     chunks = [body]
     size = len(body)
-    while True:
+    while message.get("more_body", False) and size <= MAX_BODY_BYTES:
         message = await receive()
         if message["type"] != "http.request":
             break
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ProtocolError(f"request body larger than {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
+    if size > MAX_BODY_BYTES:
+        raise ProtocolError(f"request body larger than {MAX_BODY_BYTES} bytes")
     return b"".join(chunks)
