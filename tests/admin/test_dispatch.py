@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from jobring.admin.scheduler.dispatch import ExecutorClient, executor_url
+from jobring.protocol.models import LogParam, ReturnT, TriggerParam
+from tests.admin.executor_double import ExecutorDouble
+
+
+def test_executor_url_joins_with_or_without_trailing_slash() -> None:
+    assert executor_url("http://h:9999/", "run") == "http://h:9999/run"
+    assert executor_url("http://h:9999", "beat") == "http://h:9999/beat"
+
+
+async def test_run_posts_trigger_param_with_token_and_parses_text_html_json() -> None:
+    double = ExecutorDouble(["e1:9999"])
+    client = ExecutorClient(access_token="s3cret", transport=double.transport())
+    try:
+        param = TriggerParam(job_id=7, executor_handler="demo", log_id=3)
+        answer = await client.run(double.address(0), param)
+    finally:
+        await client.aclose()
+    assert answer == ReturnT.success()
+    (call,) = double.calls
+    assert call.path == "run"
+    assert call.headers["XXL-JOB-ACCESS-TOKEN"] == "s3cret"
+    assert call.headers["Content-Type"] == "application/json;charset=UTF-8"
+    assert call.body["jobId"] == 7 and call.body["executorHandler"] == "demo" and call.body["logId"] == 3
+
+
+async def test_no_token_header_without_token() -> None:
+    double = ExecutorDouble(["e1:9999"])
+    client = ExecutorClient(access_token=None, transport=double.transport())
+    try:
+        await client.beat(double.address(0))
+    finally:
+        await client.aclose()
+    assert "XXL-JOB-ACCESS-TOKEN" not in double.calls[0].headers
+
+
+async def test_idle_beat_kill_and_log_bodies() -> None:
+    double = ExecutorDouble(["e1:9999"])
+
+    async def log_answer(body: dict[str, object]) -> ReturnT:
+        return ReturnT.success({"fromLineNum": 1, "toLineNum": 2, "logContent": "a\nb", "isEnd": False})
+
+    double.answer(double.address(0), "log", log_answer)
+    client = ExecutorClient(access_token=None, transport=double.transport())
+    try:
+        assert (await client.idle_beat(double.address(0), 5)).ok
+        assert (await client.kill(double.address(0), 5)).ok
+        got = await client.log(double.address(0), LogParam(1700000000000, 9, 1))
+    finally:
+        await client.aclose()
+    expected = [("idleBeat", {"jobId": 5}), ("kill", {"jobId": 5})]
+    assert [(c.path, c.body) for c in double.calls[:2]] == expected
+    assert double.calls[2].body == {"logDateTim": 1700000000000, "logId": 9, "fromLineNum": 1}
+    assert got.content["logContent"] == "a\nb"
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (httpx.ConnectError("refused"), "unreachable (ConnectError)"),
+        (httpx.ReadTimeout("slow"), "timed out (ReadTimeout)"),
+        (httpx.ConnectTimeout("slow"), "timed out (ConnectTimeout)"),
+    ],
+)
+async def test_transport_errors_become_failed_returnt(error: Exception, expected: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise error
+
+    client = ExecutorClient(access_token=None, transport=httpx.MockTransport(handler))
+    try:
+        answer = await client.run("http://e1:9999/", TriggerParam(job_id=1))
+    finally:
+        await client.aclose()
+    assert answer.code == 500
+    assert answer.msg is not None and expected in answer.msg and "http://e1:9999/run" in answer.msg
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (404, b"not here", "answered HTTP 404"),
+        (200, b"<html>oops</html>", "not a ReturnT"),
+        (200, b"[1,2]", "not a ReturnT"),
+    ],
+)
+async def test_bad_answers_become_failed_returnt(status: int, body: bytes, expected: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body)
+
+    client = ExecutorClient(access_token=None, transport=httpx.MockTransport(handler))
+    try:
+        answer = await client.beat("http://e1:9999/")
+    finally:
+        await client.aclose()
+    assert answer.code == 500 and answer.msg is not None and expected in answer.msg
+
+
+async def test_executor_failure_answer_is_passed_through() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b'{"code":500,"msg":"job handler [x] not found."}')
+
+    client = ExecutorClient(access_token=None, transport=httpx.MockTransport(handler))
+    try:
+        answer = await client.run("http://e1:9999/", TriggerParam(job_id=1, executor_handler="x"))
+    finally:
+        await client.aclose()
+    assert answer == ReturnT(500, "job handler [x] not found.", None)
+
+
+async def test_real_timeout_against_a_silent_server() -> None:
+    import asyncio
+
+    done = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        await done.wait()  # never answers
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = ExecutorClient(access_token=None, read_timeout=0.2)
+    try:
+        answer = await client.run(f"http://127.0.0.1:{port}/", TriggerParam(job_id=1))
+    finally:
+        await client.aclose()
+        done.set()
+        server.close()
+        await server.wait_closed()
+    assert answer.code == 500 and answer.msg is not None and "timed out" in answer.msg

@@ -1,0 +1,269 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import pytest
+
+from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.admin.store import Store
+from jobring.admin.store.records import JobGroup, JobInfo
+from jobring.core.clock import ManualClock
+from jobring.core.enums import AddressType, TriggerType
+from jobring.protocol.models import ReturnT
+from tests.admin.executor_double import ExecutorDouble, blocking_answer
+
+T0 = 1_790_000_000_000  # epoch ms
+HOSTS = ["10.0.0.1:9999", "10.0.0.2:9999", "10.0.0.3:9999"]
+
+
+@dataclass
+class Env:
+    store: Store
+    double: ExecutorDouble
+    clock: ManualClock
+    trigger: TriggerService
+    group_id: int
+
+    async def job(self, **fields: object) -> JobInfo:
+        base = JobInfo(job_group=self.group_id, job_desc="demo", executor_handler="demoJobHandler",
+                       executor_route_strategy="FIRST", glue_type="BEAN")
+        job_id = await self.store.jobs.create(replace(base, **fields))  # type: ignore[arg-type]
+        job = await self.store.jobs.get(job_id)
+        assert job is not None
+        return job
+
+    def service(self, node_id: str, **kwargs: object) -> TriggerService:
+        client = ExecutorClient(access_token="tok", transport=self.double.transport())
+        return TriggerService(self.store, client, access_token="tok", node_id=node_id, clock=self.clock,
+                              admin_timezone="UTC", **kwargs)  # type: ignore[arg-type]
+
+
+async def make_env(store: Store, hosts: list[str], address_type: AddressType = AddressType.MANUAL) -> Env:
+    double = ExecutorDouble(hosts)
+    clock = ManualClock(T0)
+    now = datetime.fromtimestamp(T0 / 1000, tz=UTC)
+    group_id = await store.groups.create(
+        JobGroup(app_name="demo-app", title="Demo", address_type=address_type,
+                 address_list=",".join(double.addresses) or None), now)
+    client = ExecutorClient(access_token="tok", transport=double.transport())
+    trigger = TriggerService(store, client, access_token="tok", node_id="node-a", clock=clock,
+                             admin_timezone="UTC")
+    return Env(store, double, clock, trigger, group_id)
+
+
+@pytest.fixture
+async def env(sqlite_store: Store) -> AsyncIterator[Env]:
+    e = await make_env(sqlite_store, HOSTS)
+    try:
+        yield e
+    finally:
+        await e.trigger.close()
+
+
+async def test_fire_inserts_log_then_calls_run_and_records_answer(env: Env) -> None:
+    job = await env.job(executor_param="p1", executor_timeout=7, executor_block_strategy="DISCARD_LATER",
+                        glue_updatetime=datetime(2026, 1, 2, 3, 4, 5))
+    result = await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+    assert not result.duplicate and result.trigger_code == 200 and len(result.log_ids) == 1
+    (call,) = env.double.runs()
+    assert call.address == env.double.address(0)
+    assert call.headers["XXL-JOB-ACCESS-TOKEN"] == "tok"
+    body = call.body
+    assert body["jobId"] == job.id and body["logId"] == result.log_ids[0]
+    assert body["executorHandler"] == "demoJobHandler" and body["executorParams"] == "p1"
+    assert body["executorBlockStrategy"] == "DISCARD_LATER" and body["executorTimeout"] == 7
+    assert body["logDateTime"] == T0 and body["glueType"] == "BEAN"
+    assert body["glueUpdatetime"] == int(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp() * 1000)
+    assert (body["broadcastIndex"], body["broadcastTotal"]) == (0, 1)
+    entry = await env.store.logs.get(result.log_ids[0])
+    assert entry is not None
+    assert entry.executor_address == env.double.address(0) and entry.trigger_code == 200
+    assert entry.handle_code == 0 and entry.trigger_type == "MANUAL" and entry.admin_node == "node-a"
+    assert entry.dispatch_time == T0 and entry.executor_param == "p1"
+    msg = entry.trigger_msg or ""
+    for fragment in ("Manual trigger", "node-a", "Route strategy: FIRST", "Block strategy: DISCARD_LATER",
+                     "Timeout: 7", "Fail retry count: 0", f"address: {env.double.address(0)}", "code: 200"):
+        assert fragment in msg
+
+
+async def test_param_and_retry_count_overrides(env: Env) -> None:
+    job = await env.job(executor_param="default", executor_fail_retry_count=3)
+    req = FireRequest(job, TriggerType.API, executor_param="over", fail_retry_count=1)
+    result = await env.trigger.fire(req)
+    entry = await env.store.logs.get(result.log_ids[0])
+    assert entry is not None and entry.executor_param == "over" and entry.executor_fail_retry_count == 1
+    assert env.double.runs()[0].body["executorParams"] == "over"
+
+
+async def test_no_address_fails_and_is_recorded(sqlite_store: Store) -> None:
+    env = await make_env(sqlite_store, [])
+    try:
+        job = await env.job()
+        result = await env.trigger.fire(FireRequest(job, TriggerType.CRON, planned_time=T0))
+    finally:
+        await env.trigger.close()
+    assert result.trigger_code == 500 and env.double.calls == []
+    entry = await sqlite_store.logs.get(result.log_ids[0])
+    assert entry is not None and entry.trigger_code == 500 and entry.executor_address is None
+    assert "registry address is empty" in (entry.trigger_msg or "")
+    assert entry.planned_time == T0
+
+
+async def test_executor_refusal_and_unreachable_are_recorded(env: Env) -> None:
+    async def refuse(body: dict[str, object]) -> ReturnT:
+        return ReturnT.fail("job handler [x] not found.")
+
+    env.double.answer(env.double.address(0), "run", refuse)
+    job = await env.job()
+    refused = await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+    env.double.down.add(HOSTS[0])
+    unreachable = await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+    a = await env.store.logs.get(refused.log_ids[0])
+    b = await env.store.logs.get(unreachable.log_ids[0])
+    assert a is not None and a.trigger_code == 500 and "job handler [x] not found." in (a.trigger_msg or "")
+    assert b is not None and b.trigger_code == 500 and "unreachable" in (b.trigger_msg or "")
+
+
+async def test_planned_fire_is_dispatched_once_in_a_batch_and_across_nodes(env: Env) -> None:
+    job = await env.job()
+    other = await env.job()
+    first = await env.trigger.fire_batch([
+        FireRequest(job, TriggerType.CRON, planned_time=T0),
+        FireRequest(job, TriggerType.CRON, planned_time=T0),
+        FireRequest(other, TriggerType.CRON, planned_time=T0),
+    ])
+    assert [r.duplicate for r in first] == [False, True, False]
+    node_b = env.service("node-b")
+    try:
+        second = await node_b.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0),
+                                          FireRequest(job, TriggerType.CRON, planned_time=T0 + 1000)])
+    finally:
+        await node_b.close()
+    assert [r.duplicate for r in second] == [True, False]
+    assert len(env.double.runs()) == 3
+    assert [e.planned_time for e in await env.store.logs.for_job(job.id)] == [T0, T0 + 1000]
+
+
+async def test_concurrent_nodes_fire_each_planned_instant_once(env: Env) -> None:
+    jobs = [await env.job() for _ in range(5)]
+    nodes = [env.service(f"node-{i}") for i in range(3)]
+    try:
+        reqs = [FireRequest(j, TriggerType.CRON, planned_time=T0 + k * 1000) for j in jobs for k in range(4)]
+        results = await asyncio.gather(*(n.fire_batch(reqs) for n in nodes))
+    finally:
+        for n in nodes:
+            await n.close()
+    fired = sum(not r.duplicate for per_node in results for r in per_node)
+    assert fired == len(reqs) == len(env.double.runs())
+
+
+async def test_broadcast_one_log_per_address_with_shard_params(env: Env) -> None:
+    job = await env.job(executor_route_strategy="SHARDING_BROADCAST")
+    result = await env.trigger.fire(FireRequest(job, TriggerType.CRON, planned_time=T0))
+    assert len(result.log_ids) == 3 and result.trigger_code == 200
+    runs = env.double.runs()
+    shards = sorted((c.address, c.body["broadcastIndex"], c.body["broadcastTotal"]) for c in runs)
+    assert shards == [(env.double.address(i), i, 3) for i in range(3)]
+    entries = await env.store.logs.for_job(job.id)
+    assert sorted((e.executor_sharding_param, e.executor_address) for e in entries) == [
+        (f"{i}/3", env.double.address(i)) for i in range(3)]
+    assert "SHARDING_BROADCAST(1/3)" in (entries[1].trigger_msg or "")
+    # The same planned broadcast again is a duplicate as a whole.
+    again = await env.trigger.fire(FireRequest(job, TriggerType.CRON, planned_time=T0))
+    assert again.duplicate and len(env.double.runs()) == 3
+    assert len(await env.store.logs.for_job(job.id)) == 3
+
+
+async def test_retry_of_one_shard_runs_only_that_shard(env: Env) -> None:
+    job = await env.job(executor_route_strategy="SHARDING_BROADCAST")
+    result = await env.trigger.fire(FireRequest(job, TriggerType.RETRY, sharding=(2, 3)))
+    assert len(result.log_ids) == 1
+    (call,) = env.double.runs()
+    assert call.address == env.double.address(2) and call.body["broadcastIndex"] == 2
+
+
+async def test_manual_address_override_must_be_registered(env: Env) -> None:
+    job = await env.job()
+    chosen = [env.double.address(2)]
+    ok = await env.trigger.fire(FireRequest(job, TriggerType.MANUAL, address_override=chosen))
+    assert env.double.runs()[0].address == env.double.address(2)
+    entry = await env.store.logs.get(ok.log_ids[0])
+    assert entry is not None and "Executor registry type: manual" in (entry.trigger_msg or "")
+    with pytest.raises(TriggerRejected, match="not registered"):
+        await env.trigger.fire(FireRequest(job, TriggerType.MANUAL, address_override=["http://169.254.169.254/"]))
+    with pytest.raises(TriggerRejected, match="manual"):
+        await env.trigger.fire(FireRequest(job, TriggerType.API, address_override=[env.double.address(0)]))
+    assert len(await env.store.logs.for_job(job.id)) == 1  # rejected requests wrote nothing
+
+
+async def test_failover_skips_dead_executor(env: Env) -> None:
+    env.double.down.add(HOSTS[0])
+    job = await env.job(executor_route_strategy="FAILOVER")
+    result = await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+    assert result.trigger_code == 200
+    assert [c.address for c in env.double.runs()] == [env.double.address(1)]
+    entry = await env.store.logs.get(result.log_ids[0])
+    assert entry is not None and entry.executor_address == env.double.address(1)
+    assert "beat: address=http://10.0.0.1:9999/ code=500" in (entry.trigger_msg or "")
+
+
+async def test_busyover_uses_idle_beat(env: Env) -> None:
+    async def busy(body: dict[str, object]) -> ReturnT:
+        return ReturnT.fail("job thread is running or has trigger queue.")
+
+    env.double.answer(env.double.address(0), "idleBeat", busy)
+    env.double.answer(env.double.address(1), "idleBeat", busy)
+    job = await env.job(executor_route_strategy="BUSYOVER")
+    await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+    assert [c.address for c in env.double.runs()] == [env.double.address(2)]
+    assert [c.body for c in env.double.calls if c.path == "idleBeat"][0] == {"jobId": job.id}
+
+
+async def test_unknown_route_strategy_fails_the_trigger(env: Env) -> None:
+    job = await env.job(executor_route_strategy="NOPE")
+    result = await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+    assert result.trigger_code == 500 and "unknown route strategy" in result.trigger_msg
+    assert env.double.runs() == []
+
+
+async def test_slow_lane_keeps_slow_job_from_delaying_others(sqlite_store: Store) -> None:
+    env = await make_env(sqlite_store, HOSTS[:2])
+    slow_trigger = env.service("node-a", fast_pool=1, slow_pool=1)
+    try:
+        slow_job = await env.job()  # FIRST -> HOSTS[0]
+        fast_job = await env.job(executor_route_strategy="LAST")  # -> HOSTS[1]
+        for _ in range(11):
+            slow_trigger.lanes.record(slow_job.id, 600)
+        assert slow_trigger.lanes.is_slow(slow_job.id)
+        release, started = asyncio.Event(), asyncio.Event()
+        env.double.answer(env.double.address(0), "run", blocking_answer(release, started))
+        slow_fire = asyncio.create_task(slow_trigger.fire(FireRequest(slow_job, TriggerType.MANUAL)))
+        await asyncio.wait_for(started.wait(), 5)
+        # The fast lane (size 1) is free although the slow executor holds its call open.
+        fast = await asyncio.wait_for(slow_trigger.fire(FireRequest(fast_job, TriggerType.MANUAL)), 5)
+        assert fast.trigger_code == 200 and not slow_fire.done()
+        release.set()
+        assert (await asyncio.wait_for(slow_fire, 5)).trigger_code == 200
+    finally:
+        await slow_trigger.close()
+        await env.trigger.close()
+
+
+async def test_close_waits_for_in_flight_dispatch(env: Env) -> None:
+    release, started = asyncio.Event(), asyncio.Event()
+    env.double.answer(env.double.address(0), "run", blocking_answer(release, started))
+    job = await env.job()
+    fire = asyncio.create_task(env.trigger.fire(FireRequest(job, TriggerType.MANUAL)))
+    await asyncio.wait_for(started.wait(), 5)
+    closing = asyncio.create_task(env.trigger.close())
+    await asyncio.sleep(0)
+    assert not closing.done()
+    release.set()
+    await asyncio.wait_for(closing, 5)
+    assert fire.done() and (await fire).trigger_code == 200
+    with pytest.raises(RuntimeError, match="closed"):
+        await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
