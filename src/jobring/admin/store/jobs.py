@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Select, case, delete, insert, or_, select, update
 
 from jobring.admin.store.base import Repository, chunks, fetch_page, like_pattern, new_id, to_record
 from jobring.admin.store.engine import utc_naive
@@ -155,18 +155,7 @@ class JobRepository(Repository):
             return []
         caps = await self._db.capabilities()
         until = now_ms + lease_ms
-        stmt = (
-            select(job_info)
-            .where(
-                job_info.c.trigger_status == 1,
-                job_info.c.trigger_next_time <= window_end_ms,
-                or_(job_info.c.lease_until < now_ms, job_info.c.lease_owner == node_id),
-            )
-            .order_by(job_info.c.trigger_next_time)
-            .limit(limit)
-        )
-        if caps.backend != "sqlite":
-            stmt = stmt.with_for_update(skip_locked=caps.skip_locked)
+        stmt = due_statement(node_id, now_ms, window_end_ms, limit, caps.backend, caps.skip_locked)
         async with self._db.write() as conn:
             rows = (await conn.execute(stmt)).all()
             if not rows:
@@ -219,6 +208,25 @@ class JobRepository(Repository):
                 )
                 count += result.rowcount
         return count
+
+
+def due_statement(
+    node_id: str, now_ms: int, window_end_ms: int, limit: int, backend: str, skip_locked: bool
+) -> Select[Any]:
+    """The due-job scan of ``claim_due`` (exposed so tests can EXPLAIN it)."""
+    stmt = (
+        select(job_info)
+        .where(
+            job_info.c.trigger_status == 1,
+            job_info.c.trigger_next_time <= window_end_ms,
+            or_(job_info.c.lease_until < now_ms, job_info.c.lease_owner == node_id),
+        )
+        .order_by(job_info.c.trigger_next_time)
+        .limit(limit)
+    )
+    if backend != "sqlite":
+        stmt = stmt.with_for_update(skip_locked=skip_locked)
+    return stmt
 
 
 def _with_lease(job: JobInfo, owner: str, until: int) -> JobInfo:

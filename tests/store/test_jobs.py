@@ -1,0 +1,251 @@
+"""Contract tests of ``store.jobs`` on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import datetime
+
+import pytest
+from sqlalchemy import text
+
+from jobring.admin.store import JobGroup, JobInfo, JobSort, NotFound, Store
+from jobring.admin.store.jobs import due_statement
+from jobring.admin.store.tables import job_info
+
+NOW = datetime(2026, 3, 1, 12, 0, 0)
+
+
+async def _group(store: Store, app_name: str = "demo-app") -> int:
+    return await store.groups.create(JobGroup(app_name=app_name, title="Demo"), NOW)
+
+
+def _job(group_id: int, **fields: object) -> JobInfo:
+    base: dict[str, object] = {
+        "job_group": group_id,
+        "job_desc": "nightly report",
+        "author": "ops",
+        "executor_handler": "reportHandler",
+        "schedule_type": "CRON",
+        "schedule_conf": "0 0 1 * * ?",
+        "add_time": NOW,
+        "update_time": NOW,
+    }
+    base.update(fields)
+    return JobInfo(**base)  # type: ignore[arg-type]
+
+
+async def test_create_get_update_delete(store: Store) -> None:
+    group = await _group(store)
+    job_id = await store.jobs.create(_job(group, glue_source="print(1)", executor_timeout=7))
+    job = await store.jobs.get(job_id)
+    assert job is not None
+    assert (job.id, job.job_group, job.executor_handler, job.executor_timeout) == (
+        job_id,
+        group,
+        "reportHandler",
+        7,
+    )
+    assert job.add_time == NOW and job.lease_owner is None and job.lease_until == 0
+    changed = replace(job, job_desc="weekly", child_jobid="3,4", add_time=datetime(2000, 1, 1))
+    await store.jobs.update(changed)
+    again = await store.jobs.get(job_id)
+    assert again is not None and again.job_desc == "weekly" and again.child_job_ids == [3, 4]
+    assert again.add_time == NOW
+    assert await store.jobs.delete(job_id) is True
+    assert await store.jobs.get(job_id) is None
+    assert await store.jobs.delete(job_id) is False
+    with pytest.raises(NotFound):
+        await store.jobs.update(changed)
+
+
+async def test_update_does_not_touch_lease(store: Store) -> None:
+    group = await _group(store)
+    job_id = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    [claimed] = await store.jobs.claim_due("node-a", 500, 2_000, 10_000, 10)
+    await store.jobs.update(
+        _job(
+            group,
+            id=job_id,
+            job_desc="renamed",
+            trigger_status=1,
+            trigger_next_time=1_000,
+            lease_owner=None,
+            lease_until=0,
+        )
+    )
+    job = await store.jobs.get(job_id)
+    assert job is not None and job.job_desc == "renamed"
+    assert (job.lease_owner, job.lease_until) == ("node-a", claimed.lease_until)
+
+
+async def test_list_filters_paging_and_sort(store: Store) -> None:
+    g1, g2 = await _group(store, "app-one"), await _group(store, "app-two")
+    ids = [
+        await store.jobs.create(
+            _job(
+                g1,
+                job_desc=f"job {i}",
+                author="alice" if i % 2 else "bob",
+                trigger_status=i % 2,
+                trigger_next_time=10_000 - i,
+            )
+        )
+        for i in range(5)
+    ]
+    await store.jobs.create(_job(g2, job_desc="100%_literal", executor_handler="otherHandler"))
+
+    page = await store.jobs.list(limit=2)
+    assert page.total == 6 and len(page.items) == 2 and page.items[0].id > page.items[1].id
+    assert (await store.jobs.list(group_ids=[g1])).total == 5
+    assert (await store.jobs.list(group_ids=[])).total == 0
+    running = await store.jobs.list(group_ids=[g1], trigger_status=1)
+    assert {j.id for j in running.items} == {ids[1], ids[3]}
+    assert (await store.jobs.list(author="ali")).total == 2
+    assert (await store.jobs.list(handler="other")).total == 1
+    # LIKE wildcards in the filter text are literal
+    assert (await store.jobs.list(desc="%_")).total == 1
+    assert (await store.jobs.list(desc="0%")).total == 1
+    by_next = await store.jobs.list(group_ids=[g1], sort=JobSort.NEXT_TIME)
+    assert [j.id for j in by_next.items] == list(reversed(ids))
+    second = await store.jobs.list(group_ids=[g1], sort=JobSort.ID_ASC, offset=2, limit=2)
+    assert [j.id for j in second.items] == ids[2:4] and second.total == 5
+    with pytest.raises(ValueError):
+        await store.jobs.list(limit=0)
+
+
+async def test_get_many_children_parents_status(store: Store) -> None:
+    group = await _group(store)
+    child_a = await store.jobs.create(_job(group))
+    child_b = await store.jobs.create(_job(group))
+    parent = await store.jobs.create(_job(group, child_jobid=f"{child_b}, {child_a},999"))
+    assert set(await store.jobs.get_many([child_a, parent, 12345])) == {child_a, parent}
+    assert [j.id for j in await store.jobs.children(parent)] == [child_b, child_a]
+    assert [j.id for j in await store.jobs.parents(child_a)] == [parent]
+    await store.jobs.set_status(child_a, 1, 5_000)
+    job = await store.jobs.get(child_a)
+    assert job is not None and (job.trigger_status, job.trigger_next_time) == (1, 5_000)
+    with pytest.raises(NotFound):
+        await store.jobs.set_status(99_999, 1, 0)
+    assert await store.jobs.count_in_group(group) == 3
+
+
+async def test_claim_due_selects_due_unleased_jobs(store: Store) -> None:
+    group = await _group(store)
+    due = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    later = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=9_000))
+    await store.jobs.create(_job(group, trigger_status=0, trigger_next_time=1_000))  # stopped
+    claimed = await store.jobs.claim_due("node-a", now_ms=500, window_end_ms=5_000, lease_ms=3_000, limit=10)
+    assert [j.id for j in claimed] == [due]
+    assert claimed[0].lease_owner == "node-a" and claimed[0].lease_until == 3_500
+    # another node sees nothing while the lease lives; the owner can claim again
+    assert await store.jobs.claim_due("node-b", 600, 5_000, 3_000, 10) == []
+    assert [j.id for j in await store.jobs.claim_due("node-a", 600, 5_000, 3_000, 10)] == [due]
+    # after expiry another node takes it over
+    taken = await store.jobs.claim_due("node-b", 4_000, 10_000, 3_000, 10)
+    assert [j.id for j in taken] == [due, later]
+    assert all(j.lease_owner == "node-b" for j in taken)
+    assert await store.jobs.claim_due("node-b", 4_000, 10_000, 3_000, 0) == []
+
+
+async def test_claim_due_respects_limit_in_next_time_order(store: Store) -> None:
+    group = await _group(store)
+    ids = [
+        await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=t)) for t in (300, 100, 200)
+    ]
+    first = await store.jobs.claim_due("n", 1, 1_000, 1_000, 2)
+    assert [j.id for j in first] == [ids[1], ids[2]]
+    rest = await store.jobs.claim_due("m", 1, 1_000, 1_000, 5)
+    assert [j.id for j in rest] == [ids[0]]
+
+
+async def test_advance_renew_release_only_for_lease_owner(store: Store) -> None:
+    group = await _group(store)
+    a = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    b = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    await store.jobs.claim_due("node-a", 1, 2_000, 5_000, 1)  # takes a only (same time: either)
+    owned = [j.id for j in (await store.jobs.get_many([a, b])).values() if j.lease_owner == "node-a"]
+    assert len(owned) == 1
+    mine, other = owned[0], ({a, b} - set(owned)).pop()
+    applied = await store.jobs.advance("node-a", [(mine, 1_000, 6_000), (other, 1_000, 7_000)])
+    assert applied == 1
+    jobs = await store.jobs.get_many([a, b])
+    assert (jobs[mine].trigger_last_time, jobs[mine].trigger_next_time) == (1_000, 6_000)
+    assert jobs[other].trigger_next_time == 1_000
+    assert await store.jobs.advance("node-a", []) == 0
+    assert await store.jobs.renew_leases("node-a", [mine, other], 99_000) == 1
+    assert (await store.jobs.get_many([mine]))[mine].lease_until == 99_000
+    assert await store.jobs.renew_leases("node-b", [mine], 1) == 0
+    assert await store.jobs.release("node-b", [mine]) == 0
+    assert await store.jobs.release("node-a", [mine, other]) == 1
+    released = (await store.jobs.get_many([mine]))[mine]
+    assert (released.lease_owner, released.lease_until) == (None, 0)
+
+
+async def test_advance_many_rows_in_one_call(store: Store) -> None:
+    group = await _group(store)
+    ids = [await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000)) for _ in range(30)]
+    assert len(await store.jobs.claim_due("n", 1, 2_000, 5_000, 100)) == 30
+    assert await store.jobs.advance("n", [(i, 1_000, 2_000 + i) for i in ids]) == 30
+    jobs = await store.jobs.get_many(ids)
+    assert all(jobs[i].trigger_next_time == 2_000 + i for i in ids)
+
+
+async def test_concurrent_claimers_get_disjoint_jobs(store: Store) -> None:
+    caps = await store.capabilities()
+    if caps.backend != "sqlite" and not caps.skip_locked:
+        pytest.skip("server has no SKIP LOCKED")
+    group = await _group(store)
+    ids = {
+        await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000 + i)) for i in range(40)
+    }
+    other = Store(store.engine)  # same pool, separate connections per call
+    results = await asyncio.gather(
+        *((store if n % 2 else other).jobs.claim_due(f"node-{n}", 1, 10_000, 60_000, 7) for n in range(8))
+    )
+    claimed = [j.id for batch in results for j in batch]
+    assert len(claimed) == len(set(claimed)), "a job was claimed by two nodes"
+    assert set(claimed) <= ids and len(claimed) == 40
+    owners = {j.id: j.lease_owner for j in (await store.jobs.get_many(ids)).values()}
+    for n, batch in enumerate(results):
+        assert all(owners[j.id] == f"node-{n}" for j in batch)
+
+
+async def test_skip_locked_does_not_wait_for_a_held_row(store: Store) -> None:
+    caps = await store.capabilities()
+    if not caps.skip_locked:
+        pytest.skip("SKIP LOCKED is a PostgreSQL/MariaDB 10.6+/MySQL 8 feature")
+    group = await _group(store)
+    held = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    free = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=2_000))
+    async with store.engine.connect() as conn, conn.begin():
+        await conn.execute(job_info.select().where(job_info.c.id == held).with_for_update())
+        claimed = await asyncio.wait_for(store.jobs.claim_due("node-b", 1, 10_000, 5_000, 10), timeout=10)
+    assert [j.id for j in claimed] == [free]
+
+
+async def test_due_scan_uses_the_due_index(store: Store) -> None:
+    if store.backend != "postgresql":
+        pytest.skip("EXPLAIN shape is checked on PostgreSQL")
+    group = await _group(store)
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            job_info.insert(),
+            [
+                {
+                    "job_group": group,
+                    "job_desc": f"j{i}",
+                    "glue_type": "BEAN",
+                    "trigger_status": 1 if i % 50 == 0 else 0,
+                    "trigger_next_time": 1_000_000 + i,
+                }
+                for i in range(5_000)
+            ],
+        )
+        await conn.execute(text("ANALYZE xxl_job_info"))
+    async with store.engine.connect() as conn:
+        stmt = due_statement("n", 0, 1_000_500, 100, "postgresql", skip_locked=True)
+        sql = str(stmt.compile(store.engine.sync_engine, compile_kwargs={"literal_binds": True}))
+        plan = "\n".join(r[0] for r in (await conn.execute(text("EXPLAIN " + sql))).all())
+    assert "ix_job_info_due" in plan, plan
+    assert "Seq Scan" not in plan, plan
