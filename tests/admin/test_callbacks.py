@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from jobring.admin.scheduler.callbacks import CallbackService, child_summary, parse_child_ids
+from jobring.admin.scheduler.trigger import FireRequest
+from jobring.admin.store import Store
+from jobring.admin.store.records import JobInfo, ResultOutcome
+from jobring.core.enums import TriggerType
+from jobring.protocol.models import HandleCallbackParam
+from tests.admin.test_trigger import HOSTS, T0, Env, make_env
+
+
+@dataclass
+class CbEnv:
+    env: Env
+    callbacks: CallbackService
+
+
+@pytest.fixture
+async def cb(sqlite_store: Store) -> AsyncIterator[CbEnv]:
+    env = await make_env(sqlite_store, HOSTS)
+    callbacks = CallbackService(sqlite_store, env.trigger, env.clock)
+    try:
+        yield CbEnv(env, callbacks)
+    finally:
+        await callbacks.close()
+        await env.trigger.close()
+
+
+def done(log_id: int, code: int = 200, msg: str | None = None) -> HandleCallbackParam:
+    return HandleCallbackParam(log_id, T0, code, msg)
+
+
+async def fired_log(env: Env, job: JobInfo) -> int:
+    result = await env.trigger.fire(FireRequest(job, TriggerType.CRON))
+    return result.log_ids[0]
+
+
+def test_child_ids_and_summary() -> None:
+    assert parse_child_ids(" 3, x ,,4") == ["3", "x", "4"]
+    known = {3: JobInfo(id=3)}
+    text = child_summary(["3", "x", "4"], known)
+    assert "1/3 [Job ID=3], Trigger success" in text
+    assert "2/3 [Job ID=x], Trigger Fail, Trigger msg: Job ID is illegal" in text
+    assert "3/3 [Job ID=4], Trigger Fail, Trigger msg: Job ID is illegal" in text
+
+
+async def test_outcomes_repeat_and_unknown_are_logged(cb: CbEnv, caplog: pytest.LogCaptureFixture) -> None:
+    job = await cb.env.job()
+    log_id = await fired_log(cb.env, job)
+    caplog.set_level(logging.INFO, logger="jobring.admin.scheduler.callbacks")
+    outcomes = await cb.callbacks.handle([done(log_id, 500, "boom"), done(log_id, 200), done(424242)])
+    assert outcomes == [ResultOutcome.APPLIED, ResultOutcome.REPEAT, ResultOutcome.NOT_FOUND]
+    entry = await cb.env.store.logs.get(log_id)
+    assert entry is not None and entry.handle_code == 500 and entry.handle_msg == "boom"
+    assert f"log repeate callback. logId={log_id}" in caplog.text
+    assert "log item not found. logId=424242" in caplog.text
+
+
+async def test_success_fires_children_once_with_parent_trigger_type(cb: CbEnv) -> None:
+    env = cb.env
+    child_a = await env.job(job_desc="child a")
+    child_b = await env.job(job_desc="child b")
+    parent = await env.job(child_jobid=f"{child_a.id},oops,{child_b.id},987654")
+    log_id = await fired_log(env, parent)
+    await cb.callbacks.handle([done(log_id, 200, "all good")])
+    await cb.callbacks.wait_idle()
+    for child in (child_a, child_b):
+        (entry,) = await env.store.logs.for_job(child.id)
+        assert entry.trigger_type == "PARENT" and entry.trigger_code == 200
+        assert "Parent job trigger" in (entry.trigger_msg or "")
+    parent_log = await env.store.logs.get(log_id)
+    assert parent_log is not None and parent_log.handle_code == 200
+    msg = parent_log.handle_msg or ""
+    assert msg.startswith("all good\n\n>>>>>>>>>>> Trigger child job <<<<<<<<<<<")
+    assert f"1/4 [Job ID={child_a.id}], Trigger success" in msg
+    assert "2/4 [Job ID=oops], Trigger Fail, Trigger msg: Job ID is illegal" in msg
+    assert "4/4 [Job ID=987654], Trigger Fail" in msg
+    # A repeated success callback changes nothing and fires no more children.
+    await cb.callbacks.handle([done(log_id, 200)])
+    await cb.callbacks.wait_idle()
+    assert len(await env.store.logs.for_job(child_a.id)) == 1
+    assert len(env.double.runs()) == 3
+
+
+async def test_failure_fires_no_children(cb: CbEnv) -> None:
+    env = cb.env
+    child = await env.job()
+    parent = await env.job(child_jobid=str(child.id))
+    log_id = await fired_log(env, parent)
+    await cb.callbacks.handle([done(log_id, 500, "no")])
+    await cb.callbacks.wait_idle()
+    assert await env.store.logs.for_job(child.id) == []
+    entry = await env.store.logs.get(log_id)
+    assert entry is not None and entry.handle_msg == "no"
+
+
+async def test_concurrent_duplicate_callbacks_fire_children_once(cb: CbEnv) -> None:
+    env = cb.env
+    child = await env.job()
+    parent = await env.job(child_jobid=str(child.id))
+    log_id = await fired_log(env, parent)
+    await asyncio.gather(*(cb.callbacks.handle([done(log_id, 200)]) for _ in range(5)))
+    await cb.callbacks.wait_idle()
+    assert len(await env.store.logs.for_job(child.id)) == 1

@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from jobring.admin.api.executor_api import executor_api_routes
+from jobring.admin.scheduler.callbacks import CallbackService
+from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.monitors import RegistryService
+from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.store import Store
+from jobring.admin.store.records import JobGroup, NewLog
+from jobring.core.clock import ManualClock
+from jobring.core.enums import AddressType
+from tests.admin.executor_double import ExecutorDouble
+
+T0 = 1_790_000_000_000
+TOKEN = "t0k"
+FIXTURES = Path("/work/shared/spec/fixtures")
+if not FIXTURES.exists():  # the repository copy, when the shared folder is not mounted
+    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "spec" / "fixtures"
+
+
+@dataclass
+class Api:
+    http: httpx.AsyncClient
+    store: Store
+    clock: ManualClock
+    callbacks: CallbackService
+
+    async def post(self, path: str, body: object, token: str | None = TOKEN) -> httpx.Response:
+        headers = {"Content-Type": "application/json;charset=UTF-8"}
+        if token is not None:
+            headers["XXL-JOB-ACCESS-TOKEN"] = token
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return await self.http.post(path, content=content, headers=headers)
+
+
+@pytest.fixture
+async def api(sqlite_store: Store) -> AsyncIterator[Api]:
+    clock = ManualClock(T0)
+    client = ExecutorClient(access_token=TOKEN, transport=ExecutorDouble(["e1:9999"]).transport())
+    trigger = TriggerService(sqlite_store, client, access_token=TOKEN, node_id="n1", clock=clock,
+                             admin_timezone="UTC")
+    callbacks = CallbackService(sqlite_store, trigger, clock)
+    routes = executor_api_routes(RegistryService(sqlite_store, clock), callbacks, TOKEN)
+    app = Starlette(routes=[Mount("/xxl-job-admin", routes=routes), *routes])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as http:
+        yield Api(http, sqlite_store, clock, callbacks)
+    await callbacks.close()
+    await trigger.close()
+
+
+REGISTRY = {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "http://127.0.0.1:19996/"}
+
+
+@pytest.mark.parametrize("prefix", ["", "/xxl-job-admin"])
+async def test_wrong_token_is_refused_with_reference_bytes(api: Api, prefix: str) -> None:
+    for token in ("bad", None):
+        response = await api.post(f"{prefix}/api/registry", REGISTRY, token=token)
+        assert response.status_code == 200
+        assert response.content == b'{"code":500,"msg":"The access token is wrong."}'
+    assert await api.store.registry.entries("demo-app") == []
+
+
+async def test_wrong_method_and_unknown_path(api: Api) -> None:
+    response = await api.http.get("/xxl-job-admin/api/registry")
+    assert response.content == b'{"code":500,"msg":"invalid request, HttpMethod not support."}'
+    response = await api.post("/xxl-job-admin/api/nothing", {})
+    assert response.content == b'{"code":500,"msg":"invalid request, uri-mapping(nothing) not found."}'
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"registryGroup": "EXECUTOR", "registryKey": "demo-app"},
+        {"registryGroup": "", "registryKey": "demo-app", "registryValue": "http://x/"},
+        {"registryGroup": "EXECUTOR", "registryKey": "  ", "registryValue": "http://x/"},
+        {},
+    ],
+)
+async def test_bad_registry_params_are_illegal_arguments(api: Api, body: dict[str, str]) -> None:
+    for path in ("/api/registry", "/api/registryRemove"):
+        response = await api.post(path, body)
+        assert response.content == b'{"code":500,"msg":"Illegal Argument."}'
+
+
+async def test_malformed_json_is_a_clear_400(api: Api) -> None:
+    response = await api.post("/api/callback", b"[{not json")
+    assert response.status_code == 400
+    assert response.json()["code"] == 500 and response.json()["msg"].startswith("request error:")
+    response = await api.post("/api/callback", {"logId": 1})
+    assert response.status_code == 400 and "array" in response.json()["msg"]
+
+
+async def test_registry_updates_auto_group_at_once_and_remove_takes_it_out(api: Api) -> None:
+    now = datetime.fromtimestamp(T0 / 1000, tz=UTC)
+    group_id = await api.store.groups.create(
+        JobGroup(app_name="demo-app", title="Demo", address_type=AddressType.AUTO), now)
+    response = await api.post("/xxl-job-admin/api/registry", REGISTRY)
+    assert response.content == b'{"code":200}'
+    group = await api.store.groups.get(group_id)
+    assert group is not None and group.addresses == ["http://127.0.0.1:19996/"]
+    other = dict(REGISTRY, registryValue="http://127.0.0.1:19995/")
+    await api.post("/api/registry", other)
+    group = await api.store.groups.get(group_id)
+    assert group is not None and group.addresses == ["http://127.0.0.1:19995/", "http://127.0.0.1:19996/"]
+    # A repeat beat refreshes the heartbeat time.
+    api.clock.advance(20_000)
+    await api.post("/api/registry", REGISTRY)
+    (entry,) = [e for e in await api.store.registry.entries("demo-app")
+                if e.registry_value == REGISTRY["registryValue"]]
+    assert entry.update_time == (now + timedelta(seconds=20)).replace(tzinfo=None, microsecond=0)
+    response = await api.post("/api/registryRemove", REGISTRY)
+    assert response.content == b'{"code":200}'
+    group = await api.store.groups.get(group_id)
+    assert group is not None and group.addresses == ["http://127.0.0.1:19995/"]
+
+
+async def test_registry_leaves_manual_group_alone(api: Api) -> None:
+    now = datetime.fromtimestamp(T0 / 1000, tz=UTC)
+    group_id = await api.store.groups.create(
+        JobGroup(app_name="demo-app", title="Demo", address_type=AddressType.MANUAL,
+                 address_list="http://10.1.1.1:9999/"), now)
+    await api.post("/api/registry", REGISTRY)
+    group = await api.store.groups.get(group_id)
+    assert group is not None and group.addresses == ["http://10.1.1.1:9999/"]
+    entries = await api.store.registry.entries("demo-app")
+    assert [e.registry_value for e in entries] == [REGISTRY["registryValue"]]
+
+
+async def _log(store: Store, job_id: int = 1) -> int:
+    now = datetime.fromtimestamp(T0 / 1000, tz=UTC)
+    (log_id,) = await store.logs.insert_fires([NewLog(job_group=1, job_id=job_id, trigger_time=now,
+                                                       trigger_code=200)])
+    assert log_id is not None
+    return log_id
+
+
+async def test_callback_records_each_item_alone(api: Api) -> None:
+    ok_id, fail_id = await _log(api.store), await _log(api.store)
+    body = [
+        {"logId": ok_id, "logDateTim": T0, "handleCode": 200},
+        {"logId": fail_id, "logDateTim": T0, "handleCode": 500, "handleMsg": "failed on purpose"},
+        {"logId": 999_999, "logDateTim": T0, "handleCode": 200},
+        {"logId": ok_id, "logDateTim": T0, "handleCode": 500, "handleMsg": "late repeat"},
+    ]
+    response = await api.post("/xxl-job-admin/api/callback", body)
+    assert response.content == b'{"code":200}'
+    ok, failed = await api.store.logs.get(ok_id), await api.store.logs.get(fail_id)
+    assert ok is not None and ok.handle_code == 200 and ok.handle_msg is None
+    assert ok.handle_time == datetime.fromtimestamp(T0 // 1000, tz=UTC).replace(tzinfo=None)
+    assert failed is not None and failed.handle_code == 500 and failed.handle_msg == "failed on purpose"
+
+
+async def test_callback_message_is_capped(api: Api) -> None:
+    log_id = await _log(api.store)
+    await api.post("/api/callback", [{"logId": log_id, "logDateTim": T0, "handleCode": 500,
+                                      "handleMsg": "x" * 20_000}])
+    entry = await api.store.logs.get(log_id)
+    assert entry is not None and entry.handle_msg == "x" * 15_000
+
+
+async def test_reference_executor_requests_are_accepted(api: Api) -> None:
+    """Every request XXL-JOB's Java executor made in the recorded session gets {"code":200}."""
+    requests = json.loads((FIXTURES / "reference_executor_requests.json").read_text())
+    assert requests
+    for req in requests:
+        response = await api.http.request(req["method"], req["path"], content=req["body"].encode(),
+                                          headers=req["headers"])
+        assert response.status_code == 200 and response.content == b'{"code":200}', req
+    paths = {r["path"].rsplit("/", 1)[1] for r in requests}
+    assert {"registry", "callback"} <= paths
+    assert await api.store.registry.entries("demo-app")
