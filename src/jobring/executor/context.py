@@ -182,10 +182,10 @@ class JobContext:
         """Mark the run failed with ``msg`` (the handler may still return normally)."""
         self._fail_msg = str(msg)
 
-    def write(self, source: str, lineno: int, text: str) -> None:
+    def write(self, source: str, lineno: int, text: str, thread: str | None = None) -> None:
         """Write one framework or handler line; never raises on cancellation."""
-        thread = self._thread_label or threading.current_thread().name
-        self._sink.write_line(self._format(source, lineno, thread, text))
+        label = thread or self._thread_label or threading.current_thread().name
+        self._sink.write_line(self._format(source, lineno, label, text))
 
     def write_raw(self, line: str) -> None:
         """Write one line as is (script and subprocess output); never raises on cancellation."""

@@ -295,7 +295,8 @@ class _Worker:
         if run is not None and not run.reported:
             if run.ctx is not None:
                 run.ctx.mark_cancelled()
-                run.ctx.write(_ENGINE, 0, f"<br>----------- JobThread toStop, stopReason:{reason}")
+                line = f"<br>----------- JobThread toStop, stopReason:{reason}"
+                run.ctx.write(_ENGINE, 0, line, self.label)
             self.runner._finish(run, 500, reason + SUFFIX_RUNNING)
             if self.exec_future is not None:
                 self.exec_future.cancel()
@@ -361,7 +362,9 @@ class _Worker:
         runner = self.runner
         param = run.param
         writer = runner.runlog.writer(param.log_date_time, param.log_id)
-        threaded = isinstance(self.unit, JobHandler) and not self.unit.is_async
+        # Lines of a pool thread carry that thread's name; everything else the worker's.
+        unit = self.unit
+        threaded = isinstance(unit, JobHandler) and not unit.is_async and unit.isolation == "thread"
         ctx = JobContext(
             job_id=param.job_id,
             params=param.executor_params,
@@ -380,6 +383,7 @@ class _Worker:
                 0,
                 "<br>----------- jobring job execute start -----------<br>----------- Param:"
                 + param.executor_params,
+                self.label,
             )
             await self._supervise(run, ctx)
         finally:
@@ -392,7 +396,7 @@ class _Worker:
         done, _ = await asyncio.wait((future,), timeout=timeout)
         if not done:
             ctx.mark_cancelled()
-            ctx.write(_ENGINE, 0, f"<br>----------- jobring job execute timeout ({timeout} s)")
+            ctx.write(_ENGINE, 0, f"<br>----------- jobring job execute timeout ({timeout} s)", self.label)
             self.runner._finish(run, 502, MSG_TIMEOUT)
             future.cancel()
         elif not future.cancelled():
@@ -402,7 +406,7 @@ class _Worker:
                 self.runner._finish(run, code, msg)
             elif not (isinstance(exc, JobCancelled) and run.reported):
                 text = "".join(traceback.format_exception(exc))
-                ctx.write(_ENGINE, 0, f"<br>----------- JobThread Exception:{text}")
+                ctx.write(_ENGINE, 0, f"<br>----------- JobThread Exception:{text}", self.label)
                 self.runner._finish(run, 500, self.runner._cap(text))
         if not future.done() or future.cancelled():
             await self._settle(future)
@@ -444,6 +448,7 @@ class _Worker:
                 0,
                 "<br>----------- jobring job execute end(finish) -----------<br>----------- Result: "
                 f"handleCode={run.code}, handleMsg = {'null' if run.msg is None else run.msg}",
+                self.label,
             )
         finally:
             writer.close()
