@@ -79,5 +79,6 @@ async def bootstrap(store: Store, settings: AdminSettings, out: TextIO | None = 
     password = await ensure_first_user(store, settings, out)
     access_token = await _configured_or_stored(store, ACCESS_TOKEN_SETTING, settings.access_token)
     session_secret = await _configured_or_stored(store, SESSION_SECRET_SETTING, None)
-    return Secrets(access_token=access_token, session_secret=session_secret,
-                   admin_password_generated=password)
+    return Secrets(
+        access_token=access_token, session_secret=session_secret, admin_password_generated=password
+    )

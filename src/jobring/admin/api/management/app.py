@@ -1,0 +1,46 @@
+"""The management REST API app, mounted by the admin at ``/api/v1``.
+
+OpenAPI at ``/api/v1/openapi.json``, docs at ``/api/v1/docs``. Errors are always
+``{"error": "...", "field": "..."|null}``; bodies over ``max_body_bytes`` get 413 before
+parsing and JSON nested too deep gets 400.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from jobring.admin.api.management import auth, dashboard, glue, groups, jobs, runs, users
+from jobring.admin.api.management.errors import install_error_handlers
+from jobring.admin.api.management.limits import RequestGuard
+from jobring.admin.api.management.services import ManagementServices
+
+API_PREFIX = "/api/v1"
+
+DESCRIPTION = """\
+Authenticate with a session (``POST /auth/login`` sets an HttpOnly cookie and returns a CSRF
+token that must be sent as ``X-CSRF-Token`` on POST/PUT/PATCH/DELETE) or with a personal API
+token (``Authorization: Bearer jr_...``, created with ``POST /tokens``).
+
+Roles: **viewer** reads within permitted executor groups; **operator** also writes and
+triggers there; **admin** may do everything, including users and settings.
+
+Every error answer has the body ``{"error": "<message>", "field": "<field name>" | null}``.
+"""
+
+
+def management_app(services: ManagementServices) -> FastAPI:
+    """Build the API app; mount it at ``/api/v1`` (its URLs are relative to the mount)."""
+    app = FastAPI(
+        title="jobring management API",
+        version="1",
+        description=DESCRIPTION,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.services = services
+    install_error_handlers(app)
+    for module in (auth, jobs, glue, runs, groups, users, dashboard):
+        app.include_router(module.router)
+    app.add_middleware(RequestGuard, max_body_bytes=services.max_body_bytes)
+    return app

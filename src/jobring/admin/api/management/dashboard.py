@@ -1,0 +1,62 @@
+"""/dashboard (counts and per-day chart data) and /settings/access-token (admin)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from jobring.admin.api.management.deps import Admin, Reader, Services
+from jobring.admin.api.management.errors import ERROR_RESPONSES
+from jobring.admin.api.management.models import AccessTokenOut, DashboardOut, DayCountOut
+from jobring.admin.store.records import DayCount
+
+router = APIRouter(tags=["dashboard"], responses=ERROR_RESPONSES)
+
+HEARTBEAT_ALIVE = timedelta(seconds=90)
+
+
+@router.get("/dashboard", response_model=DashboardOut, summary="Counts and runs per day")
+async def dashboard(
+    services: Services,
+    principal: Reader,
+    days: Annotated[int, Query(ge=1, le=90, description="chart length in days")] = 7,
+) -> DashboardOut:
+    now = services.now_naive_utc()
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    first = today - timedelta(days=days - 1)
+    jobs = await services.store.jobs.list(group_ids=principal.readable_group_ids(), limit=1)
+    live = await services.store.registry.live(now - HEARTBEAT_ALIVE)
+    executor_count = len({address for addresses in live.values() for address in addresses})
+    # The report table is refreshed every minute by the admin; today's row comes from the
+    # logs themselves so the numbers are current.
+    stored = {c.day.date(): c for c in await services.store.reports.range(first, today)}
+    (current,) = await services.store.logs.counts_by_day(today, today)
+    stored[today.date()] = current
+    chart: list[DayCountOut] = []
+    for offset in range(days):
+        day = (first + timedelta(days=offset)).date()
+        count = stored.get(day) or DayCount(first + timedelta(days=offset), 0, 0, 0)
+        chart.append(
+            DayCountOut(day=day.isoformat(), running=count.running, success=count.success, fail=count.fail)
+        )
+    return DashboardOut(
+        job_count=jobs.total,
+        executor_count=executor_count,
+        runs_today=current.running + current.success + current.fail,
+        runs_today_success=current.success,
+        runs_today_fail=current.fail,
+        runs_today_running=current.running,
+        chart=chart,
+    )
+
+
+@router.get(
+    "/settings/access-token",
+    response_model=AccessTokenOut,
+    tags=["settings"],
+    summary="The executor access token (admin)",
+)
+async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
+    return AccessTokenOut(access_token=services.secrets.access_token)

@@ -1,0 +1,131 @@
+"""FastAPI dependencies: the services, and the authenticated caller with its checks.
+
+Authentication is a Bearer API token (``Authorization: Bearer jr_...``) or the session
+cookie. Cookie sessions must send the CSRF token in ``X-CSRF-Token`` on unsafe methods.
+A user flagged ``must_change_password`` may only use ``me``, change-password and logout.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from jobring.admin.api.management.errors import ApiError
+from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.security.principal import AuthMethod, Principal
+from jobring.admin.security.sessions import (
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    csrf_matches,
+    password_fingerprint,
+)
+from jobring.admin.security.tokens import hash_api_token, looks_like_api_token
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
+MUST_CHANGE_MESSAGE = "you must change your password first (POST /api/v1/users/me/password)"
+
+
+def get_services(request: Request) -> ManagementServices:
+    services = request.app.state.services
+    assert isinstance(services, ManagementServices)
+    return services
+
+
+Services = Annotated[ManagementServices, Depends(get_services)]
+
+
+def _unauthenticated(message: str) -> ApiError:
+    return ApiError(401, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _from_token(services: ManagementServices, token: str) -> Principal:
+    if not looks_like_api_token(token):
+        raise _unauthenticated("invalid API token")
+    record = await services.store.tokens.by_hash(hash_api_token(token))
+    if record is None or record.revoked:
+        raise _unauthenticated("invalid or revoked API token")
+    user = await services.store.users.get(record.user_id)
+    if user is None:
+        raise _unauthenticated("the token's user no longer exists")
+    now = services.now_naive_utc()
+    if record.last_used_time is None or now - record.last_used_time >= TOKEN_TOUCH_INTERVAL:
+        await services.store.tokens.touch_last_used(record.id, now)
+    return Principal(user=user, method=AuthMethod.TOKEN, token_id=record.id)
+
+
+async def _from_session(services: ManagementServices, request: Request, cookie: str) -> Principal:
+    session = services.signer.decode(cookie)
+    if session is None:
+        raise _unauthenticated("session expired or invalid; log in again")
+    user = await services.store.users.get(session.user_id)
+    if user is None or password_fingerprint(user.password_hash) != session.password_fingerprint:
+        raise _unauthenticated("session ended; log in again")
+    if request.method not in SAFE_METHODS and not csrf_matches(
+        session.csrf_token, request.headers.get(CSRF_HEADER)
+    ):
+        raise ApiError(403, f"missing or wrong {CSRF_HEADER} header")
+    return Principal(user=user, method=AuthMethod.SESSION, csrf_token=session.csrf_token)
+
+
+async def authenticate(request: Request, services: ManagementServices) -> Principal:
+    """The caller, or ApiError 401/403."""
+    authorization = request.headers.get("Authorization")
+    if authorization:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _unauthenticated("Authorization must be 'Bearer <API token>'")
+        return await _from_token(services, token.strip())
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        return await _from_session(services, request, cookie)
+    raise _unauthenticated("authentication required: log in or send an API token")
+
+
+async def any_principal(request: Request, services: Services) -> Principal:
+    """The caller, even one that must still change their password."""
+    return await authenticate(request, services)
+
+
+async def current_principal(request: Request, services: Services) -> Principal:
+    """The caller, refused while they must change their password."""
+    principal = await authenticate(request, services)
+    if principal.user.must_change_password:
+        raise ApiError(403, MUST_CHANGE_MESSAGE)
+    return principal
+
+
+async def admin_principal(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+    if not principal.is_admin:
+        raise ApiError(403, "this needs the admin role")
+    return principal
+
+
+async def writer_principal(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+    if not principal.can_write:
+        raise ApiError(403, "the viewer role is read-only")
+    return principal
+
+
+AnyUser = Annotated[Principal, Depends(any_principal)]
+Reader = Annotated[Principal, Depends(current_principal)]
+Writer = Annotated[Principal, Depends(writer_principal)]
+Admin = Annotated[Principal, Depends(admin_principal)]
+
+
+def ensure_group_read(principal: Principal, group_id: int) -> None:
+    if not principal.can_read_group(group_id):
+        raise ApiError(403, f"no permission for executor group {group_id}")
+
+
+def ensure_group_write(principal: Principal, group_id: int) -> None:
+    if not principal.can_write:
+        raise ApiError(403, "the viewer role is read-only")
+    if not principal.can_read_group(group_id):
+        raise ApiError(403, f"no permission for executor group {group_id}")
+
+
+def service_unavailable(what: str) -> ApiError:
+    return ApiError(503, f"{what} is not available on this node")

@@ -1,0 +1,123 @@
+"""The management API's one error shape: ``{"error": "<message>", "field": "<name>"|null}``.
+
+Every 4xx/5xx answer of ``/api/v1`` has this body, including FastAPI's request validation
+errors (the first problem is reported, with the field's dotted location).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError
+from jobring.admin.validation import FieldError
+
+log = logging.getLogger(__name__)
+
+
+class ErrorBody(BaseModel):
+    error: str
+    field: str | None = None
+
+
+class ApiError(Exception):
+    """An answer other than success, with the status and the uniform body."""
+
+    def __init__(
+        self, status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.field = field
+        self.headers = headers
+
+
+def bad_request(error: str, field: str | None = None) -> ApiError:
+    return ApiError(400, error, field)
+
+
+def forbidden(error: str) -> ApiError:
+    return ApiError(403, error)
+
+
+def not_found(what: str, ident: object) -> ApiError:
+    return ApiError(404, f"{what} {ident} not found")
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "Bad request"),
+        (401, "Not authenticated"),
+        (403, "Not permitted"),
+        (404, "Not found"),
+        (409, "Conflict"),
+        (413, "Request body too large"),
+        (422, "Invalid field"),
+        (429, "Too many attempts"),
+    )
+}
+
+
+def error_response(
+    status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": error, "field": field}, status_code=status, headers=headers)
+
+
+def _location(loc: tuple[Any, ...] | list[Any]) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "cookie")]
+    return ".".join(parts) or (str(loc[0]) if loc else None)
+
+
+async def _on_api_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.error, exc.field, exc.headers)
+
+
+async def _on_field_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, FieldError)
+    return error_response(422, str(exc), exc.field)
+
+
+async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = list(exc.errors())
+    if not problems:
+        return error_response(422, "invalid request")
+    first = problems[0]
+    field = _location(first.get("loc", ()))
+    message = str(first.get("msg", "invalid value"))
+    if first.get("type") == "json_invalid":
+        return error_response(400, f"request body is not valid JSON: {message}", None)
+    text = f"{field}: {message}" if field else message
+    return error_response(422, text, field)
+
+
+async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return error_response(exc.status_code, str(exc.detail), None, dict(exc.headers or {}) or None)
+
+
+async def _on_store(_request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, NotFound):
+        return error_response(404, str(exc) or "not found")
+    if isinstance(exc, Conflict | ReferencedError):
+        return error_response(409, str(exc) or "conflict")
+    log.error("store error not mapped to an answer: %r", exc)
+    return error_response(500, "internal store error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(FieldError, _on_field_error)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(StoreError, _on_store)

@@ -1,0 +1,193 @@
+"""/jobs: list, get, create, update, copy, delete, start, stop, trigger; /schedules/preview."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Response
+
+from jobring.admin.api.management import jobservice
+from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
+from jobring.admin.api.management.errors import ERROR_RESPONSES, bad_request
+from jobring.admin.api.management.models import (
+    MAX_INT32,
+    JobCreate,
+    JobOut,
+    JobUpdate,
+    PageOut,
+    SchedulePreviewIn,
+    SchedulePreviewOut,
+    Text,
+    TriggerIn,
+    TriggerOut,
+)
+from jobring.admin.store.records import JobInfo, JobSort
+from jobring.admin.validation import FieldError, check_schedule, check_timezone
+from jobring.core.schedule import next_fire_times, parse_schedule
+
+router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
+
+JobId = Annotated[int, Path(ge=1, le=MAX_INT32)]
+_NOT_NULL = (
+    "job_group",
+    "job_desc",
+    "schedule_type",
+    "misfire_strategy",
+    "executor_route_strategy",
+    "executor_block_strategy",
+    "executor_timeout",
+    "executor_fail_retry_count",
+    "glue_type",
+)
+
+
+def _child_list(ids: list[int] | None) -> str | None:
+    return ",".join(str(i) for i in dict.fromkeys(ids or [])) or None
+
+
+def job_from_create(body: JobCreate) -> JobInfo:
+    data = body.model_dump(exclude={"child_job_ids"})
+    return JobInfo(**data, child_jobid=_child_list(body.child_job_ids))
+
+
+def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
+    changes: dict[str, Any] = body.model_dump(exclude_unset=True)
+    for name in _NOT_NULL:
+        if name in changes and changes[name] is None:
+            raise FieldError(name, "must not be null")
+    if "child_job_ids" in changes:
+        changes["child_jobid"] = _child_list(changes.pop("child_job_ids"))
+    return replace(old, **changes)
+
+
+@router.get("/jobs", response_model=PageOut[JobOut], summary="List jobs")
+async def list_jobs(
+    services: Services,
+    principal: Reader,
+    job_group: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
+    trigger_status: Annotated[int | None, Query(ge=0, le=1, description="0 stopped, 1 running")] = None,
+    desc: Annotated[Text | None, Query(max_length=255, description="substring of job_desc")] = None,
+    handler: Annotated[Text | None, Query(max_length=255, description="substring of the handler")] = None,
+    author: Annotated[Text | None, Query(max_length=64, description="substring of the author")] = None,
+    sort: JobSort = JobSort.ID_DESC,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> PageOut[JobOut]:
+    if job_group is not None:
+        ensure_group_read(principal, job_group)
+        group_ids: list[int] | None = [job_group]
+    else:
+        group_ids = principal.readable_group_ids()
+    page = await services.store.jobs.list(
+        group_ids=group_ids,
+        trigger_status=trigger_status,
+        desc=desc,
+        handler=handler,
+        author=author,
+        offset=offset,
+        limit=limit,
+        sort=sort,
+    )
+    return PageOut[JobOut](
+        items=[JobOut.of(j) for j in page.items], total=page.total, offset=offset, limit=limit
+    )
+
+
+@router.post("/jobs", response_model=JobOut, status_code=201, summary="Create a job (stopped)")
+async def create_job(body: JobCreate, services: Services, principal: Writer) -> JobOut:
+    ensure_group_write(principal, body.job_group)
+    job = await jobservice.create_job(services, job_from_create(body), principal)
+    return JobOut.of(job)
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, summary="Get a job")
+async def get_job(job_id: JobId, services: Services, principal: Reader) -> JobOut:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_read(principal, job.job_group)
+    return JobOut.of(job)
+
+
+@router.patch("/jobs/{job_id}", response_model=JobOut, summary="Update some fields of a job")
+async def update_job(job_id: JobId, body: JobUpdate, services: Services, principal: Writer) -> JobOut:
+    old = await jobservice.load_job(services, job_id)
+    ensure_group_write(principal, old.job_group)
+    new = job_with_update(old, body)
+    if new.job_group != old.job_group:
+        ensure_group_write(principal, new.job_group)
+    return JobOut.of(await jobservice.update_job(services, old, new, principal))
+
+
+@router.delete("/jobs/{job_id}", status_code=204, response_class=Response, summary="Delete a job")
+async def delete_job(job_id: JobId, services: Services, principal: Writer) -> Response:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    await jobservice.delete_job(services, job)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/jobs/{job_id}/copy", response_model=JobOut, status_code=201, summary="Copy a job (the copy is stopped)"
+)
+async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    desc = (job.job_desc + " (copy)")[:255]
+    copy = replace(job, job_desc=desc, lease_owner=None, lease_until=0)
+    return JobOut.of(await jobservice.create_job(services, copy, principal))
+
+
+@router.post(
+    "/jobs/{job_id}/start",
+    response_model=JobOut,
+    summary="Start scheduling a job (computes its next fire time)",
+)
+async def start_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    return JobOut.of(await jobservice.start_job(services, job))
+
+
+@router.post("/jobs/{job_id}/stop", response_model=JobOut, summary="Stop scheduling a job")
+async def stop_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    return JobOut.of(await jobservice.stop_job(services, job))
+
+
+@router.post(
+    "/jobs/{job_id}/trigger",
+    response_model=TriggerOut,
+    responses={503: ERROR_RESPONSES[400] | {"description": "Triggering unavailable"}},
+    summary="Run a job once now",
+)
+async def trigger_job(
+    job_id: JobId, services: Services, principal: Writer, body: TriggerIn | None = None
+) -> TriggerOut:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    body = body or TriggerIn(executor_param=None, addresses=None)
+    result = await jobservice.trigger_job(services, job, body.executor_param, body.addresses)
+    return TriggerOut(
+        log_ids=result.log_ids, trigger_code=result.trigger_code, trigger_msg=result.trigger_msg
+    )
+
+
+@router.post(
+    "/schedules/preview", response_model=SchedulePreviewOut, summary="The next fire times of a schedule"
+)
+async def preview_schedule(
+    body: SchedulePreviewIn, services: Services, principal: Reader
+) -> SchedulePreviewOut:
+    zone = body.timezone or services.settings.timezone
+    check_timezone("timezone", zone)
+    check_schedule(body.schedule_type, body.schedule_conf, zone)
+    schedule = parse_schedule(body.schedule_type, body.schedule_conf, zone)
+    after = body.after if body.after is not None else services.now_ms()
+    try:
+        times = next_fire_times(schedule, after, body.count)
+        iso = [datetime.fromtimestamp(t / 1000, tz=UTC).isoformat().replace("+00:00", "Z") for t in times]
+    except (ValueError, OverflowError) as exc:
+        raise bad_request(f"cannot compute fire times: {exc}", "after") from None
+    return SchedulePreviewOut(timezone=zone, times=times, times_iso=iso)

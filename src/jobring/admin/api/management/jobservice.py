@@ -1,0 +1,171 @@
+"""Job operations shared by the REST routers and the XXL-JOB 3.x aliases.
+
+Callers have already checked who may do what; these functions validate everything first
+and then write, so a refused request leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from jobring.admin.api.management.errors import ApiError, not_found
+from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerRejected
+from jobring.admin.security.principal import Principal
+from jobring.admin.store.records import JobInfo
+from jobring.admin.validation import (
+    FieldError,
+    check_address,
+    check_job,
+    check_job_references,
+)
+from jobring.core.enums import GlueType, ScheduleType, TriggerStatus, TriggerType
+from jobring.core.schedule import parse_schedule
+
+GLUE_DISABLED = "GLUE is disabled on this admin (set JOBRING_GLUE_ENABLED=true to enable it)"
+GLUE_NOT_PERMITTED = "you have no GLUE permission"
+
+
+def ensure_glue_allowed(services: ManagementServices, principal: Principal | None) -> None:
+    """403 unless GLUE is enabled and the caller (None: the executor token) may edit it."""
+    if not services.settings.glue_enabled:
+        raise ApiError(403, GLUE_DISABLED)
+    if principal is not None and not principal.can_edit_glue:
+        raise ApiError(403, GLUE_NOT_PERMITTED)
+
+
+async def load_job(services: ManagementServices, job_id: int) -> JobInfo:
+    job = await services.store.jobs.get(job_id)
+    if job is None:
+        raise not_found("job", job_id)
+    return job
+
+
+async def validate_job(services: ManagementServices, job: JobInfo) -> None:
+    check_job(job, services.settings.timezone)
+    await check_job_references(services.store, job)
+
+
+def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -> int:
+    """The job's next fire strictly after ``after_ms``; ApiError when it never fires."""
+    zone = job.schedule_timezone or services.settings.timezone
+    try:
+        schedule = parse_schedule(job.schedule_type, job.schedule_conf, zone)
+    except ValueError as exc:
+        raise FieldError("schedule_conf", str(exc)) from None
+    following = schedule.next_fire_ms(after_ms)
+    if following is None:
+        raise ApiError(400, f"the schedule of job {job.id} never fires again", "schedule_conf")
+    return following
+
+
+async def create_job(services: ManagementServices, job: JobInfo, principal: Principal | None) -> JobInfo:
+    if job.glue_type != GlueType.BEAN:
+        ensure_glue_allowed(services, principal)
+    now = services.now_naive_utc()
+    job = replace(
+        job,
+        id=0,
+        trigger_status=int(TriggerStatus.STOPPED),
+        trigger_last_time=0,
+        trigger_next_time=0,
+        add_time=now,
+        update_time=now,
+        glue_updatetime=now if job.glue_type != GlueType.BEAN else None,
+    )
+    await validate_job(services, job)
+    new_id = await services.store.jobs.create(job)
+    return await load_job(services, new_id)
+
+
+async def update_job(
+    services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal | None
+) -> JobInfo:
+    """Write ``new`` over ``old``; a running job gets its next fire time recomputed when its
+    schedule changed (as the reference does)."""
+    if new.glue_type != GlueType.BEAN and new.glue_type != old.glue_type:
+        ensure_glue_allowed(services, principal)
+    new = replace(
+        new,
+        id=old.id,
+        add_time=old.add_time,
+        update_time=services.now_naive_utc(),
+        trigger_status=old.trigger_status,
+        trigger_last_time=old.trigger_last_time,
+        trigger_next_time=old.trigger_next_time,
+    )
+    await validate_job(services, new)
+    schedule_changed = (new.schedule_type, new.schedule_conf, new.schedule_timezone) != (
+        old.schedule_type,
+        old.schedule_conf,
+        old.schedule_timezone,
+    )
+    if old.trigger_status == TriggerStatus.RUNNING and schedule_changed:
+        if new.schedule_type == ScheduleType.NONE:
+            new = replace(new, trigger_status=int(TriggerStatus.STOPPED), trigger_next_time=0)
+        else:
+            new = replace(new, trigger_next_time=next_fire_after(services, new, services.now_ms()))
+    await services.store.jobs.update(new)
+    return await load_job(services, old.id)
+
+
+async def delete_job(services: ManagementServices, job: JobInfo) -> None:
+    """Delete the job and its GLUE history, and drop it from its parents' child lists."""
+    for parent in await services.store.jobs.parents(job.id):
+        kept = [c for c in parent.child_job_ids if c != job.id]
+        await services.store.jobs.update(replace(parent, child_jobid=",".join(map(str, kept)) or None))
+    await services.store.jobs.delete(job.id)
+    await services.store.glue.delete_for_job(job.id)
+
+
+async def start_job(services: ManagementServices, job: JobInfo) -> JobInfo:
+    if job.schedule_type == ScheduleType.NONE:
+        raise ApiError(
+            400, "a job with schedule_type NONE cannot be started; trigger it instead", "schedule_type"
+        )
+    next_ms = next_fire_after(services, job, services.now_ms())
+    await services.store.jobs.set_status(job.id, int(TriggerStatus.RUNNING), next_ms)
+    return await load_job(services, job.id)
+
+
+async def stop_job(services: ManagementServices, job: JobInfo) -> JobInfo:
+    await services.store.jobs.set_status(job.id, int(TriggerStatus.STOPPED), 0, last_time=0)
+    return await load_job(services, job.id)
+
+
+async def trigger_job(
+    services: ManagementServices,
+    job: JobInfo,
+    executor_param: str | None,
+    addresses: list[str] | None,
+    trigger_type: TriggerType = TriggerType.MANUAL,
+) -> FireResult:
+    if services.trigger is None:
+        raise ApiError(503, "triggering is not available on this node")
+    override: list[str] | None = None
+    if addresses:
+        override = [check_address(f"addresses.{i}", a) for i, a in enumerate(addresses)]
+        await _check_override(services, job, override)
+    request = FireRequest(
+        job=job, trigger_type=trigger_type, executor_param=executor_param, address_override=override
+    )
+    try:
+        return await services.trigger.fire(request)
+    except TriggerRejected as exc:
+        raise ApiError(400, str(exc), "addresses") from None
+
+
+async def _check_override(services: ManagementServices, job: JobInfo, override: list[str]) -> None:
+    group = await services.store.groups.get(job.job_group)
+    known = set(group.addresses if group else [])
+    if group is not None and group.address_type == 0:
+        live = await services.store.registry.entries(group.app_name)
+        known.update(e.registry_value for e in live)
+    normalized = {a.rstrip("/") for a in known}
+    for i, address in enumerate(override):
+        if address.rstrip("/") not in normalized:
+            raise ApiError(
+                400,
+                f"address {address!r} is not registered in executor group {job.job_group}",
+                f"addresses.{i}",
+            )

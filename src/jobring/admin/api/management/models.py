@@ -1,0 +1,463 @@
+"""Request and response bodies of the management API (pydantic), and record conversions.
+
+Instants are UTC: epoch milliseconds for scheduling fields (``trigger_next_time`` ...),
+ISO 8601 with offset for the reference's DATETIME columns.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Generic, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from jobring.admin.security.roles import Role
+from jobring.admin.store.records import (
+    ApiToken,
+    GlueVersion,
+    JobGroup,
+    JobInfo,
+    LogEntry,
+    RegistryEntry,
+    User,
+)
+from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
+
+MAX_INT32 = 2_147_483_647
+MAX_INT64 = 9_223_372_036_854_775_807
+MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+T = TypeVar("T")
+
+
+def _no_control_characters(value: str) -> str:
+    if any(ord(ch) < 32 and ch not in "\t\r\n" for ch in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_control_characters)]
+Id32 = Annotated[int, Field(ge=1, le=MAX_INT32)]
+Id64 = Annotated[int, Field(ge=1, le=MAX_INT64)]
+EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)]
+
+
+def aware(value: datetime | None) -> datetime | None:
+    """The store's naive-UTC DATETIME values, marked as UTC for output."""
+    return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PageOut(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    offset: int
+    limit: int
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+class JobFields(Strict):
+    """The writable fields of a job (the reference's names)."""
+
+    job_group: Id32
+    job_desc: Annotated[Text, Field(min_length=1, max_length=255)]
+    author: Annotated[Text, Field(max_length=64)] | None = None
+    alarm_email: Annotated[Text, Field(max_length=255)] | None = None
+    schedule_type: ScheduleType = ScheduleType.NONE
+    schedule_conf: Annotated[Text, Field(max_length=128)] | None = None
+    schedule_timezone: Annotated[Text, Field(max_length=64)] | None = Field(
+        None, description="IANA zone for CRON; null = the admin's zone"
+    )
+    misfire_strategy: MisfireStrategy = MisfireStrategy.DO_NOTHING
+    executor_route_strategy: RouteStrategy = RouteStrategy.FIRST
+    executor_handler: Annotated[Text, Field(max_length=255)] | None = None
+    executor_param: Annotated[Text, Field(max_length=512)] | None = None
+    executor_block_strategy: BlockStrategy = BlockStrategy.SERIAL_EXECUTION
+    executor_timeout: Annotated[int, Field(ge=0, le=7 * 24 * 3600)] = 0
+    executor_fail_retry_count: Annotated[int, Field(ge=0, le=100)] = 0
+    glue_type: GlueType = GlueType.BEAN
+    glue_source: Annotated[Text, Field(max_length=1_000_000)] | None = None
+    glue_remark: Annotated[Text, Field(max_length=128)] | None = None
+    child_job_ids: Annotated[list[Id32], Field(max_length=20)] = Field(default_factory=list)
+
+
+class JobCreate(JobFields):
+    pass
+
+
+class JobUpdate(Strict):
+    """A partial update: only the fields sent change."""
+
+    job_group: Id32 | None = None
+    job_desc: Annotated[Text, Field(min_length=1, max_length=255)] | None = None
+    author: Annotated[Text, Field(max_length=64)] | None = None
+    alarm_email: Annotated[Text, Field(max_length=255)] | None = None
+    schedule_type: ScheduleType | None = None
+    schedule_conf: Annotated[Text, Field(max_length=128)] | None = None
+    schedule_timezone: Annotated[Text, Field(max_length=64)] | None = None
+    misfire_strategy: MisfireStrategy | None = None
+    executor_route_strategy: RouteStrategy | None = None
+    executor_handler: Annotated[Text, Field(max_length=255)] | None = None
+    executor_param: Annotated[Text, Field(max_length=512)] | None = None
+    executor_block_strategy: BlockStrategy | None = None
+    executor_timeout: Annotated[int, Field(ge=0, le=7 * 24 * 3600)] | None = None
+    executor_fail_retry_count: Annotated[int, Field(ge=0, le=100)] | None = None
+    glue_type: GlueType | None = None
+    glue_remark: Annotated[Text, Field(max_length=128)] | None = None
+    child_job_ids: Annotated[list[Id32], Field(max_length=20)] | None = None
+
+
+class JobOut(BaseModel):
+    id: int
+    job_group: int
+    job_desc: str
+    author: str | None
+    alarm_email: str | None
+    schedule_type: str
+    schedule_conf: str | None
+    schedule_timezone: str | None
+    misfire_strategy: str
+    executor_route_strategy: str | None
+    executor_handler: str | None
+    executor_param: str | None
+    executor_block_strategy: str | None
+    executor_timeout: int
+    executor_fail_retry_count: int
+    glue_type: str
+    glue_remark: str | None
+    glue_updatetime: datetime | None
+    child_job_ids: list[int]
+    trigger_status: int = Field(description="0 stopped, 1 running")
+    trigger_last_time: int = Field(description="epoch ms")
+    trigger_next_time: int = Field(description="epoch ms")
+    add_time: datetime | None
+    update_time: datetime | None
+
+    @classmethod
+    def of(cls, job: JobInfo) -> JobOut:
+        return cls(
+            id=job.id,
+            job_group=job.job_group,
+            job_desc=job.job_desc,
+            author=job.author,
+            alarm_email=job.alarm_email,
+            schedule_type=job.schedule_type,
+            schedule_conf=job.schedule_conf,
+            schedule_timezone=job.schedule_timezone,
+            misfire_strategy=job.misfire_strategy,
+            executor_route_strategy=job.executor_route_strategy,
+            executor_handler=job.executor_handler,
+            executor_param=job.executor_param,
+            executor_block_strategy=job.executor_block_strategy,
+            executor_timeout=job.executor_timeout,
+            executor_fail_retry_count=job.executor_fail_retry_count,
+            glue_type=job.glue_type,
+            glue_remark=job.glue_remark,
+            glue_updatetime=aware(job.glue_updatetime),
+            child_job_ids=job.child_job_ids,
+            trigger_status=job.trigger_status,
+            trigger_last_time=job.trigger_last_time,
+            trigger_next_time=job.trigger_next_time,
+            add_time=aware(job.add_time),
+            update_time=aware(job.update_time),
+        )
+
+
+class TriggerIn(Strict):
+    executor_param: Annotated[Text, Field(max_length=512)] | None = Field(
+        None, description="replaces the job's params for this run"
+    )
+    addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
+        None, description="run on these addresses only; each must be one of the group's addresses"
+    )
+
+
+class TriggerOut(BaseModel):
+    log_ids: list[int]
+    trigger_code: int
+    trigger_msg: str
+
+
+class SchedulePreviewIn(Strict):
+    schedule_type: ScheduleType
+    schedule_conf: Annotated[Text, Field(max_length=128)] | None = None
+    timezone: Annotated[Text, Field(max_length=64)] | None = Field(
+        None, description="null = the admin's zone"
+    )
+    count: Annotated[int, Field(ge=1, le=100)] = 5
+    after: EpochMs | None = Field(None, description="epoch ms; default now")
+
+
+class SchedulePreviewOut(BaseModel):
+    timezone: str
+    times: list[int] = Field(description="epoch ms")
+    times_iso: list[str]
+
+
+# -- GLUE ------------------------------------------------------------------------------------
+
+
+class GlueOut(BaseModel):
+    job_id: int
+    glue_type: str
+    glue_source: str | None
+    glue_remark: str | None
+    glue_updatetime: datetime | None
+
+
+class GlueSave(Strict):
+    glue_source: Annotated[Text, Field(max_length=1_000_000)]
+    glue_remark: Annotated[Text, Field(min_length=1, max_length=128)]
+
+
+class GlueVersionOut(BaseModel):
+    id: int
+    job_id: int
+    glue_type: str | None
+    glue_source: str | None
+    glue_remark: str
+    add_time: datetime | None
+
+    @classmethod
+    def of(cls, v: GlueVersion) -> GlueVersionOut:
+        return cls(
+            id=v.id,
+            job_id=v.job_id,
+            glue_type=v.glue_type,
+            glue_source=v.glue_source,
+            glue_remark=v.glue_remark,
+            add_time=aware(v.add_time),
+        )
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+class RunOut(BaseModel):
+    id: int
+    job_group: int
+    job_id: int
+    executor_address: str | None
+    executor_handler: str | None
+    executor_param: str | None
+    executor_sharding_param: str | None
+    executor_fail_retry_count: int
+    trigger_time: datetime | None
+    trigger_code: int
+    trigger_msg: str | None
+    trigger_type: str | None
+    handle_time: datetime | None
+    handle_code: int = Field(description="0 running/unknown, 200 success, 500 fail, 502 timeout")
+    handle_msg: str | None
+    alarm_status: int
+    planned_time: int | None
+    dispatch_time: int | None
+
+    @classmethod
+    def of(cls, e: LogEntry) -> RunOut:
+        return cls(
+            id=e.id,
+            job_group=e.job_group,
+            job_id=e.job_id,
+            executor_address=e.executor_address,
+            executor_handler=e.executor_handler,
+            executor_param=e.executor_param,
+            executor_sharding_param=e.executor_sharding_param,
+            executor_fail_retry_count=e.executor_fail_retry_count,
+            trigger_time=aware(e.trigger_time),
+            trigger_code=e.trigger_code,
+            trigger_msg=e.trigger_msg,
+            trigger_type=e.trigger_type,
+            handle_time=aware(e.handle_time),
+            handle_code=e.handle_code,
+            handle_msg=e.handle_msg,
+            alarm_status=e.alarm_status,
+            planned_time=e.planned_time,
+            dispatch_time=e.dispatch_time,
+        )
+
+
+class RunLogOut(BaseModel):
+    from_line_num: int
+    to_line_num: int
+    log_content: str
+    is_end: bool
+
+
+class KillOut(BaseModel):
+    killed: bool
+    msg: str
+
+
+class ClearIn(Strict):
+    rule: str = Field(description="older_than_1_day ... keep_last_100k, all (see ClearRule)")
+    job_group: Id32 | None = None
+    job_id: Id32 | None = None
+
+
+class ClearOut(BaseModel):
+    deleted: int
+
+
+# -- groups ----------------------------------------------------------------------------------
+
+
+class GroupIn(Strict):
+    app_name: Annotated[Text, Field(min_length=1, max_length=64)]
+    title: Annotated[Text, Field(min_length=1, max_length=12)]
+    address_type: Annotated[int, Field(ge=0, le=1, description="0 automatic (registry), 1 manual")] = 0
+    addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=200)] = Field(
+        default_factory=list, description="manual groups: http(s) URLs of the executors"
+    )
+
+
+class OnlineAddress(BaseModel):
+    address: str
+    last_heartbeat: datetime | None
+
+
+class GroupOut(BaseModel):
+    id: int
+    app_name: str
+    title: str
+    address_type: int
+    addresses: list[str]
+    online: list[OnlineAddress]
+    update_time: datetime | None
+
+    @classmethod
+    def of(cls, g: JobGroup, entries: list[RegistryEntry]) -> GroupOut:
+        online = [
+            OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time)) for e in entries
+        ]
+        return cls(
+            id=g.id,
+            app_name=g.app_name,
+            title=g.title,
+            address_type=g.address_type,
+            addresses=g.addresses,
+            online=online,
+            update_time=aware(g.update_time),
+        )
+
+
+# -- users, tokens, auth ---------------------------------------------------------------------
+
+RoleName = Annotated[str, Field(pattern="^(admin|operator|viewer)$")]
+Password = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class UserOut(BaseModel):
+    id: int
+    username: str
+    role: str
+    group_ids: list[int]
+    glue_permission: bool
+    must_change_password: bool
+    add_time: datetime | None
+
+    @classmethod
+    def of(cls, u: User) -> UserOut:
+        try:
+            role = Role(u.role).label
+        except ValueError:
+            role = Role.VIEWER.label
+        return cls(
+            id=u.id,
+            username=u.username,
+            role=role,
+            group_ids=u.permitted_group_ids,
+            glue_permission=u.glue_permission,
+            must_change_password=u.must_change_password,
+            add_time=aware(u.add_time),
+        )
+
+
+class UserCreate(Strict):
+    username: Annotated[Text, Field(min_length=1, max_length=50)]
+    password: Password
+    role: RoleName = "operator"
+    group_ids: Annotated[list[Id32], Field(max_length=50)] = Field(default_factory=list)
+    glue_permission: bool = False
+    must_change_password: bool = Field(True, description="the user must pick a new password at first login")
+
+
+class UserUpdate(Strict):
+    username: Annotated[Text, Field(min_length=1, max_length=50)] | None = None
+    role: RoleName | None = None
+    group_ids: Annotated[list[Id32], Field(max_length=50)] | None = None
+    glue_permission: bool | None = None
+    password: Password | None = Field(None, description="reset the password (the user must change it)")
+
+
+class PasswordChange(Strict):
+    current_password: Password
+    new_password: Password
+
+
+class LoginIn(Strict):
+    username: Annotated[str, Field(min_length=1, max_length=50)]
+    password: Password
+
+
+class MeOut(BaseModel):
+    user: UserOut
+    auth: str = Field(description="session or token")
+    csrf_token: str | None = Field(None, description="send it as X-CSRF-Token on unsafe methods")
+
+
+class TokenCreate(Strict):
+    name: Annotated[Text, Field(min_length=1, max_length=64)]
+
+
+class TokenOut(BaseModel):
+    id: int
+    user_id: int
+    name: str
+    add_time: datetime | None
+    last_used_time: datetime | None
+    revoked: bool
+
+    @classmethod
+    def of(cls, t: ApiToken) -> TokenOut:
+        return cls(
+            id=t.id,
+            user_id=t.user_id,
+            name=t.name,
+            add_time=aware(t.add_time),
+            last_used_time=aware(t.last_used_time),
+            revoked=t.revoked,
+        )
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="shown only in this answer; store it now")
+
+
+# -- dashboard, settings ---------------------------------------------------------------------
+
+
+class DayCountOut(BaseModel):
+    day: str = Field(description="YYYY-MM-DD (UTC)")
+    running: int
+    success: int
+    fail: int
+
+
+class DashboardOut(BaseModel):
+    job_count: int
+    executor_count: int
+    runs_today: int
+    runs_today_success: int
+    runs_today_fail: int
+    runs_today_running: int
+    chart: list[DayCountOut]
+
+
+class AccessTokenOut(BaseModel):
+    access_token: str

@@ -1,0 +1,187 @@
+"""/runs: the run log — list, detail, the executor's live log, kill, clear old runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
+from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
+from jobring.admin.api.management.models import (
+    MAX_EPOCH_MS,
+    MAX_INT32,
+    MAX_INT64,
+    ClearIn,
+    ClearOut,
+    KillOut,
+    PageOut,
+    RunLogOut,
+    RunOut,
+)
+from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.security.principal import Principal
+from jobring.admin.store.records import ClearRule, HandleResult, LogEntry, LogStatus
+from jobring.core.enums import HandleCode
+from jobring.protocol.models import LogParam, LogResult, ProtocolError
+
+router = APIRouter(tags=["runs"], responses=ERROR_RESPONSES)
+
+RunId = Annotated[int, Path(ge=1, le=MAX_INT64)]
+KILLED_BY_USER = "killed by user"
+_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    502: ERROR_RESPONSES[400] | {"description": "The executor failed to answer"},
+    503: ERROR_RESPONSES[400] | {"description": "Executor calls unavailable"},
+}
+
+
+def _instant(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _epoch_ms(value: datetime | None) -> int:
+    return 0 if value is None else int(value.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+async def _load_run(services: ManagementServices, principal: Principal, run_id: int) -> LogEntry:
+    entry = await services.store.logs.get(run_id)
+    if entry is None:
+        raise not_found("run", run_id)
+    ensure_group_read(principal, entry.job_group)
+    return entry
+
+
+@router.get("/runs", response_model=PageOut[RunOut], summary="List runs, newest first")
+async def list_runs(
+    services: Services,
+    principal: Reader,
+    job_group: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
+    job_id: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
+    status: LogStatus = LogStatus.ALL,
+    trigger_from: Annotated[int | None, Query(ge=0, le=MAX_EPOCH_MS, description="epoch ms")] = None,
+    trigger_to: Annotated[int | None, Query(ge=0, le=MAX_EPOCH_MS, description="epoch ms")] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> PageOut[RunOut]:
+    if job_group is not None:
+        ensure_group_read(principal, job_group)
+        group_ids: list[int] | None = [job_group]
+    else:
+        group_ids = principal.readable_group_ids()
+    page = await services.store.logs.list(
+        group_ids=group_ids,
+        job_id=job_id,
+        status=status,
+        trigger_from=_instant(trigger_from),
+        trigger_to=_instant(trigger_to),
+        offset=offset,
+        limit=limit,
+    )
+    return PageOut[RunOut](
+        items=[RunOut.of(e) for e in page.items], total=page.total, offset=offset, limit=limit
+    )
+
+
+@router.get("/runs/{run_id}", response_model=RunOut, summary="One run")
+async def get_run(run_id: RunId, services: Services, principal: Reader) -> RunOut:
+    return RunOut.of(await _load_run(services, principal, run_id))
+
+
+@router.get(
+    "/runs/{run_id}/log",
+    response_model=RunLogOut,
+    responses=_UNAVAILABLE,
+    summary="The run's log on its executor, from a line on",
+)
+async def run_log(
+    run_id: RunId,
+    services: Services,
+    principal: Reader,
+    from_line: Annotated[int, Query(ge=1, le=MAX_INT32)] = 1,
+) -> RunLogOut:
+    entry = await _load_run(services, principal, run_id)
+    if services.executors is None:
+        raise ApiError(503, "executor calls are not available on this node")
+    if not entry.executor_address:
+        return RunLogOut(
+            from_line_num=from_line,
+            to_line_num=from_line - 1,
+            log_content="(this run was not dispatched to an executor)",
+            is_end=True,
+        )
+    param = LogParam(log_date_tim=_epoch_ms(entry.trigger_time), log_id=entry.id, from_line_num=from_line)
+    answer = await services.executors.log(entry.executor_address, param)
+    if not answer.ok or not isinstance(answer.content, dict):
+        raise ApiError(
+            502, f"executor {entry.executor_address} did not return the log: {answer.msg or 'no content'}"
+        )
+    try:
+        result = LogResult.decode(answer.content)
+    except ProtocolError as exc:
+        raise ApiError(502, f"executor {entry.executor_address} returned an unreadable log: {exc}") from None
+    # A finished run's log is complete once the executor has nothing more to give.
+    is_end = result.is_end or (entry.handle_code != 0 and result.to_line_num < result.from_line_num)
+    return RunLogOut(
+        from_line_num=result.from_line_num,
+        to_line_num=result.to_line_num,
+        log_content=result.log_content,
+        is_end=is_end,
+    )
+
+
+@router.post(
+    "/runs/{run_id}/kill",
+    response_model=KillOut,
+    responses=_UNAVAILABLE,
+    summary="Kill a running run on its executor",
+)
+async def kill_run(run_id: RunId, services: Services, principal: Writer) -> KillOut:
+    entry = await _load_run(services, principal, run_id)
+    ensure_group_write(principal, entry.job_group)
+    if entry.trigger_code != HandleCode.SUCCESS or entry.handle_code != HandleCode.UNKNOWN:
+        raise ApiError(409, f"run {run_id} is not running")
+    if services.executors is None:
+        raise ApiError(503, "executor calls are not available on this node")
+    if not entry.executor_address:
+        raise ApiError(409, f"run {run_id} has no executor address")
+    answer = await services.executors.kill(entry.executor_address, entry.job_id)
+    if not answer.ok:
+        return KillOut(killed=False, msg=answer.msg or "the executor refused to kill the run")
+    message = f"{KILLED_BY_USER} ({principal.user.username})" + (f": {answer.msg}" if answer.msg else "")
+    await services.store.logs.record_results(
+        [
+            HandleResult(
+                log_id=entry.id,
+                handle_code=int(HandleCode.FAIL),
+                handle_msg=message,
+                handle_time=services.now_naive_utc(),
+            )
+        ]
+    )
+    return KillOut(killed=True, msg=message)
+
+
+@router.post("/runs/clear", response_model=ClearOut, summary="Delete old runs by rule")
+async def clear_runs(body: ClearIn, services: Services, principal: Writer) -> ClearOut:
+    try:
+        rule = ClearRule(body.rule)
+    except ValueError:
+        allowed = ", ".join(r.value for r in ClearRule)
+        raise ApiError(422, f"rule: unknown rule {body.rule!r} (expected one of {allowed})", "rule") from None
+    group_id = body.job_group
+    if body.job_id is not None:
+        job = await services.store.jobs.get(body.job_id)
+        if job is not None:
+            if group_id is not None and group_id != job.job_group:
+                raise ApiError(422, "job_id: the job is not in job_group", "job_id")
+            group_id = job.job_group
+    if group_id is None:
+        if not principal.is_admin:
+            raise ApiError(403, "only admins may clear runs of every group; give job_group")
+    else:
+        ensure_group_write(principal, group_id)
+    deleted = await services.store.logs.clear(
+        rule, services.now_naive_utc(), group_id=group_id, job_id=body.job_id
+    )
+    return ClearOut(deleted=deleted)

@@ -1,0 +1,54 @@
+"""What the management API needs from the rest of the admin, wired by ``admin/app.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from jobring.admin.bootstrap import Secrets
+from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.security.ratelimit import LoginRateLimiter
+from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S, SessionSigner
+from jobring.admin.store import Store
+from jobring.config import AdminSettings
+from jobring.core.clock import Clock, SystemClock
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+
+@dataclass
+class ManagementServices:
+    """The store, settings and secrets, plus the trigger service and the executor client.
+
+    ``trigger``/``executors`` may be None (e.g. an API-only test); the endpoints that need
+    them then answer 503.
+    """
+
+    store: Store
+    settings: AdminSettings
+    secrets: Secrets
+    trigger: TriggerService | None = None
+    executors: ExecutorClient | None = None
+    clock: Clock = field(default_factory=SystemClock)
+    login_limiter: LoginRateLimiter | None = None
+    session_max_age_s: int = DEFAULT_SESSION_MAX_AGE_S
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    signer: SessionSigner = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.signer = SessionSigner(self.secrets.session_secret, self.session_max_age_s)
+        if self.login_limiter is None:
+            self.login_limiter = LoginRateLimiter(clock=self.clock)
+
+    @property
+    def limiter(self) -> LoginRateLimiter:
+        assert self.login_limiter is not None
+        return self.login_limiter
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def now_naive_utc(self) -> datetime:
+        """Now as the reference's DATETIME columns hold it: naive UTC, whole seconds."""
+        return datetime.fromtimestamp(self.clock.now_ms() // 1000, tz=UTC).replace(tzinfo=None)

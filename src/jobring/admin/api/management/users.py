@@ -1,0 +1,183 @@
+"""/users (admin only) and /tokens (each user's own API tokens; admins may see and revoke all)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response
+
+from jobring.admin.api.management.deps import Admin, Reader, Services
+from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
+from jobring.admin.api.management.models import (
+    MAX_INT32,
+    PageOut,
+    RoleName,
+    Text,
+    TokenCreate,
+    TokenCreated,
+    TokenOut,
+    UserCreate,
+    UserOut,
+    UserUpdate,
+)
+from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.security.passwords import hash_password, password_problem
+from jobring.admin.security.roles import Role
+from jobring.admin.security.tokens import generate_api_token, hash_api_token
+from jobring.admin.store.records import User
+from jobring.admin.validation import FieldError, check_permission_groups, check_username
+
+router = APIRouter(tags=["users"], responses=ERROR_RESPONSES)
+
+UserId = Annotated[int, Path(ge=1, le=MAX_INT32)]
+TokenId = Annotated[int, Path(ge=1, le=MAX_INT32)]
+MAX_TOKENS_PER_USER = 50
+
+
+async def _load(services: ManagementServices, user_id: int) -> User:
+    user = await services.store.users.get(user_id)
+    if user is None:
+        raise not_found("user", user_id)
+    return user
+
+
+async def _permission(services: ManagementServices, group_ids: list[int]) -> str | None:
+    text = check_permission_groups("group_ids", group_ids)
+    known = {g.id for g in await services.store.groups.all()}
+    for i, gid in enumerate(group_ids):
+        if gid not in known:
+            raise FieldError(f"group_ids.{i}", f"executor group {gid} does not exist")
+    return text
+
+
+def _check_password(password: str) -> None:
+    problem = password_problem(password)
+    if problem:
+        raise FieldError("password", problem)
+
+
+@router.get("/users", response_model=PageOut[UserOut], summary="List users (admin)")
+async def list_users(
+    services: Services,
+    principal: Admin,
+    username: Annotated[Text | None, Query(max_length=50, description="substring")] = None,
+    role: RoleName | None = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> PageOut[UserOut]:
+    role_code = int(Role.from_label(role)) if role else None
+    page = await services.store.users.list(username=username, role=role_code, offset=offset, limit=limit)
+    return PageOut[UserOut](
+        items=[UserOut.of(u) for u in page.items], total=page.total, offset=offset, limit=limit
+    )
+
+
+@router.post("/users", response_model=UserOut, status_code=201, summary="Create a user (admin)")
+async def create_user(body: UserCreate, services: Services, principal: Admin) -> UserOut:
+    check_username(body.username)
+    _check_password(body.password)
+    permission = await _permission(services, body.group_ids)
+    new_id = await services.store.users.create(  # Conflict -> 409
+        username=body.username,
+        role=int(Role.from_label(body.role)),
+        password_hash=hash_password(body.password),
+        permission=permission,
+        must_change_password=body.must_change_password,
+        glue_permission=body.glue_permission,
+        now=services.now_naive_utc(),
+    )
+    return UserOut.of(await _load(services, new_id))
+
+
+@router.get("/users/{user_id}", response_model=UserOut, summary="One user (admin)")
+async def get_user(user_id: UserId, services: Services, principal: Admin) -> UserOut:
+    return UserOut.of(await _load(services, user_id))
+
+
+@router.patch("/users/{user_id}", response_model=UserOut, summary="Update a user (admin)")
+async def update_user(user_id: UserId, body: UserUpdate, services: Services, principal: Admin) -> UserOut:
+    user = await _load(services, user_id)
+    changes = body.model_dump(exclude_unset=True)
+    for name in ("username", "role", "group_ids", "glue_permission"):
+        if name in changes and changes[name] is None:
+            raise FieldError(name, "must not be null")
+    updated = user
+    if body.username is not None:
+        check_username(body.username)
+        updated = replace(updated, username=body.username)
+    if body.role is not None:
+        role = Role.from_label(body.role)
+        if user.id == principal.user.id and role is not Role.ADMIN:
+            raise FieldError("role", "you cannot take the admin role from yourself")
+        updated = replace(updated, role=int(role))
+    if body.group_ids is not None:
+        updated = replace(updated, permission=await _permission(services, body.group_ids))
+    if body.glue_permission is not None:
+        updated = replace(updated, glue_permission=body.glue_permission)
+    if body.password is not None:
+        _check_password(body.password)
+    await services.store.users.update(updated)  # Conflict -> 409
+    if body.password is not None:
+        # An admin's reset: the user must pick their own password at next login.
+        await services.store.users.set_password_hash(user.id, hash_password(body.password), must_change=True)
+    return UserOut.of(await _load(services, user_id))
+
+
+@router.delete("/users/{user_id}", status_code=204, response_class=Response, summary="Delete a user (admin)")
+async def delete_user(user_id: UserId, services: Services, principal: Admin) -> Response:
+    if user_id == principal.user.id:
+        raise ApiError(409, "you cannot delete yourself")
+    if not await services.store.users.delete(user_id):
+        raise not_found("user", user_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/tokens",
+    response_model=list[TokenOut],
+    tags=["tokens"],
+    summary="API tokens: yours, or another user's (admin)",
+)
+async def list_tokens(
+    services: Services, principal: Reader, user_id: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None
+) -> list[TokenOut]:
+    owner = principal.user.id if user_id is None else user_id
+    if owner != principal.user.id and not principal.is_admin:
+        raise ApiError(403, "only admins may list other users' tokens")
+    return [TokenOut.of(t) for t in await services.store.tokens.list_for_user(owner)]
+
+
+@router.post(
+    "/tokens",
+    response_model=TokenCreated,
+    status_code=201,
+    tags=["tokens"],
+    summary="Create an API token for yourself (the token is shown only once)",
+)
+async def create_token(body: TokenCreate, services: Services, principal: Reader) -> TokenCreated:
+    existing = await services.store.tokens.list_for_user(principal.user.id)
+    if sum(not t.revoked for t in existing) >= MAX_TOKENS_PER_USER:
+        raise ApiError(409, f"you already have {MAX_TOKENS_PER_USER} active tokens; revoke some first")
+    token = generate_api_token()
+    token_id = await services.store.tokens.create(
+        principal.user.id, body.name, hash_api_token(token), services.now_naive_utc()
+    )
+    created = next(
+        t for t in await services.store.tokens.list_for_user(principal.user.id) if t.id == token_id
+    )
+    return TokenCreated(**TokenOut.of(created).model_dump(), token=token)
+
+
+@router.delete(
+    "/tokens/{token_id}",
+    status_code=204,
+    response_class=Response,
+    tags=["tokens"],
+    summary="Revoke an API token (yours; admins: any)",
+)
+async def revoke_token(token_id: TokenId, services: Services, principal: Reader) -> Response:
+    owner = None if principal.is_admin else principal.user.id
+    if not await services.store.tokens.revoke(token_id, user_id=owner):
+        raise not_found("active token", token_id)
+    return Response(status_code=204)

@@ -1,0 +1,184 @@
+"""XXL-JOB 3.x style programmatic job management: ``POST api/addJob|updateJob|removeJob|
+startJob|stopJob|triggerJob``, checked with the executor access token.
+
+Thin aliases over the same job operations as the REST API (same validation). Bodies use
+XXL-JOB's camelCase JobInfo fields; answers are HTTP 200 with ``{"code", "msg", "content"}``
+(``data`` carries the same value for 3.x clients). Put ``xxl3_api_routes(...)`` *before*
+the executor API's catch-all ``/api/{uri}`` routes, at ``/`` and under the base path.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from jobring.admin.api.management import jobservice
+from jobring.admin.api.management.errors import ApiError
+from jobring.admin.api.management.limits import RequestGuard
+from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.store.errors import StoreError
+from jobring.admin.store.records import JobInfo
+from jobring.admin.validation import FieldError
+from jobring.core.enums import TriggerType
+from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_METHOD_NOT_SUPPORTED, MSG_TOKEN_WRONG
+
+log = logging.getLogger(__name__)
+
+XXL3_API_NAMES = ("addJob", "updateJob", "removeJob", "startJob", "stopJob", "triggerJob")
+_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+
+# camelCase wire name -> JobInfo field, with the expected JSON type.
+_JOB_FIELDS: dict[str, tuple[str, type]] = {
+    "jobGroup": ("job_group", int),
+    "jobDesc": ("job_desc", str),
+    "author": ("author", str),
+    "alarmEmail": ("alarm_email", str),
+    "scheduleType": ("schedule_type", str),
+    "scheduleConf": ("schedule_conf", str),
+    "scheduleTimezone": ("schedule_timezone", str),
+    "misfireStrategy": ("misfire_strategy", str),
+    "executorRouteStrategy": ("executor_route_strategy", str),
+    "executorHandler": ("executor_handler", str),
+    "executorParam": ("executor_param", str),
+    "executorBlockStrategy": ("executor_block_strategy", str),
+    "executorTimeout": ("executor_timeout", int),
+    "executorFailRetryCount": ("executor_fail_retry_count", int),
+    "glueType": ("glue_type", str),
+    "glueSource": ("glue_source", str),
+    "glueRemark": ("glue_remark", str),
+    "childJobId": ("child_jobid", str),
+}
+
+
+class _Refused(Exception):
+    pass
+
+
+def _answer(code: int, msg: str | None = None, content: Any = None) -> Response:
+    body = {"code": code, "msg": msg, "content": content, "data": content}
+    return Response(orjson.dumps(body), status_code=200, media_type="application/json")
+
+
+def _fields(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for wire, (name, kind) in _JOB_FIELDS.items():
+        if wire not in data or data[wire] is None:
+            continue
+        value = data[wire]
+        if kind is int and (not isinstance(value, int) or isinstance(value, bool)):
+            raise FieldError(wire, "must be an integer")
+        if kind is str and not isinstance(value, str):
+            if name == "child_jobid" and isinstance(value, list):
+                value = ",".join(str(v) for v in value)
+            else:
+                raise FieldError(wire, "must be a string")
+        if kind is int and not -(2**31) <= value < 2**31:
+            raise FieldError(wire, "is out of range")
+        out[name] = value
+    return out
+
+
+def _job_id(data: dict[str, Any]) -> int:
+    value = data.get("id", data.get("jobId"))
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**31:
+        raise FieldError("id", "a positive job id is required")
+    return value
+
+
+class Xxl3Api:
+    """The handlers behind the routes."""
+
+    def __init__(self, services: ManagementServices) -> None:
+        self._services = services
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
+            "addJob": self._add,
+            "updateJob": self._update,
+            "removeJob": self._remove,
+            "startJob": self._start,
+            "stopJob": self._stop,
+            "triggerJob": self._trigger,
+        }
+
+    async def endpoint(self, request: Request) -> Response:
+        name = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+        if request.method != "POST":
+            return _answer(500, MSG_METHOD_NOT_SUPPORTED)
+        given = request.headers.get(ACCESS_TOKEN_HEADER)
+        expected = self._services.secrets.access_token
+        if not given or not hmac.compare_digest(expected.encode(), given.encode()):
+            return _answer(500, MSG_TOKEN_WRONG)
+        try:
+            data = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            return _answer(500, f"invalid request body: {exc}")
+        if not isinstance(data, dict):
+            return _answer(500, "invalid request body: expected a JSON object")
+        try:
+            content = await self._handlers[name](data)
+        except FieldError as exc:
+            return _answer(500, str(exc))
+        except ApiError as exc:
+            return _answer(500, exc.error)
+        except StoreError as exc:
+            return _answer(500, str(exc))
+        return _answer(200, None, content)
+
+    async def _add(self, data: dict[str, Any]) -> str:
+        fields = _fields(data)
+        for required in ("job_group", "job_desc"):
+            if required not in fields:
+                raise FieldError(required, "is required")
+        job = await jobservice.create_job(self._services, JobInfo(**fields), None)
+        return str(job.id)
+
+    async def _update(self, data: dict[str, Any]) -> None:
+        old = await jobservice.load_job(self._services, _job_id(data))
+        new = replace(old, **_fields(data))
+        await jobservice.update_job(self._services, old, new, None)
+
+    async def _remove(self, data: dict[str, Any]) -> None:
+        await jobservice.delete_job(self._services, await jobservice.load_job(self._services, _job_id(data)))
+
+    async def _start(self, data: dict[str, Any]) -> None:
+        await jobservice.start_job(self._services, await jobservice.load_job(self._services, _job_id(data)))
+
+    async def _stop(self, data: dict[str, Any]) -> None:
+        await jobservice.stop_job(self._services, await jobservice.load_job(self._services, _job_id(data)))
+
+    async def _trigger(self, data: dict[str, Any]) -> dict[str, Any]:
+        job = await jobservice.load_job(self._services, _job_id(data))
+        param = data.get("executorParam")
+        if param is not None and (not isinstance(param, str) or len(param) > 512):
+            raise FieldError("executorParam", "must be a string of at most 512 characters")
+        raw = data.get("addressList")
+        addresses: list[str] | None = None
+        if isinstance(raw, str):
+            addresses = [a for a in raw.split(",") if a.strip()]
+        elif isinstance(raw, list) and all(isinstance(a, str) for a in raw):
+            addresses = list(raw)
+        elif raw is not None:
+            raise FieldError("addressList", "must be a comma list or an array of addresses")
+        result = await jobservice.trigger_job(self._services, job, param, addresses, TriggerType.API)
+        if result.trigger_code != 200:
+            raise ApiError(500, result.trigger_msg)
+        return {"logIds": result.log_ids, "triggerMsg": result.trigger_msg}
+
+
+def xxl3_api_routes(services: ManagementServices) -> list[BaseRoute]:
+    """``/api/addJob`` ... ``/api/triggerJob``; list them before any ``/api/{uri}`` catch-all."""
+    api = Xxl3Api(services)
+    return [Route(f"/api/{name}", api.endpoint, methods=_ALL_METHODS) for name in XXL3_API_NAMES]
+
+
+def xxl3_api_app(services: ManagementServices) -> Any:
+    """A standalone ASGI app serving only the six aliases (body size limited like /api/v1)."""
+    return RequestGuard(Starlette(routes=xxl3_api_routes(services)), services.max_body_bytes)

@@ -1,0 +1,229 @@
+"""Validation of what the management API and the XXL-JOB 3.x aliases write.
+
+Everything is checked before anything is written, and every problem names its field.
+Pure checks (``check_job``) need no I/O; reference checks (``check_job_references``) read
+the store: the group exists, child jobs exist and form no cycle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from jobring.admin.store import Store
+from jobring.admin.store.records import JobInfo
+from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
+from jobring.core.schedule import parse_schedule
+
+# Column widths of xxl_job_info / xxl_job_group / xxl_job_user (tables.py).
+JOB_LIMITS = {
+    "job_desc": 255,
+    "author": 64,
+    "alarm_email": 255,
+    "schedule_conf": 128,
+    "executor_handler": 255,
+    "executor_param": 512,
+    "glue_remark": 128,
+    "child_jobid": 255,
+    "schedule_timezone": 64,
+}
+MAX_EXECUTOR_TIMEOUT_S = 7 * 24 * 3600
+MAX_RETRY_COUNT = 100
+MAX_CHILD_DEPTH = 1000
+APP_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$")
+USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@\-]{0,49}$")
+HANDLER_PATTERN = re.compile(r"^\S(.*\S)?$")
+
+
+class FieldError(ValueError):
+    """A value the caller sent that cannot be accepted; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message if message.startswith(field) else f"{field}: {message}")
+        self.field = field
+
+
+def check_text(field: str, value: str | None, max_len: int, *, required: bool = False) -> None:
+    """Length within the column, no NUL or other control characters except tab/newline."""
+    if value is None or value == "":
+        if required:
+            raise FieldError(field, "must not be empty")
+        return
+    if len(value) > max_len:
+        raise FieldError(field, f"must have at most {max_len} characters, got {len(value)}")
+    if any(ord(ch) < 32 and ch not in "\t\r\n" for ch in value):
+        raise FieldError(field, "must not contain control characters")
+    if required and not value.strip():
+        raise FieldError(field, "must not be blank")
+
+
+def check_timezone(field: str, tz: str | None) -> None:
+    if tz is None:
+        return
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise FieldError(
+            field, f"unknown time zone {tz!r} (expected an IANA name such as Europe/Paris)"
+        ) from None
+
+
+def _check_enum(field: str, value: str | None, allowed: Iterable[str], *, required: bool = True) -> None:
+    names = list(allowed)
+    if value is None:
+        if required:
+            raise FieldError(field, f"is required (one of {', '.join(names)})")
+        return
+    if value not in names:
+        raise FieldError(field, f"unknown value {value!r} (expected one of {', '.join(names)})")
+
+
+def parse_child_ids(field: str, text: str | None) -> list[int]:
+    """``child_jobid`` as a list of distinct positive ids; FieldError on anything else."""
+    ids: list[int] = []
+    for part in (text or "").split(","):
+        item = part.strip()
+        if not item:
+            continue
+        if not item.isdigit() or not item.isascii() or int(item) <= 0 or len(item) > 10:
+            raise FieldError(field, f"{item!r} is not a job id")
+        if int(item) not in ids:
+            ids.append(int(item))
+    return ids
+
+
+def check_schedule(schedule_type: str, conf: str | None, tz: str, field_prefix: str = "") -> None:
+    """The schedule parses (cron syntax, fix-rate range) in the zone it will run in."""
+    _check_enum(field_prefix + "schedule_type", schedule_type, [t.value for t in ScheduleType])
+    check_timezone(field_prefix + "schedule_timezone", tz)
+    try:
+        parse_schedule(schedule_type, conf, tz)
+    except ValueError as exc:
+        # The schedule's messages start with the field they are about ("schedule_conf: ...").
+        text = str(exc)
+        name, sep, _rest = text.partition(": ")
+        field = (
+            {"time_zone": "schedule_timezone"}.get(name, name)
+            if sep and name.isidentifier()
+            else "schedule_conf"
+        )
+        raise FieldError(field_prefix + field, text) from None
+
+
+def check_job(job: JobInfo, default_tz: str) -> None:
+    """Every field of ``job`` on its own (no store access)."""
+    for name, limit in JOB_LIMITS.items():
+        check_text(name, getattr(job, name), limit, required=name == "job_desc")
+    if job.job_group <= 0:
+        raise FieldError("job_group", "must be a positive group id")
+    _check_enum("misfire_strategy", job.misfire_strategy, [m.value for m in MisfireStrategy])
+    _check_enum("executor_route_strategy", job.executor_route_strategy, [r.value for r in RouteStrategy])
+    _check_enum("executor_block_strategy", job.executor_block_strategy, [b.value for b in BlockStrategy])
+    _check_enum("glue_type", job.glue_type, [g.value for g in GlueType])
+    if not 0 <= job.executor_timeout <= MAX_EXECUTOR_TIMEOUT_S:
+        raise FieldError("executor_timeout", f"must be between 0 and {MAX_EXECUTOR_TIMEOUT_S} seconds")
+    if not 0 <= job.executor_fail_retry_count <= MAX_RETRY_COUNT:
+        raise FieldError("executor_fail_retry_count", f"must be between 0 and {MAX_RETRY_COUNT}")
+    if job.glue_type == GlueType.BEAN and not (job.executor_handler or "").strip():
+        raise FieldError("executor_handler", "is required for BEAN jobs")
+    if job.executor_handler and not HANDLER_PATTERN.match(job.executor_handler):
+        raise FieldError("executor_handler", "must not start or end with white space")
+    if job.alarm_email:
+        for address in job.alarm_email.split(","):
+            if address.strip() and "@" not in address:
+                raise FieldError("alarm_email", f"{address.strip()!r} is not an e-mail address")
+    check_timezone("schedule_timezone", job.schedule_timezone)
+    check_schedule(job.schedule_type, job.schedule_conf, job.schedule_timezone or default_tz)
+    if job.id and job.id in parse_child_ids("child_jobid", job.child_jobid):
+        raise FieldError("child_jobid", "a job cannot be its own child")
+
+
+async def check_job_references(store: Store, job: JobInfo) -> None:
+    """The group exists; child jobs exist; the child links would form no cycle."""
+    if await store.groups.get(job.job_group) is None:
+        raise FieldError("job_group", f"executor group {job.job_group} does not exist")
+    children = parse_child_ids("child_jobid", job.child_jobid)
+    if not children:
+        return
+    found = await store.jobs.get_many(children)
+    missing = [c for c in children if c not in found]
+    if missing:
+        raise FieldError("child_jobid", f"job {missing[0]} does not exist")
+    if job.id:
+        await _check_no_cycle(store, job.id, children)
+
+
+async def _check_no_cycle(store: Store, job_id: int, children: list[int]) -> None:
+    # Walk down from the new children; reaching the job itself means a cycle.
+    seen: set[int] = set()
+    frontier = list(children)
+    while frontier:
+        if job_id in frontier:
+            raise FieldError("child_jobid", f"child jobs would form a cycle through job {job_id}")
+        seen.update(frontier)
+        if len(seen) > MAX_CHILD_DEPTH * 10:
+            raise FieldError("child_jobid", "the chain of child jobs is too large to check")
+        jobs = await store.jobs.get_many(frontier)
+        frontier = [c for j in jobs.values() for c in j.child_job_ids if c not in seen]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFields:
+    app_name: str
+    title: str
+    address_type: int
+    addresses: list[str]
+
+
+def check_address(field: str, address: str) -> str:
+    """An executor address must be an absolute http(s) URL with a host; returns it trimmed."""
+    text = address.strip()
+    check_text(field, text, 255, required=True)
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise FieldError(field, f"{text!r} is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FieldError(field, f"{text!r} is not an http(s) URL with a host")
+    if port is not None and not 0 < port < 65536:
+        raise FieldError(field, f"{text!r} has an invalid port")
+    if parts.query or parts.fragment or any(ch.isspace() for ch in text):
+        raise FieldError(field, f"{text!r} must not contain a query, fragment or spaces")
+    return text
+
+
+def check_group(fields: GroupFields) -> str | None:
+    """Validate a group; returns the stored address_list (comma list) for manual groups."""
+    if not APP_NAME_PATTERN.match(fields.app_name):
+        raise FieldError("app_name", "must be 1-64 letters, digits or _ . : -, starting alphanumeric")
+    check_text("title", fields.title, 12, required=True)
+    if fields.address_type not in (0, 1):
+        raise FieldError("address_type", "must be 0 (automatic) or 1 (manual)")
+    if fields.address_type == 0:
+        return None
+    if not fields.addresses:
+        raise FieldError("addresses", "a manual group needs at least one address")
+    cleaned = [check_address(f"addresses.{i}", a) for i, a in enumerate(fields.addresses)]
+    joined = ",".join(dict.fromkeys(cleaned))
+    if len(joined) > 65_000:
+        raise FieldError("addresses", "too many addresses")
+    return joined
+
+
+def check_username(username: str) -> None:
+    if not USERNAME_PATTERN.match(username):
+        raise FieldError("username", "must be 1-50 letters, digits or _ . @ -, starting alphanumeric")
+
+
+def check_permission_groups(field: str, group_ids: list[int]) -> str | None:
+    """Permitted groups as the stored comma list (fits the 255-character column)."""
+    if any(g <= 0 for g in group_ids):
+        raise FieldError(field, "group ids must be positive")
+    text = ",".join(str(g) for g in dict.fromkeys(group_ids))
+    if len(text) > 255:
+        raise FieldError(field, "too many groups (the list must fit in 255 characters)")
+    return text or None

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from jobring.admin.store import Store
+from tests.admin.api_harness import api_env
+
+
+async def test_openapi_and_docs_are_served(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store, users=False) as env, env.client() as http:
+        spec = (await http.get("/openapi.json")).json()
+        assert "/jobs" in spec["paths"] and "/auth/login" in spec["paths"]
+        docs = await http.get("/docs")
+        assert docs.status_code == 200 and "/api/v1/openapi.json" in docs.text
+
+
+async def test_create_and_get_job(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        r = await http.post(
+            "/jobs",
+            json={
+                "job_group": env.group_a,
+                "job_desc": "hello",
+                "executor_handler": "demo",
+                "schedule_type": "CRON",
+                "schedule_conf": "0 */5 * * * ?",
+            },
+        )
+        assert r.status_code == 201, r.text
+        job = r.json()
+        r = await http.get(f"/jobs/{job['id']}")
+        assert r.status_code == 200 and r.json()["job_desc"] == "hello"
