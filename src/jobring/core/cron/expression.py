@@ -33,6 +33,8 @@ _UTC_ZONE_NAMES = frozenset(
     {"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"}
 )
 
+_MAX_TRANSITION_ROUNDS = 2 * (MAX_YEAR - MIN_YEAR + 2) + 4
+
 Wall = tuple[int, int, int, int, int, int]
 
 
@@ -247,14 +249,17 @@ class CronExpression:
         zone = self.zone
         if start + 2 * _DAY >= _END_OF_RANGE or start - 2 * _DAY < _START_OF_RANGE:
             # Outside the year range; only the clamping/None logic applies, no zone lookups.
-            local = start
+            wall = self._next_wall_from_local(start)
         else:
-            local = start + _offset_at(zone, start)
-        wall = self._next_wall_from_local(local)
-        while wall is not None:
-            naive = datetime(*wall)
-            offset_first = _seconds(zone.utcoffset(naive))
-            offset_second = _seconds(zone.utcoffset(naive.replace(fold=1)))
+            now = datetime.fromtimestamp(start, zone)
+            wall = self._next_wall(now.year, now.month, now.day, now.hour, now.minute, now.second)
+        # Each round moves past one DST transition; at most two per year within the year range.
+        for _ in range(_MAX_TRANSITION_ROUNDS):
+            if wall is None:
+                return None
+            year, month, day, hour, minute, second = wall
+            offset_first = _seconds(zone.utcoffset(datetime(year, month, day, hour, minute, second)))
+            offset_second = _seconds(zone.utcoffset(datetime(year, month, day, hour, minute, second, fold=1)))
             local = _local_seconds(wall)
             if offset_second > offset_first:
                 # Wall time in a spring-forward gap: it does not exist, so it never fires.
@@ -265,15 +270,25 @@ class CronExpression:
             fire = local - offset_first
             if fire > after:
                 return fire
-            # Ambiguous wall time whose first occurrence is already past (t lies in the repeated
-            # hour): each wall time fires once, so resume at the end of the repeated interval.
-            transition = _transition(zone, fire, after)
+            # Ambiguous wall time whose first occurrence is already past (``start`` lies in the
+            # repeated interval's second pass): each wall time fires once, so resume at the end
+            # of the repeated interval.
+            transition = _transition(zone, fire, start)
             wall = self._next_wall_from_local(transition + offset_first)
-        return None
+        raise RuntimeError(f"cron search for {self.expression!r} did not settle after {after}")
+
+
+_OFFSET_SECONDS: dict[timedelta, int] = {}
 
 
 def _seconds(offset: timedelta | None) -> int:
-    return 0 if offset is None else offset.days * _DAY + offset.seconds
+    if offset is None:
+        return 0
+    seconds = _OFFSET_SECONDS.get(offset)
+    if seconds is None:
+        # Zones have few distinct offsets; memoising avoids timedelta arithmetic on the hot path.
+        seconds = _OFFSET_SECONDS.setdefault(offset, offset.days * _DAY + offset.seconds)
+    return seconds
 
 
 def _offset_at(zone: tzinfo, instant: int) -> int:
