@@ -104,8 +104,9 @@ class Executor:
         """Override settings (e.g. from CLI flags) before the executor starts."""
         if self._runner is not None:
             raise ExecutorError("cannot configure a running executor")
-        self._explicit.update({k: v for k, v in overrides.items() if v is not None})
-        self.settings = load_executor_settings(self._environ, **self._explicit)
+        explicit = {**self._explicit, **{k: v for k, v in overrides.items() if v is not None}}
+        self.settings = load_executor_settings(self._environ, **explicit)  # raises before any change
+        self._explicit = explicit
         self._endpoints = None
 
     def job(

@@ -1,0 +1,40 @@
+"""`jobring executor module:attr`: target resolution and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobring.cli import main
+
+
+@pytest.mark.parametrize(
+    ("target", "needle"),
+    [
+        ("jobring.demo", "module:attr"),
+        ("no_such_module_xyz:executor", "cannot import"),
+        ("jobring.demo:nothing", "no attribute"),
+        ("jobring.demo:hello", "not a jobring Executor"),
+    ],
+)
+def test_bad_target_exits_2_with_a_message(target: str, needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["executor", target]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_missing_token_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBRING_EXECUTOR_ACCESS_TOKEN", raising=False)
+    assert main(["executor", "jobring.demo:executor", "--host", "127.0.0.1", "--port", "0"]) == 2
+    assert "access token is missing" in capsys.readouterr().err
+
+
+def test_open_executor_on_a_public_interface_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["executor", "jobring.demo:executor", "--allow-open", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert "loopback" in capsys.readouterr().err
+
+
+def test_bad_flag_values_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["executor", "jobring.demo:executor", "--port", "abc"])
+    assert exc.value.code == 2
+    assert main(["executor", "jobring.demo:executor", "--admin", "not-a-url", "--token", "t"]) == 2
+    assert "http(s) URL" in capsys.readouterr().err
