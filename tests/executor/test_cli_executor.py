@@ -16,7 +16,9 @@ from jobring.cli import main
         ("jobring.demo:hello", "not a jobring Executor"),
     ],
 )
-def test_bad_target_exits_2_with_a_message(target: str, needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_target_exits_2_with_a_message(
+    target: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["executor", target]) == 2
     assert needle in capsys.readouterr().err
 
@@ -28,7 +30,8 @@ def test_missing_token_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: 
 
 
 def test_open_executor_on_a_public_interface_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["executor", "jobring.demo:executor", "--allow-open", "--host", "0.0.0.0", "--port", "0"]) == 2
+    args = ["executor", "jobring.demo:executor", "--allow-open", "--host", "0.0.0.0", "--port", "0"]
+    assert main(args) == 2
     assert "loopback" in capsys.readouterr().err
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -42,6 +42,15 @@ def make_executor(admin: FakeAdmin, log_path: Path, **kw: object) -> Executor:
     return ex
 
 
+async def poll(
+    ask: Callable[[], Awaitable[httpx.Response]], done: Callable[[httpx.Response], bool], within_s: float = 10
+) -> None:
+    """Ask again every 10 ms until done (a state with no event to wait on), failing after within_s."""
+    async with asyncio.timeout(within_s):
+        while not done(await ask()):
+            await asyncio.sleep(0.01)
+
+
 @pytest.fixture
 async def admin() -> AsyncIterator[FakeAdmin]:
     fake = FakeAdmin()
@@ -66,9 +75,8 @@ async def test_results_spooled_while_admin_down_are_delivered_once_by_the_next_i
             assert (await client.post("/run", json=trigger(9, 109, "bad"))).json() == {"code": 200}
             # Wait until every run has ended (its worker idle) before stopping.
             for job_id in (1, 2, 3, 9):
-                async with asyncio.timeout(10):
-                    while (await client.post("/idleBeat", json={"jobId": job_id})).json()["code"] != 200:
-                        await asyncio.sleep(0.01)
+                await poll(lambda j=job_id: client.post("/idleBeat", json={"jobId": j}),
+                           lambda r: r.json()["code"] == 200)
     finally:
         await first.shutdown()
     spool = tmp_path / SPOOL_FILE_NAME
