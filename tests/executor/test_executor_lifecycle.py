@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -47,7 +48,9 @@ async def poll(
 ) -> None:
     """Ask again every 10 ms until done (a state with no event to wait on), failing after within_s."""
     async with asyncio.timeout(within_s):
-        while not done(await ask()):
+        for _attempt in itertools.count():
+            if done(await ask()):
+                return
             await asyncio.sleep(0.01)
 
 
