@@ -1,0 +1,153 @@
+"""Jobs (``/jobs``, ``/schedules/preview``) and their GLUE source (``/jobs/{id}/glue``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jobring.client.call import (
+    ApiGroup,
+    Call,
+    Endpoint,
+    JsonObject,
+    M,
+    as_list,
+    as_nothing,
+    as_object,
+    compact,
+    delete,
+    get,
+    patch,
+    post,
+    put,
+)
+from jobring.client.core import path_part
+from jobring.client.page import Page, as_page
+
+
+def _job(job_id: int) -> str:
+    return f"/jobs/{path_part(job_id)}"
+
+
+def list_jobs(
+    *,
+    group: int | None = None,
+    trigger_status: int | None = None,
+    desc: str | None = None,
+    handler: str | None = None,
+    author: str | None = None,
+    sort: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> Call[Page]:
+    """Jobs the caller may see; ``trigger_status`` 1 running / 0 stopped; ``desc``,
+    ``handler`` and ``author`` match substrings; ``sort``: id_desc, id_asc, next_time, desc."""
+    return get(
+        "/jobs", as_page, job_group=group, trigger_status=trigger_status, desc=desc, handler=handler,
+        author=author, sort=sort, offset=offset, limit=limit,
+    )
+
+
+def get_job(job_id: int) -> Call[JsonObject]:
+    """One job."""
+    return get(_job(job_id), as_object)
+
+
+def create_job(fields: Mapping[str, Any]) -> Call[JsonObject]:
+    """A new (stopped) job from the API's job fields (``job_group``, ``job_desc``,
+    ``schedule_type``, ``schedule_conf``, ``executor_handler``...); returns it."""
+    return post("/jobs", as_object, dict(fields))
+
+
+def update_job(job_id: int, changes: Mapping[str, Any]) -> Call[JsonObject]:
+    """Change some fields of a job; returns the job as stored."""
+    return patch(_job(job_id), as_object, dict(changes))
+
+
+def copy_job(job_id: int) -> Call[JsonObject]:
+    """A stopped copy of the job; returns the copy."""
+    return post(_job(job_id) + "/copy", as_object)
+
+
+def delete_job(job_id: int) -> Call[None]:
+    """Delete the job."""
+    return delete(_job(job_id), as_nothing)
+
+
+def start_job(job_id: int) -> Call[JsonObject]:
+    """Start scheduling the job; returns it with its next fire time."""
+    return post(_job(job_id) + "/start", as_object)
+
+
+def stop_job(job_id: int) -> Call[JsonObject]:
+    """Stop scheduling the job."""
+    return post(_job(job_id) + "/stop", as_object)
+
+
+def trigger_job(
+    job_id: int, *, executor_param: str | None = None, addresses: Sequence[str] | None = None
+) -> Call[JsonObject]:
+    """Run the job once now, optionally with other params or on given addresses only;
+    returns ``{"log_ids": [...], "trigger_code": ..., "trigger_msg": ...}``."""
+    body = compact({"executor_param": executor_param, "addresses": list(addresses) if addresses else None})
+    return post(_job(job_id) + "/trigger", as_object, body)
+
+
+def preview_schedule(
+    schedule_type: str,
+    schedule_conf: str | None = None,
+    *,
+    timezone: str | None = None,
+    count: int = 5,
+    after: int | None = None,
+) -> Call[JsonObject]:
+    """The next ``count`` fire times of a schedule (epoch ms in ``times``, ISO in ``times_iso``)."""
+    body = compact({
+        "schedule_type": schedule_type, "schedule_conf": schedule_conf, "timezone": timezone,
+        "count": count, "after": after,
+    })
+    return post("/schedules/preview", as_object, body)
+
+
+class JobsApi(ApiGroup[M]):
+    """Job definitions and their scheduling state."""
+
+    list = Endpoint(list_jobs)
+    get = Endpoint(get_job)
+    create = Endpoint(create_job)
+    update = Endpoint(update_job)
+    copy = Endpoint(copy_job)
+    delete = Endpoint(delete_job)
+    start = Endpoint(start_job)
+    stop = Endpoint(stop_job)
+    trigger = Endpoint(trigger_job)
+    preview = Endpoint(preview_schedule)
+
+
+def get_glue(job_id: int) -> Call[JsonObject]:
+    """The job's current GLUE source."""
+    return get(_job(job_id) + "/glue", as_object)
+
+
+def save_glue(job_id: int, source: str, remark: str) -> Call[JsonObject]:
+    """Save a new version of the job's GLUE source."""
+    return put(_job(job_id) + "/glue", as_object, {"glue_source": source, "glue_remark": remark})
+
+
+def glue_history(job_id: int) -> Call[list[JsonObject]]:
+    """Earlier versions of the job's GLUE source, newest first."""
+    return get(_job(job_id) + "/glue/versions", as_list)
+
+
+def restore_glue(job_id: int, version_id: int) -> Call[JsonObject]:
+    """Make an earlier version the job's current GLUE source."""
+    return post(f"{_job(job_id)}/glue/versions/{path_part(version_id)}/restore", as_object)
+
+
+class GlueApi(ApiGroup[M]):
+    """GLUE (script) sources of jobs, with their version history."""
+
+    get = Endpoint(get_glue)
+    save = Endpoint(save_glue)
+    history = Endpoint(glue_history)
+    restore = Endpoint(restore_glue)

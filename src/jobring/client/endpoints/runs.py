@@ -1,0 +1,61 @@
+"""Runs (``/runs``): the run log rows, their executor logs, kill and clean-up."""
+
+from __future__ import annotations
+
+from jobring.client.call import ApiGroup, Call, Endpoint, JsonObject, M, as_object, compact, get, post
+from jobring.client.core import path_part
+from jobring.client.page import Page, as_page
+
+
+def _run(run_id: int) -> str:
+    return f"/runs/{path_part(run_id)}"
+
+
+def list_runs(
+    *,
+    group: int | None = None,
+    job: int | None = None,
+    status: str | None = None,
+    trigger_from: int | None = None,
+    trigger_to: int | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> Call[Page]:
+    """Runs, newest first; ``status``: all, success, fail, running; ``trigger_from`` and
+    ``trigger_to`` bound the trigger time (epoch ms)."""
+    return get(
+        "/runs", as_page, job_group=group, job_id=job, status=status, trigger_from=trigger_from,
+        trigger_to=trigger_to, offset=offset, limit=limit,
+    )
+
+
+def get_run(run_id: int) -> Call[JsonObject]:
+    """One run."""
+    return get(_run(run_id), as_object)
+
+
+def run_log(run_id: int, from_line: int = 1) -> Call[JsonObject]:
+    """The run's log from line ``from_line`` on, read from its executor:
+    ``{"from_line_num", "to_line_num", "log_content", "is_end"}``."""
+    return get(_run(run_id) + "/log", as_object, from_line=from_line)
+
+
+def kill_run(run_id: int) -> Call[JsonObject]:
+    """Ask the run's executor to kill it: ``{"killed": bool, "msg": str}``."""
+    return post(_run(run_id) + "/kill", as_object)
+
+
+def clear_runs(rule: str, *, group: int | None = None, job: int | None = None) -> Call[JsonObject]:
+    """Delete old runs by ``rule`` (older_than_1_day ... keep_last_100k, all):
+    ``{"deleted": n}``."""
+    return post("/runs/clear", as_object, compact({"rule": rule, "job_group": group, "job_id": job}))
+
+
+class RunsApi(ApiGroup[M]):
+    """Runs of jobs (the reference's trigger log)."""
+
+    list = Endpoint(list_runs)
+    get = Endpoint(get_run)
+    log = Endpoint(run_log)
+    kill = Endpoint(kill_run)
+    clear = Endpoint(clear_runs)
