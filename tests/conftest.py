@@ -1,7 +1,8 @@
 """Fixtures shared by every test folder: throwaway databases on each backend.
 
-``db_url``     module-scoped, parametrized over sqlite/postgresql/mariadb: a new database,
-               already upgraded to the newest schema, shared by the tests of one module.
+``db_url``     session-scoped, parametrized over sqlite/postgresql/mariadb: a new database
+               per backend, upgraded to the newest schema, shared by the whole session
+               (so use ``store``, which empties it, or keep your rows apart).
 ``store``      a ``Store`` on ``db_url`` with every table emptied first (per test).
 ``sqlite_store`` the same on SQLite only (fast unit tests of code built on the store).
 ``fresh_db_url`` parametrized too: a new, empty (not upgraded) database per test.
@@ -56,9 +57,9 @@ def _create(backend: str, directory: Path) -> str:
         raise  # not reached: skip/fail raise
 
 
-@pytest.fixture(scope="module", params=BACKENDS, ids=BACKENDS)
+@pytest.fixture(scope="session", params=BACKENDS, ids=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A new database on the parametrized backend, upgraded, shared within one test module."""
+    """A new database on the parametrized backend, upgraded, shared by the session."""
     url = _create(request.param, tmp_path_factory.mktemp("db"))
     try:
         run_in_fresh_loop(lambda: upgrade_database(url))

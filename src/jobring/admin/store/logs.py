@@ -8,7 +8,21 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, delete, func, insert, not_, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    String,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    not_,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import mysql as mysql_dialect
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -122,64 +136,104 @@ class LogRepository(Repository):
         returning = (job_log.c.id, job_log.c.job_id, job_log.c.planned_time)
         stmt: Any
         if backend == "postgresql":
-            stmt = pg_dialect.insert(job_log).values(values).on_conflict_do_nothing().returning(*returning)
+            stmt = pg_dialect.insert(job_log).on_conflict_do_nothing().returning(*returning)
         elif backend == "sqlite":
-            stmt = (
-                sqlite_dialect.insert(job_log).values(values).on_conflict_do_nothing().returning(*returning)
-            )
+            stmt = sqlite_dialect.insert(job_log).on_conflict_do_nothing().returning(*returning)
         else:
             stmt = (
                 mysql_dialect.insert(job_log)
-                .values(values)
                 .prefix_with("IGNORE")
                 .returning(*returning)
                 .execution_options(**{MARIADB_QUIET: True})
             )
-        got = {(r.job_id, r.planned_time): int(r.id) for r in (await conn.execute(stmt)).all()}
+        # executemany: SQLAlchemy's "insertmanyvalues" sends multi-row INSERTs from one cached
+        # compiled statement. Skipped rows return nothing, so rows are matched by their key.
+        got = {(r.job_id, r.planned_time): int(r.id) for r in (await conn.execute(stmt, values)).all()}
         for i, row in part:
             # The first row of a key gets its id; a later duplicate in the same batch, None.
             ids[i] = got.pop((row.job_id, row.planned_time), None)
 
     async def update_trigger_results(self, results: Sequence[TriggerResult]) -> int:
         """Store each dispatch's address, trigger code/message, dispatch time (and shard
-        param when given). Returns how many log rows were updated."""
-        count = 0
+        param when given). Returns how many log rows were updated (missing ids are skipped)."""
+        if not results:
+            return 0
+        stmt = (
+            update(job_log)
+            .where(job_log.c.id == bindparam("b_id"))
+            .values(
+                executor_address=bindparam("b_address"),
+                trigger_code=bindparam("b_code"),
+                trigger_msg=bindparam("b_msg"),
+                dispatch_time=func.coalesce(
+                    bindparam("b_dispatch", type_=BigInteger), job_log.c.dispatch_time
+                ),
+                executor_sharding_param=func.coalesce(
+                    bindparam("b_shard", type_=String), job_log.c.executor_sharding_param
+                ),
+            )
+        )
         async with self._db.write() as conn:
-            for r in results:
-                values: dict[str, Any] = {
-                    "executor_address": r.executor_address,
-                    "trigger_code": r.trigger_code,
-                    "trigger_msg": r.trigger_msg,
+            present = await _existing_ids(conn, [r.log_id for r in results], lock=False)
+            params = [
+                {
+                    "b_id": r.log_id,
+                    "b_address": None if r.executor_address is None else r.executor_address[:255],
+                    "b_code": r.trigger_code,
+                    "b_msg": r.trigger_msg,
+                    "b_dispatch": r.dispatch_time,
+                    "b_shard": r.executor_sharding_param,
                 }
-                if r.dispatch_time is not None:
-                    values["dispatch_time"] = r.dispatch_time
-                if r.executor_sharding_param is not None:
-                    values["executor_sharding_param"] = r.executor_sharding_param
-                if values["executor_address"] is not None:
-                    values["executor_address"] = values["executor_address"][:255]
-                result = await conn.execute(update(job_log).where(job_log.c.id == r.log_id).values(**values))
-                count += result.rowcount
-        return count
+                for r in results
+                if r.log_id in present
+            ]
+            if params:
+                await conn.execute(stmt, params)
+        return len(params)
 
     async def record_results(self, results: Sequence[HandleResult]) -> list[ResultOutcome]:
         """Record executor callbacks, each only if the log has no result yet (handle_code 0).
 
-        Messages are capped at 15,000 characters. Returns one outcome per input item.
+        Messages are capped at 15,000 characters. Returns one outcome per input item: a
+        second result for the same log (in the table or earlier in ``results``) is a repeat.
         """
+        if not results:
+            return []
         outcomes: list[ResultOutcome] = []
+        params: list[dict[str, Any]] = []
         async with self._db.write() as conn:
+            # Lock the rows first (in id order, so concurrent batches cannot deadlock): the
+            # decision below then holds until commit.
+            codes = await _existing_ids(conn, [r.log_id for r in results], lock=self._db.backend != "sqlite")
             for r in results:
-                msg = None if r.handle_msg is None else r.handle_msg[:HANDLE_MSG_MAX]
-                result = await conn.execute(
-                    update(job_log)
-                    .where(job_log.c.id == r.log_id, job_log.c.handle_code == 0)
-                    .values(handle_code=r.handle_code, handle_msg=msg, handle_time=utc_naive(r.handle_time))
-                )
-                if result.rowcount > 0:
+                code = codes.get(r.log_id)
+                if code is None:
+                    outcomes.append(ResultOutcome.NOT_FOUND)
+                elif code != 0:
+                    outcomes.append(ResultOutcome.REPEAT)
+                else:
+                    codes[r.log_id] = r.handle_code or -1  # a later item for this log is a repeat
                     outcomes.append(ResultOutcome.APPLIED)
-                    continue
-                exists = (await conn.execute(select(job_log.c.id).where(job_log.c.id == r.log_id))).first()
-                outcomes.append(ResultOutcome.REPEAT if exists else ResultOutcome.NOT_FOUND)
+                    msg = None if r.handle_msg is None else r.handle_msg[:HANDLE_MSG_MAX]
+                    params.append(
+                        {
+                            "b_id": r.log_id,
+                            "b_code": r.handle_code,
+                            "b_msg": msg,
+                            "b_time": utc_naive(r.handle_time),
+                        }
+                    )
+            if params:
+                await conn.execute(
+                    update(job_log)
+                    .where(job_log.c.id == bindparam("b_id"), job_log.c.handle_code == 0)
+                    .values(
+                        handle_code=bindparam("b_code"),
+                        handle_msg=bindparam("b_msg"),
+                        handle_time=bindparam("b_time"),
+                    ),
+                    params,
+                )
         return outcomes
 
     async def get(self, log_id: int) -> LogEntry | None:
@@ -341,6 +395,19 @@ class LogRepository(Repository):
         stmt = select(job_log).where(job_log.c.job_id == job_id).order_by(job_log.c.id)
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+
+async def _existing_ids(conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool) -> dict[int, int]:
+    """log id -> handle_code for the ids that exist; ``lock``: SELECT ... FOR UPDATE."""
+    found: dict[int, int] = {}
+    for part in chunks(sorted(set(log_ids))):
+        stmt = (
+            select(job_log.c.id, job_log.c.handle_code).where(job_log.c.id.in_(part)).order_by(job_log.c.id)
+        )
+        if lock:
+            stmt = stmt.with_for_update()
+        found.update({int(i): int(c) for i, c in (await conn.execute(stmt)).all()})
+    return found
 
 
 async def _insert_one_ignoring_duplicate(conn: AsyncConnection, row: NewLog) -> int | None:
