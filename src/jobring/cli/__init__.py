@@ -10,9 +10,12 @@ from jobring.cli import admin as admin_cmd
 from jobring.cli import cron as cron_cmd
 from jobring.cli import db as db_cmd
 from jobring.cli import executor as executor_cmd
+from jobring.cli import groups as groups_cmd
+from jobring.cli import jobs as jobs_cmd
+from jobring.cli import runs as runs_cmd
 from jobring.cli.common import EXIT_USAGE, UsageError
 
-_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd)
+_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,101 @@
+"""`jobring groups ...`: list, show and add executor groups on a running admin."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from jobring.cli.remote import (
+    add_connection_args,
+    add_json_arg,
+    instant_text,
+    positive_int,
+    print_json,
+    print_table,
+    run_remote,
+)
+from jobring.client import AdminClient
+
+
+def _kind(group: Mapping[str, Any]) -> str:
+    return "manual" if group.get("address_type") == 1 else "auto"
+
+
+_GROUP_COLUMNS = (
+    ("ID", "id"),
+    ("APPNAME", "app_name"),
+    ("TITLE", "title"),
+    ("ADDRESSES", _kind),
+    ("ONLINE", lambda group: len(group.get("online") or [])),
+    ("ADDRESS LIST", lambda group: ",".join(group.get("addresses") or []) or None),
+)
+
+
+def _list(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        page = admin.groups.list(app_name=args.search, limit=args.limit)
+        if args.json:
+            print_json({"items": page.items, "total": page.total, "offset": page.offset, "limit": page.limit})
+        else:
+            print_table(page.items, _GROUP_COLUMNS)
+        return 0
+
+    return run_remote(args, action)
+
+
+def _show(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        group = admin.groups.get(args.group_id)
+        if args.json:
+            print_json(group)
+            return 0
+        print(f"group {group['id']}: {group['app_name']} ({group['title']}), {_kind(group)} addresses")
+        for address in group.get("addresses") or []:
+            print(f"  address {address}")
+        online = group.get("online") or []
+        print(f"online executors: {len(online)}")
+        print_table(online, (("ADDRESS", "address"),
+                             ("LAST HEARTBEAT (UTC)", lambda e: instant_text(e.get("last_heartbeat")))))
+        return 0
+
+    return run_remote(args, action)
+
+
+def _add(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        group = admin.groups.create(args.app_name, args.title, addresses=args.address)
+        if args.json:
+            print_json(group)
+        else:
+            print(f"created group {group['id']} ({group['app_name']}, {_kind(group)} addresses)")
+        return 0
+
+    return run_remote(args, action)
+
+
+def register(sub: Any) -> None:
+    """Add this module's commands to the top-level parser."""
+    groups: argparse.ArgumentParser = sub.add_parser("groups", help="executor groups on a running admin")
+    groups.set_defaults(handler=None)
+    commands = groups.add_subparsers(dest="groups_command", metavar="COMMAND")
+
+    listing: argparse.ArgumentParser = commands.add_parser("list", help="list executor groups")
+    listing.add_argument("--search", metavar="TEXT", help="appname contains TEXT")
+    listing.add_argument("--limit", type=positive_int, default=50, metavar="N", help="at most N groups")
+    listing.set_defaults(handler=_list)
+
+    show: argparse.ArgumentParser = commands.add_parser("show", help="one group with its online executors")
+    show.add_argument("group_id", type=positive_int, metavar="ID")
+    show.set_defaults(handler=_show)
+
+    add: argparse.ArgumentParser = commands.add_parser("add", help="create an executor group")
+    add.add_argument("app_name", metavar="APPNAME", help="the executors' appname")
+    add.add_argument("title", metavar="TITLE", help="display name (at most 12 characters)")
+    add.add_argument("--address", action="append", metavar="URL",
+                     help="a fixed executor address (repeatable); without it executors register themselves")
+    add.set_defaults(handler=_add)
+
+    for parser in (listing, show, add):
+        add_connection_args(parser)
+        add_json_arg(parser)

@@ -1,0 +1,135 @@
+"""What the commands that talk to a running admin share: connection options, the client,
+error reporting and output (aligned tables or ``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import httpx
+
+from jobring.cli.common import EXIT_USAGE
+from jobring.client import AdminApiError, AdminClient, AdminConnectionError
+from jobring.client.core import DEFAULT_URL
+
+EXIT_FAILURE = 1
+URL_ENV = "JOBRING_URL"
+TOKEN_ENV = "JOBRING_TOKEN"
+
+TransportFactory = Callable[[str], httpx.BaseTransport]
+
+# The network seam: tests install an in-process transport here; None means real HTTP.
+_transport_factory: ContextVar[TransportFactory | None] = ContextVar("jobring_cli_transport", default=None)
+
+
+@contextmanager
+def use_transport(factory: TransportFactory) -> Iterator[None]:
+    """Within this block, CLI commands reach the admin through ``factory(url)``."""
+    reset = _transport_factory.set(factory)
+    try:
+        yield
+    finally:
+        _transport_factory.reset(reset)
+
+
+def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url", default=None, help=f"the admin's address (default: ${URL_ENV} or {DEFAULT_URL})"
+    )
+    parser.add_argument("--token", default=None, help=f"API token (default: ${TOKEN_ENV})")
+
+
+def add_json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def open_client(args: argparse.Namespace) -> AdminClient:
+    url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    factory = _transport_factory.get()
+    return AdminClient(url, token=token, transport=factory(url) if factory else None)
+
+
+def run_remote(args: argparse.Namespace, action: Callable[[AdminClient], int]) -> int:
+    """Run ``action`` with a client; report API and connection errors as the CLI does:
+    exit 2 for a request the admin refused (4xx), 1 for an unreachable or failing admin."""
+    try:
+        with open_client(args) as client:
+            return action(client)
+    except AdminApiError as exc:
+        message = exc.message
+        if exc.field is not None and exc.field not in message:
+            message = f"{exc.field}: {message}"
+        if exc.status == 401 and not (args.token or os.environ.get(TOKEN_ENV)):
+            message += f" (give an API token with --token or ${TOKEN_ENV})"
+        print(f"jobring: error: {message}", file=sys.stderr)
+        return EXIT_USAGE if exc.is_client_error else EXIT_FAILURE
+    except AdminConnectionError as exc:
+        print(f"jobring: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def positive_int(text: str) -> int:
+    """argparse type for ids and counts: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def epoch_ms_text(value: Any) -> str | None:
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS`` (UTC); None for 0/absent."""
+    if not isinstance(value, int) or value <= 0:
+        return None
+    return datetime.fromtimestamp(value / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def instant_text(value: Any) -> str | None:
+    """An ISO 8601 instant from the API as ``YYYY-MM-DD HH:MM:SS`` (UTC)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC)
+    return parsed.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def print_json(value: Any, out: TextIO | None = None) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False), file=out or sys.stdout)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = str(value).replace("\n", " ").replace("\t", " ")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def print_table(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[tuple[str, str | Callable[[Mapping[str, Any]], Any]]],
+    out: TextIO | None = None,
+) -> None:
+    """Rows as a left-aligned table; each column is (heading, key or function of the row)."""
+    stream = out or sys.stdout
+    cells = [
+        [_cell(source(row) if callable(source) else row.get(source)) for _, source in columns] for row in rows
+    ]
+    headings = [heading for heading, _ in columns]
+    widths = [max([len(h), *(len(line[i]) for line in cells)]) for i, h in enumerate(headings)]
+    for line in [headings, *cells]:
+        padded = (text.ljust(width) for text, width in zip(line, widths, strict=True))
+        print("  ".join(padded).rstrip(), file=stream)

@@ -1,0 +1,120 @@
+"""`jobring runs ...`: list runs and read (or follow) a run's log on a running admin."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from jobring.cli.remote import (
+    add_connection_args,
+    add_json_arg,
+    instant_text,
+    positive_int,
+    print_json,
+    print_table,
+    run_remote,
+)
+from jobring.client import AdminClient
+
+STATUSES = ("all", "success", "fail", "running")
+DEFAULT_FOLLOW_INTERVAL_S = 1.0
+
+
+def run_outcome(run: Mapping[str, Any]) -> str:
+    """A run's state in words: from the trigger code first, then the handle code."""
+    if run.get("trigger_code") != 200:
+        return "trigger failed"
+    handle = run.get("handle_code")
+    if handle == 0:
+        return "running"
+    if handle == 200:
+        return "success"
+    if handle == 502:
+        return "timeout"
+    return "failed"
+
+
+_RUN_COLUMNS = (
+    ("ID", "id"),
+    ("JOB", "job_id"),
+    ("TRIGGERED (UTC)", lambda run: instant_text(run.get("trigger_time"))),
+    ("TYPE", "trigger_type"),
+    ("ADDRESS", "executor_address"),
+    ("OUTCOME", run_outcome),
+    ("MESSAGE", lambda run: run.get("handle_msg" if run.get("trigger_code") == 200 else "trigger_msg")),
+)
+
+
+def _list(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        page = admin.runs.list(group=args.group, job=args.job, status=args.status, limit=args.limit)
+        if args.json:
+            print_json({"items": page.items, "total": page.total, "offset": page.offset, "limit": page.limit})
+            return 0
+        print_table(page.items, _RUN_COLUMNS)
+        if page.total > len(page.items):
+            print(f"({len(page.items)} of {page.total} runs shown; use --limit for more)")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _log(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        line = args.from_line
+        while True:
+            chunk = admin.runs.log(args.run_id, from_line=line)
+            content = str(chunk.get("log_content") or "")
+            if content:
+                sys.stdout.write(content if content.endswith("\n") else content + "\n")
+                sys.stdout.flush()
+            to_line = int(chunk.get("to_line_num", line - 1))
+            got_lines = to_line >= line
+            line = max(line, to_line + 1)
+            if chunk.get("is_end") or not args.follow:
+                return 0
+            if not got_lines:
+                # The run is still going and has written nothing new: poll again shortly.
+                time.sleep(args.interval)
+
+    return run_remote(args, action)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"expected 0 to 3600 seconds, got {text}")
+    return value
+
+
+def register(sub: Any) -> None:
+    """Add this module's commands to the top-level parser."""
+    runs: argparse.ArgumentParser = sub.add_parser("runs", help="inspect runs of jobs on a running admin")
+    runs.set_defaults(handler=None)
+    commands = runs.add_subparsers(dest="runs_command", metavar="COMMAND")
+
+    listing: argparse.ArgumentParser = commands.add_parser("list", help="list runs, newest first")
+    add_connection_args(listing)
+    add_json_arg(listing)
+    listing.add_argument("--job", type=positive_int, metavar="ID", help="only runs of this job")
+    listing.add_argument("--group", type=positive_int, metavar="ID", help="only runs in this executor group")
+    listing.add_argument("--status", choices=STATUSES, default=None, help="only runs in this state")
+    listing.add_argument("--limit", type=positive_int, default=20, metavar="N",
+                         help="at most N runs (default 20)")
+    listing.set_defaults(handler=_list)
+
+    log: argparse.ArgumentParser = commands.add_parser("log", help="print a run's log from its executor")
+    add_connection_args(log)
+    log.add_argument("run_id", type=positive_int, metavar="RUN_ID")
+    log.add_argument("--from-line", type=positive_int, default=1, metavar="N",
+                     help="start at line N (default 1)")
+    log.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the run ends")
+    log.add_argument("--interval", type=_seconds, default=DEFAULT_FOLLOW_INTERVAL_S, metavar="SECONDS",
+                     help=f"how often --follow polls (default {DEFAULT_FOLLOW_INTERVAL_S:g} s)")
+    log.set_defaults(handler=_log)
