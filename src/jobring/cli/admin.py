@@ -1,12 +1,99 @@
-"""`jobring admin` commands."""
+"""`jobring admin` (one admin node) and `jobring run` (the local all-in-one start)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from sqlalchemy.engine import make_url
+
+from jobring.admin.store import normalize_url
+from jobring.cli.common import UsageError
+from jobring.config import AdminSettings, ConfigError, load_settings
 
 
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
-    parser: argparse.ArgumentParser = sub.add_parser("admin", help="(not yet available)")
-    parser.set_defaults(handler=None)
+    admin: argparse.ArgumentParser = sub.add_parser(
+        "admin", help="run an admin node (scheduling center): HTTP API, scheduling loop, monitors",
+        description="Run one admin node. Several nodes may share a PostgreSQL or MySQL/MariaDB database.",
+    )
+    _add_options(admin)
+    admin.set_defaults(handler=_admin)
+    run: argparse.ArgumentParser = sub.add_parser(
+        "run", help="run jobring locally: an admin node on SQLite (./jobring.db by default)",
+        description="Run jobring locally with zero set-up: an admin node on the SQLite default database.",
+    )
+    _add_options(run)
+    run.set_defaults(handler=_run)
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (default: JOBRING_CONFIG)")
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    parser.add_argument("--database-url", help="database URL (default: ./jobring.db, SQLite)")
+    parser.add_argument("--no-upgrade", action="store_true",
+                        help="do not migrate the database schema at start")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="log level (default info)")
+
+
+def validate_settings(settings: AdminSettings) -> None:
+    """Check what :func:`load_settings` cannot (ranges, zone, URL); raises ConfigError."""
+    if not 1 <= settings.port <= 65535:
+        raise ConfigError(f"port: must be 1-65535, got {settings.port}")
+    try:
+        normalize_url(settings.database_url)
+    except ValueError as exc:
+        raise ConfigError(f"database_url: {exc}") from None
+    try:
+        ZoneInfo(settings.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"timezone: unknown time zone {settings.timezone!r}") from None
+    if not settings.base_path.startswith("/"):
+        raise ConfigError(f"base_path: must start with '/', got {settings.base_path!r}")
+    for name in ("pre_read_ms", "fast_pool_size", "slow_pool_size", "log_retention_days"):
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+    for name in ("executor_connect_timeout", "executor_read_timeout"):
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+
+
+def settings_from_args(args: argparse.Namespace) -> AdminSettings:
+    """Settings from defaults, the config file, JOBRING_* and the options; UsageError if invalid."""
+    try:
+        settings = load_settings(
+            args.config,
+            host=args.host,
+            port=args.port,
+            database_url=args.database_url,
+            auto_upgrade=False if args.no_upgrade else None,
+        )
+        validate_settings(settings)
+    except ConfigError as exc:
+        raise UsageError(f"invalid settings: {exc}") from None
+    return settings
+
+
+def _serve(settings: AdminSettings, log_level: str) -> int:
+    # Imported here so `jobring --help` and the other commands stay light.
+    from jobring.admin.node import configure_logging, serve
+
+    configure_logging(log_level.upper())
+    return serve(settings, log_level=log_level)
+
+
+def _admin(args: argparse.Namespace) -> int:
+    return _serve(settings_from_args(args), args.log_level)
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    print(f"jobring: admin at http://{settings.host}:{settings.port}/ (health: /health), "
+          f"database {make_url(settings.database_url).render_as_string(hide_password=True)}; "
+          "Ctrl-C to stop", file=sys.stderr, flush=True)
+    return _serve(settings, args.log_level)

@@ -1,0 +1,240 @@
+"""The admin's ASGI application: runtime wiring (store, secrets, trigger, loop, monitors) and routes.
+
+    app = create_app(settings)          # lifespan opens the store, migrates, bootstraps,
+                                        # starts the scheduling loop and the monitors
+    uvicorn.run(app, host=..., port=...)
+
+Routes: ``GET /health``; the management API under ``/api/v1``; at ``/`` and under
+``settings.base_path`` (XXL-JOB executors are configured with ``.../xxl-job-admin``) the
+executor-facing ``api/registry``, ``api/registryRemove``, ``api/callback`` and the XXL-JOB
+3.x job-management aliases (``api/addJob`` ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from typing import TextIO
+
+from sqlalchemy import text
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from jobring.admin.alarms.base import alarmer_from_settings
+from jobring.admin.api.executor_api import executor_api_app
+from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
+from jobring.admin.bootstrap import Secrets, bootstrap
+from jobring.admin.scheduler.callbacks import CallbackService
+from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop, StoreLeases, trigger_fire_batch
+from jobring.admin.scheduler.monitors import Monitors, RegistryService
+from jobring.admin.scheduler.timers import LoopTimers
+from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.store import Store
+from jobring.config import AdminSettings
+from jobring.core.clock import Clock, SystemClock
+from jobring.core.schedule import parse_schedule
+
+log = logging.getLogger(__name__)
+
+HEALTH_DB_TIMEOUT_S = 2.0
+
+
+def jobring_version() -> str:
+    try:
+        return metadata.version("jobring")
+    except metadata.PackageNotFoundError:  # running from a source tree without install
+        return "0+unknown"
+
+
+def make_node_id(settings: AdminSettings) -> str:
+    """The configured node id, else host-pid-random (unique per process start)."""
+    if settings.node_id:
+        return settings.node_id
+    return f"{socket.gethostname()[:32]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class AdminRuntime:
+    """Everything one running admin node holds; built by :func:`start_runtime`."""
+
+    settings: AdminSettings
+    node_id: str
+    clock: Clock
+    store: Store
+    secrets: Secrets
+    executors: ExecutorClient
+    trigger: TriggerService
+    registry: RegistryService
+    callbacks: CallbackService
+    monitors: Monitors
+    loop: ScheduleLoop
+
+    async def db_ok(self) -> bool:
+        try:
+            async with asyncio.timeout(HEALTH_DB_TIMEOUT_S), self.store.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except (TimeoutError, OSError) as exc:
+            log.warning("health: database check failed: %s", exc)
+            return False
+        except Exception as exc:  # driver errors of every dialect: report, do not raise
+            log.warning("health: database check failed: %s", exc)
+            return False
+        return True
+
+    async def stop(self) -> None:
+        """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB."""
+        try:
+            await self.loop.stop()
+        finally:
+            try:
+                await self.monitors.stop()
+                await self.trigger.close()
+            finally:
+                await self.executors.aclose()
+                await self.store.close()
+        log.info("admin node %s stopped", self.node_id)
+
+
+async def start_runtime(
+    settings: AdminSettings,
+    *,
+    clock: Clock | None = None,
+    out: TextIO | None = None,
+    loop_config: LoopConfig | None = None,
+) -> AdminRuntime:
+    """Open the store (migrating unless ``auto_upgrade`` is off), bootstrap, start the loop."""
+    clock = clock or SystemClock()
+    node_id = make_node_id(settings)
+    store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade)
+    try:
+        secrets = await bootstrap(store, settings, out)
+    except BaseException:
+        await store.close()
+        raise
+    executors = ExecutorClient(
+        access_token=secrets.access_token,
+        connect_timeout=settings.executor_connect_timeout,
+        read_timeout=settings.executor_read_timeout,
+    )
+    trigger = TriggerService(
+        store, executors, access_token=secrets.access_token, node_id=node_id, clock=clock,
+        admin_timezone=settings.timezone, fast_pool=settings.fast_pool_size,
+        slow_pool=settings.slow_pool_size,
+    )
+    config = loop_config or LoopConfig(pre_read_ms=settings.pre_read_ms)
+    loop = ScheduleLoop(
+        StoreLeases(store, node_id), trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
+        admin_timezone=settings.timezone, config=config,
+    )
+    monitors = Monitors.create(store, trigger, alarmer_from_settings(settings), clock,
+                               log_retention_days=settings.log_retention_days)
+    runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
+                           RegistryService(store, clock), CallbackService(store, trigger, clock),
+                           monitors, loop)
+    await loop.start()
+    monitors.start()
+    log.info("admin node %s scheduling on %s", node_id, store.backend)
+    return runtime
+
+
+class _LateApp:
+    """An ASGI app that exists once the lifespan has built it; 503 before that."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.app: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.app is None:
+            if scope["type"] == "http":
+                response = JSONResponse({"error": f"{self.what} is starting"}, status_code=503)
+                await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class _ApiDispatch:
+    """``api/<name>``: the XXL-JOB 3.x job-management aliases, else the executor API."""
+
+    def __init__(self, xxl3: ASGIApp, executor_api: ASGIApp) -> None:
+        self._xxl3 = xxl3
+        self._executor_api = executor_api
+        self._xxl3_paths = {f"/api/{name}" for name in XXL3_API_NAMES}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        root: str = scope.get("root_path", "")
+        if root and path.startswith(root):  # under a Mount: the path relative to it
+            path = path[len(root):]
+        if scope["type"] == "http" and path.rstrip("/") in self._xxl3_paths:
+            await self._xxl3(scope, receive, send)
+        else:
+            await self._executor_api(scope, receive, send)
+
+
+async def health(request: Request) -> Response:
+    runtime: AdminRuntime | None = getattr(request.app.state, "runtime", None)
+    if runtime is None:
+        return JSONResponse({"status": "starting", "version": jobring_version()}, status_code=503)
+    db_ok = await runtime.db_ok()
+    stats = runtime.loop.stats
+    body = {
+        "status": "ok" if db_ok else "degraded",
+        "node": runtime.node_id,
+        "db": db_ok,
+        "backend": runtime.store.backend,
+        "version": jobring_version(),
+        "scheduler": {"held_jobs": stats.held, "fired": stats.fired, "misfired": stats.misfired,
+                      "cycles": stats.cycles},
+    }
+    return JSONResponse(body, status_code=200 if db_ok else 503)
+
+
+def create_app(
+    settings: AdminSettings,
+    *,
+    clock: Clock | None = None,
+    out: TextIO | None = None,
+    loop_config: LoopConfig | None = None,
+) -> Starlette:
+    """The admin app; its lifespan starts and stops one :class:`AdminRuntime`."""
+    executor_api = _LateApp("the executor API")
+    management_api = _LateApp("the management API")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        runtime = await start_runtime(settings, clock=clock, out=out, loop_config=loop_config)
+        try:
+            services = ManagementServices(
+                store=runtime.store, settings=settings, secrets=runtime.secrets, trigger=runtime.trigger,
+                executors=runtime.executors, clock=runtime.clock,
+            )
+            management_api.app = management_app(services)
+            executor_api.app = _ApiDispatch(
+                xxl3_api_app(services),
+                executor_api_app(runtime.registry, runtime.callbacks, runtime.secrets.access_token),
+            )
+            app.state.runtime = runtime
+            yield
+        finally:
+            app.state.runtime = None
+            await runtime.stop()
+
+    base = "/" + settings.base_path.strip("/")
+    routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
+    routes.append(Mount("/api/v1", app=management_api))
+    if base != "/":
+        routes.append(Mount(base, app=executor_api))
+    routes.append(Mount("", app=executor_api))
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,69 @@
+"""Run one admin node as a process: uvicorn serving the admin app, graceful on SIGINT/SIGTERM.
+
+On a signal uvicorn stops accepting connections and finishes open requests; the app's
+lifespan then stops the scheduling loop (no new claims, in-flight fires finished and
+recorded, leases released), stops the monitors and closes the database. The process then
+exits 0. A second Ctrl-C forces the exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Generator
+from typing import TextIO
+
+import uvicorn
+
+from jobring.admin.app import create_app
+from jobring.config import AdminSettings
+
+log = logging.getLogger(__name__)
+
+_HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without re-raising the stop signal after a graceful shutdown
+    (which would turn a clean SIGTERM stop into a non-zero exit)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in _HANDLED}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def serve(settings: AdminSettings, *, out: TextIO | None = None, log_level: str = "info") -> int:
+    """Serve until stopped; returns the process exit code (0 after a clean stop, 1 when the
+    node could not start, e.g. database unreachable or migrations refused)."""
+    app = create_app(settings, out=out)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        loop="auto",
+        http="auto",
+    )
+    server = _Server(config)
+    server.run()
+    if not server.started:
+        log.error("the admin node did not start (see the errors above)")
+        return 1
+    return 0

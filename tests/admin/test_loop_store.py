@@ -1,0 +1,169 @@
+"""The scheduling loop over the real store (each backend) and the real trigger service.
+
+Time is a manual clock; the database work is real, so the tests wait for its effects with
+a timeout instead of draining a fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import pytest
+from sqlalchemy import select
+
+from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop, StoreLeases, trigger_fire_batch
+from jobring.admin.scheduler.timers import ManualTimers
+from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.store import Store
+from jobring.admin.store.records import JobGroup
+from jobring.admin.store.tables import job_log
+from jobring.core.clock import ManualClock
+from jobring.core.schedule import parse_schedule
+from tests.admin.executor_double import ExecutorDouble
+from tests.admin.loop_fakes import T0, fix_rate_job
+
+
+async def eventually(check: Callable[[], object], limit_s: float = 10.0) -> None:
+    """Wait until ``check()`` is truthy (async or not), failing after ``limit_s`` seconds."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return
+            await asyncio.sleep(0.01)
+
+
+@dataclass
+class Node:
+    loop: ScheduleLoop
+    trigger: TriggerService
+    client: ExecutorClient
+
+
+class World:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.clock = ManualClock(T0)
+        self.timers = ManualTimers(self.clock)
+        self.double = ExecutorDouble(["exec-1:9999"])
+        self.nodes: list[Node] = []
+        self.group_id = 0
+
+    def node(self, node_id: str, lease_ms: int = 5_000) -> ScheduleLoop:
+        client = ExecutorClient(access_token="tok", transport=self.double.transport())
+        trigger = TriggerService(self.store, client, access_token="tok", node_id=node_id, clock=self.clock,
+                                 admin_timezone="UTC")
+        loop = ScheduleLoop(StoreLeases(self.store, node_id), trigger_fire_batch(trigger), self.timers,
+                            parse_schedule, config=LoopConfig(lease_ms=lease_ms))
+        self.nodes.append(Node(loop, trigger, client))
+        return loop
+
+    async def cycles(self, loop: ScheduleLoop, count: int) -> None:
+        """Wait until the loop has completed ``count`` claim cycles since it started."""
+        await eventually(lambda: loop.stats.cycles >= count)
+
+    async def fired_rows(self) -> list[tuple[int, int | None, str | None, str | None]]:
+        async with self.store.engine.connect() as conn:
+            rows = (await conn.execute(
+                select(job_log.c.job_id, job_log.c.planned_time, job_log.c.trigger_type, job_log.c.admin_node)
+                .order_by(job_log.c.job_id, job_log.c.planned_time))).all()
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def step_to(self, loop_list: list[ScheduleLoop], now_ms: int, step_ms: int = 250) -> None:
+        """Move the clock in steps; at each whole cycle wait for every loop's claim to land."""
+        while self.clock.now_ms() < now_ms:
+            target = min(now_ms, self.clock.now_ms() + step_ms)
+            before = [lp.stats.cycles for lp in loop_list]
+            nxt = self.timers.next_deadline()
+            while nxt is not None and nxt <= target:
+                self.timers.advance_to(max(nxt, self.clock.now_ms()))
+                await asyncio.sleep(0.02)
+                nxt = self.timers.next_deadline()
+            self.timers.advance_to(target)
+            for lp, b in zip(loop_list, before, strict=True):
+                if lp._tasks and (target - T0) % 1_000 == 0:
+                    await eventually(lambda lp=lp, b=b: lp.stats.cycles > b)  # type: ignore[misc]
+            await eventually(lambda: not any(lp._inflight for lp in loop_list))
+
+
+@pytest.fixture
+async def world(store: Store) -> AsyncIterator[World]:
+    w = World(store)
+    w.group_id = await store.groups.create(JobGroup(app_name="demo", title="demo", address_type=1,
+                                                    address_list="http://exec-1:9999/"),
+                                        datetime(2023, 11, 14))
+    try:
+        yield w
+    finally:
+        for node in w.nodes:
+            await node.loop.stop()
+            await node.trigger.close()
+            await node.client.aclose()
+
+
+async def _job(world: World, next_ms: int, **changes: object) -> int:
+    return await world.store.jobs.create(fix_rate_job(0, next_ms, job_group=world.group_id, **changes))
+
+
+async def test_fires_each_instant_once_records_it_and_advances(world: World) -> None:
+    job_id = await _job(world, T0 + 1_000)
+    loop = world.node("a")
+    await loop.start()
+    await world.cycles(loop, 1)
+    await world.step_to([loop], T0 + 3_000)
+    rows = await world.fired_rows()
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        (job_id, T0 + 1_000, "CRON"), (job_id, T0 + 2_000, "CRON"), (job_id, T0 + 3_000, "CRON")]
+    assert len(world.double.runs()) == 3
+    await loop.stop()
+    job = await world.store.jobs.get(job_id)
+    assert job is not None
+    assert (job.trigger_last_time, job.trigger_next_time) == (T0 + 3_000, T0 + 4_000)
+    assert job.lease_owner is None
+
+
+async def test_two_nodes_on_one_database_never_fire_an_instant_twice(world: World) -> None:
+    ids = [await _job(world, T0 + 1_000 + i * 10) for i in range(8)]
+    a, b = world.node("a"), world.node("b")
+    await a.start()
+    await b.start()
+    await world.cycles(a, 1)
+    await world.cycles(b, 1)
+    await world.step_to([a, b], T0 + 4_000)
+    rows = await world.fired_rows()
+    keys = [(r[0], r[1]) for r in rows]
+    assert len(keys) == len(set(keys))
+    for i, job_id in enumerate(ids):
+        planned = [p for j, p in keys if j == job_id]
+        assert planned == list(range(T0 + 1_000 + i * 10, T0 + 4_001, 1_000)), job_id
+    run_logs = [c.body["logId"] for c in world.double.runs()]
+    assert len(run_logs) == len(set(run_logs)) == len(keys)
+
+
+async def test_survivor_takes_over_a_dead_nodes_jobs_without_double_fires(world: World) -> None:
+    job_id = await _job(world, T0 + 1_000, misfire_strategy="FIRE_ONCE_NOW")
+    a = world.node("a", lease_ms=3_000)
+    await a.start()
+    await world.cycles(a, 1)
+    await world.step_to([a], T0 + 2_000)
+    # a dies: no release, its lease on the job simply runs out.
+    for task in a._tasks:
+        task.cancel()
+    await asyncio.gather(*a._tasks, return_exceptions=True)
+    a._tasks = []
+    b = world.node("b", lease_ms=3_000)
+    await b.start()
+    await world.step_to([b], T0 + 9_000)
+    rows = await world.fired_rows()
+    keys = [(r[1]) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert {r[3] for r in rows} == {"a", "b"}
+    assert keys[-1] == T0 + 9_000
+    job = await world.store.jobs.get(job_id)
+    assert job is not None and job.lease_owner == "b"
