@@ -175,6 +175,24 @@ async def test_lost_run_monitor_fails_old_runs_on_dead_executors(env: Env) -> No
                for i, c in ((alive, 0), (recent, 0), (finished, 200)))
 
 
+async def test_recorded_but_undispatched_fires_fail_and_get_retried(env: Env) -> None:
+    store = env.store
+    job = await env.job()
+    old = NOW - timedelta(minutes=11)
+    stranded = await add_log(store, job.id, group=env.group_id, at=old, trigger_code=0, retry=1)
+    fresh = await add_log(store, job.id, at=NOW - timedelta(minutes=1), trigger_code=0)
+    await LostRunMonitor(store, env.clock).tick()
+    a, b = await store.logs.get(stranded), await store.logs.get(fresh)
+    assert a is not None and a.trigger_code == 500 and "never dispatched" in (a.trigger_msg or "")
+    assert b is not None and b.trigger_code == 0
+    # A second node doing the same changes nothing more.
+    await LostRunMonitor(store, env.clock).tick()
+    # The fail monitor then retries it like any failed trigger.
+    await FailMonitor(store, env.trigger, Alarmer([])).tick()
+    retries = [e for e in await store.logs.for_job(job.id) if e.trigger_type == "RETRY"]
+    assert len(retries) == 1 and retries[0].trigger_code == 200
+
+
 # -- report monitor ----------------------------------------------------------------------------
 
 async def test_report_monitor_counts_last_three_days(env: Env) -> None:
