@@ -18,14 +18,19 @@ Choices (documented for the README):
   its newline (still being written) is left for the next read. ``isEnd`` is
   always false for an existing file (the admin decides the end from the run's
   status), as the reference does.
-- Writers keep the file open for the run only, line-buffered (one write per
-  line, no fsync), so a live /log read sees every finished line.
+- Writers never block the event loop on the disk: lines are batched in memory
+  and appended by one background thread (open, write, close; no fsync); a
+  ``read`` first flushes the file's pending lines, so a live /log read sees
+  every line written so far. Call ``flush()`` at shutdown.
 - ``cleanup`` deletes day folders at least ``retention_days`` old; below 3 days
   cleanup is off, as the reference's.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import queue
 import re
 import shutil
 import threading
@@ -37,6 +42,8 @@ from typing import BinaryIO, TextIO
 from jobring.protocol.models import LogResult
 
 __all__ = ["RunLog", "RunLogWriter", "format_line", "MSG_LOG_FILE_NOT_EXISTS", "GLUE_SOURCE_DIR"]
+
+logger = logging.getLogger(__name__)
 
 MSG_LOG_FILE_NOT_EXISTS = "readLog fail, logFile not exists"
 GLUE_SOURCE_DIR = "gluesource"
@@ -74,39 +81,58 @@ def _check_ids(log_date_time_ms: int, log_id: int) -> None:
 
 
 class RunLogWriter:
-    """Appends lines to one run's log file; open for the run, line-buffered.
+    """Collects one run's lines; a background thread of the RunLog appends them to the file.
 
-    Thread-safe: a sync handler's thread and the event loop may both write.
-    Writes after :meth:`close` (a thread that outlived its run) open, append
-    and close the file once per line.
+    ``write_line`` never touches the disk (the event loop must not wait on a
+    slow file system); lines are flushed in batches by the RunLog's writer
+    thread, and before any ``RunLog.read`` of the same file, so a reader always
+    sees every line written so far. Thread-safe; lines written after
+    :meth:`close` (a thread that outlived its run) are still appended.
     """
 
-    __slots__ = ("path", "_file", "_lock", "_closed", "_runlog")
+    __slots__ = ("path", "_runlog", "_lock", "_io_lock", "_pending", "_queued", "_closed")
 
-    def __init__(self, runlog: RunLog, path: Path) -> None:
-        self.path = path
+    def __init__(self, runlog: RunLog, path: str) -> None:
+        self.path = path  # a str: the hot path avoids pathlib
         self._runlog = runlog
-        self._file: TextIO | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the pending batch; held only briefly
+        self._io_lock = threading.Lock()  # one flush at a time per file, in order
+        self._pending: list[str] = []
+        self._queued = False
         self._closed = False
 
     def write_line(self, line: str) -> None:
         data = line if line.endswith("\n") else line + "\n"
         with self._lock:
-            if self._closed:
-                with self._runlog.open_append(self.path) as late:
-                    late.write(data)
+            self._pending.append(data)
+            if self._queued:
                 return
-            if self._file is None:
-                self._file = self._runlog.open_append(self.path)
-            self._file.write(data)
+            self._queued = True
+        self._runlog._enqueue(self)
 
     def close(self) -> None:
+        """The run is over; pending lines are still written."""
         with self._lock:
             self._closed = True
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._queued:
+                return
+            self._queued = True
+        self._runlog._enqueue(self)
+
+    def flush(self) -> None:
+        """Append pending lines to the file now (called by the writer thread or a reader)."""
+        with self._io_lock:
+            with self._lock:
+                batch, self._pending = self._pending, []
+                self._queued = False
+                done = self._closed
+            if batch:
+                with self._runlog.open_append(self.path) as fh:
+                    fh.write("".join(batch))
+            if done:
+                with self._lock:
+                    if not self._queued:  # nothing arrived meanwhile: readers need not find it anymore
+                        self._runlog._forget(self)
 
 
 class RunLog:
@@ -126,7 +152,13 @@ class RunLog:
         self.max_read_lines = max_read_lines
         self.max_read_bytes = max_read_bytes
         self.max_line_bytes = max_line_bytes
-        self._known_dirs: set[Path] = set()
+        self._known_dirs: set[str] = set()
+        self._base_text = str(self.base)
+        self._days: dict[int, str] = {}
+        self._active: dict[str, RunLogWriter] = {}
+        self._dirty: queue.SimpleQueue[RunLogWriter | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
 
     @property
     def glue_dir(self) -> Path:
@@ -134,45 +166,102 @@ class RunLog:
         return self.base / GLUE_SOURCE_DIR
 
     def _day(self, log_date_time_ms: int) -> str:
-        try:
-            moment = datetime.fromtimestamp(log_date_time_ms / 1000, tz=self.tz)
-        except (OverflowError, OSError, ValueError) as exc:
-            raise ValueError(f"invalid logDateTim {log_date_time_ms!r}: out of range") from exc
-        return moment.strftime("%Y-%m-%d")
+        minute = log_date_time_ms // 60000  # every zone offset is whole minutes: a day never splits one
+        day = self._days.get(minute)
+        if day is None:
+            try:
+                moment = datetime.fromtimestamp(log_date_time_ms / 1000, tz=self.tz)
+            except (OverflowError, OSError, ValueError) as exc:
+                raise ValueError(f"invalid logDateTim {log_date_time_ms!r}: out of range") from exc
+            day = moment.strftime("%Y-%m-%d")
+            if len(self._days) > 4096:
+                self._days.clear()
+            self._days[minute] = day
+        return day
 
     def path_for(self, log_date_time_ms: int, log_id: int) -> Path:
         """``<base>/<yyyy-mm-dd>/<logId>.log``; raises ValueError for ids that are not sane."""
-        _check_ids(log_date_time_ms, log_id)
-        path = self.base / self._day(log_date_time_ms) / f"{log_id}.log"
-        if not path.is_relative_to(self.base):  # belt and braces: the parts above are digits only
-            raise ValueError("log path escapes the log folder")
-        return path
+        return Path(self._path_text(log_date_time_ms, log_id))
 
-    def open_append(self, path: Path) -> TextIO:
-        folder = path.parent
+    def _path_text(self, log_date_time_ms: int, log_id: int) -> str:
+        _check_ids(log_date_time_ms, log_id)
+        # Only digits and dashes are joined to the base: no path tricks can get through.
+        return f"{self._base_text}/{self._day(log_date_time_ms)}/{log_id}.log"
+
+    def check(self, log_date_time_ms: int, log_id: int) -> None:
+        """Raise ValueError unless the ids make a valid log path (cheap; builds no path)."""
+        _check_ids(log_date_time_ms, log_id)
+        self._day(log_date_time_ms)
+
+    # --- background writing -------------------------------------------------------------------
+
+    def _enqueue(self, writer: RunLogWriter) -> None:
+        self._active.setdefault(writer.path, writer)  # a late line after the run: readers must flush it
+        if self._thread is None:
+            self._start_thread()
+        self._dirty.put(writer)
+
+    def _start_thread(self) -> None:
+        with self._thread_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write_loop, name="jobring-runlog", daemon=True)
+                self._thread.start()
+
+    def _write_loop(self) -> None:
+        while (writer := self._dirty.get()) is not None:
+            try:
+                writer.flush()
+            except OSError:
+                # A full or read-only disk must not kill the writer thread; the lines are lost.
+                logger.exception("run log: writing %s failed", writer.path)
+
+    def _forget(self, writer: RunLogWriter) -> None:
+        if self._active.get(writer.path) is writer:
+            del self._active[writer.path]
+
+    def flush(self) -> None:
+        """Write every pending line now (shutdown, tests)."""
+        for writer in list(self._active.values()):
+            writer.flush()
+
+    def open_append(self, path: str) -> TextIO:
+        folder = os.path.dirname(path)
         if folder not in self._known_dirs:
-            folder.mkdir(parents=True, exist_ok=True)
+            os.makedirs(folder, exist_ok=True)
             self._known_dirs.add(folder)
         try:
-            return path.open("a", encoding="utf-8", buffering=1)
+            return open(path, "a", encoding="utf-8")  # noqa: SIM115 - the caller closes it
         except FileNotFoundError:  # the day folder was cleaned up meanwhile
-            folder.mkdir(parents=True, exist_ok=True)
-            return path.open("a", encoding="utf-8", buffering=1)
+            os.makedirs(folder, exist_ok=True)
+            return open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def writer(self, log_date_time_ms: int, log_id: int) -> RunLogWriter:
-        """A writer for one run; the file is created at the first line."""
-        return RunLogWriter(self, self.path_for(log_date_time_ms, log_id))
+        """A writer for one run; the file is created when its first lines are flushed."""
+        path = self._path_text(log_date_time_ms, log_id)
+        writer = self._active.get(path)
+        if writer is None:
+            writer = self._active[path] = RunLogWriter(self, path)
+        return writer
 
     def append(self, log_date_time_ms: int, log_id: int, line: str) -> None:
-        """Append one line (opens and closes the file; use :meth:`writer` for many lines)."""
-        with self.open_append(self.path_for(log_date_time_ms, log_id)) as fh:
-            fh.write(line if line.endswith("\n") else line + "\n")
+        """Append one line to a run's log (written in the background, in order with the run's lines)."""
+        path = self._path_text(log_date_time_ms, log_id)
+        writer = self._active.get(path)
+        if writer is None:
+            writer = self._active[path] = RunLogWriter(self, path)
+            writer.write_line(line)
+            writer.close()
+        else:
+            writer.write_line(line)
 
     def read(self, log_date_time_ms: int, log_id: int, from_line: int) -> LogResult:
         """Lines ``from_line..`` (1-based) of a run's log, bounded in lines and bytes."""
-        path = self.path_for(log_date_time_ms, log_id)
+        path = self._path_text(log_date_time_ms, log_id)
+        pending = self._active.get(path)
+        if pending is not None:
+            pending.flush()
         try:
-            fh = path.open("rb")
+            fh = open(path, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
             return LogResult(from_line, 0, MSG_LOG_FILE_NOT_EXISTS, True)
         with fh:
@@ -242,6 +331,6 @@ class RunLog:
                 continue
             if today - day >= timedelta(days=retention_days):
                 shutil.rmtree(entry)
-                self._known_dirs.discard(entry)
+                self._known_dirs.discard(str(entry))
                 removed += 1
         return removed

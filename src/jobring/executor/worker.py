@@ -137,7 +137,7 @@ class JobRunner:
         if self._closing:
             return ReturnT.fail(MSG_NOT_ACCEPTING)
         try:
-            self.runlog.path_for(param.log_date_time, param.log_id)
+            self.runlog.check(param.log_date_time, param.log_id)
         except ValueError as exc:
             return ReturnT.fail(str(exc))
         unit = self._resolve(param)
@@ -217,6 +217,7 @@ class JobRunner:
             for task in pending:
                 log.warning("job worker %s did not stop in time; abandoning it", task.get_name())
         self._pool.shutdown(wait=False, cancel_futures=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.runlog.flush)
 
     # --- used by workers ---------------------------------------------------------------------
 
@@ -393,8 +394,7 @@ class _Worker:
         timeout = run.param.executor_timeout if run.param.executor_timeout > 0 else None
         future = self._start(ctx)
         self.exec_future = future
-        done, _ = await asyncio.wait((future,), timeout=timeout)
-        if not done:
+        if not await _finished_within(future, timeout):
             ctx.mark_cancelled()
             ctx.write(_ENGINE, 0, f"<br>----------- jobring job execute timeout ({timeout} s)", self.label)
             self.runner._finish(run, 502, MSG_TIMEOUT)
@@ -452,6 +452,23 @@ class _Worker:
             )
         finally:
             writer.close()
+
+
+async def _finished_within(future: asyncio.Future[Outcome], limit_s: float | None) -> bool:
+    """Wait for the run's future; False on timeout. Its outcome is read from the future after."""
+    if limit_s is not None:
+        done, _ = await asyncio.wait((future,), timeout=limit_s)
+        return bool(done)
+    try:  # the common case, without asyncio.wait's extra waiter and set
+        await future
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if future.cancelled() and (task is None or not task.cancelling()):
+            return True  # the run was killed, not this worker
+        raise
+    except BaseException:  # the caller reads the exception from the future
+        pass
+    return True
 
 
 def _ctx_outcome(ctx: JobContext) -> Outcome:
