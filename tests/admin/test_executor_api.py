@@ -180,3 +180,17 @@ async def test_reference_executor_requests_are_accepted(api: Api) -> None:
     paths = {r["path"].rsplit("/", 1)[1] for r in requests}
     assert {"registry", "callback"} <= paths
     assert await api.store.registry.entries("demo-app")
+
+
+async def test_callback_with_non_string_message_keeps_its_json_text(api: Api) -> None:
+    # pyxxl passes a handler's return value through as handleMsg, whatever its type.
+    a, b = await _log(api.store), await _log(api.store)
+    response = await api.post("/api/callback", [
+        {"logId": a, "logDateTim": T0, "handleCode": 200, "handleMsg": {"rows": 3}},
+        {"logId": b, "logDateTim": T0, "handleCode": 200, "handleMsg": 42,
+         "executeResult": {"code": 200, "msg": 42}},
+    ])
+    assert response.content == b'{"code":200}'
+    got_a, got_b = await api.store.logs.get(a), await api.store.logs.get(b)
+    assert got_a is not None and got_a.handle_msg == '{"rows":3}'
+    assert got_b is not None and got_b.handle_msg == "42"

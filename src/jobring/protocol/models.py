@@ -49,6 +49,14 @@ def _str(data: dict[str, Any], key: str, default: str | None = None) -> str | No
     return value
 
 
+def _text(value: Any) -> str | None:
+    # A handler result that is not a string (pyxxl sends the handler's return value as it is)
+    # is kept as its JSON text rather than refusing the whole callback batch.
+    if value is None or isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
 def _object(body: bytes | dict[str, Any]) -> dict[str, Any]:
     if isinstance(body, dict):
         return body
@@ -178,7 +186,7 @@ class HandleCallbackParam:
             log_id=_int(d, "logId"),
             log_date_tim=_int(d, "logDateTim", _int(d, "logDateTime")),
             handle_code=_int(d, "handleCode"),
-            handle_msg=_str(d, "handleMsg"),
+            handle_msg=_text(d.get("handleMsg")),
         )
 
     @classmethod
