@@ -395,3 +395,35 @@ async def test_many_runs_each_reported_exactly_once(make_runner: RunnerFactory, 
     await reports.wait_count(300)
     assert sorted(p.log_id for p in reports.items) == list(range(1, 301))
     assert all(p.handle_code == 200 for p in reports.items)
+
+
+async def test_cover_early_on_an_idle_worker_keeps_it(make_runner: RunnerFactory, reports: Reports) -> None:
+    inits: list[int] = []
+    runner = make_runner(JobHandler("h", lambda: None, init=lambda: inits.append(1)))
+    await runner.run(trigger(1, 1))
+    await reports.wait(1)
+    await runner.run(trigger(1, 2, executor_block_strategy="COVER_EARLY"))
+    await reports.wait(2)
+    assert inits == [1] and [p.handle_code for p in reports.items] == [200, 200]
+
+
+async def test_failing_init_is_logged_and_runs_still_execute(make_runner: RunnerFactory, reports: Reports,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    def bad_init() -> None:
+        raise OSError("no connection")
+
+    runner = make_runner(JobHandler("h", lambda: None, init=bad_init))
+    await runner.run(trigger(1, 1))
+    assert (await reports.wait(1)).handle_code == 200
+    assert "init hook failed" in caplog.text and "no connection" in caplog.text
+
+
+async def test_kill_of_an_idle_worker_retires_it(make_runner: RunnerFactory, reports: Reports) -> None:
+    destroyed = asyncio.Event()
+    runner = make_runner(JobHandler("h", lambda: None, destroy=destroyed.set))
+    await runner.run(trigger(1, 1))
+    await reports.wait(1)
+    assert (await runner.kill(1)).to_dict() == {"code": 200}
+    await asyncio.wait_for(destroyed.wait(), 5)
+    assert (await runner.kill(1)).msg == "job thread already killed."
+    assert len(reports.items) == 1
