@@ -260,3 +260,8 @@ def test_equal_expressions_compare_equal() -> None:
     assert CronExpression("0 15 10 ? * MON-FRI") == CronExpression("0  15 10 ? * 2-6")
     assert CronExpression("0 15 10 ? * MON-FRI") != CronExpression("0 15 10 ? * 2-6", "Europe/Berlin")
     assert "MON-FRI" in repr(CronExpression("0 15 10 ? * MON-FRI"))
+
+
+def test_month_names_containing_l() -> None:
+    # JUL contains an "L"; it must not be mistaken for the L special character.
+    assert fires("0 0 0 1 jul,JUN ?", utc(2021, 1, 1), 2) == [utc(2021, 6, 1), utc(2021, 7, 1)]

@@ -177,8 +177,10 @@ def _split(field: str, text: str) -> list[str]:
 def _simple_field(field: str, text: str) -> frozenset[int]:
     if "?" in text:
         raise _error(field, "'?' is only allowed in day-of-month or day-of-week")
+    # Month names (JUL) contain letters, so only name-less fields get this friendlier check;
+    # in the month field a stray L or W is reported as an unknown name.
     for special in ("L", "W", "#"):
-        if special in text:
+        if special in text and (field not in _NAMES or special == "#"):
             raise _error(field, f"{special!r} is not allowed in the {field} field")
     values: set[int] = set()
     for item in _split(field, text):
