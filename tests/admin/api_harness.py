@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -25,6 +26,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog
 from jobring.config import AdminSettings
 from jobring.core.clock import ManualClock
+from jobring.protocol.models import LogResult, ReturnT
 from tests.admin.executor_double import ExecutorDouble
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -120,6 +122,24 @@ class ApiEnv:
         )
 
 
+async def _log_answer(body: dict[str, Any]) -> ReturnT:
+    first = int(body.get("fromLineNum", 1))
+    lines = [f"line {n} of run {body.get('logId')}" for n in range(first, 4)]
+    return ReturnT.success(LogResult(first, first + len(lines) - 1, "\n".join(lines), False).to_dict())
+
+
+_APP: list[FastAPI] = []
+
+
+def _shared_app(services: ManagementServices) -> FastAPI:
+    # Building the FastAPI app costs more than most tests; tests run one at a time, so one
+    # app serves them all with the current test's services swapped in.
+    if not _APP:
+        _APP.append(management_app(services))
+    _APP[0].state.services = services
+    return _APP[0]
+
+
 ROLES = ("admin", "op_in", "op_out", "viewer")
 
 
@@ -143,8 +163,10 @@ async def api_env(
         executors=client,
         clock=clock,
     )
-    asgi = Starlette(routes=[*xxl3_api_routes(services), Mount("/api/v1", app=management_app(services))])
+    asgi = Starlette(routes=[*xxl3_api_routes(services), Mount("/api/v1", app=_shared_app(services))])
     env = ApiEnv(store, services, clock, double, asgi)
+    for address in double.addresses:
+        double.answer(address, "log", _log_answer)
     now = at(T0)
     env.group_a = await store.groups.create(
         JobGroup(app_name="app-a", title="A", address_type=1, address_list=",".join(double.addresses)), now

@@ -2,25 +2,13 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from jobring.admin.bootstrap import ACCESS_TOKEN_SETTING, ADMIN_USERNAME, SESSION_SECRET_SETTING, bootstrap
 from jobring.admin.security.passwords import verify_password
 from jobring.admin.security.roles import Role
 from jobring.admin.store import Store
 from jobring.config import AdminSettings
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'boot.db'}")
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def test_first_start_generates_password_prints_it_once_and_flags_it(sqlite_store: Store) -> None:

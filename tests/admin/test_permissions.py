@@ -1,0 +1,198 @@
+"""Every endpoint × every kind of caller: the expected status for admin, an operator of the
+group, an operator of another group, a viewer of the group and an anonymous caller."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from jobring.admin.store import Store
+from tests.admin.api_harness import ROLES, ApiEnv, api_env
+
+Setup = Callable[[ApiEnv, str], Awaitable[dict[str, Any]]]
+
+
+async def _nothing(env: ApiEnv, role: str) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Row:
+    method: str
+    path: str  # formatted with the env's ids and the setup's values
+    expected: tuple[int, int, int, int, int]  # admin, op_in, op_out, viewer, anonymous
+    body: Callable[[ApiEnv, dict[str, Any]], Any] | None = None
+    setup: Setup = _nothing
+
+    @property
+    def id(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+async def _job(env: ApiEnv, role: str) -> dict[str, Any]:
+    return {"job": await env.add_job(env.group_a)}
+
+
+async def _glue_job(env: ApiEnv, role: str) -> dict[str, Any]:
+    job = await env.add_job(env.group_a, glue_type="GLUE_SHELL", glue_source="echo hi")
+    version = await env.store.glue.save(job, "GLUE_SHELL", "echo v1", "v1", env.services.now_naive_utc())
+    return {"job": job, "version": version}
+
+
+async def _run(env: ApiEnv, role: str) -> dict[str, Any]:
+    job = await env.add_job(env.group_a)
+    return {"run": await env.add_run(job, env.group_a)}
+
+
+async def _empty_group(env: ApiEnv, role: str) -> dict[str, Any]:
+    from jobring.admin.store.records import JobGroup
+
+    group = await env.store.groups.create(
+        JobGroup(app_name=f"tmp-{role}", title="tmp"), env.services.now_naive_utc()
+    )
+    user = await env.store.users.get(env.user_ids["op_in"])
+    assert user is not None
+    from dataclasses import replace
+
+    await env.store.users.update(replace(user, permission=f"{env.group_a},{group}"))
+    return {"group": group}
+
+
+async def _victim(env: ApiEnv, role: str) -> dict[str, Any]:
+    from jobring.admin.security.roles import Role
+
+    return {"user": await env.add_user(f"victim-{role}", Role.VIEWER, [])}
+
+
+async def _op_in_token(env: ApiEnv, role: str) -> dict[str, Any]:
+    tokens = await env.store.tokens.list_for_user(env.user_ids["op_in"])
+    await env.add_token(env.user_ids["op_in"])
+    newest = max(t.id for t in await env.store.tokens.list_for_user(env.user_ids["op_in"]))
+    assert newest not in {t.id for t in tokens}
+    return {"token": newest}
+
+
+def _new_job(env: ApiEnv, v: dict[str, Any]) -> dict[str, Any]:
+    return {"job_group": env.group_a, "job_desc": "new", "executor_handler": "demo"}
+
+
+READ = (200, 200, 403, 200, 401)
+READ_ALL = (200, 200, 200, 200, 401)
+WRITE = (200, 200, 403, 403, 401)
+CREATE = (201, 201, 403, 403, 401)
+GLUE = (200, 200, 403, 403, 401)
+ADMIN = (200, 403, 403, 403, 401)
+
+ROWS = [
+    Row("GET", "/jobs", READ_ALL),
+    Row("GET", "/jobs?job_group={group_a}", READ),
+    Row("GET", "/jobs/{job}", READ, setup=_job),
+    Row("POST", "/jobs", CREATE, body=_new_job),
+    Row("PATCH", "/jobs/{job}", WRITE, body=lambda e, v: {"job_desc": "changed"}, setup=_job),
+    Row("DELETE", "/jobs/{job}", (204, 204, 403, 403, 401), setup=_job),
+    Row("POST", "/jobs/{job}/copy", CREATE, setup=_job),
+    Row("POST", "/jobs/{job}/start", WRITE, setup=_job),
+    Row("POST", "/jobs/{job}/stop", WRITE, setup=_job),
+    Row("POST", "/jobs/{job}/trigger", WRITE, body=lambda e, v: {"executor_param": "x"}, setup=_job),
+    Row(
+        "POST",
+        "/schedules/preview",
+        READ_ALL,
+        body=lambda e, v: {"schedule_type": "CRON", "schedule_conf": "0 0 12 * * ?"},
+    ),
+    Row("GET", "/jobs/{job}/glue", GLUE, setup=_glue_job),
+    Row(
+        "PUT",
+        "/jobs/{job}/glue",
+        GLUE,
+        body=lambda e, v: {"glue_source": "echo 2", "glue_remark": "r"},
+        setup=_glue_job,
+    ),
+    Row("GET", "/jobs/{job}/glue/versions", GLUE, setup=_glue_job),
+    Row("POST", "/jobs/{job}/glue/versions/{version}/restore", GLUE, setup=_glue_job),
+    Row("GET", "/runs", READ_ALL),
+    Row("GET", "/runs?job_group={group_a}", READ),
+    Row("GET", "/runs/{run}", READ, setup=_run),
+    Row("GET", "/runs/{run}/log", READ, setup=_run),
+    Row("POST", "/runs/{run}/kill", WRITE, setup=_run),
+    Row("POST", "/runs/clear", WRITE, body=lambda e, v: {"rule": "all", "job_group": e.group_a}),
+    Row("GET", "/groups", READ_ALL),
+    Row(
+        "POST",
+        "/groups",
+        (201, 403, 403, 403, 401),
+        body=lambda e, v: {"app_name": f"new-{len(v)}-{id(v)}", "title": "new"},
+    ),
+    Row("GET", "/groups/{group_a}", READ),
+    Row(
+        "PUT",
+        "/groups/{group_a}",
+        WRITE,
+        body=lambda e, v: {
+            "app_name": "app-a",
+            "title": "A2",
+            "address_type": 1,
+            "addresses": e.double.addresses,
+        },
+    ),
+    Row("DELETE", "/groups/{group}", (204, 204, 403, 403, 401), setup=_empty_group),
+    Row("GET", "/users", ADMIN),
+    Row(
+        "POST",
+        "/users",
+        (201, 403, 403, 403, 401),
+        body=lambda e, v: {"username": f"u{id(v)}", "password": "long enough pw", "role": "viewer"},
+    ),
+    Row("GET", "/users/{user}", ADMIN, setup=_victim),
+    Row("PATCH", "/users/{user}", ADMIN, body=lambda e, v: {"glue_permission": True}, setup=_victim),
+    Row("DELETE", "/users/{user}", (204, 403, 403, 403, 401), setup=_victim),
+    Row("GET", "/tokens", READ_ALL),
+    Row("POST", "/tokens", (201, 201, 201, 201, 401), body=lambda e, v: {"name": "ci"}),
+    Row("DELETE", "/tokens/{token}", (204, 204, 404, 404, 401), setup=_op_in_token),
+    Row("GET", "/dashboard", READ_ALL),
+    Row("GET", "/settings/access-token", ADMIN),
+    Row("GET", "/auth/me", READ_ALL),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+async def test_permission_matrix(sqlite_store: Store, row: Row) -> None:
+    async with api_env(sqlite_store) as env:
+        got: list[int] = []
+        for role in (*ROLES, None):
+            values = await row.setup(env, role or "anon")
+            path = row.path.format(group_a=env.group_a, group_b=env.group_b, **values)
+            body = row.body(env, values) if row.body else None
+            async with env.client(role) as http:
+                response = await http.request(row.method, path, json=body)
+            got.append(response.status_code)
+            if response.status_code >= 400:
+                error = response.json()
+                assert set(error) == {"error", "field"} and error["error"], response.text
+        assert tuple(got) == row.expected, f"{row.id}: admin, op_in, op_out, viewer, anonymous"
+
+
+def test_every_operation_is_in_the_matrix() -> None:
+    from jobring.admin.api.management import ManagementServices, management_app  # noqa: F401
+    from jobring.admin.api.management.app import API_PREFIX  # noqa: F401
+
+    # Operations a caller may not use without a session or that change the caller
+    # themselves are tested in test_security.py.
+    elsewhere = {("POST", "/auth/login"), ("POST", "/auth/logout"), ("POST", "/users/me/password")}
+    import re
+
+    from fastapi import FastAPI
+    from fastapi.routing import APIRoute
+
+    from jobring.admin.api.management import auth, dashboard, glue, groups, jobs, runs, users
+
+    app = FastAPI()
+    for module in (auth, jobs, glue, runs, groups, users, dashboard):
+        app.include_router(module.router)
+    operations = {(m, r.path) for r in app.routes if isinstance(r, APIRoute) for m in r.methods}
+    covered = {(row.method, re.sub(r"\?.*$", "", re.sub(r"\{(\w+)\}", "{}", row.path))) for row in ROWS}
+    missing = {(m, p) for m, p in operations - elsewhere if (m, re.sub(r"\{(\w+)\}", "{}", p)) not in covered}
+    assert not missing

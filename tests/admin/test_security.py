@@ -1,0 +1,193 @@
+"""Authentication: sessions and their cookies, CSRF, API tokens, forced password change,
+login rate limiting."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from jobring.admin.security.roles import Role
+from jobring.admin.security.sessions import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE
+from jobring.admin.store import Store
+from jobring.config import AdminSettings
+from tests.admin.api_harness import PASSWORD, ApiEnv, api_env
+
+
+async def _login(http: httpx.AsyncClient, username: str, password: str = PASSWORD) -> httpx.Response:
+    return await http.post("/auth/login", json={"username": username, "password": password})
+
+
+async def _operator(env: ApiEnv, name: str = "alice", *, must_change: bool = False) -> int:
+    return await env.add_user(name, Role.OPERATOR, [env.group_a], password=PASSWORD, must_change=must_change)
+
+
+async def test_login_sets_hardened_cookies_and_returns_the_csrf_token(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env)
+        r = await _login(http, "alice")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["user"]["username"] == "alice" and body["user"]["role"] == "operator"
+        assert body["auth"] == "session" and body["csrf_token"]
+        cookies = r.headers.get_list("set-cookie")
+        session = next(c for c in cookies if c.startswith(SESSION_COOKIE + "="))
+        assert "HttpOnly" in session and "samesite=lax" in session.lower() and "Secure" not in session
+        csrf = next(c for c in cookies if c.startswith(CSRF_COOKIE + "="))
+        assert "HttpOnly" not in csrf and body["csrf_token"] in csrf
+        me = await http.get("/auth/me")
+        assert me.status_code == 200 and me.json()["csrf_token"] == body["csrf_token"]
+
+
+async def test_secure_cookies_when_configured(sqlite_store: Store) -> None:
+    settings = AdminSettings(secure_cookies=True)
+    async with api_env(sqlite_store, settings=settings) as env, env.client() as http:
+        await _operator(env)
+        r = await _login(http, "alice")
+        assert all("Secure" in c for c in r.headers.get_list("set-cookie"))
+
+
+async def test_unsafe_methods_need_the_csrf_header_with_a_session(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env)
+        csrf = (await _login(http, "alice")).json()["csrf_token"]
+        job = {"job_group": env.group_a, "job_desc": "x", "executor_handler": "h"}
+        refused = await http.post("/jobs", json=job)
+        assert refused.status_code == 403 and CSRF_HEADER in refused.json()["error"]
+        wrong = await http.post("/jobs", json=job, headers={CSRF_HEADER: csrf + "x"})
+        assert wrong.status_code == 403
+        assert (await sqlite_store.jobs.list()).total == 0
+        ok = await http.post("/jobs", json=job, headers={CSRF_HEADER: csrf})
+        assert ok.status_code == 201, ok.text
+        # Reads need no CSRF token.
+        assert (await http.get("/jobs")).status_code == 200
+
+
+async def test_wrong_password_and_unknown_user_look_the_same(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env)
+        a = await _login(http, "alice", "wrong password")
+        b = await _login(http, "nobody", "wrong password")
+        assert a.status_code == b.status_code == 401
+        assert a.json() == b.json()
+        assert SESSION_COOKIE not in http.cookies
+
+
+async def test_forged_or_expired_session_is_refused(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env)
+        await _login(http, "alice")
+        good = http.cookies[SESSION_COOKIE]
+        http.cookies.set(SESSION_COOKIE, good[:-2] + ("AA" if not good.endswith("AA") else "BB"))
+        assert (await http.get("/auth/me")).status_code == 401
+        http.cookies.set(SESSION_COOKIE, good)
+        assert (await http.get("/auth/me")).status_code == 200
+        env.services.signer.max_age_s = -1  # every session is now past its age
+        assert (await http.get("/auth/me")).status_code == 401
+
+
+async def test_must_change_password_limits_the_user_until_changed(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env, must_change=True)
+        login = await _login(http, "alice")
+        assert login.status_code == 200 and login.json()["user"]["must_change_password"]
+        csrf = {CSRF_HEADER: login.json()["csrf_token"]}
+        blocked = await http.get("/jobs")
+        assert blocked.status_code == 403 and "change your password" in blocked.json()["error"]
+        assert (await http.post("/tokens", json={"name": "t"}, headers=csrf)).status_code == 403
+        assert (await http.get("/auth/me")).status_code == 200
+        wrong = await http.post(
+            "/users/me/password",
+            headers=csrf,
+            json={"current_password": "nope", "new_password": "a new password"},
+        )
+        assert wrong.status_code == 403 and wrong.json()["field"] == "current_password"
+        short = await http.post(
+            "/users/me/password", headers=csrf, json={"current_password": PASSWORD, "new_password": "short"}
+        )
+        assert short.status_code == 422 and short.json()["field"] == "new_password"
+        changed = await http.post(
+            "/users/me/password",
+            headers=csrf,
+            json={"current_password": PASSWORD, "new_password": "a new password"},
+        )
+        assert changed.status_code == 200, changed.text
+        assert not changed.json()["user"]["must_change_password"]
+        # The answer carries a fresh session (the old one ended with the old password).
+        assert (await http.get("/jobs")).status_code == 200
+        user = await sqlite_store.users.by_username("alice")
+        assert user is not None and not user.must_change_password
+
+
+async def test_password_change_ends_other_sessions(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as first, env.client() as second:
+        await _operator(env)
+        await _login(first, "alice")
+        csrf = (await _login(second, "alice")).json()["csrf_token"]
+        r = await second.post(
+            "/users/me/password",
+            headers={CSRF_HEADER: csrf},
+            json={"current_password": PASSWORD, "new_password": "another password"},
+        )
+        assert r.status_code == 200
+        assert (await first.get("/auth/me")).status_code == 401
+        assert (await second.get("/auth/me")).status_code == 200
+
+
+async def test_logout_clears_the_cookies(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env)
+        csrf = (await _login(http, "alice")).json()["csrf_token"]
+        r = await http.post("/auth/logout", headers={CSRF_HEADER: csrf})
+        assert r.status_code == 204
+        assert SESSION_COOKIE not in http.cookies
+        assert (await http.get("/auth/me")).status_code == 401
+
+
+async def test_login_rate_limit_per_user_and_recovery(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env)
+        limiter = env.services.limiter
+        for _ in range(limiter.max_failures):
+            assert (await _login(http, "alice", "bad guess")).status_code == 401
+        limited = await _login(http, "alice")  # even the right password waits
+        assert limited.status_code == 429
+        assert int(limited.headers["Retry-After"]) == limiter.window_ms // 1000
+        env.clock.advance(limiter.window_ms + 1)
+        assert (await _login(http, "alice")).status_code == 200
+
+
+async def test_api_token_lifecycle(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        created = await http.post("/tokens", json={"name": "ci"})
+        assert created.status_code == 201
+        token = created.json()["token"]
+        assert token.startswith("jr_")
+        stored = await sqlite_store.tokens.list_for_user(env.user_ids["op_in"])
+        assert all(t.token_hash != token for t in stored)  # only the hash is kept
+        listed = (await http.get("/tokens")).json()
+        assert created.json()["id"] in [t["id"] for t in listed] and all("token" not in t for t in listed)
+        async with env.client() as other:
+            other.headers["Authorization"] = f"Bearer {token}"
+            me = await other.get("/auth/me")
+            assert me.status_code == 200 and me.json()["auth"] == "token"
+            # A token needs no CSRF header.
+            r = await other.post(
+                "/jobs", json={"job_group": env.group_a, "job_desc": "x", "executor_handler": "h"}
+            )
+            assert r.status_code == 201
+            assert (await http.delete(f"/tokens/{created.json()['id']}")).status_code == 204
+            assert (await other.get("/auth/me")).status_code == 401
+
+
+@pytest.mark.parametrize("header", ["Bearer jr_not-a-real-token-000000", "Basic abc", "Bearer ", "jr_x"])
+async def test_bad_authorization_headers(sqlite_store: Store, header: str) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        r = await http.get("/jobs", headers={"Authorization": header})
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_token_last_use_is_recorded(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("viewer") as http:
+        assert (await http.get("/auth/me")).status_code == 200
+        (token,) = await sqlite_store.tokens.list_for_user(env.user_ids["viewer"])
+        assert token.last_used_time is not None
