@@ -1,0 +1,123 @@
+"""Engine creation, URL mapping, transient-error classification and the `jobring db` CLI."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
+
+from jobring.admin.store import (
+    Conflict,
+    NotFound,
+    ReferencedError,
+    StoreError,
+    create_engine,
+    head_revision,
+    is_transient,
+    normalize_url,
+)
+from jobring.cli import main
+
+
+@pytest.mark.parametrize(
+    ("url", "driver"),
+    [
+        ("sqlite:///x.db", "sqlite+aiosqlite"),
+        ("sqlite+aiosqlite:///x.db", "sqlite+aiosqlite"),
+        ("postgresql://u@h/db", "postgresql+asyncpg"),
+        ("postgres://u@h/db", "postgresql+asyncpg"),
+        ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg"),
+        ("mysql://u@h/db", "mysql+aiomysql"),
+        ("mariadb://u@h/db", "mariadb+aiomysql"),
+    ],
+)
+def test_urls_map_to_async_drivers(url: str, driver: str) -> None:
+    parsed = normalize_url(url)
+    assert parsed.drivername == driver
+    if driver.startswith(("mysql", "mariadb")):
+        assert parsed.query["charset"] == "utf8mb4"
+
+
+@pytest.mark.parametrize("url", ["oracle://u@h/db", "postgresql+psycopg2://u@h/db", "mssql://x", "not a url"])
+def test_unsupported_urls_are_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="unsupported database URL|not a database URL"):
+        create_engine(url)
+
+
+async def test_sqlite_connection_settings(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        async with engine.connect() as conn:
+            mode = (await conn.execute(text("PRAGMA journal_mode"))).scalar()
+            timeout = (await conn.execute(text("PRAGMA busy_timeout"))).scalar()
+            sync = (await conn.execute(text("PRAGMA synchronous"))).scalar()
+        assert (mode, timeout, sync) == ("wal", 10_000, 1)
+    finally:
+        await engine.dispose()
+
+
+def _dbapi_error(cls: type[sa_exc.DBAPIError], orig: Exception) -> sa_exc.DBAPIError:
+    return cls("SELECT 1", {}, orig)
+
+
+class _PgError(Exception):
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(f"pg error {sqlstate}")
+        self.sqlstate = sqlstate
+
+
+def test_is_transient_classification() -> None:
+    assert is_transient(_dbapi_error(sa_exc.OperationalError, sqlite3.OperationalError("database is locked")))
+    assert is_transient(_dbapi_error(sa_exc.OperationalError, _PgError("40P01")))  # deadlock
+    assert is_transient(_dbapi_error(sa_exc.DBAPIError, _PgError("40001")))  # serialization
+    assert is_transient(_dbapi_error(sa_exc.OperationalError, Exception(1213, "Deadlock found")))
+    assert is_transient(_dbapi_error(sa_exc.OperationalError, Exception(2013, "Lost connection")))
+    assert is_transient(sa_exc.TimeoutError("QueuePool limit reached"))
+    assert is_transient(ConnectionRefusedError())
+    assert not is_transient(_dbapi_error(sa_exc.IntegrityError, Exception(1062, "Duplicate entry")))
+    assert not is_transient(_dbapi_error(sa_exc.ProgrammingError, _PgError("42601")))
+    assert not is_transient(Conflict("taken"))
+    assert not is_transient(ValueError("bad"))
+    assert issubclass(NotFound, StoreError) and issubclass(ReferencedError, StoreError)
+
+
+async def test_unreachable_server_error_is_transient() -> None:
+    engine = create_engine("postgresql://postgres@127.0.0.1:1/none")
+    try:
+        with pytest.raises(Exception) as info:
+            async with engine.connect():
+                pass
+        assert is_transient(info.value), repr(info.value)
+    finally:
+        await engine.dispose()
+
+
+def test_cli_db_upgrade_and_current(fresh_db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "current", "--database-url", fresh_db_url]) == 0
+    assert "revision none" in capsys.readouterr().out
+    assert main(["db", "upgrade", "--database-url", fresh_db_url]) == 0
+    assert f"upgraded schema from none to {head_revision()}" in capsys.readouterr().out
+    assert main(["db", "upgrade", "--database-url", fresh_db_url]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert main(["db", "current", "--database-url", fresh_db_url]) == 0
+    assert f"revision {head_revision()} (up to date)" in capsys.readouterr().out
+
+
+def test_cli_db_url_from_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'env.db'}"
+    monkeypatch.setenv("JOBRING_DATABASE_URL", url)
+    monkeypatch.delenv("JOBRING_CONFIG", raising=False)
+    assert main(["db", "upgrade"]) == 0
+    assert str(tmp_path / "env.db") in capsys.readouterr().out
+
+
+def test_cli_db_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "upgrade", "--database-url", "oracle://x/y"]) == 2
+    assert "unsupported database URL scheme 'oracle'" in capsys.readouterr().err
+    assert main(["db", "upgrade", "--database-url", "postgresql://postgres@127.0.0.1:1/none"]) == 1
+    assert "database upgrade failed" in capsys.readouterr().err
