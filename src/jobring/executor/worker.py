@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import inspect
 import logging
 import time
 import traceback
@@ -350,7 +351,7 @@ class _Worker:
         if hook is None:
             return
         try:
-            if asyncio.iscoroutinefunction(hook):
+            if inspect.iscoroutinefunction(hook):
                 await hook()
             else:
                 await asyncio.get_running_loop().run_in_executor(self.runner._pool, hook)
@@ -483,5 +484,12 @@ async def _call_async(handler: JobHandler, ctx: JobContext) -> Outcome:
 
 
 def _call_sync(handler: JobHandler, ctx: JobContext) -> Outcome:
-    handler.func(ctx) if handler.wants_context else handler.func()
+    try:
+        handler.func(ctx) if handler.wants_context else handler.func()
+    except BaseException as exc:
+        if ctx.cancelled:  # nobody awaits this thread anymore: say how it ended
+            level = logging.DEBUG if isinstance(exc, JobCancelled) else logging.WARNING
+            log.log(level, "job %s log %s: handler raised after its run was reported", ctx.job_id, ctx.log_id,
+                    exc_info=True)
+        raise
     return _ctx_outcome(ctx)
