@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import tzinfo
+from functools import lru_cache
 
 from jobring.core.cron import CronExpression, CronParseError, resolve_zone
 from jobring.core.enums import ScheduleType
@@ -106,9 +107,16 @@ def parse_schedule(schedule_type: str, schedule_conf: str | None, tz: str | tzin
     except ValueError as exc:
         raise ScheduleError(f"time_zone: {exc}") from None
     try:
-        return CronSchedule(CronExpression(conf, zone))
+        return CronSchedule(_cron_expression(conf, zone))
     except CronParseError as exc:
         raise ScheduleError(f"schedule_conf: {exc}") from None
+
+
+@lru_cache(maxsize=4096)
+def _cron_expression(conf: str, zone: tzinfo) -> CronExpression:
+    # The scheduler rebuilds schedules from stored rows on every pass; parsing once per
+    # (expression, zone) keeps that cheap. CronExpression is immutable apart from its day memo.
+    return CronExpression(conf, zone)
 
 
 def next_fire_times(schedule: Schedule, after_ms: int, count: int) -> list[int]:

@@ -50,14 +50,13 @@ def resolve_zone(tz: str | tzinfo) -> tzinfo:
         raise ValueError(f"unknown time zone {tz!r}") from exc
 
 
-def _next_table(values: frozenset[int], size: int) -> tuple[int, ...]:
-    """table[v] = smallest allowed value >= v, or -1; one slot past the field's range for carries."""
+def _next_table(values: frozenset[int], size: int, base: int = 0) -> tuple[int, ...]:
+    """table[v - base] = smallest allowed value >= v, or -1; one slot past the range for carries."""
     table = [-1] * (size + 1)
-    following = -1
-    for v in range(size - 1, -1, -1):
-        if v in values:
-            following = v
-        table[v] = following
+    previous = 0
+    for v in sorted(values):
+        table[previous : v - base + 1] = [v] * (v - base + 1 - previous)
+        previous = v - base + 1
     return tuple(table)
 
 
@@ -133,7 +132,7 @@ class CronExpression:
         self._minutes = _next_table(self.fields.minutes, 60)
         self._hours = _next_table(self.fields.hours, 24)
         self._months = _next_table(self.fields.months, 13)
-        self._years = _next_table(self.fields.years, MAX_YEAR + 1)
+        self._years = _next_table(self.fields.years, MAX_YEAR - MIN_YEAR + 1, MIN_YEAR)
         self._days_of_month = self.fields.day_of_month
         self._days_of_week = self.fields.day_of_week
         self._day_cache: dict[int, tuple[int, ...]] = {}
@@ -184,7 +183,7 @@ class CronExpression:
     def _first_month(self, year: int, month: int) -> tuple[int, int] | None:
         """First allowed (year, month) at or after the given one (month may be 13)."""
         while year <= MAX_YEAR:
-            found = self._years[year]
+            found = self._years[year - MIN_YEAR]
             if found < 0:
                 return None
             if found != year:
