@@ -55,8 +55,9 @@ def _show(args: argparse.Namespace) -> int:
             print(f"  address {address}")
         online = group.get("online") or []
         print(f"online executors: {len(online)}")
-        print_table(online, (("ADDRESS", "address"),
-                             ("LAST HEARTBEAT (UTC)", lambda e: instant_text(e.get("last_heartbeat")))))
+        if online:
+            print_table(online, (("ADDRESS", "address"),
+                                 ("LAST HEARTBEAT (UTC)", lambda e: instant_text(e.get("last_heartbeat")))))
         return 0
 
     return run_remote(args, action)

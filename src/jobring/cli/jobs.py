@@ -157,7 +157,7 @@ def _show(args: argparse.Namespace) -> int:
         if args.json:
             print_json(job)
             return 0
-        rows = [{"field": key, "value": value} for key, value in job.items()]
+        rows = [{"field": key, "value": _field_text(key, value)} for key, value in job.items()]
         print_table(rows, (("FIELD", "field"), ("VALUE", "value")))
         return 0
 
@@ -166,6 +166,15 @@ def _show(args: argparse.Namespace) -> int:
 
 def _non_negative_int(text: str) -> int:
     return positive_int(text) if text.strip() != "0" else 0
+
+
+def _field_text(key: str, value: Any) -> Any:
+    if key in ("trigger_next_time", "trigger_last_time"):
+        when = epoch_ms_text(value)
+        return f"{value} ({when} UTC)" if when else value
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value) or None
+    return value
 
 
 def _remote_parser(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:

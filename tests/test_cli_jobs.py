@@ -1,0 +1,183 @@
+"""`jobring jobs ...` against the real management app in-process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from jobring.admin.store import Store
+from tests.client.adminkit import AdminEnv, admin_env
+from tests.client.clikit import Cli, cli_for
+
+
+@pytest.fixture
+async def env(sqlite_store: Store) -> AsyncIterator[AdminEnv]:
+    async for built in admin_env(sqlite_store):
+        yield built
+
+
+@pytest.fixture
+def cli(env: AdminEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    return cli_for(env, capsys, monkeypatch)
+
+
+async def test_add_then_list_as_table_and_json(env: AdminEnv, cli: Cli) -> None:
+    group = await env.group()
+    added = await cli("jobs", "add", "--group", str(group), "--desc", "nightly report", "--handler", "report",
+                      "--cron", "0 0 2 * * ?", "--param", "full", "--route", "ROUND",
+                      "--timezone", "Europe/Paris")
+    assert added.code == 0, added.err
+    assert added.out.startswith("created job ") and "(stopped)" in added.out
+    job_id = int(added.out.split()[2])
+    stored = await env.store.jobs.get(job_id)
+    assert stored is not None and stored.schedule_conf == "0 0 2 * * ?" and stored.executor_param == "full"
+    assert stored.executor_route_strategy == "ROUND" and stored.schedule_timezone == "Europe/Paris"
+
+    listed = await cli("jobs", "list")
+    assert listed.code == 0
+    header, row = listed.out.splitlines()
+    assert header.split() == ["ID", "GROUP", "DESCRIPTION", "HANDLER", "SCHEDULE", "STATUS",
+                              "NEXT", "FIRE", "(UTC)"]
+    assert row.split()[:2] == [str(job_id), str(group)] and "nightly report" in row
+    assert "cron 0 0 2 * * ? (Europe/Paris)" in row and "stopped" in row
+    # Columns line up: every cell starts where its heading starts.
+    assert row.index("nightly report") == header.index("DESCRIPTION")
+    assert row.index("stopped") == header.index("STATUS")
+
+    as_json = await cli("jobs", "list", "--json")
+    body = json.loads(as_json.out)
+    assert body["total"] == 1 and body["items"][0]["id"] == job_id
+
+
+async def test_list_filters_by_group_status_and_search(env: AdminEnv, cli: Cli) -> None:
+    first, second = await env.group(), await env.group("other-app", "Other")
+    a = await env.job(first, job_desc="alpha export")
+    b = await env.job(second, job_desc="beta export")
+    c = await env.job(second, job_desc="gamma cleanup")
+    async with env.client() as admin:
+        await admin.jobs.start(b["id"])
+
+    async def ids(*argv: str) -> list[int]:
+        result = await cli("jobs", "list", "--json", *argv)
+        assert result.code == 0, result.err
+        return sorted(item["id"] for item in json.loads(result.out)["items"])
+
+    assert await ids("--group", str(second)) == [b["id"], c["id"]]
+    assert await ids("--status", "running") == [b["id"]]
+    assert await ids("--status", "stopped") == [a["id"], c["id"]]
+    assert await ids("--search", "export") == [a["id"], b["id"]]
+    assert await ids("--search", "export", "--group", str(first)) == [a["id"]]
+
+
+async def test_add_with_start_and_fix_rate_then_stop_and_start(env: AdminEnv, cli: Cli) -> None:
+    group = await env.group()
+    added = await cli("jobs", "add", "--group", str(group), "--desc", "poller", "--handler", "poll",
+                      "--fix-rate", "30", "--start", "--json")
+    assert added.code == 0, added.err
+    job = json.loads(added.out)
+    assert job["schedule_type"] == "FIX_RATE" and job["schedule_conf"] == "30" and job["trigger_status"] == 1
+
+    stopped = await cli("jobs", "stop", str(job["id"]))
+    assert (stopped.code, stopped.out) == (0, f"job {job['id']} stopped\n")
+    assert (await env.store.jobs.get(job["id"])).trigger_status == 0  # type: ignore[union-attr]
+
+    started = await cli("jobs", "start", str(job["id"]))
+    assert started.code == 0 and started.out.startswith(f"job {job['id']} running, next fire ")
+    assert (await env.store.jobs.get(job["id"])).trigger_status == 1  # type: ignore[union-attr]
+
+
+async def test_add_with_none_schedule(env: AdminEnv, cli: Cli) -> None:
+    group = await env.group()
+    added = await cli("jobs", "add", "--group", str(group), "--desc", "by hand", "--handler", "h", "--none",
+                      "--json")
+    assert added.code == 0, added.err
+    assert json.loads(added.out)["schedule_type"] == "NONE"
+
+
+async def test_trigger_with_param_and_address(env: AdminEnv, cli: Cli) -> None:
+    job = await env.job(await env.group())
+    second = env.executors.address(1)
+    result = await cli("jobs", "trigger", str(job["id"]), "--param", "once", "--address", second)
+    assert result.code == 0, result.err
+    (call,) = env.executors.runs()
+    assert result.out.startswith(f"job {job['id']} triggered: run {call.body['logId']}")
+    assert call.address == second and call.body["executorParams"] == "once"
+
+
+async def test_trigger_that_reaches_no_executor_exits_1(env: AdminEnv, cli: Cli) -> None:
+    job = await env.job(await env.group())
+    env.executors.down.update(env.executors.hosts)
+    result = await cli("jobs", "trigger", str(job["id"]))
+    assert result.code == 1
+    assert "trigger FAILED" in result.out
+    assert (await env.store.logs.list(job_id=job["id"])).total == 1  # the failed run is recorded
+
+
+async def test_server_refusal_prints_its_message_and_exits_2(env: AdminEnv, cli: Cli) -> None:
+    group = await env.group()
+    bad_cron = await cli("jobs", "add", "--group", str(group), "--desc", "x", "--handler", "h",
+                         "--cron", "every tuesday")
+    assert bad_cron.code == 2 and bad_cron.out == ""
+    assert bad_cron.err.startswith("jobring: error: ") and "schedule_conf" in bad_cron.err
+    missing = await cli("jobs", "start", "9999")
+    assert missing.code == 2 and missing.err == "jobring: error: job 9999 not found\n"
+    no_group = await cli("jobs", "add", "--group", "4242", "--desc", "x", "--handler", "h", "--none")
+    assert no_group.code == 2 and "4242" in no_group.err
+    assert (await env.store.jobs.list()).total == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["jobs", "add", "--group", "1", "--desc", "x", "--handler", "h"],  # no schedule
+        ["jobs", "add", "--group", "1", "--desc", "x", "--handler", "h", "--cron", "* * * * * ?", "--none"],
+        ["jobs", "add", "--group", "0", "--desc", "x", "--handler", "h", "--none"],
+        ["jobs", "add", "--group", "1", "--desc", "x", "--handler", "h", "--fix-rate", "-5"],
+        ["jobs", "add", "--group", "1", "--desc", "x", "--handler", "h", "--none", "--route", "NEAREST"],
+        ["jobs", "add", "--group", "1", "--desc", " ", "--handler", "h", "--none"],
+        ["jobs", "add", "--group", "1", "--desc", "x", "--handler", "h", "--none", "--start"],
+        ["jobs", "list", "--status", "paused"],
+        ["jobs", "trigger", "abc"],
+        ["jobs", "start"],
+    ],
+)
+async def test_bad_command_lines_exit_2_without_touching_the_admin(
+    env: AdminEnv, cli: Cli, argv: list[str]
+) -> None:
+    result = await cli(*argv)
+    assert result.code == 2 and result.err
+    assert (await env.store.jobs.list()).total == 0
+
+
+async def test_missing_token_says_how_to_give_one(
+    env: AdminEnv, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("JOBRING_TOKEN")
+    result = await cli("jobs", "list")
+    assert result.code == 2 and "authentication required" in result.err and "JOBRING_TOKEN" in result.err
+    # --token on the command line works as well as the environment variable.
+    assert (await cli("jobs", "list", "--token", env.token)).code == 0
+
+
+async def test_unreachable_admin_exits_1_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    result = await Cli(capsys)("jobs", "list", "--url", url, "--token", "jr_unused")
+    assert result.code == 1
+    assert result.err.startswith(f"jobring: error: cannot reach the admin at {url}")
+
+
+async def test_server_error_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    def broken(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, json={"error": "internal store error", "field": None})
+
+    cli = Cli(capsys, lambda url: httpx.MockTransport(broken))
+    result = await cli("jobs", "list", "--token", "jr_unused")
+    assert (result.code, result.err) == (1, "jobring: error: internal store error\n")

@@ -1,0 +1,124 @@
+"""`jobring runs ...` and `jobring groups ...` against the real management app in-process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from jobring.admin.store import Store
+from jobring.protocol.models import ReturnT
+from tests.client.adminkit import AdminEnv, admin_env
+from tests.client.clikit import Cli, cli_for
+
+
+@pytest.fixture
+async def env(sqlite_store: Store) -> AsyncIterator[AdminEnv]:
+    async for built in admin_env(sqlite_store):
+        yield built
+
+
+@pytest.fixture
+def cli(env: AdminEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    return cli_for(env, capsys, monkeypatch)
+
+
+async def _run_of_new_job(env: AdminEnv, group: int | None = None) -> tuple[int, int]:
+    job = await env.job(group or await env.group())
+    async with env.client() as admin:
+        result = await admin.jobs.trigger(job["id"])
+    return job["id"], result["log_ids"][0]
+
+
+def _log_chunks(*chunks: tuple[list[str], bool]) -> Any:
+    """An executor /log answer giving, call after call, the next (new lines, is_end) chunk."""
+    remaining = list(chunks)
+
+    async def answer(body: dict[str, Any]) -> ReturnT:
+        lines, end = remaining.pop(0)
+        start = int(body["fromLineNum"])
+        content = {"fromLineNum": start, "toLineNum": start + len(lines) - 1,
+                   "logContent": "".join(f"{line}\n" for line in lines), "isEnd": end}
+        return ReturnT(code=200, content=content)
+
+    return answer
+
+
+async def test_runs_list_table_filters_and_json(env: AdminEnv, cli: Cli) -> None:
+    group = await env.group()
+    job_a, run_a = await _run_of_new_job(env, group)
+    job_b, run_b = await _run_of_new_job(env, group)
+
+    table = await cli("runs", "list")
+    assert table.code == 0, table.err
+    header, *rows = table.out.splitlines()
+    assert header.split()[:3] == ["ID", "JOB", "TRIGGERED"]
+    assert [row.split()[0] for row in rows] == [str(run_b), str(run_a)]  # newest first
+    assert all("running" in row and "MANUAL" in row for row in rows)
+
+    only_a = json.loads((await cli("runs", "list", "--job", str(job_a), "--json")).out)
+    assert [item["id"] for item in only_a["items"]] == [run_a] and only_a["total"] == 1
+    assert json.loads((await cli("runs", "list", "--status", "success", "--json")).out)["total"] == 0
+    limited = await cli("runs", "list", "--limit", "1")
+    assert limited.out.splitlines()[-1] == "(1 of 2 runs shown; use --limit for more)"
+
+
+async def test_runs_log_prints_from_a_line(env: AdminEnv, cli: Cli) -> None:
+    _, run_id = await _run_of_new_job(env)
+    env.executors.answer(env.executors.address(0), "log", _log_chunks((["two", "three"], True)))
+    result = await cli("runs", "log", str(run_id), "--from-line", "2")
+    assert (result.code, result.out) == (0, "two\nthree\n")
+    (asked,) = [c.body for c in env.executors.calls if c.path == "log"]
+    assert asked["fromLineNum"] == 2 and asked["logId"] == run_id
+
+
+async def test_runs_log_follow_polls_until_the_log_ends(env: AdminEnv, cli: Cli) -> None:
+    _, run_id = await _run_of_new_job(env)
+    env.executors.answer(env.executors.address(0), "log", _log_chunks(
+        (["start"], False), ([], False), (["middle", "done"], False), ([], True)))
+    result = await cli("runs", "log", str(run_id), "--follow", "--interval", "0")
+    assert (result.code, result.out) == (0, "start\nmiddle\ndone\n")
+    asked = [c.body["fromLineNum"] for c in env.executors.calls if c.path == "log"]
+    assert asked == [1, 2, 2, 4]
+
+
+async def test_runs_log_of_an_unknown_run_and_executor_failure(env: AdminEnv, cli: Cli) -> None:
+    unknown = await cli("runs", "log", "777")
+    assert unknown.code == 2 and "777" in unknown.err and unknown.err.startswith("jobring: error: ")
+    _, run_id = await _run_of_new_job(env)
+    env.executors.down.add(env.executors.hosts[0])
+    unreachable_executor = await cli("runs", "log", str(run_id))
+    # The admin answers 502: a server-side failure, exit 1 with the admin's explanation.
+    assert unreachable_executor.code == 1 and env.executors.hosts[0] in unreachable_executor.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["runs", "list", "--status", "weird"], ["runs", "list", "--limit", "0"], ["runs", "log"],
+     ["runs", "log", "1", "--from-line", "0"], ["runs", "log", "1", "--interval", "-1"], ["runs"]],
+)
+async def test_runs_bad_command_lines_exit_2(cli: Cli, argv: list[str]) -> None:
+    result = await cli(*argv)
+    assert result.code == 2
+
+
+async def test_groups_add_list_and_show(env: AdminEnv, cli: Cli) -> None:
+    added = await cli("groups", "add", "billing", "Billing", "--address", "http://10.9.9.9:9999/")
+    assert added.code == 0, added.err
+    assert added.out.startswith("created group ") and "manual addresses" in added.out
+    group_id = int(added.out.split()[2])
+    auto = await cli("groups", "add", "reports", "Reports", "--json")
+    assert json.loads(auto.out)["address_type"] == 0
+
+    listed = await cli("groups", "list")
+    header, *rows = listed.out.splitlines()
+    assert header.split()[:3] == ["ID", "APPNAME", "TITLE"] and len(rows) == 2
+    shown = await cli("groups", "show", str(group_id))
+    assert shown.code == 0 and "address http://10.9.9.9:9999/" in shown.out
+    assert "online executors: 0" in shown.out
+
+    too_long = await cli("groups", "add", "x", "a title that is far too long")
+    assert too_long.code == 2 and "title" in too_long.err
+    assert (await env.store.groups.list()).total == 2
