@@ -265,3 +265,10 @@ def test_equal_expressions_compare_equal() -> None:
 def test_month_names_containing_l() -> None:
     # JUL contains an "L"; it must not be mistaken for the L special character.
     assert fires("0 0 0 1 jul,JUN ?", utc(2021, 1, 1), 2) == [utc(2021, 6, 1), utc(2021, 7, 1)]
+
+
+def test_start_before_1970_fires_at_the_first_match_in_range() -> None:
+    cron = CronExpression("0 0 12 * * ?", "Europe/Berlin")
+    result = cron.next_after(datetime(1960, 5, 1, tzinfo=UTC))
+    assert result is not None and result.isoformat() == "1970-01-01T12:00:00+01:00"
+    assert CronExpression("0 0 12 * * ?").next_after_ms(-10**12) == 12 * 3600 * 1000
