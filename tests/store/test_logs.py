@@ -108,6 +108,10 @@ async def test_update_trigger_results(store: Store) -> None:
         1_700_000_000_123,
     )
     assert (lb.trigger_code, lb.executor_sharding_param, lb.dispatch_time) == (500, "0/2", None)
+    await store.logs.update_trigger_results([TriggerResult(b, None, 500, "ü" * 20_000)])
+    capped = await store.logs.get(b)
+    assert capped is not None and capped.trigger_msg == "ü" * 15_000
+    assert capped.executor_sharding_param == "0/2"  # not given this time: kept
 
 
 async def test_record_results_once_per_log(store: Store) -> None:

@@ -167,10 +167,17 @@ class Db:
             yield conn
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A connection in a write transaction: ``BEGIN IMMEDIATE`` on SQLite."""
+    async def write(self, *, read_committed: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A connection in a write transaction: ``BEGIN IMMEDIATE`` on SQLite.
+
+        ``read_committed`` on MySQL/MariaDB: InnoDB then releases the locks of scanned rows
+        that do not match (REPEATABLE READ would hold them until commit).
+        """
         async with self.engine.connect() as conn:
-            if self.engine.dialect.name == "sqlite":
+            name = self.engine.dialect.name
+            if name == "sqlite":
                 await conn.execution_options(**{SQLITE_IMMEDIATE: True})
+            elif read_committed and name in ("mysql", "mariadb"):
+                await conn.execution_options(isolation_level="READ COMMITTED")
             async with conn.begin():
                 yield conn

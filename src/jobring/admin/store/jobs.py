@@ -156,7 +156,7 @@ class JobRepository(Repository):
         caps = await self._db.capabilities()
         until = now_ms + lease_ms
         stmt = due_statement(node_id, now_ms, window_end_ms, limit, caps.backend, caps.skip_locked)
-        async with self._db.write() as conn:
+        async with self._db.write(read_committed=True) as conn:
             rows = (await conn.execute(stmt)).all()
             if not rows:
                 return []

@@ -45,7 +45,8 @@ from jobring.admin.store.records import (
 )
 from jobring.admin.store.tables import job_log
 
-HANDLE_MSG_MAX = 15_000
+# MySQL TEXT holds 65,535 bytes: 15,000 characters fit even at 4 bytes each.
+HANDLE_MSG_MAX = MSG_MAX = 15_000
 _OK_CODES = (0, 200)
 _LIMITS = {
     "executor_address": 255,
@@ -60,6 +61,8 @@ _LIMITS = {
 def _row(log: NewLog) -> dict[str, Any]:
     values = asdict(log)
     values["trigger_time"] = utc_naive(log.trigger_time)
+    if values["trigger_msg"] is not None:
+        values["trigger_msg"] = values["trigger_msg"][:MSG_MAX]
     for name, size in _LIMITS.items():
         if values[name] is not None and len(values[name]) > size:
             values[name] = values[name][:size]
@@ -180,7 +183,7 @@ class LogRepository(Repository):
                     "b_id": r.log_id,
                     "b_address": None if r.executor_address is None else r.executor_address[:255],
                     "b_code": r.trigger_code,
-                    "b_msg": r.trigger_msg,
+                    "b_msg": None if r.trigger_msg is None else r.trigger_msg[:MSG_MAX],
                     "b_dispatch": r.dispatch_time,
                     "b_shard": r.executor_sharding_param,
                 }
