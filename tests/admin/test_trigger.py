@@ -267,3 +267,41 @@ async def test_close_waits_for_in_flight_dispatch(env: Env) -> None:
     assert fire.done() and (await fire).trigger_code == 200
     with pytest.raises(RuntimeError, match="closed"):
         await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+
+
+async def test_group_read_failure_after_recording_fails_the_fires_visibly(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await env.job()
+
+    async def broken(group_id: int) -> None:
+        raise ConnectionError("database went away")
+
+    monkeypatch.setattr(env.store.groups, "get", broken)
+    (result,) = await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
+    # Recorded (so no other node fires it again) and failed with the reason, never silently lost.
+    assert result.trigger_code == 500 and env.double.runs() == []
+    entry = await env.store.logs.get(result.log_ids[0])
+    assert entry is not None and entry.trigger_code == 500
+    expected = "could not read the executor group: ConnectionError: database went away"
+    assert expected in (entry.trigger_msg or "")
+
+
+async def test_log_insert_failure_raises_and_records_nothing(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await env.job()
+
+    async def broken(rows: object) -> None:
+        raise ConnectionError("database went away")
+
+    monkeypatch.setattr(env.store.logs, "insert_fires", broken)
+    with pytest.raises(ConnectionError):
+        await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
+    assert env.double.runs() == []
+
+
+async def test_missing_group_is_named_in_the_trigger_message(env: Env) -> None:
+    job = await env.job(job_group=424242)
+    result = await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+    assert result.trigger_code == 500 and "executor group 424242 not found" in result.trigger_msg

@@ -76,17 +76,17 @@ class FireResult:
 
 @dataclass
 class _Plan:
-    """A request resolved against its group: the address list and the shards to run."""
+    """A request, then resolved against its group: the address list and the shards to run."""
 
     req: FireRequest
-    group: JobGroup | None
-    addresses: list[str]
-    manual_addresses: bool
     strategy: RouteStrategy | None
     param: str
     retry_count: int
-    shards: list[tuple[int, int]]
     trigger_time_ms: int
+    addresses: list[str] = field(default_factory=list)
+    manual_addresses: bool = False
+    shards: list[tuple[int, int]] = field(default_factory=lambda: [(0, 1)])
+    problem: str | None = None  # why no address could be had (shown in the trigger message)
     log_ids: list[int] = field(default_factory=list)
     duplicate: bool = False
 
@@ -175,13 +175,30 @@ class TriggerService:
             groups[group_id] = await self._store.groups.get(group_id)
         return groups
 
-    def _plan(self, req: FireRequest, group: JobGroup | None, now_ms: int) -> _Plan:
+    def _plan(self, req: FireRequest, now_ms: int) -> _Plan:
         job = req.job
+        if req.address_override and req.trigger_type is not TriggerType.MANUAL:
+            raise TriggerRejected("an address list may be given only with a manual trigger")
+        param = req.executor_param if req.executor_param is not None else (job.executor_param or "")
+        retry = req.fail_retry_count if req.fail_retry_count is not None else job.executor_fail_retry_count
+        # A scheduled fire prepared ahead is logged at its planned instant (the executor files
+        # its run log under that day); a late one (misfire) at the time it really runs.
+        trigger_time = max(now_ms, req.planned_time) if req.planned_time is not None else now_ms
+        plan = _Plan(req, parse_strategy(job.executor_route_strategy), param, max(retry, 0), trigger_time)
+        if req.sharding is not None:
+            plan.shards = [req.sharding]
+        return plan
+
+    @staticmethod
+    def _resolve(plan: _Plan, group: JobGroup | None) -> None:
+        """Fill in the plan's addresses and shards from its group (TriggerRejected for an
+        override outside the group: the SSRF guard)."""
+        req = plan.req
         addresses = group.addresses if group else []
         manual = bool(group and group.address_type == AddressType.MANUAL)
+        if group is None:
+            plan.problem = f"executor group {req.job.job_group} not found"
         if req.address_override:
-            if req.trigger_type is not TriggerType.MANUAL:
-                raise TriggerRejected("an address list may be given only with a manual trigger")
             override = [a.strip() for a in req.address_override if a.strip()]
             outside = sorted(set(override) - set(addresses))
             if outside:
@@ -189,21 +206,11 @@ class TriggerService:
                     f"addresses not registered in the job's executor group: {', '.join(outside)}"
                 )
             addresses, manual = override, True
-        strategy = parse_strategy(job.executor_route_strategy)
-        if req.sharding is not None:
-            shards = [req.sharding]
-        elif strategy is RouteStrategy.SHARDING_BROADCAST and addresses:
-            shards = [(i, len(addresses)) for i in range(len(addresses))]
-        else:
-            shards = [(0, 1)]
-        param = req.executor_param if req.executor_param is not None else (job.executor_param or "")
-        retry = req.fail_retry_count if req.fail_retry_count is not None else job.executor_fail_retry_count
-        # A scheduled fire prepared ahead is logged at its planned instant (the executor files
-        # its run log under that day); a late one (misfire) at the time it really runs.
-        trigger_time = max(now_ms, req.planned_time) if req.planned_time is not None else now_ms
-        return _Plan(req, group, addresses, manual, strategy, param, max(retry, 0), shards, trigger_time)
+        plan.addresses, plan.manual_addresses = addresses, manual
+        if req.sharding is None and plan.strategy is RouteStrategy.SHARDING_BROADCAST and addresses:
+            plan.shards = [(i, len(addresses)) for i in range(len(addresses))]
 
-    def _new_log(self, plan: _Plan, shard: tuple[int, int], identity: bool) -> NewLog:
+    def _new_log(self, plan: _Plan, shard: tuple[int, int] | None, identity: bool) -> NewLog:
         job = plan.req.job
         broadcast = plan.strategy is RouteStrategy.SHARDING_BROADCAST
         return NewLog(
@@ -212,7 +219,7 @@ class TriggerService:
             trigger_time=_ms_to_datetime(plan.trigger_time_ms),
             executor_handler=job.executor_handler,
             executor_param=plan.param,
-            executor_sharding_param=f"{shard[0]}/{shard[1]}" if broadcast else None,
+            executor_sharding_param=f"{shard[0]}/{shard[1]}" if broadcast and shard else None,
             executor_fail_retry_count=plan.retry_count,
             trigger_type=plan.req.trigger_type.value,
             # Only the first row of a broadcast carries the identity (the key is unique).
@@ -220,33 +227,65 @@ class TriggerService:
             admin_node=self.node_id,
         )
 
-    async def _insert(self, plans: list[_Plan]) -> None:
-        firsts = [self._new_log(p, p.shards[0], identity=True) for p in plans]
-        first_ids = await self._store.logs.insert_fires(firsts)
-        rest: list[NewLog] = []
-        owners: list[_Plan] = []
-        for plan, log_id in zip(plans, first_ids, strict=True):
+    async def _insert_identities(self, plans: list[_Plan]) -> None:
+        """One row per request, in one insert: the fire's identity; duplicates are marked."""
+        firsts = [self._new_log(p, p.req.sharding, identity=True) for p in plans]
+        for plan, log_id in zip(plans, await self._store.logs.insert_fires(firsts), strict=True):
             if log_id is None:
                 plan.duplicate = True
-                continue
-            plan.log_ids.append(log_id)
-            for shard in plan.shards[1:]:
-                rest.append(self._new_log(plan, shard, identity=False))
-                owners.append(plan)
-        if rest:
-            rest_ids = await self._store.logs.insert_fires(rest)
-            for plan, log_id in zip(owners, rest_ids, strict=True):
-                if log_id is None:  # cannot happen without an identity; keep the count honest
-                    raise RuntimeError(f"shard log of job {plan.req.job.id} was not inserted")
+            else:
                 plan.log_ids.append(log_id)
+
+    async def _insert_other_shards(self, plans: list[_Plan]) -> None:
+        owners = [(p, shard) for p in plans if not p.duplicate for shard in p.shards[1:]]
+        if not owners:
+            return
+        try:
+            rows = [self._new_log(p, s, identity=False) for p, s in owners]
+            ids = await self._store.logs.insert_fires(rows)
+        except Exception as exc:
+            # The fires are recorded (first shards): run those, say why the others did not.
+            log.exception("recording the other shards of a broadcast failed")
+            for plan, _ in owners:
+                plan.shards = plan.shards[:1]
+                plan.problem = f"the other shards could not be recorded: {type(exc).__name__}: {exc}"
+            return
+        for (plan, _), log_id in zip(owners, ids, strict=True):
+            if log_id is None:  # cannot happen without an identity; keep the count honest
+                raise RuntimeError(f"shard log of job {plan.req.job.id} was not inserted")
+            plan.log_ids.append(log_id)
+
+    async def _record(self, plans: list[_Plan], reqs: list[FireRequest]) -> None:
+        """Insert the log rows. The group lookup runs alongside the insert unless a manual
+        address list must be checked against the group first."""
+        if any(r.address_override for r in reqs):
+            groups = await self._groups(reqs)
+            for plan in plans:
+                self._resolve(plan, groups.get(plan.req.job.job_group))
+            await self._insert_identities(plans)
+        else:
+            looked_up, inserted = await asyncio.gather(
+                self._groups(reqs), self._insert_identities(plans), return_exceptions=True
+            )
+            if isinstance(inserted, BaseException):
+                raise inserted  # nothing recorded
+            if isinstance(looked_up, BaseException):
+                # Recorded but no addresses: each fire fails visibly (and is retried/alarmed).
+                log.error("reading executor groups failed: %s", looked_up)
+                problem = f"could not read the executor group: {type(looked_up).__name__}: {looked_up}"
+                for plan in plans:
+                    plan.problem = problem
+            else:
+                for plan in plans:
+                    self._resolve(plan, looked_up.get(plan.req.job.job_group))
+        await self._insert_other_shards(plans)
 
     # -- dispatch ---------------------------------------------------------------------------
 
     async def _fire_batch(self, reqs: list[FireRequest]) -> list[FireResult]:
         now_ms = self._clock.now_ms()
-        groups = await self._groups(reqs)
-        plans = [self._plan(r, groups.get(r.job.job_group), now_ms) for r in reqs]
-        await self._insert(plans)
+        plans = [self._plan(r, now_ms) for r in reqs]
+        await self._record(plans, reqs)
         work = [
             self._lanes.run(plan.req.job.id, functools.partial(self._dispatch, plan, shard, log_id))
             for plan in plans
@@ -332,9 +371,10 @@ class TriggerService:
             f"Block strategy: {job.executor_block_strategy or BlockStrategy.SERIAL_EXECUTION.value}",
             f"Timeout: {job.executor_timeout}",
             f"Fail retry count: {plan.retry_count}",
-            "",
-            ">>>>>>>>>>> Trigger Job <<<<<<<<<<<",
         ]
+        if plan.problem:
+            lines.append(f"Problem: {plan.problem}")
+        lines += ["", ">>>>>>>>>>> Trigger Job <<<<<<<<<<<"]
         if route.msg:
             lines += [route.msg, ""]
         if address is not None:
