@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import re
 import shutil
 import threading
 import time
+from collections import deque
 from datetime import date, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -50,6 +50,7 @@ GLUE_SOURCE_DIR = "gluesource"
 MIN_RETENTION_DAYS = 3
 _DAY_DIR = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _CHUNK = 1 << 20
+_COALESCE_S = 0.01
 
 _stamp_lock = threading.Lock()
 _stamp_cache: tuple[int, str] = (-1, "")
@@ -156,7 +157,9 @@ class RunLog:
         self._base_text = str(self.base)
         self._days: dict[int, str] = {}
         self._active: dict[str, RunLogWriter] = {}
-        self._dirty: queue.SimpleQueue[RunLogWriter | None] = queue.SimpleQueue()
+        self._dirty: deque[RunLogWriter] = deque()
+        self._wake = threading.Event()
+        self._wake_pending = False
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
 
@@ -199,7 +202,11 @@ class RunLog:
         self._active.setdefault(writer.path, writer)  # a late line after the run: readers must flush it
         if self._thread is None:
             self._start_thread()
-        self._dirty.put(writer)
+        self._dirty.append(writer)
+        # Wake the writer thread once per batch, not once per line: each wake-up costs a GIL hand-off.
+        if not self._wake_pending:
+            self._wake_pending = True
+            self._wake.set()
 
     def _start_thread(self) -> None:
         with self._thread_lock:
@@ -208,12 +215,18 @@ class RunLog:
                 self._thread.start()
 
     def _write_loop(self) -> None:
-        while (writer := self._dirty.get()) is not None:
-            try:
-                writer.flush()
-            except OSError:
-                # A full or read-only disk must not kill the writer thread; the lines are lost.
-                logger.exception("run log: writing %s failed", writer.path)
+        while True:
+            self._wake.wait()
+            time.sleep(_COALESCE_S)  # let a burst gather; readers flush what they need themselves
+            self._wake.clear()
+            self._wake_pending = False
+            while self._dirty:
+                writer = self._dirty.popleft()
+                try:
+                    writer.flush()
+                except OSError:
+                    # A full or read-only disk must not kill the writer thread; the lines are lost.
+                    logger.exception("run log: writing %s failed", writer.path)
 
     def _forget(self, writer: RunLogWriter) -> None:
         if self._active.get(writer.path) is writer:
