@@ -80,10 +80,8 @@ def run_executor(args: argparse.Namespace) -> int:
         print(f"jobring executor {s.app_name} listening on {s.host}:{executor.bound_port}, "
               f"registered as {address}", flush=True)
 
-    import asyncio
-
     try:
-        asyncio.run(executor.serve(ready=announce))
+        executor.run(ready=announce)
     except ConfigError as exc:
         raise UsageError(str(exc)) from exc
     print("jobring executor stopped", file=sys.stderr, flush=True)

@@ -139,6 +139,7 @@ class CallbackSender:
         *,
         batch_size: int = 100,
         max_backoff_s: float = 30.0,
+        linger_s: float = 0.01,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._client = client
@@ -147,6 +148,8 @@ class CallbackSender:
         self._spool = CallbackSpool(Path(spool_dir) / SPOOL_FILE_NAME)
         self._batch_size = batch_size
         self._max_backoff_s = max_backoff_s
+        self._linger_s = linger_s
+        self._last_post_at = float("-inf")
         self._pending: deque[HandleCallbackParam] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -216,12 +219,19 @@ class CallbackSender:
         self._wakeup.clear()
 
     async def _send_pending(self) -> None:
+        since_last = self._clock() - self._last_post_at
+        if since_last < self._linger_s and len(self._pending) < self._batch_size and not self._closing:
+            # Under sustained load, gather results for a moment: one request per linger
+            # period carries many results (HTTP per request costs far more than per item).
+            # After a quiet period the first result goes out at once.
+            await asyncio.sleep(self._linger_s - since_last)
         batch = [self._pending.popleft() for _ in range(min(self._batch_size, len(self._pending)))]
         if len(self._spool) and self._clock() < self._retry_at:
             # The admin failed recently: do not hammer it; keep the results safe instead.
             await asyncio.to_thread(self._spool.append, batch)
             return
         try:
+            self._last_post_at = self._clock()
             await self._post(batch)
         except AdminUnavailable as exc:
             await asyncio.to_thread(self._spool.append, batch)

@@ -271,9 +271,13 @@ class Executor:
                 sock.close()
                 self._server = self._server_loop = None
 
-    def run(self) -> None:
-        """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly."""
-        asyncio.run(self.serve())
+    def run(self, *, ready: Callable[[str], None] | None = None) -> None:
+        """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly.
+
+        Uses uvloop when it is installed.
+        """
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(self.serve(ready=ready))
 
     def start_in_thread(self) -> None:
         """Serve from a background thread (for Flask, Django, scripts); returns once serving."""
@@ -284,7 +288,7 @@ class Executor:
 
         def target() -> None:
             try:
-                asyncio.run(self.serve(ready=lambda _address: ready.set()))
+                self.run(ready=lambda _address: ready.set())
             except BaseException as exc:
                 failure.append(exc)
                 log.exception("executor thread stopped with an error")
@@ -311,6 +315,14 @@ class Executor:
             if thread.is_alive():
                 raise ExecutorError("executor thread did not stop in time")
             self._thread = None
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def _with_port(s: ExecutorSettings, detected_ip: str, port: int) -> str:

@@ -1,0 +1,347 @@
+"""Executor throughput: /run -> callback for trivial handlers, jobring vs pyxxl, side by side.
+
+    .venv/bin/python bench/executor_throughput.py [--runs 10000] [--concurrency 64] [--only jobring]
+
+Three kinds of process on loopback: this one is the fake admin (counts callbacks, stamps
+their arrival), one executor process (jobring, then pyxxl), and one load generator process
+(httpx, keep-alive, bounded concurrency) that sends the /run requests and stamps each send.
+Stamps are CLOCK_MONOTONIC, shared by all processes on Linux. A run counts once the admin
+got its callback; latency is callback arrival minus /run send. Everything is stopped at the
+end (SIGINT, then kill).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+TOKEN = "bench-token"
+_ADMIN_OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"code":200}'
+LOG_DATE_TIME = 1795350973184
+
+
+# --- fake admin (this process) ---------------------------------------------------------
+
+
+class AdminProtocol(asyncio.Protocol):
+    """Minimal HTTP/1.1 keep-alive server: answers {"code":200}, records callback arrivals."""
+
+    def __init__(self, admin: FakeAdmin) -> None:
+        self.admin = admin
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].decode("latin-1")
+            length = 0
+            for line in head.split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value)
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4:end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length:]
+            self.admin.record(head.split(" ", 2)[1], body)
+            assert self.transport is not None
+            self.transport.write(_ADMIN_OK)
+
+
+class FakeAdmin:
+    def __init__(self) -> None:
+        self.arrivals: dict[int, float] = {}
+        self.callback_requests = 0
+        self.duplicates = 0
+        self.failures = 0
+        self.registered = asyncio.Event()
+        self.changed = asyncio.Event()
+
+    def record(self, path: str, body: bytes) -> None:
+        now = time.monotonic()
+        if path.endswith("api/registry"):
+            self.registered.set()
+        elif path.endswith("api/callback"):
+            self.callback_requests += 1
+            for item in json.loads(body):
+                log_id = item["logId"]
+                if log_id in self.arrivals:
+                    self.duplicates += 1
+                self.arrivals[log_id] = now
+                if item["handleCode"] != 200:
+                    self.failures += 1
+            self.changed.set()
+
+    async def wait_count(self, wanted: set[int], limit_s: float) -> None:
+        async with asyncio.timeout(limit_s):
+            while not wanted.issubset(self.arrivals):
+                self.changed.clear()
+                await self.changed.wait()
+
+
+# --- executor processes ------------------------------------------------------------------
+
+
+def serve_jobring(port: int, admin_url: str, log_path: str) -> None:
+    from jobring import Executor, JobContext
+
+    ex = Executor(app_name="bench", admin_addresses=[admin_url], access_token=TOKEN, host="127.0.0.1",
+                  port=port, address=f"http://127.0.0.1:{port}/", log_path=log_path, environ={})
+
+    @ex.job("noop_async")
+    async def noop_async(ctx: JobContext) -> None:
+        return None
+
+    @ex.job("noop_sync")
+    def noop_sync(ctx: JobContext) -> None:
+        return None
+
+    ex.run()
+
+
+def serve_pyxxl(port: int, admin_url: str, log_path: str) -> None:
+    import warnings
+
+    from pyxxl import ExecutorConfig, PyxxlRunner
+
+    os.chdir(log_path)  # pyxxl writes pyxxl.log and logs/ into the working directory
+    config = ExecutorConfig(
+        xxl_admin_baseurl=admin_url + "api/", executor_app_name="bench", access_token=TOKEN,
+        executor_listen_host="127.0.0.1", executor_listen_port=port,
+        executor_url=f"http://127.0.0.1:{port}", log_local_dir=os.path.join(log_path, "logs"),
+    )
+    runner = PyxxlRunner(config)
+
+    @runner.register(name="noop_async")
+    async def noop_async() -> None:
+        return None
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+
+        @runner.register(name="noop_sync")
+        def noop_sync() -> None:
+            return None
+
+    runner.run_executor()
+
+
+# --- load generator process ------------------------------------------------------------------
+
+
+async def generate_load(url: str, handler: str, first_log_id: int, runs: int, concurrency: int,
+                        jobs: int, duration_s: float) -> dict[str, Any]:
+    import httpx
+    import orjson
+
+    sent = [0.0] * runs
+    refused: list[str] = []
+    # httpx's pool costs O(connections) per request: many small clients (one shared TLS
+    # context) keep the generator's own cost flat as concurrency grows.
+    tls = httpx.create_ssl_context()
+    per_client = 4
+    limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
+    clients = [
+        httpx.AsyncClient(base_url=url, verify=tls, timeout=30, limits=limits,
+                          headers={"XXL-JOB-ACCESS-TOKEN": TOKEN, "Content-Type": "application/json"})
+        for _ in range(max(1, concurrency // per_client))
+    ]
+    next_index = 0
+    start = time.monotonic()
+    stop_at = start + duration_s
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal next_index
+        while next_index < runs and time.monotonic() < stop_at:
+            i = next_index
+            next_index += 1
+            body = orjson.dumps({
+                "jobId": 1 + i % jobs, "executorHandler": handler, "executorParams": "",
+                "executorBlockStrategy": "SERIAL_EXECUTION", "executorTimeout": 0,
+                "logId": first_log_id + i, "logDateTime": LOG_DATE_TIME, "glueType": "BEAN",
+                "glueSource": "", "glueUpdatetime": LOG_DATE_TIME, "broadcastIndex": 0,
+                "broadcastTotal": 1,
+            })
+            sent[i] = time.monotonic()
+            response = await client.post("/run", content=body)
+            if orjson.loads(response.content).get("code") != 200:
+                refused.append(response.text)
+
+    try:
+        await asyncio.gather(*(worker(clients[n % len(clients)]) for n in range(concurrency)))
+    finally:
+        for client in clients:
+            await client.aclose()
+    end = time.monotonic()
+    return {"sent": sent[:next_index], "refused": refused[:5], "refused_count": len(refused),
+            "start": start, "end": end}
+
+
+# --- orchestration -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int, args: argparse.Namespace,
+                   executor_pid: int) -> dict[str, Any]:
+    import psutil
+
+    executor = psutil.Process(executor_pid)
+    cpu_before = sum(executor.cpu_times()[:2])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--role", "loadgen", "--url", f"http://127.0.0.1:{port}",
+        "--handler", handler, "--first-log-id", str(first_log_id), "--runs", str(args.runs),
+        "--concurrency", str(args.concurrency), "--jobs", str(args.jobs),
+        "--duration-s", str(args.duration_s),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), args.limit_s)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    load = json.loads(out)
+    sent_count = len(load["sent"])
+    wanted = set(range(first_log_id, first_log_id + sent_count))
+    with contextlib.suppress(TimeoutError):  # what is missing then shows as reported < runs
+        await admin.wait_count(wanted, args.limit_s)
+    got = [log_id for log_id in wanted if log_id in admin.arrivals]
+    # CPU the executor process spent (all threads): independent of what else runs on the machine.
+    cpu_per_run_us = (sum(executor.cpu_times()[:2]) - cpu_before) / max(1, len(got)) * 1e6
+    latencies = sorted(
+        (admin.arrivals[log_id] - load["sent"][log_id - first_log_id]) * 1000 for log_id in got
+    )
+    last = max(admin.arrivals[log_id] for log_id in got) if got else load["end"]
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
+    return {
+        "handler": handler,
+        "runs": sent_count,
+        "refused": load["refused_count"],
+        "refused_sample": load["refused"],
+        "reported": len(got),
+        "accepted_per_s": sent_count / (load["end"] - load["start"]),
+        "reported_per_s": len(got) / (last - load["start"]),
+        "p50_ms": q[49],
+        "p99_ms": q[98],
+        "cpu_us": cpu_per_run_us,
+    }
+
+
+async def bench_executor(kind: str, admin: FakeAdmin, admin_url: str, args: argparse.Namespace,
+                         base_log_id: int) -> list[dict[str, Any]]:
+    port = free_port()
+    log_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-")
+    admin.registered.clear()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--role", kind, "--port", str(port), "--admin-url", admin_url,
+        "--log-path", log_dir, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    results = []
+    try:
+        await asyncio.wait_for(admin.registered.wait(), 30)
+        await asyncio.sleep(0.5)  # let the server finish binding after its first beat (pyxxl beats first)
+        # Warm-up (imports, first worker creation), not measured.
+        warm = argparse.Namespace(**{**vars(args), "runs": min(1000, args.runs), "duration_s": 3.0})
+        await one_mode(admin, port, "noop_async", base_log_id, warm, proc.pid)
+        for offset, handler in enumerate(("noop_async", "noop_sync"), start=1):
+            result = await one_mode(admin, port, handler, base_log_id + offset * 1_000_000, args, proc.pid)
+            result["executor"] = kind
+            results.append(result)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            await asyncio.wait_for(proc.wait(), 15)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+    return results
+
+
+async def orchestrate(args: argparse.Namespace) -> None:
+    admin = FakeAdmin()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: AdminProtocol(admin), "127.0.0.1", 0)
+    admin_url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/xxl-job-admin/"
+    results: list[dict[str, Any]] = []
+    try:
+        kinds = [args.only] if args.only else ["jobring", "pyxxl"]
+        for n, kind in enumerate(kinds):
+            results += await bench_executor(kind, admin, admin_url, args, (n + 1) * 10_000_000)
+    finally:
+        server.close()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.python_version()} {os.cpu_count()} cores, "
+          f"runs<={args.runs} in <={args.duration_s:.0f} s, concurrency={args.concurrency} jobs={args.jobs}")
+    print("| executor | handler | runs | refused | reported | accepted/s | reported/s | p50 ms | p99 ms "
+          "| executor CPU µs/run | runs/s per core |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['executor']} | {r['handler']} | {r['runs']} | {r['refused']} | {r['reported']} | "
+              f"{r['accepted_per_s']:.0f} | {r['reported_per_s']:.0f} | "
+              f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_us']:.0f} | {1e6 / r['cpu_us']:.0f} |")
+    by = {(r["executor"], r["handler"]): r for r in results}
+    for handler in ("noop_async", "noop_sync"):
+        ours, theirs = by.get(("jobring", handler)), by.get(("pyxxl", handler))
+        if ours and theirs:
+            print(f"ratio jobring/pyxxl {handler}: {ours['reported_per_s'] / theirs['reported_per_s']:.2f}x "
+                  f"throughput, {theirs['cpu_us'] / ours['cpu_us']:.2f}x less executor CPU per run")
+    print(f"duplicate callbacks: {admin.duplicates}, failed results: {admin.failures}, "
+          f"callback requests: {admin.callback_requests}")
+    for r in results:
+        if r["refused_sample"]:
+            print(f"refused by {r['executor']} ({r['handler']}): {r['refused_sample'][0][:200]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--role", default="bench", choices=["bench", "jobring", "pyxxl", "loadgen"])
+    parser.add_argument("--runs", type=int, default=20000, help="at most this many runs per step")
+    parser.add_argument("--duration-s", type=float, default=10.0, help="stop sending after this long")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--jobs", type=int, default=1000, help="distinct job ids the runs rotate over")
+    parser.add_argument("--limit-s", type=float, default=120.0, help="time limit per measured step")
+    parser.add_argument("--only", choices=["jobring", "pyxxl"])
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--admin-url")
+    parser.add_argument("--log-path")
+    parser.add_argument("--url")
+    parser.add_argument("--handler")
+    parser.add_argument("--first-log-id", type=int)
+    args = parser.parse_args()
+    if args.role == "jobring":
+        serve_jobring(args.port, args.admin_url, args.log_path)
+    elif args.role == "pyxxl":
+        serve_pyxxl(args.port, args.admin_url, args.log_path)
+    elif args.role == "loadgen":
+        result = asyncio.run(generate_load(args.url, args.handler, args.first_log_id, args.runs,
+                                           args.concurrency, args.jobs, args.duration_s))
+        sys.stdout.write(json.dumps(result))
+    else:
+        asyncio.run(orchestrate(args))
+
+
+if __name__ == "__main__":
+    main()
