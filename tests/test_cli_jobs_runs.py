@@ -122,3 +122,55 @@ async def test_groups_add_list_and_show(env: AdminEnv, cli: Cli) -> None:
     too_long = await cli("groups", "add", "x", "a title that is far too long")
     assert too_long.code == 2 and "title" in too_long.err
     assert (await env.store.groups.list()).total == 2
+
+
+async def test_runs_show_and_kill(env: AdminEnv, cli: Cli) -> None:
+    job_id, run_id = await _run_of_new_job(env)
+    shown = await cli("runs", "show", str(run_id))
+    assert shown.code == 0, shown.err
+    assert shown.out.startswith(f"run {run_id} of job {job_id}: running\n")
+    assert f"address: {env.executors.address(0)}" in shown.out and "trigger message:" in shown.out
+
+    async def refuse(body: dict[str, Any]) -> ReturnT:
+        return ReturnT.fail("job thread is not running")
+
+    env.executors.answer(env.executors.address(0), "kill", refuse)
+    not_killed = await cli("runs", "kill", str(run_id))
+    assert (not_killed.code, not_killed.out) == (1, f"run {run_id} not killed: job thread is not running\n")
+
+    del env.executors.answers[(env.executors.address(0), "kill")]
+    killed = await cli("runs", "kill", str(run_id))
+    assert killed.code == 0 and killed.out.startswith(f"run {run_id} killed: ")
+    assert [c.body for c in env.executors.calls if c.path == "kill"] == [{"jobId": job_id}] * 2
+    again = await cli("runs", "kill", str(run_id))
+    assert (again.code, again.err) == (2, f"jobring: error: run {run_id} is not running\n")
+
+
+async def test_group_without_command_prints_its_help_and_exits_2(cli: Cli) -> None:
+    result = await cli("jobs")
+    assert result.code == 2 and "trigger" in result.err and "COMMAND" in result.err
+
+
+async def test_tokens_create_by_login_then_list_and_revoke(
+    env: AdminEnv, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.client.adminkit import ADMIN_PASSWORD
+
+    monkeypatch.delenv("JOBRING_TOKEN")
+    monkeypatch.setenv("JOBRING_PASSWORD", ADMIN_PASSWORD)
+    created = await cli("tokens", "create", "laptop", "--user", "admin")
+    assert created.code == 0, created.err
+    token = created.out.strip()
+    assert token.startswith("jr_") and "shown only this once" in created.err
+
+    listed = await cli("tokens", "list", "--json", "--token", token)
+    laptop = next(t for t in json.loads(listed.out) if t["name"] == "laptop")
+    assert laptop["revoked"] is False
+    revoked = await cli("tokens", "revoke", str(laptop["id"]), "--token", token)
+    assert (revoked.code, revoked.out) == (0, f"token {laptop['id']} revoked\n")
+    after = await cli("jobs", "list", "--token", token)
+    assert after.code == 2 and "revoked" in after.err
+
+    monkeypatch.setenv("JOBRING_PASSWORD", "wrong-password")
+    wrong = await cli("tokens", "create", "x", "--user", "admin")
+    assert wrong.code == 2 and wrong.err.startswith("jobring: error: ") and "--token" not in wrong.err

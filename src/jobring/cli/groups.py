@@ -9,6 +9,7 @@ from typing import Any
 from jobring.cli.remote import (
     add_connection_args,
     add_json_arg,
+    group_parser,
     instant_text,
     positive_int,
     print_json,
@@ -77,9 +78,7 @@ def _add(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
-    groups: argparse.ArgumentParser = sub.add_parser("groups", help="executor groups on a running admin")
-    groups.set_defaults(handler=None)
-    commands = groups.add_subparsers(dest="groups_command", metavar="COMMAND")
+    _, commands = group_parser(sub, "groups", "executor groups on a running admin")
 
     listing: argparse.ArgumentParser = commands.add_parser("list", help="list executor groups")
     listing.add_argument("--search", metavar="TEXT", help="appname contains TEXT")

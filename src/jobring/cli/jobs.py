@@ -12,6 +12,7 @@ from jobring.cli.remote import (
     add_connection_args,
     add_json_arg,
     epoch_ms_text,
+    group_parser,
     positive_int,
     print_json,
     print_table,
@@ -206,9 +207,7 @@ def _register_add(sub: Any) -> None:
 
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
-    jobs: argparse.ArgumentParser = sub.add_parser("jobs", help="manage jobs on a running admin")
-    jobs.set_defaults(handler=None)
-    commands = jobs.add_subparsers(dest="jobs_command", metavar="COMMAND")
+    _, commands = group_parser(sub, "jobs", "manage jobs on a running admin")
 
     listing = _remote_parser(commands, "list", "list jobs")
     listing.add_argument("--group", type=positive_int, help="only this executor group")

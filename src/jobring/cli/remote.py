@@ -39,6 +39,18 @@ def use_transport(factory: TransportFactory) -> Iterator[None]:
         _transport_factory.reset(reset)
 
 
+def group_parser(sub: Any, name: str, help_text: str) -> tuple[argparse.ArgumentParser, Any]:
+    """A command group (``jobring NAME COMMAND``) that prints its own help when no command is given."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+
+    def usage(args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+
+    parser.set_defaults(handler=usage)
+    return parser, parser.add_subparsers(dest=f"{name}_command", metavar="COMMAND")
+
+
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url", default=None, help=f"the admin's address (default: ${URL_ENV} or {DEFAULT_URL})"
@@ -67,7 +79,8 @@ def run_remote(args: argparse.Namespace, action: Callable[[AdminClient], int]) -
         message = exc.message
         if exc.field is not None and exc.field not in message:
             message = f"{exc.field}: {message}"
-        if exc.status == 401 and not (args.token or os.environ.get(TOKEN_ENV)):
+        logging_in = bool(getattr(args, "user", None))
+        if exc.status == 401 and not logging_in and not (args.token or os.environ.get(TOKEN_ENV)):
             message += f" (give an API token with --token or ${TOKEN_ENV})"
         print(f"jobring: error: {message}", file=sys.stderr)
         return EXIT_USAGE if exc.is_client_error else EXIT_FAILURE

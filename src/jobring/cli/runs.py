@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobring.cli.remote import (
+    EXIT_FAILURE,
     add_connection_args,
     add_json_arg,
+    group_parser,
     instant_text,
     positive_int,
     print_json,
@@ -83,6 +85,43 @@ def _log(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _show(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        run = admin.runs.get(args.run_id)
+        if args.json:
+            print_json(run)
+            return 0
+        print(f"run {run['id']} of job {run['job_id']}: {run_outcome(run)}")
+        for label, key in (("triggered", "trigger_time"), ("finished", "handle_time")):
+            when = instant_text(run.get(key))
+            if when:
+                print(f"{label}: {when} UTC")
+        for label, key in (("address", "executor_address"), ("param", "executor_param"),
+                           ("shard", "executor_sharding_param")):
+            if run.get(key):
+                print(f"{label}: {run[key]}")
+        for label, key in (("trigger message", "trigger_msg"), ("result message", "handle_msg")):
+            text = str(run.get(key) or "").strip()
+            if text:
+                print(f"{label}:\n  " + "\n  ".join(text.splitlines()))
+        return 0
+
+    return run_remote(args, action)
+
+
+def _kill(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        result = admin.runs.kill(args.run_id)
+        if args.json:
+            print_json(result)
+        else:
+            verdict = "killed" if result.get("killed") else "not killed"
+            print(f"run {args.run_id} {verdict}: {result.get('msg') or '-'}")
+        return 0 if result.get("killed") else EXIT_FAILURE
+
+    return run_remote(args, action)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -95,9 +134,7 @@ def _seconds(text: str) -> float:
 
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
-    runs: argparse.ArgumentParser = sub.add_parser("runs", help="inspect runs of jobs on a running admin")
-    runs.set_defaults(handler=None)
-    commands = runs.add_subparsers(dest="runs_command", metavar="COMMAND")
+    _, commands = group_parser(sub, "runs", "inspect runs of jobs on a running admin")
 
     listing: argparse.ArgumentParser = commands.add_parser("list", help="list runs, newest first")
     add_connection_args(listing)
@@ -118,3 +155,15 @@ def register(sub: Any) -> None:
     log.add_argument("--interval", type=_seconds, default=DEFAULT_FOLLOW_INTERVAL_S, metavar="SECONDS",
                      help=f"how often --follow polls (default {DEFAULT_FOLLOW_INTERVAL_S:g} s)")
     log.set_defaults(handler=_log)
+
+    show: argparse.ArgumentParser = commands.add_parser("show", help="one run with its messages")
+    show.add_argument("run_id", type=positive_int, metavar="RUN_ID")
+    show.set_defaults(handler=_show)
+
+    kill: argparse.ArgumentParser = commands.add_parser("kill", help="ask the run's executor to kill it")
+    kill.add_argument("run_id", type=positive_int, metavar="RUN_ID")
+    kill.set_defaults(handler=_kill)
+
+    for parser in (show, kill):
+        add_connection_args(parser)
+        add_json_arg(parser)

@@ -1,0 +1,98 @@
+"""`jobring tokens ...`: personal API tokens, the CLI's (and scripts') way to authenticate."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from typing import Any
+
+from jobring.cli.remote import (
+    add_connection_args,
+    add_json_arg,
+    group_parser,
+    instant_text,
+    positive_int,
+    print_json,
+    print_table,
+    run_remote,
+)
+from jobring.client import AdminClient
+
+PASSWORD_ENV = "JOBRING_PASSWORD"
+
+
+def _password(username: str) -> str:
+    from_env = os.environ.get(PASSWORD_ENV)
+    if from_env:
+        return from_env
+    return getpass.getpass(f"password of {username}: ")
+
+
+def _create(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        if args.user:
+            admin.login(args.user, _password(args.user))
+        created = admin.tokens.create(args.name)
+        if args.json:
+            print_json(created)
+        else:
+            # The secret alone on stdout, so that `export JOBRING_TOKEN=$(jobring tokens create ...)` works.
+            print(created["token"])
+            print(f"jobring: token {created['id']} ({created['name']}) created; it is shown only this once",
+                  file=sys.stderr)
+        return 0
+
+    return run_remote(args, action)
+
+
+def _list(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        tokens = admin.tokens.list(user_id=args.user_id)
+        if args.json:
+            print_json(tokens)
+            return 0
+        print_table(tokens, (
+            ("ID", "id"), ("NAME", "name"), ("CREATED (UTC)", lambda t: instant_text(t.get("add_time"))),
+            ("LAST USED (UTC)", lambda t: instant_text(t.get("last_used_time"))),
+            ("STATE", lambda t: "revoked" if t.get("revoked") else "active"),
+        ))
+        return 0
+
+    return run_remote(args, action)
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        admin.tokens.revoke(args.token_id)
+        if not args.json:
+            print(f"token {args.token_id} revoked")
+        return 0
+
+    return run_remote(args, action)
+
+
+def register(sub: Any) -> None:
+    """Add this module's commands to the top-level parser."""
+    _, commands = group_parser(sub, "tokens", "personal API tokens")
+
+    create: argparse.ArgumentParser = commands.add_parser(
+        "create", help="create an API token and print it (only this once)")
+    create.add_argument("name", metavar="NAME", help="what the token is for, e.g. the machine's name")
+    create.add_argument("--user", metavar="USERNAME",
+                        help=f"log in as USERNAME (password from ${PASSWORD_ENV} or a prompt) instead of "
+                             "using --token")
+    create.set_defaults(handler=_create)
+
+    listing: argparse.ArgumentParser = commands.add_parser("list", help="list your API tokens")
+    listing.add_argument("--user-id", type=positive_int, metavar="ID", help="another user's tokens (admin)")
+    listing.set_defaults(handler=_list)
+
+    revoke: argparse.ArgumentParser = commands.add_parser("revoke", help="revoke an API token")
+    revoke.add_argument("token_id", type=positive_int, metavar="ID")
+    revoke.set_defaults(handler=_revoke)
+
+    for parser in (create, listing, revoke):
+        add_connection_args(parser)
+        add_json_arg(parser)
