@@ -143,3 +143,14 @@ def test_cleanup_deletes_old_day_folders_only(tmp_path: Path) -> None:
     assert runlog.cleanup(3, now) == 2
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["2000-01-01", "2026-11-20", "2026-11-22", "gluesource", "not-a-day"]
+
+
+def test_background_writer_reaches_the_disk_on_flush(runlog: RunLog) -> None:
+    writer = runlog.writer(T, 12)
+    for n in range(3):
+        writer.write_line(f"n{n}")
+    writer.close()
+    runlog.append(T, 12, "appended after the run")
+    runlog.flush()
+    on_disk = runlog.path_for(T, 12).read_text()
+    assert on_disk == "n0\nn1\nn2\nappended after the run\n"

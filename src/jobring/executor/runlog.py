@@ -28,12 +28,14 @@ Choices (documented for the README):
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
 import shutil
 import threading
 import time
+import weakref
 from collections import deque
 from datetime import date, datetime, timedelta, tzinfo
 from pathlib import Path
@@ -79,6 +81,12 @@ def _check_ids(log_date_time_ms: int, log_id: int) -> None:
         raise ValueError(f"invalid logId {log_id!r}: must be a positive integer")
     if isinstance(log_date_time_ms, bool) or not isinstance(log_date_time_ms, int) or log_date_time_ms < 0:
         raise ValueError(f"invalid logDateTim {log_date_time_ms!r}: must be a non-negative integer")
+
+
+def _flush_at_exit(ref: weakref.ref[RunLog]) -> None:
+    runlog = ref()
+    if runlog is not None:
+        runlog.flush()
 
 
 class RunLogWriter:
@@ -162,6 +170,7 @@ class RunLog:
         self._wake_pending = False
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
+        atexit.register(_flush_at_exit, weakref.ref(self))
 
     @property
     def glue_dir(self) -> Path:
