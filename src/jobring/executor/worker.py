@@ -22,7 +22,8 @@ Behaviour, as XXL-JOB's xxl-job-core (messages are the reference's, byte for byt
   ``idle_timeout_s``, replaced, killed, or the runner closes). Hook errors are
   logged and do not stop the worker.
 - Results: return normally = 200 without message; ``ctx.fail(msg)`` = 500 msg;
-  an exception = 500 with its traceback (cut at ``max_handle_msg`` + "...");
+  an exception = 500 with its traceback (any message is cut at ``max_handle_msg``
+  characters + "...", as the reference cuts at 50000);
   ``executorTimeout`` seconds exceeded = 502 ``job execute timeout ``.
 
 Handler kinds and how they stop (see also jobring.executor.isolation):
@@ -226,6 +227,8 @@ class JobRunner:
         if run.reported:
             return
         run.reported = True
+        if msg is not None and len(msg) > self.max_handle_msg:
+            msg = self._cap(msg)
         run.code, run.msg = code, msg
         try:
             self._report(HandleCallbackParam(run.param.log_id, run.param.log_date_time, code, msg))
@@ -408,7 +411,7 @@ class _Worker:
             elif not (isinstance(exc, JobCancelled) and run.reported):
                 text = "".join(traceback.format_exception(exc))
                 ctx.write(_ENGINE, 0, f"<br>----------- JobThread Exception:{text}", self.label)
-                self.runner._finish(run, 500, self.runner._cap(text))
+                self.runner._finish(run, 500, text)
         if not future.done() or future.cancelled():
             await self._settle(future)
 
