@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,3 +127,49 @@ async def test_kill_terminates_the_process(runner: JobRunner, reports: Reports, 
     result = await reports.wait(5)
     assert result.handle_msg == "scheduling center kill job. [job running, killed]"
     assert await _gone(pid)
+
+
+MAIN_SCRIPT = '''
+import asyncio, sys
+from jobring.executor.context import JobHandler
+from jobring.executor.runlog import RunLog
+from jobring.executor.worker import JobRunner
+from jobring.protocol.models import TriggerParam
+
+def job(ctx):
+    ctx.log("ran in the child of a __main__ script")
+
+async def main(log_path):
+    got = []
+    runlog = RunLog(log_path)
+    runner = JobRunner({"j": JobHandler("j", job, isolation="process")}, runlog, got.append)
+    await runner.run(TriggerParam(job_id=1, executor_handler="j", log_id=1, log_date_time=1795350973184))
+    while not got:
+        await asyncio.sleep(0.05)
+    await runner.close()
+    print(got[0].handle_code, got[0].handle_msg)
+    print(runlog.read(1795350973184, 1, 1).log_content)
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))
+'''
+
+
+async def test_a_function_of_a_main_script_runs_isolated(tmp_path: Path) -> None:
+    script = tmp_path / "jobs_main.py"
+    script.write_text(MAIN_SCRIPT)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), str(tmp_path / "logs"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 40)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert text.startswith("200 None"), text
+    assert "ran in the child of a __main__ script" in text
