@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sqlalchemy import select
+
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store.records import HandleResult, JobInfo, ResultOutcome
+from jobring.admin.store.tables import job_log
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.protocol.models import HandleCallbackParam
@@ -98,11 +101,7 @@ class CallbackService:
         successes = [i for i in items if i.handle_code == HandleCode.SUCCESS]
         if not successes:
             return {}
-        job_of_log: dict[int, int] = {}
-        for item in successes:
-            entry = await self._store.logs.get(item.log_id)
-            if entry is not None and entry.handle_code == HandleCode.UNKNOWN:
-                job_of_log[item.log_id] = entry.job_id
+        job_of_log = await self._unhandled_jobs_of([i.log_id for i in successes])
         parents = await self._store.jobs.get_many(set(job_of_log.values()))
         entries_of = {jid: parse_child_ids(job.child_jobid) for jid, job in parents.items()}
         wanted = {int(e) for entries in entries_of.values() for e in entries if e.isdigit()}
@@ -114,6 +113,21 @@ class CallbackService:
                 children = [known[int(e)] for e in entries if e.isdigit() and int(e) in known]
                 plans[log_id] = _ChildPlan(children, child_summary(entries, known))
         return plans
+
+    async def _unhandled_jobs_of(self, log_ids: list[int]) -> dict[int, int]:
+        """log id -> job id for the logs among ``log_ids`` that have no result yet."""
+        # One query for the whole batch (the store has no multi-get of logs yet).
+        found: dict[int, int] = {}
+        async with self._store.db.read() as conn:
+            for start in range(0, len(log_ids), 500):
+                part = log_ids[start:start + 500]
+                rows = await conn.execute(
+                    select(job_log.c.id, job_log.c.job_id).where(
+                        job_log.c.id.in_(part), job_log.c.handle_code == HandleCode.UNKNOWN
+                    )
+                )
+                found.update({int(r.id): int(r.job_id) for r in rows})
+        return found
 
     def _spawn_children(self, reqs: list[FireRequest]) -> None:
         task = asyncio.create_task(self._fire_children(reqs))
