@@ -36,7 +36,9 @@ Handler kinds and how they stop (see also jobring.executor.isolation):
   thousands of threads). On timeout/kill the result is reported at once, the
   context is marked cancelled and the next ``ctx.log`` raises JobCancelled; the
   thread finishes on its own and keeps its pool slot until then, and the job's
-  next run may start meanwhile.
+  next run may start meanwhile. Python joins pool threads at exit, so a sync
+  handler that never returns also delays process exit: give such jobs
+  ``isolation="process"``.
 - ``isolation="process"`` sync functions and GLUE scripts run in a subprocess
   whose process group is terminated (SIGTERM, SIGKILL after ``kill_grace_s``);
   the worker waits for it to be gone before running anything else.
