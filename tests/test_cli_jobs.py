@@ -142,6 +142,8 @@ async def test_server_refusal_prints_its_message_and_exits_2(env: AdminEnv, cli:
         ["jobs", "list", "--status", "paused"],
         ["jobs", "trigger", "abc"],
         ["jobs", "start"],
+        ["jobs", "list", "--url", "127.0.0.1:8080"],
+        ["jobs", "list", "--url", "ftp://admin.test"],
     ],
 )
 async def test_bad_command_lines_exit_2_without_touching_the_admin(

@@ -156,7 +156,8 @@ async def test_tokens_create_by_login_then_list_and_revoke(
 ) -> None:
     from tests.client.adminkit import ADMIN_PASSWORD
 
-    monkeypatch.delenv("JOBRING_TOKEN")
+    # A token in the environment must not be used when logging in: the session decides who acts.
+    monkeypatch.setenv("JOBRING_TOKEN", "jr_" + "not-a-real-token" * 3)
     monkeypatch.setenv("JOBRING_PASSWORD", ADMIN_PASSWORD)
     created = await cli("tokens", "create", "laptop", "--user", "admin")
     assert created.code == 0, created.err

@@ -12,10 +12,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 import httpx
 
-from jobring.cli.common import EXIT_USAGE
+from jobring.cli.common import EXIT_USAGE, UsageError
 from jobring.client import AdminApiError, AdminClient, AdminConnectionError
 from jobring.client.core import DEFAULT_URL
 
@@ -63,8 +64,14 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def open_client(args: argparse.Namespace) -> AdminClient:
+    """A client for ``--url``/``--token`` (or their env vars); no token for commands that log
+    in with ``--user``, so that the session, not some token, decides who acts."""
     url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise UsageError(f"--url must be an http:// or https:// address, got {url!r}")
+    logging_in = bool(getattr(args, "user", None))
+    token = None if logging_in else (args.token or os.environ.get(TOKEN_ENV) or None)
     factory = _transport_factory.get()
     return AdminClient(url, token=token, transport=factory(url) if factory else None)
 
