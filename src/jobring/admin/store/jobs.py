@@ -7,9 +7,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, case, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Select, delete, insert, or_, select, update
 
-from jobring.admin.store.base import Repository, chunks, fetch_page, like_pattern, new_id, to_record
+from jobring.admin.store.base import (
+    Repository,
+    chunks,
+    fetch_page,
+    like_pattern,
+    new_id,
+    to_record,
+    update_rows,
+)
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.errors import NotFound
 from jobring.admin.store.records import JobInfo, JobSort, Page
@@ -175,18 +183,13 @@ class JobRepository(Repository):
 
         Rows whose lease moved to another node are left alone. Returns how many applied.
         """
-        applied = 0
+        rows = {
+            job_id: {"trigger_last_time": last, "trigger_next_time": nxt} for job_id, last, nxt in updates
+        }
+        if not rows:
+            return 0
         async with self._db.write() as conn:
-            for part in chunks(updates):
-                ids = [u[0] for u in part]
-                last = case({u[0]: u[1] for u in part}, value=job_info.c.id)
-                nxt = case({u[0]: u[2] for u in part}, value=job_info.c.id)
-                result = await conn.execute(
-                    update(job_info)
-                    .where(job_info.c.id.in_(ids), job_info.c.lease_owner == node_id)
-                    .values(trigger_last_time=last, trigger_next_time=nxt)
-                )
-                applied += result.rowcount
+            applied = await update_rows(conn, job_info, rows, match={"lease_owner": node_id})
         return applied
 
     async def renew_leases(self, node_id: str, job_ids: Sequence[int], until_ms: int) -> int:

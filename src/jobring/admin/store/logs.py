@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Collection, Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
-    String,
     and_,
-    bindparam,
     case,
     delete,
     func,
@@ -29,7 +26,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from jobring.admin.store.base import Repository, chunks, fetch_page, new_id, to_record
+from jobring.admin.store.base import Repository, chunks, fetch_page, new_id, to_record, update_rows
 from jobring.admin.store.engine import MARIADB_QUIET, utc_naive
 from jobring.admin.store.errors import Conflict
 from jobring.admin.store.records import (
@@ -58,8 +55,11 @@ _LIMITS = {
 }
 
 
+_NEW_LOG_FIELDS = tuple(f.name for f in fields(NewLog))
+
+
 def _row(log: NewLog) -> dict[str, Any]:
-    values = asdict(log)
+    values = {name: getattr(log, name) for name in _NEW_LOG_FIELDS}
     values["trigger_time"] = utc_naive(log.trigger_time)
     if values["trigger_msg"] is not None:
         values["trigger_msg"] = values["trigger_msg"][:MSG_MAX]
@@ -161,38 +161,21 @@ class LogRepository(Repository):
         param when given). Returns how many log rows were updated (missing ids are skipped)."""
         if not results:
             return 0
-        stmt = (
-            update(job_log)
-            .where(job_log.c.id == bindparam("b_id"))
-            .values(
-                executor_address=bindparam("b_address"),
-                trigger_code=bindparam("b_code"),
-                trigger_msg=bindparam("b_msg"),
-                dispatch_time=func.coalesce(
-                    bindparam("b_dispatch", type_=BigInteger), job_log.c.dispatch_time
-                ),
-                executor_sharding_param=func.coalesce(
-                    bindparam("b_shard", type_=String), job_log.c.executor_sharding_param
-                ),
-            )
-        )
+        rows = {
+            r.log_id: {
+                "executor_address": None if r.executor_address is None else r.executor_address[:255],
+                "trigger_code": r.trigger_code,
+                "trigger_msg": None if r.trigger_msg is None else r.trigger_msg[:MSG_MAX],
+                "dispatch_time": r.dispatch_time,
+                "executor_sharding_param": r.executor_sharding_param,
+            }
+            for r in results
+        }
         async with self._db.write() as conn:
-            present = await _existing_ids(conn, [r.log_id for r in results], lock=False)
-            params = [
-                {
-                    "b_id": r.log_id,
-                    "b_address": None if r.executor_address is None else r.executor_address[:255],
-                    "b_code": r.trigger_code,
-                    "b_msg": None if r.trigger_msg is None else r.trigger_msg[:MSG_MAX],
-                    "b_dispatch": r.dispatch_time,
-                    "b_shard": r.executor_sharding_param,
-                }
-                for r in results
-                if r.log_id in present
-            ]
-            if params:
-                await conn.execute(stmt, params)
-        return len(params)
+            present = await _existing_ids(conn, list(rows), lock=False)
+            rows = {i: v for i, v in rows.items() if i in present}
+            await _update_by_id(conn, rows, keep_when_null=("dispatch_time", "executor_sharding_param"))
+        return len(rows)
 
     async def record_results(self, results: Sequence[HandleResult]) -> list[ResultOutcome]:
         """Record executor callbacks, each only if the log has no result yet (handle_code 0).
@@ -203,7 +186,7 @@ class LogRepository(Repository):
         if not results:
             return []
         outcomes: list[ResultOutcome] = []
-        params: list[dict[str, Any]] = []
+        rows: dict[int, dict[str, Any]] = {}
         async with self._db.write() as conn:
             # Lock the rows first (in id order, so concurrent batches cannot deadlock): the
             # decision below then holds until commit.
@@ -212,31 +195,16 @@ class LogRepository(Repository):
                 code = codes.get(r.log_id)
                 if code is None:
                     outcomes.append(ResultOutcome.NOT_FOUND)
-                elif code != 0:
+                elif code != 0 or r.log_id in rows:
                     outcomes.append(ResultOutcome.REPEAT)
                 else:
-                    codes[r.log_id] = r.handle_code or -1  # a later item for this log is a repeat
                     outcomes.append(ResultOutcome.APPLIED)
-                    msg = None if r.handle_msg is None else r.handle_msg[:HANDLE_MSG_MAX]
-                    params.append(
-                        {
-                            "b_id": r.log_id,
-                            "b_code": r.handle_code,
-                            "b_msg": msg,
-                            "b_time": utc_naive(r.handle_time),
-                        }
-                    )
-            if params:
-                await conn.execute(
-                    update(job_log)
-                    .where(job_log.c.id == bindparam("b_id"), job_log.c.handle_code == 0)
-                    .values(
-                        handle_code=bindparam("b_code"),
-                        handle_msg=bindparam("b_msg"),
-                        handle_time=bindparam("b_time"),
-                    ),
-                    params,
-                )
+                    rows[r.log_id] = {
+                        "handle_code": r.handle_code,
+                        "handle_msg": None if r.handle_msg is None else r.handle_msg[:HANDLE_MSG_MAX],
+                        "handle_time": utc_naive(r.handle_time),
+                    }
+            await _update_by_id(conn, rows, only_unhandled=True)
         return outcomes
 
     async def get(self, log_id: int) -> LogEntry | None:
@@ -398,6 +366,17 @@ class LogRepository(Repository):
         stmt = select(job_log).where(job_log.c.job_id == job_id).order_by(job_log.c.id)
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+
+async def _update_by_id(
+    conn: AsyncConnection,
+    rows: dict[int, dict[str, Any]],
+    *,
+    keep_when_null: tuple[str, ...] = (),
+    only_unhandled: bool = False,
+) -> None:
+    match = {"handle_code": 0} if only_unhandled else {}
+    await update_rows(conn, job_log, rows, keep_when_null=keep_when_null, match=match)
 
 
 async def _existing_ids(conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool) -> dict[int, int]:
