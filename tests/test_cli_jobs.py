@@ -113,7 +113,13 @@ async def test_trigger_that_reaches_no_executor_exits_1(env: AdminEnv, cli: Cli)
     result = await cli("jobs", "trigger", str(job["id"]))
     assert result.code == 1
     assert "trigger FAILED" in result.out
-    assert (await env.store.logs.list(job_id=job["id"])).total == 1  # the failed run is recorded
+    logs = await env.store.logs.list(job_id=job["id"])
+    assert logs.total == 1  # the failed run is recorded
+    # `runs list` sums it up by the last line of the trigger report: what the executor said.
+    last_line = [line for line in (logs.items[0].trigger_msg or "").splitlines() if line.strip()][-1]
+    listed = await cli("runs", "list", "--job", str(job["id"]))
+    (row,) = listed.out.splitlines()[1:]
+    assert "trigger failed" in row and last_line.strip()[:40] in row
 
 
 async def test_server_refusal_prints_its_message_and_exits_2(env: AdminEnv, cli: Cli) -> None:

@@ -39,6 +39,16 @@ def run_outcome(run: Mapping[str, Any]) -> str:
     return "failed"
 
 
+def run_summary(run: Mapping[str, Any]) -> str | None:
+    """One line about the run: the result message, or for a failed trigger the last line of
+    the trigger report (which says what the executor answered)."""
+    if run.get("trigger_code") == 200:
+        lines = str(run.get("handle_msg") or "").strip().splitlines()
+        return lines[0] if lines else None
+    lines = [line for line in str(run.get("trigger_msg") or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else None
+
+
 _RUN_COLUMNS = (
     ("ID", "id"),
     ("JOB", "job_id"),
@@ -46,7 +56,7 @@ _RUN_COLUMNS = (
     ("TYPE", "trigger_type"),
     ("ADDRESS", "executor_address"),
     ("OUTCOME", run_outcome),
-    ("MESSAGE", lambda run: run.get("handle_msg" if run.get("trigger_code") == 200 else "trigger_msg")),
+    ("MESSAGE", lambda run: run_summary(run)),
 )
 
 
