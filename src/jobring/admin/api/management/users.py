@@ -116,6 +116,8 @@ async def update_user(user_id: UserId, body: UserUpdate, services: Services, pri
     if body.glue_permission is not None:
         updated = replace(updated, glue_permission=body.glue_permission)
     if body.password is not None:
+        if user.id == principal.user.id:
+            raise FieldError("password", "change your own password with POST /users/me/password")
         _check_password(body.password)
     await services.store.users.update(updated)  # Conflict -> 409
     if body.password is not None:
