@@ -37,12 +37,6 @@ class SessionEffect(Enum):
     LOGOUT = "logout"
 
 
-def _as_object(body: Any) -> JsonObject:
-    if not isinstance(body, dict):
-        raise TypeError(f"expected a JSON object from the admin, got {type(body).__name__}")
-    return body
-
-
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     """One HTTP exchange: ``path`` is relative to the API root (``/api/v1``); ``decode``
@@ -78,14 +72,16 @@ def delete(path: str, decode: Callable[[Any], T], **params: Any) -> Call[T]:
 
 def as_object(body: Any) -> JsonObject:
     """Decoder: the JSON object itself."""
-    return _as_object(body)
+    if not isinstance(body, dict):
+        raise TypeError(f"expected a JSON object from the admin, got {type(body).__name__}")
+    return body
 
 
 def as_list(body: Any) -> list[JsonObject]:
     """Decoder: a JSON array of objects."""
     if not isinstance(body, list):
         raise TypeError(f"expected a JSON array from the admin, got {type(body).__name__}")
-    return [_as_object(item) for item in body]
+    return [as_object(item) for item in body]
 
 
 def as_nothing(body: Any) -> None:

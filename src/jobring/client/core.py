@@ -53,7 +53,8 @@ class ClientCore:
 
     def __init__(self, url: str, token: str | None, api_prefix: str = DEFAULT_API_PREFIX) -> None:
         self.url = url.rstrip("/")
-        self.api_root = self.url + "/" + api_prefix.strip("/")
+        prefix = api_prefix.strip("/")
+        self.api_root = f"{self.url}/{prefix}" if prefix else self.url
         self.token = token
         self.csrf_token: str | None = None
 
