@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 TOKEN = "bench-token"
@@ -148,28 +149,73 @@ def serve_pyxxl(port: int, admin_url: str, log_path: str) -> None:
 # --- load generator process ------------------------------------------------------------------
 
 
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection, requests one at a time (a far cheaper client than httpx)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, body: bytes) -> bytes:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(
+            b"POST /run HTTP/1.1\r\nHost: %s:%d\r\nXXL-JOB-ACCESS-TOKEN: %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (self.host.encode(), self.port, TOKEN.encode(), len(body), body)
+        )
+        head = (await self.reader.readuntil(b"\r\n\r\n")).lower()
+        marker = head.find(b"content-length:")
+        if marker < 0:
+            raise RuntimeError(f"answer without content-length: {head[:200]!r}")
+        length = int(head[marker + 15:head.index(b"\r\n", marker)])
+        return await self.reader.readexactly(length)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 async def generate_load(url: str, handler: str, first_log_id: int, runs: int, concurrency: int,
-                        jobs: int, duration_s: float) -> dict[str, Any]:
+                        jobs: int, duration_s: float, client_kind: str) -> dict[str, Any]:
     import httpx
     import orjson
 
     sent = [0.0] * runs
     refused: list[str] = []
-    # httpx's pool costs O(connections) per request: many small clients (one shared TLS
-    # context) keep the generator's own cost flat as concurrency grows.
-    tls = httpx.create_ssl_context()
-    per_client = 4
-    limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
-    clients = [
-        httpx.AsyncClient(base_url=url, verify=tls, timeout=30, limits=limits,
-                          headers={"XXL-JOB-ACCESS-TOKEN": TOKEN, "Content-Type": "application/json"})
-        for _ in range(max(1, concurrency // per_client))
-    ]
     next_index = 0
+    posts: list[Callable[[bytes], Awaitable[bytes]]] = []
+    closers: list[Callable[[], Awaitable[None]]] = []
+    if client_kind == "httpx":
+        # httpx's pool costs O(connections) per request: many small clients (one shared TLS
+        # context) keep the generator's own cost flat as concurrency grows.
+        tls = httpx.create_ssl_context()
+        per_client = 4
+        limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
+        clients = [
+            httpx.AsyncClient(base_url=url, verify=tls, timeout=30, limits=limits,
+                              headers={"XXL-JOB-ACCESS-TOKEN": TOKEN, "Content-Type": "application/json"})
+            for _ in range(max(1, concurrency // per_client))
+        ]
+        closers = [c.aclose for c in clients]
+
+        def httpx_post(client: httpx.AsyncClient) -> Callable[[bytes], Awaitable[bytes]]:
+            async def post(body: bytes) -> bytes:
+                return (await client.post("/run", content=body)).content
+            return post
+
+        posts = [httpx_post(clients[n % len(clients)]) for n in range(concurrency)]
+    else:
+        host, _, port = url.removeprefix("http://").partition(":")
+        connections = [RawConnection(host, int(port)) for _ in range(concurrency)]
+        closers = [c.close for c in connections]
+        posts = [c.post for c in connections]
     start = time.monotonic()
     stop_at = start + duration_s
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(post: Callable[[bytes], Awaitable[bytes]]) -> None:
         nonlocal next_index
         while next_index < runs and time.monotonic() < stop_at:
             i = next_index
@@ -182,15 +228,15 @@ async def generate_load(url: str, handler: str, first_log_id: int, runs: int, co
                 "broadcastTotal": 1,
             })
             sent[i] = time.monotonic()
-            response = await client.post("/run", content=body)
-            if orjson.loads(response.content).get("code") != 200:
-                refused.append(response.text)
+            answer = await post(body)
+            if orjson.loads(answer).get("code") != 200:
+                refused.append(answer.decode())
 
     try:
-        await asyncio.gather(*(worker(clients[n % len(clients)]) for n in range(concurrency)))
+        await asyncio.gather(*(worker(post) for post in posts))
     finally:
-        for client in clients:
-            await client.aclose()
+        for close in closers:
+            await close()
     end = time.monotonic()
     return {"sent": sent[:next_index], "refused": refused[:5], "refused_count": len(refused),
             "start": start, "end": end}
@@ -215,7 +261,7 @@ async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int,
         sys.executable, __file__, "--role", "loadgen", "--url", f"http://127.0.0.1:{port}",
         "--handler", handler, "--first-log-id", str(first_log_id), "--runs", str(args.runs),
         "--concurrency", str(args.concurrency), "--jobs", str(args.jobs),
-        "--duration-s", str(args.duration_s),
+        "--duration-s", str(args.duration_s), "--client", args.client,
         stdout=asyncio.subprocess.PIPE,
     )
     try:
@@ -294,7 +340,8 @@ async def orchestrate(args: argparse.Namespace) -> None:
     finally:
         server.close()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.python_version()} {os.cpu_count()} cores, "
-          f"runs<={args.runs} in <={args.duration_s:.0f} s, concurrency={args.concurrency} jobs={args.jobs}")
+          f"client={args.client} runs<={args.runs} in <={args.duration_s:.0f} s, "
+          f"concurrency={args.concurrency} jobs={args.jobs}")
     print("| executor | handler | runs | refused | reported | accepted/s | reported/s | p50 ms | p99 ms "
           "| executor CPU µs/run | runs/s per core |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -324,6 +371,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000, help="distinct job ids the runs rotate over")
     parser.add_argument("--limit-s", type=float, default=120.0, help="time limit per measured step")
     parser.add_argument("--only", choices=["jobring", "pyxxl"])
+    parser.add_argument("--client", default="httpx", choices=["httpx", "raw"],
+                        help="load generator HTTP client: httpx, or raw asyncio streams (much cheaper)")
     parser.add_argument("--port", type=int)
     parser.add_argument("--admin-url")
     parser.add_argument("--log-path")
@@ -337,7 +386,7 @@ def main() -> None:
         serve_pyxxl(args.port, args.admin_url, args.log_path)
     elif args.role == "loadgen":
         result = asyncio.run(generate_load(args.url, args.handler, args.first_log_id, args.runs,
-                                           args.concurrency, args.jobs, args.duration_s))
+                                           args.concurrency, args.jobs, args.duration_s, args.client))
         sys.stdout.write(json.dumps(result))
     else:
         asyncio.run(orchestrate(args))

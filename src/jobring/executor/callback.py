@@ -137,7 +137,7 @@ class CallbackSender:
         access_token: str | None,
         spool_dir: str | os.PathLike[str],
         *,
-        batch_size: int = 100,
+        batch_size: int = 1000,
         max_backoff_s: float = 30.0,
         linger_s: float = 0.01,
         clock: Callable[[], float] | None = None,

@@ -35,7 +35,8 @@ class ExecutorSettings:
     allow_open: bool = False
     beat_interval_s: float = 30.0
     admin_timeout_s: float = 3.0
-    callback_batch_size: int = 100
+    # The reference sends all queued results in one request; this caps one at ~100 KB.
+    callback_batch_size: int = 1000
     callback_max_backoff_s: float = 30.0
     idle_timeout_s: float = 90.0
     max_handle_msg: int = 15000

@@ -8,19 +8,18 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
-import uvicorn
 
 from jobring.config import ConfigError
 from jobring.executor.callback import CallbackSender
 from jobring.executor.config import ExecutorSettings, check_security, load_executor_settings
 from jobring.executor.context import JobHandler
 from jobring.executor.registry import Registrar, detect_ipv4
-from jobring.executor.server import ExecutorEndpoints
+from jobring.executor.server import ExecutorEndpoints, ExecutorHttpServer
 
 if TYPE_CHECKING:
     from jobring.executor.runlog import RunLog
@@ -91,7 +90,7 @@ class Executor:
         self._callback: CallbackSender | None = None
         self._registrar: Registrar | None = None
         self._cleanup_task: asyncio.Task[None] | None = None
-        self._server: uvicorn.Server | None = None
+        self._stop_serving: Callable[[], None] | None = None
         self._server_loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.address: str | None = None
@@ -241,35 +240,31 @@ class Executor:
     # --- standalone server -------------------------------------------------------------
 
     async def serve(self, *, ready: Callable[[str], None] | None = None) -> None:
-        """Serve the endpoints with uvicorn until stopped (SIGINT/SIGTERM or :meth:`stop`)."""
+        """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`)."""
         s = self.settings
         check_security(s, binds=True)
         sock = _bind(s.host, s.port)
-        config = uvicorn.Config(
-            self.asgi_app(), lifespan="off", access_log=False, log_level="warning",
-            timeout_graceful_shutdown=5,
-        )
-        server = _QuietSignalsServer(config)
-        self._server, self._server_loop = server, asyncio.get_running_loop()
-        stop_signals = _install_signal_handlers(server)
         self.bound_port = sock.getsockname()[1]
+        stop_requested = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._stop_serving, self._server_loop = stop_requested.set, loop
+        stop_signals = _install_signal_handlers(stop_requested.set)
+        server = ExecutorHttpServer(self.asgi_app())
         try:
             await self.startup(port=self.bound_port)
-            serving = asyncio.create_task(server.serve(sockets=[sock]))
-            started = asyncio.create_task(server.started_event.wait())
-            await asyncio.wait({serving, started}, return_when=asyncio.FIRST_COMPLETED)
-            started.cancel()
-            if server.started and ready is not None:
+            await server.start(sock)
+            if ready is not None:
                 ready(self.address or "")
-            await serving
+            await stop_requested.wait()
         finally:
             try:
+                await server.stop()
                 await self.shutdown()
             finally:
                 for sig in stop_signals:
-                    asyncio.get_running_loop().remove_signal_handler(sig)
+                    loop.remove_signal_handler(sig)
                 sock.close()
-                self._server = self._server_loop = None
+                self._stop_serving = self._server_loop = None
 
     def run(self, *, ready: Callable[[str], None] | None = None) -> None:
         """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly.
@@ -306,9 +301,9 @@ class Executor:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop a server started by :meth:`start_in_thread` or :meth:`serve` (thread-safe)."""
-        server, loop = self._server, self._server_loop
-        if server is not None and loop is not None:
-            loop.call_soon_threadsafe(setattr, server, "should_exit", True)
+        stop_serving, loop = self._stop_serving, self._server_loop
+        if stop_serving is not None and loop is not None:
+            loop.call_soon_threadsafe(stop_serving)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -345,30 +340,13 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _install_signal_handlers(server: uvicorn.Server) -> list[signal.Signals]:
+def _install_signal_handlers(stop: Callable[[], None]) -> list[signal.Signals]:
     if threading.current_thread() is not threading.main_thread():
         return []
     loop = asyncio.get_running_loop()
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, setattr, server, "should_exit", True)
+            loop.add_signal_handler(sig, stop)
             installed.append(sig)
     return installed
-
-
-class _QuietSignalsServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.started_event = asyncio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self.started_event.set()
-
-    # The executor handles SIGINT/SIGTERM itself so that it can leave the admin
-    # cleanly; uvicorn must not re-raise them after its own shutdown.
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
