@@ -32,6 +32,7 @@ class FakeJobTable:
     advances: list[tuple[str, int, int, int]] = field(default_factory=list)
     released: list[tuple[str, int]] = field(default_factory=list)
     ended: list[int] = field(default_factory=list)
+    nodes: dict[str, int] = field(default_factory=dict)
 
     def put(self, job: JobInfo) -> None:
         self.jobs[job.id] = job
@@ -60,6 +61,19 @@ class FakeLeases:
                 out.append(leased)
         return out
 
+    async def refresh(self, job_ids: Sequence[int], now_ms: int, lease_ms: int) -> Sequence[JobInfo]:
+        await asyncio.sleep(0)
+        if self.fail_claims:
+            raise ConnectionError("database unreachable")
+        out: list[JobInfo] = []
+        for job_id in job_ids:
+            job = self.table.jobs.get(job_id)
+            if job is not None and job.lease_owner == self.node_id:
+                job = replace(job, lease_until=now_ms + lease_ms)
+                self.table.jobs[job_id] = job
+                out.append(job)
+        return out
+
     async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
         await asyncio.sleep(0)
         applied = 0
@@ -75,6 +89,13 @@ class FakeLeases:
         for job_id in job_ids:
             self.table.jobs[job_id] = replace(self.table.jobs[job_id], trigger_status=0, trigger_next_time=0)
             self.table.ended.append(job_id)
+
+    async def heartbeat(self, now_ms: int, until_ms: int, window_end_ms: int) -> tuple[int, int]:
+        self.table.nodes[self.node_id] = until_ms
+        live = sum(1 for until in self.table.nodes.values() if until >= now_ms)
+        due = sum(1 for j in self.table.jobs.values()
+                  if j.trigger_status == 1 and j.trigger_next_time <= window_end_ms)
+        return max(1, live), due
 
     async def release(self, job_ids: Sequence[int]) -> None:
         for job_id in job_ids:

@@ -209,6 +209,11 @@ async def test_two_nodes_share_jobs_without_double_fires(h: Harness) -> None:
     await h.loop("a").start()
     await h.loop("b").start()
     await h.advance_to(T0 + 10_000, step_ms=50)
+    # Both schedule: the first to claim gives back what exceeds its share.
+    held = sorted(len(h.loops[n].held_job_ids) for n in ("a", "b"))
+    assert sum(held) == 20 and held[1] - held[0] <= 3, held
+    late = [r for r in h.runlog.records if r.at_ms >= T0 + 5_000]
+    assert {r.node for r in late} == {"a", "b"}
     assert not [r for r in h.runlog.records if r.duplicate]
     fired = h.runlog.fired()
     assert len(fired) == len(set(fired))

@@ -144,6 +144,7 @@ async def test_two_nodes_on_one_database_never_fire_an_instant_twice(world: Worl
         assert planned == list(range(T0 + 1_000 + i * 10, T0 + 4_001, 1_000)), job_id
     run_logs = [c.body["logId"] for c in world.double.runs()]
     assert len(run_logs) == len(set(run_logs)) == len(keys)
+    assert {r[3] for r in rows if r[1] is not None and r[1] >= T0 + 3_000} == {"a", "b"}
 
 
 async def test_survivor_takes_over_a_dead_nodes_jobs_without_double_fires(world: World) -> None:

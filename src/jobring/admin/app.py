@@ -132,7 +132,11 @@ async def start_runtime(
         admin_timezone=settings.timezone, fast_pool=settings.fast_pool_size,
         slow_pool=settings.slow_pool_size,
     )
-    config = loop_config or LoopConfig(pre_read_ms=settings.pre_read_ms)
+    # SQLite has one writer at a time: few concurrent batches (each a few transactions)
+    # avoid busy-waiting writers; fires that come due meanwhile are batched together.
+    config = loop_config or LoopConfig(
+        pre_read_ms=settings.pre_read_ms, max_inflight_batches=4 if store.backend == "sqlite" else 64
+    )
     loop = ScheduleLoop(
         StoreLeases(store, node_id), trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
         admin_timezone=settings.timezone, config=config,

@@ -18,6 +18,10 @@ How it works (and the rules it keeps):
 * **Leases.** Claiming renews the leases of the jobs this node holds and re-reads them.
   A fire is only sent while its lease is valid; a job whose lease could not be renewed is
   dropped from memory. Jobs whose next instant leaves the window are released.
+* **Sharing.** Every node announces itself each cycle; a node holding more than its
+  fair share (jobs due in the window / live nodes, plus 10 %) releases the excess, which
+  the other nodes claim on their next cycle. A released job whose instant passes before
+  it is claimed again fires late (under the misfire threshold it still fires).
 * **Edits and stops.** Held jobs are re-read every cycle. A stopped job (trigger_status
   0), or one whose schedule fields, update time or ``trigger_next_time`` changed behind
   the loop's back, is dropped and, if still running, re-planned from the database. So a
@@ -35,10 +39,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sqlalchemy import func, select
+
 from jobring.admin.scheduler.timers import TimerHandle, Timers
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store import NotFound, Store
 from jobring.admin.store.records import JobInfo
+from jobring.admin.store.tables import job_info
 from jobring.core.enums import ScheduleType, TriggerType
 from jobring.core.planning import MISFIRE_THRESHOLD_MS, FireDecision, decide_fire
 
@@ -66,12 +73,23 @@ class LeaseStore(Protocol):
         lease; return how many rows were written."""
         ...
 
+    async def refresh(self, job_ids: Sequence[int], now_ms: int, lease_ms: int) -> Sequence[JobInfo]:
+        """Renew this node's leases on ``job_ids`` (claiming nothing new) and return the
+        current rows of those it still holds."""
+        ...
+
     async def end_schedule(self, job_ids: Sequence[int]) -> None:
         """Stop jobs whose schedule has no further instant (trigger_status 0, next 0)."""
         ...
 
     async def release(self, job_ids: Sequence[int]) -> None:
         """Give up this node's leases on the jobs."""
+        ...
+
+    async def heartbeat(self, now_ms: int, until_ms: int, window_end_ms: int) -> tuple[int, int]:
+        """Announce this node as scheduling until ``until_ms`` (0: leaving); return the number
+        of scheduling nodes alive at ``now_ms`` (this one included) and of running jobs due
+        by ``window_end_ms``."""
         ...
 
 
@@ -97,6 +115,9 @@ class LoopConfig:
     # A fire is not sent when the lease ends within this margin (clock skew between nodes).
     lease_guard_ms: int = 500
     claim_limit: int = 20_000
+    # Fire batches in flight at once. When the limit is reached, fires coming due wait and
+    # go out together in the next batch: fewer, larger transactions under load.
+    max_inflight_batches: int = 64
     misfire_threshold_ms: int = MISFIRE_THRESHOLD_MS
     stop_timeout_s: float = 10.0
 
@@ -163,6 +184,8 @@ class ScheduleLoop:
         self._db_lock = asyncio.Lock()
         self._advance_wanted = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._batches_inflight = 0
+        self._batch_slot: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: asyncio.Future[None] | None = None
         self._wake_deadline: int | None = None
@@ -194,6 +217,8 @@ class ScheduleLoop:
             await self._flush_locked()
             if self._held:
                 await self._store.release(list(self._held))
+            now = self._clock.now_ms()
+            await self._store.heartbeat(now, 0, now)
         self._held.clear()
         self._heap.clear()
         self.stats.held = 0
@@ -219,17 +244,27 @@ class ScheduleLoop:
     async def run_cycle(self) -> None:
         """One claim cycle: write pending advances, claim/renew/re-read, plan."""
         now = self._clock.now_ms()
+        window_end = now + self.config.pre_read_ms
         async with self._db_lock:
             await self._flush_locked()
-            rows = await self._store.claim(
-                now, now + self.config.pre_read_ms, self.config.lease_ms, self.config.claim_limit
-            )
-        self._apply_claim(rows, now)
+            nodes, due = await self._store.heartbeat(now, now + self.config.lease_ms, window_end)
+            allowed = self._fair_share(nodes, due)
+            if len(self._held) >= allowed:
+                # At or over the fair share: keep what is held, leave the rest to the others.
+                rows = await self._store.refresh(list(self._held), now, self.config.lease_ms)
+                complete = True
+            else:
+                rows = await self._store.claim(now, window_end, self.config.lease_ms, self.config.claim_limit)
+                complete = len(rows) < self.config.claim_limit
+        self._apply_claim(rows, now, complete)
+        self._shed_excess(allowed)
         self.stats.cycles += 1
+        log.debug("cycle at %d: %d rows claimed in %d ms, %d held", now, len(rows),
+                  self._clock.now_ms() - now, len(self._held))
         async with self.cycle_done:
             self.cycle_done.notify_all()
 
-    def _apply_claim(self, rows: Sequence[JobInfo], now: int) -> None:
+    def _apply_claim(self, rows: Sequence[JobInfo], now: int, complete: bool) -> None:
         lease_until = now + self.config.lease_ms
         seen: set[int] = set()
         to_release: list[int] = []
@@ -250,7 +285,7 @@ class ScheduleLoop:
             else:
                 held.job = row
                 held.lease_until_ms = lease_until
-        if len(rows) < self.config.claim_limit:
+        if complete:
             # Held but not returned: stopped, moved out of the window, or leased away.
             for job_id in [j for j, h in self._held.items() if j not in seen and not h.leaving]:
                 self._drop(job_id)
@@ -259,6 +294,32 @@ class ScheduleLoop:
             log.warning("claim returned the limit (%d rows); raise claim_limit", len(rows))
         if to_release:
             self._spawn(self._store.release(to_release), "release")
+        self.stats.held = len(self._held)
+
+    @staticmethod
+    def _fair_share(nodes: int, due: int) -> int:
+        """How many jobs one node may hold: all of them alone, else its share plus 10 %."""
+        if nodes <= 1:
+            return 1 << 62
+        share = -(-due // nodes)
+        return share + max(1, share // 10)
+
+    def _shed_excess(self, allowed: int) -> None:
+        excess = len(self._held) - allowed
+        if excess <= 0:
+            return
+        # Give away the jobs whose next fire is furthest off (the most time for another node
+        # to claim them), never one with a fire being recorded.
+        candidates = sorted(
+            (h for j, h in self._held.items() if not h.leaving and j not in self._pending_advance),
+            key=lambda h: h.planned_ms, reverse=True,
+        )[:excess]
+        shed = [h.job.id for h in candidates]
+        for job_id in shed:
+            self._drop(job_id)
+        if shed:
+            log.info("holding more than a fair share (%d); releasing %d jobs", allowed, len(shed))
+            self._spawn(self._store.release(shed), "release")
         self.stats.held = len(self._held)
 
     @staticmethod
@@ -325,6 +386,10 @@ class ScheduleLoop:
                 heapq.heappop(heap)
             now = self._clock.now_ms()
             if heap and heap[0][0] <= now:
+                if self._batches_inflight >= self.config.max_inflight_batches:
+                    self._batch_slot = loop.create_future()
+                    await self._batch_slot
+                    continue
                 self._fire_due(now)
                 continue
             self._wake = loop.create_future()
@@ -372,6 +437,7 @@ class ScheduleLoop:
         if fires:
             self.stats.fired += len(fires)
             self.stats.batches += 1
+            self._batches_inflight += 1
             self._spawn(self._dispatch(fires, outcomes), "fire batch")
 
     def _continue(self, held: _Held, decision: FireDecision, horizon: int) -> None:
@@ -396,6 +462,10 @@ class ScheduleLoop:
                 if self._held.get(held.job.id) is held:
                     self._drop(held.job.id)
             return
+        finally:
+            self._batches_inflight -= 1
+            if self._batch_slot is not None and not self._batch_slot.done():
+                self._batch_slot.set_result(None)
         for held, decision in outcomes:
             self._queue_advance(held, decision)
 
@@ -479,8 +549,14 @@ class ScheduleLoop:
         task.add_done_callback(self._inflight.discard)
 
 
+NODE_SETTING_PREFIX = "scheduler_node:"
+
+
 class StoreLeases:
-    """:class:`LeaseStore` over the admin store's job repository, for one node."""
+    """:class:`LeaseStore` over the admin store's job repository, for one node.
+
+    Live nodes are announced in ``jobring_setting`` rows ``scheduler_node:<id>`` whose value
+    is the announcement's expiry (epoch ms; 0 after a clean stop)."""
 
     def __init__(self, store: Store, node_id: str) -> None:
         self._store = store
@@ -492,6 +568,11 @@ class StoreLeases:
     async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
         return await self._store.jobs.advance(self.node_id, updates)
 
+    async def refresh(self, job_ids: Sequence[int], now_ms: int, lease_ms: int) -> Sequence[JobInfo]:
+        await self._store.jobs.renew_leases(self.node_id, job_ids, now_ms + lease_ms)
+        rows = await self._store.jobs.get_many(job_ids)
+        return [j for j in rows.values() if j.lease_owner == self.node_id]
+
     async def end_schedule(self, job_ids: Sequence[int]) -> None:
         for job_id in job_ids:
             try:
@@ -501,6 +582,18 @@ class StoreLeases:
 
     async def release(self, job_ids: Sequence[int]) -> None:
         await self._store.jobs.release(self.node_id, job_ids)
+
+    async def heartbeat(self, now_ms: int, until_ms: int, window_end_ms: int) -> tuple[int, int]:
+        await self._store.settings.set(NODE_SETTING_PREFIX + self.node_id, str(until_ms))
+        live = 0
+        for name, value in (await self._store.settings.all()).items():
+            if name.startswith(NODE_SETTING_PREFIX) and value.isdigit() and int(value) >= now_ms:
+                live += 1
+        stmt = select(func.count()).select_from(job_info).where(
+            job_info.c.trigger_status == 1, job_info.c.trigger_next_time <= window_end_ms)
+        async with self._store.engine.connect() as conn:
+            due = int((await conn.execute(stmt)).scalar_one())
+        return max(1, live), due
 
 
 def trigger_fire_batch(trigger: TriggerService) -> FireBatch:
