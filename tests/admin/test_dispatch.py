@@ -133,3 +133,60 @@ async def test_real_timeout_against_a_silent_server() -> None:
         server.close()
         await server.wait_closed()
     assert answer.code == 500 and answer.msg is not None and "timed out" in answer.msg
+
+
+# -- the network client (no injected transport) against real loopback servers -------------
+
+async def _serve(handler: object) -> tuple[object, str]:
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_route("POST", "/{path}", handler)  # type: ignore[arg-type]
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}/"
+
+
+async def test_network_client_posts_json_with_token_and_reads_text_html() -> None:
+    from aiohttp import web
+
+    seen: list[tuple[str, dict[str, object], str | None, str | None]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append((request.match_info["path"], await request.json(),
+                     request.headers.get("XXL-JOB-ACCESS-TOKEN"), request.headers.get("Content-Type")))
+        return web.Response(body=b'{"code":200,"msg":null}', content_type="text/html", charset="UTF-8")
+
+    runner, address = await _serve(handler)
+    client = ExecutorClient(access_token="tok")
+    try:
+        answers = [await client.run(address, TriggerParam(job_id=3, log_id=8)) for _ in range(3)]
+        assert (await client.idle_beat(address, 3)).ok
+    finally:
+        await client.aclose()
+        await runner.cleanup()  # type: ignore[attr-defined]
+    assert answers == [ReturnT.success()] * 3
+    assert [s[0] for s in seen] == ["run", "run", "run", "idleBeat"]
+    assert seen[0][1]["jobId"] == 3 and seen[0][1]["logId"] == 8
+    assert seen[0][2] == "tok" and seen[0][3] == "application/json;charset=UTF-8"
+
+
+async def test_network_client_maps_refused_and_http_errors() -> None:
+    from aiohttp import web
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=503, text="overloaded")
+
+    runner, address = await _serve(handler)
+    client = ExecutorClient(access_token=None)
+    try:
+        busy = await client.beat(address)
+        await runner.cleanup()  # type: ignore[attr-defined]
+        refused = await client.beat(address)
+    finally:
+        await client.aclose()
+    assert busy.code == 500 and busy.msg is not None and "answered HTTP 503: overloaded" in busy.msg
+    assert refused.code == 500 and refused.msg is not None and "unreachable" in refused.msg
