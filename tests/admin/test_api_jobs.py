@@ -218,3 +218,15 @@ async def test_unknown_ids_are_404(sqlite_store: Store) -> None:
         ):
             r = await http.request(method, path, json={} if method == "PATCH" else None)
             assert r.status_code == 404 and "77" in r.json()["error"], (method, path)
+
+
+async def test_delete_removes_the_jobs_runs_and_glue_history(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        job = await env.add_job(env.group_a, glue_type="GLUE_SHELL", glue_source="echo")
+        keep = await env.add_job(env.group_a)
+        await env.add_run(job, env.group_a, handle_code=200)
+        kept_run = await env.add_run(keep, env.group_a, handle_code=200)
+        await sqlite_store.glue.save(job, "GLUE_SHELL", "echo 2", "v2", env.services.now_naive_utc())
+        assert (await http.delete(f"/jobs/{job}")).status_code == 204
+        assert await sqlite_store.glue.history(job) == []
+        assert [r.id for r in (await sqlite_store.logs.list()).items] == [kept_run]

@@ -78,3 +78,15 @@ async def test_nodes_starting_together_agree(tmp_path: Path) -> None:
         assert await first.users.count() == 1
     finally:
         await first.close()
+
+
+async def test_nodes_starting_together_agree_on_every_backend(store: Store) -> None:
+    nodes = [store, Store(store.engine), Store(store.engine)]
+    outs = [io.StringIO() for _ in nodes]
+    results = await asyncio.gather(
+        *(bootstrap(s, AdminSettings(), o) for s, o in zip(nodes, outs, strict=True))
+    )
+    assert len({(r.access_token, r.session_secret) for r in results}) == 1
+    assert len([r for r in results if r.admin_password_generated]) == 1
+    assert await store.users.count() == 1
+    assert await store.settings.get(ACCESS_TOKEN_SETTING) == results[0].access_token

@@ -12,7 +12,7 @@ from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerRejected
 from jobring.admin.security.principal import Principal
-from jobring.admin.store.records import JobInfo
+from jobring.admin.store.records import ClearRule, JobInfo
 from jobring.admin.validation import (
     FieldError,
     check_address,
@@ -110,12 +110,14 @@ async def update_job(
 
 
 async def delete_job(services: ManagementServices, job: JobInfo) -> None:
-    """Delete the job and its GLUE history, and drop it from its parents' child lists."""
+    """Delete the job, its runs and GLUE history (as the reference does), and drop it from
+    its parents' child lists."""
     for parent in await services.store.jobs.parents(job.id):
         kept = [c for c in parent.child_job_ids if c != job.id]
         await services.store.jobs.update(replace(parent, child_jobid=",".join(map(str, kept)) or None))
     await services.store.jobs.delete(job.id)
     await services.store.glue.delete_for_job(job.id)
+    await services.store.logs.clear(ClearRule.ALL, services.now_naive_utc(), job_id=job.id)
 
 
 async def start_job(services: ManagementServices, job: JobInfo) -> JobInfo:
