@@ -72,3 +72,24 @@ def test_json_depth_scanner_ignores_brackets_in_strings() -> None:
     assert not json_depth_exceeds(b'{"a": "\\"[[[[[[[[[[["}', 3)
     assert json_depth_exceeds(b'{"a": [[[1]]]}', 3)
     assert not json_depth_exceeds(b'{"a": [[1]]}', 3)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/jobs", '{"job_group": 1, "job_desc": "a\\ud800b", "executor_handler": "h"}', "job_desc"),
+        ("/jobs", '{"job_group": 1, "job_desc": "nul \\u0000", "executor_handler": "h"}', "job_desc"),
+        ("/auth/login", '{"username": "a\\ud800", "password": "x"}', "username"),
+        ("/auth/login", '{"username": "admin", "password": "\\udfff"}', "password"),
+        ("/groups", '{"app_name": "x\\u0000", "title": "t"}', "app_name"),
+    ],
+)
+async def test_text_that_cannot_be_stored_is_422(
+    sqlite_store: Store, path: str, body: str, field: str
+) -> None:
+    # Lone surrogates cannot be encoded as UTF-8 and PostgreSQL refuses NUL: both would fail
+    # deep in the driver, so they are refused up front.
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        r = await http.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422 and r.json()["field"] == field, r.text
+        assert (await sqlite_store.jobs.list()).total == 0

@@ -137,3 +137,16 @@ async def test_standalone_app_and_mount_under_the_base_path(sqlite_store: Store)
         ) as http:
             r = await http.post("/api/addJob", headers=HEADERS, content=b"[" * (2 * 1024 * 1024))
             assert r.status_code == 413
+
+
+async def test_unstorable_text_is_refused(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store, users=False) as env:
+        job = await env.add_job(env.group_a)
+        async with env.raw_client() as http:
+            for name, body in (
+                ("addJob", b'{"jobGroup": 1, "jobDesc": "a\\ud800", "executorHandler": "h"}'),
+                ("triggerJob", b'{"id": %d, "executorParam": "\\ud800"}' % job),
+            ):
+                r = await http.post(f"/api/{name}", content=body, headers=HEADERS)
+                assert r.status_code == 200 and r.json()["code"] == 500, r.text
+        assert env.double.runs() == [] and (await sqlite_store.jobs.list()).total == 1

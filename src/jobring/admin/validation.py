@@ -46,6 +46,18 @@ class FieldError(ValueError):
         self.field = field
 
 
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text: control characters (other than tab and line
+    breaks; PostgreSQL refuses NUL) or lone surrogates (not encodable as UTF-8)."""
+    for ch in value:
+        code = ord(ch)
+        if code < 32 and ch not in "\t\r\n":
+            return "must not contain control characters"
+        if 0xD800 <= code <= 0xDFFF:
+            return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
 def check_text(field: str, value: str | None, max_len: int, *, required: bool = False) -> None:
     """Length within the column, no NUL or other control characters except tab/newline."""
     if value is None or value == "":
@@ -54,8 +66,9 @@ def check_text(field: str, value: str | None, max_len: int, *, required: bool = 
         return
     if len(value) > max_len:
         raise FieldError(field, f"must have at most {max_len} characters, got {len(value)}")
-    if any(ord(ch) < 32 and ch not in "\t\r\n" for ch in value):
-        raise FieldError(field, "must not contain control characters")
+    problem = text_problem(value)
+    if problem:
+        raise FieldError(field, problem)
     if required and not value.strip():
         raise FieldError(field, "must not be blank")
 

@@ -21,6 +21,7 @@ from jobring.admin.store.records import (
     RegistryEntry,
     User,
 )
+from jobring.admin.validation import text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 
 MAX_INT32 = 2_147_483_647
@@ -30,13 +31,14 @@ MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 T = TypeVar("T")
 
 
-def _no_control_characters(value: str) -> str:
-    if any(ord(ch) < 32 and ch not in "\t\r\n" for ch in value):
-        raise ValueError("must not contain control characters")
+def _storable_text(value: str) -> str:
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
 
 
-Text = Annotated[str, AfterValidator(_no_control_characters)]
+Text = Annotated[str, AfterValidator(_storable_text)]
 Id32 = Annotated[int, Field(ge=1, le=MAX_INT32)]
 Id64 = Annotated[int, Field(ge=1, le=MAX_INT64)]
 EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)]
@@ -349,7 +351,15 @@ class GroupOut(BaseModel):
 # -- users, tokens, auth ---------------------------------------------------------------------
 
 RoleName = Annotated[str, Field(pattern="^(admin|operator|viewer)$")]
-Password = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+def _encodable(value: str) -> str:
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+        raise ValueError("must be valid Unicode (no lone surrogates)")
+    return value
+
+
+Password = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_encodable)]
 
 
 class UserOut(BaseModel):
@@ -401,7 +411,7 @@ class PasswordChange(Strict):
 
 
 class LoginIn(Strict):
-    username: Annotated[str, Field(min_length=1, max_length=50)]
+    username: Annotated[Text, Field(min_length=1, max_length=50)]
     password: Password
 
 

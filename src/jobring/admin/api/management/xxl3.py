@@ -27,7 +27,7 @@ from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo
-from jobring.admin.validation import FieldError
+from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_METHOD_NOT_SUPPORTED, MSG_TOKEN_WRONG
 
@@ -157,8 +157,8 @@ class Xxl3Api:
     async def _trigger(self, data: dict[str, Any]) -> dict[str, Any]:
         job = await jobservice.load_job(self._services, _job_id(data))
         param = data.get("executorParam")
-        if param is not None and (not isinstance(param, str) or len(param) > 512):
-            raise FieldError("executorParam", "must be a string of at most 512 characters")
+        if param is not None and (not isinstance(param, str) or len(param) > 512 or text_problem(param)):
+            raise FieldError("executorParam", "must be a plain string of at most 512 characters")
         raw = data.get("addressList")
         addresses: list[str] | None = None
         if isinstance(raw, str):
