@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from jobring.executor.runlog import RunLog
-from jobring.executor.server import MSG_JOB_BUSY, MSG_NOT_STARTED, ExecutorEndpoints
+from jobring.executor.server import MSG_JOB_BUSY, MSG_NOT_STARTED, ExecutorEndpoints, decode_trigger
 from jobring.protocol.models import ReturnT, TriggerParam
 
 TOKEN = "s3cret"
@@ -193,3 +193,31 @@ async def test_oversized_chunked_body_is_refused(endpoints: ExecutorEndpoints, s
     answer = orjson.loads(response.content)
     assert answer["code"] == 500 and "larger than" in answer["msg"]
     assert service.runs == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"jobId": 1, "executorHandler": "h", "executorParams": "p", "executorBlockStrategy": "COVER_EARLY",
+         "executorTimeout": 5, "logId": 9, "logDateTime": 1795350973184, "glueType": "BEAN", "glueSource": "",
+         "glueUpdatetime": 1795350973184, "broadcastIndex": 1, "broadcastTotal": 2},
+        {"jobId": 1, "executorHandler": "h"},
+        {"jobId": "12", "executorHandler": "h", "executorParams": None, "logId": 3, "extra": [1]},
+        {"jobId": 1, "executorHandler": "h", "executorParams": "",
+         "executorBlockStrategy": "SERIAL_EXECUTION", "executorTimeout": 0, "logId": 9,
+         "logDateTime": 1, "glueType": "BEAN", "glueSource": None,
+         "glueUpdatetime": 1, "broadcastIndex": 0, "broadcastTotal": 1},
+    ],
+)
+def test_fast_trigger_decoding_equals_the_model_decoder(body: dict[str, object]) -> None:
+    raw = orjson.dumps(body)
+    assert decode_trigger(raw) == TriggerParam.decode(raw)
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[1]", b'{"jobId": true}', b'{"jobId": 1, "logId": "x"}'])
+def test_fast_trigger_decoding_refuses_what_the_model_refuses(raw: bytes) -> None:
+    with pytest.raises(ValueError) as ours:
+        decode_trigger(raw)
+    with pytest.raises(ValueError) as theirs:
+        TriggerParam.decode(raw)
+    assert str(ours.value) == str(theirs.value)

@@ -172,3 +172,24 @@ async def test_stop_waits_for_answers_in_progress(tmp_path: Path) -> None:
     finally:
         writer.close()
         sock.close()
+
+
+async def test_idle_keep_alive_connections_are_closed(tmp_path: Path) -> None:
+    endpoints = ExecutorEndpoints(None)
+    endpoints.bind(SlowFirstService(), RunLog(tmp_path).read)
+    server = ExecutorHttpServer(endpoints, keep_alive_timeout_s=0.2)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    sock.setblocking(False)
+    await server.start(sock)
+    reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+    try:
+        for _ in range(3):
+            writer.write(request("/beat", b""))
+            assert (await read_answer(reader))[1] == b'{"code":200}'
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server once idle
+    finally:
+        writer.close()
+        await server.stop(grace_s=1)
+        sock.close()

@@ -13,6 +13,8 @@ import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol, cast
 
+import orjson
+
 from jobring.protocol.models import (
     MSG_METHOD_NOT_SUPPORTED,
     MSG_TOKEN_WRONG,
@@ -163,7 +165,7 @@ class ExecutorEndpoints:
         if service is None or read_log is None:
             return ReturnT.fail(MSG_NOT_STARTED)
         if path == "/run" or path == "/trigger":
-            return await service.run(TriggerParam.decode(body))
+            return await service.run(decode_trigger(body))
         if path == "/idleBeat":
             job_id = IdleBeatParam.decode(body).job_id
             return ReturnT.success() if service.is_idle(job_id) else ReturnT.fail(MSG_JOB_BUSY)
@@ -173,6 +175,32 @@ class ExecutorEndpoints:
         # Log files can be large; keep the event loop free while reading.
         result = await asyncio.to_thread(read_log, param.log_date_tim, param.log_id, param.from_line_num)
         return ReturnT.success(result.to_dict())
+
+
+def decode_trigger(body: bytes) -> TriggerParam:
+    """TriggerParam.decode with a fast path for the complete, well-typed body admins send."""
+    try:
+        d = orjson.loads(body) if body.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(str(exc)) from exc
+    if type(d) is not dict:
+        return TriggerParam.decode(body)  # raises the usual message
+    try:
+        job_id, handler, params = d["jobId"], d["executorHandler"], d["executorParams"]
+        block, timeout, log_id = d["executorBlockStrategy"], d["executorTimeout"], d["logId"]
+        log_time, glue_type, glue_source = d["logDateTime"], d["glueType"], d["glueSource"]
+        glue_time, index, total = d["glueUpdatetime"], d["broadcastIndex"], d["broadcastTotal"]
+    except KeyError:
+        return TriggerParam.decode(d)
+    if (
+        type(job_id) is int and type(timeout) is int and type(log_id) is int and type(log_time) is int
+        and type(glue_time) is int and type(index) is int and type(total) is int
+        and type(handler) is str and type(params) is str and type(block) is str
+        and type(glue_type) is str and type(glue_source) is str
+    ):
+        return TriggerParam(job_id, handler, params, block, timeout, log_id, log_time, glue_type,
+                            glue_source, glue_time, index, total)
+    return TriggerParam.decode(d)  # nulls, numbers as strings, wrong types: the full checks
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -230,6 +258,8 @@ class _HttpConnection(asyncio.Protocol):
         self._last: asyncio.Task[None] | None = None
         self._closing = False
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._last_activity = self._loop.time()
 
     # asyncio.Protocol
 
@@ -245,9 +275,7 @@ class _HttpConnection(asyncio.Protocol):
             self._idle_timer.cancel()
 
     def data_received(self, data: bytes) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._last_activity = self._loop.time()
         try:
             self._parser.feed_data(data)
         except self._parse_error as exc:
@@ -310,18 +338,24 @@ class _HttpConnection(asyncio.Protocol):
             return
         head = _STATUS_LINE + str(len(answer)).encode()
         transport.write(head + (b"\r\n\r\n" if keep_alive else b"\r\nConnection: close\r\n\r\n") + answer)
+        self._last_activity = self._loop.time()
         if not keep_alive:
             self._closing = True
             transport.close()
-        elif self._last is asyncio.current_task():
-            self._arm_idle_timer()
 
-    def _arm_idle_timer(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._idle_timer = loop.call_later(self._server.keep_alive_timeout_s, self.close_if_idle)
+    def _arm_idle_timer(self, delay_s: float | None = None) -> None:
+        # One timer per idle period, not one per request: it re-arms itself while busy.
+        timeout = self._server.keep_alive_timeout_s
+        self._idle_timer = self._loop.call_later(timeout if delay_s is None else delay_s, self._check_idle)
 
-    def close_if_idle(self) -> None:
-        if self._last is None or self._last.done():
+    def _check_idle(self) -> None:
+        if self._closing:
+            return
+        idle_for = self._loop.time() - self._last_activity
+        busy = self._last is not None and not self._last.done()
+        if busy or idle_for < self._server.keep_alive_timeout_s:
+            self._arm_idle_timer(None if busy else self._server.keep_alive_timeout_s - idle_for)
+        else:
             self._abort(None)
 
     def abort(self) -> None:
