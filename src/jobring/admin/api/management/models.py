@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from jobring.admin.security.roles import Role
 from jobring.admin.store.records import (
     ApiToken,
+    ClearRule,
     GlueVersion,
     JobGroup,
     JobInfo,
@@ -297,7 +298,7 @@ class KillOut(BaseModel):
 
 
 class ClearIn(Strict):
-    rule: str = Field(description="older_than_1_day ... keep_last_100k, all (see ClearRule)")
+    rule: ClearRule = Field(description="by age (older_than_...), keep the newest N (keep_last_...), or all")
     job_group: Id32 | None = None
     job_id: Id32 | None = None
 
