@@ -189,3 +189,19 @@ async def test_server_error_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     cli = Cli(capsys, lambda url: httpx.MockTransport(broken))
     result = await cli("jobs", "list", "--token", "jr_unused")
     assert (result.code, result.err) == (1, "jobring: error: internal store error\n")
+
+
+async def test_next_lists_upcoming_fire_times(env: AdminEnv, cli: Cli) -> None:
+    group = await env.group()
+    job = await env.job(group, schedule_type="CRON", schedule_conf="0 30 9 * * ?",
+                        schedule_timezone="Asia/Tokyo")
+    result = await cli("jobs", "next", str(job["id"]), "--count", "2")
+    assert result.code == 0, result.err
+    first, second = result.out.splitlines()
+    # 09:30 in Tokyo is 00:30 UTC, on consecutive days.
+    assert first.endswith(" 00:30:00 UTC") and second.endswith(" 00:30:00 UTC") and first < second
+    manual = await env.job(group, schedule_type="NONE", schedule_conf=None)
+    none = await cli("jobs", "next", str(manual["id"]))
+    assert none.out == f"job {manual['id']} has no schedule: it runs only when triggered\n"
+    too_many = await cli("jobs", "next", str(job["id"]), "--count", "1000")
+    assert too_many.code == 2 and "count" in too_many.err

@@ -169,6 +169,24 @@ def _non_negative_int(text: str) -> int:
     return positive_int(text) if text.strip() != "0" else 0
 
 
+def _next(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        job = admin.jobs.get(args.job_id)
+        if job.get("schedule_type") == "NONE":
+            print(f"job {args.job_id} has no schedule: it runs only when triggered")
+            return 0
+        preview = admin.jobs.preview(job["schedule_type"], job.get("schedule_conf"),
+                                     timezone=job.get("schedule_timezone"), count=args.count)
+        if args.json:
+            print_json(preview)
+            return 0
+        for instant in preview.get("times", []):
+            print(f"{epoch_ms_text(instant)} UTC")
+        return 0
+
+    return run_remote(args, action)
+
+
 def _field_text(key: str, value: Any) -> Any:
     if key in ("trigger_next_time", "trigger_last_time"):
         when = epoch_ms_text(value)
@@ -231,6 +249,11 @@ def register(sub: Any) -> None:
     trigger.add_argument("--address", action="append", metavar="URL",
                          help="run on this executor address (repeatable); default: the job's routing")
     trigger.set_defaults(handler=_trigger)
+
+    upcoming = _remote_parser(commands, "next", "the job's next fire times")
+    upcoming.add_argument("job_id", type=positive_int, metavar="ID")
+    upcoming.add_argument("--count", type=positive_int, default=5, metavar="N", help="how many (default 5)")
+    upcoming.set_defaults(handler=_next)
 
     for name, handler, text in (("start", _start, "start scheduling a job"),
                                 ("stop", _stop, "stop scheduling a job")):
