@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from jobring.cli import main
+from jobring.cli.executor import load_target
 
 
 @pytest.mark.parametrize(
@@ -41,3 +45,15 @@ def test_bad_flag_values_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert exc.value.code == 2
     assert main(["executor", "jobring.demo:executor", "--admin", "not-a-url", "--token", "t"]) == 2
     assert "http(s) URL" in capsys.readouterr().err
+
+
+def test_target_module_is_found_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cwd_jobs_for_test.py").write_text(
+        "from jobring import Executor\nexecutor = Executor(app_name='cwd-app', environ={})\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    executor = load_target("cwd_jobs_for_test:executor")
+    assert executor.settings.app_name == "cwd-app"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Any
 
@@ -47,6 +48,9 @@ def load_target(target: str) -> Any:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"executor target must look like module:attr, got {target!r}")
+    # Like `python -m` and uvicorn: modules in the working directory are importable.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -64,6 +68,8 @@ def load_target(target: str) -> Any:
 
 def run_executor(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: one line per heartbeat and callback batch is noise.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(args.log_level)))
     executor = load_target(args.target)
     overrides = {
         name: getattr(args, name)
