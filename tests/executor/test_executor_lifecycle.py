@@ -159,3 +159,44 @@ async def test_background_thread_reports_a_start_failure(admin: FakeAdmin, tmp_p
         assert not ex.running
     finally:
         blocker.close()
+
+
+async def test_asgi_app_alone_runs_under_an_asgi_server_with_its_own_lifespan(
+    admin: FakeAdmin, tmp_path: Path
+) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    ex = make_executor(admin, tmp_path, address=f"http://127.0.0.1:{port}/")
+    server = uvicorn.Server(uvicorn.Config(ex.asgi_app(), lifespan="on", log_level="warning"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await admin.wait_for(lambda a: any(p.endswith("api/registry") for p in a.paths()))
+        assert ex.running
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=HEADERS) as client:
+            assert (await client.post("/run", json=trigger(2, 701, "bad"))).json() == {"code": 200}
+        await admin.wait_for(lambda a: [c["logId"] for c in a.callbacks()] == [701])
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 20)
+        sock.close()
+    assert not ex.running
+    assert admin.paths()[-1].endswith("api/registryRemove")
+    assert admin.callbacks()[0]["handleMsg"] == "bad on purpose"
+
+
+async def test_asgi_lifespan_reports_a_startup_failure(tmp_path: Path) -> None:
+    ex = Executor(app_name="nope", log_path=str(tmp_path), environ={})  # no token: refused
+    app = ex.asgi_app()
+    sent: list[dict[str, object]] = []
+    messages = iter([{"type": "lifespan.startup"}])
+
+    async def receive() -> dict[str, object]:
+        return next(messages)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    await app({"type": "lifespan"}, receive, send)
+    assert sent[0]["type"] == "lifespan.startup.failed"
+    assert "access token is missing" in str(sent[0]["message"])
