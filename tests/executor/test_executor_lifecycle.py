@@ -200,3 +200,13 @@ async def test_asgi_lifespan_reports_a_startup_failure(tmp_path: Path) -> None:
     await app({"type": "lifespan"}, receive, send)
     assert sent[0]["type"] == "lifespan.startup.failed"
     assert "access token is missing" in str(sent[0]["message"])
+
+
+async def test_a_start_that_fails_half_way_releases_what_it_opened(admin: FakeAdmin, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the log folder should be")
+    ex = make_executor(admin, blocker)
+    with pytest.raises(OSError):
+        await ex.startup()
+    assert not ex.running
+    assert ex._client is None and ex._callback is None

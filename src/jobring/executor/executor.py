@@ -178,15 +178,22 @@ class Executor:
             batch_size=s.callback_batch_size,
             max_backoff_s=s.callback_max_backoff_s,
         )
-        await self._callback.start()
-        self._runner = JobRunner(
-            self._handlers,
-            self._runlog,
-            self._callback.report,
-            glue_enabled=s.glue_enabled,
-            idle_timeout_s=s.idle_timeout_s,
-            max_handle_msg=s.max_handle_msg,
-        )
+        try:
+            await self._callback.start()
+            self._runner = JobRunner(
+                self._handlers,
+                self._runlog,
+                self._callback.report,
+                glue_enabled=s.glue_enabled,
+                idle_timeout_s=s.idle_timeout_s,
+                max_handle_msg=s.max_handle_msg,
+            )
+        except BaseException:
+            # Half started (e.g. an unreadable spool folder): release what exists, then fail.
+            await self._callback.close(flush_timeout_s=1.0)
+            await self._client.aclose()
+            self._callback = self._client = None
+            raise
         self.asgi_app().bind(self._runner, self._runlog.read)
         # An open executor is loopback only, so it advertises a loopback address too.
         detected = "127.0.0.1" if not s.access_token else detect_ipv4()
