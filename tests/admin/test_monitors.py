@@ -230,9 +230,11 @@ async def test_retention_deletes_old_logs_once_a_day_and_never_below_7_days(env:
 async def test_monitors_start_and_stop(env: Env) -> None:
     monitors = Monitors.create(env.store, env.trigger, Alarmer([]), env.clock, log_retention_days=30)
     monitors.start()
-    await asyncio.sleep(0.05)
+    tasks = [m._task for m in monitors.monitors]
+    assert all(t is not None and not t.done() for t in tasks)
     await monitors.stop()
     assert all(m._task is None for m in monitors.monitors)
+    assert all(t is not None and t.cancelled() for t in tasks)
 
 
 # -- alarm channels ----------------------------------------------------------------------------
