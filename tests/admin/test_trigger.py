@@ -305,3 +305,40 @@ async def test_missing_group_is_named_in_the_trigger_message(env: Env) -> None:
     job = await env.job(job_group=424242)
     result = await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
     assert result.trigger_code == 500 and "executor group 424242 not found" in result.trigger_msg
+
+
+async def test_prepared_fires_are_recorded_ahead_and_sent_only_at_dispatch(env: Env) -> None:
+    job = await env.job()
+    batch = await env.trigger.prepare_batch([FireRequest(job, TriggerType.CRON, planned_time=T0 + 2000)])
+    assert batch.duplicates == [False] and env.double.runs() == []
+    (log_id,) = batch.log_ids[0]
+    entry = await env.store.logs.get(log_id)
+    assert entry is not None and entry.trigger_code == 0 and entry.planned_time == T0 + 2000
+    # Another node trying the same instant meanwhile sees it recorded.
+    node_b = env.service("node-b")
+    try:
+        (dup,) = await node_b.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0 + 2000)])
+    finally:
+        await node_b.close()
+    assert dup.duplicate
+    env.clock.set(T0 + 2000)
+    (result,) = await env.trigger.dispatch_prepared(batch)
+    assert result.log_ids == [log_id] and result.trigger_code == 200
+    (run,) = env.double.runs()
+    assert run.body["logId"] == log_id and run.body["logDateTime"] == T0 + 2000
+    entry = await env.store.logs.get(log_id)
+    assert entry is not None and entry.trigger_code == 200 and entry.dispatch_time == T0 + 2000
+    with pytest.raises(RuntimeError, match="already dispatched"):
+        await env.trigger.dispatch_prepared(batch)
+
+
+async def test_cancelled_prepared_fires_free_their_instants(env: Env) -> None:
+    job = await env.job(executor_route_strategy="SHARDING_BROADCAST")
+    batch = await env.trigger.prepare_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
+    assert len(batch.log_ids[0]) == 3
+    assert await env.trigger.cancel_prepared(batch) == 3
+    assert await env.store.logs.for_job(job.id) == [] and env.double.runs() == []
+    with pytest.raises(RuntimeError, match="already cancelled"):
+        await env.trigger.dispatch_prepared(batch)
+    (again,) = await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
+    assert not again.duplicate and len(env.double.runs()) == 3

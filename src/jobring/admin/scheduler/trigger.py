@@ -4,7 +4,9 @@ Every run gets its log row before the executor is called. Scheduled fires carry 
 planned instant; with the job id it is the fire's identity (a unique key of the log), so
 a fire that another admin node already recorded is dropped here, not dispatched twice.
 Rows are inserted in one batch, then dispatched concurrently through the fast/slow lanes,
-then their trigger results are recorded in one batch.
+then their trigger results are recorded in one batch. ``fire_batch`` does all of it at
+once; ``prepare_batch`` + ``dispatch_prepared`` split it so the database work can be done
+before the planned instant and only the /run call is left at the instant.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sqlalchemy import delete
+
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.lanes import DispatchLanes
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog, TriggerResult
+from jobring.admin.store.tables import job_log
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy, TriggerType
 from jobring.core.routing import Router, RouteResult, parse_strategy
@@ -91,6 +96,23 @@ class _Plan:
     duplicate: bool = False
 
 
+class PreparedBatch:
+    """Fires whose log rows are recorded and not yet dispatched (see ``prepare_batch``)."""
+
+    def __init__(self, plans: list[_Plan]) -> None:
+        self.plans = plans
+        self.state = "prepared"
+
+    @property
+    def duplicates(self) -> list[bool]:
+        """Per request: True when the planned fire was already recorded (it will not run)."""
+        return [p.duplicate for p in self.plans]
+
+    @property
+    def log_ids(self) -> list[list[int]]:
+        return [list(p.log_ids) for p in self.plans]
+
+
 @dataclass(frozen=True)
 class _Dispatched:
     result: TriggerResult
@@ -159,6 +181,45 @@ class TriggerService:
         task.add_done_callback(self._in_flight.discard)
         # Shielded: a caller that is cancelled must not leave inserted rows undispatched.
         return await asyncio.shield(task)
+
+    async def prepare_batch(self, reqs: Sequence[FireRequest]) -> PreparedBatch:
+        """Record the batch's log rows now and dispatch them later with ``dispatch_prepared``.
+
+        For precision: the database work happens before the planned instant, so at the
+        instant only routing and the /run call remain. Duplicates are known on return
+        (``PreparedBatch.duplicates``). A prepared batch must be dispatched or cancelled;
+        one left alone (the node died) is failed by the lost-run monitor after 10 minutes.
+        """
+        if self._closed:
+            raise RuntimeError("TriggerService is closed")
+        plans = await self._prepare(list(reqs))
+        return PreparedBatch(plans)
+
+    async def dispatch_prepared(self, batch: PreparedBatch) -> list[FireResult]:
+        """Dispatch a prepared batch (once); returns when the answers are recorded."""
+        if batch.state != "prepared":
+            raise RuntimeError(f"prepared batch already {batch.state}")
+        batch.state = "dispatched"
+        task = asyncio.ensure_future(self._dispatch_plans(batch.plans))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+        return await asyncio.shield(task)
+
+    async def cancel_prepared(self, batch: PreparedBatch) -> int:
+        """Withdraw a prepared batch (e.g. its job was stopped or edited before the instant):
+        its log rows are deleted, so the planned instants are free again. Returns the count."""
+        if batch.state != "prepared":
+            raise RuntimeError(f"prepared batch already {batch.state}")
+        batch.state = "cancelled"
+        ids = [i for plan in batch.plans for i in plan.log_ids]
+        if not ids:
+            return 0
+        # Not in the store API yet. Only rows never dispatched (trigger_code 0) are removed.
+        async with self._store.db.write() as conn:
+            result = await conn.execute(
+                delete(job_log).where(job_log.c.id.in_(ids), job_log.c.trigger_code == 0)
+            )
+        return int(result.rowcount)
 
     async def close(self) -> None:
         """Refuse new fires and wait for the ones in flight."""
@@ -282,10 +343,16 @@ class TriggerService:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    async def _fire_batch(self, reqs: list[FireRequest]) -> list[FireResult]:
+    async def _prepare(self, reqs: list[FireRequest]) -> list[_Plan]:
         now_ms = self._clock.now_ms()
         plans = [self._plan(r, now_ms) for r in reqs]
         await self._record(plans, reqs)
+        return plans
+
+    async def _fire_batch(self, reqs: list[FireRequest]) -> list[FireResult]:
+        return await self._dispatch_plans(await self._prepare(reqs))
+
+    async def _dispatch_plans(self, plans: list[_Plan]) -> list[FireResult]:
         work = [
             self._lanes.run(plan.req.job.id, functools.partial(self._dispatch, plan, shard, log_id))
             for plan in plans
