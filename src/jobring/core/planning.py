@@ -6,7 +6,7 @@ rules follow XXL-JOB's schedule loop:
 
 * more than :data:`MISFIRE_THRESHOLD_MS` late: the misfire strategy applies. FIRE_ONCE_NOW
   fires once now (trigger type MISFIRE), DO_NOTHING skips; either way the next instant is
-  the first one after now.
+  the first one after now (on the job's grid, see below).
 * due (late by at most the threshold, or exactly on time): fire (trigger type CRON). The
   next instant is the first one of the schedule after ``now`` when the fire was late, so
   a late fire is not followed by a burst of catch-up fires. Unlike the reference (which
@@ -84,5 +84,7 @@ def decide_fire(
         return FireDecision(planned_ms, None, next_fire(now_ms))
     if now_ms - planned_ms > misfire_threshold_ms:
         fire_once = misfire_strategy == MisfireStrategy.FIRE_ONCE_NOW
-        return FireDecision(planned_ms, TriggerType.MISFIRE if fire_once else None, next_fire(now_ms))
+        # The next instant is the first after now, found along the job's own grid.
+        next_ms = first_after(next_fire, planned_ms, now_ms + 1)
+        return FireDecision(planned_ms, TriggerType.MISFIRE if fire_once else None, next_ms)
     return FireDecision(planned_ms, TriggerType.CRON, first_after(next_fire, planned_ms, now_ms))

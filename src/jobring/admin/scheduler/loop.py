@@ -287,7 +287,11 @@ class ScheduleLoop:
                 held.lease_until_ms = lease_until
         if complete:
             # Held but not returned: stopped, moved out of the window, or leased away.
-            for job_id in [j for j, h in self._held.items() if j not in seen and not h.leaving]:
+            gone = [j for j, h in self._held.items() if j not in seen and not h.leaving]
+            if gone:
+                log.info("%d held jobs were not returned by the claim (stopped, moved or leased "
+                         "away); dropping them: %s", len(gone), gone[:20])
+            for job_id in gone:
                 self._drop(job_id)
                 to_release.append(job_id)
         else:

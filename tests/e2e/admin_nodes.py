@@ -1,0 +1,210 @@
+"""Helpers for end-to-end admin tests: admin node processes and a recording executor.
+
+``start_admin`` runs ``jobring admin`` as a real process on a free loopback port and waits
+for ``/health``; ``RecordingExecutor`` is a minimal executor (HTTP/1.1 on loopback) that
+answers every ``/run`` with success and records the call with its arrival time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from sqlalchemy import select
+
+from jobring.admin.store import Store
+from jobring.admin.store.records import JobGroup, JobInfo
+from jobring.admin.store.tables import job_log
+
+TOKEN = "e2e-admin-token"
+START_LIMIT_S = 90.0  # the admin imports FastAPI, migrates and hashes a password on a busy box
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class AdminNode:
+    proc: asyncio.subprocess.Process
+    port: int
+    node_id: str
+    log_file: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log_file.read_text(encoding="utf-8", errors="replace")
+
+
+async def start_admin(database_url: str, node_id: str, workdir: Path, *extra: str,
+                      env: dict[str, str] | None = None) -> AdminNode:
+    port = free_port()
+    log_file = workdir / f"admin-{node_id}.log"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
+    environ.update(JOBRING_ACCESS_TOKEN=TOKEN, JOBRING_ADMIN_PASSWORD="e2e-password-1234",
+                   JOBRING_NODE_ID=node_id, **(env or {}))
+    with log_file.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; from jobring.cli import main; sys.exit(main())",
+            "admin", "--database-url", database_url, "--port", str(port), *extra,
+            stdout=out, stderr=out, env=environ, cwd=str(workdir),
+        )
+    node = AdminNode(proc, port, node_id, log_file)
+    try:
+        await wait_healthy(node)
+    except BaseException:
+        await kill(node)
+        raise
+    return node
+
+
+async def wait_healthy(node: AdminNode) -> dict[str, Any]:
+    deadline = time.monotonic() + START_LIMIT_S
+    async with httpx.AsyncClient() as client:
+        while True:
+            if node.proc.returncode is not None:
+                code = node.proc.returncode
+                raise AssertionError(f"admin {node.node_id} exited {code}:\n{node.log_text()}")
+            try:
+                response = await client.get(node.base_url + "/health", timeout=2.0)
+                if response.status_code == 200:
+                    body: dict[str, Any] = response.json()
+                    return body
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"admin {node.node_id} not healthy in time:\n{node.log_text()}")
+            await asyncio.sleep(0.1)
+
+
+async def stop(node: AdminNode, limit_s: float = 30.0) -> int:
+    """SIGTERM and wait; returns the exit code (kills after ``limit_s``)."""
+    if node.proc.returncode is None:
+        node.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(node.proc.wait(), limit_s)
+        except TimeoutError:
+            await kill(node)
+            text = node.log_text()
+            raise AssertionError(f"admin {node.node_id} did not stop on SIGTERM:\n{text}") from None
+    assert node.proc.returncode is not None
+    return node.proc.returncode
+
+
+async def kill(node: AdminNode) -> None:
+    if node.proc.returncode is None:
+        node.proc.kill()
+        await node.proc.wait()
+
+
+@dataclass
+class RunCall:
+    log_id: int
+    job_id: int
+    at_ms: int
+
+
+@dataclass
+class RecordingExecutor:
+    """Answers ``/run`` (and anything else) with ReturnT success; records /run calls."""
+
+    calls: list[RunCall] = field(default_factory=list)
+    port: int = 0
+    _server: asyncio.Server | None = None
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _RecordingProtocol(self), "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def record(self, path: bytes, body: bytes) -> None:
+        if path.rstrip(b"/").endswith(b"/run"):
+            param = orjson.loads(body)
+            self.calls.append(RunCall(int(param["logId"]), int(param["jobId"]), time.time_ns() // 1_000_000))
+
+
+_OK = b'{"code":200,"msg":null}'
+_RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+             + str(len(_OK)).encode() + b"\r\n\r\n" + _OK)
+
+
+class _RecordingProtocol(asyncio.Protocol):
+    def __init__(self, owner: RecordingExecutor) -> None:
+        self.owner = owner
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (head_end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:head_end]
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value.strip())
+            end = head_end + 4 + length
+            if len(self.buffer) < end:
+                return
+            path = head.split(b" ", 2)[1]
+            self.owner.record(path, self.buffer[head_end + 4:end])
+            self.buffer = self.buffer[end:]
+            assert self.transport is not None
+            self.transport.write(_RESPONSE)
+
+
+async def add_manual_group(store: Store, address: str) -> int:
+    group = JobGroup(app_name="e2e-exec", title="e2e", address_type=1, address_list=address)
+    return await store.groups.create(group, datetime(2024, 1, 1))
+
+
+def fix_rate(group_id: int, next_ms: int, seconds: int = 1, **changes: Any) -> JobInfo:
+    values: dict[str, Any] = {
+        "job_group": group_id, "job_desc": "e2e", "schedule_type": "FIX_RATE", "schedule_conf": str(seconds),
+        "misfire_strategy": "DO_NOTHING", "executor_route_strategy": "FIRST", "executor_handler": "hello",
+        "executor_block_strategy": "SERIAL_EXECUTION", "glue_type": "BEAN", "trigger_status": 1,
+        "trigger_next_time": next_ms}
+    values.update(changes)
+    return JobInfo(**values)
+
+
+async def fired(store: Store) -> list[Any]:
+    """Every log row: job_id, planned_time, trigger_type, admin_node, trigger_code, dispatch_time."""
+    async with store.engine.connect() as conn:
+        return list((await conn.execute(
+            select(job_log.c.id, job_log.c.job_id, job_log.c.planned_time, job_log.c.trigger_type,
+                   job_log.c.admin_node, job_log.c.trigger_code, job_log.c.dispatch_time,
+                   job_log.c.handle_code)
+            .order_by(job_log.c.job_id, job_log.c.planned_time))).all())
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
