@@ -84,6 +84,11 @@ async def test_wrong_method_and_unknown_path(api: Api) -> None:
         {"registryGroup": "EXECUTOR", "registryKey": "demo-app"},
         {"registryGroup": "", "registryKey": "demo-app", "registryValue": "http://x/"},
         {"registryGroup": "EXECUTOR", "registryKey": "  ", "registryValue": "http://x/"},
+        {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "file:///etc/passwd"},
+        {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "10.0.0.1:9999"},
+        {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "http://[::1"},
+        {"registryGroup": "EXECUTOR", "registryKey": "k" * 256, "registryValue": "http://x/"},
+        {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "http://x/" + "a" * 250},
         {},
     ],
 )
@@ -91,6 +96,17 @@ async def test_bad_registry_params_are_illegal_arguments(api: Api, body: dict[st
     for path in ("/api/registry", "/api/registryRemove"):
         response = await api.post(path, body)
         assert response.content == b'{"code":500,"msg":"Illegal Argument."}'
+
+
+async def test_bad_registry_params_store_nothing(api: Api) -> None:
+    await api.post("/api/registry", {"registryGroup": "EXECUTOR", "registryKey": "demo-app",
+                                     "registryValue": "gopher://x/"})
+    assert await api.store.registry.entries("demo-app") == []
+
+
+async def test_oversized_body_is_refused(api: Api) -> None:
+    response = await api.post("/api/callback", b"[" + b" " * (16 * 1024 * 1024 + 1) + b"]")
+    assert response.status_code == 413 and response.json()["code"] == 500
 
 
 async def test_malformed_json_is_a_clear_400(api: Api) -> None:

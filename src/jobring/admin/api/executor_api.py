@@ -11,12 +11,14 @@ from __future__ import annotations
 import hmac
 import logging
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from jobring.admin.store.groups import EXECUTOR
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
     MSG_METHOD_NOT_SUPPORTED,
@@ -35,6 +37,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MSG_ILLEGAL_ARGUMENT = "Illegal Argument."
+# A callback batch of thousands of results is a few MB; anything far larger is refused.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+# Column sizes of xxl_job_registry (registry_group, registry_key, registry_value).
+_REGISTRY_LIMITS = (50, 255, 255)
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 
 
@@ -66,7 +72,12 @@ class ExecutorApi:
             return _answer(ReturnT.fail("invalid request, uri-mapping empty."))
         if not _token_ok(self._token, request.headers.get(ACCESS_TOKEN_HEADER)):
             return _answer(ReturnT.fail(MSG_TOKEN_WRONG))
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            return _answer(ReturnT.fail(f"request body larger than {MAX_BODY_BYTES} bytes"), status=413)
         body = await request.body()
+        if len(body) > MAX_BODY_BYTES:
+            return _answer(ReturnT.fail(f"request body larger than {MAX_BODY_BYTES} bytes"), status=413)
         try:
             if uri == "callback":
                 return _answer(await self._callback(body))
@@ -93,13 +104,30 @@ class ExecutorApi:
             if str(exc) == MSG_ILLEGAL_ARGUMENT:
                 return ReturnT.fail(MSG_ILLEGAL_ARGUMENT)
             raise
-        if not (param.registry_group.strip() and param.registry_key.strip() and param.registry_value.strip()):
+        if not _registry_ok(param):
             return ReturnT.fail(MSG_ILLEGAL_ARGUMENT)
         if remove:
             await self._registry.remove(param)
         else:
             await self._registry.register(param)
         return ReturnT.success()
+
+
+def _registry_ok(param: RegistryParam) -> bool:
+    values = (param.registry_group, param.registry_key, param.registry_value)
+    if not all(v.strip() for v in values):
+        return False
+    if any(len(v) > limit for v, limit in zip(values, _REGISTRY_LIMITS, strict=True)):
+        return False
+    if param.registry_group == EXECUTOR:
+        # The admin will POST to this address: it must be an http(s) URL with a host.
+        try:
+            url = urlsplit(param.registry_value.strip())
+            host = url.hostname
+        except ValueError:
+            return False
+        return url.scheme in ("http", "https") and bool(host)
+    return True
 
 
 def executor_api_routes(
