@@ -8,16 +8,21 @@ exits 0. A second Ctrl-C forces the exit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Generator
 from typing import TextIO
 
 import uvicorn
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from jobring.admin.app import create_app
+from jobring.admin.store import current_revision, head_revision
 from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
@@ -46,9 +51,28 @@ def configure_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+async def preflight(settings: AdminSettings) -> str | None:
+    """Why the node cannot start (database unreachable, schema missing or behind while
+    upgrades are off), as one line; None when it can."""
+    shown = make_url(settings.database_url).render_as_string(hide_password=True)
+    try:
+        revision = await current_revision(settings.database_url)
+    except (SQLAlchemyError, OSError) as exc:
+        return f"cannot reach the database {shown}: {exc}"
+    head = head_revision()
+    if not settings.auto_upgrade and revision != head:
+        return (f"the database {shown} has schema revision {revision or 'none'}, this version needs "
+                f"{head}; run `jobring db upgrade` or start without --no-upgrade")
+    return None
+
+
 def serve(settings: AdminSettings, *, out: TextIO | None = None, log_level: str = "info") -> int:
     """Serve until stopped; returns the process exit code (0 after a clean stop, 1 when the
-    node could not start, e.g. database unreachable or migrations refused)."""
+    node could not start, e.g. database unreachable or schema behind with upgrades off)."""
+    problem = asyncio.run(preflight(settings))
+    if problem is not None:
+        print(f"jobring: error: {problem}", file=sys.stderr, flush=True)
+        return 1
     app = create_app(settings, out=out)
     config = uvicorn.Config(
         app,
