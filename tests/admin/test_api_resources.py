@@ -7,7 +7,6 @@ from datetime import timedelta
 from jobring.admin.security.passwords import verify_password
 from jobring.admin.security.roles import Role
 from jobring.admin.store import Store
-from jobring.admin.store.records import JobGroup
 from tests.admin.api_harness import ACCESS_TOKEN, T0, api_env, at
 
 
@@ -248,4 +247,3 @@ async def test_dashboard_counts(sqlite_store: Store) -> None:
 async def test_access_token_is_visible_to_admins(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("admin") as http:
         assert (await http.get("/settings/access-token")).json() == {"access_token": ACCESS_TOKEN}
-        _ = JobGroup
