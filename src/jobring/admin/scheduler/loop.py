@@ -111,7 +111,9 @@ fires are recorded; raising means none of them were."""
 class LoopConfig:
     pre_read_ms: int = 5_000
     cycle_ms: int = 1_000
-    lease_ms: int = 5_000
+    # A dead node's jobs are claimable this long after its last renewal; renewals come every
+    # cycle, so an overloaded node (slow cycles) keeps its jobs for a while before losing them.
+    lease_ms: int = 10_000
     # A fire is not sent when the lease ends within this margin (clock skew between nodes).
     lease_guard_ms: int = 500
     claim_limit: int = 20_000
