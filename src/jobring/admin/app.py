@@ -135,7 +135,7 @@ async def start_runtime(
     # SQLite has one writer at a time: few concurrent batches (each a few transactions)
     # avoid busy-waiting writers; fires that come due meanwhile are batched together.
     config = loop_config or LoopConfig(
-        pre_read_ms=settings.pre_read_ms, max_inflight_batches=4 if store.backend == "sqlite" else 64
+        pre_read_ms=settings.pre_read_ms, max_inflight_batches=4 if store.backend == "sqlite" else 16
     )
     loop = ScheduleLoop(
         StoreLeases(store, node_id), trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
