@@ -35,6 +35,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -136,8 +137,9 @@ class LoopStats:
     batch_failures: int = 0
     cycles: int = 0
     held: int = 0
-    # Lateness of the fire_batch call against the planned instant, ms (on-time fires only).
-    lateness_ms: list[int] = field(default_factory=list)
+    # Lateness of the fire_batch call against the planned instant, ms (on-time fires only;
+    # the most recent ones).
+    lateness_ms: deque[int] = field(default_factory=lambda: deque(maxlen=10_000))
 
 
 _SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "update_time")
@@ -439,12 +441,15 @@ class ScheduleLoop:
                 continue
             decision = decide_fire(held.planned_ms, now, held.job.misfire_strategy,
                                    held.schedule.next_fire_ms, self.config.misfire_threshold_ms)
-            if decision.trigger_type is TriggerType.MISFIRE:
-                self.stats.misfired += 1
-            elif decision.trigger_type is TriggerType.CRON:
+            if decision.trigger_type is TriggerType.CRON:
                 self.stats.lateness_ms.append(now - decision.planned_ms)
-            else:
-                self.stats.skipped += 1
+            elif decision.planned_ms > 0:
+                if decision.fires:
+                    self.stats.misfired += 1
+                else:
+                    self.stats.skipped += 1
+                log.info("job %s missed its fire at %d by %d ms: %s", held.job.id, decision.planned_ms,
+                         now - decision.planned_ms, "fired once now" if decision.fires else "skipped")
             self._continue(held, decision, horizon)
             if decision.fires:
                 assert decision.trigger_type is not None
