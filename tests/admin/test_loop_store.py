@@ -168,3 +168,15 @@ async def test_survivor_takes_over_a_dead_nodes_jobs_without_double_fires(world:
     assert keys[-1] == T0 + 9_000
     job = await world.store.jobs.get(job_id)
     assert job is not None and job.lease_owner == "b"
+
+
+async def test_heartbeat_counts_live_nodes_and_due_jobs_and_forgets_old_nodes(world: World) -> None:
+    await _job(world, T0 + 1_000)
+    await _job(world, T0 + 60_000)
+    a, b = StoreLeases(world.store, "a"), StoreLeases(world.store, "b")
+    await world.store.settings.set("scheduler_node:long-gone", str(T0 - 7_200_000))
+    assert await a.heartbeat(T0, T0 + 10_000, T0 + 5_000) == (1, 1)
+    assert await b.heartbeat(T0, T0 + 10_000, T0 + 5_000) == (2, 1)
+    assert "scheduler_node:long-gone" not in await world.store.settings.all()
+    await b.heartbeat(T0, 0, T0)  # b stops
+    assert await a.heartbeat(T0 + 1_000, T0 + 11_000, T0 + 61_000) == (1, 2)

@@ -40,13 +40,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from jobring.admin.scheduler.timers import TimerHandle, Timers
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store import NotFound, Store
 from jobring.admin.store.records import JobInfo
-from jobring.admin.store.tables import job_info
+from jobring.admin.store.tables import job_info, setting
 from jobring.core.enums import ScheduleType, TriggerType
 from jobring.core.planning import MISFIRE_THRESHOLD_MS, FireDecision, decide_fire
 
@@ -573,6 +573,7 @@ class ScheduleLoop:
 
 
 NODE_SETTING_PREFIX = "scheduler_node:"
+_FORGET_NODE_AFTER_MS = 3_600_000
 
 
 class StoreLeases:
@@ -609,9 +610,18 @@ class StoreLeases:
     async def heartbeat(self, now_ms: int, until_ms: int, window_end_ms: int) -> tuple[int, int]:
         await self._store.settings.set(NODE_SETTING_PREFIX + self.node_id, str(until_ms))
         live = 0
+        gone: list[str] = []
         for name, value in (await self._store.settings.all()).items():
-            if name.startswith(NODE_SETTING_PREFIX) and value.isdigit() and int(value) >= now_ms:
+            if not name.startswith(NODE_SETTING_PREFIX):
+                continue
+            if value.isdigit() and int(value) >= now_ms:
                 live += 1
+            elif not value.isdigit() or int(value) < now_ms - _FORGET_NODE_AFTER_MS:
+                gone.append(name)
+        if gone:
+            # Announcements of nodes stopped long ago (every process start has a new id).
+            async with self._store.engine.begin() as conn:
+                await conn.execute(delete(setting).where(setting.c.name.in_(gone)))
         stmt = select(func.count()).select_from(job_info).where(
             job_info.c.trigger_status == 1, job_info.c.trigger_next_time <= window_end_ms)
         async with self._store.engine.connect() as conn:
