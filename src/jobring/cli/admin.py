@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import subprocess
 import sys
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -27,6 +29,10 @@ def register(sub: Any) -> None:
         description="Run jobring locally with zero set-up: an admin node on the SQLite default database.",
     )
     _add_options(run)
+    run.add_argument("--no-demo", action="store_true",
+                     help="do not seed the demo jobs nor start the demo executor")
+    run.add_argument("--demo-port", type=int, default=9999,
+                     help="port of the demo executor on 127.0.0.1 (default 9999)")
     run.set_defaults(handler=_run)
 
 
@@ -93,7 +99,27 @@ def _admin(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    print(f"jobring: admin at http://{settings.host}:{settings.port}/ (health: /health), "
-          f"database {make_url(settings.database_url).render_as_string(hide_password=True)}; "
+    if not 1 <= args.demo_port <= 65535:
+        raise UsageError(f"--demo-port: must be 1-65535, got {args.demo_port}")
+    demo: subprocess.Popen[bytes] | None = None
+    if not args.no_demo:
+        # Bootstrap here (idempotent; the node repeats it) so the demo executor gets the token.
+        from jobring.cli.local import prepare_local, start_demo_executor
+
+        try:
+            token = asyncio.run(prepare_local(settings))
+        except Exception as exc:  # noqa: BLE001 - reported as one line, the node would fail the same way
+            print(f"jobring: error: cannot prepare the database: {exc}", file=sys.stderr)
+            return 1
+        demo = start_demo_executor(settings, token, args.demo_port)
+    print(f"jobring: admin at http://{settings.host}:{settings.port}/ (health: /health, "
+          f"API docs: /api/v1/docs), database "
+          f"{make_url(settings.database_url).render_as_string(hide_password=True)}; "
           "Ctrl-C to stop", file=sys.stderr, flush=True)
-    return _serve(settings, args.log_level)
+    try:
+        return _serve(settings, args.log_level)
+    finally:
+        if demo is not None:
+            from jobring.cli.local import stop_process
+
+            stop_process(demo)

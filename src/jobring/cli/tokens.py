@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from jobring.cli.common import UsageError
 from jobring.cli.remote import (
     add_connection_args,
     add_json_arg,
@@ -21,6 +22,7 @@ from jobring.cli.remote import (
 from jobring.client import AdminClient
 
 PASSWORD_ENV = "JOBRING_PASSWORD"
+NEW_PASSWORD_ENV = "JOBRING_NEW_PASSWORD"
 
 
 def _password(username: str) -> str:
@@ -63,6 +65,28 @@ def _list(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _new_password() -> str:
+    from_env = os.environ.get(NEW_PASSWORD_ENV)
+    if from_env:
+        return from_env
+    first = getpass.getpass("new password: ")
+    if getpass.getpass("new password again: ") != first:
+        raise UsageError("the two new passwords differ")
+    return first
+
+
+def _change_password(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        current = _password(args.user)
+        new = _new_password()
+        admin.login(args.user, current)
+        admin.auth.change_password(current, new)
+        print(f"password of {args.user} changed", file=sys.stderr)
+        return 0
+
+    return run_remote(args, action)
+
+
 def _revoke(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         admin.tokens.revoke(args.token_id)
@@ -96,3 +120,12 @@ def register(sub: Any) -> None:
     for parser in (create, listing, revoke):
         add_connection_args(parser)
         add_json_arg(parser)
+
+    password: argparse.ArgumentParser = sub.add_parser(
+        "password", help="change your password (also the first-login change of a generated one)",
+        description=f"Log in as --user and change its password. The current password comes from "
+                    f"${PASSWORD_ENV} or a prompt, the new one from ${NEW_PASSWORD_ENV} or a prompt.")
+    password.add_argument("--user", metavar="USERNAME", default="admin",
+                          help="whose password (default admin)")
+    add_connection_args(password)
+    password.set_defaults(handler=_change_password)
