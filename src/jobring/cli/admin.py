@@ -9,9 +9,6 @@ import sys
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy.engine import make_url
-
-from jobring.admin.store import normalize_url
 from jobring.cli.common import UsageError
 from jobring.config import AdminSettings, ConfigError, load_settings
 
@@ -51,6 +48,8 @@ def validate_settings(settings: AdminSettings) -> None:
     """Check what :func:`load_settings` cannot (ranges, zone, URL); raises ConfigError."""
     if not 1 <= settings.port <= 65535:
         raise ConfigError(f"port: must be 1-65535, got {settings.port}")
+    from jobring.admin.store import normalize_url  # SQLAlchemy: only when a node starts
+
     try:
         normalize_url(settings.database_url)
     except ValueError as exc:
@@ -112,6 +111,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"jobring: error: cannot prepare the database: {exc}", file=sys.stderr)
             return 1
         demo = start_demo_executor(settings, token, args.demo_port)
+    from sqlalchemy.engine import make_url
+
     print(f"jobring: admin at http://{settings.host}:{settings.port}/ (health: /health, "
           f"API docs: /api/v1/docs), database "
           f"{make_url(settings.database_url).render_as_string(hide_password=True)}; "

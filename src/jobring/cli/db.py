@@ -7,10 +7,6 @@ import asyncio
 import sys
 from typing import Any
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-
-from jobring.admin.store import current_revision, head_revision, normalize_url, upgrade_database
 from jobring.cli.common import UsageError
 from jobring.config import ConfigError, load_settings
 
@@ -36,6 +32,8 @@ def register(sub: Any) -> None:
 
 
 def _database_url(args: argparse.Namespace) -> str:
+    from jobring.admin.store import normalize_url  # SQLAlchemy is imported only when used
+
     try:
         settings = load_settings(args.config, database_url=args.database_url)
         normalize_url(settings.database_url)
@@ -45,10 +43,16 @@ def _database_url(args: argparse.Namespace) -> str:
 
 
 def _shown(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
     return make_url(url).render_as_string(hide_password=True)
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from jobring.admin.store import upgrade_database
+
     url = _database_url(args)
     try:
         result = asyncio.run(upgrade_database(url))
@@ -63,6 +67,10 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _current(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from jobring.admin.store import current_revision, head_revision
+
     url = _database_url(args)
     try:
         revision = asyncio.run(current_revision(url))
