@@ -68,10 +68,16 @@ class World:
         """Wait until the loop has completed ``count`` claim cycles since it started."""
         await eventually(lambda: loop.stats.cycles >= count)
 
-    async def fired_rows(self) -> list[tuple[int, int | None, str | None, str | None]]:
+    async def fired_rows(self, dispatched: bool = True) -> list[tuple[int, int | None, str | None, str | None]]:
+        """Log rows of fires that were sent (``dispatched``), else of those recorded but not sent
+        (prepared ahead). Trigger results are written in batches: flushed first."""
+        for node in self.nodes:
+            await node.trigger.flush_results()
+        sent = job_log.c.dispatch_time.is_not(None)
         async with self.store.engine.connect() as conn:
             rows = (await conn.execute(
                 select(job_log.c.job_id, job_log.c.planned_time, job_log.c.trigger_type, job_log.c.admin_node)
+                .where(sent if dispatched else ~sent)
                 .order_by(job_log.c.job_id, job_log.c.planned_time))).all()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
@@ -121,7 +127,10 @@ async def test_fires_each_instant_once_records_it_and_advances(world: World) -> 
     assert [(r[0], r[1], r[2]) for r in rows] == [
         (job_id, T0 + 1_000, "CRON"), (job_id, T0 + 2_000, "CRON"), (job_id, T0 + 3_000, "CRON")]
     assert len(world.double.runs()) == 3
+    # The next instants are recorded ahead (not sent); a stop withdraws them.
+    assert [r[1] for r in await world.fired_rows(dispatched=False)] == [T0 + 4_000, T0 + 5_000]
     await loop.stop()
+    assert await world.fired_rows(dispatched=False) == []
     job = await world.store.jobs.get(job_id)
     assert job is not None
     assert (job.trigger_last_time, job.trigger_next_time) == (T0 + 3_000, T0 + 4_000)
@@ -166,6 +175,13 @@ async def test_survivor_takes_over_a_dead_nodes_jobs_without_double_fires(world:
     assert len(keys) == len(set(keys))
     assert {r[3] for r in rows} == {"a", "b"}
     assert keys[-1] == T0 + 9_000
+    run_logs = [c.body["logId"] for c in world.double.runs()]
+    assert len(run_logs) == len(set(run_logs)) == len(keys)
+    # What a recorded ahead and never sent stays unsent (it may have been sent just before a
+    # died, unrecorded); b does not send those instants again.
+    orphans = await world.fired_rows(dispatched=False)
+    assert {r[3] for r in orphans if r[1] is not None and r[1] <= T0 + 4_500} <= {"a"}
+    assert not {r[1] for r in orphans} & set(keys)
     job = await world.store.jobs.get(job_id)
     assert job is not None and job.lease_owner == "b"
 

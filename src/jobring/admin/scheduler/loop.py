@@ -38,12 +38,12 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy import delete, func, select
 
 from jobring.admin.scheduler.timers import TimerHandle, Timers
-from jobring.admin.scheduler.trigger import FireRequest, TriggerService
+from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
 from jobring.admin.store import NotFound, Store
 from jobring.admin.store.records import JobInfo
 from jobring.admin.store.tables import job_info, setting
@@ -108,6 +108,31 @@ FireBatch = Callable[[Sequence[PlannedFire]], Awaitable[None]]
 fires are recorded; raising means none of them were."""
 
 
+@runtime_checkable
+class FirePreparer(Protocol):
+    """A fire port that can also record fires ahead of their instants (the loop then does so)."""
+
+    async def prepare(self, fires: Sequence[PlannedFire]) -> list[PreparedBatch | None]:
+        """Record the fires' log rows now; per fire its prepared batch, or None when the
+        (job, instant) was already recorded (it must not be sent). Raising: none recorded."""
+        ...
+
+    async def dispatch(self, batches: Sequence[PreparedBatch]) -> None:
+        """Send prepared fires (their trigger results are recorded later, in batches)."""
+        ...
+
+    async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
+        """Withdraw prepared fires that will not be sent (their rows are deleted)."""
+        ...
+
+
+class _Unprepared:
+    """The preparation of a fire failed: it is recorded and sent at its instant instead."""
+
+
+_UNPREPARED = _Unprepared()
+
+
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
     pre_read_ms: int = 5_000
@@ -116,14 +141,17 @@ class LoopConfig:
     # cycle, so an overloaded node (slow cycles) keeps its jobs for a while before losing them.
     lease_ms: int = 10_000
     # A fire is not sent when the lease ends within this margin (clock skew between nodes).
-    lease_guard_ms: int = 500
+    lease_guard_ms: int = 1_000
+    # With a preparing fire port: fires planned up to this far ahead are recorded each cycle
+    # (more than one cycle, so every instant is prepared by the cycle before it).
+    prepare_ahead_ms: int = 2_500
     claim_limit: int = 20_000
     # Fire batches in flight at once. When the limit is reached, fires coming due wait and
     # go out together in the next batch: fewer, larger transactions under load.
     max_inflight_batches: int = 64
     # Under load, fires within a few ms of each other go out in one batch (one log insert
     # for all): the wait grows with the fire rate, 1 ms per 100 fires/s, up to this cap.
-    max_coalesce_ms: int = 10
+    max_coalesce_ms: int = 2
     misfire_threshold_ms: int = MISFIRE_THRESHOLD_MS
     stop_timeout_s: float = 10.0
 
@@ -156,6 +184,9 @@ class _Held:
     lease_until_ms: int
     generation: int
     leaving: bool = False  # next instant is past the window: release after the advance
+    # Instants whose log rows are (being) recorded ahead, and the last instant looked at.
+    prepared: dict[int, asyncio.Future[PreparedBatch | None | _Unprepared]] = field(default_factory=dict)
+    prepared_to: int = 0
 
 
 _HeapEntry = tuple[int, int, _Held, int]  # (fire at ms, seq, held, generation)
@@ -176,6 +207,9 @@ class ScheduleLoop:
     ) -> None:
         self._store = store
         self._fire_batch = fire_batch
+        self._preparer = fire_batch if isinstance(fire_batch, FirePreparer) else None
+        self._to_cancel: list[PreparedBatch] = []
+        self._preparing: asyncio.Task[None] | None = None
         self._timers = timers
         self._clock = timers.clock
         self._schedule_factory = schedule_factory
@@ -217,6 +251,8 @@ class ScheduleLoop:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self._preparing is not None:
+            await asyncio.gather(self._preparing, return_exceptions=True)
         if self._inflight:
             _, late = await asyncio.wait(set(self._inflight), timeout=self.config.stop_timeout_s)
             for task in late:
@@ -224,8 +260,12 @@ class ScheduleLoop:
                 task.cancel()
         async with self._db_lock:
             await self._flush_locked()
-            if self._held:
-                await self._store.release(list(self._held))
+            held = list(self._held)
+            for job_id in held:
+                self._drop(job_id)
+            await self._cancel_prepared()
+            if held:
+                await self._store.release(held)
             now = self._clock.now_ms()
             await self._store.heartbeat(now, 0, now)
         self._held.clear()
@@ -267,6 +307,12 @@ class ScheduleLoop:
                 complete = len(rows) < self.config.claim_limit
         self._apply_claim(rows, now, complete)
         self._shed_excess(allowed)
+        if self._preparer is not None:
+            async with self._db_lock:
+                await self._cancel_prepared()
+            self._preparing = asyncio.get_running_loop().create_task(self._prepare_ahead(self._preparer, now))
+            # Shielded: a stop waits for it, so no recorded row is left without its owner.
+            await asyncio.shield(self._preparing)
         self.stats.cycles += 1
         self._adapt_coalescing(now)
         log.debug("cycle at %d: %d rows claimed in %d ms, %d held", now, len(rows),
@@ -307,7 +353,7 @@ class ScheduleLoop:
         else:
             log.warning("claim returned the limit (%d rows); raise claim_limit", len(rows))
         if to_release:
-            self._spawn(self._store.release(to_release), "release")
+            self._spawn(self._release(to_release), "release")
         self.stats.held = len(self._held)
 
     def _adapt_coalescing(self, now: int) -> None:
@@ -339,7 +385,7 @@ class ScheduleLoop:
             self._drop(job_id)
         if shed:
             log.info("holding more than a fair share (%d); releasing %d jobs", allowed, len(shed))
-            self._spawn(self._store.release(shed), "release")
+            self._spawn(self._release(shed), "release")
         self.stats.held = len(self._held)
 
     @staticmethod
@@ -369,6 +415,69 @@ class ScheduleLoop:
         if held is not None:
             held.generation = 0  # invalidates its heap entries
             self._pending_advance.pop(job_id, None)
+            for fut in held.prepared.values():
+                self._withdraw(fut)
+            held.prepared.clear()
+
+    def _withdraw(self, fut: asyncio.Future[PreparedBatch | None | _Unprepared]) -> None:
+        """The prepared fire will not be sent: cancel it (once its preparation is done)."""
+        if fut.done():
+            self._cancel_later(fut)
+        else:
+            fut.add_done_callback(self._cancel_later)
+
+    def _cancel_later(self, fut: asyncio.Future[PreparedBatch | None | _Unprepared]) -> None:
+        outcome = None if fut.cancelled() else fut.result()
+        if isinstance(outcome, PreparedBatch):
+            self._to_cancel.append(outcome)
+
+    async def _cancel_prepared(self) -> None:
+        """Withdraw the prepared fires of dropped jobs (before their leases are released, so
+        the next holder can record those instants itself)."""
+        if not self._to_cancel or self._preparer is None:
+            return
+        batches, self._to_cancel = self._to_cancel, []
+        try:
+            await self._preparer.cancel(batches)
+        except BaseException:
+            self._to_cancel.extend(batches)
+            raise
+
+    async def _release(self, job_ids: list[int]) -> None:
+        await self._cancel_prepared()
+        await self._store.release(job_ids)
+
+    # ----------------------------------------------------------------- preparing ahead
+    async def _prepare_ahead(self, preparer: FirePreparer, now: int) -> None:
+        """Record the log rows of every held job's fires planned in (now, now + prepare_ahead]
+        in one go, so at the instant only the /run call is left."""
+        limit = now + self.config.prepare_ahead_ms
+        fires: list[PlannedFire] = []
+        futures: list[asyncio.Future[PreparedBatch | None | _Unprepared]] = []
+        loop = asyncio.get_running_loop()
+        for held in self._held.values():
+            if held.leaving:
+                continue
+            instant: int | None = held.planned_ms
+            if held.prepared_to >= held.planned_ms:
+                instant = held.schedule.next_fire_ms(held.prepared_to)
+            while instant is not None and instant <= limit:
+                held.prepared_to = instant
+                if instant > now and instant not in held.prepared:
+                    fires.append(PlannedFire(held.job, TriggerType.CRON, instant))
+                    held.prepared[instant] = fut = loop.create_future()
+                    futures.append(fut)
+                instant = held.schedule.next_fire_ms(instant)
+        if not fires:
+            return
+        outcomes: Sequence[PreparedBatch | None | _Unprepared]
+        try:
+            outcomes = await preparer.prepare(fires)
+        except Exception:
+            log.exception("recording %d fires ahead failed; they are recorded at their instants", len(fires))
+            outcomes = [_UNPREPARED] * len(fires)
+        for fut, outcome in zip(futures, outcomes, strict=True):
+            fut.set_result(outcome)
 
     # ----------------------------------------------------------------- timer heap
     def _push(self, held: _Held, fire_at_ms: int) -> None:
@@ -428,6 +537,7 @@ class ScheduleLoop:
     def _fire_due(self, now: int) -> None:
         heap = self._heap
         fires: list[PlannedFire] = []
+        prepared: list[asyncio.Future[PreparedBatch | None | _Unprepared] | None] = []
         outcomes: list[tuple[_Held, FireDecision]] = []
         horizon = now + self.config.pre_read_ms
         guard = self.config.lease_guard_ms
@@ -450,18 +560,26 @@ class ScheduleLoop:
                     self.stats.skipped += 1
                 log.info("job %s missed its fire at %d by %d ms: %s", held.job.id, decision.planned_ms,
                          now - decision.planned_ms, "fired once now" if decision.fires else "skipped")
+            ready = held.prepared.pop(decision.planned_ms, None)
+            if held.prepared:
+                # Instants skipped by a late fire (stepping to the first one after now).
+                for instant in [t for t in held.prepared if decision.next_ms is None or t < decision.next_ms]:
+                    self._withdraw(held.prepared.pop(instant))
             self._continue(held, decision, horizon)
             if decision.fires:
                 assert decision.trigger_type is not None
                 fires.append(PlannedFire(held.job, decision.trigger_type, decision.planned_ms))
+                prepared.append(ready)
                 outcomes.append((held, decision))
             else:
+                if ready is not None:
+                    self._withdraw(ready)
                 self._queue_advance(held, decision)
         if fires:
             self.stats.fired += len(fires)
             self.stats.batches += 1
             self._batches_inflight += 1
-            self._spawn(self._dispatch(fires, outcomes), "fire batch")
+            self._spawn(self._dispatch(fires, prepared, outcomes), "fire batch")
 
     def _continue(self, held: _Held, decision: FireDecision, horizon: int) -> None:
         nxt = decision.next_ms
@@ -472,10 +590,13 @@ class ScheduleLoop:
             held.leaving = True
 
     async def _dispatch(
-        self, fires: Sequence[PlannedFire], outcomes: Sequence[tuple[_Held, FireDecision]]
+        self,
+        fires: Sequence[PlannedFire],
+        prepared: Sequence[asyncio.Future[PreparedBatch | None | _Unprepared] | None],
+        outcomes: Sequence[tuple[_Held, FireDecision]],
     ) -> None:
         try:
-            await self._fire_batch(fires)
+            await self._send(fires, prepared)
         except Exception:
             # Not recorded: the database still names these instants. Forget the in-memory
             # plan; the next cycle re-reads the jobs (still leased to us) and re-plans them.
@@ -491,6 +612,29 @@ class ScheduleLoop:
                 self._batch_slot.set_result(None)
         for held, decision in outcomes:
             self._queue_advance(held, decision)
+
+    async def _send(
+        self,
+        fires: Sequence[PlannedFire],
+        prepared: Sequence[asyncio.Future[PreparedBatch | None | _Unprepared] | None],
+    ) -> None:
+        ready: list[PreparedBatch] = []
+        unprepared: list[PlannedFire] = []
+        for fire, fut in zip(fires, prepared, strict=True):
+            outcome = _UNPREPARED if fut is None else (fut.result() if fut.done() else await fut)
+            if isinstance(outcome, PreparedBatch):
+                ready.append(outcome)
+            elif outcome is _UNPREPARED:
+                unprepared.append(fire)
+            # None: the instant was recorded by another node (or earlier); not sent again.
+        if ready:
+            assert self._preparer is not None
+            if unprepared:
+                await asyncio.gather(self._preparer.dispatch(ready), self._fire_batch(unprepared))
+                return
+            await self._preparer.dispatch(ready)
+        elif unprepared:
+            await self._fire_batch(unprepared)
 
     # ----------------------------------------------------------------- advancing
     def _queue_advance(self, held: _Held, decision: FireDecision) -> None:
@@ -554,7 +698,7 @@ class ScheduleLoop:
         for job_id in leaving:
             self._drop(job_id)
         if leaving:
-            self._spawn(self._store.release(leaving), "release")
+            self._spawn(self._release(leaving), "release")
         self.stats.held = len(self._held)
 
     # ----------------------------------------------------------------- helpers
@@ -629,12 +773,34 @@ class StoreLeases:
         return max(1, live), due
 
 
-def trigger_fire_batch(trigger: TriggerService) -> FireBatch:
-    """The loop's fire port over the trigger service (scheduled fires carry their instant)."""
+class TriggerFirePort:
+    """The loop's fire port over the trigger service: fires recorded at the instant
+    (``__call__``) or ahead of it (:class:`FirePreparer`). Scheduled fires carry their instant."""
 
-    async def fire_batch(fires: Sequence[PlannedFire]) -> None:
-        await trigger.fire_batch(
-            [FireRequest(f.job, f.trigger_type, planned_time=f.planned_ms) for f in fires]
-        )
+    def __init__(self, trigger: TriggerService) -> None:
+        self._trigger = trigger
 
-    return fire_batch
+    async def __call__(self, fires: Sequence[PlannedFire]) -> None:
+        await self._trigger.fire_batch(_requests(fires))
+
+    async def prepare(self, fires: Sequence[PlannedFire]) -> list[PreparedBatch | None]:
+        batch = await self._trigger.prepare_batch(_requests(fires))
+        return [None if dup else one for dup, one in zip(batch.duplicates, batch.split(), strict=True)]
+
+    async def dispatch(self, batches: Sequence[PreparedBatch]) -> None:
+        await self._trigger.dispatch_prepared(PreparedBatch.merge(batches), record_later=True)
+
+    async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
+        live = [b for b in batches if b.state == "prepared"]
+        if live:
+            removed = await self._trigger.cancel_prepared(PreparedBatch.merge(live))
+            log.info("withdrew %d fires recorded ahead (jobs stopped, edited or handed over)", removed)
+
+
+def _requests(fires: Sequence[PlannedFire]) -> list[FireRequest]:
+    return [FireRequest(f.job, f.trigger_type, planned_time=f.planned_ms) for f in fires]
+
+
+def trigger_fire_batch(trigger: TriggerService) -> TriggerFirePort:
+    """The loop's fire port over the trigger service (it prepares fires ahead)."""
+    return TriggerFirePort(trigger)

@@ -103,6 +103,25 @@ class PreparedBatch:
         self.plans = plans
         self.state = "prepared"
 
+    def split(self) -> list[PreparedBatch]:
+        """One prepared batch per request (in order), so each can be sent at its own instant.
+        This batch is then used up (state "split")."""
+        if self.state != "prepared":
+            raise RuntimeError(f"prepared batch already {self.state}")
+        self.state = "split"
+        return [PreparedBatch([plan]) for plan in self.plans]
+
+    @staticmethod
+    def merge(batches: Sequence[PreparedBatch]) -> PreparedBatch:
+        """The prepared batches as one (each is used up, state "merged")."""
+        plans: list[_Plan] = []
+        for batch in batches:
+            if batch.state != "prepared":
+                raise RuntimeError(f"prepared batch already {batch.state}")
+            batch.state = "merged"
+            plans.extend(batch.plans)
+        return PreparedBatch(plans)
+
     @property
     def duplicates(self) -> list[bool]:
         """Per request: True when the planned fire was already recorded (it will not run)."""
@@ -145,6 +164,8 @@ class TriggerService:
         slow_pool: int = 100,
         rng: random.Random | None = None,
         router: Router | None = None,
+        group_cache_ms: int = 1_000,
+        result_flush_ms: int = 100,
     ) -> None:
         self._store = store
         self._client = client
@@ -159,6 +180,17 @@ class TriggerService:
         )
         self._in_flight: set[asyncio.Task[list[FireResult]]] = set()
         self._closed = False
+        # Scheduled fires read executor groups through a short-lived cache (one read per
+        # group per ``group_cache_ms`` instead of one per batch); manual and API fires, and
+        # every address override check, read the group fresh.
+        self._group_cache_ms = group_cache_ms
+        self._group_cache: dict[int, tuple[int, JobGroup | None]] = {}
+        # Trigger results of scheduled fires are written in batches off the fire's path.
+        self._result_flush_s = result_flush_ms / 1000
+        self._pending_results: list[TriggerResult] = []
+        self._results_wanted = asyncio.Event()
+        self._recorder: asyncio.Task[None] | None = None
+        self._flush_lock = asyncio.Lock()
 
     @property
     def lanes(self) -> DispatchLanes:
@@ -195,12 +227,16 @@ class TriggerService:
         plans = await self._prepare(list(reqs))
         return PreparedBatch(plans)
 
-    async def dispatch_prepared(self, batch: PreparedBatch) -> list[FireResult]:
-        """Dispatch a prepared batch (once); returns when the answers are recorded."""
+    async def dispatch_prepared(
+        self, batch: PreparedBatch, *, record_later: bool = False
+    ) -> list[FireResult]:
+        """Dispatch a prepared batch (once); returns when the answers are recorded, or with
+        ``record_later`` as soon as the executors answered (the answers are then written in
+        batches every ``result_flush_ms``, and by ``flush_results`` / ``close``)."""
         if batch.state != "prepared":
             raise RuntimeError(f"prepared batch already {batch.state}")
         batch.state = "dispatched"
-        task = asyncio.ensure_future(self._dispatch_plans(batch.plans))
+        task = asyncio.ensure_future(self._dispatch_plans(batch.plans, record_later=record_later))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
         return await asyncio.shield(task)
@@ -215,25 +251,78 @@ class TriggerService:
         if not ids:
             return 0
         # Not in the store API yet. Only rows never dispatched (trigger_code 0) are removed.
+        removed = 0
         async with self._store.db.write() as conn:
-            result = await conn.execute(
-                delete(job_log).where(job_log.c.id.in_(ids), job_log.c.trigger_code == 0)
-            )
-        return int(result.rowcount)
+            for part in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+                result = await conn.execute(
+                    delete(job_log).where(job_log.c.id.in_(part), job_log.c.trigger_code == 0,
+                                          job_log.c.dispatch_time.is_(None))
+                )
+                removed += int(result.rowcount)
+        return removed
+
+    async def flush_results(self) -> int:
+        """Write the trigger results waiting to be recorded (``record_later``); returns how many."""
+        async with self._flush_lock:
+            pending, self._pending_results = self._pending_results, []
+            if not pending:
+                return 0
+            try:
+                await self._store.logs.update_trigger_results(pending)
+            except BaseException:
+                self._pending_results[:0] = pending  # kept for the next flush
+                raise
+            return len(pending)
+
+    async def _run_recorder(self) -> None:
+        backoff = self._result_flush_s
+        while True:
+            await self._results_wanted.wait()
+            await asyncio.sleep(backoff)  # gather a flush interval's worth of results
+            self._results_wanted.clear()
+            try:
+                await self.flush_results()
+                backoff = self._result_flush_s
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                backoff = min(5.0, max(backoff * 2, 0.2))
+                log.exception("recording trigger results failed; retrying in %.1f s", backoff)
+                self._results_wanted.set()
+
+    def _record_later(self, results: list[TriggerResult]) -> None:
+        self._pending_results.extend(results)
+        self._results_wanted.set()
+        if self._recorder is None or self._recorder.done():
+            self._recorder = asyncio.get_running_loop().create_task(
+                self._run_recorder(), name="jobring-trigger-results")
 
     async def close(self) -> None:
-        """Refuse new fires and wait for the ones in flight."""
+        """Refuse new fires, wait for the ones in flight and record their results."""
         self._closed = True
         if self._in_flight:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
+        if self._recorder is not None:
+            self._recorder.cancel()
+            await asyncio.gather(self._recorder, return_exceptions=True)
+            self._recorder = None
+        await self.flush_results()
 
     # -- planning ---------------------------------------------------------------------------
 
     async def _groups(self, reqs: Sequence[FireRequest]) -> dict[int, JobGroup | None]:
         ids = {r.job.job_group for r in reqs}
+        cacheable = self._group_cache_ms > 0 and all(
+            r.planned_time is not None and not r.address_override for r in reqs)
+        now = self._clock.now_ms()
         groups: dict[int, JobGroup | None] = {}
         for group_id in ids:
-            groups[group_id] = await self._store.groups.get(group_id)
+            cached = self._group_cache.get(group_id) if cacheable else None
+            if cached is not None and now - cached[0] < self._group_cache_ms:
+                groups[group_id] = cached[1]
+                continue
+            groups[group_id] = group = await self._store.groups.get(group_id)
+            self._group_cache[group_id] = (now, group)
         return groups
 
     def _plan(self, req: FireRequest, now_ms: int) -> _Plan:
@@ -352,7 +441,7 @@ class TriggerService:
     async def _fire_batch(self, reqs: list[FireRequest]) -> list[FireResult]:
         return await self._dispatch_plans(await self._prepare(reqs))
 
-    async def _dispatch_plans(self, plans: list[_Plan]) -> list[FireResult]:
+    async def _dispatch_plans(self, plans: list[_Plan], *, record_later: bool = False) -> list[FireResult]:
         work = [
             self._lanes.run(plan.req.job.id, functools.partial(self._dispatch, plan, shard, log_id))
             for plan in plans
@@ -360,7 +449,9 @@ class TriggerService:
             for shard, log_id in zip(plan.shards, plan.log_ids, strict=True)
         ]
         done: list[_Dispatched] = list(await asyncio.gather(*work))
-        if done:
+        if done and record_later:
+            self._record_later([d.result for d in done])
+        elif done:
             await self._store.logs.update_trigger_results([d.result for d in done])
         by_log = {d.result.log_id: d.result for d in done}
         results: list[FireResult] = []
