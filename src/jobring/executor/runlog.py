@@ -53,6 +53,7 @@ MIN_RETENTION_DAYS = 3
 _DAY_DIR = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _CHUNK = 1 << 20
 _COALESCE_S = 0.01
+_APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 
 _stamp_lock = threading.Lock()
 _stamp_cache: tuple[int, str] = (-1, "")
@@ -136,8 +137,7 @@ class RunLogWriter:
                 self._queued = False
                 done = self._closed
             if batch:
-                with self._runlog.open_append(self.path) as fh:
-                    fh.write("".join(batch))
+                self._runlog.append_bytes(self.path, "".join(batch).encode("utf-8", "replace"))
             if done:
                 with self._lock:
                     if not self._queued:  # nothing arrived meanwhile: readers need not find it anymore
@@ -245,6 +245,22 @@ class RunLog:
         """Write every pending line now (shutdown, tests)."""
         for writer in list(self._active.values()):
             writer.flush()
+
+    def append_bytes(self, path: str, data: bytes) -> None:
+        """Append ``data`` to ``path``, creating the file (and its day folder) as needed."""
+        # os.open/os.write: no file object, codec or buffer per run (a run's file is written
+        # once or twice), and the GIL is released in each system call.
+        try:
+            fd = os.open(path, _APPEND_FLAGS, 0o666)
+        except FileNotFoundError:  # first file of the day, or the day folder was cleaned up
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, _APPEND_FLAGS, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
 
     def open_append(self, path: str) -> TextIO:
         folder = os.path.dirname(path)
