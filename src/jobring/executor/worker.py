@@ -47,7 +47,6 @@ Handler kinds and how they stop (see also jobring.executor.isolation):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import inspect
 import logging
@@ -256,8 +255,12 @@ class _Worker:
         self.draining = False
         self.idle_since = runner._clock()
         self.label = f"jobring, JobWorker-{job_id}"
-        self._wakeup = asyncio.Event()
-        self.task = asyncio.get_running_loop().create_task(self._main(), name=f"jobring-job-{job_id}")
+        # A bare future per wait and one idle timer per idle period (re-armed lazily) are much
+        # cheaper than an Event plus asyncio.timeout() around every wait.
+        self._waiter: asyncio.Future[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self.task = self._loop.create_task(self._main(), name=f"jobring-job-{job_id}")
         runner._live.add(self.task)
         self.task.add_done_callback(runner._live.discard)
 
@@ -280,8 +283,17 @@ class _Worker:
             return ReturnT.fail(f"repeate trigger job, logId:{log_id}")
         self.log_ids.add(log_id)
         self.queue.append(run)
-        self._wakeup.set()
+        self._wake()
         return ReturnT.success()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _idle_timer_fired(self) -> None:
+        self._idle_timer = None
+        self._wake()  # the worker re-checks how long it has been idle
 
     def _forget(self) -> None:
         if self.runner._workers.get(self.job_id) is self:
@@ -308,13 +320,13 @@ class _Worker:
             if self.exec_future is not None:
                 self.exec_future.cancel()
         self._fail_queued(reason)
-        self._wakeup.set()
+        self._wake()
 
     def drain(self, reason: str) -> None:
         """Finish the running run but nothing queued, then end (executor shutdown)."""
         self.draining = True
         self._fail_queued(reason)
-        self._wakeup.set()
+        self._wake()
 
     async def _main(self) -> None:
         try:
@@ -334,22 +346,28 @@ class _Worker:
                     self.exec_future = None
                     self.idle_since = self.runner._clock()
         finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
             self._forget()
             self._fail_queued(self.stop_reason or REASON_STOPPING)
             await self._hook(self.unit.destroy if isinstance(self.unit, JobHandler) else None, "destroy")
 
     async def _wait_for_work(self) -> bool:
         """Wait for a run; False when the worker retired because it stayed idle."""
-        self._wakeup.clear()
         if self.queue or self.stop_reason is not None or self.draining:
             return True
         remaining = self.runner.idle_timeout_s - (self.runner._clock() - self.idle_since)
         if remaining <= 0:
             self.stop(REASON_IDLE)
             return False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(remaining):
-                await self._wakeup.wait()
+        if self._idle_timer is None:
+            self._idle_timer = self._loop.call_later(remaining, self._idle_timer_fired)
+        self._waiter = waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
         return True
 
     async def _hook(self, hook: Callable[[], Any] | None, what: str) -> None:
