@@ -15,6 +15,7 @@ from typing import Any, Protocol, cast
 
 import orjson
 
+from jobring.executor.eager import first_step, resume
 from jobring.protocol.models import (
     MSG_METHOD_NOT_SUPPORTED,
     MSG_TOKEN_WRONG,
@@ -312,12 +313,16 @@ class _HttpConnection(asyncio.Protocol):
         method = self._parser.get_method().decode("latin-1")
         keep_alive = self._parser.should_keep_alive()
         path = request.url.split(b"?", 1)[0].decode("utf-8", "replace")
-        previous = self._last
-        self._last = asyncio.get_running_loop().create_task(
-            self._respond(previous, method, path, request, keep_alive)
-        )
-        self._server.in_flight.add(self._last)
-        self._last.add_done_callback(self._server.in_flight.discard)
+        # Most answers need no waiting (a /run is accepted or refused at once): answer now,
+        # and make a task only when the answer has to wait (a log read, an earlier answer).
+        respond = self._respond(self._last, method, path, request, keep_alive)
+        done, yielded = first_step(respond)
+        if done:
+            self._last = None
+            return
+        self._last = task = self._loop.create_task(resume(respond, yielded))
+        self._server.in_flight.add(task)
+        task.add_done_callback(self._server.in_flight.discard)
 
     # answering
 
