@@ -84,9 +84,9 @@ def create_engine(
     """Create an async engine for ``url`` with the settings jobring relies on per dialect.
 
     SQLite: WAL, busy_timeout 10 s, synchronous=NORMAL, transactions begun explicitly (so
-    ``BEGIN IMMEDIATE`` works). PostgreSQL/MySQL/MariaDB: ``pool_pre_ping`` and a bounded
-    pool; MySQL/MariaDB use utf8mb4. Plain ``sqlite://``, ``postgresql://``, ``mysql://`` and
-    ``mariadb://`` URLs are mapped to aiosqlite, asyncpg and aiomysql.
+    ``BEGIN IMMEDIATE`` works). PostgreSQL/MySQL/MariaDB: a bounded pool without
+    per-checkout pings; MySQL/MariaDB use utf8mb4. Plain ``sqlite://``, ``postgresql://``,
+    ``mysql://`` and ``mariadb://`` URLs are mapped to aiosqlite, asyncpg and aiomysql.
     """
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
@@ -98,7 +98,10 @@ def create_engine(
     engine = create_async_engine(
         parsed,
         echo=echo,
-        pool_pre_ping=True,
+        # No pre-ping per checkout (a round trip on every transaction): a connection found
+        # dead fails its one operation, SQLAlchemy then invalidates the pool, and callers
+        # (the scheduling loop, the monitors) retry on their next round with a log line.
+        pool_pre_ping=False,
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_recycle=3600,

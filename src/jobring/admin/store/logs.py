@@ -26,7 +26,15 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from jobring.admin.store.base import Repository, chunks, fetch_page, new_id, to_record, update_rows
+from jobring.admin.store.base import (
+    UPDATE_CHUNK,
+    Repository,
+    chunks,
+    fetch_page,
+    new_id,
+    to_record,
+    update_rows,
+)
 from jobring.admin.store.engine import MARIADB_QUIET, utc_naive
 from jobring.admin.store.errors import Conflict
 from jobring.admin.store.records import (
@@ -171,11 +179,11 @@ class LogRepository(Repository):
             }
             for r in results
         }
+        _pad_to_shape(rows)
         async with self._db.write() as conn:
-            present = await _existing_ids(conn, list(rows), lock=False)
-            rows = {i: v for i, v in rows.items() if i in present}
-            await _update_by_id(conn, rows, keep_when_null=("dispatch_time", "executor_sharding_param"))
-        return len(rows)
+            # Missing ids simply match nothing: the count is of the rows that exist.
+            return await update_rows(conn, job_log, rows,
+                                     keep_when_null=("dispatch_time", "executor_sharding_param"))
 
     async def record_results(self, results: Sequence[HandleResult]) -> list[ResultOutcome]:
         """Record executor callbacks, each only if the log has no result yet (handle_code 0).
@@ -366,6 +374,21 @@ class LogRepository(Repository):
         stmt = select(job_log).where(job_log.c.job_id == job_id).order_by(job_log.c.id)
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+
+_SHAPES = (4, 8, 16, 32, 64, UPDATE_CHUNK)
+
+
+def _pad_to_shape(rows: dict[int, dict[str, Any]]) -> None:
+    """Pad with rows of ids that cannot exist (negative) to one of a few statement sizes, so
+    the per-size compiled ``CASE`` statement is reused instead of compiled for every count."""
+    if not rows:
+        return
+    count = len(rows)
+    size = next((s for s in _SHAPES if s >= count), -(-count // UPDATE_CHUNK) * UPDATE_CHUNK)
+    filler = next(iter(rows.values()))
+    for k in range(1, size - count + 1):
+        rows[-k] = filler
 
 
 async def _update_by_id(
