@@ -729,9 +729,14 @@ class StoreLeases:
     def __init__(self, store: Store, node_id: str) -> None:
         self._store = store
         self.node_id = node_id
+        # The rows of the last claim: the next claim re-reads only the jobs that changed.
+        self._claimed: dict[int, JobInfo] = {}
 
     async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
-        return await self._store.jobs.claim_due(self.node_id, now_ms, window_end_ms, lease_ms, limit)
+        rows = await self._store.jobs.claim_due(self.node_id, now_ms, window_end_ms, lease_ms, limit,
+                                                cached=self._claimed)
+        self._claimed = {j.id: j for j in rows}
+        return rows
 
     async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
         return await self._store.jobs.advance(self.node_id, updates)
