@@ -47,6 +47,7 @@ Handler kinds and how they stop (see also jobring.executor.isolation):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import inspect
 import logging
@@ -131,6 +132,7 @@ class JobRunner:
         self._workers: dict[int, _Worker] = {}
         self._live: set[asyncio.Task[None]] = set()  # worker tasks, including stopped ones still settling
         self._pool = ThreadPoolExecutor(max_workers=sync_threads, thread_name_prefix="jobring-job")
+        self._completions = _PoolCompletions(self._pool)
         self._closing = False
 
     # --- admin-facing operations ------------------------------------------------------------
@@ -238,6 +240,55 @@ class JobRunner:
 
     def _cap(self, text: str) -> str:
         return text if len(text) <= self.max_handle_msg else text[: self.max_handle_msg] + "..."
+
+
+class _PoolCompletions:
+    """Runs sync handlers in the pool and hands their outcomes back to the event loop in batches.
+
+    ``loop.run_in_executor`` wakes the loop once per finished call (a self-pipe write and an
+    extra loop iteration each); here a pool thread appends its finished call to a deque and
+    wakes the loop only when no wake-up is pending, so a burst of runs costs one wake-up.
+    """
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+        self._done: deque[tuple[asyncio.Future[Outcome], concurrent.futures.Future[Outcome]]] = deque()
+        self._wake_pending = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Outcome], *args: Any
+               ) -> asyncio.Future[Outcome]:
+        self._loop = loop
+        future: asyncio.Future[Outcome] = loop.create_future()
+        work = self._pool.submit(fn, *args)
+        work.add_done_callback(lambda w: self._finished(future, w))
+        return future
+
+    def _finished(self, future: asyncio.Future[Outcome], work: concurrent.futures.Future[Outcome]) -> None:
+        # In a pool thread (or in submit if the call already finished). Append, then check the flag:
+        # the loop clears the flag before draining, so no finished call is left behind.
+        self._done.append((future, work))
+        if not self._wake_pending:
+            self._wake_pending = True
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        self._wake_pending = False
+        done = self._done
+        while done:
+            future, work = done.popleft()
+            if future.done():
+                continue  # the run was killed or timed out meanwhile
+            if work.cancelled():
+                future.cancel()
+                continue
+            exc = work.exception()
+            if exc is None:
+                future.set_result(work.result())
+            else:
+                future.set_exception(exc)
 
 
 class _Worker:
@@ -448,7 +499,7 @@ class _Worker:
                 return loop.create_task(run_in_process(unit, ctx, max_handle_msg=cap, kill_grace_s=grace))
             if unit.is_async:
                 return loop.create_task(_call_async(unit, ctx))
-            return loop.run_in_executor(runner._pool, contextvars.copy_context().run, _call_sync, unit, ctx)
+            return runner._completions.submit(loop, contextvars.copy_context().run, _call_sync, unit, ctx)
         finally:
             ctx.deactivate(token)
 
