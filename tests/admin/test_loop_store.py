@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import pytest
@@ -68,7 +68,9 @@ class World:
         """Wait until the loop has completed ``count`` claim cycles since it started."""
         await eventually(lambda: loop.stats.cycles >= count)
 
-    async def fired_rows(self, dispatched: bool = True) -> list[tuple[int, int | None, str | None, str | None]]:
+    async def fired_rows(
+        self, dispatched: bool = True
+    ) -> list[tuple[int, int | None, str | None, str | None]]:
         """Log rows of fires that were sent (``dispatched``), else of those recorded but not sent
         (prepared ahead). Trigger results are written in batches: flushed first."""
         for node in self.nodes:
@@ -196,3 +198,27 @@ async def test_heartbeat_counts_live_nodes_and_due_jobs_and_forgets_old_nodes(wo
     assert "scheduler_node:long-gone" not in await world.store.settings.all()
     await b.heartbeat(T0, 0, T0)  # b stops
     assert await a.heartbeat(T0 + 1_000, T0 + 11_000, T0 + 61_000) == (1, 2)
+
+
+async def test_stopped_or_edited_job_withdraws_its_fires_recorded_ahead(world: World) -> None:
+    stopped = await _job(world, T0 + 1_000)
+    edited = await _job(world, T0 + 1_000)
+    loop = world.node("a")
+    await loop.start()
+    await world.cycles(loop, 1)
+    await world.step_to([loop], T0 + 1_000)
+    ahead = await world.fired_rows(dispatched=False)
+    assert {(r[0], r[1]) for r in ahead} == {(j, T0 + t) for j in (stopped, edited) for t in (2_000, 3_000)}
+    await world.store.jobs.set_status(stopped, 0, 0)
+    job = await world.store.jobs.get(edited)
+    assert job is not None
+    await world.store.jobs.update(replace(job, schedule_conf="2", update_time=datetime(2023, 11, 15)))
+    await world.step_to([loop], T0 + 4_000)
+    rows = await world.fired_rows()
+    # Within a cycle: the stopped job sends nothing more; the edited one keeps its grid from
+    # the stored next instant, now every 2 s, and nothing of the old plan stays recorded.
+    assert [r[1] for r in rows if r[0] == stopped] == [T0 + 1_000, T0 + 2_000]
+    sent = [r[1] for r in rows if r[0] == edited]
+    assert sent[:2] == [T0 + 1_000, T0 + 2_000] and sent[-1] in (T0 + 3_000, T0 + 4_000)
+    later = [(r[0], r[1]) for r in await world.fired_rows(dispatched=False)]
+    assert later and all(j == edited and p > T0 + 4_000 and (p - sent[-1]) % 2_000 == 0 for j, p in later)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerRejected, TriggerService
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo
 from jobring.core.clock import ManualClock
@@ -342,3 +342,43 @@ async def test_cancelled_prepared_fires_free_their_instants(env: Env) -> None:
         await env.trigger.dispatch_prepared(batch)
     (again,) = await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
     assert not again.duplicate and len(env.double.runs()) == 3
+
+
+async def test_prepared_fires_sent_with_results_recorded_later_in_one_flush(env: Env) -> None:
+    jobs = [await env.job() for _ in range(3)]
+    batch = await env.trigger.prepare_batch(
+        [FireRequest(j, TriggerType.CRON, planned_time=T0 + 1000) for j in jobs])
+    parts = batch.split()
+    env.clock.set(T0 + 1000)
+    results = await env.trigger.dispatch_prepared(PreparedBatch.merge(parts[:2]), record_later=True)
+    assert [r.trigger_code for r in results] == [200, 200] and len(env.double.runs()) == 2
+    ids = [r.log_ids[0] for r in results]
+    for log_id in ids:  # sent, not yet recorded
+        entry = await env.store.logs.get(log_id)
+        assert entry is not None and entry.trigger_code == 0 and entry.dispatch_time is None
+    assert await env.trigger.flush_results() == 2
+    for log_id in ids:
+        entry = await env.store.logs.get(log_id)
+        assert entry is not None and entry.trigger_code == 200 and entry.dispatch_time == T0 + 1000
+    # The third was never sent: withdrawing it frees its instant; a used-up part cannot be reused.
+    assert await env.trigger.cancel_prepared(parts[2]) == 1
+    assert await env.store.logs.for_job(jobs[2].id) == []
+    with pytest.raises(RuntimeError, match="already merged"):
+        await env.trigger.dispatch_prepared(parts[0])
+
+
+async def test_scheduled_fires_read_the_group_through_a_short_cache(env: Env) -> None:
+    job = await env.job()
+    await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
+    group = await env.store.groups.get(env.group_id)
+    assert group is not None
+    await env.store.groups.update(replace(group, address_list=env.double.address(1)), datetime.now(UTC))
+    # Within the cache time scheduled fires still use the addresses read before; a manual
+    # fire reads the group again.
+    env.clock.set(T0 + 500)
+    await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0 + 500)])
+    await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+    env.clock.set(T0 + 1_500)
+    await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0 + 1_500)])
+    assert [c.address for c in env.double.runs()] == [
+        env.double.address(0), env.double.address(0), env.double.address(1), env.double.address(1)]

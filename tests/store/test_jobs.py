@@ -249,3 +249,34 @@ async def test_due_scan_uses_the_due_index(store: Store) -> None:
         plan = "\n".join(r[0] for r in (await conn.execute(text("EXPLAIN " + sql))).all())
     assert "ix_job_info_due" in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+async def test_claim_due_with_cached_rows_rereads_only_changed_jobs(store: Store) -> None:
+    group = await _group(store)
+    same = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    edited = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    advanced = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    first = {j.id: j for j in await store.jobs.claim_due("node-a", 500, 5_000, 3_000, 10)}
+    job = first[edited]
+    await store.jobs.update(replace(job, job_desc="edited", update_time=datetime(2026, 3, 2)))
+    assert await store.jobs.advance("node-a", [(advanced, 1_000, 2_000)]) == 1
+    again = {j.id: j for j in await store.jobs.claim_due("node-a", 600, 5_000, 3_000, 10, cached=first)}
+    assert set(again) == {same, edited, advanced}
+    assert all(j.lease_owner == "node-a" and j.lease_until == 3_600 for j in again.values())
+    assert again[same].job_desc == "nightly report"
+    assert again[edited].job_desc == "edited"
+    assert (again[advanced].trigger_last_time, again[advanced].trigger_next_time) == (1_000, 2_000)
+    # A cached row that no longer matches the database is never returned as it was.
+    stale = {same: replace(first[same], job_desc="stale", trigger_next_time=999)}
+    (fresh, *_) = [j for j in await store.jobs.claim_due("node-a", 700, 5_000, 3_000, 10, cached=stale)
+                   if j.id == same]
+    assert fresh.job_desc == "nightly report" and fresh.trigger_next_time == 1_000
+
+
+async def test_advance_pads_to_statement_sizes_without_touching_other_rows(store: Store) -> None:
+    group = await _group(store)
+    ids = [await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000)) for _ in range(5)]
+    await store.jobs.claim_due("node-a", 500, 5_000, 3_000, 10)
+    assert await store.jobs.advance("node-a", [(i, 1_000, 2_000 + i) for i in ids[:3]]) == 3
+    rows = await store.jobs.get_many(ids)
+    assert [rows[i].trigger_next_time for i in ids] == [2_000 + i for i in ids[:3]] + [1_000, 1_000]

@@ -19,9 +19,11 @@ How it works (and the rules it keeps):
   A fire is only sent while its lease is valid; a job whose lease could not be renewed is
   dropped from memory. Jobs whose next instant leaves the window are released.
 * **Sharing.** Every node announces itself each cycle; a node holding more than its
-  fair share (jobs due in the window / live nodes, plus 10 %) releases the excess, which
-  the other nodes claim on their next cycle. A released job whose instant passes before
-  it is claimed again fires late (under the misfire threshold it still fires).
+  fair share (jobs due in the window / live nodes, plus 10 %) hands the excess over: each
+  such job fires its planned instant, and once that fire is recorded and advanced it is
+  released, so the other nodes have a whole period to claim it before its next instant.
+  (A late fire plans from now and does not catch up: a job picked up more than a period
+  late would lose an instant; such skips are logged as warnings.)
 * **Edits and stops.** Held jobs are re-read every cycle. A stopped job (trigger_status
   0), or one whose schedule fields, update time or ``trigger_next_time`` changed behind
   the loop's back, is dropped and, if still running, re-planned from the database. So a
@@ -145,6 +147,7 @@ class LoopConfig:
     # With a preparing fire port: fires planned up to this far ahead are recorded each cycle
     # (more than one cycle, so every instant is prepared by the cycle before it).
     prepare_ahead_ms: int = 2_500
+    prepare_slice: int = 100  # fires recorded per insert
     claim_limit: int = 20_000
     # Fire batches in flight at once. When the limit is reached, fires coming due wait and
     # go out together in the next batch: fewer, larger transactions under load.
@@ -305,6 +308,13 @@ class ScheduleLoop:
             else:
                 rows = await self._store.claim(now, window_end, self.config.lease_ms, self.config.claim_limit)
                 complete = len(rows) < self.config.claim_limit
+                returned = {r.id for r in rows}
+                missing = [j for j in self._held if j not in returned]
+                if missing and complete:
+                    # SKIP LOCKED also passes over our own rows while another node's scan has
+                    # them locked (InnoDB locks scanned rows before the lease filter): ask our
+                    # leases, so only jobs really stopped, moved or leased away are dropped.
+                    rows = [*rows, *await self._store.refresh(missing, now, self.config.lease_ms)]
         self._apply_claim(rows, now, complete)
         self._shed_excess(allowed)
         if self._preparer is not None:
@@ -371,22 +381,20 @@ class ScheduleLoop:
         return share + max(1, share // 10)
 
     def _shed_excess(self, allowed: int) -> None:
-        excess = len(self._held) - allowed
+        staying = [h for h in self._held.values() if not h.leaving]
+        excess = len(staying) - allowed
         if excess <= 0:
             return
-        # Give away the jobs whose next fire is furthest off (the most time for another node
-        # to claim them), never one with a fire being recorded.
-        candidates = sorted(
-            (h for j, h in self._held.items() if not h.leaving and j not in self._pending_advance),
-            key=lambda h: h.planned_ms, reverse=True,
-        )[:excess]
-        shed = [h.job.id for h in candidates]
-        for job_id in shed:
-            self._drop(job_id)
-        if shed:
-            log.info("holding more than a fair share (%d); releasing %d jobs", allowed, len(shed))
-            self._spawn(self._release(shed), "release")
-        self.stats.held = len(self._held)
+        # Give away the jobs whose next fire is furthest off. Each fires its planned instant
+        # here first and is released once that fire is recorded and trigger_next_time names
+        # the instant after it: the next holder then has a whole period to claim it. Released
+        # before its fire (or while an earlier fire is still being recorded), a job picked up
+        # more than a period late would be planned from now, skipping an instant.
+        candidates = sorted(staying, key=lambda h: h.planned_ms, reverse=True)[:excess]
+        for held in candidates:
+            held.leaving = True
+        log.info("holding more than a fair share (%d); handing over %d jobs after their next fire",
+                 allowed, len(candidates))
 
     @staticmethod
     def _changed(held: _Held, row: JobInfo) -> bool:
@@ -468,16 +476,19 @@ class ScheduleLoop:
                     held.prepared[instant] = fut = loop.create_future()
                     futures.append(fut)
                 instant = held.schedule.next_fire_ms(instant)
-        if not fires:
-            return
-        outcomes: Sequence[PreparedBatch | None | _Unprepared]
-        try:
-            outcomes = await preparer.prepare(fires)
-        except Exception:
-            log.exception("recording %d fires ahead failed; they are recorded at their instants", len(fires))
-            outcomes = [_UNPREPARED] * len(fires)
-        for fut, outcome in zip(futures, outcomes, strict=True):
-            fut.set_result(outcome)
+        # In slices: building and binding a thousand rows at once would hold the event loop
+        # (and the fires due meanwhile) for tens of milliseconds.
+        step = self.config.prepare_slice
+        for start in range(0, len(fires), step):
+            part = fires[start:start + step]
+            outcomes: Sequence[PreparedBatch | None | _Unprepared]
+            try:
+                outcomes = await preparer.prepare(part)
+            except Exception:
+                log.exception("recording %d fires ahead failed; recording them at their instants", len(part))
+                outcomes = [_UNPREPARED] * len(part)
+            for fut, outcome in zip(futures[start:start + step], outcomes, strict=True):
+                fut.set_result(outcome)
 
     # ----------------------------------------------------------------- timer heap
     def _push(self, held: _Held, fire_at_ms: int) -> None:
@@ -553,6 +564,8 @@ class ScheduleLoop:
                                    held.schedule.next_fire_ms, self.config.misfire_threshold_ms)
             if decision.trigger_type is TriggerType.CRON:
                 self.stats.lateness_ms.append(now - decision.planned_ms)
+                if now - decision.planned_ms >= 1_000:
+                    self._log_passed_over(held, decision, now)
             elif decision.planned_ms > 0:
                 if decision.fires:
                     self.stats.misfired += 1
@@ -581,9 +594,19 @@ class ScheduleLoop:
             self._batches_inflight += 1
             self._spawn(self._dispatch(fires, prepared, outcomes), "fire batch")
 
+    @staticmethod
+    def _log_passed_over(held: _Held, decision: FireDecision, now: int) -> None:
+        # A late fire plans from now and does not catch up, so instants between are lost. Only
+        # a fire a second or more late can pass one over (schedules have 1 s resolution).
+        following = held.schedule.next_fire_ms(decision.planned_ms)
+        if following is not None and decision.next_ms is not None and following < decision.next_ms:
+            log.warning("job %s fired %d ms late (instant %d); its instants from %d until %d are "
+                        "skipped", held.job.id, now - decision.planned_ms, decision.planned_ms,
+                        following, decision.next_ms)
+
     def _continue(self, held: _Held, decision: FireDecision, horizon: int) -> None:
         nxt = decision.next_ms
-        if nxt is not None and nxt <= horizon:
+        if nxt is not None and nxt <= horizon and not held.leaving:
             held.planned_ms = nxt
             self._push(held, nxt)
         else:
@@ -693,7 +716,8 @@ class ScheduleLoop:
             if self._held.get(job_id) is not held:
                 continue
             held.db_next_ms = nxt
-            if held.leaving:
+            # (An advance of an earlier fire still names the planned instant: not yet.)
+            if held.leaving and nxt > held.planned_ms:
                 leaving.append(job_id)
         for job_id in leaving:
             self._drop(job_id)
