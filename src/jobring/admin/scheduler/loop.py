@@ -6,16 +6,28 @@ How it works (and the rules it keeps):
   ``trigger_next_time`` falls within the pre-read window (5 s). Several admin nodes claim
   at once (``SKIP LOCKED`` on PostgreSQL/MariaDB); a job is held by one node at a time.
 * **Fire on time.** Each held job's next planned instant sits in a timer heap keyed in
-  epoch milliseconds, with one sleeper on the earliest deadline. At the instant every fire
-  due then goes out in one ``fire_batch`` call (log rows in one insert, then dispatch), so
-  the slow work (claim, parse, plan) is done before the instant, not on a 1 s tick.
-* **Nothing runs ahead of what was recorded.** The database's ``trigger_next_time`` is
-  advanced only after the fire's log row was written (guarded by the lease owner), so it
-  always names the earliest instant not yet recorded. A node that dies leaves an expired
-  lease; the next claimant finds that instant in the past and applies the misfire rule
-  (see :mod:`jobring.core.planning`). The run log's unique key on (job id, planned instant)
-  drops a fire that was already recorded, so no instant fires twice.
-* **Leases.** Claiming renews the leases of the jobs this node holds and re-reads them.
+  epoch milliseconds, with one sleeper on the earliest deadline. With a preparing fire port
+  (:class:`FirePreparer`, the trigger service's) every cycle records the log rows of all
+  fires planned in the next ``prepare_ahead_ms`` (2.5 s) in a few inserts, so at the
+  instant only the /run calls are left; their trigger results are written in batches
+  afterwards (every 100 ms). A fire that could not be prepared is recorded at its instant.
+* **Nothing runs ahead of what was sent.** The database's ``trigger_next_time`` is advanced
+  only after the fire was sent (guarded by the lease owner), so it always names the
+  earliest instant not yet dispatched. A node that dies leaves an expired lease; the next
+  claimant finds that instant in the past and applies the misfire rule (see
+  :mod:`jobring.core.planning`). The run log's unique key on (job id, planned instant)
+  drops a fire that is already recorded, so no instant is sent twice.
+* **Takeover and fires recorded ahead.** Rows a dead node recorded ahead and did not mark
+  as sent are *not* adopted: their results are written up to 100 ms after the /run call
+  (and a node cut off from the database keeps sending until its lease margin), so such a
+  row may have been sent; sending it again could run it twice. They stay unsent and the
+  lost-run monitor fails them after 10 minutes (visible, retried/alarmed by the fail
+  monitor). A clean stop, a shed job or a stopped/edited job withdraws its rows first.
+* **Clock skew.** A node sends only while ``now < lease_until - lease_guard_ms`` (1 s) by its
+  own clock, and another node claims only after ``lease_until`` by its own clock: no
+  instant is sent by two nodes as long as the nodes' clocks differ by less than 1 s.
+* **Leases.** Claiming renews the leases of the jobs this node holds and re-reads those
+  that changed (``StoreLeases`` passes the rows it has; see ``JobRepository.claim_due``).
   A fire is only sent while its lease is valid; a job whose lease could not be renewed is
   dropped from memory. Jobs whose next instant leaves the window are released.
 * **Sharing.** Every node announces itself each cycle; a node holding more than its
