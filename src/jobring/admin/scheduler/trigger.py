@@ -6,7 +6,10 @@ a fire that another admin node already recorded is dropped here, not dispatched 
 Rows are inserted in one batch, then dispatched concurrently through the fast/slow lanes,
 then their trigger results are recorded in one batch. ``fire_batch`` does all of it at
 once; ``prepare_batch`` + ``dispatch_prepared`` split it so the database work can be done
-before the planned instant and only the /run call is left at the instant.
+before the planned instant and only the /run call is left at the instant (the scheduling
+loop does this; with ``record_later`` the trigger results are then written in batches
+every ``result_flush_ms`` instead of one update per dispatch). Scheduled fires read their
+executor group through a short cache (``group_cache_ms``).
 """
 
 from __future__ import annotations
