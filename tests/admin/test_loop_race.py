@@ -1,0 +1,182 @@
+"""Two scheduling loops handing jobs over (fair share) while fires are in flight and claims
+are slow: no planned instant may be skipped. Manual clock, in-memory ports, no sleeps.
+
+A late fire (under the misfire threshold) plans its next instant from now, so an instant
+that passes while nobody holds the job is skipped once the job is picked up more than one
+period late. The hand-over must therefore leave the next holder a whole period of headroom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from jobring.admin.scheduler.loop import FireBatch, PlannedFire, ScheduleLoop
+from jobring.admin.scheduler.timers import ManualTimers
+from jobring.admin.store.records import JobInfo
+from jobring.core.schedule import parse_schedule
+from tests.admin.loop_fakes import T0, FakeJobTable, FakeLeases, Harness, fix_rate_job
+
+
+async def _pause(timers: ManualTimers, ms: int) -> None:
+    """Wait ``ms`` of manual-clock time (the harness moves the clock)."""
+    if ms <= 0:
+        await asyncio.sleep(0)
+        return
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    timers.call_at_ms(timers.clock.now_ms() + ms, lambda: None if fut.done() else fut.set_result(None))
+    await fut
+
+
+class SlowLeases(FakeLeases):
+    """A node whose claims take ``claim_ms`` (a loaded box): the rows are read at the end."""
+
+    def __init__(self, table: FakeJobTable, node_id: str, timers: ManualTimers, claim_ms: int) -> None:
+        super().__init__(table, node_id)
+        self.timers = timers
+        self.claim_ms = claim_ms
+        self.hidden_once: set[int] = set()  # own rows a claim skips once (locked by another scan)
+
+    async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
+        await _pause(self.timers, self.claim_ms)
+        rows = await super().claim(now_ms, window_end_ms, lease_ms, limit)
+        if self.hidden_once:
+            # SKIP LOCKED passes over rows another transaction has locked at that moment, our
+            # own leased rows included (InnoDB locks scanned rows before the lease filter).
+            hidden, self.hidden_once = self.hidden_once, set()
+            rows = [r for r in rows if r.id not in hidden]
+        return rows
+
+
+def _slow_sink(sink: FireBatch, timers: ManualTimers, in_flight_ms: int) -> FireBatch:
+    """Records the log rows at once, then takes ``in_flight_ms`` (the /run call) to return."""
+
+    async def fire_batch(fires: Sequence[PlannedFire]) -> None:
+        await sink(fires)
+        await _pause(timers, in_flight_ms)
+
+    return fire_batch
+
+
+class TwoNodes:
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.leases: dict[str, SlowLeases] = {}
+
+    def loop(self, node: str, *, claim_ms: int = 0, in_flight_ms: int = 0) -> ScheduleLoop:
+        h = self.h
+        assert isinstance(h.timers, ManualTimers)
+        leases = SlowLeases(h.table, node, h.timers, claim_ms)
+        sink = _slow_sink(h.runlog.sink(node), h.timers, in_flight_ms)
+        loop = ScheduleLoop(leases, sink, h.timers, parse_schedule, config=h.config)
+        h.loops[node] = loop
+        self.leases[node] = leases
+        return loop
+
+
+@pytest.fixture
+async def nodes() -> AsyncIterator[TwoNodes]:
+    two = TwoNodes(Harness())
+    yield two
+    h = two.h
+    for loop in h.loops.values():
+        # A stop waits for fires in flight, which finish on the manual clock: keep it moving.
+        stopping = asyncio.ensure_future(loop.stop())
+        for _ in range(100):
+            if stopping.done():
+                break
+            await h.advance_to(h.clock.now_ms() + 50)
+        await asyncio.wait_for(stopping, 5)
+
+
+def _assert_every_instant_once(h: Harness, firsts: dict[int, int], until_ms: int) -> None:
+    fired = h.runlog.fired()
+    assert len(fired) == len(set(fired)), "an instant fired twice"
+    for job_id, first in firsts.items():
+        planned = sorted(p for j, p in fired if j == job_id)
+        expected = list(range(first, until_ms + 1, 1_000))
+        missing = sorted(set(expected) - set(planned))
+        detail = [(r.node, r.planned_ms - T0, r.at_ms - r.planned_ms, r.duplicate)
+                  for r in h.runlog.records if r.job_id == job_id]
+        assert missing == [], (job_id, [m - T0 for m in missing], detail)
+
+
+async def test_job_shed_while_its_fire_is_in_flight_keeps_every_instant(nodes: TwoNodes) -> None:
+    """The interleaving behind the e2e miss, step by step.
+
+    Node a holds four 1 s jobs. Job 4 fires at +1990 and its /run takes 200 ms, so its
+    ``trigger_next_time`` still says +1990 when a's cycle at +2000 finds node b and sheds the
+    job with the furthest next instant: job 4 (next +2990). Node b's cycle runs at +2995.
+    Before the fix a released job 4 at once (next +1990 in the database, +2990 never fired
+    by a); b picked it up 1005 ms after +1990, fired that instant late (a duplicate) and
+    planned from now: +3990, so +2990 was lost.
+    """
+    h = nodes.h
+    firsts = {1: T0 + 1_100, 2: T0 + 1_200, 3: T0 + 1_300, 4: T0 + 1_990}
+    for job_id, first in firsts.items():
+        h.table.put(fix_rate_job(job_id, first))
+    await nodes.loop("a", in_flight_ms=200).start()
+    await h.advance_to(T0 + 1_995, step_ms=50)
+    assert sorted(h.loops["a"].held_job_ids) == [1, 2, 3, 4]
+    await nodes.loop("b").start()
+    await h.advance_to(T0 + 8_000, step_ms=50)
+    _assert_every_instant_once(h, firsts, T0 + 7_500)
+    # The hand-over happened: job 4 ended up with b, on time.
+    assert h.loops["b"].held_job_ids == [4]
+    b_fires = [r for r in h.runlog.records if r.node == "b" and not r.duplicate]
+    assert b_fires and all(r.at_ms - r.planned_ms <= 50 for r in b_fires), b_fires
+
+
+@pytest.mark.parametrize("b_phase_ms", range(0, 1_000, 100))
+@pytest.mark.parametrize(("claim_ms", "in_flight_ms"), [(0, 200), (1_100, 0), (300, 300)])
+async def test_hand_over_at_any_phase_keeps_every_instant(
+    nodes: TwoNodes, b_phase_ms: int, claim_ms: int, in_flight_ms: int
+) -> None:
+    """Node b joins at every phase against node a's cycle, with slow /run calls or slow
+    claims (a loaded node claims only every 1.1 s): a sheds half its jobs, nothing is lost."""
+    h = nodes.h
+    firsts = {job_id: T0 + 1_000 + job_id * 37 for job_id in range(1, 21)}
+    for job_id, first in firsts.items():
+        h.table.put(fix_rate_job(job_id, first))
+    await nodes.loop("a", in_flight_ms=in_flight_ms).start()
+    await h.advance_to(T0 + 2_000 + b_phase_ms, step_ms=50)
+    await nodes.loop("b", claim_ms=claim_ms, in_flight_ms=in_flight_ms).start()
+    await h.advance_to(T0 + 10_000, step_ms=50)
+    _assert_every_instant_once(h, firsts, T0 + 9_000)
+    held = sorted(len(h.loops[n].held_job_ids) for n in ("a", "b"))
+    assert sum(held) == 20 and held[0] >= 8, held
+
+
+async def test_own_row_skipped_by_a_claim_is_kept_not_released(nodes: TwoNodes) -> None:
+    """A claim under SKIP LOCKED may pass over a row this node holds while another node's
+    scan has it locked. That is not a lost lease: the job stays held and fires on time."""
+    h = nodes.h
+    h.table.put(fix_rate_job(1, T0 + 1_100))
+    a = nodes.loop("a")
+    await a.start()
+    await h.advance_to(T0 + 1_500, step_ms=50)
+    nodes.leases["a"].hidden_once = {1}
+    await h.advance_to(T0 + 6_000, step_ms=50)
+    _assert_every_instant_once(h, {1: T0 + 1_100}, T0 + 5_100)
+    assert all(r.at_ms == r.planned_ms for r in h.runlog.records), h.runlog.records
+    assert h.table.released == []
+    assert a.held_job_ids == [1]
+
+
+async def test_instants_passed_over_by_a_late_fire_are_logged(
+    nodes: TwoNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job picked up 1.5 s late fires its instant and plans from now: the instant in
+    between is lost, and that is never silent."""
+    h = nodes.h
+    h.table.put(fix_rate_job(1, T0 + 1_000))
+    await h.advance_to(T0 + 2_500)
+    caplog.set_level("WARNING", logger="jobring.admin.scheduler.loop")
+    await nodes.loop("a").start()
+    await h.advance_to(T0 + 4_000, step_ms=50)
+    assert h.runlog.fired() == [(1, T0 + 1_000), (1, T0 + 3_000), (1, T0 + 4_000)]
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert skipped == [f"job 1 fired 1500 ms late (instant {T0 + 1_000}); its instants from "
+                       f"{T0 + 2_000} until {T0 + 3_000} are skipped"]
