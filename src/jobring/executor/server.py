@@ -316,7 +316,13 @@ class _HttpConnection(asyncio.Protocol):
         # Most answers need no waiting (a /run is accepted or refused at once): answer now,
         # and make a task only when the answer has to wait (a log read, an earlier answer).
         respond = self._respond(self._last, method, path, request, keep_alive)
-        done, yielded = first_step(respond)
+        try:
+            done, yielded = first_step(respond)
+        except Exception:
+            # Not the client's fault: say so in the log (the parser would report it as a bad request).
+            log.exception("answering %s %s failed", method, path)
+            self._abort(None)
+            return
         if done:
             self._last = None
             return
