@@ -160,6 +160,8 @@ class LoopConfig:
     # (more than one cycle, so every instant is prepared by the cycle before it).
     prepare_ahead_ms: int = 2_500
     prepare_slice: int = 100  # fires recorded per insert
+    # trigger_next_time updates of fires sent are written at most this often.
+    advance_flush_ms: int = 200
     claim_limit: int = 20_000
     # Fire batches in flight at once. When the limit is reached, fires coming due wait and
     # go out together in the next batch: fewer, larger transactions under load.
@@ -688,6 +690,9 @@ class ScheduleLoop:
     async def _run_writer(self) -> None:
         while True:
             await self._advance_wanted.wait()
+            # Gather a flush interval's worth of advances into one update (the claim cycle
+            # also flushes first): the stored next time only lags, never runs ahead.
+            await self._sleep_until(self._clock.now_ms() + self.config.advance_flush_ms)
             try:
                 async with self._db_lock:
                     await self._flush_locked()
