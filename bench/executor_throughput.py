@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
 import statistics
@@ -324,6 +325,7 @@ async def bench_executor(kind: str, admin: FakeAdmin, admin_url: str, args: argp
         except TimeoutError:
             proc.kill()
             await proc.wait()
+        shutil.rmtree(log_dir, ignore_errors=True)  # one run log file per run: tens of thousands
     return results
 
 
