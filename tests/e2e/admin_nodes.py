@@ -20,11 +20,11 @@ from typing import Any
 
 import httpx
 import orjson
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo
-from jobring.admin.store.tables import job_log
+from jobring.admin.store.tables import job_info, job_log
 
 TOKEN = "e2e-admin-token"
 START_LIMIT_S = 90.0  # the admin imports FastAPI, migrates and hashes a password on a busy box
@@ -194,6 +194,23 @@ def fix_rate(group_id: int, next_ms: int, seconds: int = 1, **changes: Any) -> J
         "trigger_next_time": next_ms}
     values.update(changes)
     return JobInfo(**values)
+
+
+async def start_jobs_together(store: Store, group_id: int, count: int, spacing_ms: int,
+                              lead_ms: int) -> tuple[list[int], int]:
+    """Create ``count`` stopped 1 s FIX_RATE jobs, then start them all in one transaction with
+    first instants ``first + i * spacing_ms``, ``first`` being ``lead_ms`` after that commit.
+
+    Inserting the jobs one by one takes seconds on a loaded box; planned from before the
+    inserts, the first instants of the last jobs could pass before the jobs even exist."""
+    ids = [await store.jobs.create(fix_rate(group_id, 0, trigger_status=0)) for _ in range(count)]
+    stmt = (update(job_info).where(job_info.c.id == bindparam("job_id"))
+            .values(trigger_status=1, trigger_next_time=bindparam("next_ms")))
+    async with store.engine.begin() as conn:
+        first = now_ms() + lead_ms
+        await conn.execute(stmt, [{"job_id": job_id, "next_ms": first + i * spacing_ms}
+                                  for i, job_id in enumerate(ids)])
+    return ids, first
 
 
 async def fired(store: Store) -> list[Any]:

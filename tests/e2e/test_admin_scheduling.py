@@ -33,6 +33,7 @@ from tests.e2e.admin_nodes import (
     kill,
     now_ms,
     start_admin,
+    start_jobs_together,
     stop,
 )
 
@@ -223,11 +224,12 @@ async def test_two_nodes_fire_every_instant_exactly_once(server_url: str, server
     try:
         nodes = await _run_nodes(server_url, tmp_path, ["node-a", "node-b"])
         group_id = await add_manual_group(store, executor.address)
-        first = now_ms() + 3_000
-        ids = [await store.jobs.create(fix_rate(group_id, first + i * 20)) for i in range(50)]
+        ids, first = await start_jobs_together(store, group_id, 50, 20, 3_000)
         run_until = first + 16_000
         await asyncio.sleep((run_until - now_ms()) / 1000)
-        codes = [await stop(n) for n in nodes]
+        # Both at once: stopped one after the other, the second node would claim what the
+        # first released on stopping and, still running, could fire it a period late.
+        codes = list(await asyncio.gather(*(stop(n) for n in nodes)))
         assert codes == [0, 0], [n.log_text()[-3000:] for n in nodes]
     finally:
         for n in nodes:
@@ -259,8 +261,7 @@ async def test_killed_node_jobs_are_taken_over_without_double_fires(
     try:
         nodes = await _run_nodes(server_url, tmp_path, ["node-a", "node-b"])
         group_id = await add_manual_group(store, executor.address)
-        first = now_ms() + 3_000
-        ids = [await store.jobs.create(fix_rate(group_id, first + i * 40)) for i in range(20)]
+        ids, first = await start_jobs_together(store, group_id, 20, 40, 3_000)
         await asyncio.sleep((first + 7_000 - now_ms()) / 1000)
         held = Counter(j.lease_owner for j in (await store.jobs.get_many(ids)).values())
         victim, survivor = (nodes[0], nodes[1]) if held["node-a"] else (nodes[1], nodes[0])
