@@ -186,3 +186,10 @@ async def test_schedule_lock_serializes(store: Store) -> None:
             await asyncio.wait_for(asyncio.shield(second_in.wait()), 0.5)
     await asyncio.wait_for(task, 30)
     assert second_in.is_set()
+
+
+async def test_settings_set_concurrently_from_many_connections_keeps_one_value(store: Store) -> None:
+    # Nodes announce themselves through settings.set at once; none may fail (InnoDB used to
+    # deadlock on UPDATE-then-INSERT of the same missing name).
+    await asyncio.gather(*(store.settings.set("scheduler_node:x", f"v{i}", NOW) for i in range(8)))
+    assert await store.settings.get("scheduler_node:x") in {f"v{i}" for i in range(8)}

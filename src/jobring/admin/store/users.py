@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, delete, func, insert, select, update
+from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.store.base import Repository, fetch_page, like_pattern, new_id, to_record
@@ -189,19 +193,23 @@ class SettingRepository(Repository):
     async def set(self, name: str, value: str, now: datetime | None = None) -> None:
         """Create or overwrite a setting."""
         stamp = utc_naive(now or datetime.now(UTC))
-        async with self._db.write() as conn:
-            result = await conn.execute(
-                update(setting).where(setting.c.name == name).values(value=value, update_time=stamp)
+        # One atomic upsert: an UPDATE-then-INSERT pair deadlocks on InnoDB when two nodes
+        # write the same missing name at once (both take the gap lock, then both insert).
+        stmt: Any
+        if self._db.backend in ("mysql", "mariadb"):
+            stmt = mysql_dialect.insert(setting).values(name=name, value=value, update_time=stamp)
+            stmt = stmt.on_duplicate_key_update(
+                value=stmt.inserted.value, update_time=stmt.inserted.update_time
             )
-            if result.rowcount:
-                return
-            try:
-                async with conn.begin_nested():
-                    await conn.execute(insert(setting).values(name=name, value=value, update_time=stamp))
-            except IntegrityError:
-                await conn.execute(
-                    update(setting).where(setting.c.name == name).values(value=value, update_time=stamp)
-                )
+        else:
+            dialect = pg_dialect if self._db.backend == "postgresql" else sqlite_dialect
+            stmt = dialect.insert(setting).values(name=name, value=value, update_time=stamp)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[setting.c.name],
+                set_={"value": stmt.excluded.value, "update_time": stmt.excluded.update_time},
+            )
+        async with self._db.write() as conn:
+            await conn.execute(stmt)
 
     async def get_or_create(
         self, name: str, factory: Callable[[], str] | str, now: datetime | None = None
