@@ -7,7 +7,7 @@ ISO 8601 with offset for the reference's DATETIME columns.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -48,6 +48,17 @@ EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)]
 def aware(value: datetime | None) -> datetime | None:
     """The store's naive-UTC DATETIME values, marked as UTC for output."""
     return None if value is None else value.replace(tzinfo=UTC)
+
+
+def record_fields(model: type[BaseModel], record: object, **given: object) -> dict[str, Any]:
+    """The model's fields read by name off a store record (DATETIME values marked UTC),
+    except those ``given`` explicitly."""
+    values: dict[str, Any] = dict(given)
+    for name in model.model_fields:
+        if name not in values:
+            value = getattr(record, name)
+            values[name] = aware(value) if isinstance(value, datetime) else value
+    return values
 
 
 class Strict(BaseModel):
@@ -143,32 +154,7 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, job: JobInfo) -> JobOut:
-        return cls(
-            id=job.id,
-            job_group=job.job_group,
-            job_desc=job.job_desc,
-            author=job.author,
-            alarm_email=job.alarm_email,
-            schedule_type=job.schedule_type,
-            schedule_conf=job.schedule_conf,
-            schedule_timezone=job.schedule_timezone,
-            misfire_strategy=job.misfire_strategy,
-            executor_route_strategy=job.executor_route_strategy,
-            executor_handler=job.executor_handler,
-            executor_param=job.executor_param,
-            executor_block_strategy=job.executor_block_strategy,
-            executor_timeout=job.executor_timeout,
-            executor_fail_retry_count=job.executor_fail_retry_count,
-            glue_type=job.glue_type,
-            glue_remark=job.glue_remark,
-            glue_updatetime=aware(job.glue_updatetime),
-            child_job_ids=job.child_job_ids,
-            trigger_status=job.trigger_status,
-            trigger_last_time=job.trigger_last_time,
-            trigger_next_time=job.trigger_next_time,
-            add_time=aware(job.add_time),
-            update_time=aware(job.update_time),
-        )
+        return cls(**record_fields(cls, job))
 
 
 class TriggerIn(Strict):
@@ -228,14 +214,7 @@ class GlueVersionOut(BaseModel):
 
     @classmethod
     def of(cls, v: GlueVersion) -> GlueVersionOut:
-        return cls(
-            id=v.id,
-            job_id=v.job_id,
-            glue_type=v.glue_type,
-            glue_source=v.glue_source,
-            glue_remark=v.glue_remark,
-            add_time=aware(v.add_time),
-        )
+        return cls(**record_fields(cls, v))
 
 
 # -- runs ------------------------------------------------------------------------------------
@@ -263,26 +242,7 @@ class RunOut(BaseModel):
 
     @classmethod
     def of(cls, e: LogEntry) -> RunOut:
-        return cls(
-            id=e.id,
-            job_group=e.job_group,
-            job_id=e.job_id,
-            executor_address=e.executor_address,
-            executor_handler=e.executor_handler,
-            executor_param=e.executor_param,
-            executor_sharding_param=e.executor_sharding_param,
-            executor_fail_retry_count=e.executor_fail_retry_count,
-            trigger_time=aware(e.trigger_time),
-            trigger_code=e.trigger_code,
-            trigger_msg=e.trigger_msg,
-            trigger_type=e.trigger_type,
-            handle_time=aware(e.handle_time),
-            handle_code=e.handle_code,
-            handle_msg=e.handle_msg,
-            alarm_status=e.alarm_status,
-            planned_time=e.planned_time,
-            dispatch_time=e.dispatch_time,
-        )
+        return cls(**record_fields(cls, e))
 
 
 class RunLogOut(BaseModel):
@@ -338,15 +298,7 @@ class GroupOut(BaseModel):
         online = [
             OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time)) for e in entries
         ]
-        return cls(
-            id=g.id,
-            app_name=g.app_name,
-            title=g.title,
-            address_type=g.address_type,
-            addresses=g.addresses,
-            online=online,
-            update_time=aware(g.update_time),
-        )
+        return cls(**record_fields(cls, g, online=online))
 
 
 # -- users, tokens, auth ---------------------------------------------------------------------
@@ -378,15 +330,7 @@ class UserOut(BaseModel):
             role = Role(u.role).label
         except ValueError:
             role = Role.VIEWER.label
-        return cls(
-            id=u.id,
-            username=u.username,
-            role=role,
-            group_ids=u.permitted_group_ids,
-            glue_permission=u.glue_permission,
-            must_change_password=u.must_change_password,
-            add_time=aware(u.add_time),
-        )
+        return cls(**record_fields(cls, u, role=role, group_ids=u.permitted_group_ids))
 
 
 class UserCreate(Strict):
@@ -436,14 +380,7 @@ class TokenOut(BaseModel):
 
     @classmethod
     def of(cls, t: ApiToken) -> TokenOut:
-        return cls(
-            id=t.id,
-            user_id=t.user_id,
-            name=t.name,
-            add_time=aware(t.add_time),
-            last_used_time=aware(t.last_used_time),
-            revoked=t.revoked,
-        )
+        return cls(**record_fields(cls, t))
 
 
 class TokenCreated(TokenOut):
