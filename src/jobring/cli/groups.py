@@ -13,6 +13,7 @@ from jobring.cli.remote import (
     instant_text,
     positive_int,
     print_json,
+    print_page_json,
     print_table,
     run_remote,
 )
@@ -37,7 +38,7 @@ def _list(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         page = admin.groups.list(app_name=args.search, limit=args.limit)
         if args.json:
-            print_json({"items": page.items, "total": page.total, "offset": page.offset, "limit": page.limit})
+            print_page_json(page)
         else:
             print_table(page.items, _GROUP_COLUMNS)
         return 0

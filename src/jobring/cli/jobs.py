@@ -15,6 +15,7 @@ from jobring.cli.remote import (
     group_parser,
     positive_int,
     print_json,
+    print_page_json,
     print_table,
     run_remote,
 )
@@ -57,7 +58,7 @@ def _list(args: argparse.Namespace) -> int:
             handler=args.executor_handler, offset=args.offset, limit=args.limit,
         )
         if args.json:
-            print_json({"items": page.items, "total": page.total, "offset": page.offset, "limit": page.limit})
+            print_page_json(page)
             return 0
         print_table(page.items, _JOB_COLUMNS)
         shown = len(page.items)

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from jobring.cli.common import EXIT_USAGE, UsageError
-from jobring.client import AdminApiError, AdminClient, AdminConnectionError
+from jobring.client import AdminApiError, AdminClient, AdminConnectionError, Page
 from jobring.client.core import DEFAULT_URL
 
 EXIT_FAILURE = 1
@@ -129,6 +129,11 @@ def instant_text(value: Any) -> str | None:
 
 def print_json(value: Any, out: TextIO | None = None) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False), file=out or sys.stdout)
+
+
+def print_page_json(page: Page) -> None:
+    """A listing's ``--json`` output: the page as the API sent it."""
+    print_json({"items": page.items, "total": page.total, "offset": page.offset, "limit": page.limit})
 
 
 def _cell(value: Any) -> str:

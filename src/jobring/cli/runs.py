@@ -16,6 +16,7 @@ from jobring.cli.remote import (
     instant_text,
     positive_int,
     print_json,
+    print_page_json,
     print_table,
     run_remote,
 )
@@ -64,7 +65,7 @@ def _list(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         page = admin.runs.list(group=args.group, job=args.job, status=args.status, limit=args.limit)
         if args.json:
-            print_json({"items": page.items, "total": page.total, "offset": page.offset, "limit": page.limit})
+            print_page_json(page)
             return 0
         print_table(page.items, _RUN_COLUMNS)
         if page.total > len(page.items):
