@@ -34,25 +34,17 @@ def _limit_keys(request: Request, username: str) -> list[str]:
 def _set_session(services: ManagementServices, response: Response, user: User) -> str:
     csrf = new_csrf_token()
     cookie = services.signer.encode(SessionData(user.id, csrf, password_fingerprint(user.password_hash)))
-    secure = services.settings.secure_cookies
-    response.set_cookie(
-        SESSION_COOKIE,
-        cookie,
-        max_age=services.session_max_age_s,
-        path="/",
-        httponly=True,
-        samesite="lax",
-        secure=secure,
-    )
-    response.set_cookie(
-        CSRF_COOKIE,
-        csrf,
-        max_age=services.session_max_age_s,
-        path="/",
-        httponly=False,
-        samesite="lax",
-        secure=secure,
-    )
+    # The CSRF cookie is readable by the page's scripts (they echo it in a header); the session is not.
+    for name, value, httponly in ((SESSION_COOKIE, cookie, True), (CSRF_COOKIE, csrf, False)):
+        response.set_cookie(
+            name,
+            value,
+            max_age=services.session_max_age_s,
+            path="/",
+            httponly=httponly,
+            samesite="lax",
+            secure=services.settings.secure_cookies,
+        )
     return csrf
 
 
