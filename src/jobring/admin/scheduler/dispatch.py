@@ -46,14 +46,9 @@ def executor_url(address: str, path: str) -> str:
     return address.rstrip("/") + "/" + path
 
 
-class ExecutorCallError(Exception):
-    """A call that got no HTTP answer; ``timeout`` tells a timeout from a failed connection."""
-
-    def __init__(self, kind: str, detail: str, *, timeout: bool) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-        self.timeout = timeout
+class ExecutorCallError(HttpError):
+    """A call that got no HTTP answer, whichever client made it; ``timeout`` tells a timeout
+    from a failed connection."""
 
 
 class _Http(Protocol):
