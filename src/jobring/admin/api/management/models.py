@@ -75,29 +75,44 @@ class PageOut(BaseModel, Generic[T]):
 # -- jobs ------------------------------------------------------------------------------------
 
 
+# A job's field limits, shared by creation, partial update and the calls that take one field.
+JobDesc = Annotated[Text, Field(min_length=1, max_length=255)]
+Author = Annotated[Text, Field(max_length=64)]
+AlarmEmail = Annotated[Text, Field(max_length=255)]
+ScheduleConf = Annotated[Text, Field(max_length=128)]
+ZoneName = Annotated[Text, Field(max_length=64)]
+HandlerName = Annotated[Text, Field(max_length=255)]
+ExecutorParam = Annotated[Text, Field(max_length=512)]
+TimeoutSeconds = Annotated[int, Field(ge=0, le=7 * 24 * 3600)]
+RetryCount = Annotated[int, Field(ge=0, le=100)]
+GlueRemark = Annotated[Text, Field(max_length=128)]
+ChildJobIds = Annotated[list[Id32], Field(max_length=20)]
+GlueSource = Annotated[Text, Field(max_length=1_000_000)]
+
+
 class JobFields(Strict):
     """The writable fields of a job (the reference's names)."""
 
     job_group: Id32
-    job_desc: Annotated[Text, Field(min_length=1, max_length=255)]
-    author: Annotated[Text, Field(max_length=64)] | None = None
-    alarm_email: Annotated[Text, Field(max_length=255)] | None = None
+    job_desc: JobDesc
+    author: Author | None = None
+    alarm_email: AlarmEmail | None = None
     schedule_type: ScheduleType = ScheduleType.NONE
-    schedule_conf: Annotated[Text, Field(max_length=128)] | None = None
-    schedule_timezone: Annotated[Text, Field(max_length=64)] | None = Field(
+    schedule_conf: ScheduleConf | None = None
+    schedule_timezone: ZoneName | None = Field(
         None, description="IANA zone for CRON; null = the admin's zone"
     )
     misfire_strategy: MisfireStrategy = MisfireStrategy.DO_NOTHING
     executor_route_strategy: RouteStrategy = RouteStrategy.FIRST
-    executor_handler: Annotated[Text, Field(max_length=255)] | None = None
-    executor_param: Annotated[Text, Field(max_length=512)] | None = None
+    executor_handler: HandlerName | None = None
+    executor_param: ExecutorParam | None = None
     executor_block_strategy: BlockStrategy = BlockStrategy.SERIAL_EXECUTION
-    executor_timeout: Annotated[int, Field(ge=0, le=7 * 24 * 3600)] = 0
-    executor_fail_retry_count: Annotated[int, Field(ge=0, le=100)] = 0
+    executor_timeout: TimeoutSeconds = 0
+    executor_fail_retry_count: RetryCount = 0
     glue_type: GlueType = GlueType.BEAN
-    glue_source: Annotated[Text, Field(max_length=1_000_000)] | None = None
-    glue_remark: Annotated[Text, Field(max_length=128)] | None = None
-    child_job_ids: Annotated[list[Id32], Field(max_length=20)] = Field(default_factory=list)
+    glue_source: GlueSource | None = None
+    glue_remark: GlueRemark | None = None
+    child_job_ids: ChildJobIds = Field(default_factory=list)
 
 
 class JobCreate(JobFields):
@@ -108,22 +123,22 @@ class JobUpdate(Strict):
     """A partial update: only the fields sent change."""
 
     job_group: Id32 | None = None
-    job_desc: Annotated[Text, Field(min_length=1, max_length=255)] | None = None
-    author: Annotated[Text, Field(max_length=64)] | None = None
-    alarm_email: Annotated[Text, Field(max_length=255)] | None = None
+    job_desc: JobDesc | None = None
+    author: Author | None = None
+    alarm_email: AlarmEmail | None = None
     schedule_type: ScheduleType | None = None
-    schedule_conf: Annotated[Text, Field(max_length=128)] | None = None
-    schedule_timezone: Annotated[Text, Field(max_length=64)] | None = None
+    schedule_conf: ScheduleConf | None = None
+    schedule_timezone: ZoneName | None = None
     misfire_strategy: MisfireStrategy | None = None
     executor_route_strategy: RouteStrategy | None = None
-    executor_handler: Annotated[Text, Field(max_length=255)] | None = None
-    executor_param: Annotated[Text, Field(max_length=512)] | None = None
+    executor_handler: HandlerName | None = None
+    executor_param: ExecutorParam | None = None
     executor_block_strategy: BlockStrategy | None = None
-    executor_timeout: Annotated[int, Field(ge=0, le=7 * 24 * 3600)] | None = None
-    executor_fail_retry_count: Annotated[int, Field(ge=0, le=100)] | None = None
+    executor_timeout: TimeoutSeconds | None = None
+    executor_fail_retry_count: RetryCount | None = None
     glue_type: GlueType | None = None
-    glue_remark: Annotated[Text, Field(max_length=128)] | None = None
-    child_job_ids: Annotated[list[Id32], Field(max_length=20)] | None = None
+    glue_remark: GlueRemark | None = None
+    child_job_ids: ChildJobIds | None = None
 
 
 class JobOut(BaseModel):
@@ -158,7 +173,7 @@ class JobOut(BaseModel):
 
 
 class TriggerIn(Strict):
-    executor_param: Annotated[Text, Field(max_length=512)] | None = Field(
+    executor_param: ExecutorParam | None = Field(
         None, description="replaces the job's params for this run"
     )
     addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
@@ -174,8 +189,8 @@ class TriggerOut(BaseModel):
 
 class SchedulePreviewIn(Strict):
     schedule_type: ScheduleType
-    schedule_conf: Annotated[Text, Field(max_length=128)] | None = None
-    timezone: Annotated[Text, Field(max_length=64)] | None = Field(
+    schedule_conf: ScheduleConf | None = None
+    timezone: ZoneName | None = Field(
         None, description="null = the admin's zone"
     )
     count: Annotated[int, Field(ge=1, le=100)] = 5
@@ -200,7 +215,7 @@ class GlueOut(BaseModel):
 
 
 class GlueSave(Strict):
-    glue_source: Annotated[Text, Field(max_length=1_000_000)]
+    glue_source: GlueSource
     glue_remark: Annotated[Text, Field(min_length=1, max_length=128)]
 
 
