@@ -96,8 +96,11 @@ def test_run_starts_admin_and_demo_executor_and_demo_jobs_run(
             return runs[0] if runs else None
 
         run = _wait_for("a successful demo run", succeeded, proc, log)
-        text = admin.runs.log(run["id"], from_line=1)["log_content"]
-        assert "hello from jobring, params=world" in text
+        # The run's address is recorded in a batch shortly after the dispatch, so the callback
+        # may be stored first; the log is read from that address once it is there.
+        text = _wait_for("the run's log", lambda: "hello from jobring, params=world" in
+                         admin.runs.log(run["id"], from_line=1)["log_content"], proc, log)
+        assert text
 
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 0
