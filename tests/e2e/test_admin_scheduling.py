@@ -190,7 +190,9 @@ async def test_misfire_rules_after_downtime(sqlite_url: str, sqlite_store: Store
         barely = await store.jobs.create(fix_rate(group_id, barely_missed, seconds=30))
 
         async def continued() -> bool:
-            count = Counter(r.job_id for r in await fired(store))
+            # Only fires that went out: rows recorded ahead for coming instants are withdrawn
+            # when the node stops.
+            count = Counter(r.job_id for r in await fired(store) if r.trigger_code != 0)
             return count[skip] >= 2 and count[once] >= 3 and count[barely] >= 1
 
         await _until(continued, 60, "jobs did not continue after the downtime")
