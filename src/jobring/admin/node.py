@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Generator
@@ -33,6 +35,14 @@ _HANDLED = (signal.SIGINT, signal.SIGTERM)
 class _Server(uvicorn.Server):
     """uvicorn's server without re-raising the stop signal after a graceful shutdown
     (which would turn a clean SIGTERM stop into a non-zero exit)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # Everything built so far (modules, the app, caches) lives as long as the process.
+        # Frozen, the cyclic GC no longer walks it: a full collection would otherwise hold
+        # the event loop for 100+ ms every few seconds under load and delay due fires.
+        gc.collect()
+        gc.freeze()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
