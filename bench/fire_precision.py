@@ -183,8 +183,52 @@ async def _measure(url: str, starts: list[int], t1: int, t2: int) -> tuple[int, 
     return len(rows), expected, int(doubled), lateness if len(keys) else []
 
 
+_SLOW_STEP_PROBE = """
+import asyncio.events, sys, time
+sys.modules["uvloop"] = None  # type: ignore[assignment]  # asyncio's Handle, which can be timed
+_run = asyncio.events.Handle._run
+def _timed(self):
+    t0 = time.perf_counter()
+    _run(self)
+    took = (time.perf_counter() - t0) * 1000
+    if took >= LIMIT:
+        print(f"slow step {took:.1f} ms at {time.time():.3f}: {_where(self)}", file=sys.stderr, flush=True)
+def _where(handle):
+    # The task the step ran, and where its coroutine chain is suspended now (the step's end).
+    task = getattr(getattr(handle, "_callback", None), "__self__", None)
+    if task is None or not hasattr(task, "get_coro"):
+        return repr(handle)[:200]
+    chain, coro = [], task.get_coro()
+    while coro is not None and hasattr(coro, "cr_frame") and coro.cr_frame is not None:
+        chain.append(f"{coro.cr_code.co_name}:{coro.cr_frame.f_lineno}")
+        coro = coro.cr_await
+    return task.get_name() + " " + " > ".join(chain)
+asyncio.events.Handle._run = _timed
+import gc
+_gc_start = [0.0]
+def _gc_timer(phase, info):
+    if phase == "start":
+        _gc_start[0] = time.perf_counter()
+        return
+    took = (time.perf_counter() - _gc_start[0]) * 1000
+    if took >= LIMIT / 4:
+        print(f"gc gen{info['generation']} {took:.1f} ms", file=sys.stderr, flush=True)
+gc.callbacks.append(_gc_timer)
+"""
+
+
+def _admin_entry(slow_steps_ms: float | None) -> str:
+    """The admin's ``python -c`` program; with ``slow_steps_ms`` it prints every event-loop
+    step that held the loop that long (a diagnostic: it costs a little per step)."""
+    entry = "import sys; from jobring.cli import main; sys.exit(main())"
+    if slow_steps_ms is None:
+        return entry
+    return _SLOW_STEP_PROBE.replace("LIMIT", repr(slow_steps_ms)) + entry
+
+
 def run_case(
-    jobs: int, backend: str, phase: str, seconds: float, warmup: float, admin_args: list[str]
+    jobs: int, backend: str, phase: str, seconds: float, warmup: float, admin_args: list[str],
+    slow_steps_ms: float | None = None,
 ) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="jobring-bench-"))
     url = asyncio.run(acreate_test_database(backend, workdir))
@@ -199,7 +243,7 @@ def run_case(
         first_ms = int(time.time() * 1000) + 8_000  # after the admin has started
         starts = asyncio.run(_create_jobs(url, jobs, first_ms, phase, executor_port))
         admin = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from jobring.cli import main; sys.exit(main())",
+            [sys.executable, "-c", _admin_entry(slow_steps_ms),
              "admin", "--database-url", url, "--port", str(admin_port), "--log-level", "warning",
              *admin_args],
             env=env, cwd=workdir)
@@ -245,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", nargs="+", default=["spread"], choices=("spread", "aligned"))
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--slow-steps", type=float, default=None, metavar="MS",
+                        help="print every admin event-loop step that takes MS or longer")
     args, admin_args = parser.parse_known_args(argv)
     if args.command == "fake-executor":
         asyncio.run(_serve_fake_executor(args.port))
@@ -255,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     for backend in args.backend:
         for phase in args.phase:
             for jobs in args.jobs:
-                result = run_case(jobs, backend, phase, args.seconds, args.warmup, admin_args)
+                result = run_case(jobs, backend, phase, args.seconds, args.warmup, admin_args,
+                                  args.slow_steps)
                 print(result.line(), flush=True)
     return 0
 
