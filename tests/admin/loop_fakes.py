@@ -7,15 +7,18 @@ where the node holds the lease) and the run log's unique key on (job id, planned
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from jobring.admin.scheduler.loop import FireBatch, LoopConfig, PlannedFire, ScheduleLoop
 from jobring.admin.scheduler.timers import ManualTimers
+from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo
 from jobring.core.clock import ManualClock
 from jobring.core.schedule import parse_schedule
 
+# What the store compares to tell a changed row (the loop's own writes, start/stop, edits).
+_SIGNATURE = ("update_time", "glue_updatetime", "trigger_status", "trigger_next_time", "trigger_last_time")
 T0 = 1_700_000_000_000  # a whole second, UTC
 
 
@@ -47,32 +50,39 @@ class FakeLeases:
         self.node_id = node_id
         self.fail_claims = False
 
+    def _check(self) -> None:
+        if self.fail_claims:
+            raise ConnectionError("database unreachable")
+
     async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
         await asyncio.sleep(0)
-        if self.fail_claims:
-            raise ConnectionError("database unreachable")
+        self._check()
         out: list[JobInfo] = []
-        for job in sorted(self.table.jobs.values(), key=lambda j: j.trigger_next_time)[:limit]:
-            if job.trigger_status != 1 or job.trigger_next_time > window_end_ms:
+        for job in sorted(self.table.jobs.values(), key=lambda j: j.trigger_next_time):
+            if len(out) >= limit:
+                break
+            if job.trigger_status != 1 or job.trigger_next_time > window_end_ms or job.lease_until >= now_ms:
                 continue
-            if job.lease_until < now_ms or job.lease_owner == self.node_id:
-                leased = replace(job, lease_owner=self.node_id, lease_until=now_ms + lease_ms)
-                self.table.jobs[job.id] = leased
-                out.append(leased)
+            leased = replace(job, lease_owner=self.node_id, lease_until=now_ms + lease_ms)
+            self.table.jobs[job.id] = leased
+            out.append(leased)
         return out
 
-    async def refresh(self, job_ids: Sequence[int], now_ms: int, lease_ms: int) -> Sequence[JobInfo]:
+    async def renew(self, now_ms: int, lease_ms: int, known: Mapping[int, JobInfo]) -> HeldJobs:
         await asyncio.sleep(0)
-        if self.fail_claims:
-            raise ConnectionError("database unreachable")
-        out: list[JobInfo] = []
-        for job_id in job_ids:
-            job = self.table.jobs.get(job_id)
-            if job is not None and job.lease_owner == self.node_id:
-                job = replace(job, lease_until=now_ms + lease_ms)
-                self.table.jobs[job_id] = job
-                out.append(job)
-        return out
+        self._check()
+        ids: set[int] = set()
+        changed: list[JobInfo] = []
+        for job_id, job in list(self.table.jobs.items()):
+            if job.lease_owner != self.node_id:
+                continue
+            job = replace(job, lease_until=now_ms + lease_ms)
+            self.table.jobs[job_id] = job
+            ids.add(job_id)
+            mine = known.get(job_id)
+            if mine is None or any(getattr(mine, n) != getattr(job, n) for n in _SIGNATURE):
+                changed.append(job)
+        return HeldJobs(frozenset(ids), changed)
 
     async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
         await asyncio.sleep(0)

@@ -251,26 +251,51 @@ async def test_due_scan_uses_the_due_index(store: Store) -> None:
     assert "Seq Scan" not in plan, plan
 
 
-async def test_claim_due_with_cached_rows_rereads_only_changed_jobs(store: Store) -> None:
+async def test_renew_held_extends_own_leases_and_reads_only_changed_jobs(store: Store) -> None:
     group = await _group(store)
     same = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
     edited = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
     advanced = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
-    first = {j.id: j for j in await store.jobs.claim_due("node-a", 500, 5_000, 3_000, 10)}
-    job = first[edited]
-    await store.jobs.update(replace(job, job_desc="edited", update_time=datetime(2026, 3, 2)))
+    stopped = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    others = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    first = {j.id: j for j in await store.jobs.claim_due("node-a", 500, 5_000, 3_000, 4)}
+    assert others not in first
+    await store.jobs.claim_due("node-b", 500, 5_000, 3_000, 10)
+    await store.jobs.update(replace(first[edited], job_desc="edited", update_time=datetime(2026, 3, 2)))
     assert await store.jobs.advance("node-a", [(advanced, 1_000, 2_000)]) == 1
-    again = {j.id: j for j in await store.jobs.claim_due("node-a", 600, 5_000, 3_000, 10, cached=first)}
-    assert set(again) == {same, edited, advanced}
-    assert all(j.lease_owner == "node-a" and j.lease_until == 3_600 for j in again.values())
-    assert again[same].job_desc == "nightly report"
-    assert again[edited].job_desc == "edited"
-    assert (again[advanced].trigger_last_time, again[advanced].trigger_next_time) == (1_000, 2_000)
-    # A cached row that no longer matches the database is never returned as it was.
+    await store.jobs.set_status(stopped, 0, 0)
+
+    held = await store.jobs.renew_held("node-a", 9_000, first)
+    assert held.ids == {same, edited, advanced, stopped}
+    changed = {j.id: j for j in held.changed}
+    assert set(changed) == {edited, advanced, stopped}
+    assert changed[edited].job_desc == "edited" and changed[edited].lease_until == 9_000
+    assert (changed[advanced].trigger_last_time, changed[advanced].trigger_next_time) == (1_000, 2_000)
+    assert changed[stopped].trigger_status == 0
+    rows = await store.jobs.get_many([same, others])
+    assert (rows[same].lease_owner, rows[same].lease_until) == ("node-a", 9_000)
+    assert (rows[others].lease_owner, rows[others].lease_until) == ("node-b", 3_500)
+    # Rows the caller does not know come back in full; a stale copy is never kept.
     stale = {same: replace(first[same], job_desc="stale", trigger_next_time=999)}
-    (fresh, *_) = [j for j in await store.jobs.claim_due("node-a", 700, 5_000, 3_000, 10, cached=stale)
-                   if j.id == same]
-    assert fresh.job_desc == "nightly report" and fresh.trigger_next_time == 1_000
+    again = await store.jobs.renew_held("node-a", 9_500, stale)
+    fresh = {j.id: j for j in again.changed}
+    assert set(fresh) == {same, edited, advanced, stopped}
+    assert fresh[same].job_desc == "nightly report" and fresh[same].trigger_next_time == 1_000
+    assert (await store.jobs.renew_held("node-c", 9_500, {})).ids == frozenset()
+
+
+async def test_claim_due_new_only_skips_own_live_leases(store: Store) -> None:
+    group = await _group(store)
+    mine = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+    await store.jobs.claim_due("node-a", 500, 5_000, 3_000, 1)
+    free = await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_200))
+
+    async def claim(now_ms: int) -> list[int]:
+        return [j.id for j in await store.jobs.claim_due("node-a", now_ms, 5_000, 3_000, 10, new_only=True)]
+
+    assert await claim(600) == [free]
+    assert await claim(700) == []
+    assert await claim(3_550) == [mine]  # once expired, an own lease is claimable like any other
 
 
 async def test_advance_pads_to_statement_sizes_without_touching_other_rows(store: Store) -> None:

@@ -26,10 +26,12 @@ How it works (and the rules it keeps):
 * **Clock skew.** A node sends only while ``now < lease_until - lease_guard_ms`` (1 s) by its
   own clock, and another node claims only after ``lease_until`` by its own clock: no
   instant is sent by two nodes as long as the nodes' clocks differ by less than 1 s.
-* **Leases.** Claiming renews the leases of the jobs this node holds and re-reads those
-  that changed (``StoreLeases`` passes the rows it has; see ``JobRepository.claim_due``).
-  A fire is only sent while its lease is valid; a job whose lease could not be renewed is
-  dropped from memory. Jobs whose next instant leaves the window are released.
+* **Leases.** Every cycle renews all of this node's leases in one statement and reads back
+  a few narrow columns of each held job: only jobs whose row changed (or that the loop does
+  not know) are read in full (``JobRepository.renew_held``). Then, below its fair share,
+  the node claims due jobs whose leases are free or expired. A fire is only sent while its
+  lease is valid; a job whose lease is no longer this node's is dropped from memory. Jobs
+  whose next instant leaves the window are released.
 * **Sharing.** Every node announces itself each cycle; a node holding more than its
   fair share (jobs due in the window / live nodes, plus 10 %) hands the excess over: each
   such job fires its planned instant, and once that fire is recorded and advanced it is
@@ -50,8 +52,8 @@ import heapq
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy import delete, func, select
@@ -59,6 +61,7 @@ from sqlalchemy import delete, func, select
 from jobring.admin.scheduler.timers import TimerHandle, Timers
 from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
 from jobring.admin.store import NotFound, Store
+from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo
 from jobring.admin.store.tables import job_info, setting
 from jobring.core.enums import ScheduleType, TriggerType
@@ -79,18 +82,18 @@ class LeaseStore(Protocol):
     """The loop's view of the job table, bound to this node's id."""
 
     async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
-        """Lease the running jobs due by ``window_end_ms`` that are free, expired or already
-        leased to this node (renewing those), and return their current rows."""
+        """Lease up to ``limit`` running jobs due by ``window_end_ms`` whose leases are free or
+        expired, and return their rows."""
+        ...
+
+    async def renew(self, now_ms: int, lease_ms: int, known: Mapping[int, JobInfo]) -> HeldJobs:
+        """Renew every lease this node holds; return the ids held and the rows that are not
+        in ``known`` or changed since."""
         ...
 
     async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
         """Write ``(job_id, trigger_last_time, trigger_next_time)`` where this node holds the
         lease; return how many rows were written."""
-        ...
-
-    async def refresh(self, job_ids: Sequence[int], now_ms: int, lease_ms: int) -> Sequence[JobInfo]:
-        """Renew this node's leases on ``job_ids`` (claiming nothing new) and return the
-        current rows of those it still holds."""
         ...
 
     async def end_schedule(self, job_ids: Sequence[int]) -> None:
@@ -234,6 +237,7 @@ class ScheduleLoop:
         self.config = config or LoopConfig()
         self.stats = LoopStats()
         self._held: dict[int, _Held] = {}
+        self._releasing: set[int] = set()
         self._heap: list[_HeapEntry] = []
         self._seq = itertools.count()
         self._generation = itertools.count(1)
@@ -311,25 +315,23 @@ class ScheduleLoop:
         """One claim cycle: write pending advances, claim/renew/re-read, plan."""
         now = self._clock.now_ms()
         window_end = now + self.config.pre_read_ms
+        lease_ms = self.config.lease_ms
         async with self._db_lock:
             await self._flush_locked()
-            nodes, due = await self._store.heartbeat(now, now + self.config.lease_ms, window_end)
+            nodes, due = await self._store.heartbeat(now, now + lease_ms, window_end)
             allowed = self._fair_share(nodes, due)
-            if len(self._held) >= allowed:
-                # At or over the fair share: keep what is held, leave the rest to the others.
-                rows = await self._store.refresh(list(self._held), now, self.config.lease_ms)
-                complete = True
-            else:
-                rows = await self._store.claim(now, window_end, self.config.lease_ms, self.config.claim_limit)
-                complete = len(rows) < self.config.claim_limit
-                returned = {r.id for r in rows}
-                missing = [j for j in self._held if j not in returned]
-                if missing and complete:
-                    # SKIP LOCKED also passes over our own rows while another node's scan has
-                    # them locked (InnoDB locks scanned rows before the lease filter): ask our
-                    # leases, so only jobs really stopped, moved or leased away are dropped.
-                    rows = [*rows, *await self._store.refresh(missing, now, self.config.lease_ms)]
-        self._apply_claim(rows, now, complete)
+            held = await self._store.renew(now, lease_ms, {i: h.job for i, h in self._held.items()})
+            rows = list(held.changed)
+            ids = set(held.ids)
+            room = min(self.config.claim_limit, allowed - len(ids))
+            if room > 0:
+                # Over the fair share a node only keeps what it holds; the rest is the others'.
+                claimed = await self._store.claim(now, window_end, lease_ms, room)
+                if len(claimed) == self.config.claim_limit:
+                    log.warning("claim returned the limit (%d rows); raise claim_limit", len(claimed))
+                rows += claimed
+                ids.update(j.id for j in claimed)
+        self._apply_claim(rows, ids, now, window_end)
         self._shed_excess(allowed)
         if self._preparer is not None:
             async with self._db_lock:
@@ -344,38 +346,42 @@ class ScheduleLoop:
         async with self.cycle_done:
             self.cycle_done.notify_all()
 
-    def _apply_claim(self, rows: Sequence[JobInfo], now: int, complete: bool) -> None:
+    def _apply_claim(self, rows: Sequence[JobInfo], held_ids: set[int], now: int, window_end: int) -> None:
+        """Apply a claim: ``rows`` are the new or changed rows among ``held_ids``, every job
+        whose lease this node now holds."""
         lease_until = now + self.config.lease_ms
-        seen: set[int] = set()
         to_release: list[int] = []
         for row in rows:
-            seen.add(row.id)
+            if row.id in self._releasing:
+                continue  # dropped by this node; its release is on the way
             held = self._held.get(row.id)
             if row.trigger_status != 1:
                 self._drop(row.id)
                 to_release.append(row.id)
-            elif held is None:
-                self._adopt(row, now, lease_until)
-            elif held.leaving:
-                held.lease_until_ms = lease_until
-            elif self._changed(held, row):
-                log.info("job %s changed while held; re-planning from the database", row.id)
-                self._drop(row.id)
-                self._adopt(row, now, lease_until)
+            elif held is not None and (held.leaving or not self._changed(held, row)):
+                if not held.leaving:
+                    held.job = row
             else:
-                held.job = row
+                if held is not None:
+                    log.info("job %s changed while held; re-planning from the database", row.id)
+                    self._drop(row.id)
+                if row.trigger_next_time > window_end:
+                    to_release.append(row.id)  # (edited to be) due later: for a later claim
+                else:
+                    self._adopt(row, now, lease_until)
+        gone: list[int] = []
+        for job_id, held in self._held.items():
+            if job_id in held_ids:
                 held.lease_until_ms = lease_until
-        if complete:
-            # Held but not returned: stopped, moved out of the window, or leased away.
-            gone = [j for j, h in self._held.items() if j not in seen and not h.leaving]
-            if gone:
-                log.info("%d held jobs were not returned by the claim (stopped, moved or leased "
-                         "away); dropping them: %s", len(gone), gone[:20])
+            else:
+                gone.append(job_id)
+        if gone:
+            # The lease is no longer ours (the job was deleted, or taken over after this
+            # node failed to renew in time).
+            log.info("%d held jobs are no longer leased to this node; dropping them: %s",
+                     len(gone), gone[:20])
             for job_id in gone:
                 self._drop(job_id)
-                to_release.append(job_id)
-        else:
-            log.warning("claim returned the limit (%d rows); raise claim_limit", len(rows))
         if to_release:
             self._spawn(self._release(to_release), "release")
         self.stats.held = len(self._held)
@@ -466,8 +472,12 @@ class ScheduleLoop:
             raise
 
     async def _release(self, job_ids: list[int]) -> None:
-        await self._cancel_prepared()
-        await self._store.release(job_ids)
+        self._releasing.update(job_ids)
+        try:
+            await self._cancel_prepared()
+            await self._store.release(job_ids)
+        finally:
+            self._releasing.difference_update(job_ids)
 
     # ----------------------------------------------------------------- preparing ahead
     async def _prepare_ahead(self, preparer: FirePreparer, now: int) -> None:
@@ -729,10 +739,12 @@ class ScheduleLoop:
 
     def _after_advance(self, pending: dict[int, tuple[int, int, _Held]]) -> None:
         leaving: list[int] = []
-        for job_id, (_, nxt, held) in pending.items():
+        for job_id, (last, nxt, held) in pending.items():
             if self._held.get(job_id) is not held:
                 continue
             held.db_next_ms = nxt
+            # The row as the database now has it: the next renewal then sees it unchanged.
+            held.job = replace(held.job, trigger_last_time=last, trigger_next_time=nxt)
             # (An advance of an earlier fire still names the planned instant: not yet.)
             if held.leaving and nxt > held.planned_ms:
                 leaving.append(job_id)
@@ -770,22 +782,16 @@ class StoreLeases:
     def __init__(self, store: Store, node_id: str) -> None:
         self._store = store
         self.node_id = node_id
-        # The rows of the last claim: the next claim re-reads only the jobs that changed.
-        self._claimed: dict[int, JobInfo] = {}
 
     async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
-        rows = await self._store.jobs.claim_due(self.node_id, now_ms, window_end_ms, lease_ms, limit,
-                                                cached=self._claimed)
-        self._claimed = {j.id: j for j in rows}
-        return rows
+        return await self._store.jobs.claim_due(self.node_id, now_ms, window_end_ms, lease_ms, limit,
+                                                new_only=True)
+
+    async def renew(self, now_ms: int, lease_ms: int, known: Mapping[int, JobInfo]) -> HeldJobs:
+        return await self._store.jobs.renew_held(self.node_id, now_ms + lease_ms, known)
 
     async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
         return await self._store.jobs.advance(self.node_id, updates)
-
-    async def refresh(self, job_ids: Sequence[int], now_ms: int, lease_ms: int) -> Sequence[JobInfo]:
-        await self._store.jobs.renew_leases(self.node_id, job_ids, now_ms + lease_ms)
-        rows = await self._store.jobs.get_many(job_ids)
-        return [j for j in rows.values() if j.lease_owner == self.node_id]
 
     async def end_schedule(self, job_ids: Sequence[int]) -> None:
         for job_id in job_ids:

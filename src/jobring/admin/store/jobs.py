@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import operator
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, delete, insert, or_, select, update
@@ -28,8 +29,18 @@ _LEASE_FIELDS = ("id", "lease_owner", "lease_until", "add_time")
 # What changes on a job row without its update_time changing (the loop's own writes, start/
 # stop, GLUE saves): with update_time, a cached row whose values here match is still current.
 _SIGNATURE = ("update_time", "glue_updatetime", "trigger_status", "trigger_next_time", "trigger_last_time")
+_signature = operator.attrgetter(*_SIGNATURE)
+_signature_select = select(job_info.c.id, *(job_info.c[name] for name in _SIGNATURE))
 _ADVANCE_SHAPES = (4, 8, 16, 32, 64, UPDATE_CHUNK)
 _DATETIME_FIELDS = ("add_time", "update_time", "glue_updatetime")
+
+
+@dataclass(frozen=True, slots=True)
+class HeldJobs:
+    """What a node holds after renewing its leases (:meth:`JobRepository.renew_held`)."""
+
+    ids: frozenset[int]  # every job leased to the node
+    changed: list[JobInfo]  # the rows new to the caller or changed since it read them
 
 
 def _values(job: JobInfo, exclude: Iterable[str]) -> dict[str, Any]:
@@ -155,53 +166,60 @@ class JobRepository(Repository):
 
     async def claim_due(
         self, node_id: str, now_ms: int, window_end_ms: int, lease_ms: int, limit: int,
-        cached: Mapping[int, JobInfo] | None = None,
+        *, new_only: bool = False,
     ) -> builtins.list[JobInfo]:
         """Lease up to ``limit`` running jobs due by ``window_end_ms`` to ``node_id``.
 
         A job is claimable when its lease expired (``lease_until < now_ms``) or is already
-        ours. Rows are locked with ``FOR UPDATE SKIP LOCKED`` where the server supports it
-        (PostgreSQL, MariaDB 10.6+, MySQL 8), so concurrent nodes get disjoint sets; SQLite
-        takes its single write lock (BEGIN IMMEDIATE). Oldest ``trigger_next_time`` first,
-        read through ``ix_job_info_due``. Returns the jobs with the new lease.
-
-        ``cached``: rows the caller already has (by id). The scan then reads only a few
-        columns and the full row only of jobs not cached or changed since (update time,
-        GLUE time, status, last/next time differ): a node renewing a thousand held jobs
-        every second re-reads just the ones that changed.
+        ours (renewed here; with ``new_only``, only expired ones: a node renews its own with
+        :meth:`renew_held`). Rows are locked with ``FOR UPDATE SKIP LOCKED`` where the server
+        supports it (PostgreSQL, MariaDB 10.6+, MySQL 8), so concurrent nodes get disjoint
+        sets; SQLite takes its single write lock (BEGIN IMMEDIATE). Oldest
+        ``trigger_next_time`` first, read through ``ix_job_info_due``. Returns the jobs with
+        the new lease.
         """
         if limit <= 0:
             return []
         caps = await self._db.capabilities()
         until = now_ms + lease_ms
-        stmt = due_statement(node_id, now_ms, window_end_ms, limit, caps.backend, caps.skip_locked)
-        if cached is not None:
-            stmt = stmt.with_only_columns(job_info.c.id, *(job_info.c[name] for name in _SIGNATURE))
+        stmt = due_statement(node_id, now_ms, window_end_ms, limit, caps.backend, caps.skip_locked,
+                             new_only=new_only)
         async with self._db.write(read_committed=True) as conn:
             rows = (await conn.execute(stmt)).all()
             if not rows:
                 return []
-            ids = [r.id for r in rows]
-            for part in chunks(ids):
+            for part in chunks([r.id for r in rows]):
                 await conn.execute(
                     update(job_info)
                     .where(job_info.c.id.in_(part))
                     .values(lease_owner=node_id, lease_until=until)
                 )
-            if cached is None:
-                claimed = [to_record(JobInfo, r) for r in rows]
-            else:
-                claimed, stale = [], []
-                for r in rows:
-                    known = cached.get(r.id)
-                    if known is not None and all(getattr(known, n) == getattr(r, n) for n in _SIGNATURE):
-                        claimed.append(known)
-                    else:
-                        stale.append(r.id)
-                for part in chunks(stale):
-                    fresh = (await conn.execute(select(job_info).where(job_info.c.id.in_(part)))).all()
-                    claimed.extend(to_record(JobInfo, r) for r in fresh)
-        return [_with_lease(j, node_id, until) for j in claimed]
+        return [_with_lease(to_record(JobInfo, r), node_id, until) for r in rows]
+
+    async def renew_held(self, node_id: str, until_ms: int, known: Mapping[int, JobInfo]) -> HeldJobs:
+        """Extend every lease ``node_id`` holds to ``until_ms`` and say what it holds.
+
+        ``known``: the rows the caller has (by id). Only jobs not among them, or whose row
+        changed since (update time, GLUE time, status, last/next time differ), are read in
+        full: a node renewing a thousand held jobs every second reads a few narrow columns
+        of each and the whole row of the few that changed. Statements have a fixed shape
+        (no id lists), so the database's prepared statements are reused.
+        """
+        held = job_info.c.lease_owner == node_id
+        async with self._db.write(read_committed=True) as conn:
+            await conn.execute(update(job_info).where(held).values(lease_until=until_ms))
+            rows = (await conn.execute(_signature_select.where(held))).all()
+            ids = frozenset(r[0] for r in rows)
+            stale: builtins.list[int] = []
+            for r in rows:
+                mine = known.get(r[0])
+                if mine is None or _signature(mine) != tuple(r[1:]):
+                    stale.append(r[0])
+            changed: builtins.list[JobInfo] = []
+            for part in chunks(stale):
+                fresh = (await conn.execute(select(job_info).where(job_info.c.id.in_(part)))).all()
+                changed.extend(_with_lease(to_record(JobInfo, r), node_id, until_ms) for r in fresh)
+        return HeldJobs(ids, changed)
 
     async def advance(self, node_id: str, updates: Sequence[tuple[int, int, int]]) -> int:
         """Apply ``(job_id, trigger_last_time, trigger_next_time)`` for jobs ``node_id`` holds.
@@ -245,15 +263,17 @@ class JobRepository(Repository):
 
 
 def due_statement(
-    node_id: str, now_ms: int, window_end_ms: int, limit: int, backend: str, skip_locked: bool
+    node_id: str, now_ms: int, window_end_ms: int, limit: int, backend: str, skip_locked: bool,
+    *, new_only: bool = False,
 ) -> Select[Any]:
     """The due-job scan of ``claim_due`` (exposed so tests can EXPLAIN it)."""
+    claimable = job_info.c.lease_until < now_ms
     stmt = (
         select(job_info)
         .where(
             job_info.c.trigger_status == 1,
             job_info.c.trigger_next_time <= window_end_ms,
-            or_(job_info.c.lease_until < now_ms, job_info.c.lease_owner == node_id),
+            claimable if new_only else or_(claimable, job_info.c.lease_owner == node_id),
         )
         .order_by(job_info.c.trigger_next_time)
         .limit(limit)
