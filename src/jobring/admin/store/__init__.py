@@ -16,11 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
+from jobring.admin.store.fires import FireRepository, UnconfirmedFire
 from jobring.admin.store.groups import EXECUTOR, GroupRepository, RegistryRepository
-from jobring.admin.store.jobs import JobRepository
+from jobring.admin.store.jobs import HeldJobs, JobRepository
 from jobring.admin.store.logs import HANDLE_MSG_MAX, LogRepository
 from jobring.admin.store.migrate import UpgradeResult, current_revision, head_revision, upgrade_database
 from jobring.admin.store.misc import GlueRepository, ReportRepository, ScheduleLock
+from jobring.admin.store.nodes import SchedulerNodeRepository
 from jobring.admin.store.records import (
     ApiToken,
     ClearRule,
@@ -51,6 +53,8 @@ class Store:
         self.db = Db(engine)
         self.jobs = JobRepository(self.db)
         self.logs = LogRepository(self.db)
+        self.fires = FireRepository(self.db)
+        self.nodes = SchedulerNodeRepository(self.db)
         self.groups = GroupRepository(self.db)
         self.registry = RegistryRepository(self.db)
         self.reports = ReportRepository(self.db)
@@ -90,10 +94,12 @@ __all__ = [
     "ClearRule",
     "Conflict",
     "DayCount",
+    "FireRepository",
     "GlueRepository",
     "GlueVersion",
     "GroupRepository",
     "HandleResult",
+    "HeldJobs",
     "JobGroup",
     "JobInfo",
     "JobRepository",
@@ -111,11 +117,13 @@ __all__ = [
     "ReportTotals",
     "ResultOutcome",
     "ScheduleLock",
+    "SchedulerNodeRepository",
     "SettingRepository",
     "Store",
     "StoreError",
     "TokenRepository",
     "TriggerResult",
+    "UnconfirmedFire",
     "UpgradeResult",
     "User",
     "UserRepository",

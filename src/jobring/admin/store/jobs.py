@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, insert, or_, select, update
 
 from jobring.admin.store.base import (
     UPDATE_CHUNK,
@@ -139,6 +139,13 @@ class JobRepository(Repository):
             result = await conn.execute(update(job_info).where(job_info.c.id == job_id).values(**values))
             if result.rowcount == 0:
                 raise NotFound(f"job {job_id} does not exist")
+
+    async def count_due(self, window_end_ms: int) -> int:
+        """How many running jobs are due by ``window_end_ms`` (read through ``ix_job_info_due``)."""
+        stmt = select(func.count()).select_from(job_info).where(
+            job_info.c.trigger_status == 1, job_info.c.trigger_next_time <= window_end_ms)
+        async with self._db.read() as conn:
+            return int((await conn.execute(stmt)).scalar_one())
 
     async def count_in_group(self, group_id: int) -> int:
         """How many jobs belong to the group."""

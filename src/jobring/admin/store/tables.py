@@ -73,6 +73,7 @@ job_info = Table(
     Column("lease_until", BigInteger, nullable=False, server_default="0"),  # epoch ms
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
+    Index("ix_job_info_lease_owner", "lease_owner"),
 )
 
 job_log = Table(
@@ -188,6 +189,16 @@ api_token = Table(
     Column("revoked", Boolean, nullable=False, server_default="0"),
     UniqueConstraint("token_hash", name="ux_api_token_hash"),
     Index("ix_api_token_user", "user_id"),
+)
+
+# Admin nodes that schedule: announced every cycle (alive_until), and the latest planned
+# instant each node may send (send_fence), raised a little ahead of time while it runs.
+scheduler_node = Table(
+    "jobring_scheduler_node",
+    metadata,
+    Column("node_id", String(64), primary_key=True),
+    Column("alive_until", BigInteger, nullable=False, server_default="0"),
+    Column("send_fence", BigInteger, nullable=False, server_default="0"),
 )
 
 SCHEDULE_LOCK = "schedule_lock"

@@ -1,0 +1,79 @@
+"""Scheduling admin nodes (``jobring_scheduler_node``): liveness and send fences."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from jobring.admin.store.base import Repository, chunks
+from jobring.admin.store.tables import scheduler_node
+
+
+class SchedulerNodeRepository(Repository):
+    """One row per scheduling node (every process start has a new node id).
+
+    ``alive_until`` (epoch ms) is renewed every cycle; 0 after a clean stop. ``send_fence``
+    is the latest planned instant the node may send a fire for: it is raised ahead of time
+    and committed before any fire beyond it goes out, so a node that takes over a dead
+    node's jobs knows that fires planned after the fence were never sent.
+    """
+
+    async def announce(self, node_id: str, alive_until_ms: int) -> None:
+        """Record that ``node_id`` schedules until ``alive_until_ms`` (0: it is leaving)."""
+        await self._upsert(node_id, {"alive_until": alive_until_ms})
+
+    async def raise_fence(self, node_id: str, fence_ms: int) -> None:
+        """Let ``node_id`` send fires planned up to ``fence_ms`` (a fence never moves back)."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(scheduler_node)
+                .where(scheduler_node.c.node_id == node_id, scheduler_node.c.send_fence < fence_ms)
+                .values(send_fence=fence_ms))
+            if result.rowcount:
+                return
+            exists = (await conn.execute(
+                select(scheduler_node.c.node_id).where(scheduler_node.c.node_id == node_id))).first()
+        if exists is None:
+            await self._upsert(node_id, {"send_fence": fence_ms})
+
+    async def live_count(self, now_ms: int) -> int:
+        """How many nodes are announced as scheduling at ``now_ms``."""
+        stmt = select(func.count()).select_from(scheduler_node).where(scheduler_node.c.alive_until >= now_ms)
+        async with self._db.read() as conn:
+            return int((await conn.execute(stmt)).scalar_one())
+
+    async def send_fences(self, node_ids: Collection[str]) -> dict[str, int]:
+        """The send fence of each known node among ``node_ids``."""
+        found: dict[str, int] = {}
+        async with self._db.read() as conn:
+            for part in chunks(sorted(node_ids)):
+                rows = (await conn.execute(
+                    select(scheduler_node.c.node_id, scheduler_node.c.send_fence)
+                    .where(scheduler_node.c.node_id.in_(part)))).all()
+                found.update({r.node_id: int(r.send_fence) for r in rows})
+        return found
+
+    async def forget(self, gone_before_ms: int) -> int:
+        """Delete nodes not alive since ``gone_before_ms``; returns how many."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                delete(scheduler_node).where(scheduler_node.c.alive_until < gone_before_ms))
+            return int(result.rowcount)
+
+    async def _upsert(self, node_id: str, values: dict[str, int]) -> None:
+        where = scheduler_node.c.node_id == node_id
+        async with self._db.write() as conn:
+            if (await conn.execute(update(scheduler_node).where(where).values(**values))).rowcount:
+                return
+            exists = (await conn.execute(select(scheduler_node.c.node_id).where(where))).first()
+            if exists is not None:
+                return  # matched with the same values (MySQL counts changed rows only)
+        try:
+            async with self._db.write() as conn:
+                await conn.execute(insert(scheduler_node).values(node_id=node_id, **values))
+        except IntegrityError:
+            # Inserted meanwhile by the same node's other task: write the values onto it.
+            async with self._db.write() as conn:
+                await conn.execute(update(scheduler_node).where(where).values(**values))
