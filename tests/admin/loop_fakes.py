@@ -10,7 +10,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from jobring.admin.scheduler.loop import FireBatch, LoopConfig, PlannedFire, ScheduleLoop
+from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
+from jobring.admin.scheduler.ports import FireBatch, PlannedFire
 from jobring.admin.scheduler.timers import ManualTimers
 from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo
@@ -36,6 +37,7 @@ class FakeJobTable:
     released: list[tuple[str, int]] = field(default_factory=list)
     ended: list[int] = field(default_factory=list)
     nodes: dict[str, int] = field(default_factory=dict)
+    fences: dict[str, int] = field(default_factory=dict)
 
     def put(self, job: JobInfo) -> None:
         self.jobs[job.id] = job
@@ -49,6 +51,7 @@ class FakeLeases:
         self.table = table
         self.node_id = node_id
         self.fail_claims = False
+        self.fail_fence = False
 
     def _check(self) -> None:
         if self.fail_claims:
@@ -94,6 +97,16 @@ class FakeLeases:
                 self.table.advances.append((self.node_id, job_id, last, nxt))
                 applied += 1
         return applied
+
+    async def settle_takeover(self, jobs: Sequence[JobInfo]) -> Mapping[int, int]:
+        return {}  # the fake fire sinks record nothing ahead
+
+    async def raise_fence(self, fence_ms: int) -> None:
+        await asyncio.sleep(0)
+        self._check()
+        if self.fail_fence:
+            raise ConnectionError("fence update timed out")
+        self.table.fences[self.node_id] = max(fence_ms, self.table.fences.get(self.node_id, 0))
 
     async def end_schedule(self, job_ids: Sequence[int]) -> None:
         for job_id in job_ids:

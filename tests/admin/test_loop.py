@@ -163,6 +163,25 @@ async def test_claim_errors_are_survived(h: Harness) -> None:
     assert h.runlog.fired() == [(1, T0 + 1_000), (1, T0 + 2_000)]
 
 
+async def test_fires_wait_for_the_send_fence(h: Harness) -> None:
+    """No fire planned beyond the committed send fence goes out: a node taking over would
+    take such fires as never sent and send them itself."""
+    h.table.put(fix_rate_job(1, T0 + 1_000))
+    loop = h.loop()
+    await loop.start()
+    await h.advance_to(T0 + 1_100)
+    h.leases["n1"].fail_fence = True
+    fence = h.table.fences["n1"]
+    assert T0 + 2_000 <= fence < T0 + 3_000
+    await h.advance_to(T0 + 4_500)
+    assert [p for _, p in h.runlog.fired()] == [T0 + 1_000, T0 + 2_000]
+    h.leases["n1"].fail_fence = False
+    await h.advance_to(T0 + 5_100)
+    late = h.runlog.records[2]
+    assert late.planned_ms == T0 + 3_000 and late.at_ms > T0 + 4_500
+    assert all(r.planned_ms <= h.table.fences["n1"] for r in h.runlog.records)
+
+
 async def test_lost_lease_stops_fires_before_they_are_sent() -> None:
     h = Harness(config=LoopConfig(lease_ms=3_000))
     h.table.put(fix_rate_job(1, T0 + 500))

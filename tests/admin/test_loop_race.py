@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 
 import pytest
 
-from jobring.admin.scheduler.loop import FireBatch, PlannedFire, ScheduleLoop
+from jobring.admin.scheduler.loop import ScheduleLoop
+from jobring.admin.scheduler.ports import FireBatch, PlannedFire
 from jobring.admin.scheduler.timers import ManualTimers
 from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo

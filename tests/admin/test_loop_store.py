@@ -14,8 +14,9 @@ from datetime import datetime
 import pytest
 from sqlalchemy import select
 
+from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop, StoreLeases, trigger_fire_batch
+from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.timers import ManualTimers
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.store import Store
@@ -169,6 +170,10 @@ async def test_survivor_takes_over_a_dead_nodes_jobs_without_double_fires(world:
         task.cancel()
     await asyncio.gather(*a._tasks, return_exceptions=True)
     a._tasks = []
+    fence = (await world.store.nodes.send_fences(["a"]))["a"]
+    left = await world.store.fires.unconfirmed([job_id], "b")
+    never_sent = {f.planned_time for f in left if f.planned_time > fence}
+    assert never_sent, (fence, left)  # a recorded fires further ahead than its fence
     b = world.node("b", lease_ms=3_000)
     await b.start()
     await world.step_to([b], T0 + 9_000)
@@ -179,11 +184,18 @@ async def test_survivor_takes_over_a_dead_nodes_jobs_without_double_fires(world:
     assert keys[-1] == T0 + 9_000
     run_logs = [c.body["logId"] for c in world.double.runs()]
     assert len(run_logs) == len(set(run_logs)) == len(keys)
-    # What a recorded ahead and never sent stays unsent (it may have been sent just before a
-    # died, unrecorded); b does not send those instants again.
-    orphans = await world.fired_rows(dispatched=False)
-    assert {r[3] for r in orphans if r[1] is not None and r[1] <= T0 + 4_500} <= {"a"}
+    # What a recorded beyond its send fence was never sent: b sends those instants itself.
+    assert never_sent <= {r[1] for r in rows if r[3] == "b"}
+    # What a recorded up to its fence and did not confirm may have been sent just before it
+    # died: b does not send it again; it stays for its callback (or the lost-run monitor).
+    orphans = [r for r in await world.fired_rows(dispatched=False) if r[3] == "a"]
+    assert orphans and all(r[1] is not None and r[1] <= fence for r in orphans)
     assert not {r[1] for r in orphans} & set(keys)
+    # Every instant up to the takeover is sent or left visibly unconfirmed. (b picks the job
+    # up under 5 s late: that fire goes out and the instants it passed over are logged.)
+    accounted = {*keys, *(r[1] for r in orphans)}
+    assert set(range(T0 + 1_000, max(never_sent) + 1, 1_000)) <= accounted
+    assert set(range(T0 + 7_000, T0 + 9_001, 1_000)) <= accounted
     job = await world.store.jobs.get(job_id)
     assert job is not None and job.lease_owner == "b"
 
@@ -192,10 +204,11 @@ async def test_heartbeat_counts_live_nodes_and_due_jobs_and_forgets_old_nodes(wo
     await _job(world, T0 + 1_000)
     await _job(world, T0 + 60_000)
     a, b = StoreLeases(world.store, "a"), StoreLeases(world.store, "b")
-    await world.store.settings.set("scheduler_node:long-gone", str(T0 - 7_200_000))
+    await world.store.nodes.announce("long-gone", T0 - 8 * 86_400_000)
+    assert await world.store.nodes.send_fences(["long-gone"]) == {"long-gone": 0}
     assert await a.heartbeat(T0, T0 + 10_000, T0 + 5_000) == (1, 1)
     assert await b.heartbeat(T0, T0 + 10_000, T0 + 5_000) == (2, 1)
-    assert "scheduler_node:long-gone" not in await world.store.settings.all()
+    assert await world.store.nodes.send_fences(["long-gone"]) == {}
     await b.heartbeat(T0, 0, T0)  # b stops
     assert await a.heartbeat(T0 + 1_000, T0 + 11_000, T0 + 61_000) == (1, 2)
 

@@ -290,3 +290,9 @@ async def test_killed_node_jobs_are_taken_over_without_double_fires(
     assert {r.admin_node for r in rows if r.planned_time >= settled} == {survivor.node_id}
     seen = Counter(c.log_id for c in executor.calls)
     assert [log_id for log_id, c in seen.items() if c > 1] == []
+    # The victim recorded fires 2.5 s ahead; those beyond its send fence (kept ~1 s ahead)
+    # were withdrawn at takeover. What is left unconfirmed may have been sent before the kill.
+    fence = (await store.nodes.send_fences([victim.node_id]))[victim.node_id]
+    assert fence <= killed_at + 1_500
+    left = await store.fires.unconfirmed(ids, survivor.node_id)
+    assert all(f.admin_node == victim.node_id and f.planned_time <= fence for f in left), (fence, left)

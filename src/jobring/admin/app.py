@@ -34,9 +34,10 @@ from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
+from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop, StoreLeases, trigger_fire_batch
+from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService

@@ -17,12 +17,16 @@ How it works (and the rules it keeps):
   claimant finds that instant in the past and applies the misfire rule (see
   :mod:`jobring.core.planning`). The run log's unique key on (job id, planned instant)
   drops a fire that is already recorded, so no instant is sent twice.
-* **Takeover and fires recorded ahead.** Rows a dead node recorded ahead and did not mark
-  as sent are *not* adopted: their results are written up to 100 ms after the /run call
-  (and a node cut off from the database keeps sending until its lease margin), so such a
-  row may have been sent; sending it again could run it twice. They stay unsent and the
-  lost-run monitor fails them after 10 minutes (visible, retried/alarmed by the fail
-  monitor). A clean stop, a shed job or a stopped/edited job withdraws its rows first.
+* **Send fence.** A node sends no fire planned beyond its committed send fence, which it
+  keeps ``fence_ahead_ms`` (1 s) ahead of now in its node row (raised every 250 ms; a fire
+  due beyond it waits). A clean stop, a shed job or a stopped/edited job withdraws its rows
+  recorded ahead first.
+* **Takeover.** A node that claims a job whose lease ran out settles the fires other nodes
+  recorded ahead and did not confirm (``LeaseStore.settle_takeover``): those planned beyond
+  their node's fence were never sent and are withdrawn, so the misfire rule applies to
+  them; those up to the fence may have been sent just before the node died (results are
+  written up to 100 ms after the /run call) and are not sent again: the job resumes after
+  the latest of them, which stays for its callback or the lost-run monitor (10 minutes).
 * **Clock skew.** A node sends only while ``now < lease_until - lease_guard_ms`` (1 s) by its
   own clock, and another node claims only after ``lease_until`` by its own clock: no
   instant is sent by two nodes as long as the nodes' clocks differ by less than 1 s.
@@ -38,7 +42,7 @@ How it works (and the rules it keeps):
   released, so the other nodes have a whole period to claim it before its next instant.
   (A late fire plans from now and does not catch up: a job picked up more than a period
   late would lose an instant; such skips are logged as warnings.)
-* **Edits and stops.** Held jobs are re-read every cycle. A stopped job (trigger_status
+* **Edits and stops.** Held jobs' rows are checked every cycle. A stopped job (trigger_status
   0), or one whose schedule fields, update time or ``trigger_next_time`` changed behind
   the loop's back, is dropped and, if still running, re-planned from the database. So a
   stop or an edit takes effect within one cycle (1 s); fires already due in that second
@@ -52,95 +56,24 @@ import heapq
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
 
-from sqlalchemy import delete, func, select
-
+from jobring.admin.scheduler.ports import (
+    FireBatch,
+    FirePreparer,
+    LeaseStore,
+    PlannedFire,
+    Schedule,
+    ScheduleFactory,
+)
 from jobring.admin.scheduler.timers import TimerHandle, Timers
-from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
-from jobring.admin.store import NotFound, Store
-from jobring.admin.store.jobs import HeldJobs
+from jobring.admin.scheduler.trigger import PreparedBatch
 from jobring.admin.store.records import JobInfo
-from jobring.admin.store.tables import job_info, setting
 from jobring.core.enums import ScheduleType, TriggerType
 from jobring.core.planning import MISFIRE_THRESHOLD_MS, FireDecision, decide_fire
 
 log = logging.getLogger(__name__)
-
-
-class Schedule(Protocol):
-    def next_fire_ms(self, after_ms: int) -> int | None: ...
-
-
-ScheduleFactory = Callable[[str, "str | None", str], Schedule]
-"""(schedule_type, schedule_conf, time zone) -> Schedule; raises ValueError when unusable."""
-
-
-class LeaseStore(Protocol):
-    """The loop's view of the job table, bound to this node's id."""
-
-    async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
-        """Lease up to ``limit`` running jobs due by ``window_end_ms`` whose leases are free or
-        expired, and return their rows."""
-        ...
-
-    async def renew(self, now_ms: int, lease_ms: int, known: Mapping[int, JobInfo]) -> HeldJobs:
-        """Renew every lease this node holds; return the ids held and the rows that are not
-        in ``known`` or changed since."""
-        ...
-
-    async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
-        """Write ``(job_id, trigger_last_time, trigger_next_time)`` where this node holds the
-        lease; return how many rows were written."""
-        ...
-
-    async def end_schedule(self, job_ids: Sequence[int]) -> None:
-        """Stop jobs whose schedule has no further instant (trigger_status 0, next 0)."""
-        ...
-
-    async def release(self, job_ids: Sequence[int]) -> None:
-        """Give up this node's leases on the jobs."""
-        ...
-
-    async def heartbeat(self, now_ms: int, until_ms: int, window_end_ms: int) -> tuple[int, int]:
-        """Announce this node as scheduling until ``until_ms`` (0: leaving); return the number
-        of scheduling nodes alive at ``now_ms`` (this one included) and of running jobs due
-        by ``window_end_ms``."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedFire:
-    """One fire of a job: its identity is (job.id, planned_ms)."""
-
-    job: JobInfo
-    trigger_type: TriggerType
-    planned_ms: int
-
-
-FireBatch = Callable[[Sequence[PlannedFire]], Awaitable[None]]
-"""Records the fires' log rows (duplicates dropped) and dispatches them. Returning means the
-fires are recorded; raising means none of them were."""
-
-
-@runtime_checkable
-class FirePreparer(Protocol):
-    """A fire port that can also record fires ahead of their instants (the loop then does so)."""
-
-    async def prepare(self, fires: Sequence[PlannedFire]) -> list[PreparedBatch | None]:
-        """Record the fires' log rows now; per fire its prepared batch, or None when the
-        (job, instant) was already recorded (it must not be sent). Raising: none recorded."""
-        ...
-
-    async def dispatch(self, batches: Sequence[PreparedBatch]) -> None:
-        """Send prepared fires (their trigger results are recorded later, in batches)."""
-        ...
-
-    async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
-        """Withdraw prepared fires that will not be sent (their rows are deleted)."""
-        ...
 
 
 class _Unprepared:
@@ -174,6 +107,10 @@ class LoopConfig:
     max_coalesce_ms: int = 2
     misfire_threshold_ms: int = MISFIRE_THRESHOLD_MS
     stop_timeout_s: float = 10.0
+    # The send fence (the latest planned instant this node may send) is kept this far ahead
+    # of now, raised this often. A fire beyond the committed fence waits for it.
+    fence_ahead_ms: int = 1_000
+    fence_every_ms: int = 250
 
 
 @dataclass(slots=True)
@@ -238,6 +175,8 @@ class ScheduleLoop:
         self.stats = LoopStats()
         self._held: dict[int, _Held] = {}
         self._releasing: set[int] = set()
+        self._fence_ms = 0  # committed send fence
+        self._fence_raised: asyncio.Future[None] | None = None
         self._heap: list[_HeapEntry] = []
         self._seq = itertools.count()
         self._generation = itertools.count(1)
@@ -258,11 +197,12 @@ class ScheduleLoop:
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        """Start claiming and firing (three tasks: claim cycle, timer, advance writer)."""
+        """Start claiming and firing (tasks: claim cycle, timer, advance writer, send fence)."""
         self._tasks = [
             asyncio.create_task(self._run_cycles(), name="jobring-schedule-cycle"),
             asyncio.create_task(self._run_timer(), name="jobring-schedule-timer"),
             asyncio.create_task(self._run_writer(), name="jobring-schedule-writer"),
+            asyncio.create_task(self._run_fence(), name="jobring-schedule-fence"),
         ]
 
     async def stop(self) -> None:
@@ -316,6 +256,7 @@ class ScheduleLoop:
         now = self._clock.now_ms()
         window_end = now + self.config.pre_read_ms
         lease_ms = self.config.lease_ms
+        maybe_sent: Mapping[int, int] = {}
         async with self._db_lock:
             await self._flush_locked()
             nodes, due = await self._store.heartbeat(now, now + lease_ms, window_end)
@@ -331,7 +272,8 @@ class ScheduleLoop:
                     log.warning("claim returned the limit (%d rows); raise claim_limit", len(claimed))
                 rows += claimed
                 ids.update(j.id for j in claimed)
-        self._apply_claim(rows, ids, now, window_end)
+                maybe_sent = await self._store.settle_takeover(claimed) if claimed else {}
+        self._apply_claim(rows, ids, now, window_end, maybe_sent)
         self._shed_excess(allowed)
         if self._preparer is not None:
             async with self._db_lock:
@@ -346,9 +288,13 @@ class ScheduleLoop:
         async with self.cycle_done:
             self.cycle_done.notify_all()
 
-    def _apply_claim(self, rows: Sequence[JobInfo], held_ids: set[int], now: int, window_end: int) -> None:
+    def _apply_claim(
+        self, rows: Sequence[JobInfo], held_ids: set[int], now: int, window_end: int,
+        maybe_sent: Mapping[int, int],
+    ) -> None:
         """Apply a claim: ``rows`` are the new or changed rows among ``held_ids``, every job
-        whose lease this node now holds."""
+        whose lease this node now holds; ``maybe_sent`` the instants a previous holder may
+        have sent last (per job taken over)."""
         lease_until = now + self.config.lease_ms
         to_release: list[int] = []
         for row in rows:
@@ -368,7 +314,7 @@ class ScheduleLoop:
                 if row.trigger_next_time > window_end:
                     to_release.append(row.id)  # (edited to be) due later: for a later claim
                 else:
-                    self._adopt(row, now, lease_until)
+                    self._adopt(row, now, lease_until, maybe_sent.get(row.id))
         gone: list[int] = []
         for job_id, held in self._held.items():
             if job_id in held_ids:
@@ -422,7 +368,7 @@ class ScheduleLoop:
             return True
         return any(getattr(row, name) != getattr(held.job, name) for name in _SCHEDULE_FIELDS)
 
-    def _adopt(self, row: JobInfo, now: int, lease_until: int) -> None:
+    def _adopt(self, row: JobInfo, now: int, lease_until: int, resume_after: int | None = None) -> None:
         tz = row.schedule_timezone or self._admin_tz
         try:
             if row.schedule_type == ScheduleType.NONE:
@@ -433,10 +379,19 @@ class ScheduleLoop:
             self._pending_end.append(row.id)
             self._advance_wanted.set()
             return
-        held = _Held(row, schedule, row.trigger_next_time, row.trigger_next_time, lease_until,
-                     next(self._generation))
+        planned = row.trigger_next_time
+        if resume_after is not None and resume_after >= planned:
+            # The previous holder may have sent up to that instant: carry on after it.
+            following = schedule.next_fire_ms(resume_after)
+            log.info("job %s resumes after %d (perhaps sent by the node that held it)", row.id, resume_after)
+            if following is None:
+                self._pending_end.append(row.id)
+                self._advance_wanted.set()
+                return
+            planned = following
+        held = _Held(row, schedule, planned, row.trigger_next_time, lease_until, next(self._generation))
         self._held[row.id] = held
-        self._push(held, max(held.planned_ms, now))
+        self._push(held, max(planned, now))
 
     def _drop(self, job_id: int) -> None:
         held = self._held.pop(job_id, None)
@@ -550,6 +505,9 @@ class ScheduleLoop:
                 heapq.heappop(heap)
             now = self._clock.now_ms()
             if heap and heap[0][0] + self._coalesce_ms <= now:
+                if heap[0][0] > self._fence_ms:
+                    await self._wait_for_fence(now)
+                    continue
                 if self._batches_inflight >= self.config.max_inflight_batches:
                     self._batch_slot = loop.create_future()
                     await self._batch_slot
@@ -569,6 +527,24 @@ class ScheduleLoop:
                 if handle is not None:
                     handle.cancel()
 
+    async def _wait_for_fence(self, now: int) -> None:
+        """A fire is due beyond the committed send fence: wait until the fence is raised
+        (checking meanwhile for leases that ran out, as a fire would)."""
+        if self._fence_ms:  # (not the first fence, at start)
+            log.warning("send fence %d not raised in time; fires wait for it", self._fence_ms)
+        guard = self.config.lease_guard_ms
+        expired = [j for j, h in self._held.items() if now >= h.lease_until_ms - guard]
+        for job_id in expired:
+            log.warning("lease on job %s ran out before its fire; dropping it", job_id)
+            self._drop(job_id)
+        fut = self._fence_raised = asyncio.get_running_loop().create_future()
+        handle = self._timers.call_at_ms(now + self.config.fence_every_ms,
+                                         lambda: None if fut.done() else fut.set_result(None))
+        try:
+            await fut
+        finally:
+            handle.cancel()
+
     def _fire_due(self, now: int) -> None:
         heap = self._heap
         fires: list[PlannedFire] = []
@@ -576,7 +552,7 @@ class ScheduleLoop:
         outcomes: list[tuple[_Held, FireDecision]] = []
         horizon = now + self.config.pre_read_ms
         guard = self.config.lease_guard_ms
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= min(now, self._fence_ms):
             _, _, held, generation = heapq.heappop(heap)
             if held.generation != generation:
                 continue
@@ -683,6 +659,24 @@ class ScheduleLoop:
         elif unprepared:
             await self._fire_batch(unprepared)
 
+    # ----------------------------------------------------------------- send fence
+    async def _run_fence(self) -> None:
+        """Keep the committed send fence ``fence_ahead_ms`` ahead of now. A node that takes
+        over this node's jobs knows that fires planned after the fence were never sent."""
+        while True:
+            fence = self._clock.now_ms() + self.config.fence_ahead_ms
+            try:
+                await self._store.raise_fence(fence)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("raising the send fence failed; retrying")
+            else:
+                self._fence_ms = max(self._fence_ms, fence)
+                if self._fence_raised is not None and not self._fence_raised.done():
+                    self._fence_raised.set_result(None)
+            await self._sleep_until(self._clock.now_ms() + self.config.fence_every_ms)
+
     # ----------------------------------------------------------------- advancing
     def _queue_advance(self, held: _Held, decision: FireDecision) -> None:
         if self._held.get(held.job.id) is not held:
@@ -767,92 +761,3 @@ class ScheduleLoop:
         task = asyncio.get_running_loop().create_task(runner())
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
-
-
-NODE_SETTING_PREFIX = "scheduler_node:"
-_FORGET_NODE_AFTER_MS = 3_600_000
-
-
-class StoreLeases:
-    """:class:`LeaseStore` over the admin store's job repository, for one node.
-
-    Live nodes are announced in ``jobring_setting`` rows ``scheduler_node:<id>`` whose value
-    is the announcement's expiry (epoch ms; 0 after a clean stop)."""
-
-    def __init__(self, store: Store, node_id: str) -> None:
-        self._store = store
-        self.node_id = node_id
-
-    async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
-        return await self._store.jobs.claim_due(self.node_id, now_ms, window_end_ms, lease_ms, limit,
-                                                new_only=True)
-
-    async def renew(self, now_ms: int, lease_ms: int, known: Mapping[int, JobInfo]) -> HeldJobs:
-        return await self._store.jobs.renew_held(self.node_id, now_ms + lease_ms, known)
-
-    async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
-        return await self._store.jobs.advance(self.node_id, updates)
-
-    async def end_schedule(self, job_ids: Sequence[int]) -> None:
-        for job_id in job_ids:
-            try:
-                await self._store.jobs.set_status(job_id, 0, 0)
-            except NotFound:
-                log.info("job %s was deleted before its schedule could be ended", job_id)
-
-    async def release(self, job_ids: Sequence[int]) -> None:
-        await self._store.jobs.release(self.node_id, job_ids)
-
-    async def heartbeat(self, now_ms: int, until_ms: int, window_end_ms: int) -> tuple[int, int]:
-        await self._store.settings.set(NODE_SETTING_PREFIX + self.node_id, str(until_ms))
-        live = 0
-        gone: list[str] = []
-        for name, value in (await self._store.settings.all()).items():
-            if not name.startswith(NODE_SETTING_PREFIX):
-                continue
-            if value.isdigit() and int(value) >= now_ms:
-                live += 1
-            elif not value.isdigit() or int(value) < now_ms - _FORGET_NODE_AFTER_MS:
-                gone.append(name)
-        if gone:
-            # Announcements of nodes stopped long ago (every process start has a new id).
-            async with self._store.engine.begin() as conn:
-                await conn.execute(delete(setting).where(setting.c.name.in_(gone)))
-        stmt = select(func.count()).select_from(job_info).where(
-            job_info.c.trigger_status == 1, job_info.c.trigger_next_time <= window_end_ms)
-        async with self._store.engine.connect() as conn:
-            due = int((await conn.execute(stmt)).scalar_one())
-        return max(1, live), due
-
-
-class TriggerFirePort:
-    """The loop's fire port over the trigger service: fires recorded at the instant
-    (``__call__``) or ahead of it (:class:`FirePreparer`). Scheduled fires carry their instant."""
-
-    def __init__(self, trigger: TriggerService) -> None:
-        self._trigger = trigger
-
-    async def __call__(self, fires: Sequence[PlannedFire]) -> None:
-        await self._trigger.fire_batch(_requests(fires))
-
-    async def prepare(self, fires: Sequence[PlannedFire]) -> list[PreparedBatch | None]:
-        batch = await self._trigger.prepare_batch(_requests(fires))
-        return [None if dup else one for dup, one in zip(batch.duplicates, batch.split(), strict=True)]
-
-    async def dispatch(self, batches: Sequence[PreparedBatch]) -> None:
-        await self._trigger.dispatch_prepared(PreparedBatch.merge(batches), record_later=True)
-
-    async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
-        live = [b for b in batches if b.state == "prepared"]
-        if live:
-            removed = await self._trigger.cancel_prepared(PreparedBatch.merge(live))
-            log.info("withdrew %d fires recorded ahead (jobs stopped, edited or handed over)", removed)
-
-
-def _requests(fires: Sequence[PlannedFire]) -> list[FireRequest]:
-    return [FireRequest(f.job, f.trigger_type, planned_time=f.planned_ms) for f in fires]
-
-
-def trigger_fire_batch(trigger: TriggerService) -> TriggerFirePort:
-    """The loop's fire port over the trigger service (it prepares fires ahead)."""
-    return TriggerFirePort(trigger)

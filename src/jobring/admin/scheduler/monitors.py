@@ -16,17 +16,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select, update
-
 from jobring.admin.alarms.base import AlarmContext, Alarmer
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
-from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.groups import EXECUTOR
 from jobring.admin.store.records import HandleResult, JobInfo, LogEntry, ResultOutcome, TriggerResult
-from jobring.admin.store.tables import job_log
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, AlarmStatus, HandleCode, TriggerType
-from jobring.protocol.models import FAIL_CODE, RegistryParam
+from jobring.protocol.models import RegistryParam
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
@@ -225,21 +221,8 @@ async def fail_undispatched(store: Store, triggered_before: datetime, limit: int
     executor; another node sees the fire as recorded and does not fire it again. The update
     is conditional on trigger_code 0, so it is safe with several nodes and late recorders.
     """
-    # Not in the store API yet: kept here until the store offers it.
-    cut = utc_naive(triggered_before)
-    async with store.db.read() as conn:
-        ids = list((await conn.execute(
-            select(job_log.c.id).where(job_log.c.trigger_code == 0, job_log.c.handle_code == 0,
-                                       job_log.c.trigger_time <= cut)
-            .order_by(job_log.c.id).limit(limit))).scalars())
-    changed = 0
-    for part in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-        async with store.db.write() as conn:
-            result = await conn.execute(
-                update(job_log).where(job_log.c.id.in_(part), job_log.c.trigger_code == 0)
-                .values(trigger_code=FAIL_CODE, trigger_msg=MSG_DISPATCH_LOST))
-            changed += result.rowcount
-    return changed
+    ids = await store.fires.undispatched_before(triggered_before, limit)
+    return await store.fires.fail_unconfirmed(ids, MSG_DISPATCH_LOST) if ids else 0
 
 
 class LostRunMonitor(Monitor):

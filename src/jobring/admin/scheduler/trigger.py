@@ -23,12 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete
-
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.lanes import DispatchLanes
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog, TriggerResult
-from jobring.admin.store.tables import job_log
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy, TriggerType
 from jobring.core.routing import Router, RouteResult, parse_strategy
@@ -223,7 +220,8 @@ class TriggerService:
         For precision: the database work happens before the planned instant, so at the
         instant only routing and the /run call remain. Duplicates are known on return
         (``PreparedBatch.duplicates``). A prepared batch must be dispatched or cancelled;
-        one left alone (the node died) is failed by the lost-run monitor after 10 minutes.
+        one left alone because the node died is settled by the node that takes the job over
+        (see :mod:`jobring.admin.scheduler.loop`, "Takeover").
         """
         if self._closed:
             raise RuntimeError("TriggerService is closed")
@@ -253,16 +251,7 @@ class TriggerService:
         ids = [i for plan in batch.plans for i in plan.log_ids]
         if not ids:
             return 0
-        # Not in the store API yet. Only rows never dispatched (trigger_code 0) are removed.
-        removed = 0
-        async with self._store.db.write() as conn:
-            for part in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-                result = await conn.execute(
-                    delete(job_log).where(job_log.c.id.in_(part), job_log.c.trigger_code == 0,
-                                          job_log.c.dispatch_time.is_(None))
-                )
-                removed += int(result.rowcount)
-        return removed
+        return await self._store.fires.withdraw(ids)
 
     async def flush_results(self) -> int:
         """Write the trigger results waiting to be recorded (``record_later``); returns how many."""

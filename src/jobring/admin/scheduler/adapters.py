@@ -1,0 +1,118 @@
+"""The scheduling loop's ports over the admin store and the trigger service."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from jobring.admin.scheduler.ports import PlannedFire
+from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
+from jobring.admin.store import NotFound, Store
+from jobring.admin.store.jobs import HeldJobs
+from jobring.admin.store.records import JobInfo
+
+log = logging.getLogger(__name__)
+
+# A node's row (and its send fence) is kept this long after it was last alive.
+_FORGET_NODE_AFTER_MS = 7 * 86_400_000
+
+
+class StoreLeases:
+    """:class:`LeaseStore` over the admin store, for one node (its job leases, its row in the
+    scheduler node table)."""
+
+    def __init__(self, store: Store, node_id: str) -> None:
+        self._store = store
+        self.node_id = node_id
+        self._forgot_at = 0
+
+    async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
+        return await self._store.jobs.claim_due(self.node_id, now_ms, window_end_ms, lease_ms, limit,
+                                                new_only=True)
+
+    async def renew(self, now_ms: int, lease_ms: int, known: Mapping[int, JobInfo]) -> HeldJobs:
+        return await self._store.jobs.renew_held(self.node_id, now_ms + lease_ms, known)
+
+    async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
+        return await self._store.jobs.advance(self.node_id, updates)
+
+    async def settle_takeover(self, jobs: Sequence[JobInfo]) -> Mapping[int, int]:
+        next_times = {j.id: j.trigger_next_time for j in jobs}
+        # Fires below the stored next time were sent (it is advanced only after the send):
+        # their callbacks fill them in, or the lost-run monitor fails them.
+        orphans = [f for f in await self._store.fires.unconfirmed(next_times, self.node_id)
+                   if f.planned_time >= next_times[f.job_id]]
+        if not orphans:
+            return {}
+        fences = await self._store.nodes.send_fences({f.admin_node for f in orphans if f.admin_node})
+        unsent: list[int] = []
+        maybe_sent: dict[int, int] = {}
+        for fire in orphans:
+            fence = fences.get(fire.admin_node or "")
+            if fence is not None and fire.planned_time > fence:
+                unsent.append(fire.log_id)
+            else:
+                # Perhaps sent just before that node died: not sent again. It stays as it is
+                # (a callback fills it in; otherwise the lost-run monitor fails it).
+                maybe_sent[fire.job_id] = max(maybe_sent.get(fire.job_id, 0), fire.planned_time)
+        withdrawn = await self._store.fires.withdraw(unsent) if unsent else 0
+        log.warning("took over %d jobs with %d fires recorded ahead by other nodes: %d never sent "
+                    "(withdrawn; the misfire rule applies), %d jobs resume after a fire that may "
+                    "have been sent", len(jobs), len(orphans), withdrawn, len(maybe_sent))
+        return maybe_sent
+
+    async def raise_fence(self, fence_ms: int) -> None:
+        await self._store.nodes.raise_fence(self.node_id, fence_ms)
+
+    async def end_schedule(self, job_ids: Sequence[int]) -> None:
+        for job_id in job_ids:
+            try:
+                await self._store.jobs.set_status(job_id, 0, 0)
+            except NotFound:
+                log.info("job %s was deleted before its schedule could be ended", job_id)
+
+    async def release(self, job_ids: Sequence[int]) -> None:
+        await self._store.jobs.release(self.node_id, job_ids)
+
+    async def heartbeat(self, now_ms: int, until_ms: int, window_end_ms: int) -> tuple[int, int]:
+        await self._store.nodes.announce(self.node_id, until_ms)
+        live = await self._store.nodes.live_count(now_ms)
+        if now_ms - self._forgot_at >= 3_600_000:
+            # Nodes stopped long ago (every process start has a new id).
+            self._forgot_at = now_ms
+            await self._store.nodes.forget(now_ms - _FORGET_NODE_AFTER_MS)
+        due = await self._store.jobs.count_due(window_end_ms)
+        return max(1, live), due
+
+
+class TriggerFirePort:
+    """The loop's fire port over the trigger service: fires recorded at the instant
+    (``__call__``) or ahead of it (:class:`FirePreparer`). Scheduled fires carry their instant."""
+
+    def __init__(self, trigger: TriggerService) -> None:
+        self._trigger = trigger
+
+    async def __call__(self, fires: Sequence[PlannedFire]) -> None:
+        await self._trigger.fire_batch(_requests(fires))
+
+    async def prepare(self, fires: Sequence[PlannedFire]) -> list[PreparedBatch | None]:
+        batch = await self._trigger.prepare_batch(_requests(fires))
+        return [None if dup else one for dup, one in zip(batch.duplicates, batch.split(), strict=True)]
+
+    async def dispatch(self, batches: Sequence[PreparedBatch]) -> None:
+        await self._trigger.dispatch_prepared(PreparedBatch.merge(batches), record_later=True)
+
+    async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
+        live = [b for b in batches if b.state == "prepared"]
+        if live:
+            removed = await self._trigger.cancel_prepared(PreparedBatch.merge(live))
+            log.info("withdrew %d fires recorded ahead (jobs stopped, edited or handed over)", removed)
+
+
+def _requests(fires: Sequence[PlannedFire]) -> list[FireRequest]:
+    return [FireRequest(f.job, f.trigger_type, planned_time=f.planned_ms) for f in fires]
+
+
+def trigger_fire_batch(trigger: TriggerService) -> TriggerFirePort:
+    """The loop's fire port over the trigger service (it prepares fires ahead)."""
+    return TriggerFirePort(trigger)

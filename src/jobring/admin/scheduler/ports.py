@@ -1,0 +1,100 @@
+"""The scheduling loop's ports: what it needs from the job table and from the trigger side.
+
+:mod:`jobring.admin.scheduler.adapters` implements them over the store and the trigger
+service; tests use in-memory fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from jobring.admin.scheduler.trigger import PreparedBatch
+from jobring.admin.store.jobs import HeldJobs
+from jobring.admin.store.records import JobInfo
+from jobring.core.enums import TriggerType
+
+
+class Schedule(Protocol):
+    def next_fire_ms(self, after_ms: int) -> int | None: ...
+
+
+ScheduleFactory = Callable[[str, "str | None", str], Schedule]
+"""(schedule_type, schedule_conf, time zone) -> Schedule; raises ValueError when unusable."""
+
+
+class LeaseStore(Protocol):
+    """The loop's view of the job table, bound to this node's id."""
+
+    async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
+        """Lease up to ``limit`` running jobs due by ``window_end_ms`` whose leases are free or
+        expired, and return their rows."""
+        ...
+
+    async def renew(self, now_ms: int, lease_ms: int, known: Mapping[int, JobInfo]) -> HeldJobs:
+        """Renew every lease this node holds; return the ids held and the rows that are not
+        in ``known`` or changed since."""
+        ...
+
+    async def advance(self, updates: Sequence[tuple[int, int, int]]) -> int:
+        """Write ``(job_id, trigger_last_time, trigger_next_time)`` where this node holds the
+        lease; return how many rows were written."""
+        ...
+
+    async def settle_takeover(self, jobs: Sequence[JobInfo]) -> Mapping[int, int]:
+        """Settle the fires other nodes recorded ahead for newly claimed ``jobs`` and did not
+        confirm: those planned after their node's send fence were never sent and are
+        withdrawn (the misfire rule then applies to them); the others may have been sent.
+        Returns, per job with such fires, the latest instant that may have been sent."""
+        ...
+
+    async def raise_fence(self, fence_ms: int) -> None:
+        """Commit that this node may send fires planned up to ``fence_ms``."""
+        ...
+
+    async def end_schedule(self, job_ids: Sequence[int]) -> None:
+        """Stop jobs whose schedule has no further instant (trigger_status 0, next 0)."""
+        ...
+
+    async def release(self, job_ids: Sequence[int]) -> None:
+        """Give up this node's leases on the jobs."""
+        ...
+
+    async def heartbeat(self, now_ms: int, until_ms: int, window_end_ms: int) -> tuple[int, int]:
+        """Announce this node as scheduling until ``until_ms`` (0: leaving); return the number
+        of scheduling nodes alive at ``now_ms`` (this one included) and of running jobs due
+        by ``window_end_ms``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFire:
+    """One fire of a job: its identity is (job.id, planned_ms)."""
+
+    job: JobInfo
+    trigger_type: TriggerType
+    planned_ms: int
+
+
+FireBatch = Callable[[Sequence[PlannedFire]], Awaitable[None]]
+"""Records the fires' log rows (duplicates dropped) and dispatches them. Returning means the
+fires are recorded; raising means none of them were."""
+
+
+@runtime_checkable
+class FirePreparer(Protocol):
+    """A fire port that can also record fires ahead of their instants (the loop then does so)."""
+
+    async def prepare(self, fires: Sequence[PlannedFire]) -> list[PreparedBatch | None]:
+        """Record the fires' log rows now; per fire its prepared batch, or None when the
+        (job, instant) was already recorded (it must not be sent). Raising: none recorded."""
+        ...
+
+    async def dispatch(self, batches: Sequence[PreparedBatch]) -> None:
+        """Send prepared fires (their trigger results are recorded later, in batches)."""
+        ...
+
+    async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
+        """Withdraw prepared fires that will not be sent (their rows are deleted)."""
+        ...
