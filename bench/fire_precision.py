@@ -211,7 +211,7 @@ def _gc_timer(phase, info):
         _gc_start[0] = time.perf_counter()
         return
     took = (time.perf_counter() - _gc_start[0]) * 1000
-    if took >= LIMIT / 4:
+    if took >= LIMIT / 4 and gc.get_freeze_count():  # steady state: after the start-up freeze
         print(f"gc gen{info['generation']} {took:.1f} ms", file=sys.stderr, flush=True)
 gc.callbacks.append(_gc_timer)
 """
