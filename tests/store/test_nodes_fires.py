@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
-from jobring.admin.store import JobGroup, JobInfo, NewLog, Store, TriggerResult, UnconfirmedFire
+from jobring.admin.store import JobGroup, JobInfo, NewLog, RecordedFire, Store, TriggerResult
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
 
@@ -25,15 +25,18 @@ async def test_nodes_announce_count_fence_and_forget(store: Store) -> None:
     assert await store.nodes.send_fences(["a", "c"]) == {"a": 5_000, "c": 7_000}
     await store.nodes.announce("a", 12_000)
     assert await store.nodes.send_fences(["a"]) == {"a": 5_000}  # announcing keeps the fence
-    assert await store.nodes.forget(1_000) == 2  # b (left) and c (never announced)
+    assert await store.nodes.forget(5_000) == 1  # b (left); c's fence is newer
+    assert await store.nodes.forget(8_000) == 1  # c (never announced, fence older)
     assert await store.nodes.send_fences(["a", "b", "c"]) == {"a": 5_000}
 
 
 async def test_concurrent_first_writes_of_one_node_make_one_row(store: Store) -> None:
-    await asyncio.gather(store.nodes.announce("n", 10_000), store.nodes.raise_fence("n", 3_000),
-                         store.nodes.announce("n", 10_000))
-    assert await store.nodes.live_count(1) == 1
-    assert await store.nodes.send_fences(["n"]) == {"n": 3_000}
+    for n in range(6):  # the races differ run to run: a few rounds
+        node = f"n{n}"
+        await asyncio.gather(store.nodes.announce(node, 10_000), store.nodes.raise_fence(node, 3_000),
+                             store.nodes.announce(node, 10_000), store.nodes.raise_fence(node, 2_000))
+        assert await store.nodes.send_fences([node]) == {node: 3_000}
+    assert await store.nodes.live_count(1) == 6
 
 
 async def _fires(store: Store, planned: list[int], node: str | None) -> tuple[int, list[int]]:
@@ -54,11 +57,18 @@ async def test_unconfirmed_fires_withdraw_and_fail(store: Store) -> None:
     job, ids = await _fires(store, [1_000, 2_000, 3_000, 4_000], "a")
     other, other_ids = await _fires(store, [1_000], "b")
     await store.logs.update_trigger_results([_sent(ids[0])])
-    found = await store.fires.unconfirmed([job, other], "b")
-    assert found == [UnconfirmedFire(ids[i], job, p, "a") for i, p in ((1, 2_000), (2, 3_000), (3, 4_000))]
-    assert await store.fires.unconfirmed([job], "a") == []  # a's own fires are not "other"
-    # Withdrawing removes unconfirmed fires only: a sent fire stays whatever the caller asks.
-    assert await store.fires.withdraw([ids[0], ids[3]]) == 1
+    found = await store.fires.recorded_since({job: 2_000, other: 0}, "b")
+    assert found == \
+        [RecordedFire(ids[i], job, p, "a", False) for i, p in ((1, 2_000), (2, 3_000), (3, 4_000))]
+    everything = await store.fires.recorded_since({job: 0}, "b")
+    assert [f.confirmed for f in everything] == [True, False, False, False]
+    assert await store.fires.recorded_since({job: 0}, "a") == []  # a's own fires are not "other"
+    # Withdrawing removes unconfirmed fires of jobs the caller holds; a sent fire stays.
+    assert await store.fires.withdraw([ids[0], ids[3]], holder="a") == 0  # not leased to a
+    await store.jobs.set_status(job, 1, 500)
+    assert [j.id for j in await store.jobs.claim_due("a", 100, 1_000, 60_000, 10)] == [job]
+    assert await store.fires.withdraw([ids[0], ids[3]], holder="b") == 0
+    assert await store.fires.withdraw([ids[0], ids[3]], holder="a") == 1
     assert await store.logs.get(ids[0]) is not None and await store.logs.get(ids[3]) is None
     # The instant is free again.
     again = await store.logs.insert_fires([NewLog(1, job, NOW, executor_handler="h", planned_time=4_000)])

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
-from jobring.admin.store.fires import FireRepository, UnconfirmedFire
+from jobring.admin.store.fires import FireRepository, RecordedFire
 from jobring.admin.store.groups import EXECUTOR, GroupRepository, RegistryRepository
 from jobring.admin.store.jobs import HeldJobs, JobRepository
 from jobring.admin.store.logs import HANDLE_MSG_MAX, LogRepository
@@ -110,6 +110,7 @@ __all__ = [
     "NewLog",
     "NotFound",
     "Page",
+    "RecordedFire",
     "ReferencedError",
     "RegistryEntry",
     "RegistryRepository",
@@ -123,7 +124,6 @@ __all__ = [
     "StoreError",
     "TokenRepository",
     "TriggerResult",
-    "UnconfirmedFire",
     "UpgradeResult",
     "User",
     "UserRepository",

@@ -4,25 +4,26 @@ fire will not be sent, and settled when a node takes over a dead node's jobs."""
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, delete, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, or_, select, update
 
 from jobring.admin.store.base import Repository, chunks
 from jobring.admin.store.engine import utc_naive
-from jobring.admin.store.tables import job_log
+from jobring.admin.store.tables import job_info, job_log
 
 
 @dataclass(frozen=True, slots=True)
-class UnconfirmedFire:
-    """A scheduled fire recorded by a node that has not (yet) recorded its dispatch."""
+class RecordedFire:
+    """A scheduled fire in the run log; ``confirmed`` once its dispatch answer is recorded."""
 
     log_id: int
     job_id: int
     planned_time: int
     admin_node: str | None
+    confirmed: bool
 
 
 _TRIGGER_FAILED = 500  # the protocol's failure code
@@ -36,32 +37,40 @@ def _unconfirmed() -> ColumnElement[bool]:
 class FireRepository(Repository):
     """Scheduled fires (run-log rows with a planned instant) as the scheduler handles them."""
 
-    async def withdraw(self, log_ids: Sequence[int]) -> int:
-        """Delete fires recorded ahead that will not be sent (only rows still unconfirmed,
-        so a fire already sent is never removed); returns how many. Their planned instants
-        can then be recorded again."""
+    async def withdraw(self, log_ids: Sequence[int], holder: str) -> int:
+        """Delete fires recorded ahead that will not be sent; returns how many. Only rows still
+        unconfirmed (a fire already sent is never removed) of jobs leased to ``holder``: a
+        node that lost a job's lease leaves its rows to the node that took the job over. The
+        planned instants of the deleted rows can be recorded again."""
         removed = 0
+        held = select(job_info.c.id).where(job_info.c.lease_owner == holder)
         async with self._db.write() as conn:
             for part in chunks(list(log_ids)):
-                result = await conn.execute(delete(job_log).where(job_log.c.id.in_(part), _unconfirmed()))
+                result = await conn.execute(delete(job_log).where(
+                    job_log.c.id.in_(part), _unconfirmed(), job_log.c.job_id.in_(held)))
                 removed += int(result.rowcount)
         return removed
 
-    async def unconfirmed(
-        self, job_ids: Collection[int], other_than_node: str
-    ) -> builtins.list[UnconfirmedFire]:
-        """The scheduled fires of ``job_ids`` recorded by nodes other than ``other_than_node``
-        whose dispatch is not recorded, oldest instant first."""
-        found: builtins.list[UnconfirmedFire] = []
+    async def recorded_since(
+        self, since: Mapping[int, int], other_than_node: str
+    ) -> builtins.list[RecordedFire]:
+        """The scheduled fires of each job in ``since`` (job id -> instant) planned at or after
+        that instant and recorded by nodes other than ``other_than_node``, per job oldest
+        first (read through the unique key on job id + planned time)."""
+        found: builtins.list[RecordedFire] = []
         node = job_log.c.admin_node
+        columns = (job_log.c.id, job_log.c.job_id, job_log.c.planned_time, node,
+                   job_log.c.trigger_code, job_log.c.dispatch_time)
         async with self._db.read() as conn:
-            for part in chunks(sorted(job_ids)):
-                rows = (await conn.execute(
-                    select(job_log.c.id, job_log.c.job_id, job_log.c.planned_time, node)
-                    .where(job_log.c.job_id.in_(part), job_log.c.planned_time.is_not(None), _unconfirmed(),
-                           or_(node.is_(None), node != other_than_node)))).all()
-                found.extend(UnconfirmedFire(int(r.id), int(r.job_id), int(r.planned_time), r.admin_node)
-                             for r in rows)
+            for part in chunks(sorted(since.items()), 100):
+                stmt = select(*columns).where(
+                    or_(*(and_(job_log.c.job_id == job_id, job_log.c.planned_time >= start)
+                          for job_id, start in part)),
+                    or_(node.is_(None), node != other_than_node))
+                found.extend(
+                    RecordedFire(int(r.id), int(r.job_id), int(r.planned_time), r.admin_node,
+                                 r.trigger_code != 0 or r.dispatch_time is not None)
+                    for r in (await conn.execute(stmt)).all())
         found.sort(key=lambda f: (f.job_id, f.planned_time))
         return found
 

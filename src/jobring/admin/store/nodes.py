@@ -22,21 +22,11 @@ class SchedulerNodeRepository(Repository):
 
     async def announce(self, node_id: str, alive_until_ms: int) -> None:
         """Record that ``node_id`` schedules until ``alive_until_ms`` (0: it is leaving)."""
-        await self._upsert(node_id, {"alive_until": alive_until_ms})
+        await self._write(node_id, "alive_until", alive_until_ms, only_raise=False)
 
     async def raise_fence(self, node_id: str, fence_ms: int) -> None:
         """Let ``node_id`` send fires planned up to ``fence_ms`` (a fence never moves back)."""
-        async with self._db.write() as conn:
-            result = await conn.execute(
-                update(scheduler_node)
-                .where(scheduler_node.c.node_id == node_id, scheduler_node.c.send_fence < fence_ms)
-                .values(send_fence=fence_ms))
-            if result.rowcount:
-                return
-            exists = (await conn.execute(
-                select(scheduler_node.c.node_id).where(scheduler_node.c.node_id == node_id))).first()
-        if exists is None:
-            await self._upsert(node_id, {"send_fence": fence_ms})
+        await self._write(node_id, "send_fence", fence_ms, only_raise=True)
 
     async def live_count(self, now_ms: int) -> int:
         """How many nodes are announced as scheduling at ``now_ms``."""
@@ -56,24 +46,31 @@ class SchedulerNodeRepository(Repository):
         return found
 
     async def forget(self, gone_before_ms: int) -> int:
-        """Delete nodes not alive since ``gone_before_ms``; returns how many."""
+        """Delete nodes neither alive nor fencing since ``gone_before_ms``; returns how many."""
         async with self._db.write() as conn:
-            result = await conn.execute(
-                delete(scheduler_node).where(scheduler_node.c.alive_until < gone_before_ms))
+            result = await conn.execute(delete(scheduler_node).where(
+                scheduler_node.c.alive_until < gone_before_ms, scheduler_node.c.send_fence < gone_before_ms))
             return int(result.rowcount)
 
-    async def _upsert(self, node_id: str, values: dict[str, int]) -> None:
-        where = scheduler_node.c.node_id == node_id
-        async with self._db.write() as conn:
-            if (await conn.execute(update(scheduler_node).where(where).values(**values))).rowcount:
+    async def _write(self, node_id: str, column: str, value: int, *, only_raise: bool) -> None:
+        """Set one column of the node's row, creating the row when missing (the node's own
+        tasks may race to create it)."""
+        row = scheduler_node.c.node_id == node_id
+        target = scheduler_node.c[column]
+        for _ in range(5):
+            async with self._db.write() as conn:
+                stmt = update(scheduler_node).where(row, *([target < value] if only_raise else []))
+                if (await conn.execute(stmt.values({column: value}))).rowcount:
+                    return
+                current = (await conn.execute(select(target).where(row))).scalar_one_or_none()
+            if current is not None:
+                if current == value or (only_raise and current > value):
+                    return  # already so (a driver counting changed rows reports 0)
+                continue  # the row appeared after the update looked: update it now
+            try:
+                async with self._db.write() as conn:
+                    await conn.execute(insert(scheduler_node).values({"node_id": node_id, column: value}))
                 return
-            exists = (await conn.execute(select(scheduler_node.c.node_id).where(where))).first()
-            if exists is not None:
-                return  # matched with the same values (MySQL counts changed rows only)
-        try:
-            async with self._db.write() as conn:
-                await conn.execute(insert(scheduler_node).values(node_id=node_id, **values))
-        except IntegrityError:
-            # Inserted meanwhile by the same node's other task: write the values onto it.
-            async with self._db.write() as conn:
-                await conn.execute(update(scheduler_node).where(where).values(**values))
+            except IntegrityError:
+                continue  # inserted meanwhile: update it
+        raise RuntimeError(f"could not write {column} of scheduler node {node_id}")
