@@ -52,6 +52,9 @@ class FakeLeases:
         self.node_id = node_id
         self.fail_claims = False
         self.fail_fence = False
+        self.fail_settle = 0
+        self.sent_before: dict[int, int] = {}  # job -> latest instant a previous holder sent
+        self.settled: list[list[int]] = []
 
     def _check(self) -> None:
         if self.fail_claims:
@@ -99,7 +102,13 @@ class FakeLeases:
         return applied
 
     async def settle_takeover(self, jobs: Sequence[JobInfo]) -> Mapping[int, int]:
-        return {}  # the fake fire sinks record nothing ahead
+        # The fake fire sinks record nothing ahead: what a previous holder sent is set by tests.
+        await asyncio.sleep(0)
+        self.settled.append([j.id for j in jobs])
+        if self.fail_settle:
+            self.fail_settle -= 1
+            raise ConnectionError("settling the takeover failed")
+        return {j.id: self.sent_before[j.id] for j in jobs if j.id in self.sent_before}
 
     async def raise_fence(self, fence_ms: int) -> None:
         await asyncio.sleep(0)

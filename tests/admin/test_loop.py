@@ -182,6 +182,42 @@ async def test_fires_wait_for_the_send_fence(h: Harness) -> None:
     assert all(r.planned_ms <= h.table.fences["n1"] for r in h.runlog.records)
 
 
+async def test_taken_over_job_resumes_after_what_its_previous_holder_sent(h: Harness) -> None:
+    h.table.put(fix_rate_job(1, T0 + 1_000, lease_owner="dead", lease_until=T0 - 1))
+    loop = h.loop()
+    h.leases["n1"].sent_before = {1: T0 + 2_000}
+    await loop.start()
+    await h.advance_to(T0 + 4_100)
+    assert h.leases["n1"].settled[0] == [1]
+    assert [p for _, p in h.runlog.fired()] == [T0 + 3_000, T0 + 4_000]
+    # Where it resumes is stored first; nothing is fired for the instants passed over.
+    assert h.table.advances[0] == ("n1", 1, T0 + 2_000, T0 + 3_000)
+
+
+async def test_takeover_resuming_beyond_the_window_releases_the_job(h: Harness) -> None:
+    h.table.put(fix_rate_job(1, T0 + 1_000, seconds=60, lease_owner="dead", lease_until=T0 - 1))
+    loop = h.loop()
+    h.leases["n1"].sent_before = {1: T0 + 1_000}
+    await loop.start()
+    await h.advance_to(T0 + 3_000)
+    job = h.table.jobs[1]
+    assert (job.trigger_next_time, job.trigger_last_time) == (T0 + 61_000, T0 + 1_000)
+    assert job.lease_owner is None and loop.held_job_ids == []
+    assert h.runlog.fired() == []
+
+
+async def test_a_takeover_whose_settling_failed_is_settled_by_the_next_cycle(h: Harness) -> None:
+    h.table.put(fix_rate_job(1, T0 + 1_500, lease_owner="dead", lease_until=T0 - 1))
+    loop = h.loop()
+    leases = h.leases["n1"]
+    leases.sent_before, leases.fail_settle = {1: T0 + 1_500}, 1
+    await loop.start()
+    await h.advance_to(T0 + 2_600)
+    # The claim committed before settling failed: the next cycle finds the job held but unknown.
+    assert leases.settled[:2] == [[1], [1]]
+    assert [p for _, p in h.runlog.fired()] == [T0 + 2_500]
+
+
 async def test_lost_lease_stops_fires_before_they_are_sent() -> None:
     h = Harness(config=LoopConfig(lease_ms=3_000))
     h.table.put(fix_rate_job(1, T0 + 500))

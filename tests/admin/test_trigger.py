@@ -36,6 +36,13 @@ class Env:
         assert job is not None
         return job
 
+    async def hold(self, *jobs: JobInfo) -> None:
+        """Lease the jobs to the trigger service's node, as its scheduling loop would."""
+        for job in jobs:
+            await self.store.jobs.set_status(job.id, 1, T0)
+        held = await self.store.jobs.claim_due(self.trigger.node_id, T0, T0 + 5_000, 60_000, len(jobs))
+        assert {j.id for j in held} == {j.id for j in jobs}
+
     def service(self, node_id: str, **kwargs: object) -> TriggerService:
         client = ExecutorClient(access_token="tok", transport=self.double.transport())
         return TriggerService(self.store, client, access_token="tok", node_id=node_id, clock=self.clock,
@@ -336,6 +343,7 @@ async def test_cancelled_prepared_fires_free_their_instants(env: Env) -> None:
     job = await env.job(executor_route_strategy="SHARDING_BROADCAST")
     batch = await env.trigger.prepare_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
     assert len(batch.log_ids[0]) == 3
+    await env.hold(job)
     assert await env.trigger.cancel_prepared(batch) == 3
     assert await env.store.logs.for_job(job.id) == [] and env.double.runs() == []
     with pytest.raises(RuntimeError, match="already cancelled"):
@@ -361,6 +369,7 @@ async def test_prepared_fires_sent_with_results_recorded_later_in_one_flush(env:
         entry = await env.store.logs.get(log_id)
         assert entry is not None and entry.trigger_code == 200 and entry.dispatch_time == T0 + 1000
     # The third was never sent: withdrawing it frees its instant; a used-up part cannot be reused.
+    await env.hold(*jobs)
     assert await env.trigger.cancel_prepared(parts[2]) == 1
     assert await env.store.logs.for_job(jobs[2].id) == []
     with pytest.raises(RuntimeError, match="already merged"):

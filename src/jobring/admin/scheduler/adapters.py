@@ -37,29 +37,30 @@ class StoreLeases:
         return await self._store.jobs.advance(self.node_id, updates)
 
     async def settle_takeover(self, jobs: Sequence[JobInfo]) -> Mapping[int, int]:
-        next_times = {j.id: j.trigger_next_time for j in jobs}
-        # Fires below the stored next time were sent (it is advanced only after the send):
-        # their callbacks fill them in, or the lost-run monitor fails them.
-        orphans = [f for f in await self._store.fires.unconfirmed(next_times, self.node_id)
-                   if f.planned_time >= next_times[f.job_id]]
-        if not orphans:
+        # Only instants from the stored next time on: it is advanced after a fire was sent,
+        # so everything before it went out.
+        starts = {j.id: j.trigger_next_time for j in jobs}
+        recorded = await self._store.fires.recorded_since(starts, self.node_id)
+        if not recorded:
             return {}
-        fences = await self._store.nodes.send_fences({f.admin_node for f in orphans if f.admin_node})
-        unsent: list[int] = []
-        maybe_sent: dict[int, int] = {}
-        for fire in orphans:
+        unsure = {f.admin_node for f in recorded if not f.confirmed and f.admin_node}
+        fences = await self._store.nodes.send_fences(unsure) if unsure else {}
+        never_sent: list[int] = []
+        sent_up_to: dict[int, int] = {}
+        for fire in recorded:
             fence = fences.get(fire.admin_node or "")
-            if fence is not None and fire.planned_time > fence:
-                unsent.append(fire.log_id)
+            if not fire.confirmed and fence is not None and fire.planned_time > fence:
+                never_sent.append(fire.log_id)
             else:
-                # Perhaps sent just before that node died: not sent again. It stays as it is
-                # (a callback fills it in; otherwise the lost-run monitor fails it).
-                maybe_sent[fire.job_id] = max(maybe_sent.get(fire.job_id, 0), fire.planned_time)
-        withdrawn = await self._store.fires.withdraw(unsent) if unsent else 0
-        log.warning("took over %d jobs with %d fires recorded ahead by other nodes: %d never sent "
-                    "(withdrawn; the misfire rule applies), %d jobs resume after a fire that may "
-                    "have been sent", len(jobs), len(orphans), withdrawn, len(maybe_sent))
-        return maybe_sent
+                # Sent, or perhaps sent just before that node died (then it stays unconfirmed
+                # for its callback or the lost-run monitor): not sent again.
+                sent_up_to[fire.job_id] = max(sent_up_to.get(fire.job_id, 0), fire.planned_time)
+        withdrawn = await self._store.fires.withdraw(never_sent, holder=self.node_id) if never_sent else 0
+        log.warning("took over %d jobs with %d fires recorded by other nodes past their stored next "
+                    "time: %d never sent (withdrawn; the misfire rule applies to them), %d jobs resume "
+                    "after a fire that was or may have been sent", len(jobs), len(recorded), withdrawn,
+                    len(sent_up_to))
+        return sent_up_to
 
     async def raise_fence(self, fence_ms: int) -> None:
         await self._store.nodes.raise_fence(self.node_id, fence_ms)

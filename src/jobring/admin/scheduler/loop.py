@@ -18,15 +18,17 @@ How it works (and the rules it keeps):
   :mod:`jobring.core.planning`). The run log's unique key on (job id, planned instant)
   drops a fire that is already recorded, so no instant is sent twice.
 * **Send fence.** A node sends no fire planned beyond its committed send fence, which it
-  keeps ``fence_ahead_ms`` (1 s) ahead of now in its node row (raised every 250 ms; a fire
-  due beyond it waits). A clean stop, a shed job or a stopped/edited job withdraws its rows
-  recorded ahead first.
-* **Takeover.** A node that claims a job whose lease ran out settles the fires other nodes
-  recorded ahead and did not confirm (``LeaseStore.settle_takeover``): those planned beyond
-  their node's fence were never sent and are withdrawn, so the misfire rule applies to
-  them; those up to the fence may have been sent just before the node died (results are
-  written up to 100 ms after the /run call) and are not sent again: the job resumes after
-  the latest of them, which stays for its callback or the lost-run monitor (10 minutes).
+  keeps ``fence_ahead_ms`` (1 s) ahead of now in its node row (raised every 250 ms; never
+  beyond what its leases allow; a fire due beyond it waits). A clean stop, a shed job or a
+  stopped/edited job withdraws its rows recorded ahead first; a node that lost a job's
+  lease leaves them to the job's new holder.
+* **Takeover.** Before adopting a job it did not hold, a node settles the fires other nodes
+  recorded for it from its stored next time on (``LeaseStore.settle_takeover``): those not
+  confirmed and planned beyond their node's fence were never sent and are withdrawn, so
+  the misfire rule applies to them; the others were sent (their advance was not written
+  yet) or may have been sent just before the node died (results are written up to 100 ms
+  after the /run call). Those are not sent again: the job resumes after the latest of them
+  (stored at once), and an unconfirmed one waits for its callback or the lost-run monitor.
 * **Clock skew.** A node sends only while ``now < lease_until - lease_guard_ms`` (1 s) by its
   own clock, and another node claims only after ``lease_until`` by its own clock: no
   instant is sent by two nodes as long as the nodes' clocks differ by less than 1 s.
@@ -176,6 +178,7 @@ class ScheduleLoop:
         self._held: dict[int, _Held] = {}
         self._releasing: set[int] = set()
         self._fence_ms = 0  # committed send fence
+        self._renewed_at: int | None = None  # when the held leases were last renewed
         self._fence_raised: asyncio.Future[None] | None = None
         self._heap: list[_HeapEntry] = []
         self._seq = itertools.count()
@@ -256,12 +259,13 @@ class ScheduleLoop:
         now = self._clock.now_ms()
         window_end = now + self.config.pre_read_ms
         lease_ms = self.config.lease_ms
-        maybe_sent: Mapping[int, int] = {}
         async with self._db_lock:
             await self._flush_locked()
+            # Renewal first: whatever else fails this cycle, the held leases stay valid.
+            held = await self._store.renew(now, lease_ms, {i: h.job for i, h in self._held.items()})
+            self._renewed_at = now
             nodes, due = await self._store.heartbeat(now, now + lease_ms, window_end)
             allowed = self._fair_share(nodes, due)
-            held = await self._store.renew(now, lease_ms, {i: h.job for i, h in self._held.items()})
             rows = list(held.changed)
             ids = set(held.ids)
             room = min(self.config.claim_limit, allowed - len(ids))
@@ -272,7 +276,11 @@ class ScheduleLoop:
                     log.warning("claim returned the limit (%d rows); raise claim_limit", len(claimed))
                 rows += claimed
                 ids.update(j.id for j in claimed)
-                maybe_sent = await self._store.settle_takeover(claimed) if claimed else {}
+            # Every job about to be adopted is settled first: jobs claimed now, and jobs this
+            # node holds but does not know (e.g. claimed by a cycle that failed after its
+            # claim committed). Settling again is harmless.
+            arriving = [r for r in rows if r.id not in self._held and r.id not in self._releasing]
+            maybe_sent = await self._store.settle_takeover(arriving) if arriving else {}
         self._apply_claim(rows, ids, now, window_end, maybe_sent)
         self._shed_excess(allowed)
         if self._preparer is not None:
@@ -315,22 +323,35 @@ class ScheduleLoop:
                     to_release.append(row.id)  # (edited to be) due later: for a later claim
                 else:
                     self._adopt(row, now, lease_until, maybe_sent.get(row.id))
-        gone: list[int] = []
-        for job_id, held in self._held.items():
-            if job_id in held_ids:
-                held.lease_until_ms = lease_until
-            else:
-                gone.append(job_id)
+        gone, far = self._renew_in_memory(held_ids, lease_until, window_end)
         if gone:
             # The lease is no longer ours (the job was deleted, or taken over after this
             # node failed to renew in time).
             log.info("%d held jobs are no longer leased to this node; dropping them: %s",
                      len(gone), gone[:20])
-            for job_id in gone:
-                self._drop(job_id)
+        for job_id in gone + far:
+            self._drop(job_id)
+        to_release += far
         if to_release:
-            self._spawn(self._release(to_release), "release")
+            self._schedule_release(to_release)
         self.stats.held = len(self._held)
+
+    def _renew_in_memory(
+        self, held_ids: set[int], lease_until: int, window_end: int
+    ) -> tuple[list[int], list[int]]:
+        """Extend the held jobs' leases in memory; return the jobs no longer leased to this
+        node, and those whose next instant is beyond the window with the database naming it
+        (e.g. resumed far ahead after a takeover): those are for a later claim."""
+        gone: list[int] = []
+        far: list[int] = []
+        for job_id, held in self._held.items():
+            if job_id not in held_ids:
+                gone.append(job_id)
+                continue
+            held.lease_until_ms = lease_until
+            if held.planned_ms > window_end and held.db_next_ms == held.planned_ms and not held.leaving:
+                far.append(job_id)
+        return gone, far
 
     def _adapt_coalescing(self, now: int) -> None:
         if self._rate_mark is not None and now > self._rate_mark[0]:
@@ -391,6 +412,11 @@ class ScheduleLoop:
             planned = following
         held = _Held(row, schedule, planned, row.trigger_next_time, lease_until, next(self._generation))
         self._held[row.id] = held
+        if planned != row.trigger_next_time:
+            # Store where the job resumes (nothing fires at the instants passed over).
+            assert resume_after is not None
+            self._pending_advance[row.id] = (resume_after, planned, held)
+            self._advance_wanted.set()
         self._push(held, max(planned, now))
 
     def _drop(self, job_id: int) -> None:
@@ -426,11 +452,18 @@ class ScheduleLoop:
             self._to_cancel.extend(batches)
             raise
 
-    async def _release(self, job_ids: list[int]) -> None:
+    def _schedule_release(self, job_ids: list[int]) -> None:
+        # Marked at once: until the release commits, a renewal may still report these jobs
+        # as held, and they must not be adopted again from it.
         self._releasing.update(job_ids)
+        self._spawn(self._release(job_ids), "release")
+
+    async def _release(self, job_ids: list[int]) -> None:
         try:
-            await self._cancel_prepared()
-            await self._store.release(job_ids)
+            # Under the lock: a release never lands between a renewal and its application.
+            async with self._db_lock:
+                await self._cancel_prepared()
+                await self._store.release(job_ids)
         finally:
             self._releasing.difference_update(job_ids)
 
@@ -665,6 +698,9 @@ class ScheduleLoop:
         over this node's jobs knows that fires planned after the fence were never sent."""
         while True:
             fence = self._clock.now_ms() + self.config.fence_ahead_ms
+            if self._renewed_at is not None:
+                # Never beyond what the leases allow: a fire under the fence must be sendable.
+                fence = min(fence, self._renewed_at + self.config.lease_ms - self.config.lease_guard_ms)
             try:
                 await self._store.raise_fence(fence)
             except asyncio.CancelledError:
@@ -745,7 +781,7 @@ class ScheduleLoop:
         for job_id in leaving:
             self._drop(job_id)
         if leaving:
-            self._spawn(self._release(leaving), "release")
+            self._schedule_release(leaving)
         self.stats.held = len(self._held)
 
     # ----------------------------------------------------------------- helpers

@@ -43,10 +43,11 @@ class LeaseStore(Protocol):
         ...
 
     async def settle_takeover(self, jobs: Sequence[JobInfo]) -> Mapping[int, int]:
-        """Settle the fires other nodes recorded ahead for newly claimed ``jobs`` and did not
-        confirm: those planned after their node's send fence were never sent and are
-        withdrawn (the misfire rule then applies to them); the others may have been sent.
-        Returns, per job with such fires, the latest instant that may have been sent."""
+        """Settle the fires other nodes recorded for ``jobs`` (about to be adopted) at or after
+        their stored next time: unconfirmed ones planned beyond their node's send fence were
+        never sent and are withdrawn (the misfire rule then applies to those instants); the
+        others were or may have been sent. Returns, per job with such fires, the latest
+        instant that was or may have been sent: the job resumes after it."""
         ...
 
     async def raise_fence(self, fence_ms: int) -> None:

@@ -244,14 +244,15 @@ class TriggerService:
 
     async def cancel_prepared(self, batch: PreparedBatch) -> int:
         """Withdraw a prepared batch (e.g. its job was stopped or edited before the instant):
-        its log rows are deleted, so the planned instants are free again. Returns the count."""
+        its log rows are deleted, so the planned instants are free again, as long as this node
+        holds the jobs' leases (see ``FireRepository.withdraw``). Returns the count."""
         if batch.state != "prepared":
             raise RuntimeError(f"prepared batch already {batch.state}")
         batch.state = "cancelled"
         ids = [i for plan in batch.plans for i in plan.log_ids]
         if not ids:
             return 0
-        return await self._store.fires.withdraw(ids)
+        return await self._store.fires.withdraw(ids, holder=self.node_id)
 
     async def flush_results(self) -> int:
         """Write the trigger results waiting to be recorded (``record_later``); returns how many."""
