@@ -87,6 +87,29 @@ async def test_keep_alive_connection_is_reused_and_headers_are_sent() -> None:
     assert b"XXL-JOB-ACCESS-TOKEN: tok" in heads[0] and b"Content-Length: 7" in heads[1]
 
 
+async def test_post_now_writes_at_once_on_an_idle_connection() -> None:
+    second = asyncio.Event()
+    heads: list[bytes] = []
+
+    def answer(head: bytes) -> bytes:
+        heads.append(head)
+        if len(heads) == 2:
+            second.set()
+        return OK
+
+    client = _client()
+    try:
+        async with raw_server(answer) as (url, per_connection):
+            assert await client.post_now(url, b"{}") == (200, BODY)  # nothing idle: sent when awaited
+            pending = client.post_now(url, b'{"a":1}')
+            # Written before anything awaited it: the server has it while ``pending`` waits.
+            await asyncio.wait_for(second.wait(), timeout=5)
+            assert await pending == (200, BODY)
+            assert per_connection == [2]
+    finally:
+        await client.aclose()
+
+
 async def test_chunked_answer_and_answer_ended_by_close() -> None:
     chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
                b'5\r\n{"cod\r\n10;x=y\r\ne":200,"msg":""}\r\n0\r\n\r\n')

@@ -376,6 +376,19 @@ async def test_prepared_fires_sent_with_results_recorded_later_in_one_flush(env:
         await env.trigger.dispatch_prepared(parts[0])
 
 
+async def test_prepared_fires_beyond_the_free_lane_slots_wait_and_all_go_out(env: Env) -> None:
+    trigger = env.service("node-b", fast_pool=1)
+    try:
+        jobs = [await env.job(executor_route_strategy=s) for s in ("FIRST", "ROUND", "SHARDING_BROADCAST")]
+        batch = await trigger.prepare_batch([FireRequest(j, TriggerType.CRON, planned_time=T0) for j in jobs])
+        results = await trigger.dispatch_prepared(batch, record_later=True)
+        assert [r.trigger_code for r in results] == [200, 200, 200]
+        assert len(env.double.runs()) == 2 + len(HOSTS)
+        assert await trigger.flush_results() == 2 + len(HOSTS)
+    finally:
+        await trigger.close()
+
+
 async def test_scheduled_fires_read_the_group_through_a_short_cache(env: Env) -> None:
     job = await env.job()
     await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])

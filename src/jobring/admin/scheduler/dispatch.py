@@ -16,6 +16,7 @@ what happened.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 import aiohttp
@@ -54,6 +55,8 @@ class ExecutorCallError(HttpError):
 class _Http(Protocol):
     async def post(self, url: str, body: bytes) -> tuple[int, bytes]: ...
 
+    def post_now(self, url: str, body: bytes) -> Awaitable[tuple[int, bytes]]: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -77,6 +80,9 @@ class _HttpxHttp:
             raise ExecutorCallError(type(exc).__name__, str(exc), timeout=False) from exc
         return response.status_code, response.content
 
+    def post_now(self, url: str, body: bytes) -> Awaitable[tuple[int, bytes]]:
+        return self.post(url, body)  # httpx writes when the coroutine runs
+
     async def aclose(self) -> None:
         await self._client.aclose()
 
@@ -92,8 +98,17 @@ class _LeanHttp:
     async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
         if not self._plain.handles(url):
             return await self._tls.post(url, body)
+        return await self._converted(self._plain.post(url, body))
+
+    def post_now(self, url: str, body: bytes) -> Awaitable[tuple[int, bytes]]:
+        if not self._plain.handles(url):
+            return self._tls.post(url, body)
+        return self._converted(self._plain.post_now(url, body))
+
+    @staticmethod
+    async def _converted(pending: Awaitable[tuple[int, bytes]]) -> tuple[int, bytes]:
         try:
-            return await self._plain.post(url, body)
+            return await pending
         except HttpError as exc:
             raise ExecutorCallError(exc.kind, exc.detail, timeout=exc.timeout) from exc
 
@@ -162,8 +177,18 @@ class ExecutorClient:
     async def call(self, address: str, path: str, body: dict[str, Any] | None) -> ReturnT:
         """POST ``body`` to ``address``/``path``; the executor's answer or a failed ReturnT."""
         url = executor_url(address, path)
+        return await self._answer(url, self._http.post(url, dumps(body) if body is not None else b""))
+
+    def run_now(self, address: str, param: TriggerParam) -> Awaitable[ReturnT]:
+        """/run, written at once when a keep-alive connection to the executor is idle (see
+        ``Http1Client.post_now``); the awaitable gives the answer, as :meth:`run` does."""
+        url = executor_url(address, "run")
+        return self._answer(url, self._http.post_now(url, dumps(param.to_dict())))
+
+    @staticmethod
+    async def _answer(url: str, pending: Awaitable[tuple[int, bytes]]) -> ReturnT:
         try:
-            status, content = await self._http.post(url, dumps(body) if body is not None else b"")
+            status, content = await pending
         except ExecutorCallError as exc:
             what = "timed out" if exc.timeout else "unreachable"
             return ReturnT.fail(f"executor {url} {what} ({exc.kind}): {exc.detail}")

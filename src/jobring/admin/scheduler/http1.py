@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
+from collections.abc import Awaitable
 from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
 
 
 class HttpError(Exception):
@@ -83,10 +87,12 @@ class _Connection(asyncio.Protocol):
         del self.buffer[:size]
         return data
 
-    async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
-        """Send one request; return (status, body, connection reusable)."""
+    def send(self, request: bytes) -> None:
         assert self.transport is not None
         self.transport.write(request)
+
+    async def answer(self) -> tuple[int, bytes, bool]:
+        """Read the answer to the request sent; return (status, body, connection reusable)."""
         end = await self._read_until(b"\r\n\r\n")
         head = bytes(self.buffer[:end]).split(b"\r\n")
         del self.buffer[:end + 4]
@@ -164,13 +170,9 @@ class Http1Client:
         return url.startswith("http://")
 
     async def _connect(self, host: str, port: int) -> _Connection:
-        idle = self._idle.get((host, port))
-        now = time.monotonic()
-        while idle:
-            conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < self._keepalive_s:
-                return conn
-            conn.close()
+        conn = self._take_idle(host, port)
+        if conn is not None:
+            return conn
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
@@ -183,19 +185,59 @@ class Http1Client:
                             timeout=False) from exc
         return conn
 
+    def _request(self, start: bytes, body: bytes) -> bytes:
+        return b"".join((start, self._headers, b"Content-Length: ", str(len(body)).encode(),
+                         b"\r\n\r\n", body))
+
+    def _take_idle(self, host: str, port: int) -> _Connection | None:
+        idle = self._idle.get((host, port))
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < self._keepalive_s:
+                return conn
+            conn.close()
+        return None
+
     async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
         try:
             host, port, start = _target(url)
         except ValueError as exc:
             raise HttpError("InvalidURL", str(exc), timeout=False) from exc
         conn = await self._connect(host, port)
-        request = b"".join((start, self._headers, b"Content-Length: ", str(len(body)).encode(),
-                            b"\r\n\r\n", body))
+        try:
+            conn.send(self._request(start, body))
+        except Exception as exc:
+            conn.close()
+            raise HttpError(type(exc).__name__, str(exc) or "send failed", timeout=False) from exc
+        return await self._answer(conn, host, port)
+
+    def post_now(self, url: str, body: bytes) -> Awaitable[tuple[int, bytes]]:
+        """Like :meth:`post`, but the request is written at once when an idle keep-alive
+        connection to the host is at hand (so it leaves at the call, not when a task runs);
+        the awaitable gives the answer. Otherwise it connects and sends when awaited."""
+        try:
+            host, port, start = _target(url)
+        except ValueError:
+            return self.post(url, body)  # raises the InvalidURL error when awaited
+        conn = self._take_idle(host, port)
+        if conn is None:
+            return self.post(url, body)
+        try:
+            conn.send(self._request(start, body))
+        except Exception:
+            log.warning("writing to an idle connection to %s:%s failed; using a new one", host, port,
+                        exc_info=True)
+            conn.close()
+            return self.post(url, body)
+        return self._answer(conn, host, port)
+
+    async def _answer(self, conn: _Connection, host: str, port: int) -> tuple[int, bytes]:
         self._busy.add(conn)
         reusable = False
         try:
             async with asyncio.timeout(self._read_timeout):
-                status, content, reusable = await conn.exchange(request)
+                status, content, reusable = await conn.answer()
         except TimeoutError as exc:
             raise HttpError("ReadTimeout", f"no answer from {host}:{port} within {self._read_timeout:g} s",
                             timeout=True) from exc

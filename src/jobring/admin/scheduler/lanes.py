@@ -1,6 +1,8 @@
 """Fast and slow dispatch lanes: bounded concurrency with isolation of slow jobs.
 
-Each lane is a semaphore over coroutines on the one event loop (no thread per trigger).
+Each lane bounds the coroutines in it on the one event loop (no thread per trigger). A slot
+can be taken synchronously (``enter_now``): a fire due at its instant is then written to
+its executor in the same step, without waiting for a task to be scheduled.
 A job whose trigger took longer than ``slow_threshold_ms`` more than ``slow_after`` times
 in the current minute is sent to the slow lane until that minute ends, so one slow
 executor fills the slow lane rather than delaying every other job's dispatch.
@@ -9,6 +11,7 @@ executor fills the slow lane rather than delaying every other job's dispatch.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -19,6 +22,42 @@ T = TypeVar("T")
 SLOW_THRESHOLD_MS = 500
 SLOW_AFTER = 10
 MINUTE_MS = 60_000
+
+
+class Lane:
+    """A counting semaphore whose slot can also be taken without awaiting."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def enter_now(self) -> bool:
+        """Take a slot if one is free and nobody waits for one."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def enter(self) -> None:
+        if self.enter_now():
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.leave()  # handed a slot just as it was cancelled: pass it on
+            raise
+
+    def leave(self) -> None:
+        """Give the slot back, to the longest waiter if any."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 class DispatchLanes:
@@ -36,8 +75,8 @@ class DispatchLanes:
         if fast_size < 1 or slow_size < 1:
             raise ValueError("lane sizes must be at least 1")
         self._clock = clock
-        self._fast = asyncio.Semaphore(fast_size)
-        self._slow = asyncio.Semaphore(slow_size)
+        self._fast = Lane(fast_size)
+        self._slow = Lane(slow_size)
         self._threshold = slow_threshold_ms
         self._slow_after = slow_after
         self._minute = clock.now_ms() // MINUTE_MS
@@ -60,12 +99,25 @@ class DispatchLanes:
         if took_ms > self._threshold:
             self._slow_counts[job_id] = self._slow_counts.get(job_id, 0) + 1
 
+    def _lane(self, job_id: int) -> Lane:
+        return self._slow if self.is_slow(job_id) else self._fast
+
+    def enter_now(self, job_id: int) -> Lane | None:
+        """Take a slot in the lane ``job_id`` belongs to if one is free now; the caller must
+        ``leave`` it with the trigger's duration."""
+        lane = self._lane(job_id)
+        return lane if lane.enter_now() else None
+
+    def leave(self, lane: Lane, job_id: int, took_ms: int) -> None:
+        lane.leave()
+        self.record(job_id, took_ms)
+
     async def run(self, job_id: int, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work()`` in the lane ``job_id`` belongs to; its duration is recorded."""
-        lane = self._slow if self.is_slow(job_id) else self._fast
-        async with lane:
-            started = self._clock.now_ms()
-            try:
-                return await work()
-            finally:
-                self.record(job_id, self._clock.now_ms() - started)
+        lane = self._lane(job_id)
+        await lane.enter()
+        started = self._clock.now_ms()
+        try:
+            return await work()
+        finally:
+            self.leave(lane, job_id, self._clock.now_ms() - started)

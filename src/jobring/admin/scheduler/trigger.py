@@ -18,13 +18,13 @@ import asyncio
 import functools
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.lanes import DispatchLanes
+from jobring.admin.scheduler.lanes import DispatchLanes, Lane
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog, TriggerResult
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy, TriggerType
@@ -435,12 +435,17 @@ class TriggerService:
         return await self._dispatch_plans(await self._prepare(reqs))
 
     async def _dispatch_plans(self, plans: list[_Plan], *, record_later: bool = False) -> list[FireResult]:
-        work = [
-            self._lanes.run(plan.req.job.id, functools.partial(self._dispatch, plan, shard, log_id))
-            for plan in plans
-            if not plan.duplicate
-            for shard, log_id in zip(plan.shards, plan.log_ids, strict=True)
-        ]
+        work: list[Awaitable[_Dispatched]] = []
+        for plan in plans:
+            if plan.duplicate:
+                continue
+            for shard, log_id in zip(plan.shards, plan.log_ids, strict=True):
+                # Scheduled fires at their instant: written to the executor in this step
+                # where possible, so a burst due at one instant leaves without waiting for
+                # a task per fire to be scheduled.
+                sent = self._send_now(plan, shard, log_id) if record_later else None
+                work.append(sent or self._lanes.run(
+                    plan.req.job.id, functools.partial(self._dispatch, plan, shard, log_id)))
         done: list[_Dispatched] = list(await asyncio.gather(*work))
         if done and record_later:
             self._record_later([d.result for d in done])
@@ -469,32 +474,79 @@ class TriggerService:
         return await self._router.route(plan.strategy, plan.req.job.id, plan.addresses, self._clock.now_ms())
 
     async def _dispatch(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> _Dispatched:
-        job = plan.req.job
         route = await self._route(plan, shard)
         address = route.address
         dispatch_time: int | None = None
         if address is None:
             answer = ReturnT(FAIL_CODE, None)
         else:
-            param = TriggerParam(
-                job_id=job.id,
-                executor_handler=job.executor_handler or "",
-                executor_params=plan.param,
-                executor_block_strategy=job.executor_block_strategy or BlockStrategy.SERIAL_EXECUTION.value,
-                executor_timeout=job.executor_timeout,
-                log_id=log_id,
-                log_date_time=plan.trigger_time_ms,
-                glue_type=job.glue_type,
-                glue_source=job.glue_source or "",
-                glue_updatetime=_datetime_to_ms(job.glue_updatetime),
-                broadcast_index=shard[0],
-                broadcast_total=shard[1],
-            )
+            param = self._run_param(plan, shard, log_id)
             dispatch_time = self._clock.now_ms()
             answer = await self._client.run(address, param)
-            if not answer.ok:
-                log.warning("trigger of job %s (log %s) at %s failed: %s",
-                            job.id, log_id, address, answer.msg)
+        return self._dispatched(plan, shard, log_id, route, answer, dispatch_time)
+
+    def _send_now(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> Awaitable[_Dispatched] | None:
+        """Route and write the /run call now when that needs no waiting (a lane slot is
+        free, the strategy needs no probe); None otherwise (the caller takes the slow way)."""
+        strategy = plan.strategy
+        if (not plan.addresses or strategy is None
+                or strategy in (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)):
+            return None
+        job_id = plan.req.job.id
+        lane = self._lanes.enter_now(job_id)
+        if lane is None:
+            return None
+        try:
+            now = self._clock.now_ms()
+            if strategy is RouteStrategy.SHARDING_BROADCAST:
+                index = shard[0] if shard[0] < len(plan.addresses) else 0
+                route = RouteResult((plan.addresses[index],))
+            else:
+                route = self._router.route_now(strategy, job_id, plan.addresses, now)
+            address = route.address
+            assert address is not None
+            pending = self._client.run_now(address, self._run_param(plan, shard, log_id))
+        except BaseException:
+            self._lanes.leave(lane, job_id, 0)
+            raise
+        return self._answered(plan, shard, log_id, route, pending, now, lane)
+
+    async def _answered(
+        self, plan: _Plan, shard: tuple[int, int], log_id: int, route: RouteResult,
+        pending: Awaitable[ReturnT], dispatch_time: int, lane: Lane,
+    ) -> _Dispatched:
+        try:
+            answer = await pending
+        finally:
+            self._lanes.leave(lane, plan.req.job.id, self._clock.now_ms() - dispatch_time)
+        return self._dispatched(plan, shard, log_id, route, answer, dispatch_time)
+
+    @staticmethod
+    def _run_param(plan: _Plan, shard: tuple[int, int], log_id: int) -> TriggerParam:
+        job = plan.req.job
+        return TriggerParam(
+            job_id=job.id,
+            executor_handler=job.executor_handler or "",
+            executor_params=plan.param,
+            executor_block_strategy=job.executor_block_strategy or BlockStrategy.SERIAL_EXECUTION.value,
+            executor_timeout=job.executor_timeout,
+            log_id=log_id,
+            log_date_time=plan.trigger_time_ms,
+            glue_type=job.glue_type,
+            glue_source=job.glue_source or "",
+            glue_updatetime=_datetime_to_ms(job.glue_updatetime),
+            broadcast_index=shard[0],
+            broadcast_total=shard[1],
+        )
+
+    def _dispatched(
+        self, plan: _Plan, shard: tuple[int, int], log_id: int, route: RouteResult, answer: ReturnT,
+        dispatch_time: int | None,
+    ) -> _Dispatched:
+        address = route.address
+        if address is not None and not answer.ok:
+            log.warning("trigger of job %s (log %s) at %s failed: %s",
+                        plan.req.job.id, log_id, address, answer.msg)
         broadcast = plan.strategy is RouteStrategy.SHARDING_BROADCAST
         result = TriggerResult(
             log_id=log_id,
