@@ -565,11 +565,8 @@ class ScheduleLoop:
         (checking meanwhile for leases that ran out, as a fire would)."""
         if self._fence_ms:  # (not the first fence, at start)
             log.warning("send fence %d not raised in time; fires wait for it", self._fence_ms)
-        guard = self.config.lease_guard_ms
-        expired = [j for j, h in self._held.items() if now >= h.lease_until_ms - guard]
-        for job_id in expired:
-            log.warning("lease on job %s ran out before its fire; dropping it", job_id)
-            self._drop(job_id)
+        for held in list(self._held.values()):
+            self._drop_if_lease_ran_out(held, now)
         fut = self._fence_raised = asyncio.get_running_loop().create_future()
         handle = self._timers.call_at_ms(now + self.config.fence_every_ms,
                                          lambda: None if fut.done() else fut.set_result(None))
@@ -578,20 +575,25 @@ class ScheduleLoop:
         finally:
             handle.cancel()
 
+    def _drop_if_lease_ran_out(self, held: _Held, now: int) -> bool:
+        """A fire goes out only while the lease lasts, minus the clock-skew guard."""
+        if now < held.lease_until_ms - self.config.lease_guard_ms:
+            return False
+        log.warning("lease on job %s ran out before its fire; dropping it", held.job.id)
+        self._drop(held.job.id)
+        return True
+
     def _fire_due(self, now: int) -> None:
         heap = self._heap
         fires: list[PlannedFire] = []
         prepared: list[asyncio.Future[PreparedBatch | None | _Unprepared] | None] = []
         outcomes: list[tuple[_Held, FireDecision]] = []
         horizon = now + self.config.pre_read_ms
-        guard = self.config.lease_guard_ms
         while heap and heap[0][0] <= min(now, self._fence_ms):
             _, _, held, generation = heapq.heappop(heap)
             if held.generation != generation:
                 continue
-            if now >= held.lease_until_ms - guard:
-                log.warning("lease on job %s ran out before its fire; dropping it", held.job.id)
-                self._drop(held.job.id)
+            if self._drop_if_lease_ran_out(held, now):
                 continue
             decision = decide_fire(held.planned_ms, now, held.job.misfire_strategy,
                                    held.schedule.next_fire_ms, self.config.misfire_threshold_ms)

@@ -45,6 +45,7 @@ TRIGGER_TYPE_TITLES = {
     TriggerType.MISFIRE: "Misfire compensation trigger",
 }
 MSG_ADDRESS_EMPTY = "Trigger Fail: registry address is empty"
+_PROBING = (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)  # strategies that call executors first
 
 
 class TriggerRejected(ValueError):
@@ -463,7 +464,9 @@ class TriggerService:
             results.append(FireResult(list(plan.log_ids), False, code, msg))
         return results
 
-    async def _route(self, plan: _Plan, shard: tuple[int, int]) -> RouteResult:
+    def _route_now(self, plan: _Plan, shard: tuple[int, int], now_ms: int) -> RouteResult | None:
+        """The route, or why there is none, when no probe is needed; None for the strategies
+        that probe executors (FAILOVER, BUSYOVER)."""
         if not plan.addresses:
             return RouteResult((), MSG_ADDRESS_EMPTY)
         if plan.strategy is None:
@@ -471,7 +474,17 @@ class TriggerService:
         if plan.strategy is RouteStrategy.SHARDING_BROADCAST:
             index = shard[0] if shard[0] < len(plan.addresses) else 0
             return RouteResult((plan.addresses[index],))
-        return await self._router.route(plan.strategy, plan.req.job.id, plan.addresses, self._clock.now_ms())
+        if plan.strategy in _PROBING:
+            return None
+        return self._router.route_now(plan.strategy, plan.req.job.id, plan.addresses, now_ms)
+
+    async def _route(self, plan: _Plan, shard: tuple[int, int]) -> RouteResult:
+        now = self._clock.now_ms()
+        route = self._route_now(plan, shard, now)
+        if route is None:
+            assert plan.strategy is not None
+            route = await self._router.route(plan.strategy, plan.req.job.id, plan.addresses, now)
+        return route
 
     async def _dispatch(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> _Dispatched:
         route = await self._route(plan, shard)
@@ -488,9 +501,7 @@ class TriggerService:
     def _send_now(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> Awaitable[_Dispatched] | None:
         """Route and write the /run call now when that needs no waiting (a lane slot is
         free, the strategy needs no probe); None otherwise (the caller takes the slow way)."""
-        strategy = plan.strategy
-        if (not plan.addresses or strategy is None
-                or strategy in (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)):
+        if not plan.addresses or plan.strategy is None or plan.strategy in _PROBING:
             return None
         job_id = plan.req.job.id
         lane = self._lanes.enter_now(job_id)
@@ -498,14 +509,9 @@ class TriggerService:
             return None
         try:
             now = self._clock.now_ms()
-            if strategy is RouteStrategy.SHARDING_BROADCAST:
-                index = shard[0] if shard[0] < len(plan.addresses) else 0
-                route = RouteResult((plan.addresses[index],))
-            else:
-                route = self._router.route_now(strategy, job_id, plan.addresses, now)
-            address = route.address
-            assert address is not None
-            pending = self._client.run_now(address, self._run_param(plan, shard, log_id))
+            route = self._route_now(plan, shard, now)
+            assert route is not None and route.address is not None
+            pending = self._client.run_now(route.address, self._run_param(plan, shard, log_id))
         except BaseException:
             self._lanes.leave(lane, job_id, 0)
             raise
