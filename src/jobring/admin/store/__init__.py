@@ -42,7 +42,7 @@ from jobring.admin.store.records import (
     TriggerResult,
     User,
 )
-from jobring.admin.store.users import SettingRepository, TokenRepository, UserRepository
+from jobring.admin.store.users import SessionRepository, SettingRepository, TokenRepository, UserRepository
 
 
 class Store:
@@ -61,6 +61,7 @@ class Store:
         self.glue = GlueRepository(self.db)
         self.users = UserRepository(self.db)
         self.tokens = TokenRepository(self.db)
+        self.sessions = SessionRepository(self.db)
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
 
@@ -119,6 +120,7 @@ __all__ = [
     "ResultOutcome",
     "ScheduleLock",
     "SchedulerNodeRepository",
+    "SessionRepository",
     "SettingRepository",
     "Store",
     "StoreError",
