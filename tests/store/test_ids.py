@@ -68,7 +68,8 @@ async def test_sqlite_tables_made_before_0005_are_rebuilt_without_losing_rows(tm
         store = Store(engine)
         assert [g.id for g in await store.groups.all()] == groups[:2]
         async with engine.connect() as conn:
-            ddl = (await conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'xxl_job_log'"))).scalar()
+            query = text("SELECT sql FROM sqlite_master WHERE name = 'xxl_job_log'")
+            ddl = (await conn.execute(query)).scalar()
             indexes = (await conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'"))).all()
         assert "AUTOINCREMENT" in str(ddl)
         assert "ux_job_log_planned_fire" in {name for (name,) in indexes}
