@@ -73,6 +73,13 @@ async def test_wrong_password_and_unknown_user_look_the_same(sqlite_store: Store
         assert SESSION_COOKIE not in http.cookies
 
 
+async def test_a_user_without_an_argon2_hash_never_logs_in(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await env.add_user("legacy", Role.OPERATOR, [env.group_a])  # adopted: MD5 only, no hash
+        for guess in ("jobring-no-such-user", "123456", ""):
+            assert (await _login(http, "legacy", guess or "x")).status_code == 401
+
+
 async def test_forged_or_expired_session_is_refused(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client() as http:
         await _operator(env)

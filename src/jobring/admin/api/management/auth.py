@@ -90,7 +90,10 @@ async def login(body: LoginIn, request: Request, response: Response, services: S
     if retry_after > 0:
         raise _too_many(retry_after)
     user = await services.store.users.by_username(body.username)
-    ok = await _check_password(services, user.password_hash if user else _DUMMY_HASH, body.password)
+    stored = user.password_hash if user is not None else None
+    # Unknown users and users without an argon2 hash (adopted MD5) cost a hash too, so timing
+    # tells nothing; only a real stored hash can make the login succeed.
+    ok = await _check_password(services, stored or _DUMMY_HASH, body.password) and stored is not None
     if user is None or not ok:
         services.limiter.record_failure(body.username, address)
         raise ApiError(401, WRONG_LOGIN)
