@@ -81,6 +81,8 @@ def _coerce(name: str, raw: Any, target: Any) -> Any:
             raise ConfigError(f"{name}: expected a number, got {raw!r}") from exc
     if raw is None or (target == (str | None) and text == ""):
         return None
+    if isinstance(raw, list):  # a TOML array for a comma-list setting (trusted_proxies)
+        return ",".join(str(item) for item in raw)
     return str(raw)
 
 

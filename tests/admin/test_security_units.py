@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,12 @@ from jobring.admin.security.passwords import (
 )
 from jobring.admin.security.principal import AuthMethod, Principal
 from jobring.admin.security.ratelimit import LoginRateLimiter
-from jobring.admin.security.secrets_policy import access_token_problem, check_secret_policy, weak_secrets
+from jobring.admin.security.secrets_policy import (
+    access_token_problem,
+    check_secret_policy,
+    trusted_proxy_networks,
+    weak_secrets,
+)
 from jobring.admin.security.sessions import (
     csrf_matches,
     csrf_token_for,
@@ -29,7 +35,7 @@ from jobring.admin.security.sessions import (
 )
 from jobring.admin.security.tokens import generate_api_token, hash_api_token, looks_like_api_token
 from jobring.admin.store.records import User
-from jobring.config import AdminSettings, ConfigError
+from jobring.config import AdminSettings, ConfigError, load_settings
 from jobring.core.clock import ManualClock
 
 
@@ -186,3 +192,15 @@ def test_principal_permissions(
     p = Principal(User(id=1, username="u", role=role, permission=permission), AuthMethod.TOKEN)
     assert (p.can_read_group(1), p.can_write_group(1), p.can_read_group(2)) == (read_1, write_1, read_2)
     assert p.readable_group_ids() == readable
+
+
+def test_trusted_proxies_from_toml_list_or_env_and_bad_entries(tmp_path: Path) -> None:
+    config = tmp_path / "jobring.toml"
+    config.write_text('[admin]\ntrusted_proxies = ["10.0.0.0/8", "192.0.2.7"]\n', encoding="utf-8")
+    settings = load_settings(config, environ={})
+    assert [str(n) for n in trusted_proxy_networks(settings)] == ["10.0.0.0/8", "192.0.2.7/32"]
+    from_env = load_settings(environ={"JOBRING_TRUSTED_PROXIES": "127.0.0.1, ::1", "JOBRING_INSECURE": "yes"})
+    assert len(trusted_proxy_networks(from_env)) == 2 and from_env.insecure
+    assert trusted_proxy_networks(AdminSettings()) == []
+    with pytest.raises(ConfigError, match="trusted_proxies"):
+        trusted_proxy_networks(AdminSettings(trusted_proxies="10.0.0.0/8,not-an-ip"))

@@ -125,10 +125,12 @@ async def test_item5_a_trusted_proxy_forwards_the_client_address(tmp_path: Path)
 
 async def test_item8_logout_and_password_change_end_copied_sessions(tmp_path: Path) -> None:
     node = await _admin(tmp_path, "sessions")
+    # A second admin node on the same database: revocation holds on every node.
+    other = await start_admin(f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}", "sessions-b", tmp_path)
     try:
         await _add_user(node, "carol", "carol-password-2026")
         async with logged_in(node, "carol", "carol-password-2026") as carol, \
-                httpx.AsyncClient(base_url=node.base_url + "/api/v1") as thief:
+                httpx.AsyncClient(base_url=other.base_url + "/api/v1") as thief:
             thief.cookies.set(SESSION_COOKIE, carol.cookies[SESSION_COOKIE])
             assert (await thief.get("/auth/me")).status_code == 200
             assert (await carol.post("/auth/logout")).status_code == 204
@@ -144,6 +146,7 @@ async def test_item8_logout_and_password_change_end_copied_sessions(tmp_path: Pa
             carol.headers["X-CSRF-Token"] = changed.json()["csrf_token"]
             assert (await carol.get("/auth/me")).status_code == 200  # the new session works
     finally:
+        await kill(other)
         await kill(node)
 
 
