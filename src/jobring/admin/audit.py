@@ -232,6 +232,18 @@ def group_snapshot(group: JobGroup) -> dict[str, Any]:
     }
 
 
+def _pair(
+    action: AuditAction, current: dict[str, Any], previous: dict[str, Any] | None, snapshot: bool
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(before, after) for :meth:`AuditLog.record`: both for an edit, one whole snapshot
+    for a creation or deletion, none otherwise."""
+    if previous is not None:
+        return previous, current
+    if not snapshot:
+        return None, None
+    return (current, None) if action.value.endswith(".delete") else (None, current)
+
+
 # -- recording --------------------------------------------------------------------------------
 
 
@@ -311,13 +323,13 @@ class AuditLog:
         outcome: Outcome = Outcome.SUCCESS,
         **details: Any,
     ) -> None:
-        """An action on ``job``: with ``before`` the changed fields, with ``snapshot`` the
-        whole job (a creation or a deletion)."""
+        """An action on ``job``: with ``before`` the changed fields; with ``snapshot`` the whole
+        job (as "before" for a deletion, "after" otherwise)."""
+        previous = None if before is None else job_snapshot(before)
+        old, new = _pair(action, job_snapshot(job), previous, snapshot)
         await self.record(
             actor, action, target_type="job", target_id=job.id, group_id=job.job_group, outcome=outcome,
-            before=job_snapshot(before) if before is not None else None,
-            after=job_snapshot(job) if before is not None or snapshot else None,
-            details=details,
+            before=old, after=new, details=details,
         )
 
     async def user_event(
@@ -325,21 +337,20 @@ class AuditLog:
         snapshot: bool = False,
     ) -> None:
         """An action on ``user`` (see :meth:`job_event`)."""
-        await self.record(
-            actor, action, target_type="user", target_id=user.id,
-            before=user_snapshot(before) if before is not None else None,
-            after=user_snapshot(user) if before is not None or snapshot else None,
-        )
+        previous = None if before is None else user_snapshot(before)
+        old, new = _pair(action, user_snapshot(user), previous, snapshot)
+        await self.record(actor, action, target_type="user", target_id=user.id, before=old, after=new)
 
     async def group_event(
         self, actor: Actor | Principal, action: AuditAction, group: JobGroup, *,
         before: JobGroup | None = None, snapshot: bool = False,
     ) -> None:
         """An action on an executor group (see :meth:`job_event`)."""
+        old, new = _pair(
+            action, group_snapshot(group), None if before is None else group_snapshot(before), snapshot
+        )
         await self.record(
-            actor, action, target_type="group", target_id=group.id, group_id=group.id,
-            before=group_snapshot(before) if before is not None else None,
-            after=group_snapshot(group) if before is not None or snapshot else None,
+            actor, action, target_type="group", target_id=group.id, group_id=group.id, before=old, after=new
         )
 
     async def glue_event(

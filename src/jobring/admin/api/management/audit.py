@@ -51,7 +51,7 @@ class AuditOut(BaseModel):
             target_id=event.target_id,
             group_id=event.group_id,
             outcome=Outcome(event.outcome),
-            details=details if isinstance(details, dict) else {"value": details},
+            details=details if isinstance(details, dict) or details is None else {"value": details},
         )
 
 
