@@ -58,6 +58,13 @@ async def test_long_texts_are_cut_to_their_columns(store: Store) -> None:
     assert event.actor == "x" * 64 and event.source == "y" * 64 and event.target_id == "z" * 64
 
 
+async def test_large_details_fit(store: Store) -> None:
+    details = '{"changes": "' + "é" * 300_000 + '"}'  # beyond a 64 KiB MySQL TEXT
+    await store.audit.insert(_event(T0, "group.update", details=details))
+    [event] = (await store.audit.list()).items
+    assert event.details == details
+
+
 async def test_filters(store: Store) -> None:
     await store.audit.insert(_event(T0, "job.create", target_type="job", target_id="1", group_id=1))
     await store.audit.insert(_event(T0 + DAY, "job.delete", target_type="job", target_id="1", group_id=1))

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 REDACTED = "[redacted]"
 WRITE_ATTEMPTS = 3
 RETRY_BASE_S = 0.05
+MAX_DETAILS_CHARS = 1_000_000  # MEDIUMTEXT holds 16 MiB; this keeps a record readable
 
 
 class AuditAction(StrEnum):
@@ -244,6 +245,17 @@ def _pair(
     return (current, None) if action.value.endswith(".delete") else (None, current)
 
 
+def _encoded(body: dict[str, Any]) -> str:
+    """``body`` as JSON; an oversized or unencodable one is replaced by a note saying so."""
+    try:
+        text = orjson.dumps(body, default=str).decode()
+    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
+        return orjson.dumps({"unrecorded": f"details not encodable: {exc}"}).decode()
+    if len(text) > MAX_DETAILS_CHARS:
+        return orjson.dumps({"unrecorded": f"details of {len(text)} characters", "keys": list(body)}).decode()
+    return text
+
+
 # -- recording --------------------------------------------------------------------------------
 
 
@@ -291,7 +303,7 @@ class AuditLog:
             target_type=target_type,
             target_id=None if target_id is None else str(target_id),
             group_id=group_id,
-            details=orjson.dumps(body, default=str).decode() if body else None,
+            details=_encoded(body) if body else None,
         )
         await self._write(event)
 

@@ -218,7 +218,7 @@ audit = Table(
     Column("target_id", String(64), nullable=True),
     Column("group_id", Integer, nullable=True),
     Column("outcome", String(16), nullable=False),
-    Column("details", Text, nullable=True),  # JSON, secrets redacted
+    Column("details", LongText, nullable=True),  # JSON, secrets redacted
     Index("ix_audit_at", "at"),
     Index("ix_audit_action", "action"),
     Index("ix_audit_actor", "actor"),

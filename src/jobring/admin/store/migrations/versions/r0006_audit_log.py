@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 revision = "0006"
 down_revision = "0003"
@@ -16,6 +17,7 @@ branch_labels = None
 depends_on = None
 
 TABLE = "jobring_audit"
+_LONG_TEXT = sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
 _INDEXES: list[tuple[str, list[str]]] = [
     ("ix_audit_at", ["at"]),
     ("ix_audit_action", ["action"]),
@@ -44,7 +46,7 @@ def upgrade() -> None:
             sa.Column("target_id", sa.String(64), nullable=True),
             sa.Column("group_id", sa.Integer, nullable=True),
             sa.Column("outcome", sa.String(16), nullable=False),
-            sa.Column("details", sa.Text, nullable=True),
+            sa.Column("details", _LONG_TEXT, nullable=True),
             # Never reuse an id on SQLite (a deleted newest record would otherwise be refilled).
             sqlite_autoincrement=True,
             mysql_engine="InnoDB",
