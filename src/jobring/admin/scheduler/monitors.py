@@ -227,6 +227,15 @@ async def fail_undispatched(store: Store, triggered_before: datetime, limit: int
     return await store.fires.fail_unconfirmed(ids, MSG_DISPATCH_LOST) if ids else 0
 
 
+async def delete_old_audit(store: Store, now_ms: int, retention_days: int) -> int:
+    """Delete audit records older than ``retention_days`` (at least 7), in batches."""
+    days = max(retention_days, MIN_RETENTION_DAYS)
+    deleted = await store.audit.delete_older_than(now_ms - days * DAY_MS)
+    if deleted:
+        log.info("deleted %d audit record(s) older than %d days", deleted, days)
+    return deleted
+
+
 class LostRunMonitor(Monitor):
     """Runs that stay "running" over 10 min on an executor without a live heartbeat fail;
     fires recorded but never dispatched for 10 min fail as triggers."""
@@ -275,7 +284,7 @@ class ReportMonitor(Monitor):
         self._store = store
         self._clock = clock
         self._retention_days = log_retention_days
-        self._audit_retention_days = max(audit_retention_days, MIN_RETENTION_DAYS)
+        self._audit_retention_days = audit_retention_days
         self._last_clean_ms: int | None = None
         self._last_audit_clean_ms: int | None = None
 
@@ -309,10 +318,8 @@ class ReportMonitor(Monitor):
         now_ms = self._clock.now_ms()
         if self._last_audit_clean_ms is not None and now_ms - self._last_audit_clean_ms < DAY_MS:
             return 0
-        deleted = await self._store.audit.delete_older_than(now_ms - self._audit_retention_days * DAY_MS)
+        deleted = await delete_old_audit(self._store, now_ms, self._audit_retention_days)
         self._last_audit_clean_ms = now_ms
-        if deleted:
-            log.info("deleted %d audit record(s) older than %d days", deleted, self._audit_retention_days)
         return deleted
 
 
