@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
@@ -64,6 +65,7 @@ class Store:
         self.sessions = SessionRepository(self.db)
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
+        self.audit = AuditRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -91,6 +93,9 @@ __all__ = [
     "EXECUTOR",
     "HANDLE_MSG_MAX",
     "ApiToken",
+    "AuditEvent",
+    "AuditFilter",
+    "AuditRepository",
     "Capabilities",
     "ClearRule",
     "Conflict",
@@ -108,6 +113,7 @@ __all__ = [
     "LogEntry",
     "LogRepository",
     "LogStatus",
+    "NewAuditEvent",
     "NewLog",
     "NotFound",
     "Page",

@@ -8,6 +8,7 @@ from jobring.admin.api.management.deps import AnyUser, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError
 from jobring.admin.api.management.models import LoginIn, MeOut, PasswordChange, UserOut
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import Actor, AuditAction, Outcome
 from jobring.admin.security.passwords import HashingBusy, hash_password, needs_rehash, password_problem
 from jobring.admin.security.principal import AuthMethod
 from jobring.admin.security.sessions import (
@@ -96,10 +97,12 @@ async def login(body: LoginIn, request: Request, response: Response, services: S
     ok = await _check_password(services, stored or _DUMMY_HASH, body.password) and stored is not None
     if user is None or not ok:
         services.limiter.record_failure(body.username, address)
+        await services.audit.login_failed(body.username, user)
         raise ApiError(401, WRONG_LOGIN)
     services.limiter.record_success(body.username, address)
     user = await _rehash_if_needed(services, user, body.password)
     _, csrf = await start_session(services, response, user)
+    await services.audit.record(Actor.user(user), AuditAction.LOGIN)
     return MeOut(user=UserOut.of(user), auth=AuthMethod.SESSION.value, csrf_token=csrf)
 
 
@@ -112,6 +115,7 @@ async def login(body: LoginIn, request: Request, response: Response, services: S
 async def logout(principal: AnyUser, services: Services) -> Response:
     if principal.session_hash is not None:
         await services.store.sessions.revoke(principal.session_hash)
+    await services.audit.record(principal, AuditAction.LOGOUT)
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/")
     response.delete_cookie(CSRF_COOKIE, path="/")
@@ -145,6 +149,10 @@ async def change_password(
         raise ApiError(422, "new_password: must differ from the current password", "new_password")
     if not await _check_password(services, user.password_hash, body.current_password):
         services.limiter.record_failure(user.username, address)
+        await services.audit.record(
+            principal, AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id,
+            outcome=Outcome.FAILURE,
+        )
         raise ApiError(403, "current_password is wrong", "current_password")
     new_hash = await hash_new_password(services, body.new_password)
     await services.store.users.set_password_hash(user.id, new_hash, must_change=False)
@@ -153,6 +161,7 @@ async def change_password(
     updated = await services.store.users.get(user.id)
     if updated is None:
         raise ApiError(404, f"user {user.id} no longer exists")
+    await services.audit.record(principal, AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id)
     csrf = None
     if principal.method is AuthMethod.SESSION:
         _, csrf = await start_session(services, response, updated)
