@@ -31,7 +31,16 @@ class AdminSettings:
     # None: generated on first start and kept in the database.
     access_token: str | None = None
     admin_password: str | None = None
-    timezone: str = "UTC"
+    # Zone of crons without their own; None: the adopted XXL-JOB deployment's zone, else UTC.
+    timezone: str | None = None
+    # Zone of the database's DATETIME columns; None: as stored in the database (UTC for new ones).
+    database_timezone: str | None = None
+    # Schedule even though XXL-JOB's admin seems alive on the database (see coexist.py).
+    takeover: bool = False
+    # On an adopted XXL-JOB database, old run logs are deleted only once this is true.
+    log_retention_confirmed: bool = False
+    # Keep adopted users' XXL-JOB MD5 after they change password (a path back to the Java admin).
+    keep_xxl_job_passwords: bool = False
     auto_upgrade: bool = True
     glue_enabled: bool = False
     log_retention_days: int = 30

@@ -19,7 +19,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import TextIO
 
@@ -30,10 +30,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from jobring.admin.adopt import resolve_database_state
 from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
+from jobring.admin.coexist import refuse_if_java_admin_alive
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -119,6 +121,15 @@ async def start_runtime(
     node_id = make_node_id(settings)
     store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade)
     try:
+        state = await resolve_database_state(store, settings.database_timezone, settings.timezone)
+        settings = replace(
+            settings, timezone=state.default_timezone, database_timezone=state.database_timezone
+        )
+        if state.adopted_from is not None:
+            log.info("database adopted from XXL-JOB %s: DATETIME columns in %s, crons default to %s",
+                     state.adopted_from, state.database_timezone, state.default_timezone)
+        await refuse_if_java_admin_alive(store, clock.now_ms(), state.legacy_log_id_max,
+                                         takeover=settings.takeover)
         secrets = await bootstrap(store, settings, out)
     except BaseException:
         await store.close()
@@ -130,7 +141,7 @@ async def start_runtime(
     )
     trigger = TriggerService(
         store, executors, access_token=secrets.access_token, node_id=node_id, clock=clock,
-        admin_timezone=settings.timezone, fast_pool=settings.fast_pool_size,
+        admin_timezone=state.default_timezone, fast_pool=settings.fast_pool_size,
         slow_pool=settings.slow_pool_size,
     )
     # SQLite has one writer at a time: few concurrent batches (each a few transactions)
@@ -140,11 +151,14 @@ async def start_runtime(
     )
     loop = ScheduleLoop(
         StoreLeases(store, node_id), trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
-        admin_timezone=settings.timezone, config=config,
+        admin_timezone=state.default_timezone, config=config,
     )
     monitors = Monitors.create(store, trigger, alarmer_from_settings(settings), clock,
                                log_retention_days=settings.log_retention_days,
-                               audit_retention_days=settings.audit_retention_days)
+                               audit_retention_days=settings.audit_retention_days,
+                               legacy_log_id_max=state.legacy_log_id_max,
+                               hold_retention=state.adopted_from is not None
+                               and not settings.log_retention_confirmed)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            RegistryService(store, clock), CallbackService(store, trigger, clock),
                            monitors, loop)
@@ -223,7 +237,8 @@ def create_app(
         runtime = await start_runtime(settings, clock=clock, out=out, loop_config=loop_config)
         try:
             services = ManagementServices(
-                store=runtime.store, settings=settings, secrets=runtime.secrets, trigger=runtime.trigger,
+                store=runtime.store, settings=runtime.settings, secrets=runtime.secrets,
+                trigger=runtime.trigger,
                 executors=runtime.executors, clock=runtime.clock,
             )
             management_api.app = management_app(services)

@@ -15,9 +15,13 @@ from jobring.cli import groups as groups_cmd
 from jobring.cli import jobs as jobs_cmd
 from jobring.cli import runs as runs_cmd
 from jobring.cli import tokens as tokens_cmd
+from jobring.cli import users as users_cmd
 from jobring.cli.common import EXIT_USAGE, UsageError
 
-_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, tokens_cmd, audit_cmd)
+_GROUPS = (
+    admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, tokens_cmd, audit_cmd,
+    users_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,6 +42,9 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                         help="do not migrate the database schema at start")
     parser.add_argument("--insecure", action="store_true",
                         help="accept weak configured secrets (JOBRING_INSECURE); warns at every start")
+    parser.add_argument("--takeover", action="store_true",
+                        help="schedule even though XXL-JOB's admin seems alive on the database "
+                             "(JOBRING_TAKEOVER; stop it first: both would fire every job)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                         help="log level (default info)")
 
@@ -56,10 +59,14 @@ def validate_settings(settings: AdminSettings) -> None:
         normalize_url(settings.database_url)
     except ValueError as exc:
         raise ConfigError(f"database_url: {exc}") from None
-    try:
-        ZoneInfo(settings.timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"timezone: unknown time zone {settings.timezone!r}") from None
+    for name in ("timezone", "database_timezone"):
+        zone = getattr(settings, name)
+        if zone is None or zone.upper() == "UTC":
+            continue
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"{name}: unknown time zone {zone!r}") from None
     if not settings.base_path.startswith("/"):
         raise ConfigError(f"base_path: must start with '/', got {settings.base_path!r}")
     for name in ("pre_read_ms", "fast_pool_size", "slow_pool_size", "log_retention_days"):
@@ -86,6 +93,7 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
             database_url=args.database_url,
             auto_upgrade=False if args.no_upgrade else None,
             insecure=True if args.insecure else None,
+            takeover=True if args.takeover else None,
         )
         validate_settings(settings)
     except ConfigError as exc:

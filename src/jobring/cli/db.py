@@ -1,4 +1,4 @@
-"""`jobring db` commands: bring the database schema up to date, show its revision."""
+"""`jobring db` commands: bring the database schema up to date, adopt XXL-JOB's, show the revision."""
 
 from __future__ import annotations
 
@@ -13,25 +13,43 @@ from jobring.config import ConfigError, load_settings
 EXIT_DB_ERROR = 1
 
 
+def add_database_args(command: argparse.ArgumentParser) -> None:
+    """--database-url and --config, as every offline command takes them."""
+    command.add_argument(
+        "--database-url",
+        help="database URL (default: JOBRING_DATABASE_URL, the config file, or ./jobring.db)",
+    )
+    command.add_argument("--config", help="TOML config file (default: JOBRING_CONFIG)")
+
+
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
-    parser: argparse.ArgumentParser = sub.add_parser("db", help="database schema: upgrade, current revision")
+    parser: argparse.ArgumentParser = sub.add_parser("db", help="database schema: upgrade, adopt, revision")
     parser.set_defaults(handler=None)
     commands = parser.add_subparsers(dest="db_command", metavar="COMMAND")
     for name, handler, text in (
-        ("upgrade", _upgrade, "create or upgrade the schema (adopts an existing XXL-JOB 2.x database)"),
+        ("upgrade", _upgrade, "create or upgrade the schema (for an XXL-JOB database prefer `db adopt`)"),
         ("current", _current, "show the database's schema revision"),
     ):
         command = commands.add_parser(name, help=text, description=text)
-        command.add_argument(
-            "--database-url",
-            help="database URL (default: JOBRING_DATABASE_URL, the config file, or ./jobring.db)",
-        )
-        command.add_argument("--config", help="TOML config file (default: JOBRING_CONFIG)")
+        add_database_args(command)
         command.set_defaults(handler=handler)
+    text = ("adopt an XXL-JOB 2.1-2.5 database: report what it holds, record its time zone, "
+            "upgrade the schema (additive; XXL-JOB keeps working on it). Safe to run again.")
+    adopt = commands.add_parser("adopt", help=text, description=text)
+    add_database_args(adopt)
+    adopt.add_argument("--database-timezone", metavar="ZONE",
+                       help="zone XXL-JOB wrote DATETIME columns in: its JDBC serverTimezone, e.g. "
+                            "Asia/Shanghai (asked when not given and stdin is a terminal)")
+    adopt.add_argument("--executor-token", metavar="TOKEN",
+                       help="XXL-JOB's xxl.job.accessToken, to tell how executors keep working "
+                            "(never stored)")
+    adopt.add_argument("--dry-run", action="store_true", help="print the report; change nothing")
+    adopt.set_defaults(handler=_adopt)
 
 
-def _database_url(args: argparse.Namespace) -> str:
+def database_url(args: argparse.Namespace) -> str:
+    """The database URL from --database-url, --config or the environment; UsageError if bad."""
     from jobring.admin.store import normalize_url  # SQLAlchemy is imported only when used
 
     try:
@@ -42,7 +60,8 @@ def _database_url(args: argparse.Namespace) -> str:
     return settings.database_url
 
 
-def _shown(url: str) -> str:
+def shown_url(url: str) -> str:
+    """``url`` with its password hidden."""
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
@@ -51,18 +70,22 @@ def _shown(url: str) -> str:
 def _upgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
+    from jobring.admin.adopt import AdoptionRefused
     from jobring.admin.store import upgrade_database
 
-    url = _database_url(args)
+    url = database_url(args)
     try:
         result = asyncio.run(upgrade_database(url))
+    except AdoptionRefused as exc:
+        print(f"jobring: {exc}", file=sys.stderr)
+        return EXIT_DB_ERROR
     except (SQLAlchemyError, OSError) as exc:
-        print(f"jobring: database upgrade failed for {_shown(url)}: {exc}", file=sys.stderr)
+        print(f"jobring: database upgrade failed for {shown_url(url)}: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
     if result.changed:
-        print(f"{_shown(url)}: upgraded schema from {result.before or 'none'} to {result.after}")
+        print(f"{shown_url(url)}: upgraded schema from {result.before or 'none'} to {result.after}")
     else:
-        print(f"{_shown(url)}: schema already at {result.after} (nothing to do)")
+        print(f"{shown_url(url)}: schema already at {result.after} (nothing to do)")
     return 0
 
 
@@ -71,13 +94,26 @@ def _current(args: argparse.Namespace) -> int:
 
     from jobring.admin.store import current_revision, head_revision
 
-    url = _database_url(args)
+    url = database_url(args)
     try:
         revision = asyncio.run(current_revision(url))
     except (SQLAlchemyError, OSError) as exc:
-        print(f"jobring: cannot read the schema revision of {_shown(url)}: {exc}", file=sys.stderr)
+        print(f"jobring: cannot read the schema revision of {shown_url(url)}: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
     head = head_revision()
     state = "up to date" if revision == head else f"behind head {head}; run `jobring db upgrade`"
-    print(f"{_shown(url)}: revision {revision or 'none'} ({state})")
+    print(f"{shown_url(url)}: revision {revision or 'none'} ({state})")
     return 0
+
+
+def _adopt(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from jobring.cli import adopt as adopt_cmd
+
+    url = database_url(args)
+    try:
+        return adopt_cmd.run(url, args.database_timezone, args.executor_token, dry_run=args.dry_run)
+    except (SQLAlchemyError, OSError) as exc:
+        print(f"jobring: adoption of {shown_url(url)} failed: {exc}", file=sys.stderr)
+        return EXIT_DB_ERROR

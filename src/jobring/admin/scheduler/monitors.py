@@ -156,15 +156,18 @@ class FailMonitor(Monitor):
     name = "fail-monitor"
 
     def __init__(
-        self, store: Store, trigger: TriggerService, alarmer: Alarmer, interval_s: float = 10.0
+        self, store: Store, trigger: TriggerService, alarmer: Alarmer, interval_s: float = 10.0,
+        *, legacy_log_id_max: int = 0,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
         self._trigger = trigger
         self._alarmer = alarmer
+        # An adopted XXL-JOB database's history (ids up to this) is never retried or alarmed.
+        self._legacy_log_id_max = legacy_log_id_max
 
     async def tick(self) -> None:
-        failed = await self._store.logs.failed_unalarmed(1000)
+        failed = await self._store.logs.failed_unalarmed(1000, after_id=self._legacy_log_id_max)
         # Another node may take a log between the query and the compare-and-set.
         lock = self._store.logs.set_alarm_status
         taken = [e for e in failed if await lock(e.id, AlarmStatus.DEFAULT, AlarmStatus.LOCKED)]
@@ -215,7 +218,9 @@ class FailMonitor(Monitor):
             return AlarmStatus.FAILED
 
 
-async def fail_undispatched(store: Store, triggered_before: datetime, limit: int = 1000) -> int:
+async def fail_undispatched(
+    store: Store, triggered_before: datetime, limit: int = 1000, *, after_id: int = 0
+) -> int:
     """Mark log rows that were inserted but never dispatched (trigger_code still 0) as
     trigger failures, so the fail monitor retries and alarms them. Returns how many.
 
@@ -223,7 +228,7 @@ async def fail_undispatched(store: Store, triggered_before: datetime, limit: int
     executor; another node sees the fire as recorded and does not fire it again. The update
     is conditional on trigger_code 0, so it is safe with several nodes and late recorders.
     """
-    ids = await store.fires.undispatched_before(triggered_before, limit)
+    ids = await store.fires.undispatched_before(triggered_before, limit, after_id=after_id)
     return await store.fires.fail_unconfirmed(ids, MSG_DISPATCH_LOST) if ids else 0
 
 
@@ -242,19 +247,27 @@ class LostRunMonitor(Monitor):
 
     name = "lost-run-monitor"
 
-    def __init__(self, store: Store, clock: Clock, interval_s: float = 60.0) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, interval_s: float = 60.0, *, legacy_log_id_max: int = 0
+    ) -> None:
         super().__init__(interval_s)
         self._store = store
         self._clock = clock
+        # An adopted XXL-JOB database's history (ids up to this) stays as XXL-JOB left it.
+        self._legacy_log_id_max = legacy_log_id_max
 
     async def tick(self) -> None:
         now = _utc(self._clock.now_ms())
         live = await self._store.registry.live(now - timedelta(seconds=DEAD_TIMEOUT_S))
         addresses = {a for group in live.values() for a in group}
-        undispatched = await fail_undispatched(self._store, now - timedelta(seconds=LOST_AFTER_S))
+        undispatched = await fail_undispatched(
+            self._store, now - timedelta(seconds=LOST_AFTER_S), after_id=self._legacy_log_id_max
+        )
         if undispatched:
             log.warning("marked %d recorded but undispatched fire(s) as failed", undispatched)
-        lost = await self._store.logs.lost_runs(now - timedelta(seconds=LOST_AFTER_S), addresses)
+        lost = await self._store.logs.lost_runs(
+            now - timedelta(seconds=LOST_AFTER_S), addresses, after_id=self._legacy_log_id_max
+        )
         if not lost:
             return
         # record_results only fills logs that have no result yet: safe against a late
@@ -279,11 +292,14 @@ class ReportMonitor(Monitor):
         log_retention_days: int,
         audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
         interval_s: float = 60.0,
+        hold_retention: bool = False,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
         self._clock = clock
         self._retention_days = log_retention_days
+        # An adopted XXL-JOB database keeps its history until the operator confirms retention.
+        self._hold_retention = hold_retention
         self._audit_retention_days = audit_retention_days
         self._last_clean_ms: int | None = None
         self._last_audit_clean_ms: int | None = None
@@ -307,8 +323,17 @@ class ReportMonitor(Monitor):
         if self._last_clean_ms is not None and now_ms - self._last_clean_ms < 24 * 3600 * 1000:
             return 0
         today = _utc(now_ms).replace(hour=0, minute=0, second=0, microsecond=0)
-        deleted = await self._store.logs.delete_older_than(today - timedelta(days=self._retention_days))
+        cutoff = today - timedelta(days=self._retention_days)
         self._last_clean_ms = now_ms
+        if self._hold_retention:
+            would = await self._store.logs.count_older_than(cutoff)
+            log.warning(
+                "log retention held on this adopted XXL-JOB database: %d run log(s) older than %d days "
+                "are kept; set JOBRING_LOG_RETENTION_CONFIRMED=true to delete them",
+                would, self._retention_days,
+            )
+            return 0
+        deleted = await self._store.logs.delete_older_than(cutoff)
         if deleted:
             log.info("deleted %d run log(s) older than %d days", deleted, self._retention_days)
         return deleted
@@ -339,13 +364,15 @@ class Monitors:
         *,
         log_retention_days: int,
         audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
+        legacy_log_id_max: int = 0,
+        hold_retention: bool = False,
     ) -> Monitors:
         return cls([
             RegistryMonitor(store, clock),
-            FailMonitor(store, trigger, alarmer),
-            LostRunMonitor(store, clock),
+            FailMonitor(store, trigger, alarmer, legacy_log_id_max=legacy_log_id_max),
+            LostRunMonitor(store, clock, legacy_log_id_max=legacy_log_id_max),
             ReportMonitor(store, clock, log_retention_days=log_retention_days,
-                          audit_retention_days=audit_retention_days),
+                          audit_retention_days=audit_retention_days, hold_retention=hold_retention),
         ])
 
     def start(self) -> None:

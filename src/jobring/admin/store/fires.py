@@ -74,11 +74,13 @@ class FireRepository(Repository):
         found.sort(key=lambda f: (f.job_id, f.planned_time))
         return found
 
-    async def undispatched_before(self, triggered_before: datetime, limit: int = 1000) -> builtins.list[int]:
-        """Ids of recorded fires (any trigger type) still undispatched that were triggered at
-        or before the instant."""
+    async def undispatched_before(
+        self, triggered_before: datetime, limit: int = 1000, *, after_id: int = 0
+    ) -> builtins.list[int]:
+        """Ids (above ``after_id``) of recorded fires (any trigger type) still undispatched
+        that were triggered at or before the instant."""
         stmt = (select(job_log.c.id)
-                .where(job_log.c.trigger_code == 0, job_log.c.handle_code == 0,
+                .where(job_log.c.id > after_id, job_log.c.trigger_code == 0, job_log.c.handle_code == 0,
                        job_log.c.trigger_time <= utc_naive(triggered_before))
                 .order_by(job_log.c.id).limit(limit))
         async with self._db.read() as conn:

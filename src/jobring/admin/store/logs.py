@@ -255,10 +255,14 @@ class LogRepository(Repository):
                 limit,
             )
 
-    async def failed_unalarmed(self, limit: int = 1000) -> builtins.list[LogEntry]:
-        """Failed logs (trigger or handle code not 0/200) whose alarm_status is still 0."""
+    async def failed_unalarmed(self, limit: int = 1000, *, after_id: int = 0) -> builtins.list[LogEntry]:
+        """Failed logs (trigger or handle code not 0/200) whose alarm_status is still 0, with
+        an id above ``after_id`` (an adopted database's history is never retried)."""
         stmt = (
-            select(job_log).where(job_log.c.alarm_status == 0, _failed()).order_by(job_log.c.id).limit(limit)
+            select(job_log)
+            .where(job_log.c.alarm_status == 0, _failed(), job_log.c.id > after_id)
+            .order_by(job_log.c.id)
+            .limit(limit)
         )
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
@@ -274,11 +278,13 @@ class LogRepository(Repository):
             return result.rowcount > 0
 
     async def lost_runs(
-        self, triggered_before: datetime, live_addresses: Collection[str], limit: int = 1000
+        self, triggered_before: datetime, live_addresses: Collection[str], limit: int = 1000,
+        *, after_id: int = 0,
     ) -> builtins.list[LogEntry]:
         """Running logs (trigger 200, handle 0) triggered at or before the instant whose
-        executor address has no live heartbeat."""
+        executor address has no live heartbeat, with an id above ``after_id``."""
         where: builtins.list[ColumnElement[bool]] = [
+            job_log.c.id > after_id,
             job_log.c.trigger_code == 200,
             job_log.c.handle_code == 0,
             job_log.c.trigger_time <= utc_naive(triggered_before),
@@ -293,6 +299,12 @@ class LogRepository(Repository):
         stmt = select(job_log).where(*where).order_by(job_log.c.id).limit(limit)
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+    async def count_older_than(self, before: datetime) -> int:
+        """How many logs were triggered before ``before``."""
+        async with self._db.read() as conn:
+            stmt = select(func.count()).select_from(job_log).where(job_log.c.trigger_time < utc_naive(before))
+            return int((await conn.execute(stmt)).scalar_one())
 
     async def delete_older_than(self, before: datetime, batch: int = 1000) -> int:
         """Delete logs triggered before ``before``, ``batch`` rows per transaction; returns the count."""

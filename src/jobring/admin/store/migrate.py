@@ -52,7 +52,12 @@ def _current(connection: Connection) -> str | None:
 
 
 def _upgrade(connection: Connection) -> UpgradeResult:
+    from jobring.admin.adopt import check_adoptable  # imports the store package
+
     before = _current(connection)
+    if before is None:
+        # An XXL-JOB schema jobring cannot run on is refused before anything changes.
+        check_adoptable(connection)
     command.upgrade(_config(connection), "head")
     return UpgradeResult(before, _current(connection))
 
@@ -64,7 +69,8 @@ async def _with_engine(url_or_engine: str | AsyncEngine) -> tuple[AsyncEngine, b
 
 
 async def upgrade_database(url_or_engine: str | AsyncEngine) -> UpgradeResult:
-    """Bring the database to the newest schema; safe to run again (and on an XXL-JOB database)."""
+    """Bring the database to the newest schema; safe to run again (and on an XXL-JOB 2.1-2.5
+    database). ``jobring.admin.adopt.AdoptionRefused`` for an XXL-JOB shape it cannot adopt."""
     engine, owned = await _with_engine(url_or_engine)
     try:
         async with engine.connect() as conn:

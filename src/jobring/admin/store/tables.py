@@ -2,8 +2,9 @@
 
 Names and meanings follow the reference so an existing XXL-JOB 2.x MySQL database can be
 adopted. jobring's additions are new columns with defaults or new tables (prefixed
-``jobring_``), never renames. Instants we add are UTC epoch milliseconds (BIGINT); the
-reference's DATETIME columns hold naive UTC.
+``jobring_``), never renames. Instants we add are UTC epoch milliseconds (BIGINT); DATETIME
+columns hold wall time in the database's zone (``database_timezone``: UTC unless an adopted
+XXL-JOB database says otherwise), converted to and from naive UTC in ``zones.ZonedDateTime``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    DateTime,
     Index,
     Integer,
     MetaData,
@@ -23,6 +23,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.dialects import mysql
+
+from jobring.admin.store.zones import ZonedDateTime
 
 metadata = MetaData()
 
@@ -37,7 +39,7 @@ job_group = Table(
     Column("title", String(12), nullable=False),
     Column("address_type", SmallInteger, nullable=False, server_default="0"),
     Column("address_list", Text, nullable=True),
-    Column("update_time", DateTime, nullable=True),
+    Column("update_time", ZonedDateTime, nullable=True),
     sqlite_autoincrement=True,
 )
 
@@ -47,8 +49,8 @@ job_info = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("job_group", Integer, nullable=False),
     Column("job_desc", String(255), nullable=False),
-    Column("add_time", DateTime, nullable=True),
-    Column("update_time", DateTime, nullable=True),
+    Column("add_time", ZonedDateTime, nullable=True),
+    Column("update_time", ZonedDateTime, nullable=True),
     Column("author", String(64), nullable=True),
     Column("alarm_email", String(255), nullable=True),
     Column("schedule_type", String(50), nullable=False, server_default="NONE"),
@@ -63,7 +65,7 @@ job_info = Table(
     Column("glue_type", String(50), nullable=False),
     Column("glue_source", LongText, nullable=True),
     Column("glue_remark", String(128), nullable=True),
-    Column("glue_updatetime", DateTime, nullable=True),
+    Column("glue_updatetime", ZonedDateTime, nullable=True),
     Column("child_jobid", String(255), nullable=True),
     Column("trigger_status", SmallInteger, nullable=False, server_default="0"),
     Column("trigger_last_time", BigInteger, nullable=False, server_default="0"),
@@ -89,10 +91,10 @@ job_log = Table(
     Column("executor_param", String(512), nullable=True),
     Column("executor_sharding_param", String(20), nullable=True),
     Column("executor_fail_retry_count", Integer, nullable=False, server_default="0"),
-    Column("trigger_time", DateTime, nullable=True),
+    Column("trigger_time", ZonedDateTime, nullable=True),
     Column("trigger_code", Integer, nullable=False),
     Column("trigger_msg", Text, nullable=True),
-    Column("handle_time", DateTime, nullable=True),
+    Column("handle_time", ZonedDateTime, nullable=True),
     Column("handle_code", Integer, nullable=False),
     Column("handle_msg", Text, nullable=True),
     Column("alarm_status", SmallInteger, nullable=False, server_default="0"),
@@ -115,11 +117,11 @@ job_log_report = Table(
     "xxl_job_log_report",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("trigger_day", DateTime, nullable=True),
+    Column("trigger_day", ZonedDateTime, nullable=True),
     Column("running_count", Integer, nullable=False, server_default="0"),
     Column("suc_count", Integer, nullable=False, server_default="0"),
     Column("fail_count", Integer, nullable=False, server_default="0"),
-    Column("update_time", DateTime, nullable=True),
+    Column("update_time", ZonedDateTime, nullable=True),
     UniqueConstraint("trigger_day", name="i_trigger_day"),
 )
 
@@ -131,8 +133,8 @@ job_logglue = Table(
     Column("glue_type", String(50), nullable=True),
     Column("glue_source", LongText, nullable=True),
     Column("glue_remark", String(128), nullable=False),
-    Column("add_time", DateTime, nullable=True),
-    Column("update_time", DateTime, nullable=True),
+    Column("add_time", ZonedDateTime, nullable=True),
+    Column("update_time", ZonedDateTime, nullable=True),
     Index("ix_job_logglue_job", "job_id"),
 )
 
@@ -143,7 +145,7 @@ job_registry = Table(
     Column("registry_group", String(50), nullable=False),
     Column("registry_key", String(255), nullable=False),
     Column("registry_value", String(255), nullable=False),
-    Column("update_time", DateTime, nullable=True),
+    Column("update_time", ZonedDateTime, nullable=True),
     Index("i_g_k_v", "registry_group", "registry_key", "registry_value"),
 )
 
@@ -152,7 +154,8 @@ job_user = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("username", String(50), nullable=False),
-    # The reference's unsalted MD5; jobring never writes it (kept empty) and never accepts it.
+    # The reference's unsalted MD5: jobring never writes one; an adopted user's is accepted at
+    # one login (forcing a change), then emptied (kept with JOBRING_KEEP_XXL_JOB_PASSWORDS).
     Column("password", String(50), nullable=False, server_default=""),
     # 1 = admin, 0 = operator (the reference's normal user), 2 = viewer (jobring).
     Column("role", SmallInteger, nullable=False),
@@ -161,7 +164,7 @@ job_user = Table(
     Column("password_hash", String(255), nullable=True),  # argon2id
     Column("must_change_password", Boolean, nullable=False, server_default="0"),
     Column("glue_permission", Boolean, nullable=False, server_default="0"),
-    Column("add_time", DateTime, nullable=True),
+    Column("add_time", ZonedDateTime, nullable=True),
     UniqueConstraint("username", name="i_username"),
     sqlite_autoincrement=True,
 )
@@ -178,7 +181,7 @@ setting = Table(
     metadata,
     Column("name", String(64), primary_key=True),
     Column("value", Text, nullable=False),
-    Column("update_time", DateTime, nullable=True),
+    Column("update_time", ZonedDateTime, nullable=True),
 )
 
 api_token = Table(
@@ -188,10 +191,10 @@ api_token = Table(
     Column("user_id", Integer, nullable=False),
     Column("name", String(64), nullable=False),
     Column("token_hash", String(128), nullable=False),  # sha256 hex of the token
-    Column("add_time", DateTime, nullable=True),
-    Column("last_used_time", DateTime, nullable=True),
+    Column("add_time", ZonedDateTime, nullable=True),
+    Column("last_used_time", ZonedDateTime, nullable=True),
     Column("revoked", Boolean, nullable=False, server_default="0"),
-    Column("expires_at", DateTime, nullable=True),  # naive UTC; None: never expires
+    Column("expires_at", ZonedDateTime, nullable=True),  # naive UTC; None: never expires
     UniqueConstraint("token_hash", name="ux_api_token_hash"),
     Index("ix_api_token_user", "user_id"),
     sqlite_autoincrement=True,

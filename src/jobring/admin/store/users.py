@@ -31,8 +31,9 @@ _USER_COLUMNS = (
 
 
 class UserRepository(Repository):
-    """Console users. The reference's MD5 ``password`` column is never read or written
-    (kept empty); ``password_hash`` holds argon2id hashes."""
+    """Console users; ``password_hash`` holds argon2id hashes. The reference's MD5
+    ``password`` is never written: an adopted user's MD5 is accepted once at login (then
+    replaced by an argon2 hash with a forced change) and emptied when the password changes."""
 
     async def get(self, user_id: int) -> User | None:
         """The user, or ``None``."""
@@ -116,16 +117,37 @@ class UserRepository(Repository):
         except IntegrityError as exc:
             raise Conflict(f"username {user.username!r} is already taken") from exc
 
-    async def set_password_hash(self, user_id: int, password_hash: str, *, must_change: bool = False) -> None:
-        """Replace the user's password hash."""
+    async def set_password_hash(
+        self, user_id: int, password_hash: str, *, must_change: bool = False, clear_legacy: bool = False
+    ) -> None:
+        """Replace the user's password hash; ``clear_legacy`` also empties XXL-JOB's MD5."""
+        values: dict[str, Any] = {"password_hash": password_hash, "must_change_password": must_change}
+        if clear_legacy:
+            values["password"] = ""
+        async with self._db.write() as conn:
+            result = await conn.execute(update(job_user).where(job_user.c.id == user_id).values(**values))
+            if result.rowcount == 0:
+                raise NotFound(f"user {user_id} does not exist")
+
+    async def legacy_md5(self, user_id: int) -> str | None:
+        """XXL-JOB's unsalted MD5 of an adopted user that has no argon2 hash yet, else None."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(
+                select(job_user.c.password)
+                .where(job_user.c.id == user_id, job_user.c.password_hash.is_(None))
+            )).first()
+        return str(row[0]) if row is not None and row[0] else None
+
+    async def grant_glue_to_legacy_users(self) -> int:
+        """GLUE permission for the users XXL-JOB created (MD5 only): XXL-JOB lets every user
+        edit the GLUE code of the groups they may use. Returns how many."""
         async with self._db.write() as conn:
             result = await conn.execute(
                 update(job_user)
-                .where(job_user.c.id == user_id)
-                .values(password_hash=password_hash, must_change_password=must_change)
+                .where(job_user.c.password != "", job_user.c.password_hash.is_(None))
+                .values(glue_permission=True)
             )
-            if result.rowcount == 0:
-                raise NotFound(f"user {user_id} does not exist")
+            return int(result.rowcount)
 
     async def delete(self, user_id: int) -> bool:
         """Delete the user, their API tokens and sessions; False when absent."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 from fastapi import APIRouter, Request, Response
 
 from jobring.admin.api.management.deps import AnyUser, Services
@@ -81,6 +84,26 @@ async def _rehash_if_needed(services: ManagementServices, user: User, password: 
     return await services.store.users.get(user.id) or user
 
 
+async def _adopt_md5_login(
+    services: ManagementServices, user: User, legacy_md5: str, password: str
+) -> tuple[bool, User]:
+    """An adopted XXL-JOB user's first login: its unsalted MD5 is accepted this once; the
+    password is then kept as an argon2 hash and must be changed before anything else."""
+    try:
+        new_hash = await services.passwords.hash(password)  # costs what a verify costs
+    except HashingBusy:
+        raise _too_many(1, "too many logins in progress") from None
+    given = hashlib.md5(password.encode("utf-8"), usedforsecurity=False).hexdigest()
+    if not hmac.compare_digest(given, legacy_md5.strip().lower()):
+        return False, user
+    await services.store.users.set_password_hash(user.id, new_hash, must_change=True)
+    await services.audit.record(
+        Actor.user(user), AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id,
+        details={"reason": "XXL-JOB password accepted once; argon2 hash stored, change forced"},
+    )
+    return True, await services.store.users.get(user.id) or user
+
+
 @router.post(
     "/auth/login", response_model=MeOut, summary="Log in: sets the session cookie, returns the CSRF token"
 )
@@ -92,9 +115,13 @@ async def login(body: LoginIn, request: Request, response: Response, services: S
         raise _too_many(retry_after)
     user = await services.store.users.by_username(body.username)
     stored = user.password_hash if user is not None else None
-    # Unknown users and users without an argon2 hash (adopted MD5) cost a hash too, so timing
-    # tells nothing; only a real stored hash can make the login succeed.
-    ok = await _check_password(services, stored or _DUMMY_HASH, body.password) and stored is not None
+    legacy = await services.store.users.legacy_md5(user.id) if user is not None and stored is None else None
+    if user is not None and legacy is not None:
+        ok, user = await _adopt_md5_login(services, user, legacy, body.password)
+    else:
+        # Unknown users cost a hash too, so timing tells nothing; only a real stored hash
+        # can make the login succeed.
+        ok = await _check_password(services, stored or _DUMMY_HASH, body.password) and stored is not None
     if user is None or not ok:
         services.limiter.record_failure(body.username, address)
         await services.audit.login_failed(body.username, user)
@@ -155,7 +182,9 @@ async def change_password(
         )
         raise ApiError(403, "current_password is wrong", "current_password")
     new_hash = await hash_new_password(services, body.new_password)
-    await services.store.users.set_password_hash(user.id, new_hash, must_change=False)
+    await services.store.users.set_password_hash(
+        user.id, new_hash, must_change=False, clear_legacy=not services.settings.keep_xxl_job_passwords
+    )
     # Every session ends, this one too (a new one is issued below): a stolen cookie dies here.
     await services.store.sessions.revoke_user(user.id)
     updated = await services.store.users.get(user.id)

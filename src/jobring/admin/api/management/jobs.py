@@ -194,7 +194,7 @@ async def trigger_job(
 async def preview_schedule(
     body: SchedulePreviewIn, services: Services, principal: Reader
 ) -> SchedulePreviewOut:
-    zone = body.timezone or services.settings.timezone
+    zone = body.timezone or services.settings.timezone or "UTC"
     check_timezone("timezone", zone)
     check_schedule(body.schedule_type, body.schedule_conf, zone)
     schedule = parse_schedule(body.schedule_type, body.schedule_conf, zone)

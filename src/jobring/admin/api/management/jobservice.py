@@ -42,13 +42,13 @@ async def load_job(services: ManagementServices, job_id: int) -> JobInfo:
 
 
 async def validate_job(services: ManagementServices, job: JobInfo) -> None:
-    check_job(job, services.settings.timezone)
+    check_job(job, services.settings.timezone or "UTC")
     await check_job_references(services.store, job)
 
 
 def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -> int:
     """The job's next fire strictly after ``after_ms``; ApiError when it never fires."""
-    zone = job.schedule_timezone or services.settings.timezone
+    zone = job.schedule_timezone or services.settings.timezone or "UTC"
     try:
         schedule = parse_schedule(job.schedule_type, job.schedule_conf, zone)
     except ValueError as exc:

@@ -128,7 +128,9 @@ async def update_user(user_id: UserId, body: UserUpdate, services: Services, pri
     await services.store.users.update(updated)  # Conflict -> 409
     if new_hash is not None:
         # An admin's reset: the user must pick their own password at next login.
-        await services.store.users.set_password_hash(user.id, new_hash, must_change=True)
+        await services.store.users.set_password_hash(
+            user.id, new_hash, must_change=True, clear_legacy=not services.settings.keep_xxl_job_passwords
+        )
         await services.audit.record(
             principal, AuditAction.USER_PASSWORD_RESET, target_type="user", target_id=user.id
         )

@@ -1,0 +1,88 @@
+"""Is XXL-JOB's Java admin still scheduling on this database? Checked before jobring schedules.
+
+Two admins firing from one database fire every job twice. XXL-JOB's scheduler takes the
+``schedule_lock`` row (``SELECT ... FOR UPDATE``) around each pre-read and writes a run row
+for each fire without a jobring node name; either sign, seen lately, means it is alive.
+jobring leases jobs and fires them from memory, so taking the same row lock around its own
+claims would not stop a double fire: jobring refuses to schedule until told to take over.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
+
+from jobring.admin.store import Store
+from jobring.admin.store.tables import SCHEDULE_LOCK, job_lock, job_log
+
+log = logging.getLogger(__name__)
+
+RECENT_MINUTES = 10
+
+
+class JavaAdminAlive(Exception):
+    """Another (XXL-JOB) admin schedules on this database; the message says how to proceed."""
+
+
+async def java_admin_signs(store: Store, now_ms: int, legacy_log_id_max: int) -> list[str]:
+    """Reasons to believe a Java admin is scheduling on the database right now (empty: none)."""
+    signs: list[str] = []
+    since = datetime.fromtimestamp(now_ms / 1000, UTC).replace(tzinfo=None) - timedelta(
+        minutes=RECENT_MINUTES
+    )
+    async with store.db.read() as conn:
+        foreign = (
+            await conn.execute(
+                select(func.count())
+                .select_from(job_log)
+                .where(
+                    job_log.c.admin_node.is_(None),
+                    job_log.c.id > legacy_log_id_max,
+                    job_log.c.trigger_time >= since,
+                )
+            )
+        ).scalar_one()
+    if foreign:
+        signs.append(
+            f"{foreign} run(s) of the last {RECENT_MINUTES} minutes were written by an admin "
+            "that is not jobring"
+        )
+    if store.db.engine.dialect.name == "mysql" and await _lock_is_held(store):
+        signs.append("xxl_job_lock 'schedule_lock' is held by another connection right now")
+    return signs
+
+
+async def _lock_is_held(store: Store) -> bool:
+    try:
+        async with store.db.write() as conn:
+            stmt = select(job_lock.c.lock_name).where(job_lock.c.lock_name == SCHEDULE_LOCK)
+            await conn.execute(stmt.with_for_update(nowait=True))
+    except DBAPIError as exc:
+        log.debug("schedule_lock probe: %s", exc)
+        return True
+    return False
+
+
+async def refuse_if_java_admin_alive(
+    store: Store, now_ms: int, legacy_log_id_max: int, *, takeover: bool
+) -> None:
+    """Raise JavaAdminAlive when a Java admin seems to schedule here, unless ``takeover``."""
+    signs = await java_admin_signs(store, now_ms, legacy_log_id_max)
+    if not signs:
+        return
+    if takeover:
+        log.warning(
+            "another admin seems to schedule on this database (%s); taking over as told "
+            "(JOBRING_TAKEOVER): stop XXL-JOB's admin now or every job fires twice",
+            "; ".join(signs),
+        )
+        return
+    raise JavaAdminAlive(
+        "refusing to schedule: XXL-JOB's admin seems to be scheduling on this database ("
+        + "; ".join(signs)
+        + "). Stop it (see docs/migrating-from-xxl-job.md), then start jobring with "
+        "--takeover (JOBRING_TAKEOVER=true) once"
+    )
