@@ -37,8 +37,10 @@ class Secrets:
 
 
 async def ensure_first_user(store: Store, settings: AdminSettings, out: TextIO | None = None) -> str | None:
-    """Create user ``admin`` when no user exists; return the password if it was generated."""
+    """Create user ``admin`` when no user exists; return the password if it was generated.
+    On a database with users (an adopted XXL-JOB one), see ``apply_configured_admin_password``."""
     if await store.users.count() > 0:
+        await apply_configured_admin_password(store, settings)
         return None
     generated = settings.admin_password is None
     password = generate_password() if generated else settings.admin_password
@@ -66,6 +68,31 @@ async def ensure_first_user(store: Store, settings: AdminSettings, out: TextIO |
         return password
     log.info("created user %r with the configured password", ADMIN_USERNAME)
     return None
+
+
+async def apply_configured_admin_password(store: Store, settings: AdminSettings) -> bool:
+    """JOBRING_ADMIN_PASSWORD on a database that has users: set for user ``admin`` while it has
+    no jobring password yet (adopted from XXL-JOB, or never logged in); otherwise say why not.
+    Returns whether it was applied."""
+    if settings.admin_password is None:
+        return False
+    user = await store.users.by_username(ADMIN_USERNAME)
+    if user is None:
+        log.warning("JOBRING_ADMIN_PASSWORD ignored: the database has users but none named %r; "
+                    "use `jobring users reset-password NAME` to let someone in", ADMIN_USERNAME)
+        return False
+    if user.password_hash is not None:
+        log.warning("JOBRING_ADMIN_PASSWORD ignored: user %r already has a jobring password (it is "
+                    "applied only once); use `jobring users reset-password %s` to replace it",
+                    ADMIN_USERNAME, ADMIN_USERNAME)
+        return False
+    await store.users.set_password_hash(
+        user.id, hash_password(settings.admin_password), must_change=False,
+        clear_legacy=not settings.keep_xxl_job_passwords,
+    )
+    log.warning("JOBRING_ADMIN_PASSWORD applied to the existing user %r (it had no jobring password)",
+                ADMIN_USERNAME)
+    return True
 
 
 async def _configured_or_stored(store: Store, name: str, configured: str | None) -> str:

@@ -16,6 +16,7 @@ from jobring.admin.api.management.models import (
     JobCreate,
     JobOut,
     JobUpdate,
+    JobUpdateOut,
     PageOut,
     SchedulePreviewIn,
     SchedulePreviewOut,
@@ -111,16 +112,21 @@ async def get_job(job_id: JobId, services: Services, principal: Reader) -> JobOu
     return JobOut.of(job)
 
 
-@router.patch("/jobs/{job_id}", response_model=JobOut, summary="Update some fields of a job")
-async def update_job(job_id: JobId, body: JobUpdate, services: Services, principal: Writer) -> JobOut:
+@router.patch(
+    "/jobs/{job_id}",
+    response_model=JobUpdateOut,
+    summary="Update some fields of a job (only the fields sent are validated)",
+)
+async def update_job(job_id: JobId, body: JobUpdate, services: Services, principal: Writer) -> JobUpdateOut:
     old = await jobservice.load_job(services, job_id)
     ensure_group_write(principal, old.job_group)
     new = job_with_update(old, body)
     if new.job_group != old.job_group:
         ensure_group_write(principal, new.job_group)
-    updated = await jobservice.update_job(services, old, new, principal)
+    warnings: list[str] = []
+    updated = await jobservice.update_job(services, old, new, principal, warnings)
     await services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)
-    return JobOut.of(updated)
+    return JobUpdateOut(**JobOut.of(updated).model_dump(), warnings=warnings)
 
 
 @router.delete("/jobs/{job_id}", status_code=204, response_class=Response, summary="Delete a job")

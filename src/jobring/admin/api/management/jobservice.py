@@ -46,6 +46,53 @@ async def validate_job(services: ManagementServices, job: JobInfo) -> None:
     await check_job_references(services.store, job)
 
 
+# Valid stand-ins for stored values checked only when a request changes them, so the check
+# of an update can go on past a legacy value (one XXL-JOB accepted) the request did not touch.
+_STAND_INS: dict[str, object] = {
+    "job_desc": "job", "author": None, "alarm_email": None, "executor_handler": "handler",
+    "executor_param": None, "glue_remark": None, "child_jobid": None, "schedule_timezone": None,
+    "misfire_strategy": "DO_NOTHING", "executor_route_strategy": "FIRST",
+    "executor_block_strategy": "SERIAL_EXECUTION", "glue_type": "BEAN", "executor_timeout": 0,
+    "executor_fail_retry_count": 0, "schedule_type": "NONE", "schedule_conf": None,
+}
+# Fields whose rules involve each other: changing one re-checks the others strictly.
+_RELATED = (
+    frozenset({"schedule_type", "schedule_conf", "schedule_timezone"}),
+    frozenset({"glue_type", "executor_handler"}),
+)
+
+
+def _strict_fields(old: JobInfo, new: JobInfo) -> set[str]:
+    changed = {name for name in _STAND_INS if getattr(old, name) != getattr(new, name)}
+    if new.job_group != old.job_group:
+        changed.add("job_group")
+    for related in _RELATED:
+        if changed & related:
+            changed |= related
+    return changed
+
+
+async def validate_job_update(services: ManagementServices, old: JobInfo, new: JobInfo) -> list[str]:
+    """Check what the update changes (and the rules those fields take part in); stored values
+    it leaves alone are kept even when a new job could not have them. Returns one warning per
+    such legacy value; FieldError for a changed field."""
+    strict = _strict_fields(old, new)
+    warnings: list[str] = []
+    candidate = new
+    zone = services.settings.timezone or "UTC"
+    for _ in range(len(_STAND_INS) + 2):
+        try:
+            check_job(candidate, zone)
+            await check_job_references(services.store, candidate)
+            return warnings
+        except FieldError as exc:
+            if exc.field in strict or exc.field not in _STAND_INS:
+                raise
+            warnings.append(f"kept the stored value of {exc}: a new job could not have it")
+            candidate = replace(candidate, **{exc.field: _STAND_INS[exc.field]})
+    raise ApiError(422, "too many invalid stored values to check this update")
+
+
 def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -> int:
     """The job's next fire strictly after ``after_ms``; ApiError when it never fires."""
     zone = job.schedule_timezone or services.settings.timezone or "UTC"
@@ -79,10 +126,12 @@ async def create_job(services: ManagementServices, job: JobInfo, principal: Prin
 
 
 async def update_job(
-    services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal | None
+    services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal | None,
+    warnings: list[str] | None = None,
 ) -> JobInfo:
     """Write ``new`` over ``old``; a running job gets its next fire time recomputed when its
-    schedule changed (as the reference does)."""
+    schedule changed (as the reference does). Legacy values the update does not change are
+    kept, with a line in ``warnings`` (when given; else they are refused like new values)."""
     if new.glue_type != GlueType.BEAN and new.glue_type != old.glue_type:
         ensure_glue_allowed(services, principal)
     new = replace(
@@ -94,7 +143,10 @@ async def update_job(
         trigger_last_time=old.trigger_last_time,
         trigger_next_time=old.trigger_next_time,
     )
-    await validate_job(services, new)
+    if warnings is None:
+        await validate_job(services, new)
+    else:
+        warnings.extend(await validate_job_update(services, old, new))
     schedule_changed = (new.schedule_type, new.schedule_conf, new.schedule_timezone) != (
         old.schedule_type,
         old.schedule_conf,

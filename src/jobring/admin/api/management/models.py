@@ -172,6 +172,13 @@ class JobOut(BaseModel):
         return cls(**record_fields(cls, job))
 
 
+class JobUpdateOut(JobOut):
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="stored values kept although a new job could not have them (e.g. adopted from XXL-JOB)",
+    )
+
+
 class TriggerIn(Strict):
     executor_param: ExecutorParam | None = Field(
         None, description="replaces the job's params for this run"

@@ -146,7 +146,8 @@ class Xxl3Api:
     async def _update(self, data: dict[str, Any]) -> None:
         old = await jobservice.load_job(self._services, _job_id(data))
         new = replace(old, **_fields(data))
-        updated = await jobservice.update_job(self._services, old, new, None)
+        # Stored legacy values the request leaves as they are are kept, as XXL-JOB did.
+        updated = await jobservice.update_job(self._services, old, new, None, [])
         await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_UPDATE, updated, before=old)
 
     async def _remove(self, data: dict[str, Any]) -> None:
