@@ -7,6 +7,7 @@ and then write, so a refused request leaves the database as it was.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.services import ManagementServices
@@ -48,7 +49,7 @@ async def validate_job(services: ManagementServices, job: JobInfo) -> None:
 
 # Valid stand-ins for stored values checked only when a request changes them, so the check
 # of an update can go on past a legacy value (one XXL-JOB accepted) the request did not touch.
-_STAND_INS: dict[str, object] = {
+_STAND_INS: dict[str, Any] = {
     "job_desc": "job", "author": None, "alarm_email": None, "executor_handler": "handler",
     "executor_param": None, "glue_remark": None, "child_jobid": None, "schedule_timezone": None,
     "misfire_strategy": "DO_NOTHING", "executor_route_strategy": "FIRST",
