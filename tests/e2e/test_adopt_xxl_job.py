@@ -29,10 +29,12 @@ from tests.e2e.pyxxl_harness import EXECUTOR_SCRIPT
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.timeout(240)]
 
 # ../shared/xxl-job beside the clone (as on CI); JOBRING_XXL_JOB_SCHEMA names another copy.
-SCHEMA = Path(os.environ.get(
-    "JOBRING_XXL_JOB_SCHEMA",
-    Path(__file__).resolve().parents[2].parent / "shared" / "xxl-job" / "tables_xxl_job_2.4.2.sql",
-))
+SCHEMA = Path(
+    os.environ.get(
+        "JOBRING_XXL_JOB_SCHEMA",
+        Path(__file__).resolve().parents[2].parent / "shared" / "xxl-job" / "tables_xxl_job_2.4.2.sql",
+    )
+)
 ZONE = ZoneInfo("Asia/Shanghai")
 OLD_PASSWORD = "xxl-old-pass-7"
 NEW_PASSWORD = "a brand new pass 42"
@@ -90,15 +92,24 @@ async def _load_xxl_job(url: str, executor_port: int, now: datetime) -> dict[str
         async with engine.begin() as conn:
             for statement in _schema_statements():
                 await conn.execute(text(statement))
-            await conn.execute(text(
-                "UPDATE xxl_job_user SET password = :pw WHERE username = 'admin'"), {"pw": _md5(OLD_PASSWORD)})
-            await conn.execute(text(
-                "INSERT INTO xxl_job_group (id, app_name, title, address_type, address_list, update_time)"
-                " VALUES (2, 'pyxxl-app', 'pyxxl', 1, :addr, :t)"),
-                {"addr": f"http://127.0.0.1:{executor_port}", "t": _local(now)})
-            await conn.execute(text(
-                "INSERT INTO xxl_job_user (username, password, role, permission) VALUES ('ops', :pw, 0, '2')"),
-                {"pw": _md5("ops-old-pass-1")})
+            await conn.execute(
+                text("UPDATE xxl_job_user SET password = :pw WHERE username = 'admin'"),
+                {"pw": _md5(OLD_PASSWORD)},
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO xxl_job_group (id, app_name, title, address_type, address_list, update_time)"
+                    " VALUES (2, 'pyxxl-app', 'pyxxl', 1, :addr, :t)"
+                ),
+                {"addr": f"http://127.0.0.1:{executor_port}", "t": _local(now)},
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO xxl_job_user (username, password, role, permission)"
+                    " VALUES ('ops', :pw, 0, '2')"
+                ),
+                {"pw": _md5("ops-old-pass-1")},
+            )
             jobs = [
                 # id, group, desc, conf, handler, status, next, retries
                 (2, 2, "daily report", "0 30 9 * * ?", "demo", 1, next_local(9, 30, now), 3),
@@ -106,16 +117,29 @@ async def _load_xxl_job(url: str, executor_port: int, now: datetime) -> dict[str
                 (4, 1, "legacy handler", "0 0 3 * * ?", "demoJobHandler ", 0, 0, 0),
             ]
             for job_id, group, desc, conf, handler, status, next_ms, retries in jobs:
-                await conn.execute(text(
-                    "INSERT INTO xxl_job_info (id, job_group, job_desc, add_time, update_time, author,"
-                    " alarm_email, schedule_type, schedule_conf, misfire_strategy, executor_route_strategy,"
-                    " executor_handler, executor_param, executor_block_strategy, executor_timeout,"
-                    " executor_fail_retry_count, glue_type, glue_source, glue_remark, glue_updatetime,"
-                    " child_jobid, trigger_status, trigger_last_time, trigger_next_time) VALUES (:id, :g,"
-                    " :d, :t, :t, 'XXL', 'ops-team', 'CRON', :conf, 'DO_NOTHING', 'FIRST', :h, '',"
-                    " 'SERIAL_EXECUTION', 0, :r, 'BEAN', '', '', :t, '99', :s, 0, :n)"),
-                    {"id": job_id, "g": group, "d": desc, "t": _local(now - timedelta(days=90)), "conf": conf,
-                     "h": handler, "r": retries, "s": status, "n": next_ms})
+                await conn.execute(
+                    text(
+                        "INSERT INTO xxl_job_info (id, job_group, job_desc, add_time, update_time, author,"
+                        " alarm_email, schedule_type, schedule_conf, misfire_strategy,"
+                        " executor_route_strategy,"
+                        " executor_handler, executor_param, executor_block_strategy, executor_timeout,"
+                        " executor_fail_retry_count, glue_type, glue_source, glue_remark, glue_updatetime,"
+                        " child_jobid, trigger_status, trigger_last_time, trigger_next_time) VALUES (:id, :g,"
+                        " :d, :t, :t, 'XXL', 'ops-team', 'CRON', :conf, 'DO_NOTHING', 'FIRST', :h, '',"
+                        " 'SERIAL_EXECUTION', 0, :r, 'BEAN', '', '', :t, '99', :s, 0, :n)"
+                    ),
+                    {
+                        "id": job_id,
+                        "g": group,
+                        "d": desc,
+                        "t": _local(now - timedelta(days=90)),
+                        "conf": conf,
+                        "h": handler,
+                        "r": retries,
+                        "s": status,
+                        "n": next_ms,
+                    },
+                )
             rows = []
             total = DAYS * RUNS_PER_DAY
             for i in range(total):
@@ -126,15 +150,33 @@ async def _load_xxl_job(url: str, executor_port: int, now: datetime) -> dict[str
                     codes = (200, 500, 0)  # failed, never alarmed
                 else:
                     codes = (200, 200, 1 if i % 2 else 0)
-                rows.append({"g": 2, "j": 2 + i % 2, "t": _local(at), "tc": codes[0], "hc": codes[1],
-                             "h": _local(at + timedelta(seconds=3)) if codes[1] else None, "a": codes[2]})
-            await conn.execute(text(
-                "INSERT INTO xxl_job_log (job_group, job_id, executor_address, executor_handler,"
-                " executor_fail_retry_count, trigger_time, trigger_code, handle_time, handle_code,"
-                " alarm_status) VALUES (:g, :j, 'http://10.0.0.9:9999/', 'demo', 3, :t, :tc, :h, :hc, :a)"),
-                rows)
-        return {"logs": len(rows), "newest": _local(now - timedelta(days=DAYS) + timedelta(
-            minutes=(len(rows) - 1) * (DAYS * 24 * 60 // len(rows))))}
+                rows.append(
+                    {
+                        "g": 2,
+                        "j": 2 + i % 2,
+                        "t": _local(at),
+                        "tc": codes[0],
+                        "hc": codes[1],
+                        "h": _local(at + timedelta(seconds=3)) if codes[1] else None,
+                        "a": codes[2],
+                    }
+                )
+            await conn.execute(
+                text(
+                    "INSERT INTO xxl_job_log (job_group, job_id, executor_address, executor_handler,"
+                    " executor_fail_retry_count, trigger_time, trigger_code, handle_time, handle_code,"
+                    " alarm_status) VALUES (:g, :j, 'http://10.0.0.9:9999/', 'demo', 3, :t, :tc, :h, :hc, :a)"
+                ),
+                rows,
+            )
+        return {
+            "logs": len(rows),
+            "newest": _local(
+                now
+                - timedelta(days=DAYS)
+                + timedelta(minutes=(len(rows) - 1) * (DAYS * 24 * 60 // len(rows)))
+            ),
+        }
     finally:
         await engine.dispose()
 
@@ -142,8 +184,13 @@ async def _load_xxl_job(url: str, executor_port: int, now: datetime) -> dict[str
 async def _cli(*args: str) -> tuple[int, str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import sys; from jobring.cli import main; sys.exit(main())", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=environ,
+        sys.executable,
+        "-c",
+        "import sys; from jobring.cli import main; sys.exit(main())",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=environ,
     )
     out, _ = await proc.communicate()
     assert proc.returncode is not None
@@ -174,8 +221,9 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
     executor_port = free_port()
     loaded = await _load_xxl_job(mariadb_url, executor_port, now)
 
-    code, out = await _cli("db", "adopt", "--database-url", mariadb_url, "--dry-run",
-                           "--executor-token", "default_token")
+    code, out = await _cli(
+        "db", "adopt", "--database-url", mariadb_url, "--dry-run", "--executor-token", "default_token"
+    )
     assert code == 0, out
     assert "XXL-JOB schema: 2.3-2.5" in out and f"run logs: {loaded['logs']}" in out
     assert f"{STILL_RUNNING} still 'running'" in out and "users: 2 (1 admin; 2 with only" in out
@@ -184,9 +232,13 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
     tables = {r[0] for r in await _db(mariadb_url, "SHOW TABLES")}
     assert VERSION_TABLE not in tables and "jobring_setting" not in tables
 
-    code, out = await _cli("db", "adopt", "--database-url", mariadb_url, "--database-timezone", "Asia/Shanghai")
+    code, out = await _cli(
+        "db", "adopt", "--database-url", mariadb_url, "--database-timezone", "Asia/Shanghai"
+    )
     assert code == 0, out
-    code, again = await _cli("db", "adopt", "--database-url", mariadb_url, "--database-timezone", "Asia/Shanghai")
+    code, again = await _cli(
+        "db", "adopt", "--database-url", mariadb_url, "--database-timezone", "Asia/Shanghai"
+    )
     assert code == 0, again  # idempotent
     code, other = await _cli("db", "adopt", "--database-url", mariadb_url, "--database-timezone", "UTC")
     assert code == 2 and "refusing UTC" in other
@@ -202,8 +254,11 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
             assert login.json()["user"]["must_change_password"] is True
             headers = {"X-CSRF-Token": login.json()["csrf_token"]}
             assert (await http.get("/jobs")).status_code == 403  # the change comes first
-            changed = await http.post("/users/me/password", headers=headers,
-                                      json={"current_password": OLD_PASSWORD, "new_password": NEW_PASSWORD})
+            changed = await http.post(
+                "/users/me/password",
+                headers=headers,
+                json={"current_password": OLD_PASSWORD, "new_password": NEW_PASSWORD},
+            )
             assert changed.status_code == 200, changed.text
             headers = {"X-CSRF-Token": changed.json()["csrf_token"]}
             [[md5]] = await _db(mariadb_url, "SELECT password FROM xxl_job_user WHERE username = 'admin'")
@@ -225,12 +280,20 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
                 return "log retention held" in node.log_text()
 
             await _wait_for("the retention check", retention_checked)
-            [[count, running, unalarmed, retries, newest]] = await _db(mariadb_url, (
-                "SELECT count(*), sum(trigger_code = 200 AND handle_code = 0),"
-                " sum(handle_code = 500 AND alarm_status = 0), sum(trigger_type = 'RETRY'),"
-                " max(trigger_time) FROM xxl_job_log"))
-            assert (count, running, unalarmed, retries or 0) == (loaded["logs"], STILL_RUNNING,
-                                                                 UNALARMED_FAILURES, 0)
+            [[count, running, unalarmed, retries, newest]] = await _db(
+                mariadb_url,
+                (
+                    "SELECT count(*), sum(trigger_code = 200 AND handle_code = 0),"
+                    " sum(handle_code = 500 AND alarm_status = 0), sum(trigger_type = 'RETRY'),"
+                    " max(trigger_time) FROM xxl_job_log"
+                ),
+            )
+            assert (count, running, unalarmed, retries or 0) == (
+                loaded["logs"],
+                STILL_RUNNING,
+                UNALARMED_FAILURES,
+                0,
+            )
             assert newest.strftime("%Y-%m-%d %H:%M:%S") == loaded["newest"]  # stored times untouched
 
             fired = await http.post("/jobs/2/trigger", headers=headers, json={})
@@ -242,7 +305,9 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
                 return bool(run.get("handle_code") == 200)
 
             await _wait_for("the run on the pyxxl executor", succeeded)
-            [[trigger_time]] = await _db(mariadb_url, f"SELECT trigger_time FROM xxl_job_log WHERE id = {log_id}")
+            [[trigger_time]] = await _db(
+                mariadb_url, f"SELECT trigger_time FROM xxl_job_log WHERE id = {log_id}"
+            )
             local_now = datetime.now(ZONE).replace(tzinfo=None)
             assert abs((local_now - trigger_time).total_seconds()) < 120  # written in Shanghai time
         assert await stop(node) == 0
@@ -262,7 +327,17 @@ def _start_pyxxl(tmp: Path, port: int, admin_url: str) -> subprocess.Popen[bytes
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("ACCESS_TOKEN", "EXECUTOR_"))}
     with (log_dir / "stderr.txt").open("wb") as stderr:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, str(script), f"{admin_url}/xxl-job-admin/api/", str(port), TOKEN, "pyxxl-app",
-             str(log_dir)],
-            stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=log_dir,
+            [
+                sys.executable,
+                str(script),
+                f"{admin_url}/xxl-job-admin/api/",
+                str(port),
+                TOKEN,
+                "pyxxl-app",
+                str(log_dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            cwd=log_dir,
         )
