@@ -19,7 +19,8 @@ EXIT_REFUSED = 1
 def _when(report: AdoptionReport) -> str:
     if report.oldest_log is None or report.newest_log is None:
         return ""
-    return f" from {report.oldest_log:%Y-%m-%d %H:%M} to {report.newest_log:%Y-%m-%d %H:%M} (as stored)"
+    # str(): SQLite hands raw text back for a plain SELECT; the others datetimes.
+    return f" from {str(report.oldest_log)[:16]} to {str(report.newest_log)[:16]} (as stored)"
 
 
 def print_report(report: AdoptionReport, out: TextIO) -> None:
