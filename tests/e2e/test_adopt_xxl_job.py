@@ -171,11 +171,7 @@ async def _load_xxl_job(url: str, executor_port: int, now: datetime) -> dict[str
             )
         return {
             "logs": len(rows),
-            "newest": _local(
-                now
-                - timedelta(days=DAYS)
-                + timedelta(minutes=(len(rows) - 1) * (DAYS * 24 * 60 // len(rows)))
-            ),
+            "oldest": _local(now - timedelta(days=DAYS)),
         }
     finally:
         await engine.dispose()
@@ -243,7 +239,26 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
     code, other = await _cli("db", "adopt", "--database-url", mariadb_url, "--database-timezone", "UTC")
     assert code == 2 and "refusing UTC" in other
 
-    node = await start_admin(mariadb_url, "adopt-n1", tmp_path, env={"JOBRING_ADMIN_PASSWORD": ""})
+    # The Java admin fired once more after the adoption: jobring will not schedule beside it.
+    engine = create_engine(mariadb_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO xxl_job_log (job_group, job_id, trigger_time, trigger_code, handle_code)"
+                    " VALUES (2, 2, :t, 200, 200)"
+                ),
+                {"t": _local(datetime.now(UTC))},
+            )
+    finally:
+        await engine.dispose()
+    code, refused = await _cli("admin", "--database-url", mariadb_url, "--port", str(free_port()))
+    assert code == 1 and "XXL-JOB's admin seems to be scheduling" in refused and "--takeover" in refused
+    loaded["logs"] += 1
+
+    node = await start_admin(
+        mariadb_url, "adopt-n1", tmp_path, "--takeover", env={"JOBRING_ADMIN_PASSWORD": ""}
+    )
     executor = _start_pyxxl(tmp_path, executor_port, node.base_url)
     try:
         async with httpx.AsyncClient(base_url=node.base_url + "/api/v1", timeout=30) as http:
@@ -280,12 +295,12 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
                 return "log retention held" in node.log_text()
 
             await _wait_for("the retention check", retention_checked)
-            [[count, running, unalarmed, retries, newest]] = await _db(
+            [[count, running, unalarmed, retries, oldest]] = await _db(
                 mariadb_url,
                 (
                     "SELECT count(*), sum(trigger_code = 200 AND handle_code = 0),"
                     " sum(handle_code = 500 AND alarm_status = 0), sum(trigger_type = 'RETRY'),"
-                    " max(trigger_time) FROM xxl_job_log"
+                    " min(trigger_time) FROM xxl_job_log"
                 ),
             )
             assert (count, running, unalarmed, retries or 0) == (
@@ -294,7 +309,7 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
                 UNALARMED_FAILURES,
                 0,
             )
-            assert newest.strftime("%Y-%m-%d %H:%M:%S") == loaded["newest"]  # stored times untouched
+            assert oldest.strftime("%Y-%m-%d %H:%M:%S") == loaded["oldest"]  # stored times untouched
 
             fired = await http.post("/jobs/2/trigger", headers=headers, json={})
             assert fired.status_code == 200, fired.text

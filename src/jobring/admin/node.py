@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Generator
 from typing import TextIO
 
@@ -23,10 +24,12 @@ import uvicorn
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from jobring.admin.adopt import resolve_database_state
 from jobring.admin.app import create_app
+from jobring.admin.coexist import JavaAdminAlive, refuse_if_java_admin_alive
 from jobring.admin.security.secrets_policy import trusted_proxy_networks
-from jobring.admin.store import current_revision, head_revision
-from jobring.config import AdminSettings
+from jobring.admin.store import Store, current_revision, head_revision
+from jobring.config import AdminSettings, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,24 @@ async def preflight(settings: AdminSettings) -> str | None:
     if not settings.auto_upgrade and revision != head:
         return (f"the database {shown} has schema revision {revision or 'none'}, this version needs "
                 f"{head}; run `jobring db upgrade` or start without --no-upgrade")
+    if revision == head:  # else the lifespan checks once it has upgraded
+        return await _coexistence_problem(settings)
+    return None
+
+
+async def _coexistence_problem(settings: AdminSettings) -> str | None:
+    # Said in one line before serving; the lifespan checks again (another admin may start meanwhile).
+    store = await Store.open(settings.database_url, upgrade=False)
+    try:
+        state = await resolve_database_state(store, settings.database_timezone, settings.timezone)
+        await refuse_if_java_admin_alive(store, int(time.time() * 1000), state.legacy_log_id_max,
+                                         takeover=settings.takeover)
+    except (JavaAdminAlive, ConfigError) as exc:
+        return str(exc)
+    except (SQLAlchemyError, OSError) as exc:
+        return f"cannot read the database: {exc}"
+    finally:
+        await store.close()
     return None
 
 
