@@ -14,11 +14,16 @@ from sqlalchemy import inspect, select, text, update
 from jobring.admin.adopt import AdoptionRefused, resolve_database_state
 from jobring.admin.alarms import Alarmer
 from jobring.admin.bootstrap import apply_configured_admin_password
-from jobring.admin.coexist import JavaAdminAlive, java_admin_signs, refuse_if_java_admin_alive
+from jobring.admin.coexist import (
+    ForeignRunWatch,
+    JavaAdminAlive,
+    java_admin_signs,
+    refuse_if_java_admin_alive,
+)
 from jobring.admin.scheduler.monitors import FailMonitor, LostRunMonitor, ReportMonitor
 from jobring.admin.security.passwords import hash_password, verify_password
 from jobring.admin.security.roles import Role
-from jobring.admin.store import Store, create_engine, upgrade_database
+from jobring.admin.store import NewLog, Store, create_engine, upgrade_database
 from jobring.admin.store.tables import job_log, job_user
 from jobring.admin.store.zones import DATABASE_TIMEZONE_SETTING, database_zone, set_database_zone, zone_named
 from jobring.cli import main
@@ -344,3 +349,18 @@ async def test_a_live_java_admin_stops_the_start_until_takeover(store: Store) ->
         await conn.execute(text("UPDATE xxl_job_log SET admin_node = 'n1'"))
     assert await java_admin_signs(store, now_ms, legacy) == []
 
+
+
+async def test_a_java_admin_started_later_is_reported_while_running(
+    sqlite_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    watch = ForeignRunWatch(sqlite_store)
+    await add_log(sqlite_store, 1)  # before the first look: history
+    assert await watch.check() == 0
+    await sqlite_store.logs.insert_fires([NewLog(1, 1, datetime(2026, 1, 1), admin_node="n1")])
+    assert await watch.check() == 0
+    caplog.set_level(logging.ERROR)
+    await add_log(sqlite_store, 1)
+    assert await watch.check() == 1
+    assert "every job fires twice" in caplog.text
+    assert await watch.check() == 0

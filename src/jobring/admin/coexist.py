@@ -86,3 +86,37 @@ async def refuse_if_java_admin_alive(
         + "). Stop it (see docs/migrating-from-xxl-job.md), then start jobring with "
         "--takeover (JOBRING_TAKEOVER=true) once"
     )
+
+
+class ForeignRunWatch:
+    """While jobring schedules: an error line each time runs appear that no jobring node wrote
+    (XXL-JOB's admin was started again on this database, so jobs fire twice)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._seen_id: int | None = None
+
+    async def check(self) -> int:
+        """How many foreign runs appeared since the last check (the first check only looks)."""
+        async with self._store.db.read() as conn:
+            if self._seen_id is None:
+                self._seen_id = int(
+                    (await conn.execute(select(func.coalesce(func.max(job_log.c.id), 0)))).scalar_one()
+                )
+                return 0
+            rows = (
+                await conn.execute(
+                    select(func.count(), func.max(job_log.c.id)).where(
+                        job_log.c.admin_node.is_(None), job_log.c.id > self._seen_id
+                    )
+                )
+            ).one()
+        count, newest = int(rows[0]), rows[1]
+        if count:
+            self._seen_id = int(newest)
+            log.error(
+                "%d run(s) were just written by an admin that is not jobring: XXL-JOB's admin is "
+                "scheduling on this database too, and every job fires twice; stop it",
+                count,
+            )
+        return count

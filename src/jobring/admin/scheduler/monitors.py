@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobring.admin.alarms.base import AlarmContext, Alarmer
+from jobring.admin.coexist import ForeignRunWatch
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store.groups import EXECUTOR
 from jobring.admin.store.records import HandleResult, JobInfo, LogEntry, ResultOutcome, TriggerResult
@@ -255,8 +256,10 @@ class LostRunMonitor(Monitor):
         self._clock = clock
         # An adopted XXL-JOB database's history (ids up to this) stays as XXL-JOB left it.
         self._legacy_log_id_max = legacy_log_id_max
+        self._foreign_runs = ForeignRunWatch(store)
 
     async def tick(self) -> None:
+        await self._foreign_runs.check()
         now = _utc(self._clock.now_ms())
         live = await self._store.registry.live(now - timedelta(seconds=DEAD_TIMEOUT_S))
         addresses = {a for group in live.values() for a in group}
