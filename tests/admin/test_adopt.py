@@ -364,3 +364,24 @@ async def test_a_java_admin_started_later_is_reported_while_running(
     assert await watch.check() == 1
     assert "every job fires twice" in caplog.text
     assert await watch.check() == 0
+
+
+async def test_a_plain_upgrade_of_an_xxl_job_database_marks_its_history(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = await _xxl_job_sqlite(tmp_path / "xxl.db")
+    store = await Store.open(url)  # an admin's start upgrades it (no `db adopt`)
+    try:
+        settings = await store.settings.all()
+        assert settings["adopted_log_id_max"] == "1" and settings["adopted_from_xxl_job"] == "2.3-2.5"
+        caplog.set_level(logging.WARNING)
+        state = await resolve_database_state(store, None, None)
+        assert (state.legacy_log_id_max, state.database_timezone) == (1, "UTC")
+        assert "records no database_timezone" in caplog.text
+    finally:
+        await store.close()
+    fresh = await Store.open(f"sqlite:///{tmp_path / 'new.db'}")
+    try:
+        assert "adopted_from_xxl_job" not in await fresh.settings.all()
+    finally:
+        await fresh.close()

@@ -9,6 +9,7 @@ XXL-JOB's history and jobring's runs).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
@@ -27,6 +28,7 @@ ADOPTED_AT_SETTING = "adopted_at"  # epoch ms
 LEGACY_LOG_ID_MAX_SETTING = "adopted_log_id_max"
 # The zone crons of jobs without their own zone fire in, unless JOBRING_TIMEZONE is set.
 DEFAULT_TIMEZONE_SETTING = "default_timezone"
+GLUE_GRANTED_SETTING = "adopted_users_glue_granted"  # epoch ms; XXL-JOB's GLUE rule applied once
 
 # Columns jobring added to the reference tables (absent from every XXL-JOB release).
 JOBRING_COLUMNS = frozenset(
@@ -56,6 +58,8 @@ ADDED_BY_MIGRATION = frozenset(
 )
 # Legacy columns jobring's inserts do not set but migration 0013 makes nullable.
 RELAXED_BY_MIGRATION = frozenset({("xxl_job_info", "job_cron")})
+log = logging.getLogger(__name__)
+
 REFERENCE_TABLES = tuple(t.name for t in metadata.sorted_tables if t.name.startswith("xxl_job_"))
 
 
@@ -136,6 +140,24 @@ def check_adoptable(conn: Connection) -> SchemaFinding:
             + "\n  - ".join(finding.problems)
         )
     return finding
+
+
+def mark_xxl_job_history(conn: Connection, finding: SchemaFinding) -> None:
+    """Record (once) that this database came from XXL-JOB and where its history ends."""
+    import time
+
+    max_id = conn.execute(sa.text("SELECT coalesce(max(id), 0) FROM xxl_job_log")).scalar()
+    present = {str(r[0]) for r in conn.execute(sa.text("SELECT name FROM jobring_setting"))}
+    values = {
+        ADOPTED_FROM_SETTING: finding.version,
+        LEGACY_LOG_ID_MAX_SETTING: str(int(max_id or 0)),
+        ADOPTED_AT_SETTING: str(int(time.time() * 1000)),
+    }
+    for name, value in values.items():
+        if name not in present:
+            conn.execute(
+                sa.text("INSERT INTO jobring_setting (name, value) VALUES (:n, :v)"), {"n": name, "v": value}
+            )
 
 
 @dataclass(slots=True)
@@ -231,7 +253,7 @@ async def record_adoption(
 ) -> dict[str, str]:
     """Store the adoption's settings (first adoption wins; a rerun changes nothing) and give
     adopted users XXL-JOB's GLUE rule. Returns the settings as stored."""
-    first = await store.settings.get(ADOPTED_FROM_SETTING) is None
+    first = await store.settings.get(GLUE_GRANTED_SETTING) is None
     values = {
         DATABASE_TIMEZONE_SETTING: zone_name,
         DEFAULT_TIMEZONE_SETTING: zone_name,
@@ -240,7 +262,7 @@ async def record_adoption(
         ADOPTED_FROM_SETTING: report.finding.version,
     }
     stored = {name: await store.settings.get_or_create(name, value) for name, value in values.items()}
-    if first:
+    if first and await store.settings.get_or_create(GLUE_GRANTED_SETTING, str(now_ms)) == str(now_ms):
         # XXL-JOB lets every user edit the GLUE code of the groups they may use; keep that
         # for the users it created (the admin may change it per user afterwards).
         await store.users.grant_glue_to_legacy_users()
@@ -274,6 +296,12 @@ async def resolve_database_state(
                 f"records {zone!r} (every node must read its times alike); remove JOBRING_DATABASE_TIMEZONE "
                 "or set it to the recorded zone"
             )
+    if zone is None and stored.get(ADOPTED_FROM_SETTING) is not None:
+        log.warning(
+            "this database came from XXL-JOB but records no database_timezone: its DATETIME columns "
+            "are read as UTC; run `jobring db adopt --database-timezone ZONE` (ZONE: XXL-JOB's "
+            "serverTimezone, e.g. Asia/Shanghai) unless XXL-JOB ran in UTC"
+        )
     zone = zone or "UTC"
     set_database_zone(store.engine, _check_zone("database_timezone (stored)", zone))
     default = configured_default or stored.get(DEFAULT_TIMEZONE_SETTING) or "UTC"

@@ -52,13 +52,16 @@ def _current(connection: Connection) -> str | None:
 
 
 def _upgrade(connection: Connection) -> UpgradeResult:
-    from jobring.admin.adopt import check_adoptable  # imports the store package
+    from jobring.admin.adopt import check_adoptable, mark_xxl_job_history  # imports the store package
 
     before = _current(connection)
-    if before is None:
-        # An XXL-JOB schema jobring cannot run on is refused before anything changes.
-        check_adoptable(connection)
+    # An XXL-JOB schema jobring cannot run on is refused before anything changes.
+    finding = check_adoptable(connection) if before is None else None
     command.upgrade(_config(connection), "head")
+    if finding is not None and finding.is_xxl_job:
+        # However it is adopted (db adopt, db upgrade, an admin's start), XXL-JOB's history is
+        # marked so that monitors and retention leave it alone.
+        mark_xxl_job_history(connection, finding)
     return UpgradeResult(before, _current(connection))
 
 
