@@ -385,3 +385,15 @@ async def test_a_plain_upgrade_of_an_xxl_job_database_marks_its_history(
         assert "adopted_from_xxl_job" not in await fresh.settings.all()
     finally:
         await fresh.close()
+
+
+async def test_report_days_are_days_of_the_scheduling_zone(env: Env) -> None:  # noqa: F811
+    store = env.store
+    local_now = NOW.astimezone(SHANGHAI)
+    local_today = local_now.replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
+    start_utc = local_today.replace(tzinfo=SHANGHAI).astimezone(UTC)
+    await add_log(store, 1, at=start_utc + timedelta(minutes=1), handle_code=200)  # today, local
+    await add_log(store, 1, at=start_utc - timedelta(minutes=1), handle_code=200)  # yesterday, local
+    await ReportMonitor(store, env.clock, log_retention_days=30, report_zone="Asia/Shanghai").refresh_report()
+    days = {d.day: d.success for d in await store.reports.range(local_today - timedelta(days=2), local_today)}
+    assert days[local_today] == 1 and days[local_today - timedelta(days=1)] == 1

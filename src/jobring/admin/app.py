@@ -158,7 +158,8 @@ async def start_runtime(
                                audit_retention_days=settings.audit_retention_days,
                                legacy_log_id_max=state.legacy_log_id_max,
                                hold_retention=state.adopted_from is not None
-                               and not settings.log_retention_confirmed)
+                               and not settings.log_retention_confirmed,
+                               report_zone=state.default_timezone)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            RegistryService(store, clock), CallbackService(store, trigger, clock),
                            monitors, loop)

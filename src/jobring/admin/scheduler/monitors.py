@@ -21,6 +21,7 @@ from jobring.admin.coexist import ForeignRunWatch
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store.groups import EXECUTOR
 from jobring.admin.store.records import HandleResult, JobInfo, LogEntry, ResultOutcome, TriggerResult
+from jobring.admin.store.zones import zone_named
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, AlarmStatus, HandleCode, TriggerType
 from jobring.protocol.models import RegistryParam
@@ -296,6 +297,7 @@ class ReportMonitor(Monitor):
         audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
         interval_s: float = 60.0,
         hold_retention: bool = False,
+        report_zone: str = "UTC",
     ) -> None:
         super().__init__(interval_s)
         self._store = store
@@ -303,6 +305,8 @@ class ReportMonitor(Monitor):
         self._retention_days = log_retention_days
         # An adopted XXL-JOB database keeps its history until the operator confirms retention.
         self._hold_retention = hold_retention
+        # Days of the report are calendar days of the scheduling zone, as XXL-JOB counts them.
+        self._report_zone = zone_named(report_zone)
         self._audit_retention_days = audit_retention_days
         self._last_clean_ms: int | None = None
         self._last_audit_clean_ms: int | None = None
@@ -314,8 +318,10 @@ class ReportMonitor(Monitor):
 
     async def refresh_report(self) -> None:
         now = _utc(self._clock.now_ms())
-        today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        for day in await self._store.logs.counts_by_day(today - timedelta(days=2), today):
+        today = now.replace(tzinfo=UTC).astimezone(self._report_zone).replace(tzinfo=None)
+        today = today.replace(hour=0, minute=0, second=0, microsecond=0)
+        days = await self._store.logs.counts_by_day(today - timedelta(days=2), today, self._report_zone)
+        for day in days:
             await self._store.reports.upsert_day(day.day, day.running, day.success, day.fail, now)
 
     async def clean_logs(self) -> int:
@@ -369,13 +375,15 @@ class Monitors:
         audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
         legacy_log_id_max: int = 0,
         hold_retention: bool = False,
+        report_zone: str = "UTC",
     ) -> Monitors:
         return cls([
             RegistryMonitor(store, clock),
             FailMonitor(store, trigger, alarmer, legacy_log_id_max=legacy_log_id_max),
             LostRunMonitor(store, clock, legacy_log_id_max=legacy_log_id_max),
             ReportMonitor(store, clock, log_retention_days=log_retention_days,
-                          audit_retention_days=audit_retention_days, hold_retention=hold_retention),
+                          audit_retention_days=audit_retention_days, hold_retention=hold_retention,
+                          report_zone=report_zone),
         ])
 
     def start(self) -> None:

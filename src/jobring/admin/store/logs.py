@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Sequence
 from dataclasses import fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from sqlalchemy import (
@@ -361,19 +361,24 @@ class LogRepository(Repository):
                 result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids)))
                 total += result.rowcount
 
-    async def counts_by_day(self, from_day: datetime, to_day: datetime) -> builtins.list[DayCount]:
-        """Running/success/fail counts per day (by trigger_time, UTC) from ``from_day`` to
-        ``to_day`` inclusive, one entry per day including empty days."""
-        start = utc_naive(from_day).replace(hour=0, minute=0, second=0)
-        end = utc_naive(to_day).replace(hour=0, minute=0, second=0)
+    async def counts_by_day(
+        self, from_day: datetime, to_day: datetime, zone: tzinfo = UTC
+    ) -> builtins.list[DayCount]:
+        """Running/success/fail counts per calendar day of ``zone`` (by trigger_time) from
+        ``from_day``'s date to ``to_day``'s inclusive, one entry per day including empty days;
+        ``DayCount.day`` is the day's naive midnight (a label)."""
+        start = from_day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+        end = to_day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
         running = case((and_(job_log.c.trigger_code.in_(_OK_CODES), job_log.c.handle_code == 0), 1), else_=0)
         success = case((job_log.c.handle_code == 200, 1), else_=0)
         days: builtins.list[DayCount] = []
         async with self._db.read() as conn:
             day = start
             while day <= end:
+                low = utc_naive(day.replace(tzinfo=zone))
+                high = utc_naive((day + timedelta(days=1)).replace(tzinfo=zone))
                 stmt = select(func.count(), func.sum(running), func.sum(success)).where(
-                    job_log.c.trigger_time >= day, job_log.c.trigger_time < day + timedelta(days=1)
+                    job_log.c.trigger_time >= low, job_log.c.trigger_time < high
                 )
                 total, run_n, ok_n = (await conn.execute(stmt)).one()
                 run_n, ok_n = int(run_n or 0), int(ok_n or 0)

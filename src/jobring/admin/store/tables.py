@@ -13,6 +13,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    DateTime,
     Index,
     Integer,
     MetaData,
@@ -117,7 +118,8 @@ job_log_report = Table(
     "xxl_job_log_report",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("trigger_day", ZonedDateTime, nullable=True),
+    # A calendar day (midnight) in the scheduling zone, as XXL-JOB stores it: a label, not an instant.
+    Column("trigger_day", DateTime, nullable=True),
     Column("running_count", Integer, nullable=False, server_default="0"),
     Column("suc_count", Integer, nullable=False, server_default="0"),
     Column("fail_count", Integer, nullable=False, server_default="0"),

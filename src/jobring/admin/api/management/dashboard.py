@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -12,6 +12,7 @@ from jobring.admin.api.management.errors import ERROR_RESPONSES
 from jobring.admin.api.management.models import AccessTokenOut, DashboardOut, DayCountOut
 from jobring.admin.audit import AuditAction
 from jobring.admin.store.records import DayCount
+from jobring.admin.store.zones import zone_named
 
 router = APIRouter(tags=["dashboard"], responses=ERROR_RESPONSES)
 
@@ -25,7 +26,10 @@ async def dashboard(
     days: Annotated[int, Query(ge=1, le=90, description="chart length in days")] = 7,
 ) -> DashboardOut:
     now = services.now_naive_utc()
-    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    # Days are calendar days of the scheduling zone (XXL-JOB's report rows count them so).
+    zone = zone_named(services.settings.timezone or "UTC")
+    local_now = now.replace(tzinfo=UTC).astimezone(zone)
+    today = local_now.replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
     first = today - timedelta(days=days - 1)
     jobs = await services.store.jobs.list(group_ids=principal.readable_group_ids(), limit=1)
     live = await services.store.registry.live(now - HEARTBEAT_ALIVE)
@@ -33,7 +37,7 @@ async def dashboard(
     # The report table is refreshed every minute by the admin; today's row comes from the
     # logs themselves so the numbers are current.
     stored = {c.day.date(): c for c in await services.store.reports.range(first, today)}
-    (current,) = await services.store.logs.counts_by_day(today, today)
+    (current,) = await services.store.logs.counts_by_day(today, today, zone)
     stored[today.date()] = current
     chart: list[DayCountOut] = []
     for offset in range(days):
