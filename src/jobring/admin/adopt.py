@@ -143,16 +143,27 @@ def check_adoptable(conn: Connection) -> SchemaFinding:
 
 
 def mark_xxl_job_history(conn: Connection, finding: SchemaFinding) -> None:
-    """Record (once) that this database came from XXL-JOB and where its history ends."""
+    """Record (once) that this database came from XXL-JOB and where its history ends, and
+    give the users XXL-JOB created its GLUE rule (they may edit GLUE on their groups)."""
     import time
 
     max_id = conn.execute(sa.text("SELECT coalesce(max(id), 0) FROM xxl_job_log")).scalar()
     present = {str(r[0]) for r in conn.execute(sa.text("SELECT name FROM jobring_setting"))}
+    now_ms = str(int(time.time() * 1000))
     values = {
         ADOPTED_FROM_SETTING: finding.version,
         LEGACY_LOG_ID_MAX_SETTING: str(int(max_id or 0)),
-        ADOPTED_AT_SETTING: str(int(time.time() * 1000)),
+        ADOPTED_AT_SETTING: now_ms,
+        GLUE_GRANTED_SETTING: now_ms,
     }
+    if GLUE_GRANTED_SETTING not in present:
+        conn.execute(
+            sa.text(
+                "UPDATE xxl_job_user SET glue_permission = :yes"
+                " WHERE password <> '' AND password_hash IS NULL"
+            ),
+            {"yes": True},
+        )
     for name, value in values.items():
         if name not in present:
             conn.execute(
