@@ -397,3 +397,18 @@ async def test_report_days_are_days_of_the_scheduling_zone(env: Env) -> None:  #
     await ReportMonitor(store, env.clock, log_retention_days=30, report_zone="Asia/Shanghai").refresh_report()
     days = {d.day: d.success for d in await store.reports.range(local_today - timedelta(days=2), local_today)}
     assert days[local_today] == 1 and days[local_today - timedelta(days=1)] == 1
+
+
+def test_reset_password_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    url = asyncio.run(_xxl_job_sqlite(tmp_path / "xxl.db"))
+    assert main(["users", "reset-password", "admin", "--database-url", url]) == 2
+    assert "run `jobring db adopt` first" in capsys.readouterr().err
+    assert main(["db", "upgrade", "--database-url", url]) == 0
+    assert main(["users", "reset-password", "nobody", "--database-url", url]) == 2
+    assert "no user named 'nobody'" in capsys.readouterr().err
+    assert main(["users", "reset-password", "admin", "--database-url", url]) == 0
+    captured = capsys.readouterr()
+    password = captured.out.strip().splitlines()[-1]
+    assert "must be changed at the next login" in captured.err and len(password) >= 16

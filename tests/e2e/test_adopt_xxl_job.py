@@ -214,6 +214,7 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
     mariadb_url: str, tmp_path: Path
 ) -> None:
     now = datetime.now(UTC)
+    now_ms = int(now.timestamp() * 1000)
     executor_port = free_port()
     loaded = await _load_xxl_job(mariadb_url, executor_port, now)
 
@@ -282,6 +283,16 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
             jobs = {j["id"]: j for j in (await http.get("/jobs", params={"limit": 100})).json()["items"]}
             assert set(jobs) == {1, 2, 3, 4}
             assert jobs[2]["trigger_next_time"] == next_local(9, 30, now)
+            # jobring computes XXL-JOB's fire instants: crons in the old zone by default.
+            preview = await http.post(
+                "/schedules/preview",
+                headers=headers,
+                json={"schedule_type": "CRON", "schedule_conf": "0 30 9 * * ?", "count": 3, "after": now_ms},
+            )
+            assert preview.status_code == 200, preview.text
+            assert preview.json()["timezone"] == "Asia/Shanghai"
+            first = next_local(9, 30, now)
+            assert preview.json()["times"] == [first + day * 86_400_000 for day in range(3)]
             started = await http.post("/jobs/3/start", headers=headers)
             assert started.status_code == 200, started.text
             assert started.json()["trigger_next_time"] == next_local(2, 0, datetime.now(UTC))

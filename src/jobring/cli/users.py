@@ -16,9 +16,11 @@ async def reset_password(url: str, username: str, *, keep_legacy: bool) -> str:
     its sessions, audit it; returns the password. LookupError when there is no such user."""
     from jobring.admin.audit import Actor, ActorKind, AuditAction, AuditLog
     from jobring.admin.security.passwords import generate_password, hash_password
-    from jobring.admin.store import Store
+    from jobring.admin.store import Store, current_revision
     from jobring.core.clock import SystemClock
 
+    if await current_revision(url) is None:
+        raise LookupError("the database has no jobring schema yet; run `jobring db adopt` first")
     store = await Store.open(url, upgrade=False)
     try:
         user = await store.users.by_username(username)
