@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from jobring.core.addresses import AddressPolicy, policy_from_text
+
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
 ENV_PREFIX = "JOBRING_"
 
@@ -28,7 +30,8 @@ class AdminSettings:
     port: int = 8080
     # Executors configured for XXL-JOB use ".../xxl-job-admin/"; "/" is served as well.
     base_path: str = "/xxl-job-admin"
-    # None: generated on first start and kept in the database.
+    # The global executor token, valid for every group; None (the default): off, each
+    # executor group has its own token. Set it to keep XXL-JOB executors that share one token.
     access_token: str | None = None
     admin_password: str | None = None
     timezone: str = "UTC"
@@ -42,6 +45,10 @@ class AdminSettings:
     pre_read_ms: int = 5000
     node_id: str | None = None
     secure_cookies: bool = False
+    # Executor addresses the admin will not call (comma CIDR lists), on top of the
+    # always-refused link-local/metadata/multicast ranges; an allow list admits only IPs in it.
+    executor_address_deny: str | None = None
+    executor_address_allow: str | None = None
     # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
     smtp_host: str | None = None
     smtp_port: int = 25
@@ -113,4 +120,31 @@ def load_settings(
         if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX):].lower() in known
     }
     settings = _apply(settings, from_env, "environment")
-    return _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    settings = _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    address_policy(settings)  # a bad CIDR stops the start here
+    check_global_token(settings.access_token)
+    return settings
+
+
+# XXL-JOB ships "default_token"; a token valid for every group must not be guessable.
+KNOWN_WEAK_TOKENS = frozenset({"default_token", "xxl-job", "xxl_job", "token", "changeme", "secret"})
+MIN_GLOBAL_TOKEN_LENGTH = 12
+
+
+def check_global_token(token: str | None) -> None:
+    """ConfigError for a configured global executor token that is a known default or short."""
+    if token is None:
+        return
+    if token.strip().lower() in KNOWN_WEAK_TOKENS or len(token.strip()) < MIN_GLOBAL_TOKEN_LENGTH:
+        raise ConfigError(
+            f"access_token: a known default or shorter than {MIN_GLOBAL_TOKEN_LENGTH} characters; "
+            "use a random one (python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+
+
+def address_policy(settings: AdminSettings) -> AddressPolicy:
+    """The executor address policy of ``settings``; ConfigError names a bad network."""
+    try:
+        return policy_from_text(settings.executor_address_deny, settings.executor_address_allow)
+    except ValueError as exc:
+        raise ConfigError(f"executor_address_deny/_allow: {exc}") from None

@@ -6,12 +6,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from jobring.admin.bootstrap import Secrets
+from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.security.ratelimit import LoginRateLimiter
 from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S, SessionSigner
 from jobring.admin.store import Store
-from jobring.config import AdminSettings
+from jobring.config import AdminSettings, address_policy
+from jobring.core.addresses import AddressPolicy
 from jobring.core.clock import Clock, SystemClock
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -34,10 +36,13 @@ class ManagementServices:
     login_limiter: LoginRateLimiter | None = None
     session_max_age_s: int = DEFAULT_SESSION_MAX_AGE_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    executor_tokens: ExecutorTokens | None = None
     signer: SessionSigner = field(init=False)
+    address_policy: AddressPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         self.signer = SessionSigner(self.secrets.session_secret, self.session_max_age_s)
+        self.address_policy = address_policy(self.settings)
         if self.login_limiter is None:
             self.login_limiter = LoginRateLimiter(clock=self.clock)
 
