@@ -53,19 +53,26 @@ async def _load(services: ManagementServices, group_id: int) -> JobGroup:
     return group
 
 
-async def _validated(services: ManagementServices, body: GroupIn, group_id: int) -> JobGroup:
+async def _validated(
+    services: ManagementServices, body: GroupIn, group_id: int, unchanged_routing_of: JobGroup | None = None
+) -> JobGroup:
+    """The group to store; with ``unchanged_routing_of`` (a non-admin's edit) 403 when the
+    appname, address type or manual addresses differ from that group's."""
     fields = GroupFields(body.app_name, body.title, body.address_type, body.addresses)
     address_list = check_group(fields, services.address_policy)
-    same_name = await services.store.groups.by_app_name(body.app_name)
-    if same_name is not None and same_name.id != group_id:
-        raise ApiError(409, f"app_name {body.app_name!r} is already used by group {same_name.id}", "app_name")
-    return JobGroup(
+    group = JobGroup(
         id=group_id,
         app_name=body.app_name,
         title=body.title,
         address_type=body.address_type,
         address_list=address_list,
     )
+    if unchanged_routing_of is not None:
+        _ensure_routing_unchanged(unchanged_routing_of, group)
+    same_name = await services.store.groups.by_app_name(body.app_name)
+    if same_name is not None and same_name.id != group_id:
+        raise ApiError(409, f"app_name {body.app_name!r} is already used by group {same_name.id}", "app_name")
+    return group
 
 
 @router.get("/groups", response_model=PageOut[GroupOut], summary="List executor groups")
@@ -104,9 +111,7 @@ async def get_group(group_id: GroupId, services: Services, principal: Reader) ->
 async def update_group(group_id: GroupId, body: GroupIn, services: Services, principal: Writer) -> GroupOut:
     ensure_group_write(principal, group_id)
     old = await _load(services, group_id)
-    group = await _validated(services, body, group_id)
-    if not principal.is_admin:
-        _ensure_routing_unchanged(old, group)
+    group = await _validated(services, body, group_id, None if principal.is_admin else old)
     if group.address_type == 0:
         # Automatic groups keep the registry's addresses until the next refresh.
         group = JobGroup(
