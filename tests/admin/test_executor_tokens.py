@@ -143,6 +143,17 @@ async def test_rotated_token_stops_working(sqlite_store: Store) -> None:
     assert await tokens.scope(TOKEN_B) is not None
 
 
+async def test_unknown_tokens_reread_the_groups_at_most_once_a_second(sqlite_store: Store) -> None:
+    clock = ManualClock(T0)
+    tokens = ExecutorTokens(sqlite_store, None, clock, refresh_ms=60_000)
+    assert await tokens.scope("nobody-has-this-token") is None
+    group = await sqlite_store.groups.create(JobGroup(app_name="late", title="L", access_token=TOKEN_A), NOW)
+    assert await tokens.scope(TOKEN_A) is None  # read less than a second ago
+    clock.advance(1_000)
+    scope = await tokens.scope(TOKEN_A)  # created on another node: found on the miss re-read
+    assert scope is not None and scope.group_ids == {group}
+
+
 def test_weak_global_token_and_bad_networks_stop_the_start() -> None:
     for token in ("default_token", "short"):
         with pytest.raises(ConfigError, match="access_token"):

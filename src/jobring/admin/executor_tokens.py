@@ -70,8 +70,11 @@ class ExecutorTokens:
     def global_enabled(self) -> bool:
         return self._global is not None
 
-    async def _reload(self) -> None:
+    async def _reload(self, max_age_ms: int) -> None:
         async with self._lock:
+            # Callers that waited for another's reload use its result.
+            if self._read_at is not None and self._clock.now_ms() - self._read_at < max_age_ms:
+                return
             rows = await self._store.groups.tokens()
             self._groups = [(gid, app, token) for gid, app, token in rows if token]
             self._read_at = self._clock.now_ms()
@@ -90,12 +93,13 @@ class ExecutorTokens:
         """The scope of ``given``, or None when it is no valid executor token."""
         if not given:
             return None
-        now = self._clock.now_ms()
-        if self._read_at is None or now - self._read_at >= self._refresh_ms:
-            await self._reload()
+        if self._read_at is None or self._clock.now_ms() - self._read_at >= self._refresh_ms:
+            await self._reload(self._refresh_ms)
         found = self._match(given)
-        if found is None and self._read_at is not None and now - self._read_at >= _MISS_REFRESH_MS:
-            await self._reload()  # a group created or rotated on another node just now
+        if found is None:
+            # A group created or rotated on another node just now; at most one re-read per
+            # second however many unknown tokens arrive.
+            await self._reload(_MISS_REFRESH_MS)
             found = self._match(given)
         return found
 
