@@ -247,6 +247,16 @@ async def test_run_goes_out_with_the_groups_token(sqlite_store: Store) -> None:
         assert last.path == "log" and last.headers["XXL-JOB-ACCESS-TOKEN"] == token
 
 
+@pytest.mark.parametrize(("strategy", "probe"), [("FAILOVER", "beat"), ("BUSYOVER", "idleBeat")])
+async def test_probes_carry_the_groups_token(sqlite_store: Store, strategy: str, probe: str) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        token = (await http.post(f"/groups/{env.group_a}/access-token/rotate")).json()["access_token"]
+        job = await env.add_job(env.group_a, executor_route_strategy=strategy)
+        assert (await http.post(f"/jobs/{job}/trigger", json={})).json()["trigger_code"] == 200
+        sent = {(c.path, c.headers["XXL-JOB-ACCESS-TOKEN"]) for c in env.double.calls}
+        assert sent == {(probe, token), ("run", token)}
+
+
 async def test_child_jobs_outside_the_callers_groups_look_missing(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env:
         job_b = await env.add_job(env.group_b)

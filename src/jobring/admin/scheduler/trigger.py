@@ -331,14 +331,6 @@ class TriggerService:
             addresses = [a for a in addresses if a not in refused]
         return _GroupView(group, addresses, refused, group.access_token or self.access_token)
 
-    def executor_token(self, group: JobGroup | None) -> str | None:
-        """The token to send to ``group``'s executors: its own, else the global one."""
-        return (group.access_token if group else None) or self.access_token
-
-    @property
-    def client(self) -> ExecutorClient:
-        return self._client
-
     async def _groups(self, reqs: Sequence[FireRequest]) -> dict[int, _GroupView | None]:
         ids = {r.job.job_group for r in reqs}
         cacheable = self._group_cache_ms > 0 and all(
