@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from jobring.core.addresses import AddressPolicy, policy_from_text
+
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
 ENV_PREFIX = "JOBRING_"
 
@@ -28,7 +30,8 @@ class AdminSettings:
     port: int = 8080
     # Executors configured for XXL-JOB use ".../xxl-job-admin/"; "/" is served as well.
     base_path: str = "/xxl-job-admin"
-    # None: generated on first start and kept in the database.
+    # The global executor token, valid for every group; None (the default): off, each
+    # executor group has its own token. Set it to keep XXL-JOB executors that share one token.
     access_token: str | None = None
     admin_password: str | None = None
     timezone: str = "UTC"
@@ -48,6 +51,10 @@ class AdminSettings:
     trusted_proxies: str = ""
     # Accept known-weak configured secrets (a loud warning is logged at every start).
     insecure: bool = False
+    # Executor addresses the admin will not call (comma CIDR lists), on top of the
+    # always-refused link-local/metadata/multicast ranges; an allow list admits only IPs in it.
+    executor_address_deny: str | None = None
+    executor_address_allow: str | None = None
     # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
     smtp_host: str | None = None
     smtp_port: int = 25
@@ -121,4 +128,14 @@ def load_settings(
         if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX):].lower() in known
     }
     settings = _apply(settings, from_env, "environment")
-    return _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    settings = _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    address_policy(settings)  # a bad CIDR stops the start here
+    return settings
+
+
+def address_policy(settings: AdminSettings) -> AddressPolicy:
+    """The executor address policy of ``settings``; ConfigError names a bad network."""
+    try:
+        return policy_from_text(settings.executor_address_deny, settings.executor_address_allow)
+    except ValueError as exc:
+        raise ConfigError(f"executor_address_deny/_allow: {exc}") from None

@@ -34,6 +34,7 @@ from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
+from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -42,7 +43,7 @@ from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.store import Store
-from jobring.config import AdminSettings
+from jobring.config import AdminSettings, address_policy
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule
 
@@ -80,6 +81,7 @@ class AdminRuntime:
     callbacks: CallbackService
     monitors: Monitors
     loop: ScheduleLoop
+    executor_tokens: ExecutorTokens
 
     async def db_ok(self) -> bool:
         try:
@@ -131,7 +133,7 @@ async def start_runtime(
     trigger = TriggerService(
         store, executors, access_token=secrets.access_token, node_id=node_id, clock=clock,
         admin_timezone=settings.timezone, fast_pool=settings.fast_pool_size,
-        slow_pool=settings.slow_pool_size,
+        slow_pool=settings.slow_pool_size, address_policy=address_policy(settings),
     )
     # SQLite has one writer at a time: few concurrent batches (each a few transactions)
     # avoid busy-waiting writers; fires that come due meanwhile are batched together.
@@ -147,7 +149,7 @@ async def start_runtime(
                                audit_retention_days=settings.audit_retention_days)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            RegistryService(store, clock), CallbackService(store, trigger, clock),
-                           monitors, loop)
+                           monitors, loop, ExecutorTokens(store, secrets.access_token, clock))
     await loop.start()
     monitors.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)
@@ -224,12 +226,13 @@ def create_app(
         try:
             services = ManagementServices(
                 store=runtime.store, settings=settings, secrets=runtime.secrets, trigger=runtime.trigger,
-                executors=runtime.executors, clock=runtime.clock,
+                executors=runtime.executors, clock=runtime.clock, executor_tokens=runtime.executor_tokens,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(
                 xxl3_api_app(services),
-                executor_api_app(runtime.registry, runtime.callbacks, runtime.secrets.access_token),
+                executor_api_app(runtime.registry, runtime.callbacks, runtime.executor_tokens,
+                                 address_policy(settings)),
             )
             app.state.runtime = runtime
             yield

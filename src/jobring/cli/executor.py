@@ -25,7 +25,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--app-name", dest="app_name")
     parser.add_argument("--admin", dest="admin_addresses", action="append", metavar="URL",
                         help="admin base URL, e.g. http://127.0.0.1:8080/xxl-job-admin/ (repeatable)")
-    parser.add_argument("--token", dest="access_token", help="access token shared with the admin")
+    parser.add_argument("--token", dest="access_token",
+                        help="the executor group's access token (admin: jobring groups token APPNAME); "
+                        "prefer $JOBRING_EXECUTOR_ACCESS_TOKEN, which other users cannot see")
     parser.add_argument("--host", help="interface to listen on")
     parser.add_argument("--port", type=int, help="port to listen on (0: any free port)")
     parser.add_argument("--address", help="address to register, e.g. http://10.0.0.5:9999/")

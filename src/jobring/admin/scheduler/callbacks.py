@@ -114,6 +114,22 @@ class CallbackService:
                 plans[log_id] = _ChildPlan(children, child_summary(entries, known))
         return plans
 
+    async def foreign_logs(
+        self, items: Sequence[HandleCallbackParam], group_ids: frozenset[int]
+    ) -> list[int]:
+        """The log ids among ``items`` whose run belongs to a group outside ``group_ids``
+        (unknown ids are not foreign: they are skipped as "not found" anyway)."""
+        log_ids = sorted({i.log_id for i in items})
+        foreign: list[int] = []
+        async with self._store.db.read() as conn:
+            for start in range(0, len(log_ids), 500):
+                part = log_ids[start:start + 500]
+                rows = await conn.execute(
+                    select(job_log.c.id, job_log.c.job_group).where(job_log.c.id.in_(part))
+                )
+                foreign += [int(r.id) for r in rows if int(r.job_group) not in group_ids]
+        return sorted(foreign)
+
     async def _unhandled_jobs_of(self, log_ids: list[int]) -> dict[int, int]:
         """log id -> job id for the logs among ``log_ids`` that have no result yet."""
         # One query for the whole batch (the store has no multi-get of logs yet).

@@ -38,6 +38,8 @@ job_group = Table(
     Column("address_type", SmallInteger, nullable=False, server_default="0"),
     Column("address_list", Text, nullable=True),
     Column("update_time", DateTime, nullable=True),
+    # jobring addition: the group's executor token (None: only the global token, if enabled)
+    Column("access_token", String(128), nullable=True),
     sqlite_autoincrement=True,
 )
 

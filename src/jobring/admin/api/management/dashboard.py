@@ -57,10 +57,11 @@ async def dashboard(
     "/settings/access-token",
     response_model=AccessTokenOut,
     tags=["settings"],
-    summary="The executor access token (admin)",
+    summary="The global executor access token, if enabled (admin)",
 )
 async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
     await services.audit.record(
         principal, AuditAction.SECRET_READ, target_type="setting", target_id="access_token"
     )
-    return AccessTokenOut(access_token=services.secrets.access_token)
+    token = services.secrets.access_token
+    return AccessTokenOut(enabled=token is not None, access_token=token)

@@ -307,13 +307,22 @@ class GroupOut(BaseModel):
     addresses: list[str]
     online: list[OnlineAddress]
     update_time: datetime | None
+    has_access_token: bool = Field(
+        description="the group has its own executor token (admins read it at /groups/{id}/access-token)"
+    )
 
     @classmethod
     def of(cls, g: JobGroup, entries: list[RegistryEntry]) -> GroupOut:
         online = [
             OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time)) for e in entries
         ]
-        return cls(**record_fields(cls, g, online=online))
+        return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token)))
+
+
+class GroupTokenOut(BaseModel):
+    group_id: int
+    app_name: str
+    access_token: str
 
 
 # -- users, tokens, auth ---------------------------------------------------------------------
@@ -450,4 +459,8 @@ class DashboardOut(BaseModel):
 
 
 class AccessTokenOut(BaseModel):
-    access_token: str
+    enabled: bool = Field(description="whether the global executor token (JOBRING_ACCESS_TOKEN) is on")
+    access_token: str | None = Field(
+        description="the global executor token, valid for every group; null when not enabled "
+        "(executors then use their group's token: GET /groups/{id}/access-token)"
+    )
