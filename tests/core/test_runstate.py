@@ -50,7 +50,8 @@ def test_run_state(case: tuple[int, str | None, int, str | None, int | None, Run
 
 def test_every_state_is_covered_and_final_flags() -> None:
     assert {c[-1] for c in CASES} == set(RunState)
-    assert {s for s in RunState if not s.is_final} == {RunState.SCHEDULED, RunState.DISPATCHING, RunState.RUNNING}
+    waiting = {RunState.SCHEDULED, RunState.DISPATCHING, RunState.RUNNING}
+    assert {s for s in RunState if not s.is_final} == waiting
     assert {s for s in RunState if s.is_active} == {RunState.DISPATCHING, RunState.RUNNING}
 
 
@@ -88,7 +89,8 @@ async def test_sql_states_equal_the_rules(store: Store) -> None:
         ))
         if handle_msg is not None:
             async with store.db.write() as conn:
-                await conn.execute(update(job_log).where(job_log.c.id == log_id).values(handle_msg=handle_msg))
+                stmt = update(job_log).where(job_log.c.id == log_id).values(handle_msg=handle_msg)
+                await conn.execute(stmt)
         expected[log_id] = state
     for state in RunState:
         page = await store.logs.list(job_id=job, states=[state], now_ms=NOW_MS + len(CASES), limit=100)
