@@ -59,7 +59,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from jobring.core.enums import BlockStrategy, GlueType
-from jobring.executor.context import JobCancelled, JobContext, JobHandler
+from jobring.executor.context import JobCancelled, JobContext, JobHandler, exception_summary
 from jobring.executor.glue import GlueScript, glue_refusal, run_script
 from jobring.executor.isolation import run_in_process
 from jobring.executor.runlog import RunLog, RunLogWriter, format_line
@@ -482,7 +482,7 @@ class _Worker:
             elif not (isinstance(exc, JobCancelled) and run.reported):
                 text = "".join(traceback.format_exception(exc))
                 ctx.write(_ENGINE, 0, f"<br>----------- JobThread Exception:{text}", self.label)
-                self.runner._finish(run, 500, text)
+                self.runner._finish(run, 500, exception_summary(exc))
         if not future.done() or future.cancelled():
             await self._settle(future)
 
