@@ -52,6 +52,12 @@ class AdminSettings:
     smtp_ssl: bool = False
     alarm_webhook_url: str | None = None
     alarm_timeout: float = 10.0
+    # Operations: /metrics needs "Authorization: Bearer <metrics_token>" when set; logs as
+    # plain text or JSON lines; /ready's database check time limit (s).
+    metrics_token: str | None = None
+    log_format: str = "plain"
+    log_level: str = "INFO"
+    ready_timeout: float = 2.0
 
 
 def _coerce(name: str, raw: Any, target: Any) -> Any:
@@ -113,4 +119,20 @@ def load_settings(
         if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX):].lower() in known
     }
     settings = _apply(settings, from_env, "environment")
-    return _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    settings = _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    check_log_settings(settings.log_format, settings.log_level)
+    if settings.ready_timeout <= 0:
+        raise ConfigError(f"ready_timeout: expected seconds above 0, got {settings.ready_timeout!r}")
+    return settings
+
+
+LOG_FORMATS = ("plain", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def check_log_settings(log_format: str, log_level: str) -> None:
+    """Raise ConfigError for an unknown log format or level."""
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format: expected plain or json, got {log_format!r}")
+    if log_level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"log_level: expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}")

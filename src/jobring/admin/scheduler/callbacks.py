@@ -24,6 +24,7 @@ from jobring.admin.store.records import HandleResult, JobInfo, ResultOutcome
 from jobring.admin.store.tables import job_log
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
+from jobring.core.runstate import run_state
 from jobring.protocol.models import HandleCallbackParam
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class CallbackService:
         self._trigger = trigger
         self._clock = clock
         self._children_tasks: set[asyncio.Task[None]] = set()
+        # For metrics (read at scrape time): callback items received, runs ended by state.
+        self.received = 0
+        self.ended: dict[str, int] = {}
 
     async def handle(self, items: Sequence[HandleCallbackParam]) -> list[ResultOutcome]:
         """Record a batch of callbacks; returns one outcome per item."""
@@ -85,8 +89,13 @@ class CallbackService:
                 msg = f"{msg}\n\n{plan.summary}" if msg else plan.summary
             results.append(HandleResult(item.log_id, item.handle_code, msg, now))
         outcomes = await self._store.logs.record_results(results)
+        self.received += len(items)
         to_fire: list[FireRequest] = []
         for item, outcome in zip(items, outcomes, strict=True):
+            if outcome is ResultOutcome.APPLIED:
+                state = run_state(trigger_code=200, handle_code=item.handle_code, handle_msg=item.handle_msg,
+                                  now_ms=0).value
+                self.ended[state] = self.ended.get(state, 0) + 1
             if outcome is ResultOutcome.REPEAT:
                 log.info("%s logId=%s", MSG_REPEAT, item.log_id)
             elif outcome is ResultOutcome.NOT_FOUND:

@@ -72,6 +72,7 @@ from jobring.admin.scheduler.ports import (
 from jobring.admin.scheduler.timers import TimerHandle, Timers
 from jobring.admin.scheduler.trigger import PreparedBatch
 from jobring.admin.store.records import JobInfo
+from jobring.core.buckets import Buckets
 from jobring.core.enums import ScheduleType, TriggerType
 from jobring.core.planning import MISFIRE_THRESHOLD_MS, FireDecision, decide_fire
 
@@ -127,6 +128,8 @@ class LoopStats:
     # Lateness of the fire_batch call against the planned instant, ms (on-time fires only;
     # the most recent ones).
     lateness_ms: deque[int] = field(default_factory=lambda: deque(maxlen=10_000))
+    # The same lateness as histogram buckets since start (exported as a metric).
+    lateness: Buckets = field(default_factory=Buckets)
 
 
 _SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "update_time")
@@ -239,6 +242,16 @@ class ScheduleLoop:
     @property
     def held_job_ids(self) -> list[int]:
         return list(self._held)
+
+    @property
+    def running(self) -> bool:
+        """True while the loop's tasks (claim cycle, timer, writer, fence) all run."""
+        return bool(self._tasks) and not any(t.done() for t in self._tasks)
+
+    @property
+    def renewed_at_ms(self) -> int | None:
+        """When this node last renewed its leases (epoch ms), None before the first cycle."""
+        return self._renewed_at
 
     # ----------------------------------------------------------------- claim cycle
     async def _run_cycles(self) -> None:
@@ -599,6 +612,7 @@ class ScheduleLoop:
                                    held.schedule.next_fire_ms, self.config.misfire_threshold_ms)
             if decision.trigger_type is TriggerType.CRON:
                 self.stats.lateness_ms.append(now - decision.planned_ms)
+                self.stats.lateness.observe(now - decision.planned_ms)
                 if now - decision.planned_ms >= 1_000:
                     self._log_passed_over(held, decision, now)
             elif decision.planned_ms > 0:

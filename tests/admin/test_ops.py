@@ -1,0 +1,104 @@
+"""/ready and /metrics of the admin app in-process (the process-level tests are in tests/e2e)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from jobring.admin.app import AdminRuntime, create_app
+from jobring.admin.metrics import ADMIN_METRICS
+from jobring.config import AdminSettings, ConfigError, load_settings
+
+TOKEN = "ops-test-token"
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _settings(tmp_path: Path, **more: object) -> AdminSettings:
+    return AdminSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'admin.db'}", access_token=TOKEN,
+                         admin_password="ops-test-password", node_id="node-ops", **more)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
+    app = create_app(_settings(tmp_path))
+    async with app.router.lifespan_context(app):
+        runtime: AdminRuntime = app.state.runtime
+        async with runtime.loop.cycle_done:
+            await runtime.loop.cycle_done.wait()  # leases renewed once
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as client:
+            yield app, client
+
+
+async def test_ready_reports_every_check(running: tuple[Starlette, httpx.AsyncClient]) -> None:
+    app, client = running
+    response = await client.get("/ready")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["ready"] is True and body["node"] == "node-ops"
+    assert set(body["checks"]) == {"database", "schema", "scheduler", "lease"}
+    assert all(check["ok"] for check in body["checks"].values())
+    assert body["checks"]["schema"]["revision"] == body["checks"]["schema"]["expected"]
+    # The scheduling loop stopped: not ready, and the answer says why.
+    runtime: AdminRuntime = app.state.runtime
+    await runtime.loop.stop()
+    stopped = await client.get("/ready")
+    assert stopped.status_code == 503
+    assert stopped.json()["checks"]["scheduler"] == {
+        "ok": False, "held_jobs": 0, "error": "the scheduling loop is not running"}
+
+
+def _samples(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+async def test_metrics_are_exposed_and_documented(running: tuple[Starlette, httpx.AsyncClient]) -> None:
+    _, client = running
+    response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    exposed = set(re.findall(r"^# TYPE (\S+) (\S+)$", response.text, re.M))
+    assert exposed == {(name, kind) for name, (kind, _) in ADMIN_METRICS.items()}
+    samples = _samples(response.text)
+    assert samples['jobring_admin_held_jobs{node="node-ops"}'] == 0
+    assert samples["jobring_admin_scheduler_running"] == 1
+    assert samples["jobring_admin_schedule_cycles_total"] >= 1
+    assert samples['jobring_admin_db_statement_ms_count{operation="update"}'] >= 1
+
+
+def test_readme_documents_exactly_the_admin_metrics() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### Admin metrics"):text.index("### Executor metrics")]
+    documented = set(re.findall(r"^\| `(jobring_admin_\w+)` \|", section, re.M))
+    assert documented == set(ADMIN_METRICS)
+
+
+async def test_metrics_token(tmp_path: Path) -> None:
+    app = create_app(_settings(tmp_path, metrics_token="scrape-secret-0123456789"))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as client:
+            assert (await client.get("/metrics")).status_code == 401
+            wrong = {"Authorization": "Bearer nope"}
+            assert (await client.get("/metrics", headers=wrong)).status_code == 401
+            right = {"Authorization": "Bearer scrape-secret-0123456789"}
+            assert (await client.get("/metrics", headers=right)).status_code == 200
+            assert (await client.get("/health")).status_code == 200  # probes need no token
+
+
+def test_log_and_ready_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="log_format"):
+        load_settings(environ={"JOBRING_LOG_FORMAT": "xml"})
+    with pytest.raises(ConfigError, match="log_level"):
+        load_settings(environ={"JOBRING_LOG_LEVEL": "chatty"})
+    with pytest.raises(ConfigError, match="ready_timeout"):
+        load_settings(environ={"JOBRING_READY_TIMEOUT": "0"})
+    assert load_settings(environ={"JOBRING_LOG_FORMAT": "json"}).log_format == "json"
