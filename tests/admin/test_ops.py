@@ -23,6 +23,10 @@ def _settings(tmp_path: Path, **more: object) -> AdminSettings:
                          admin_password="ops-test-password", node_id="node-ops", **more)  # type: ignore[arg-type]
 
 
+def _client(app: Starlette) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin")
+
+
 @pytest.fixture
 async def running(tmp_path: Path) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
     app = create_app(_settings(tmp_path))
@@ -30,7 +34,7 @@ async def running(tmp_path: Path) -> AsyncIterator[tuple[Starlette, httpx.AsyncC
         runtime: AdminRuntime = app.state.runtime
         async with runtime.loop.cycle_done:
             await runtime.loop.cycle_done.wait()  # leases renewed once
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as client:
+        async with _client(app) as client:
             yield app, client
 
 
@@ -84,14 +88,13 @@ def test_readme_documents_exactly_the_admin_metrics() -> None:
 
 async def test_metrics_token(tmp_path: Path) -> None:
     app = create_app(_settings(tmp_path, metrics_token="scrape-secret-0123456789"))
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as client:
-            assert (await client.get("/metrics")).status_code == 401
-            wrong = {"Authorization": "Bearer nope"}
-            assert (await client.get("/metrics", headers=wrong)).status_code == 401
-            right = {"Authorization": "Bearer scrape-secret-0123456789"}
-            assert (await client.get("/metrics", headers=right)).status_code == 200
-            assert (await client.get("/health")).status_code == 200  # probes need no token
+    async with app.router.lifespan_context(app), _client(app) as client:
+        assert (await client.get("/metrics")).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert (await client.get("/metrics", headers=wrong)).status_code == 401
+        right = {"Authorization": "Bearer scrape-secret-0123456789"}
+        assert (await client.get("/metrics", headers=right)).status_code == 200
+        assert (await client.get("/health")).status_code == 200  # probes need no token
 
 
 def test_log_and_ready_settings_are_checked() -> None:
@@ -102,3 +105,33 @@ def test_log_and_ready_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="ready_timeout"):
         load_settings(environ={"JOBRING_READY_TIMEOUT": "0"})
     assert load_settings(environ={"JOBRING_LOG_FORMAT": "json"}).log_format == "json"
+
+
+def test_log_lines_plain_and_json() -> None:
+    import io
+    import json
+    import logging
+
+    from jobring.logsetup import setup_logging
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        for fmt in ("json", "plain"):
+            out = io.StringIO()
+            setup_logging(fmt, "INFO", stream=out)
+            logging.getLogger("jobring.test").warning(
+                "trigger of job %s failed", 12, extra={"job_id": 12, "run_id": 3051, "address": "http://e/"})
+            line = out.getvalue().strip()
+            if fmt == "json":
+                record = json.loads(line)
+                assert record["msg"] == "trigger of job 12 failed" and record["level"] == "WARNING"
+                assert (record["job_id"], record["run_id"], record["address"]) == (12, 3051, "http://e/")
+                assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["ts"])
+                assert "node" not in record
+            else:
+                assert re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z WARNING jobring.test: trigger of job 12 failed "
+                                r"job_id=12 run_id=3051 address=http://e/$", line)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])

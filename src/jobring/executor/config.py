@@ -40,6 +40,8 @@ class ExecutorSettings:
     callback_max_backoff_s: float = 30.0
     idle_timeout_s: float = 90.0
     max_handle_msg: int = 15000
+    # GET /metrics needs "Authorization: Bearer <metrics_token>" when set (open otherwise).
+    metrics_token: str | None = None
 
     def base_address(self, detected_ip: str) -> str:
         """The executor address to register: configured, or built from an IP and the port."""

@@ -73,7 +73,8 @@ class StoreLeases:
             try:
                 await self._store.jobs.set_status(job_id, 0, 0)
             except NotFound:
-                log.info("job %s was deleted before its schedule could be ended", job_id)
+                log.info("job %s was deleted before its schedule could be ended", job_id,
+                         extra={"job_id": job_id, "node": self.node_id})
 
     async def release(self, job_ids: Sequence[int]) -> None:
         await self._store.jobs.release(self.node_id, job_ids)

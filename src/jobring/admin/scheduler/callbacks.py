@@ -97,9 +97,9 @@ class CallbackService:
                                   now_ms=0).value
                 self.ended[state] = self.ended.get(state, 0) + 1
             if outcome is ResultOutcome.REPEAT:
-                log.info("%s logId=%s", MSG_REPEAT, item.log_id)
+                log.info("%s logId=%s", MSG_REPEAT, item.log_id, extra={"run_id": item.log_id})
             elif outcome is ResultOutcome.NOT_FOUND:
-                log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id)
+                log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id, extra={"run_id": item.log_id})
             elif (plan := plans.get(item.log_id)) is not None:
                 to_fire += [FireRequest(child, TriggerType.PARENT) for child in plan.children]
         if to_fire:
@@ -151,7 +151,8 @@ class CallbackService:
             return
         for req, result in zip(reqs, results, strict=True):
             if result.trigger_code != 200:
-                log.warning("child job %s trigger failed (logs %s)", req.job.id, result.log_ids)
+                log.warning("child job %s trigger failed (logs %s)", req.job.id, result.log_ids,
+                            extra={"job_id": req.job.id})
 
     async def wait_idle(self) -> None:
         """Wait until the child fires started so far are done (tests, shutdown)."""

@@ -58,6 +58,7 @@ from jobring.core.runstate import (
     LOST_RESULT_MSG,
     RunState,
 )
+from jobring.core.timefmt import iso_ms
 
 # MySQL TEXT holds 65,535 bytes: 15,000 characters fit even at 4 bytes each.
 HANDLE_MSG_MAX = MSG_MAX = 15_000
@@ -176,7 +177,8 @@ class LogRepository(Repository):
                 result = await conn.execute(insert(job_log).values(**_row(log)))
                 return new_id(result)
         except IntegrityError as exc:
-            raise Conflict(f"job {log.job_id} already has a fire planned at {log.planned_time}") from exc
+            planned = "?" if log.planned_time is None else iso_ms(log.planned_time)
+            raise Conflict(f"job {log.job_id} already has a fire planned at {planned}") from exc
 
     async def insert_fires(self, rows: Sequence[NewLog]) -> list[int | None]:
         """Insert many log rows in one transaction; returns ids in input order.
