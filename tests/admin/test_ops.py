@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -135,3 +136,58 @@ def test_log_lines_plain_and_json() -> None:
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+async def test_alarm_channels_and_monitor_rounds_are_counted(
+    running: tuple[Starlette, httpx.AsyncClient],
+) -> None:
+    from jobring.admin.alarms.base import AlarmOutcome
+
+    app, client = running
+    runtime: AdminRuntime = app.state.runtime
+    metrics = runtime.metrics
+    assert metrics is not None
+
+    class Channel:
+        name = "webhook"
+
+        def __init__(self) -> None:
+            self.answers = [AlarmOutcome.SENT, AlarmOutcome.FAILED]
+
+        async def send(self, ctx: object) -> AlarmOutcome:
+            if not self.answers:
+                raise OSError("smtp down")
+            return self.answers.pop(0)
+
+    runtime.alarmer.channels = [Channel()]
+    metrics.instrument_alarms(runtime.alarmer)
+    channel = runtime.alarmer.channels[0]
+    for _ in range(3):
+        with contextlib.suppress(OSError):
+            await channel.send(None)  # type: ignore[arg-type]
+    monitor = runtime.monitors.monitors[0]
+
+    async def broken() -> None:
+        raise RuntimeError("db gone")
+
+    failing = metrics._counting_tick(monitor.name, broken)
+    with pytest.raises(RuntimeError):
+        await failing()
+    text = (await client.get("/metrics")).text
+    values = _samples(text)
+    assert values['jobring_admin_alarms_total{channel="webhook",outcome="sent"}'] == 1
+    assert values['jobring_admin_alarms_total{channel="webhook",outcome="failed"}'] == 2
+    assert values[f'jobring_admin_monitor_passes_total{{monitor="{monitor.name}",outcome="error"}}'] == 1
+
+
+def test_dispatch_error_reasons() -> None:
+    from jobring.admin.scheduler.trigger import dispatch_error_reason
+
+    url = "http://10.0.0.7:9999/run"
+    assert dispatch_error_reason(None, None) == "no_address"
+    assert dispatch_error_reason("a", f"executor {url} unreachable (ConnectError): refused") == "unreachable"
+    assert dispatch_error_reason("a", f"executor {url} timed out (ReadTimeout): 3 s") == "timeout"
+    assert dispatch_error_reason("a", f"executor {url} answered HTTP 502: bad gateway") == "http_error"
+    odd = f"executor {url} answered something that is not a ReturnT: x"
+    assert dispatch_error_reason("a", odd) == "bad_answer"
+    assert dispatch_error_reason("a", "block strategy effect：Discard Later") == "refused"

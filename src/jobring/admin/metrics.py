@@ -143,13 +143,18 @@ class AdminMetrics(Collector):
 
     def instrument(self, alarmer: Alarmer) -> None:
         """Count alarms per channel, monitor rounds, and time SQL statements."""
-        alarmer.channels = [_CountingChannel(c, self.alarms) for c in alarmer.channels]
+        self.instrument_alarms(alarmer)
         for monitor in self._runtime.monitors.monitors:
             # An instance attribute shadows the class's tick: the monitor code stays as it is.
             setattr(monitor, "tick", self._counting_tick(monitor.name, monitor.tick))  # noqa: B010
         sync_engine = self._runtime.store.engine.sync_engine
         event.listen(sync_engine, "before_cursor_execute", self._before_statement)
         event.listen(sync_engine, "after_cursor_execute", self._after_statement)
+
+    def instrument_alarms(self, alarmer: Alarmer) -> None:
+        """Count the deliveries of the alarmer's channels (once per channel)."""
+        alarmer.channels = [c if isinstance(c, _CountingChannel) else _CountingChannel(c, self.alarms)
+                            for c in alarmer.channels]
 
     def _counting_tick(self, name: str, tick: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         async def counted() -> None:
