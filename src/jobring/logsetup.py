@@ -22,9 +22,31 @@ import orjson
 
 from jobring.config import LOG_FORMATS, LOG_LEVELS, ConfigError, check_log_settings
 
-__all__ = ["CONTEXT_FIELDS", "JsonFormatter", "PlainFormatter", "setup_logging", "log_settings_from_env"]
+__all__ = [
+    "CONTEXT_FIELDS",
+    "JsonFormatter",
+    "PlainFormatter",
+    "log_settings_from_env",
+    "set_log_node",
+    "setup_logging",
+]
 
 CONTEXT_FIELDS = ("job_id", "run_id", "node", "address")
+# Values for records that do not carry the field themselves (the admin's node id).
+_defaults: dict[str, object] = {}
+
+
+def set_log_node(node_id: str | None) -> None:
+    """Name this process's admin node on every line that does not name one."""
+    if node_id is None:
+        _defaults.pop("node", None)
+    else:
+        _defaults["node"] = node_id
+
+
+def _field(record: logging.LogRecord, name: str) -> object:
+    value = record.__dict__.get(name)
+    return _defaults.get(name) if value is None else value
 
 
 def _instant(record: logging.LogRecord) -> str:
@@ -41,7 +63,7 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for name in CONTEXT_FIELDS:
-            value = record.__dict__.get(name)
+            value = _field(record, name)
             if value is not None:
                 line[name] = value
         if record.exc_info:
@@ -55,8 +77,8 @@ class PlainFormatter(logging.Formatter):
     """``<ISO instant> LEVEL logger: message key=value ...`` (the context fields present)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        given = record.__dict__
-        fields = " ".join(f"{n}={given[n]}" for n in CONTEXT_FIELDS if given.get(n) is not None)
+        values = [(n, _field(record, n)) for n in CONTEXT_FIELDS]
+        fields = " ".join(f"{n}={v}" for n, v in values if v is not None)
         text = f"{_instant(record)} {record.levelname} {record.name}: {record.getMessage()}"
         if fields:
             text += " " + fields

@@ -113,7 +113,7 @@ def test_log_lines_plain_and_json() -> None:
     import json
     import logging
 
-    from jobring.logsetup import setup_logging
+    from jobring.logsetup import set_log_node, setup_logging
 
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
@@ -130,6 +130,10 @@ def test_log_lines_plain_and_json() -> None:
                 assert (record["job_id"], record["run_id"], record["address"]) == (12, 3051, "http://e/")
                 assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["ts"])
                 assert "node" not in record
+                set_log_node("node-9")
+                logging.getLogger("jobring.test").info("cycle")
+                assert json.loads(out.getvalue().splitlines()[-1])["node"] == "node-9"
+                set_log_node(None)
             else:
                 assert re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z WARNING jobring.test: trigger of job 12 failed "
                                 r"job_id=12 run_id=3051 address=http://e/$", line)

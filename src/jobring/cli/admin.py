@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -90,10 +91,15 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
 
 def _serve(settings: AdminSettings) -> int:
     # Imported here so `jobring --help` and the other commands stay light.
+    from jobring.admin.app import make_node_id
     from jobring.admin.node import serve
-    from jobring.logsetup import setup_logging
+    from jobring.logsetup import set_log_node, setup_logging
 
+    if settings.node_id is None:
+        # One id for the whole process, so the log lines and the leases name the same node.
+        settings = replace(settings, node_id=make_node_id(settings))
     setup_logging(settings.log_format, settings.log_level)
+    set_log_node(settings.node_id)
     return serve(settings, log_level=settings.log_level.lower())
 
 
