@@ -121,6 +121,7 @@ def load_settings(
     settings = _apply(settings, from_env, "environment")
     settings = _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
     check_log_settings(settings.log_format, settings.log_level)
+    check_metrics_token(settings.metrics_token)
     if settings.ready_timeout <= 0:
         raise ConfigError(f"ready_timeout: expected seconds above 0, got {settings.ready_timeout!r}")
     return settings
@@ -136,3 +137,12 @@ def check_log_settings(log_format: str, log_level: str) -> None:
         raise ConfigError(f"log_format: expected plain or json, got {log_format!r}")
     if log_level.upper() not in LOG_LEVELS:
         raise ConfigError(f"log_level: expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+
+
+MIN_METRICS_TOKEN = 16
+
+
+def check_metrics_token(token: str | None) -> None:
+    """A metrics token, when set, must be at least 16 characters (a guessable one is refused)."""
+    if token is not None and len(token.strip()) < MIN_METRICS_TOKEN:
+        raise ConfigError(f"metrics_token: use at least {MIN_METRICS_TOKEN} random characters")

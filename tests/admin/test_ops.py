@@ -105,6 +105,8 @@ def test_log_and_ready_settings_are_checked() -> None:
         load_settings(environ={"JOBRING_LOG_LEVEL": "chatty"})
     with pytest.raises(ConfigError, match="ready_timeout"):
         load_settings(environ={"JOBRING_READY_TIMEOUT": "0"})
+    with pytest.raises(ConfigError, match="metrics_token"):
+        load_settings(environ={"JOBRING_METRICS_TOKEN": "secret"})
     assert load_settings(environ={"JOBRING_LOG_FORMAT": "json"}).log_format == "json"
 
 

@@ -132,3 +132,10 @@ def test_readme_documents_exactly_the_executor_metrics() -> None:
     section = section[:section.index("\n## ")] if "\n## " in section else section
     documented = set(re.findall(r"^\| `(jobring_executor_\w+)` \|", section, re.M))
     assert documented == set(EXECUTOR_METRICS)
+
+
+def test_a_short_metrics_token_is_refused() -> None:
+    from jobring.config import ConfigError
+
+    with pytest.raises(ConfigError, match="metrics_token"):
+        Executor(app_name="ops", access_token=TOKEN, environ={"JOBRING_EXECUTOR_METRICS_TOKEN": "abc"})

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
-from jobring.config import ConfigError
+from jobring.config import ConfigError, check_metrics_token
 
 ENV_PREFIX = "JOBRING_EXECUTOR_"
 DEFAULT_LOG_PATH = "./jobring-executor-logs"
@@ -157,4 +157,5 @@ def load_executor_settings(
             values[name] = _coerce(name, value, hints[name])
     settings = ExecutorSettings(**values)
     _validate(settings)
+    check_metrics_token(settings.metrics_token)
     return settings
