@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import update
 
-from jobring.admin.store import NewLog, Store
+from jobring.admin.store import HandleResult, NewLog, Store
 from jobring.admin.store.tables import job_log
 from jobring.client import AdminApiError
 from jobring.core.timefmt import iso_ms
@@ -80,14 +80,16 @@ async def test_duration_of_a_finished_run(env: AdminEnv) -> None:
     _, _, manual, _ = await _scheduled_and_manual(env)
     dispatched = (await env.store.logs.get(manual)).dispatch_time  # type: ignore[union-attr]
     assert dispatched is not None
-    finished = datetime.fromtimestamp((dispatched + 3_000) // 1000, tz=UTC).replace(tzinfo=None)
-    async with env.store.db.write() as conn:
-        await conn.execute(update(job_log).where(job_log.c.id == manual).values(
-            handle_code=500, handle_msg="ValueError: bad input", handle_time=finished))
+    finished = datetime.fromtimestamp((dispatched + 2_345) / 1000, tz=UTC)
+    await env.store.logs.record_results([HandleResult(manual, 500, "ValueError: bad input", finished)])
     async with env.client() as admin:
         run = await admin.runs.get(manual)
-    assert run["state"] == "failed"
-    assert 2_000 <= run["duration_ms"] <= 3_000  # the handle time has whole seconds
+    assert (run["state"], run["duration_ms"]) == ("failed", 2_345)
+    # A row finished before the millisecond column existed: measured from its whole-second time.
+    async with env.store.db.write() as conn:
+        await conn.execute(update(job_log).where(job_log.c.id == manual).values(handle_time_ms=None))
+    async with env.client() as admin:
+        assert 1_345 <= (await admin.runs.get(manual))["duration_ms"] <= 2_345
 
 
 async def test_cli_lists_states_and_shows_a_scheduled_run(env: AdminEnv, cli: Cli) -> None:

@@ -118,8 +118,8 @@ def run_state(
 
 
 def duration_ms(*, started_ms: int | None, finished_ms: int | None) -> int | None:
-    """How long a finished run took (never negative: the finish instant has whole seconds);
-    ``None`` while it has not finished or never started."""
+    """How long a finished run took (never negative: rows written before the millisecond result
+    time existed have whole seconds); ``None`` while it has not finished or never started."""
     if started_ms is None or finished_ms is None:
         return None
     return max(0, finished_ms - started_ms)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Sequence
 from dataclasses import fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -276,6 +276,7 @@ class LogRepository(Repository):
                         "handle_code": r.handle_code,
                         "handle_msg": None if r.handle_msg is None else r.handle_msg[:HANDLE_MSG_MAX],
                         "handle_time": utc_naive(r.handle_time),
+                        "handle_time_ms": _epoch_ms(r.handle_time),
                     }
             await _update_by_id(conn, rows, only_unhandled=True)
         return outcomes
@@ -449,6 +450,11 @@ class LogRepository(Repository):
         stmt = select(job_log).where(job_log.c.job_id == job_id).order_by(job_log.c.id)
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+
+def _epoch_ms(value: datetime) -> int:
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return int(aware.timestamp() * 1000)
 
 
 _SHAPES = (4, 8, 16, 32, 64, UPDATE_CHUNK)

@@ -257,8 +257,8 @@ class RunOut(BaseModel):
     dispatch_time: int | None
     state: RunState = Field(description="the run's one state (see the README, \"Run states\")")
     duration_ms: int | None = Field(
-        description="handle time minus dispatch time once finished (the handle time has whole "
-        "seconds); null while not finished or when the run never started"
+        description="result time minus dispatch time, once finished; null while not finished or "
+        "when the run never started"
     )
 
     @classmethod
@@ -272,7 +272,7 @@ class RunOut(BaseModel):
             planned_time=e.planned_time,
         )
         started = e.dispatch_time if e.dispatch_time is not None else _ms(e.trigger_time)
-        finished = _ms(e.handle_time) if e.handle_code != 0 else None
+        finished = (e.handle_time_ms or _ms(e.handle_time)) if e.handle_code != 0 else None
         return cls(**record_fields(cls, e, state=state, duration_ms=duration_ms(
             started_ms=started, finished_ms=finished)))
 
