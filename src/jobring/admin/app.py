@@ -136,7 +136,8 @@ async def start_runtime(
         admin_timezone=settings.timezone, config=config,
     )
     alarmer = alarmer_from_settings(settings)
-    monitors = Monitors.create(store, trigger, alarmer, clock, log_retention_days=settings.log_retention_days)
+    monitors = Monitors.create(store, trigger, alarmer, clock, log_retention_days=settings.log_retention_days,
+                               audit_retention_days=settings.audit_retention_days)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            RegistryService(store, clock), CallbackService(store, trigger, clock),
                            monitors, loop, leases, alarmer)

@@ -41,6 +41,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", help="database URL (default: ./jobring.db, SQLite)")
     parser.add_argument("--no-upgrade", action="store_true",
                         help="do not migrate the database schema at start")
+    parser.add_argument("--insecure", action="store_true",
+                        help="accept weak configured secrets (JOBRING_INSECURE); warns at every start")
     parser.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"),
                         help="log level (default: JOBRING_LOG_LEVEL, else info)")
     parser.add_argument("--log-format", default=None, choices=("plain", "json"),
@@ -66,9 +68,15 @@ def validate_settings(settings: AdminSettings) -> None:
     for name in ("pre_read_ms", "fast_pool_size", "slow_pool_size", "log_retention_days"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+    if settings.audit_retention_days < 7:
+        raise ConfigError(f"audit_retention_days: must be at least 7, got {settings.audit_retention_days}")
     for name in ("executor_connect_timeout", "executor_read_timeout"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+    from jobring.admin.security.secrets_policy import check_secret_policy, trusted_proxy_networks
+
+    trusted_proxy_networks(settings)
+    check_secret_policy(settings)
 
 
 def settings_from_args(args: argparse.Namespace) -> AdminSettings:
@@ -80,6 +88,7 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
             port=args.port,
             database_url=args.database_url,
             auto_upgrade=False if args.no_upgrade else None,
+            insecure=True if args.insecure else None,
             log_level=args.log_level.upper() if args.log_level else None,
             log_format=args.log_format,
         )

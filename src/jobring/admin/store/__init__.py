@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
@@ -42,7 +43,7 @@ from jobring.admin.store.records import (
     TriggerResult,
     User,
 )
-from jobring.admin.store.users import SettingRepository, TokenRepository, UserRepository
+from jobring.admin.store.users import SessionRepository, SettingRepository, TokenRepository, UserRepository
 
 
 class Store:
@@ -61,8 +62,10 @@ class Store:
         self.glue = GlueRepository(self.db)
         self.users = UserRepository(self.db)
         self.tokens = TokenRepository(self.db)
+        self.sessions = SessionRepository(self.db)
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
+        self.audit = AuditRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -90,6 +93,9 @@ __all__ = [
     "EXECUTOR",
     "HANDLE_MSG_MAX",
     "ApiToken",
+    "AuditEvent",
+    "AuditFilter",
+    "AuditRepository",
     "Capabilities",
     "ClearRule",
     "Conflict",
@@ -107,6 +113,7 @@ __all__ = [
     "LogEntry",
     "LogRepository",
     "LogStatus",
+    "NewAuditEvent",
     "NewLog",
     "NotFound",
     "Page",
@@ -119,6 +126,7 @@ __all__ = [
     "ResultOutcome",
     "ScheduleLock",
     "SchedulerNodeRepository",
+    "SessionRepository",
     "SettingRepository",
     "Store",
     "StoreError",

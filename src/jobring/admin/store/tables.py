@@ -38,6 +38,7 @@ job_group = Table(
     Column("address_type", SmallInteger, nullable=False, server_default="0"),
     Column("address_list", Text, nullable=True),
     Column("update_time", DateTime, nullable=True),
+    sqlite_autoincrement=True,
 )
 
 job_info = Table(
@@ -74,6 +75,7 @@ job_info = Table(
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
+    sqlite_autoincrement=True,
 )
 
 job_log = Table(
@@ -107,6 +109,7 @@ job_log = Table(
     Index("I_handle_code", "handle_code"),
     Index("ix_job_log_job_time", "job_id", "trigger_time"),
     Index("ix_job_log_alarm", "alarm_status", "handle_code"),
+    sqlite_autoincrement=True,
 )
 
 job_log_report = Table(
@@ -161,6 +164,7 @@ job_user = Table(
     Column("glue_permission", Boolean, nullable=False, server_default="0"),
     Column("add_time", DateTime, nullable=True),
     UniqueConstraint("username", name="i_username"),
+    sqlite_autoincrement=True,
 )
 
 job_lock = Table(
@@ -188,8 +192,25 @@ api_token = Table(
     Column("add_time", DateTime, nullable=True),
     Column("last_used_time", DateTime, nullable=True),
     Column("revoked", Boolean, nullable=False, server_default="0"),
+    Column("expires_at", DateTime, nullable=True),  # naive UTC; None: never expires
     UniqueConstraint("token_hash", name="ux_api_token_hash"),
     Index("ix_api_token_user", "user_id"),
+    sqlite_autoincrement=True,
+)
+
+# Console/API sessions, checked on every request so that logout, a password or role change
+# and user deletion end them at once on every node. Only a sha256 of the session id is kept.
+session = Table(
+    "jobring_session",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("user_id", Integer, nullable=False),
+    Column("created", BigInteger, nullable=False),  # epoch ms
+    Column("expires", BigInteger, nullable=False),  # epoch ms
+    Column("last_seen", BigInteger, nullable=False),  # epoch ms, written at most once a minute
+    Column("revoked", Boolean, nullable=False, server_default="0"),
+    Index("ix_session_user", "user_id"),
+    Index("ix_session_expires", "expires"),
 )
 
 # Admin nodes that schedule: announced every cycle (alive_until), and the latest planned
@@ -200,6 +221,32 @@ scheduler_node = Table(
     Column("node_id", String(64), primary_key=True),
     Column("alive_until", BigInteger, nullable=False, server_default="0"),
     Column("send_fence", BigInteger, nullable=False, server_default="0"),
+)
+
+# Security-relevant actions: who did what, when, from where (see jobring.admin.audit).
+# Ids are never reused (AUTOINCREMENT on SQLite), so a deleted record leaves a visible gap.
+audit = Table(
+    "jobring_audit",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", BigInteger, nullable=False),  # epoch ms, UTC
+    Column("actor_id", Integer, nullable=True),  # user id when known
+    Column("actor", String(64), nullable=False),  # username snapshot, or "anonymous"/credential name
+    Column("actor_kind", String(16), nullable=False),
+    Column("token_id", Integer, nullable=True),  # the API token used, if any
+    Column("source", String(64), nullable=True),  # client address
+    Column("action", String(32), nullable=False),
+    Column("target_type", String(16), nullable=True),
+    Column("target_id", String(64), nullable=True),
+    Column("group_id", Integer, nullable=True),
+    Column("outcome", String(16), nullable=False),
+    Column("details", LongText, nullable=True),  # JSON, secrets redacted
+    Index("ix_audit_at", "at"),
+    Index("ix_audit_action", "action"),
+    Index("ix_audit_actor", "actor"),
+    Index("ix_audit_target", "target_type", "target_id"),
+    Index("ix_audit_group", "group_id"),
+    sqlite_autoincrement=True,
 )
 
 SCHEDULE_LOCK = "schedule_lock"

@@ -2,7 +2,7 @@
 duration is measured to the millisecond.
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0005
 Create Date: 2026-11-23
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0003"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
