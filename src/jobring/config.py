@@ -129,7 +129,6 @@ def load_settings(
     settings = _apply(settings, from_env, "environment")
     settings = _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
     check_log_settings(settings.log_format, settings.log_level)
-    check_metrics_token(settings.metrics_token)
     if settings.ready_timeout <= 0:
         raise ConfigError(f"ready_timeout: expected seconds above 0, got {settings.ready_timeout!r}")
     return settings
@@ -151,6 +150,7 @@ MIN_METRICS_TOKEN = 16
 
 
 def check_metrics_token(token: str | None) -> None:
-    """A metrics token, when set, must be at least 16 characters (a guessable one is refused)."""
+    """A metrics token, when set, must be at least 16 characters (a guessable one is refused).
+    The executor's check; the admin's is in its secret policy (``--insecure`` applies)."""
     if token is not None and len(token.strip()) < MIN_METRICS_TOKEN:
         raise ConfigError(f"metrics_token: use at least {MIN_METRICS_TOKEN} random characters")
