@@ -95,6 +95,12 @@ async def test_sql_states_equal_the_rules(store: Store) -> None:
     for state in RunState:
         page = await store.logs.list(job_id=job, states=[state], now_ms=NOW_MS + len(CASES), limit=100)
         assert {e.id for e in page.items} == {i for i, s in expected.items() if s is state}, state
+    listed = await store.logs.list(job_id=job, states=set(RunState) - {RunState.SCHEDULED},
+                                   now_ms=NOW_MS + len(CASES), limit=100)
+    assert {e.id for e in listed.items} == {i for i, s in expected.items() if s is not RunState.SCHEDULED}
+    ended = {RunState.SUCCESS, RunState.FAILED, RunState.KILLED, RunState.TIMED_OUT, RunState.LOST}
+    some = await store.logs.list(job_id=job, states=ended, now_ms=NOW_MS + len(CASES), limit=100)
+    assert {e.id for e in some.items} == {i for i, s in expected.items() if s in ended}
     every = await store.logs.list(job_id=job, states=list(RunState), now_ms=NOW_MS, limit=100)
     assert every.total == len(CASES)
     assert (await store.logs.list(job_id=job, states=[], now_ms=NOW_MS)).total == 0
