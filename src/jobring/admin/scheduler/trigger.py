@@ -151,6 +151,19 @@ class _Dispatched:
     plan: _Plan
 
 
+def dispatch_error_reason(address: str | None, msg: str | None) -> str:
+    """A failed dispatch's reason, for metrics: no_address, unreachable, timeout, http_error,
+    bad_answer or refused (the executor answered with a failure code)."""
+    if address is None:
+        return "no_address"
+    text = msg or ""
+    for marker, reason in ((" unreachable (", "unreachable"), (" timed out (", "timeout"),
+                           (" answered HTTP ", "http_error"), ("not a ReturnT", "bad_answer")):
+        if marker in text:
+            return reason
+    return "refused"
+
+
 def _ms_to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).replace(tzinfo=None)
 
@@ -209,6 +222,10 @@ class TriggerService:
         self._results_wanted = asyncio.Event()
         self._recorder: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
+        # For metrics (read at scrape time): failed dispatches by reason; fires requested
+        # through ``fire_batch`` (manual, API, retry, parent) by trigger type.
+        self.dispatch_errors: dict[str, int] = {}
+        self.requested: dict[str, int] = {}
 
     @property
     def lanes(self) -> DispatchLanes:
@@ -226,6 +243,8 @@ class TriggerService:
         """
         if self._closed:
             raise RuntimeError("TriggerService is closed")
+        for req in reqs:
+            self.requested[req.trigger_type] = self.requested.get(req.trigger_type, 0) + 1
         task = asyncio.ensure_future(self._fire_batch(list(reqs)))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
@@ -581,9 +600,14 @@ class TriggerService:
         dispatch_time: int | None,
     ) -> _Dispatched:
         address = route.address
+        if not answer.ok:
+            reason = dispatch_error_reason(address, answer.msg)
+            self.dispatch_errors[reason] = self.dispatch_errors.get(reason, 0) + 1
         if address is not None and not answer.ok:
             log.warning("trigger of job %s (log %s) at %s failed: %s",
-                        plan.req.job.id, log_id, address, answer.msg)
+                        plan.req.job.id, log_id, address, answer.msg,
+                        extra={"job_id": plan.req.job.id, "run_id": log_id, "address": address,
+                               "node": self.node_id})
         broadcast = plan.strategy is RouteStrategy.SHARDING_BROADCAST
         result = TriggerResult(
             log_id=log_id,

@@ -113,6 +113,7 @@ class LogEntry:
     planned_time: int | None
     dispatch_time: int | None
     admin_node: str | None
+    handle_time_ms: int | None = None  # handle_time with its milliseconds
 
 
 @dataclass(frozen=True, slots=True)

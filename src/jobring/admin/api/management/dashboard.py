@@ -33,7 +33,7 @@ async def dashboard(
     # The report table is refreshed every minute by the admin; today's row comes from the
     # logs themselves so the numbers are current.
     stored = {c.day.date(): c for c in await services.store.reports.range(first, today)}
-    (current,) = await services.store.logs.counts_by_day(today, today)
+    (current,) = await services.store.logs.counts_by_day(today, today, now_ms=services.now_ms())
     stored[today.date()] = current
     chart: list[DayCountOut] = []
     for offset in range(days):

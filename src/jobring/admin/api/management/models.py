@@ -24,6 +24,7 @@ from jobring.admin.store.records import (
 )
 from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
+from jobring.core.runstate import RunState, duration_ms, run_state
 
 MAX_INT32 = 2_147_483_647
 MAX_INT64 = 9_223_372_036_854_775_807
@@ -254,10 +255,30 @@ class RunOut(BaseModel):
     alarm_status: int
     planned_time: int | None
     dispatch_time: int | None
+    state: RunState = Field(description="the run's one state (see the README, \"Run states\")")
+    duration_ms: int | None = Field(
+        description="result time minus dispatch time, once finished; null while not finished or "
+        "when the run never started"
+    )
 
     @classmethod
-    def of(cls, e: LogEntry) -> RunOut:
-        return cls(**record_fields(cls, e))
+    def of(cls, e: LogEntry, now_ms: int) -> RunOut:
+        state = run_state(
+            trigger_code=e.trigger_code,
+            handle_code=e.handle_code,
+            now_ms=now_ms,
+            trigger_msg=e.trigger_msg,
+            handle_msg=e.handle_msg,
+            planned_time=e.planned_time,
+        )
+        started = e.dispatch_time if e.dispatch_time is not None else _ms(e.trigger_time)
+        finished = (e.handle_time_ms or _ms(e.handle_time)) if e.handle_code != 0 else None
+        return cls(**record_fields(cls, e, state=state, duration_ms=duration_ms(
+            started_ms=started, finished_ms=finished)))
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.replace(tzinfo=UTC).timestamp() * 1000)
 
 
 class RunLogOut(BaseModel):
