@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobring.admin.alarms.base import alarmer_from_settings
+from jobring.admin.alarms.service import AlarmService
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
@@ -142,11 +143,12 @@ async def start_runtime(
         StoreLeases(store, node_id), trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
         admin_timezone=settings.timezone, config=config,
     )
-    monitors = Monitors.create(store, trigger, alarmer_from_settings(settings), clock,
-                               log_retention_days=settings.log_retention_days)
+    alarms = AlarmService(store, alarmer_from_settings(settings))
+    monitors = Monitors.create(store, trigger, alarms, clock, settings)
+    callbacks = CallbackService(store, trigger, clock, alarms=alarms, fail_monitor=monitors.find("fail-monitor"))
+    registry = RegistryService(store, clock, trigger, dead_after_s=settings.executor_dead_after_s)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
-                           RegistryService(store, clock), CallbackService(store, trigger, clock),
-                           monitors, loop)
+                           registry, callbacks, monitors, loop)
     await loop.start()
     monitors.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)

@@ -55,6 +55,7 @@ _RUN_COLUMNS = (
     ("JOB", "job_id"),
     ("TRIGGERED (UTC)", lambda run: instant_text(run.get("trigger_time"))),
     ("TYPE", "trigger_type"),
+    ("TRY", lambda run: run.get("attempt", 1)),
     ("ADDRESS", "executor_address"),
     ("OUTCOME", run_outcome),
     ("MESSAGE", lambda run: run_summary(run)),
