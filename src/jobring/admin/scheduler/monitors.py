@@ -25,9 +25,9 @@ from jobring.protocol.models import RegistryParam
 
 if TYPE_CHECKING:
     from jobring.admin.alarms.service import AlarmService
-    from jobring.config import AdminSettings
     from jobring.admin.scheduler.trigger import TriggerService
     from jobring.admin.store import Store
+    from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 

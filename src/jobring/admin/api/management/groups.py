@@ -18,8 +18,8 @@ from jobring.admin.api.management.deps import (
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32, AddressIn, GroupIn, GroupOut, PageOut, Text
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.store.records import JobGroup
 from jobring.admin.scheduler.monitors import refresh_group_addresses
+from jobring.admin.store.records import JobGroup
 from jobring.admin.validation import GroupFields, check_address, check_group
 
 router = APIRouter(tags=["groups"], responses=ERROR_RESPONSES)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
+from jobring.admin.alarms.targets import SECRET_MASK, AlarmTarget, TargetError, dump_targets, parse_targets
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, bad_request
@@ -23,7 +24,6 @@ from jobring.admin.api.management.models import (
     TriggerIn,
     TriggerOut,
 )
-from jobring.admin.alarms.targets import SECRET_MASK, AlarmTarget, TargetError, dump_targets, parse_targets
 from jobring.admin.store.records import JobInfo, JobSort
 from jobring.admin.validation import FieldError, check_schedule, check_timezone
 from jobring.core.schedule import next_fire_times, parse_schedule
