@@ -38,18 +38,23 @@ def _dingtalk_ok(query: dict[str, list[str]]) -> bool:
         stamp, sign = query["timestamp"][0], query["sign"][0]
     except (KeyError, IndexError):
         return False
-    expected = base64.b64encode(hmac.new(DINGTALK_SECRET.encode(), f"{stamp}\n{DINGTALK_SECRET}".encode(),
-                                         hashlib.sha256).digest()).decode()
+    expected = base64.b64encode(
+        hmac.new(DINGTALK_SECRET.encode(), f"{stamp}\n{DINGTALK_SECRET}".encode(), hashlib.sha256).digest()
+    ).decode()
     # DingTalk refuses timestamps more than an hour off.
-    return hmac.compare_digest(unquote_plus(sign) if "%" in sign else sign, expected) and abs(
-        int(stamp) - time.time() * 1000) < 3600_000
+    return (
+        hmac.compare_digest(unquote_plus(sign) if "%" in sign else sign, expected)
+        and abs(int(stamp) - time.time() * 1000) < 3600_000
+    )
 
 
 def _feishu_ok(body: dict[str, Any]) -> bool:
     stamp, sign = body.get("timestamp"), body.get("sign")
     if not isinstance(stamp, str) or not isinstance(sign, str):
         return False
-    expected = base64.b64encode(hmac.new(f"{stamp}\n{FEISHU_SECRET}".encode(), b"", hashlib.sha256).digest()).decode()
+    expected = base64.b64encode(
+        hmac.new(f"{stamp}\n{FEISHU_SECRET}".encode(), b"", hashlib.sha256).digest()
+    ).decode()
     return hmac.compare_digest(sign, expected) and abs(int(stamp) - time.time()) < 3600
 
 
@@ -94,12 +99,17 @@ class AlarmHttpReceiver:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, target, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, v in
-                           (line.split(":", 1) for line in lines[1:] if ":" in line)}
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, v in (line.split(":", 1) for line in lines[1:] if ":" in line)
+                }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 status, answer = self._answer(method, target, body)
-                writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: "
-                             f"{len(answer)}\r\n\r\n".encode() + answer)
+                writer.write(
+                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: "
+                    f"{len(answer)}\r\n\r\n".encode()
+                    + answer
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass

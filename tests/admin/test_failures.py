@@ -47,7 +47,12 @@ async def env(sqlite_store: Store) -> AsyncIterator[Env]:
 
 def test_retry_delays() -> None:
     assert [retry_delay_ms(a, 10, "fixed", 0) for a in (1, 2, 3)] == [10_000] * 3
-    assert [retry_delay_ms(a, 10, "exponential", 35) for a in (1, 2, 3, 4)] == [10_000, 20_000, 35_000, 35_000]
+    assert [retry_delay_ms(a, 10, "exponential", 35) for a in (1, 2, 3, 4)] == [
+        10_000,
+        20_000,
+        35_000,
+        35_000,
+    ]
     assert retry_delay_ms(5, 0, "exponential", 0) == 0
 
 
@@ -61,7 +66,9 @@ async def test_exponential_backoff_then_one_final_alarm(env: Env) -> None:
     channel = Channel()
     alarms = AlarmService(env.store, Alarmer([channel]))
     monitor = FailMonitor(env.store, env.trigger, alarms, env.clock)
-    job = await env.job(executor_fail_retry_count=2, executor_fail_retry_interval_s=2, retry_backoff="exponential")
+    job = await env.job(
+        executor_fail_retry_count=2, executor_fail_retry_interval_s=2, retry_backoff="exponential"
+    )
     first = (await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))).log_ids[0]
     await _fail(env.store, first, T0)
     fired_at: list[int] = []
@@ -102,8 +109,9 @@ async def test_no_retry_of_stopped_jobs_or_old_runs(env: Env) -> None:
     stopped = await env.job(schedule_type="CRON", schedule_conf="0 0 * * * ?", trigger_status=0)
     running = await env.job(schedule_type="CRON", schedule_conf="0 0 * * * ?", trigger_status=1)
     a = await add_log(env.store, stopped.id, group=env.group_id, handle_code=500, retry=3)
-    b = await add_log(env.store, running.id, group=env.group_id, handle_code=500, retry=3,
-                      at=NOW - timedelta(days=30))
+    b = await add_log(
+        env.store, running.id, group=env.group_id, handle_code=500, retry=3, at=NOW - timedelta(days=30)
+    )
     c = await add_log(env.store, running.id, group=env.group_id, handle_code=500, retry=3)
     await FailMonitor(env.store, env.trigger, alarms, env.clock, retry_max_age_s=3600).tick()
     await alarms.close()
@@ -116,8 +124,15 @@ async def test_no_retry_of_stopped_jobs_or_old_runs(env: Env) -> None:
 async def test_sharded_retry_goes_back_to_its_address_or_reroutes(env: Env) -> None:
     job = await env.job(executor_route_strategy="SHARDING_BROADCAST", executor_fail_retry_count=1)
     alarms = AlarmService(env.store, Alarmer([]))
-    await add_log(env.store, job.id, group=env.group_id, handle_code=500, retry=1, sharding="2/3",
-                  address=env.double.address(0))
+    await add_log(
+        env.store,
+        job.id,
+        group=env.group_id,
+        handle_code=500,
+        retry=1,
+        sharding="2/3",
+        address=env.double.address(0),
+    )
     await FailMonitor(env.store, env.trigger, alarms, env.clock).tick()
     (run,) = env.double.runs()
     assert run.address == env.double.address(0) and run.body["broadcastIndex"] == 2
@@ -130,7 +145,9 @@ async def test_deadline_alarm_once_with_two_nodes(env: Env) -> None:
     job = await env.job(deadline_minutes=30)
     late = await add_log(env.store, job.id, group=env.group_id, at=NOW - timedelta(minutes=31))
     on_time = await add_log(env.store, job.id, group=env.group_id, at=NOW - timedelta(minutes=10))
-    done = await add_log(env.store, job.id, group=env.group_id, at=NOW - timedelta(minutes=40), handle_code=200)
+    done = await add_log(
+        env.store, job.id, group=env.group_id, at=NOW - timedelta(minutes=40), handle_code=200
+    )
     services = [AlarmService(env.store, Alarmer([channel])) for _ in range(2)]
     await asyncio.gather(*(DeadlineMonitor(env.store, s, env.clock).tick() for s in services))
     await asyncio.gather(*(DeadlineMonitor(env.store, s, env.clock).tick() for s in services))
@@ -150,8 +167,12 @@ async def test_recovery_alarm_after_a_failure(env: Env) -> None:
     await add_log(env.store, job.id, group=env.group_id, handle_code=500)
     ok1 = await add_log(env.store, job.id, group=env.group_id)
     ok2 = await add_log(env.store, job.id, group=env.group_id)
-    await callbacks.handle([HandleCallbackParam(log_id=ok1, log_date_tim=T0, handle_code=200, handle_msg=None)])
-    await callbacks.handle([HandleCallbackParam(log_id=ok2, log_date_tim=T0, handle_code=200, handle_msg=None)])
+    await callbacks.handle(
+        [HandleCallbackParam(log_id=ok1, log_date_tim=T0, handle_code=200, handle_msg=None)]
+    )
+    await callbacks.handle(
+        [HandleCallbackParam(log_id=ok2, log_date_tim=T0, handle_code=200, handle_msg=None)]
+    )
     await callbacks.wait_idle()
     await alarms.close()
     assert [(c.log.id, c.kind) for c in channel.sent] == [(ok1, AlarmKind.RECOVERY)]
@@ -170,7 +191,9 @@ async def test_runs_of_a_gone_executor_are_lost_at_once(sqlite_store: Store) -> 
         await LostRunMonitor(store, env.clock).tick()
         got = {i: await store.logs.get(i) for i in (on_dead, on_alive, just_sent)}
         lost = got[on_dead]
-        assert lost is not None and lost.handle_code == 500 and (lost.handle_msg or "").startswith(LOST_PREFIX)
+        assert (
+            lost is not None and lost.handle_code == 500 and (lost.handle_msg or "").startswith(LOST_PREFIX)
+        )
         assert got[on_alive] is not None and got[on_alive].handle_code == 0  # type: ignore[union-attr]
         assert got[just_sent] is not None and got[just_sent].handle_code == 0  # type: ignore[union-attr]
         group = await store.groups.get(env.group_id)
@@ -179,7 +202,9 @@ async def test_runs_of_a_gone_executor_are_lost_at_once(sqlite_store: Store) -> 
         await env.trigger.close()
 
 
-async def test_group_created_after_registration_gets_addresses_and_disable_sticks(sqlite_store: Store) -> None:
+async def test_group_created_after_registration_gets_addresses_and_disable_sticks(
+    sqlite_store: Store,
+) -> None:
     from jobring.admin.scheduler.monitors import refresh_group_addresses
 
     env = await make_env(sqlite_store, HOSTS, AddressType.AUTO)
@@ -189,14 +214,16 @@ async def test_group_created_after_registration_gets_addresses_and_disable_stick
         registry = RegistryService(store, env.clock, env.trigger)
         a, b = env.double.address(0), env.double.address(1)
         for address in (a, b):
-            await registry.register(RegistryParam(registry_group="EXECUTOR", registry_key="demo-app",
-                                                  registry_value=address))
+            await registry.register(
+                RegistryParam(registry_group="EXECUTOR", registry_key="demo-app", registry_value=address)
+            )
         group = await store.groups.get(env.group_id)
         assert group is not None and group.addresses == [a, b]
         assert await store.groups.set_address_disabled(env.group_id, a, True, NOW)
         for _ in range(2):  # heartbeats and registry rounds do not bring it back
-            await registry.register(RegistryParam(registry_group="EXECUTOR", registry_key="demo-app",
-                                                  registry_value=a))
+            await registry.register(
+                RegistryParam(registry_group="EXECUTOR", registry_key="demo-app", registry_value=a)
+            )
             await refresh_group_addresses(store, NOW)
         group = await store.groups.get(env.group_id)
         assert group is not None and group.addresses == [b] and group.disabled == [a]
@@ -217,18 +244,23 @@ async def test_a_prepared_fire_is_not_routed_to_an_address_that_unregistered(sql
         registry = RegistryService(env.store, env.clock, env.trigger)
         a, b = env.double.address(0), env.double.address(1)
         for address in (a, b):
-            await registry.register(RegistryParam(registry_group="EXECUTOR", registry_key="demo-app",
-                                                  registry_value=address))
+            await registry.register(
+                RegistryParam(registry_group="EXECUTOR", registry_key="demo-app", registry_value=address)
+            )
         job = await env.job(executor_route_strategy="FIRST")
         batch = await env.trigger.prepare_batch([FireRequest(job, TriggerType.CRON, planned_time=T0 + 1000)])
-        await registry.remove(RegistryParam(registry_group="EXECUTOR", registry_key="demo-app", registry_value=a))
+        await registry.remove(
+            RegistryParam(registry_group="EXECUTOR", registry_key="demo-app", registry_value=a)
+        )
         await env.trigger.dispatch_prepared(batch)
         assert [r.address for r in env.double.runs()] == [b]
     finally:
         await env.trigger.close()
 
 
-async def test_retention_first_start_warns_and_waits_then_deletes(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+async def test_retention_first_start_warns_and_waits_then_deletes(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
     store = env.store
     today = NOW.replace(hour=0, minute=0, second=0, microsecond=0)
     old = [await add_log(store, 1, at=today - timedelta(days=40 + i)) for i in range(3)]
@@ -241,8 +273,10 @@ async def test_retention_first_start_warns_and_waits_then_deletes(env: Env, capl
     env.clock.advance(23 * 3600_000)
     assert await RetentionMonitor(store, env.clock, AdminSettings(log_retention_days=30)).clean_logs() == 0
     env.clock.advance(3600_000)
-    assert await RetentionMonitor(store, env.clock, AdminSettings(log_retention_days=30),
-                                  pause_s=0).clean_logs() == 3
+    assert (
+        await RetentionMonitor(store, env.clock, AdminSettings(log_retention_days=30), pause_s=0).clean_logs()
+        == 3
+    )
     assert await store.logs.get(kept) is not None
     assert await store.settings.get(ARMED_SETTING) is not None
 
@@ -253,12 +287,17 @@ async def test_retention_max_runs_per_job(env: Env) -> None:
         await add_log(store, 1, at=NOW - timedelta(minutes=12 - i))
     for i in range(3):
         await add_log(store, 2, at=NOW - timedelta(minutes=3 - i))
-    settings = AdminSettings(log_retention_days=30, log_retention_max_runs_per_job=5, log_retention_confirm=True,
-                             log_retention_batch=100)
+    settings = AdminSettings(
+        log_retention_days=30,
+        log_retention_max_runs_per_job=5,
+        log_retention_confirm=True,
+        log_retention_batch=100,
+    )
     assert await RetentionMonitor(store, env.clock, settings, pause_s=0).clean_logs() == 7
     runs: list[LogEntry] = await store.logs.for_job(1)
     assert len(runs) == 5 and min(r.trigger_time for r in runs if r.trigger_time) == (
-        NOW - timedelta(minutes=5)).replace(tzinfo=None)
+        NOW - timedelta(minutes=5)
+    ).replace(tzinfo=None)
     assert len(await store.logs.for_job(2)) == 3
 
 
@@ -266,18 +305,25 @@ async def test_group_api_fills_addresses_at_once(sqlite_store: Store) -> None:
     from tests.admin.api_harness import api_env
 
     async with api_env(sqlite_store) as env:
-        await env.store.registry.beat("EXECUTOR", "late-app", "http://10.1.1.1:9999/",
-                                      datetime.fromtimestamp(env.services.now_ms() / 1000, tz=UTC))
+        await env.store.registry.beat(
+            "EXECUTOR",
+            "late-app",
+            "http://10.1.1.1:9999/",
+            datetime.fromtimestamp(env.services.now_ms() / 1000, tz=UTC),
+        )
         async with env.client("admin") as http:
             created = await http.post("/groups", json={"app_name": "late-app", "title": "Late"})
             assert created.status_code == 201, created.text
             assert created.json()["addresses"] == ["http://10.1.1.1:9999/"]
             gid = created.json()["id"]
-            off = await http.post(f"/groups/{gid}/addresses/disable", json={"address": "http://10.1.1.1:9999/"})
+            off = await http.post(
+                f"/groups/{gid}/addresses/disable", json={"address": "http://10.1.1.1:9999/"}
+            )
             assert off.status_code == 200 and off.json()["addresses"] == []
             assert off.json()["disabled_addresses"] == ["http://10.1.1.1:9999/"]
             bad = await http.post(f"/groups/{gid}/addresses/disable", json={"address": "http://10.9.9.9:1/"})
             assert bad.status_code == 422 and bad.json()["field"] == "address"
             on = await http.post(f"/groups/{gid}/addresses/enable", json={"address": "http://10.1.1.1:9999/"})
-            assert on.json()["addresses"] == ["http://10.1.1.1:9999/"] and on.json()["disabled_addresses"] == []
-
+            assert (
+                on.json()["addresses"] == ["http://10.1.1.1:9999/"] and on.json()["disabled_addresses"] == []
+            )

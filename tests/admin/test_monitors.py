@@ -226,7 +226,8 @@ async def test_retention_deletes_old_logs_once_a_day_and_never_below_7_days(env:
     old = await add_log(store, 1, at=today - timedelta(days=8, hours=1))
     kept = await add_log(store, 1, at=today - timedelta(days=6))
     assert await RetentionMonitor(store, env.clock, AdminSettings(log_retention_days=3)).clean_logs() == 0
-    monitor = RetentionMonitor(store, env.clock, AdminSettings(log_retention_days=7, log_retention_confirm=True))
+    settings = AdminSettings(log_retention_days=7, log_retention_confirm=True)
+    monitor = RetentionMonitor(store, env.clock, settings)
     assert await monitor.clean_logs() == 1
     assert await store.logs.get(old) is None and await store.logs.get(kept) is not None
     await add_log(store, 1, at=today - timedelta(days=9))

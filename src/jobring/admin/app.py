@@ -145,7 +145,8 @@ async def start_runtime(
     )
     alarms = AlarmService(store, alarmer_from_settings(settings))
     monitors = Monitors.create(store, trigger, alarms, clock, settings)
-    callbacks = CallbackService(store, trigger, clock, alarms=alarms, fail_monitor=monitors.find("fail-monitor"))
+    callbacks = CallbackService(store, trigger, clock, alarms=alarms,
+                                fail_monitor=monitors.find("fail-monitor"))
     registry = RegistryService(store, clock, trigger, dead_after_s=settings.executor_dead_after_s)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop)

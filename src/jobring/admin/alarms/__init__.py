@@ -9,7 +9,20 @@ from jobring.admin.alarms.targets import AlarmTarget, ChannelFactory, TargetErro
 from jobring.admin.alarms.webhook import WebhookAlarm
 
 __all__ = [
-    "AlarmContext", "AlarmKind", "AlarmOutcome", "AlarmService", "AlarmTarget", "Alarmer", "ChannelFactory",
-    "DingTalkAlarm", "EmailAlarm", "FeishuAlarm", "SlackAlarm", "TargetError", "WeComAlarm", "WebhookAlarm",
-    "alarmer_from_settings", "parse_targets",
+    "AlarmContext",
+    "AlarmKind",
+    "AlarmOutcome",
+    "AlarmService",
+    "AlarmTarget",
+    "Alarmer",
+    "ChannelFactory",
+    "DingTalkAlarm",
+    "EmailAlarm",
+    "FeishuAlarm",
+    "SlackAlarm",
+    "TargetError",
+    "WeComAlarm",
+    "WebhookAlarm",
+    "alarmer_from_settings",
+    "parse_targets",
 ]

@@ -63,12 +63,13 @@ class AlarmContext:
     @property
     def title(self) -> str:
         """A one-line subject: kind, job and run."""
-        return f"[jobring] {_KIND_TITLES[self.kind]}: job {self.job.id} ({self.job.job_desc}), run {self.log.id}"
+        return (
+            f"[jobring] {_KIND_TITLES[self.kind]}: job {self.job.id} ({self.job.job_desc}), run {self.log.id}"
+        )
 
     def summary_lines(self) -> list[str]:
         """The alarm content as plain lines (the reference's "Alarm Job LogId=..." text)."""
-        trigger_time = (self.log.trigger_time.replace(tzinfo=UTC).isoformat()
-                        if self.log.trigger_time else "-")
+        trigger_time = self.log.trigger_time.replace(tzinfo=UTC).isoformat() if self.log.trigger_time else "-"
         lines = [
             f"Executor group: {self.group.title if self.group else self.job.job_group}"
             + (f" ({self.group.app_name})" if self.group else ""),
@@ -147,7 +148,9 @@ class Alarmer:
             try:
                 outcome = await asyncio.wait_for(channel.send(ctx), self._timeout)
             except TimeoutError:
-                log.warning("alarm %s for run %s timed out after %ss", channel.name, ctx.log.id, self._timeout)
+                log.warning(
+                    "alarm %s for run %s timed out after %ss", channel.name, ctx.log.id, self._timeout
+                )
                 outcome = AlarmOutcome.TRANSIENT
             except Exception:
                 log.exception("alarm channel %s failed for run %s", channel.name, ctx.log.id)
@@ -155,8 +158,13 @@ class Alarmer:
             if outcome is not AlarmOutcome.TRANSIENT:
                 return outcome
             if attempt < self._retries:
-                log.warning("alarm %s for run %s failed (transient); retry %d in %.1fs",
-                            channel.name, ctx.log.id, attempt + 1, wait)
+                log.warning(
+                    "alarm %s for run %s failed (transient); retry %d in %.1fs",
+                    channel.name,
+                    ctx.log.id,
+                    attempt + 1,
+                    wait,
+                )
                 await asyncio.sleep(wait)
                 wait *= 2
         log.error("alarm %s for run %s failed after %d tries", channel.name, ctx.log.id, self._retries + 1)

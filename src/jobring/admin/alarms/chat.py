@@ -31,7 +31,7 @@ async def post_json(
     url: str,
     body: dict[str, Any],
     *,
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109 - the HTTP client's own per-request timeout
     transport: httpx.AsyncBaseTransport | None,
     error_key: str | None = None,
 ) -> AlarmOutcome:
@@ -39,8 +39,9 @@ async def post_json(
     answers permanent. ``error_key``: the JSON field whose non-zero value means refused."""
     try:
         async with httpx.AsyncClient(timeout=timeout, transport=transport) as http:
-            response = await http.post(url, content=orjson.dumps(body),
-                                       headers={"Content-Type": "application/json"})
+            response = await http.post(
+                url, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
+            )
     except httpx.HTTPError as exc:
         log.warning("alarm %s: %s: %s", name, type(exc).__name__, exc)
         return AlarmOutcome.TRANSIENT
@@ -74,15 +75,17 @@ def _markdown(ctx: AlarmContext) -> str:
 class _HttpChannel:
     name = "http"
 
-    def __init__(self, url: str, *, timeout: float = 10.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 10.0, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.url = url
         self._timeout = timeout
         self._transport = transport
 
     async def _post(self, url: str, body: dict[str, Any], error_key: str | None = None) -> AlarmOutcome:
-        return await post_json(self.name, url, body, timeout=self._timeout, transport=self._transport,
-                               error_key=error_key)
+        return await post_json(
+            self.name, url, body, timeout=self._timeout, transport=self._transport, error_key=error_key
+        )
 
 
 class SlackAlarm(_HttpChannel):
@@ -96,8 +99,18 @@ class SlackAlarm(_HttpChannel):
             {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(ctx.summary_lines())[:3000]}},
         ]
         if ctx.run_url:
-            blocks.append({"type": "actions", "elements": [
-                {"type": "button", "text": {"type": "plain_text", "text": "Open the run"}, "url": ctx.run_url}]})
+            blocks.append(
+                {
+                    "type": "actions",
+                    "elements": [
+                        {
+                            "type": "button",
+                            "text": {"type": "plain_text", "text": "Open the run"},
+                            "url": ctx.run_url,
+                        }
+                    ],
+                }
+            )
         return {"text": ctx.text, "blocks": blocks}
 
     async def send(self, ctx: AlarmContext) -> AlarmOutcome:
@@ -116,8 +129,15 @@ class DingTalkAlarm(_HttpChannel):
 
     name = "dingtalk"
 
-    def __init__(self, url: str, secret: str | None = None, *, now_ms: NowMs = _wall_ms,
-                 timeout: float = 10.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        secret: str | None = None,
+        *,
+        now_ms: NowMs = _wall_ms,
+        timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         super().__init__(url, timeout=timeout, transport=transport)
         self._secret = secret
         self._now_ms = now_ms
@@ -143,8 +163,10 @@ class WeComAlarm(_HttpChannel):
 
     def body(self, ctx: AlarmContext) -> dict[str, Any]:
         # WeCom markdown content is limited to 4096 bytes.
-        return {"msgtype": "markdown", "markdown": {"content": _markdown(ctx).encode()[:4000].decode(
-            errors="ignore")}}
+        return {
+            "msgtype": "markdown",
+            "markdown": {"content": _markdown(ctx).encode()[:4000].decode(errors="ignore")},
+        }
 
     async def send(self, ctx: AlarmContext) -> AlarmOutcome:
         return await self._post(self.url, self.body(ctx), error_key="errcode")
@@ -162,8 +184,15 @@ class FeishuAlarm(_HttpChannel):
 
     name = "feishu"
 
-    def __init__(self, url: str, secret: str | None = None, *, now_ms: NowMs = _wall_ms,
-                 timeout: float = 10.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        secret: str | None = None,
+        *,
+        now_ms: NowMs = _wall_ms,
+        timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         super().__init__(url, timeout=timeout, transport=transport)
         self._secret = secret
         self._now_ms = now_ms

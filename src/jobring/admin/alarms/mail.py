@@ -28,8 +28,13 @@ class SmtpConfig:
 
 
 # Answers that retrying will not change.
-_REFUSED = (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused, smtplib.SMTPAuthenticationError,
-            smtplib.SMTPNotSupportedError, smtplib.SMTPDataError)
+_REFUSED = (
+    smtplib.SMTPRecipientsRefused,
+    smtplib.SMTPSenderRefused,
+    smtplib.SMTPAuthenticationError,
+    smtplib.SMTPNotSupportedError,
+    smtplib.SMTPDataError,
+)
 
 SmtpFactory = Callable[[SmtpConfig], smtplib.SMTP]
 
@@ -52,16 +57,20 @@ def recipients(alarm_email: str | None) -> list[str]:
 class EmailAlarm:
     name = "email"
 
-    def __init__(self, config: SmtpConfig, *, connect: SmtpFactory = _connect,
-                 to: list[str] | None = None) -> None:
+    def __init__(
+        self, config: SmtpConfig, *, connect: SmtpFactory = _connect, to: list[str] | None = None
+    ) -> None:
         self._config = config
         self._connect = connect
         self._to = to
 
     def _message(self, ctx: AlarmContext, to: str) -> EmailMessage:
         msg = EmailMessage()
-        msg["Subject"] = ctx.title if ctx.kind.value != "failure" else (
-            f"{ALARM_TITLE}: job {ctx.job.id} ({ctx.job.job_desc})")
+        msg["Subject"] = (
+            ctx.title
+            if ctx.kind.value != "failure"
+            else (f"{ALARM_TITLE}: job {ctx.job.id} ({ctx.job.job_desc})")
+        )
         msg["From"] = self._config.sender
         msg["To"] = to
         msg.set_content("\n".join(ctx.summary_lines()))

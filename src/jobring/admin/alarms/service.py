@@ -47,8 +47,10 @@ class AlarmService:
         """Queue an alarm already claimed by the caller; returns at once."""
         self._queue.put_nowait(_Pending(kind, entry, job, note))
         if not self._workers:
-            self._workers = [asyncio.create_task(self._work(), name=f"jobring-alarm-{i}")
-                             for i in range(self._workers_wanted)]
+            self._workers = [
+                asyncio.create_task(self._work(), name=f"jobring-alarm-{i}")
+                for i in range(self._workers_wanted)
+            ]
 
     async def _work(self) -> None:
         while True:
@@ -69,8 +71,13 @@ class AlarmService:
             await self._store.logs.set_alarm_status(item.entry.id, AlarmStatus.LOCKED, status)
         else:
             await self._store.alarms.set_status(item.entry.id, item.kind.value, int(status))
-        log.info("%s alarm for run %s of job %s: %s", item.kind.value, item.entry.id, item.job.id,
-                 status.name.lower())
+        log.info(
+            "%s alarm for run %s of job %s: %s",
+            item.kind.value,
+            item.entry.id,
+            item.job.id,
+            status.name.lower(),
+        )
 
     async def wait_idle(self) -> None:
         """Wait until every queued alarm is sent and its status written (tests, shutdown)."""

@@ -95,8 +95,11 @@ def _check_target(where: str, raw: Any) -> AlarmTarget:
         to = raw["to"]
         if isinstance(to, str):
             to = recipients(to)
-        if not isinstance(to, list) or not to or not all(isinstance(a, str) and "@" in a and len(a) <= 254
-                                                         for a in to):
+        if (
+            not isinstance(to, list)
+            or not to
+            or not all(isinstance(a, str) and "@" in a and len(a) <= 254 for a in to)
+        ):
             raise TargetError(f"{where}.to", "must be a non-empty list of email addresses")
         config["to"] = to
     else:
@@ -180,8 +183,9 @@ class ChannelFactory:
         http = {"timeout": self.timeout, "transport": self.transport}
         if target.kind == "email":
             if self.smtp is None:
-                log.warning("email alarm to %s skipped: no SMTP server configured (JOBRING_SMTP_HOST)",
-                            cfg["to"])
+                log.warning(
+                    "email alarm to %s skipped: no SMTP server configured (JOBRING_SMTP_HOST)", cfg["to"]
+                )
                 return None
             if self.smtp_connect is not None:
                 return EmailAlarm(self.smtp, to=list(cfg["to"]), connect=self.smtp_connect)

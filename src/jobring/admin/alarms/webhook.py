@@ -44,5 +44,6 @@ class WebhookAlarm:
         self._transport = transport
 
     async def send(self, ctx: AlarmContext) -> AlarmOutcome:
-        return await post_json(self.name, self.url, payload(ctx), timeout=self._timeout,
-                               transport=self._transport)
+        return await post_json(
+            self.name, self.url, payload(ctx), timeout=self._timeout, transport=self._transport
+        )

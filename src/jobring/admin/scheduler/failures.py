@@ -65,8 +65,9 @@ def failed_at_ms(entry: LogEntry) -> int:
 
 def retry_due_ms(entry: LogEntry, job: JobInfo) -> int:
     """When the retry of the failed run ``entry`` may be fired."""
-    delay = retry_delay_ms(entry.attempt, job.executor_fail_retry_interval_s, job.retry_backoff,
-                           job.retry_backoff_max_s)
+    delay = retry_delay_ms(
+        entry.attempt, job.executor_fail_retry_interval_s, job.retry_backoff, job.retry_backoff_max_s
+    )
     return failed_at_ms(entry) + delay
 
 
@@ -87,8 +88,14 @@ class FailMonitor(Monitor):
     name = "fail-monitor"
 
     def __init__(
-        self, store: Store, trigger: TriggerService, alarms: AlarmService, clock: Clock, *,
-        retry_max_age_s: int = 3600, interval_s: float = 10.0,
+        self,
+        store: Store,
+        trigger: TriggerService,
+        alarms: AlarmService,
+        clock: Clock,
+        *,
+        retry_max_age_s: int = 3600,
+        interval_s: float = 10.0,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
@@ -142,26 +149,35 @@ class FailMonitor(Monitor):
         marked: list[TriggerResult] = []
         for entry in entries:
             job = jobs[entry.job_id]
-            reqs.append(FireRequest(
-                job,
-                TriggerType.RETRY,
-                executor_param=entry.executor_param,
-                fail_retry_count=entry.executor_fail_retry_count - 1,
-                sharding=_sharding(entry.executor_sharding_param),
-                attempt=entry.attempt + 1,
-                preferred_address=entry.executor_address if entry.executor_sharding_param else None,
-            ))
-            marked.append(TriggerResult(
-                log_id=entry.id,
-                executor_address=entry.executor_address,
-                trigger_code=entry.trigger_code,
-                trigger_msg=f"{entry.trigger_msg or ''}\n\n{MSG_RETRY_MARK}",
-            ))
+            reqs.append(
+                FireRequest(
+                    job,
+                    TriggerType.RETRY,
+                    executor_param=entry.executor_param,
+                    fail_retry_count=entry.executor_fail_retry_count - 1,
+                    sharding=_sharding(entry.executor_sharding_param),
+                    attempt=entry.attempt + 1,
+                    preferred_address=entry.executor_address if entry.executor_sharding_param else None,
+                )
+            )
+            marked.append(
+                TriggerResult(
+                    log_id=entry.id,
+                    executor_address=entry.executor_address,
+                    trigger_code=entry.trigger_code,
+                    trigger_msg=f"{entry.trigger_msg or ''}\n\n{MSG_RETRY_MARK}",
+                )
+            )
         await self._store.logs.update_trigger_results(marked)
         results = await self._trigger.fire_batch(reqs)
         for req, result in zip(reqs, results, strict=True):
-            log.info("retry %d of job %s: runs %s code %s", req.attempt - 1, req.job.id, result.log_ids,
-                     result.trigger_code)
+            log.info(
+                "retry %d of job %s: runs %s code %s",
+                req.attempt - 1,
+                req.job.id,
+                result.log_ids,
+                result.trigger_code,
+            )
             if result.trigger_code != 200:
                 self.wake()  # a retry that failed to trigger is itself a failed run
 
@@ -183,8 +199,11 @@ class DeadlineMonitor(Monitor):
             assert job.deadline_minutes is not None
             deadline_ms = job.deadline_minutes * 60_000
             overdue = await self._store.logs.unfinished_between(
-                job.id, now - deadline_ms - DEADLINE_LOOKBACK_MS, now - deadline_ms)
-            overdue = [e for e in overdue if (e.planned_time or _ms(e.trigger_time) or now) + deadline_ms <= now]
+                job.id, now - deadline_ms - DEADLINE_LOOKBACK_MS, now - deadline_ms
+            )
+            overdue = [
+                e for e in overdue if (e.planned_time or _ms(e.trigger_time) or now) + deadline_ms <= now
+            ]
             done = await self._store.alarms.taken([e.id for e in overdue], AlarmKind.DEADLINE.value)
             for entry in overdue:
                 if entry.id in done:

@@ -33,8 +33,14 @@ class RetentionMonitor(Monitor):
 
     name = "retention-monitor"
 
-    def __init__(self, store: Store, clock: Clock, settings: AdminSettings, interval_s: float = 300.0,
-                 pause_s: float = BATCH_PAUSE_S) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        settings: AdminSettings,
+        interval_s: float = 300.0,
+        pause_s: float = BATCH_PAUSE_S,
+    ) -> None:
         super().__init__(interval_s)
         self._store = store
         self._clock = clock
@@ -49,7 +55,9 @@ class RetentionMonitor(Monitor):
         await self.clean_logs()
 
     def _cutoff(self, now_ms: int) -> datetime:
-        today = datetime.fromtimestamp(now_ms / 1000, tz=UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        today = datetime.fromtimestamp(now_ms / 1000, tz=UTC).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
         return today - timedelta(days=self._days)
 
     async def _allowed(self, now_ms: int) -> bool:
@@ -68,9 +76,11 @@ class RetentionMonitor(Monitor):
             "log retention: %d run(s) older than %d days%s would be deleted; this is the first cleaning "
             "on this database, so nothing is deleted before %s (set JOBRING_LOG_RETENTION_CONFIRM=true "
             "to start now, or raise JOBRING_LOG_RETENTION_DAYS to keep them)",
-            by_age, self._days,
+            by_age,
+            self._days,
             f", and older runs of {len(over)} job(s) over {self._max_runs} runs" if over else "",
-            datetime.fromtimestamp(start / 1000, tz=UTC).isoformat(timespec="seconds"))
+            datetime.fromtimestamp(start / 1000, tz=UTC).isoformat(timespec="seconds"),
+        )
         return False
 
     @property
@@ -93,10 +103,15 @@ class RetentionMonitor(Monitor):
             await self._store.alarms.delete_before(int(cutoff.timestamp() * 1000))
         if self._max_runs > 0:
             for job_id in await self._store.logs.job_ids_over(self._max_runs):
-                deleted += await self._store.logs.delete_beyond_newest(job_id, self._max_runs, self._batch,
-                                                                       self._pause_s)
+                deleted += await self._store.logs.delete_beyond_newest(
+                    job_id, self._max_runs, self._batch, self._pause_s
+                )
         self._last_clean_ms = now_ms
         if deleted:
-            log.info("log retention: deleted %d run(s) (older than %d days%s)", deleted, self._days,
-                     f", beyond {self._max_runs} per job" if self._max_runs > 0 else "")
+            log.info(
+                "log retention: deleted %d run(s) (older than %d days%s)",
+                deleted,
+                self._days,
+                f", beyond {self._max_runs} per job" if self._max_runs > 0 else "",
+            )
         return deleted

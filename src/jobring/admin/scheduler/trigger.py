@@ -366,7 +366,8 @@ class TriggerService:
             override = [a.strip() for a in req.address_override if a.strip()]
             disabled = sorted(set(override) & set(group.disabled if group else []))
             if disabled:
-                raise TriggerRejected(f"addresses disabled in the job's executor group: {', '.join(disabled)}")
+                raise TriggerRejected(
+                    f"addresses disabled in the job's executor group: {', '.join(disabled)}")
             outside = sorted(set(override) - set(addresses))
             if outside:
                 raise TriggerRejected(
@@ -503,9 +504,9 @@ class TriggerService:
         if plan.strategy is None:
             return RouteResult((), f"unknown route strategy {plan.req.job.executor_route_strategy!r}")
         preferred = plan.req.preferred_address
-        if preferred is not None and preferred in addresses and plan.strategy is RouteStrategy.SHARDING_BROADCAST:
-            return RouteResult((preferred,))
         if plan.strategy is RouteStrategy.SHARDING_BROADCAST:
+            if preferred is not None and preferred in addresses:
+                return RouteResult((preferred,))
             index = shard[0] if shard[0] < len(addresses) else 0
             return RouteResult((addresses[index],))
         if plan.strategy in _PROBING:

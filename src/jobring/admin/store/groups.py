@@ -133,7 +133,8 @@ class GroupRepository(Repository):
             values: dict[str, object] = {"disabled_addresses": ",".join(sorted(off)) or None,
                                          "update_time": utc_naive(now)}
             if disabled and row.address_type == 0:
-                values["address_list"] = _join_addresses([a for a in _split(row.address_list) if a != address])
+                kept = [a for a in _split(row.address_list) if a != address]
+                values["address_list"] = _join_addresses(kept)
             await conn.execute(update(job_group).where(job_group.c.id == group_id).values(**values))
             return True
 

@@ -150,7 +150,8 @@ class JobRepository(Repository):
     async def with_deadline(self) -> builtins.list[JobInfo]:
         """Jobs that have a deadline alarm (``deadline_minutes`` set)."""
         async with self._db.read() as conn:
-            rows = (await conn.execute(select(job_info).where(job_info.c.deadline_minutes.is_not(None)))).all()
+            stmt = select(job_info).where(job_info.c.deadline_minutes.is_not(None))
+            rows = (await conn.execute(stmt)).all()
         return [to_record(JobInfo, r) for r in rows]
 
     async def count_in_group(self, group_id: int) -> int:

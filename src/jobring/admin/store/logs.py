@@ -348,7 +348,9 @@ class LogRepository(Repository):
         async with self._db.read() as conn:
             return [int(i) for i in (await conn.execute(stmt)).scalars()]
 
-    async def delete_beyond_newest(self, job_id: int, keep: int, batch: int = 1000, pause_s: float = 0.0) -> int:
+    async def delete_beyond_newest(
+        self, job_id: int, keep: int, batch: int = 1000, pause_s: float = 0.0
+    ) -> int:
         """Delete the job's runs older than its ``keep`` newest (by trigger time); returns the count."""
         async with self._db.read() as conn:
             pivot = (await conn.execute(
@@ -408,7 +410,8 @@ class LogRepository(Repository):
         while True:
             async with self._db.read() as conn:
                 ids = list((await conn.execute(
-                    select(job_log.c.id).where(*where, job_log.c.id > after).order_by(job_log.c.id).limit(batch)
+                    select(job_log.c.id).where(*where, job_log.c.id > after)
+                    .order_by(job_log.c.id).limit(batch)
                 )).scalars())
             if not ids:
                 return total

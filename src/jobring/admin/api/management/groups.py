@@ -121,7 +121,9 @@ async def update_group(group_id: GroupId, body: GroupIn, services: Services, pri
     return await _out(services, await _load(services, group_id))
 
 
-async def _set_disabled(services: ManagementServices, group_id: int, body: AddressIn, disabled: bool) -> GroupOut:
+async def _set_disabled(
+    services: ManagementServices, group_id: int, body: AddressIn, disabled: bool
+) -> GroupOut:
     group = await _load(services, group_id)
     address = check_address("address", body.address)
     if disabled and address not in group.addresses and address not in {
@@ -134,13 +136,17 @@ async def _set_disabled(services: ManagementServices, group_id: int, body: Addre
 
 @router.post("/groups/{group_id}/addresses/disable", response_model=GroupOut,
              summary="Take an address out of routing (admin); heartbeats do not bring it back")
-async def disable_address(group_id: GroupId, body: AddressIn, services: Services, principal: Admin) -> GroupOut:
+async def disable_address(
+    group_id: GroupId, body: AddressIn, services: Services, principal: Admin
+) -> GroupOut:
     return await _set_disabled(services, group_id, body, True)
 
 
 @router.post("/groups/{group_id}/addresses/enable", response_model=GroupOut,
              summary="Put a disabled address back into routing (admin)")
-async def enable_address(group_id: GroupId, body: AddressIn, services: Services, principal: Admin) -> GroupOut:
+async def enable_address(
+    group_id: GroupId, body: AddressIn, services: Services, principal: Admin
+) -> GroupOut:
     return await _set_disabled(services, group_id, body, False)
 
 

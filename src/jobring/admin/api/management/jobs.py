@@ -56,7 +56,8 @@ def _targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = None) 
         kept = []
         for t in targets:
             if t.config.get("secret") == SECRET_MASK:
-                same = next((p for p in previous if p.kind == t.kind and p.config["url"] == t.config["url"]), None)
+                same = next(
+                    (p for p in previous if p.kind == t.kind and p.config["url"] == t.config["url"]), None)
                 if same is None:
                     raise FieldError("alarm_targets", "a masked secret must belong to an existing target")
                 t = AlarmTarget(t.kind, {**t.config, "secret": same.config["secret"]})

@@ -38,13 +38,16 @@ def _add_missing(inspector: sa.Inspector, table: str, columns: tuple[sa.Column[A
 def upgrade() -> None:
     inspector = sa.inspect(op.get_bind())
     _add_missing(inspector, "xxl_job_info", _JOB_COLUMNS)
-    _add_missing(inspector, "xxl_job_log", (sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),))
+    _add_missing(
+        inspector, "xxl_job_log", (sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),)
+    )
     _add_missing(inspector, "xxl_job_group", (sa.Column("disabled_addresses", sa.Text, nullable=True),))
     if "jobring_alarm_event" not in set(inspector.get_table_names()):
         op.create_table(
             "jobring_alarm_event",
-            sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True,
-                      autoincrement=True),
+            sa.Column(
+                "id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
+            ),
             sa.Column("log_id", sa.BigInteger, nullable=False),
             sa.Column("job_id", sa.Integer, nullable=False),
             sa.Column("kind", sa.String(20), nullable=False),
