@@ -327,3 +327,31 @@ async def test_group_api_fills_addresses_at_once(sqlite_store: Store) -> None:
             assert (
                 on.json()["addresses"] == ["http://10.1.1.1:9999/"] and on.json()["disabled_addresses"] == []
             )
+
+
+async def test_runs_an_executor_no_longer_knows_after_a_restart_are_lost(env: Env) -> None:
+    """A jobring executor reports its start instant with each beat (a header): runs sent to
+    its address before that are failed once it had time to deliver its spooled results."""
+    store = env.store
+    registry = RegistryService(store, env.clock, env.trigger)
+    address = env.double.address(0)
+    param = RegistryParam(registry_group="EXECUTOR", registry_key="demo-app", registry_value=address)
+    before = await add_log(store, 1, group=env.group_id, at=NOW - timedelta(seconds=20), address=address)
+    await registry.register(param, started_at_ms=T0 - 60_000)  # first seen: up since before the run
+    await registry.register(param, started_at_ms=T0 - 60_000)
+    monitor = LostRunMonitor(store, env.clock, registry=registry)
+    env.clock.advance(31_000)
+    await monitor.tick()
+    entry = await store.logs.get(before)
+    assert entry is not None and entry.handle_code == 0  # it started before the run: it knows it
+    await registry.register(param, started_at_ms=T0 + 31_000)  # restarted
+    await monitor.tick()
+    entry = await store.logs.get(before)
+    assert entry is not None and entry.handle_code == 0  # grace: spooled results may still come
+    env.clock.advance(30_000)
+    await store.registry.beat("EXECUTOR", "demo-app", address, datetime.fromtimestamp(
+        env.clock.now_ms() / 1000, tz=UTC))
+    await monitor.tick()
+    entry = await store.logs.get(before)
+    assert entry is not None and entry.handle_code == 500
+    assert (entry.handle_msg or "").startswith(f"{LOST_PREFIX} executor {address} restarted")

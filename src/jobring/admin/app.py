@@ -144,10 +144,10 @@ async def start_runtime(
         admin_timezone=settings.timezone, config=config,
     )
     alarms = AlarmService(store, alarmer_from_settings(settings))
-    monitors = Monitors.create(store, trigger, alarms, clock, settings)
+    registry = RegistryService(store, clock, trigger, dead_after_s=settings.executor_dead_after_s)
+    monitors = Monitors.create(store, trigger, alarms, clock, settings, registry)
     callbacks = CallbackService(store, trigger, clock, alarms=alarms,
                                 fail_monitor=monitors.find("fail-monitor"))
-    registry = RegistryService(store, clock, trigger, dead_after_s=settings.executor_dead_after_s)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop)
     await loop.start()

@@ -39,6 +39,8 @@ MSG_DISPATCH_LOST = (
     "Trigger Fail: the fire was recorded but never dispatched (its admin node stopped before "
     "calling the executor); marked as failed by the lost-run monitor"
 )
+RESTART_GRACE_MS = 30_000  # a restarted executor's spooled results arrive first
+CLOCK_SKEW_MS = 2_000  # between an executor's clock and the admin's
 LOST_GRACE_S = 10  # a run dispatched this recently is not judged lost yet
 LOST_PREFIX = "lost:"  # the stable marker of runs failed because their executor went away
 
@@ -122,6 +124,16 @@ class RegistryService:
         self._clock = clock
         self._trigger = trigger
         self._dead_after_s = dead_after_s
+        self._started: dict[str, int] = {}  # address -> start instant its executor reported
+        self._restarts: dict[str, tuple[int, int]] = {}  # address -> (started at, seen at), pending
+
+    def restarts_due(self, now_ms: int, grace_ms: int = RESTART_GRACE_MS) -> list[tuple[str, int]]:
+        """Executors seen (re)started at least ``grace_ms`` ago: (address, started at). Each is
+        handed out once. The grace lets a restarted executor deliver spooled results first."""
+        due = [(a, s) for a, (s, seen) in self._restarts.items() if now_ms - seen >= grace_ms]
+        for address, _ in due:
+            del self._restarts[address]
+        return due
 
     async def _needs_refresh(self, app_name: str, address: str) -> bool:
         group = await self._store.groups.by_app_name(app_name)
@@ -129,8 +141,11 @@ class RegistryService:
             return False
         return address not in group.addresses and address not in group.disabled
 
-    async def register(self, param: RegistryParam) -> None:
+    async def register(self, param: RegistryParam, started_at_ms: int | None = None) -> None:
         now = _utc(self._clock.now_ms())
+        if started_at_ms is not None and self._started.get(param.registry_value) != started_at_ms:
+            self._started[param.registry_value] = started_at_ms
+            self._restarts[param.registry_value] = (started_at_ms, self._clock.now_ms())
         await self._store.registry.beat(param.registry_group, param.registry_key, param.registry_value, now)
         if param.registry_group != EXECUTOR:
             return
@@ -197,12 +212,26 @@ class LostRunMonitor(Monitor):
     name = "lost-run-monitor"
 
     def __init__(self, store: Store, clock: Clock, interval_s: float = 15.0, *,
-                 dead_after_s: int = DEAD_TIMEOUT_S, on_failed: Monitor | None = None) -> None:
+                 dead_after_s: int = DEAD_TIMEOUT_S, on_failed: Monitor | None = None,
+                 registry: RegistryService | None = None) -> None:
         super().__init__(interval_s)
         self._store = store
         self._clock = clock
         self._dead_after_s = dead_after_s
         self._on_failed = on_failed
+        self._registry = registry
+
+    async def _forgotten(self, now: datetime) -> dict[int, HandleResult]:
+        """Runs dispatched to an executor before it (re)started: it cannot know them."""
+        results: dict[int, HandleResult] = {}
+        if self._registry is None:
+            return results
+        for address, started in self._registry.restarts_due(self._clock.now_ms()):
+            since = datetime.fromtimestamp(started / 1000, tz=UTC).isoformat(timespec="seconds")
+            msg = f"{LOST_PREFIX} executor {address} restarted at {since} and no longer knows this run"
+            for entry in await self._store.logs.running_on(address, started - CLOCK_SKEW_MS):
+                results[entry.id] = HandleResult(entry.id, HandleCode.FAIL, msg, now)
+        return results
 
     async def tick(self) -> None:
         now_ms = self._clock.now_ms()
@@ -221,6 +250,7 @@ class LostRunMonitor(Monitor):
         results.update({e.id: HandleResult(e.id, HandleCode.FAIL, lost_message(e.executor_address,
                                                                                 self._dead_after_s), now)
                         for e in gone})
+        results.update(await self._forgotten(now))
         if not results:
             return
         # record_results only fills runs that have no result yet: safe against a late
@@ -263,6 +293,7 @@ class Monitors:
         alarms: AlarmService,
         clock: Clock,
         settings: AdminSettings,
+        registry: RegistryService | None = None,
     ) -> Monitors:
         from jobring.admin.scheduler.failures import DeadlineMonitor, FailMonitor
         from jobring.admin.scheduler.retention import RetentionMonitor
@@ -272,7 +303,8 @@ class Monitors:
         return cls([
             RegistryMonitor(store, clock, dead_after_s=dead),
             fail,
-            LostRunMonitor(store, clock, settings.lost_run_check_s, dead_after_s=dead, on_failed=fail),
+            LostRunMonitor(store, clock, settings.lost_run_check_s, dead_after_s=dead, on_failed=fail,
+                           registry=registry),
             DeadlineMonitor(store, alarms, clock),
             ReportMonitor(store, clock),
             RetentionMonitor(store, clock, settings),

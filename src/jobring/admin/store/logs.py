@@ -298,6 +298,23 @@ class LogRepository(Repository):
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
 
+    async def running_on(
+        self, address: str, dispatched_before_ms: int, limit: int = 1000
+    ) -> builtins.list[LogEntry]:
+        """Runs without result on ``address`` dispatched before the instant (epoch ms)."""
+        before = datetime.fromtimestamp(dispatched_before_ms / 1000, tz=UTC)
+        stmt = (
+            select(job_log)
+            .where(job_log.c.handle_code == 0, job_log.c.trigger_code == 200,
+                   job_log.c.executor_address == address,
+                   or_(job_log.c.dispatch_time < dispatched_before_ms,
+                       and_(job_log.c.dispatch_time.is_(None), job_log.c.trigger_time < utc_naive(before))))
+            .order_by(job_log.c.id)
+            .limit(limit)
+        )
+        async with self._db.read() as conn:
+            return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
     async def previous_finished(self, job_id: int, before_id: int) -> LogEntry | None:
         """The job's latest run before ``before_id`` that has an outcome (a result, or a
         failed trigger), or None."""
