@@ -4,8 +4,9 @@ Loads ``--rows`` runs (default 1,000,000; half older than the retention) into a 
 PostgreSQL and/or MariaDB database (tests/dbs.py), then deletes the old half with the admin's
 batched delete (``LogRepository.delete_older_than``: ids read without a lock, deleted by
 primary key in short transactions of ``--batch`` rows, a short pause between them) while a
-probe task keeps inserting a run and recording its result, as the scheduler and callbacks do.
-The probe's worst latency shows how long the run table was held. With ``--compare-single``
+probe task keeps inserting a run and recording its result, as the scheduler and callbacks do,
+and records a late result for a random old run (locking that row). The probe's worst latency
+shows how long writers were held up. With ``--compare-single``
 the table is loaded again and the old half deleted with one ``DELETE ... WHERE trigger_time <``
 statement, for comparison.
 
@@ -18,6 +19,7 @@ import argparse
 import asyncio
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -67,22 +69,27 @@ async def _fill(store: Store, backend: str, rows: int) -> float:
     return time.perf_counter() - started
 
 
-async def _probe(store: Store, stop: asyncio.Event, latencies: list[float]) -> None:
-    """Insert a run and record its result, every 20 ms, timing each pair."""
+async def _probe(store: Store, stop: asyncio.Event, latencies: list[float], old_ids: tuple[int, int]) -> None:
+    """Every 20 ms, time what the admin does to the run table meanwhile: insert a run and record
+    its result (scheduler, callbacks), and record a late result for an old run (a callback
+    spooled for days, the lost-run monitor): ``record_results`` locks that row FOR UPDATE,
+    so it waits for any delete transaction holding it."""
+    rng = random.Random(7)
     while not stop.is_set():
         started = time.perf_counter()
         log_id = await store.logs.insert(
             NewLog(job_group=1, job_id=999_999, trigger_time=NOW, trigger_code=200)
         )
         await store.logs.record_results([HandleResult(log_id, 200, "ok", NOW)])
+        await store.logs.record_results([HandleResult(rng.randint(*old_ids), 200, "late", NOW)])
         latencies.append(time.perf_counter() - started)
         await asyncio.sleep(0.02)
 
 
-async def _with_probe(store: Store, work: object) -> tuple[float, list[float]]:
+async def _with_probe(store: Store, work: object, old_ids: tuple[int, int]) -> tuple[float, list[float]]:
     latencies: list[float] = []
     stop = asyncio.Event()
-    probe = asyncio.create_task(_probe(store, stop, latencies))
+    probe = asyncio.create_task(_probe(store, stop, latencies, old_ids))
     await asyncio.sleep(0.5)
     baseline = len(latencies)
     started = time.perf_counter()
@@ -103,6 +110,13 @@ def _describe(latencies: list[float]) -> str:
         f"probe n={len(ordered)} median {statistics.median(ordered) * 1000:.1f} ms, "
         f"p99 {p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms"
     )
+
+
+async def _old_ids(store: Store, rows: int) -> tuple[int, int]:
+    """The id range of the runs before the cutoff (the first half loaded)."""
+    async with store.engine.connect() as conn:
+        low = int((await conn.execute(select(func.min(job_log.c.id)))).scalar_one())
+    return low, low + rows // 2 - 1
 
 
 async def _count(store: Store) -> int:
@@ -128,7 +142,7 @@ async def run(backend: str, rows: int, batch: int, pause: float, compare: bool) 
         async def batched() -> None:
             deleted.append(await store.logs.delete_older_than(CUTOFF, batch, pause))
 
-        took, lat = await _with_probe(store, batched())
+        took, lat = await _with_probe(store, batched(), await _old_ids(store, rows))
         print(
             f"| {backend} | batched ({batch}/stmt, {pause * 1000:.0f} ms pause) | deleted {deleted[0]:,} in "
             f"{took:.1f} s ({deleted[0] / took:,.0f} rows/s) | {_describe(lat)} "
@@ -143,7 +157,7 @@ async def run(backend: str, rows: int, batch: int, pause: float, compare: bool) 
             async def one() -> None:
                 single.append(await _single_delete(store))
 
-            took, lat = await _with_probe(store, one())
+            took, lat = await _with_probe(store, one(), await _old_ids(store, rows))
             print(f"| {backend} | one DELETE | deleted {single[0]:,} in {took:.1f} s | {_describe(lat)} |")
     finally:
         await store.close()
