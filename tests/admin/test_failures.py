@@ -361,47 +361,46 @@ async def test_runs_an_executor_no_longer_knows_after_a_restart_are_lost(env: En
 async def test_job_api_alarm_and_retry_fields_with_masked_secrets(sqlite_store: Store) -> None:
     from tests.admin.api_harness import api_env
 
-    async with api_env(sqlite_store) as env:
-        async with env.client("admin") as http:
-            body = {
-                "job_group": env.group_a,
-                "job_desc": "alarmed",
-                "executor_handler": "h",
-                "alarm_targets": [
-                    {
-                        "kind": "dingtalk",
-                        "url": "https://oapi.example.com/robot/send?access_token=t",
-                        "secret": "SECreal",
-                    },
-                    {"kind": "email", "to": ["ops@example.com"]},
-                ],
-                "alarm_on": "every_failure",
-                "alarm_recovery": True,
-                "deadline_minutes": 30,
-                "executor_fail_retry_count": 3,
-                "executor_fail_retry_interval_s": 10,
-                "retry_backoff": "exponential",
-                "retry_backoff_max_s": 300,
-            }
-            created = await http.post("/jobs", json=body)
-            assert created.status_code == 201, created.text
-            job = created.json()
-            assert job["alarm_targets"][0]["secret"] == "******"
-            assert (job["alarm_on"], job["deadline_minutes"], job["retry_backoff"]) == (
-                "every_failure",
-                30,
-                "exponential",
-            )
-            # Sending the masked list back keeps the stored secret.
-            patched = await http.patch(f"/jobs/{job['id']}", json={"alarm_targets": job["alarm_targets"]})
-            assert patched.status_code == 200, patched.text
-            stored = await env.store.jobs.get(job["id"])
-            assert stored is not None and "SECreal" in (stored.alarm_targets or "")
-            bad = await http.patch(
-                f"/jobs/{job['id']}", json={"alarm_targets": [{"kind": "pager", "url": "x"}]}
-            )
-            assert bad.status_code == 422 and bad.json()["field"] == "alarm_targets.0.kind"
-            bad = await http.patch(f"/jobs/{job['id']}", json={"retry_backoff": "linear"})
-            assert bad.status_code == 422
-            runs = await http.get("/runs")
-            assert runs.status_code == 200
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        body = {
+            "job_group": env.group_a,
+            "job_desc": "alarmed",
+            "executor_handler": "h",
+            "alarm_targets": [
+                {
+                    "kind": "dingtalk",
+                    "url": "https://oapi.example.com/robot/send?access_token=t",
+                    "secret": "SECreal",
+                },
+                {"kind": "email", "to": ["ops@example.com"]},
+            ],
+            "alarm_on": "every_failure",
+            "alarm_recovery": True,
+            "deadline_minutes": 30,
+            "executor_fail_retry_count": 3,
+            "executor_fail_retry_interval_s": 10,
+            "retry_backoff": "exponential",
+            "retry_backoff_max_s": 300,
+        }
+        created = await http.post("/jobs", json=body)
+        assert created.status_code == 201, created.text
+        job = created.json()
+        assert job["alarm_targets"][0]["secret"] == "******"
+        assert (job["alarm_on"], job["deadline_minutes"], job["retry_backoff"]) == (
+            "every_failure",
+            30,
+            "exponential",
+        )
+        # Sending the masked list back keeps the stored secret.
+        patched = await http.patch(f"/jobs/{job['id']}", json={"alarm_targets": job["alarm_targets"]})
+        assert patched.status_code == 200, patched.text
+        stored = await env.store.jobs.get(job["id"])
+        assert stored is not None and "SECreal" in (stored.alarm_targets or "")
+        bad = await http.patch(
+            f"/jobs/{job['id']}", json={"alarm_targets": [{"kind": "pager", "url": "x"}]}
+        )
+        assert bad.status_code == 422 and bad.json()["field"] == "alarm_targets.0.kind"
+        bad = await http.patch(f"/jobs/{job['id']}", json={"retry_backoff": "linear"})
+        assert bad.status_code == 422
+        runs = await http.get("/runs")
+        assert runs.status_code == 200
