@@ -404,3 +404,29 @@ async def test_job_api_alarm_and_retry_fields_with_masked_secrets(sqlite_store: 
         assert bad.status_code == 422
         runs = await http.get("/runs")
         assert runs.status_code == 200
+
+
+class Hanging:
+    name = "hanging"
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def send(self, ctx: AlarmContext) -> AlarmOutcome:
+        self.started.set()
+        await asyncio.Event().wait()  # never answers
+        return AlarmOutcome.SENT
+
+
+async def test_a_hanging_channel_neither_blocks_the_monitor_nor_stays_pending(env: Env) -> None:
+    channel = Hanging()
+    alarms = AlarmService(env.store, Alarmer([channel], timeout=0.2, retries=1, backoff_s=0.01))
+    job = await env.job()
+    failed = await add_log(env.store, job.id, group=env.group_id, handle_code=500)
+    async with asyncio.timeout(2):  # the tick only claims and queues
+        await FailMonitor(env.store, env.trigger, alarms, env.clock).tick()
+    await asyncio.wait_for(channel.started.wait(), 5)
+    await asyncio.wait_for(alarms.wait_idle(), 5)
+    await alarms.close()
+    entry = await env.store.logs.get(failed)
+    assert entry is not None and entry.alarm_status == AlarmStatus.FAILED
