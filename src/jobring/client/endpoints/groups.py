@@ -65,6 +65,16 @@ def delete_group(group_id: int) -> Call[None]:
     return delete(_group(group_id), as_nothing)
 
 
+def disable_address(group_id: int, address: str) -> Call[JsonObject]:
+    """Take an address out of routing (admin); it stays out while it keeps beating."""
+    return post(f"{_group(group_id)}/addresses/disable", as_object, {"address": address})
+
+
+def enable_address(group_id: int, address: str) -> Call[JsonObject]:
+    """Put a disabled address back into routing (admin)."""
+    return post(f"{_group(group_id)}/addresses/enable", as_object, {"address": address})
+
+
 class GroupsApi(ApiGroup[M]):
     """Executor groups (the reference's xxl_job_group)."""
 
@@ -73,6 +83,8 @@ class GroupsApi(ApiGroup[M]):
     create = Endpoint(create_group)
     update = Endpoint(update_group)
     delete = Endpoint(delete_group)
+    disable_address = Endpoint(disable_address)
+    enable_address = Endpoint(enable_address)
 
 
 def dashboard(days: int = 7) -> Call[JsonObject]:
