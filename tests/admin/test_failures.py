@@ -396,9 +396,7 @@ async def test_job_api_alarm_and_retry_fields_with_masked_secrets(sqlite_store: 
         assert patched.status_code == 200, patched.text
         stored = await env.store.jobs.get(job["id"])
         assert stored is not None and "SECreal" in (stored.alarm_targets or "")
-        bad = await http.patch(
-            f"/jobs/{job['id']}", json={"alarm_targets": [{"kind": "pager", "url": "x"}]}
-        )
+        bad = await http.patch(f"/jobs/{job['id']}", json={"alarm_targets": [{"kind": "pager", "url": "x"}]})
         assert bad.status_code == 422 and bad.json()["field"] == "alarm_targets.0.kind"
         bad = await http.patch(f"/jobs/{job['id']}", json={"retry_backoff": "linear"})
         assert bad.status_code == 422
@@ -430,3 +428,23 @@ async def test_a_hanging_channel_neither_blocks_the_monitor_nor_stays_pending(en
     await alarms.close()
     entry = await env.store.logs.get(failed)
     assert entry is not None and entry.alarm_status == AlarmStatus.FAILED
+
+
+async def test_an_alarm_whose_node_died_while_sending_is_sent_once_by_another(env: Env) -> None:
+    job = await env.job()
+    failed = await add_log(env.store, job.id, group=env.group_id, handle_code=500)
+    # The dead node had claimed the alarm 11 minutes ago and never finished it.
+    assert await env.store.logs.set_alarm_status(failed, AlarmStatus.DEFAULT, AlarmStatus.LOCKED)
+    assert await env.store.alarms.claim(failed, job.id, "failure", T0 - 11 * 60_000)
+    recent = await add_log(env.store, job.id, group=env.group_id, handle_code=500)
+    assert await env.store.logs.set_alarm_status(recent, AlarmStatus.DEFAULT, AlarmStatus.LOCKED)
+    assert await env.store.alarms.claim(recent, job.id, "failure", T0 - 60_000)  # still being sent
+    channel = Channel()
+    services = [AlarmService(env.store, Alarmer([channel])) for _ in range(2)]
+    await asyncio.gather(*(FailMonitor(env.store, env.trigger, s, env.clock).tick() for s in services))
+    for s in services:
+        await s.close()
+    assert [c.log.id for c in channel.sent] == [failed]
+    entry = await env.store.logs.get(failed)
+    assert entry is not None and entry.alarm_status == AlarmStatus.SENT
+    assert await env.store.alarms.status(failed, "failure") == AlarmStatus.SENT

@@ -69,8 +69,7 @@ class AlarmService:
         self.sent[status] = self.sent.get(status, 0) + 1
         if item.kind is AlarmKind.FAILURE:
             await self._store.logs.set_alarm_status(item.entry.id, AlarmStatus.LOCKED, status)
-        else:
-            await self._store.alarms.set_status(item.entry.id, item.kind.value, int(status))
+        await self._store.alarms.set_status(item.entry.id, item.kind.value, int(status))
         log.info(
             "%s alarm for run %s of job %s: %s",
             item.kind.value,

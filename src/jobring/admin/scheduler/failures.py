@@ -113,6 +113,7 @@ class FailMonitor(Monitor):
     async def tick(self) -> None:
         now = self._clock.now_ms()
         self._next_due_ms = None
+        await resend_stale(self._store, self._alarms, now)
         failed = await self._store.logs.failed_unalarmed(1000)
         if not failed:
             return
@@ -138,6 +139,8 @@ class FailMonitor(Monitor):
                 retries.append(entry)
             wanted = job is not None and (job.alarm_on == AlarmOn.EVERY_FAILURE or not retry)
             if wanted and job is not None and self._alarms.alarmer.channels_for(job):
+                # The event row lets another node finish the alarm should this one die sending it.
+                await self._store.alarms.claim(entry.id, job.id, AlarmKind.FAILURE.value, now)
                 self._alarms.submit(AlarmKind.FAILURE, entry, job)
             else:
                 await self._store.logs.set_alarm_status(entry.id, AlarmStatus.LOCKED, AlarmStatus.NOT_NEEDED)
@@ -211,6 +214,26 @@ class DeadlineMonitor(Monitor):
                 if await self._store.alarms.claim(entry.id, job.id, AlarmKind.DEADLINE.value, now):
                     note = f"Deadline: not finished {job.deadline_minutes} min after its planned time"
                     self._alarms.submit(AlarmKind.DEADLINE, entry, job, note)
+
+
+STALE_ALARM_MS = 10 * 60 * 1000  # far beyond one alarm's timeouts and retries
+
+
+async def resend_stale(store: Store, alarms: AlarmService, now_ms: int) -> int:
+    """Send again the alarms taken over 10 min ago and never finished (the node sending them
+    died): each is retaken by compare-and-set, so one node resends it. Returns how many."""
+    resent = 0
+    for log_id, job_id, kind, taken_at in await store.alarms.stale(now_ms - STALE_ALARM_MS):
+        if not await store.alarms.retake(log_id, kind, taken_at, now_ms):
+            continue
+        entry, job = await store.logs.get(log_id), await store.jobs.get(job_id)
+        if entry is None or job is None:
+            await store.alarms.set_status(log_id, kind, int(AlarmStatus.NOT_NEEDED))
+            continue
+        log.warning("%s alarm for run %s was never finished; sending it again", kind, log_id)
+        alarms.submit(AlarmKind(kind), entry, job)
+        resent += 1
+    return resent
 
 
 async def alarm_recoveries(store: Store, alarms: AlarmService, log_ids: Sequence[int], now_ms: int) -> int:

@@ -10,7 +10,9 @@ from jobring.admin.store.tables import alarm_event
 
 
 class AlarmEventRepository(Repository):
-    """One row per (run, kind): inserting it is the claim, so two admin nodes never both alarm."""
+    """One row per (run, kind): inserting it is the claim, so two admin nodes never both alarm.
+    Failure alarms have a row too (claimed first on the run's alarm_status), so an alarm whose
+    node died while sending it can be found and sent by another (``stale``/``retake``)."""
 
     async def claim(self, log_id: int, job_id: int, kind: str, now_ms: int) -> bool:
         """Record the alarm as taken (status -1); False when it already was, by any node."""
@@ -55,6 +57,36 @@ class AlarmEventRepository(Repository):
                 )
             )
             return {int(r) for r in rows.scalars()}
+
+    async def stale(self, before_ms: int, limit: int = 100) -> list[tuple[int, int, str, int]]:
+        """Alarms taken before ``before_ms`` and never finished (their node died while sending):
+        (log id, job id, kind, taken at)."""
+        stmt = (
+            select(alarm_event.c.log_id, alarm_event.c.job_id, alarm_event.c.kind, alarm_event.c.add_time)
+            .where(alarm_event.c.status == -1, alarm_event.c.add_time < before_ms)
+            .order_by(alarm_event.c.id)
+            .limit(limit)
+        )
+        async with self._db.read() as conn:
+            return [
+                (int(r.log_id), int(r.job_id), str(r.kind), int(r.add_time))
+                for r in (await conn.execute(stmt)).all()
+            ]
+
+    async def retake(self, log_id: int, kind: str, taken_at: int, now_ms: int) -> bool:
+        """Take a stale alarm over (compare-and-set on its time); True for the one node that did."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(alarm_event)
+                .where(
+                    alarm_event.c.log_id == log_id,
+                    alarm_event.c.kind == kind,
+                    alarm_event.c.status == -1,
+                    alarm_event.c.add_time == taken_at,
+                )
+                .values(add_time=now_ms)
+            )
+            return result.rowcount > 0
 
     async def delete_before(self, before_ms: int) -> int:
         async with self._db.write() as conn:
