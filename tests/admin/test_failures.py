@@ -187,8 +187,24 @@ async def test_runs_of_a_gone_executor_are_lost_at_once(sqlite_store: Store) -> 
         await store.registry.beat("EXECUTOR", "demo-app", dead, NOW - timedelta(seconds=95))
         on_dead = await add_log(store, 1, group=env.group_id, at=NOW - timedelta(seconds=60), address=dead)
         on_alive = await add_log(store, 1, group=env.group_id, at=NOW - timedelta(seconds=60), address=alive)
-        just_sent = await add_log(store, 1, group=env.group_id, at=NOW - timedelta(seconds=2), address=dead)
-        await LostRunMonitor(store, env.clock).tick()
+        monitor = LostRunMonitor(store, env.clock)
+        # A node that just started waits one dead period (90 s) before judging executors:
+        # after an outage of the only admin, live executors have not beaten again yet.
+        await monitor.tick()
+        entry = await store.logs.get(on_dead)
+        assert entry is not None and entry.handle_code == 0
+        env.clock.advance(90_000)
+        await store.registry.beat(
+            "EXECUTOR", "demo-app", alive, datetime.fromtimestamp(env.clock.now_ms() / 1000, tz=UTC)
+        )
+        just_sent = await add_log(
+            store,
+            1,
+            group=env.group_id,
+            address=dead,
+            at=datetime.fromtimestamp((env.clock.now_ms() - 2000) / 1000, tz=UTC),
+        )
+        await monitor.tick()
         got = {i: await store.logs.get(i) for i in (on_dead, on_alive, just_sent)}
         lost = got[on_dead]
         assert (

@@ -130,7 +130,8 @@ class RegistryService:
     def restarts_due(self, now_ms: int, grace_ms: int = RESTART_GRACE_MS) -> list[tuple[str, int]]:
         """Executors seen (re)started at least ``grace_ms`` ago: (address, started at). Each is
         handed out once. The grace lets a restarted executor deliver spooled results first."""
-        due = [(a, s) for a, (s, seen) in self._restarts.items() if now_ms - seen >= grace_ms]
+        # The executor's clock may run ahead: never later than when this node first saw it.
+        due = [(a, min(s, seen)) for a, (s, seen) in self._restarts.items() if now_ms - seen >= grace_ms]
         for address, _ in due:
             del self._restarts[address]
         return due
@@ -220,6 +221,7 @@ class LostRunMonitor(Monitor):
         self._dead_after_s = dead_after_s
         self._on_failed = on_failed
         self._registry = registry
+        self._first_tick_ms: int | None = None
 
     async def _forgotten(self, now: datetime) -> dict[int, HandleResult]:
         """Runs dispatched to an executor before it (re)started: it cannot know them."""
@@ -242,9 +244,14 @@ class LostRunMonitor(Monitor):
         undispatched = await fail_undispatched(self._store, now - timedelta(seconds=LOST_AFTER_S))
         if undispatched:
             log.warning("marked %d recorded but undispatched fire(s) as failed", undispatched)
+        if self._first_tick_ms is None:
+            self._first_tick_ms = now_ms
+        # Just after this node started (say after a long outage of the only admin), live
+        # executors may not have beaten again yet: wait one dead period before judging them.
+        settled = now_ms - self._first_tick_ms >= self._dead_after_s * 1000
         auto = [g.id for g in await self._store.groups.all() if g.address_type == AddressType.AUTO]
         gone = await self._store.logs.lost_runs(
-            now - timedelta(seconds=LOST_GRACE_S), addresses, group_ids=auto) if auto else []
+            now - timedelta(seconds=LOST_GRACE_S), addresses, group_ids=auto) if auto and settled else []
         lost = await self._store.logs.lost_runs(now - timedelta(seconds=LOST_AFTER_S), addresses)
         results = {e.id: HandleResult(e.id, HandleCode.FAIL, MSG_RESULT_LOST, now) for e in lost}
         results.update({e.id: HandleResult(e.id, HandleCode.FAIL, lost_message(e.executor_address,
