@@ -1,6 +1,8 @@
 """Retries, alarms and lost runs end to end: two admin nodes (real processes) on one
 PostgreSQL database, two demo executor processes, and real local alarm receivers.
 
+- the first start on a database with runs beyond the retention warns and deletes nothing;
+- a group created after its executors registered has their addresses at once;
 - a failing job is retried twice with its exponential back-off, then alarmed exactly once on
   every channel (Slack, DingTalk, WeCom, Feishu, webhook, email), signatures checked by the
   receivers, although both admin nodes run the fail monitor;
@@ -25,7 +27,8 @@ import orjson
 import pytest
 
 from jobring.admin.store import Store
-from jobring.admin.store.records import JobGroup, LogEntry, NewLog
+from jobring.admin.store.records import LogEntry, NewLog
+from jobring.client import AsyncAdminClient
 from tests.alarm_receivers import AlarmHttpReceiver, SmtpReceiver
 from tests.dbs import (
     BackendUnavailable,
@@ -119,24 +122,35 @@ async def test_retries_alarms_deadline_and_lost_runs(pg_url: str, tmp_path: Path
         "JOBRING_LOST_RUN_CHECK_S": "1",
     }
     try:
-        group_id = await store.groups.create(
-            JobGroup(app_name="jobring-demo", title="demo"), datetime(2024, 1, 1)
+        # History older than the retention (an adopted database): the first start only warns.
+        old_runs = await store.logs.insert_fires(
+            [
+                NewLog(
+                    job_group=1,
+                    job_id=424242,
+                    trigger_time=datetime.now(UTC) - timedelta(days=40 + i),
+                    trigger_code=200,
+                    handle_code=200,
+                )
+                for i in range(3)
+            ]
         )
         nodes = list(await asyncio.gather(*(start_admin(pg_url, n, tmp_path, env=env) for n in ("a", "b"))))
+        await _until(lambda: any("would be deleted" in n.log_text() for n in nodes), 30, "retention warning")
+        assert all([await store.logs.get(i) for i in old_runs if i is not None])
         urls = [n.base_url for n in nodes]
         executors = [await _start_executor(urls, tmp_path / f"exec{i}") for i in range(2)]
 
-        async def both_online() -> bool:
-            group = await store.groups.get(group_id)
-            return group is not None and sorted(group.addresses) == sorted(a for _, a in executors)
+        async def both_beating() -> bool:
+            return len(await store.registry.entries("jobring-demo")) == 2
 
-        try:
-            await _until(both_online, 30, "both executors registered")
-        except AssertionError:
-            raise AssertionError(
-                f"{await store.groups.get(group_id)} {await store.registry.entries('jobring-demo')} "
-                f"{executors} {nodes[0].log_text()[-2000:]}"
-            ) from None
+        await _until(both_beating, 30, "both executors registered")
+        # 0. The group is created after its executors registered: it has their addresses at once.
+        async with AsyncAdminClient(nodes[1].base_url) as admin:
+            await admin.login("admin", "e2e-password-1234")
+            created = await admin.groups.create("jobring-demo", "demo")
+        assert sorted(created["addresses"]) == sorted(a for _, a in executors)
+        group_id = int(created["id"])
 
         # 1. A job that always fails: 2 retries, exponential from 1 s, then one alarm per channel.
         failing = await store.jobs.create(
