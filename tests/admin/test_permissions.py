@@ -174,6 +174,10 @@ ROWS = [
     Row("GET", "/groups/{group_a}/access-token", ADMIN, setup=_group_with_token),
     Row("POST", "/groups/{group_a}/access-token/rotate", ADMIN),
     Row("DELETE", "/groups/{group}", (204, 204, 403, 403, 401), setup=_empty_group),
+    Row("POST", "/groups/{group_a}/addresses/disable", ADMIN,
+        body=lambda e, v: {"address": e.double.addresses[0]}),
+    Row("POST", "/groups/{group_a}/addresses/enable", ADMIN,
+        body=lambda e, v: {"address": e.double.addresses[0]}),
     Row("GET", "/users", ADMIN),
     Row(
         "POST",

@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
+from jobring.admin.alarms.service import AlarmService
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
@@ -137,12 +138,14 @@ async def start_runtime(
         admin_timezone=settings.timezone, config=config,
     )
     alarmer = alarmer_from_settings(settings)
-    monitors = Monitors.create(store, trigger, alarmer, clock, log_retention_days=settings.log_retention_days,
-                               audit_retention_days=settings.audit_retention_days)
+    alarms = AlarmService(store, alarmer)
+    registry = RegistryService(store, clock, trigger, dead_after_s=settings.executor_dead_after_s)
+    monitors = Monitors.create(store, trigger, alarms, clock, settings, registry)
+    callbacks = CallbackService(store, trigger, clock, alarms=alarms,
+                                fail_monitor=monitors.find("fail-monitor"))
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
-                           RegistryService(store, clock), CallbackService(store, trigger, clock),
-                           monitors, loop, ExecutorTokens(store, secrets.access_token, clock),
-                           leases, alarmer)
+                           registry, callbacks, monitors, loop,
+                           ExecutorTokens(store, secrets.access_token, clock), leases, alarmer)
     # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
     runtime.metrics = AdminMetrics(runtime)
     runtime.metrics.instrument(alarmer)

@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -248,7 +249,7 @@ class Executor:
         self.address = s.base_address(detected) if port is None else _with_port(s, detected, port)
         self._registrar = Registrar(
             self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
-            interval_s=s.beat_interval_s,
+            interval_s=s.beat_interval_s, started_at_ms=time.time_ns() // 1_000_000,
         )
         self._registrar.start()
         self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="jobring-runlog-cleanup")

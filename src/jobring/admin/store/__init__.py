@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobring.admin.store.alarms import AlarmEventRepository
 from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
@@ -66,6 +67,7 @@ class Store:
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
         self.audit = AuditRepository(self.db)
+        self.alarms = AlarmEventRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -91,6 +93,7 @@ class Store:
 
 __all__ = [
     "EXECUTOR",
+    "AlarmEventRepository",
     "HANDLE_MSG_MAX",
     "ApiToken",
     "AuditEvent",

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
+from jobring.admin.alarms.targets import SECRET_MASK, AlarmTarget, TargetError, dump_targets, parse_targets
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, bad_request
@@ -48,18 +49,46 @@ def _child_list(ids: list[int] | None) -> str | None:
     return ",".join(str(i) for i in dict.fromkeys(ids or [])) or None
 
 
+def _targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = None) -> str | None:
+    """The stored JSON of a target list; a masked secret keeps the old target's secret."""
+    targets = parse_targets(raw or [])
+    if old is not None:
+        previous = [t for t in parse_targets(old.alarm_targets) if "secret" in t.config]
+        kept = []
+        for t in targets:
+            if t.config.get("secret") == SECRET_MASK:
+                same = next(
+                    (p for p in previous if p.kind == t.kind and p.config["url"] == t.config["url"]), None)
+                if same is None:
+                    raise FieldError("alarm_targets", "a masked secret must belong to an existing target")
+                t = AlarmTarget(t.kind, {**t.config, "secret": same.config["secret"]})
+            kept.append(t)
+        targets = kept
+    return dump_targets(targets)
+
+
 def job_from_create(body: JobCreate) -> JobInfo:
-    data = body.model_dump(exclude={"child_job_ids"})
-    return JobInfo(**data, child_jobid=_child_list(body.child_job_ids))
+    data = body.model_dump(exclude={"child_job_ids", "alarm_targets"})
+    try:
+        targets = _targets_text(body.alarm_targets)
+    except TargetError as exc:
+        raise FieldError(exc.field, exc.message) from None
+    return JobInfo(**data, child_jobid=_child_list(body.child_job_ids), alarm_targets=targets)
 
 
 def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
     changes: dict[str, Any] = body.model_dump(exclude_unset=True)
-    for name in _NOT_NULL:
+    for name in (*_NOT_NULL, "alarm_on", "alarm_recovery", "executor_fail_retry_interval_s", "retry_backoff",
+                 "retry_backoff_max_s"):
         if name in changes and changes[name] is None:
             raise FieldError(name, "must not be null")
     if "child_job_ids" in changes:
         changes["child_jobid"] = _child_list(changes.pop("child_job_ids"))
+    if "alarm_targets" in changes:
+        try:
+            changes["alarm_targets"] = _targets_text(changes["alarm_targets"], old)
+        except TargetError as exc:
+            raise FieldError(exc.field, exc.message) from None
     return replace(old, **changes)
 
 
