@@ -114,7 +114,10 @@ async def _take_registry(services: ManagementServices, group: JobGroup) -> None:
 @router.post("/groups", response_model=GroupOut, status_code=201, summary="Create an executor group (admin)")
 async def create_group(body: GroupIn, services: Services, principal: Admin) -> GroupOut:
     group = await _validated(services, body, 0)
-    group = replace(group, access_token=new_group_token())
+    if services.secrets.access_token is None:
+        # With the global token opted in, a new group uses it until an admin gives the group
+        # a token of its own (rotate): its executors hold the global one.
+        group = replace(group, access_token=new_group_token())
     new_id = await services.store.groups.create(group, services.now_naive_utc())
     created = await _load(services, new_id)
     await services.audit.group_event(principal, AuditAction.GROUP_CREATE, created, snapshot=True)
