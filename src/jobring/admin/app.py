@@ -36,6 +36,7 @@ from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, man
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
+from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
@@ -80,6 +81,7 @@ class AdminRuntime:
     callbacks: CallbackService
     monitors: Monitors
     loop: ScheduleLoop
+    delayed: DelayedFireRunner
 
     async def db_ok(self) -> bool:
         try:
@@ -99,6 +101,7 @@ class AdminRuntime:
             await self.loop.stop()
         finally:
             try:
+                await self.delayed.stop()
                 await self.monitors.stop()
                 await self.trigger.close()
             finally:
@@ -147,9 +150,10 @@ async def start_runtime(
                                audit_retention_days=settings.audit_retention_days)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            RegistryService(store, clock), CallbackService(store, trigger, clock),
-                           monitors, loop)
+                           monitors, loop, DelayedFireRunner(store, trigger, clock))
     await loop.start()
     monitors.start()
+    runtime.delayed.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)
     return runtime
 
@@ -224,7 +228,7 @@ def create_app(
         try:
             services = ManagementServices(
                 store=runtime.store, settings=settings, secrets=runtime.secrets, trigger=runtime.trigger,
-                executors=runtime.executors, clock=runtime.clock,
+                executors=runtime.executors, clock=runtime.clock, delayed=runtime.delayed,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(

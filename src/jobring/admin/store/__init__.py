@@ -15,6 +15,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
+from jobring.admin.store.delayed import DelayedFire, DelayedFireRepository
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
@@ -65,6 +66,7 @@ class Store:
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
         self.audit = AuditRepository(self.db)
+        self.delayed = DelayedFireRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -99,6 +101,8 @@ __all__ = [
     "ClearRule",
     "Conflict",
     "DayCount",
+    "DelayedFire",
+    "DelayedFireRepository",
     "FireRepository",
     "GlueRepository",
     "GlueVersion",

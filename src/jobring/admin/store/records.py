@@ -53,6 +53,8 @@ class JobInfo:
     schedule_timezone: str | None = None
     lease_owner: str | None = None
     lease_until: int = 0
+    declared_spec: str | None = None  # JSON: the fields an executor last declared
+    declared_by_executor: int = 0  # 1 while the executor's code declares the job
 
     @property
     def child_job_ids(self) -> list[int]:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets
+from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.security.ratelimit import LoginRateLimiter
@@ -35,6 +36,7 @@ class ManagementServices:
     login_limiter: LoginRateLimiter | None = None
     session_max_age_s: int = DEFAULT_SESSION_MAX_AGE_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    delayed: DelayedFireRunner | None = None  # woken when a delayed fire is added
     signer: SessionSigner = field(init=False)
     audit: AuditLog = field(init=False)
 
