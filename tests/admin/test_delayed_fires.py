@@ -4,10 +4,12 @@ firing each exactly once at its instant, also with two admin nodes and after a c
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import insert
 
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.store import Store
 from jobring.admin.store.records import LogStatus
+from jobring.admin.store.tables import delayed_fire
 from tests.admin.api_harness import T0, api_env
 
 
@@ -50,9 +52,6 @@ async def test_a_fire_recorded_by_one_node_is_not_sent_by_another(sqlite_store: 
         assert len(env.double.runs()) == 1
         # A node that read the row before the first deleted it (or that restarted after a
         # crash between recording and deleting) finds the run recorded: not sent twice.
-        from jobring.admin.store.tables import delayed_fire
-        from sqlalchemy import insert
-
         async with env.store.db.write() as conn:
             row = pending[0]
             await conn.execute(insert(delayed_fire).values(
