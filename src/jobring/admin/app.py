@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
+from jobring.admin.api.management.declared import DECLARE_PATH
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
@@ -175,12 +176,13 @@ class _LateApp:
 
 
 class _ApiDispatch:
-    """``api/<name>``: the XXL-JOB 3.x job-management aliases, else the executor API."""
+    """``api/<name>``: the XXL-JOB 3.x job-management aliases and jobring's declarations,
+    else the executor API."""
 
     def __init__(self, xxl3: ASGIApp, executor_api: ASGIApp) -> None:
         self._xxl3 = xxl3
         self._executor_api = executor_api
-        self._xxl3_paths = {f"/api/{name}" for name in XXL3_API_NAMES}
+        self._xxl3_paths = {f"/api/{name}" for name in XXL3_API_NAMES} | {DECLARE_PATH}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
