@@ -164,7 +164,9 @@ async def api_env(
         executors=client,
         clock=clock,
     )
-    asgi = Starlette(routes=[*xxl3_api_routes(services), *declare_api_routes(services), Mount("/api/v1", app=_shared_app(services))])
+    asgi = Starlette(routes=[
+        *xxl3_api_routes(services), *declare_api_routes(services), Mount("/api/v1", app=_shared_app(services))
+    ])
     env = ApiEnv(store, services, clock, double, asgi)
     for address in double.addresses:
         double.answer(address, "log", _log_answer)

@@ -16,8 +16,10 @@ from tests.admin.api_harness import T0, api_env
 async def test_trigger_at_records_a_pending_run_fired_once_at_its_instant(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("op_in") as http:
         job = await env.add_job(env.group_a)
-        r = await http.post(f"/jobs/{job}/trigger-at",
-                            json={"delay_ms": 60_000, "executor_param": "late", "addresses": [env.double.address(1)]})
+        r = await http.post(
+            f"/jobs/{job}/trigger-at",
+            json={"delay_ms": 60_000, "executor_param": "late", "addresses": [env.double.address(1)]},
+        )
         assert r.status_code == 201, r.text
         fire = r.json()
         assert (fire["fire_at"], fire["state"], fire["created_by"]) == (T0 + 60_000, "scheduled", "op_in")
@@ -54,9 +56,18 @@ async def test_a_fire_recorded_by_one_node_is_not_sent_by_another(sqlite_store: 
         # crash between recording and deleting) finds the run recorded: not sent twice.
         async with env.store.db.write() as conn:
             row = pending[0]
-            await conn.execute(insert(delayed_fire).values(
-                id=row.id, job_id=row.job_id, job_group=row.job_group, fire_at=row.fire_at,
-                executor_param=None, addresses=None, created_by="x", created_at=T0))
+            await conn.execute(
+                insert(delayed_fire).values(
+                    id=row.id,
+                    job_id=row.job_id,
+                    job_group=row.job_group,
+                    fire_at=row.fire_at,
+                    executor_param=None,
+                    addresses=None,
+                    created_by="x",
+                    created_at=T0,
+                )
+            )
         second = DelayedFireRunner(env.store, env.services.trigger, env.clock)  # type: ignore[arg-type]
         await second.tick()
         assert len(env.double.runs()) == 1
@@ -97,7 +108,9 @@ async def test_iso_instants_and_cancel(sqlite_store: Store) -> None:
         assert naive.json()["fire_at"] == T0 + 7_200_000
         assert offset.json()["fire_at"] == T0 + 3_600_000
         assert [f["id"] for f in (await http.get(f"/jobs/{job}/delayed")).json()] == [
-            offset.json()["id"], naive.json()["id"]]
+            offset.json()["id"],
+            naive.json()["id"],
+        ]
         assert (await http.delete(f"/jobs/{job}/delayed/{offset.json()['id']}")).status_code == 204
         assert (await http.delete(f"/jobs/{job}/delayed/{offset.json()['id']}")).status_code == 404
         other = await env.add_job(env.group_a)
