@@ -102,8 +102,8 @@ def parse_declarations(data: Any) -> tuple[str, list[Declaration]]:
             model = JobUpdate.model_validate(fields)
         except ValidationError as exc:
             first = exc.errors()[0]
-            name = ".".join(str(p) for p in first.get("loc", ())) or None
-            raise DeclarationError(handler, name, f"{name}: {first.get('msg', 'invalid value')}") from None
+            where = ".".join(str(p) for p in first.get("loc", ())) or None
+            raise DeclarationError(handler, where, f"{where}: {first.get('msg', 'invalid value')}") from None
         spec: dict[str, Any] = model.model_dump(exclude_unset=True, mode="json")
         start = item.get(START, True)
         if not isinstance(start, bool):
@@ -215,10 +215,10 @@ class DeclarationService:
         audit = services.audit
         created, updated, stopped = [], [], []
         for decl, job in plan.create:
-            made = await jobservice.create_job(services, job, None)
-            made = await self._keep_oldest(made)
-            if made is None:
+            kept = await self._keep_oldest(await jobservice.create_job(services, job, None))
+            if kept is None:
                 continue
+            made = kept
             await audit.job_event(actor, AuditAction.JOB_CREATE, made, snapshot=True)
             if decl.spec[START] and made.schedule_type != ScheduleType.NONE:
                 made = await jobservice.start_job(services, made)

@@ -210,7 +210,7 @@ class DelayedFireOut(BaseModel):
     addresses: list[str] | None
     created_by: str | None
     created_at: int = Field(description="epoch ms")
-    state: str = Field("scheduled", description="always scheduled: a fired or cancelled run is gone")
+    state: str = Field(default="scheduled", description="always scheduled: a fired or cancelled run is gone")
 
 
 class TriggerOut(BaseModel):
