@@ -10,7 +10,7 @@ from jobring.admin.store.records import JobInfo
 from tests.admin.api_harness import ACCESS_TOKEN, ApiEnv, api_env
 
 PATH = "/api/jobring/declareJobs"
-NIGHTLY = {
+NIGHTLY: dict[str, Any] = {
     "schedule_type": "CRON",
     "schedule_conf": "0 0 2 * * ?",
     "schedule_timezone": "Europe/Berlin",
@@ -212,3 +212,12 @@ async def test_other_groups_jobs_are_untouched(sqlite_store: Store) -> None:
         await declare(env)  # app-a declares nothing any more
         job = await env.store.jobs.get(other)
         assert job is not None and (job.trigger_status, job.declared_by_executor) == (1, 1)
+
+
+async def test_declared_desc_and_author_replace_the_defaults(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env:
+        fields = {**NIGHTLY, "job_desc": "Nightly export", "author": "team-billing"}
+        answer = await declare(env, {"handler": "nightly", "fields": fields})
+        assert answer["code"] == 200, answer
+        job = (await jobs_by_handler(env))["nightly"]
+        assert (job.job_desc, job.author) == ("Nightly export", "team-billing")

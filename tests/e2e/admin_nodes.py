@@ -52,8 +52,8 @@ class AdminNode:
 
 
 async def start_admin(database_url: str, node_id: str, workdir: Path, *extra: str,
-                      env: dict[str, str] | None = None) -> AdminNode:
-    port = free_port()
+                      env: dict[str, str] | None = None, port: int | None = None) -> AdminNode:
+    port = port or free_port()
     log_file = workdir / f"admin-{node_id}.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
     environ.update(JOBRING_ACCESS_TOKEN=TOKEN, JOBRING_ADMIN_PASSWORD="e2e-password-1234",

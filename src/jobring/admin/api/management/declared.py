@@ -187,12 +187,10 @@ class DeclarationService:
             old = by_handler.get(decl.handler)
             try:
                 if old is None:
-                    new = JobInfo(
-                        job_group=group_id, job_desc=decl.handler[:255], author="executor",
-                        executor_handler=decl.handler, declared_spec=_encode(decl.spec),
-                        declared_by_executor=1,
-                        **_fields_of(decl.spec, set(decl.spec)),
-                    )
+                    values: dict[str, Any] = {"job_desc": decl.handler[:255], "author": "executor"}
+                    values.update(_fields_of(decl.spec, set(decl.spec)))
+                    new = JobInfo(job_group=group_id, executor_handler=decl.handler,
+                                  declared_spec=_encode(decl.spec), declared_by_executor=1, **values)
                     await jobservice.validate_job(self._services, new)
                     plan.create.append((decl, new))
                     continue
