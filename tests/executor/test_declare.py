@@ -17,7 +17,7 @@ from jobring.executor.declare import Declarer, declaration_body
 
 from .fake_admin import FakeAdmin
 
-A, B = "http://admin-a/xxl-job-admin/", "http://admin-b/"
+A, B, C = "http://admin-a/xxl-job-admin/", "http://admin-b/", "http://admin-c/xxl-job-admin/"
 
 
 def executor(**kw: object) -> Executor:
@@ -71,15 +71,17 @@ async def test_xxl_job_admins_are_skipped_and_remembered() -> None:
         seen.append(str(request.url))
         if request.url.host == "admin-a":
             return httpx.Response(404)
-        return httpx.Response(200, json={"code": 500, "msg": "invalid request, uri-mapping(jobring/declareJobs) "
-                                                             "not found."})
+        if request.url.host == "admin-c":
+            return httpx.Response(302, headers={"Location": "/xxl-job-admin/toLogin"})
+        msg = "invalid request, uri-mapping(jobring/declareJobs) not found."
+        return httpx.Response(200, json={"code": 500, "msg": msg})
 
-    declarer, client = _declarer(httpx.MockTransport(answer), [A, B])
+    declarer, client = _declarer(httpx.MockTransport(answer), [A, B, C])
     async with client:
         assert await declarer.send_once() is True
-        assert declarer.outcome == "unsupported" and declarer.unsupported == {A, B}
+        assert declarer.outcome == "unsupported" and declarer.unsupported == {A, B, C}
         assert await declarer.send_once() is True
-    assert seen == [A + "api/jobring/declareJobs", B + "api/jobring/declareJobs"]
+    assert seen == [u + "api/jobring/declareJobs" for u in (A, B, C)]
 
 
 async def test_an_unreachable_admin_is_passed_over_and_the_next_applies() -> None:
@@ -97,6 +99,18 @@ async def test_an_unreachable_admin_is_passed_over_and_the_next_applies() -> Non
         assert await declarer.send_once() is True
     assert declarer.outcome == "applied" and declarer.unsupported == set()
     assert bodies[0]["appname"] == "billing" and len(str(bodies[0]["declaration_hash"])) == 64
+
+
+async def test_a_server_error_is_retried() -> None:
+    answers = [httpx.Response(503), httpx.Response(200, json={"code": 200, "content": {}})]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return answers.pop(0)
+
+    declarer, client = _declarer(httpx.MockTransport(answer), [A])
+    async with client:
+        assert await declarer.send_once() is False and declarer.unsupported == set()
+        assert await declarer.send_once() is True and declarer.outcome == "applied"
 
 
 async def test_a_refusal_is_logged_once_as_an_error(caplog: pytest.LogCaptureFixture) -> None:

@@ -4,7 +4,7 @@ After the executor registered, it sends its declarations once to the admin's job
 extension ``api/jobring/declareJobs`` (the admin creates or updates the group's jobs, see
 ``jobring.admin.api.management.declared``). An admin without the extension (XXL-JOB)
 answers 404 or "uri-mapping not found": the address is remembered and not asked again.
-A refused declaration (e.g. a bad cron expression) is logged once as an error naming the
+(or a redirect to its login page). A refused declaration (e.g. a bad cron expression) is logged once as an error naming the
 handler and field; unreachable admins are retried with backoff.
 """
 
@@ -119,15 +119,16 @@ class Declarer:
             except httpx.HTTPError as exc:
                 log.warning("declaring jobs at %s failed: %s: %s", url, type(exc).__name__, exc)
                 continue
-            if response.status_code == 404:
-                self._mark_unsupported(base, "HTTP 404")
+            if response.status_code >= 500:
+                log.warning("declaring jobs at %s: HTTP %d", url, response.status_code)
                 continue
             try:
                 answer = orjson.loads(response.content)
             except orjson.JSONDecodeError:
                 answer = None
             if response.status_code != 200 or not isinstance(answer, dict):
-                log.warning("declaring jobs at %s: unexpected answer HTTP %d", url, response.status_code)
+                # 404, or an XXL-JOB admin's redirect to its login page: no such endpoint there.
+                self._mark_unsupported(base, f"HTTP {response.status_code}")
                 continue
             self.answer = answer
             msg = str(answer.get("msg") or "")
