@@ -78,16 +78,18 @@ async def test_declared_jobs_and_delayed_runs_end_to_end(tmp_path: Path) -> None
             async def declared() -> dict[str, Any] | None:
                 jobs = (await admin.jobs.list(group=group)).items
                 # (Created stopped, then started: wait for both.)
-                return next((j for j in jobs if j["executor_handler"] == "nightly" and j["trigger_status"]), None)
+                running = [j for j in jobs if j["executor_handler"] == "nightly" and j["trigger_status"]]
+                return running[0] if running else None
 
             nightly = await eventually("the declared job", declared)
             assert nightly["declared_by_executor"] is True and nightly["trigger_status"] == 1
-            assert (nightly["schedule_conf"], nightly["schedule_timezone"], nightly["executor_fail_retry_count"],
-                    nightly["job_desc"], nightly["author"]) == (
-                "0 0 2 * * ?", "Europe/Berlin", 2, "Nightly export", "executor")
+            names = ("schedule_conf", "schedule_timezone", "executor_fail_retry_count", "job_desc", "author")
+            shown = tuple(nightly[k] for k in names)
+            assert shown == ("0 0 2 * * ?", "Europe/Berlin", 2, "Nightly export", "executor")
             await eventually("the executor online", lambda: _online(admin, group))
 
-            job = await admin.jobs.create({"job_group": group, "job_desc": "later", "executor_handler": "later"})
+            job = await admin.jobs.create(
+                {"job_group": group, "job_desc": "later", "executor_handler": "later"})
             asked = time.time() * 1000
             first = await admin.jobs.trigger_at(job["id"], delay=_ms(1500), params="first")
             assert first["state"] == "scheduled"

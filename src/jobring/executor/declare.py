@@ -3,9 +3,10 @@
 After the executor registered, it sends its declarations once to the admin's jobring
 extension ``api/jobring/declareJobs`` (the admin creates or updates the group's jobs, see
 ``jobring.admin.api.management.declared``). An admin without the extension (XXL-JOB)
-answers 404 or "uri-mapping not found": the address is remembered and not asked again.
-(or a redirect to its login page). A refused declaration (e.g. a bad cron expression) is logged once as an error naming the
-handler and field; unreachable admins are retried with backoff.
+answers 404, a redirect to its login page or "uri-mapping not found": the address is
+remembered and not asked again. A refused declaration (e.g. a bad cron expression) is
+logged once as an error naming the handler and field; unreachable admins (and 5xx) are
+retried with backoff.
 """
 
 from __future__ import annotations
