@@ -221,3 +221,16 @@ async def test_declared_desc_and_author_replace_the_defaults(sqlite_store: Store
         assert answer["code"] == 200, answer
         job = (await jobs_by_handler(env))["nightly"]
         assert (job.job_desc, job.author) == ("Nightly export", "team-billing")
+
+
+async def test_a_copy_of_a_declared_job_is_not_declared(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env:
+        await declare(env, {"handler": "nightly", "fields": NIGHTLY})
+        original = (await jobs_by_handler(env))["nightly"]
+        async with env.client("op_in") as http:
+            copy = (await http.post(f"/jobs/{original.id}/copy")).json()
+        assert copy["declared_by_executor"] is False
+        again = await declare(env, {"handler": "nightly", "fields": {**NIGHTLY, "executor_timeout": 9}})
+        assert again["content"]["updated"] == [original.id]
+        stored = await env.store.jobs.get(copy["id"])
+        assert stored is not None and stored.executor_timeout == 0

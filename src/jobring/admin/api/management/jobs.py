@@ -142,7 +142,9 @@ async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     job = await jobservice.load_job(services, job_id)
     ensure_group_write(principal, job.job_group)
     desc = (job.job_desc + " (copy)")[:255]
-    copy = replace(job, job_desc=desc, lease_owner=None, lease_until=0)
+    # A copy is the console's: the executor's declaration keeps managing the original.
+    copy = replace(job, job_desc=desc, lease_owner=None, lease_until=0, declared_spec=None,
+                   declared_by_executor=0)
     created = await jobservice.create_job(services, copy, principal)
     await services.audit.job_event(
         principal, AuditAction.JOB_CREATE, created, snapshot=True, copied_from=job.id
