@@ -234,3 +234,20 @@ async def test_a_copy_of_a_declared_job_is_not_declared(sqlite_store: Store) -> 
         assert again["content"]["updated"] == [original.id]
         stored = await env.store.jobs.get(copy["id"])
         assert stored is not None and stored.executor_timeout == 0
+
+
+async def test_of_two_jobs_created_at_once_for_a_handler_the_older_is_kept(sqlite_store: Store) -> None:
+    from jobring.admin.api.management.declared import DeclarationService
+
+    async with api_env(sqlite_store) as env:
+        # Another admin node created the handler's job a moment before this one did.
+        first = await env.add_job(env.group_a, executor_handler="nightly", declared_by_executor=1,
+                                  declared_spec="{}")
+        second = await env.add_job(env.group_a, executor_handler="nightly", declared_by_executor=1,
+                                   declared_spec="{}")
+        service = DeclarationService(env.services)
+        made = await env.store.jobs.get(second)
+        assert made is not None and await service._keep_oldest(made) is None
+        assert [j.id for j in await env.store.jobs.in_group(env.group_a)] == [first]
+        kept = await env.store.jobs.get(first)
+        assert kept is not None and await service._keep_oldest(kept) == kept

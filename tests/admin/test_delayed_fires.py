@@ -120,3 +120,21 @@ async def test_iso_instants_and_cancel(sqlite_store: Store) -> None:
         # Deleting the job drops its pending runs.
         assert (await http.delete(f"/jobs/{job}")).status_code == 204
         assert await env.store.delayed.for_job(job) == []
+
+
+async def test_a_fire_of_a_deleted_job_or_a_gone_address_is_dropped_with_a_warning(
+    sqlite_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with api_env(sqlite_store) as env:
+        gone = await env.add_job(env.group_a)
+        moved = await env.add_job(env.group_a)
+        await env.store.delayed.add(gone, env.group_a, T0 + 1_000, None, None, "t", T0)
+        await env.store.delayed.add(moved, env.group_a, T0 + 1_000, None, ["http://left:9999/"], "t", T0)
+        await env.store.jobs.delete(gone)
+        runner = DelayedFireRunner(env.store, env.services.trigger, env.clock)  # type: ignore[arg-type]
+        env.clock.advance(1_000)
+        await runner.tick()
+        assert env.double.runs() == [] and await env.store.delayed.due(T0 + 10_000) == []
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("no longer exists" in w for w in warnings)
+        assert any("not run" in w and "left" in w for w in warnings)
