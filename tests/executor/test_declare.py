@@ -101,6 +101,20 @@ async def test_an_unreachable_admin_is_passed_over_and_the_next_applies() -> Non
     assert bodies[0]["appname"] == "billing" and len(str(bodies[0]["declaration_hash"])) == 64
 
 
+async def test_a_missing_group_is_asked_again() -> None:
+    missing = {"code": 500, "msg": "declarations: no executor group with appname 'billing'",
+               "content": {"handler": None, "field": "appname"}}
+    answers = [httpx.Response(200, json=missing), httpx.Response(200, json={"code": 200, "content": {}})]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return answers.pop(0)
+
+    declarer, client = _declarer(httpx.MockTransport(answer), [A])
+    async with client:
+        assert await declarer.send_once() is False and declarer.outcome == "waiting"
+        assert await declarer.send_once() is True and declarer.outcome == "applied"
+
+
 async def test_a_server_error_is_retried() -> None:
     answers = [httpx.Response(503), httpx.Response(200, json={"code": 200, "content": {}})]
 

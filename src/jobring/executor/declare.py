@@ -95,7 +95,7 @@ class Declarer:
         self._body = body
         # Admin addresses without the extension: not asked again by this process.
         self.unsupported: set[str] = set()
-        self.outcome: str | None = None  # "applied", "refused", "unsupported"
+        self.outcome: str | None = None  # "applied", "refused", "unsupported", "waiting" (no group yet)
         self.answer: dict[str, Any] | None = None
 
     async def run(self, registered: asyncio.Event) -> None:
@@ -105,7 +105,8 @@ class Declarer:
             await registered.wait()
             if await self.send_once():
                 return
-            log.warning("declaring jobs failed on every admin; retry in %.0f s", backoff)
+            if self.outcome != "waiting":
+                log.warning("declaring jobs failed on every admin; retry in %.0f s", backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
@@ -140,6 +141,13 @@ class Declarer:
             if "not found" in msg and "uri-mapping" in msg:  # XXL-JOB's unknown api/<uri>
                 self._mark_unsupported(base, msg)
                 continue
+            content = answer.get("content")
+            if isinstance(content, dict) and content.get("field") == "appname":
+                # The executor group may be created later: ask again (one warning).
+                if self.outcome != "waiting":
+                    log.warning("jobs declared in code not applied yet: %s; retrying", msg)
+                self.outcome = "waiting"
+                return False
             self.outcome = "refused"
             log.error("the admin refused the jobs declared in code: %s", msg)
             return True

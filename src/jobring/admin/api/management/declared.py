@@ -290,6 +290,10 @@ class DeclareApi:
             return _answer(500, str(exc), {"handler": exc.handler, "field": exc.field})
         except StoreError as exc:
             return _answer(500, str(exc))
+        except Exception as exc:  # the executor tries again later
+            log.exception("declarations of the executor failed")
+            body = orjson.dumps({"code": 500, "msg": f"admin error: {type(exc).__name__}: {exc}"})
+            return Response(body, status_code=500, media_type="application/json")
         log.info("declarations of %s applied: %s", appname, result)
         return _answer(200, None, result)
 
