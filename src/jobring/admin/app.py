@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
-from jobring.admin.api.management.declared import DECLARE_PATH
+from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
@@ -176,13 +176,14 @@ class _LateApp:
 
 
 class _ApiDispatch:
-    """``api/<name>``: the XXL-JOB 3.x job-management aliases and jobring's declarations,
-    else the executor API."""
+    """``api/<name>``: the XXL-JOB 3.x job-management aliases, else the executor API (which
+    ``declare_api`` serves ``api/jobring/declareJobs`` in front of, when given)."""
 
-    def __init__(self, xxl3: ASGIApp, executor_api: ASGIApp) -> None:
+    def __init__(self, xxl3: ASGIApp, executor_api: ASGIApp, declare_api: ASGIApp | None = None) -> None:
         self._xxl3 = xxl3
         self._executor_api = executor_api
-        self._xxl3_paths = {f"/api/{name}" for name in XXL3_API_NAMES} | {DECLARE_PATH}
+        self._declare_api = declare_api
+        self._xxl3_paths = {f"/api/{name}" for name in XXL3_API_NAMES}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
@@ -191,6 +192,8 @@ class _ApiDispatch:
             path = path[len(root):]
         if scope["type"] == "http" and path.rstrip("/") in self._xxl3_paths:
             await self._xxl3(scope, receive, send)
+        elif self._declare_api is not None and scope["type"] == "http" and path.rstrip("/") == DECLARE_PATH:
+            await self._declare_api(scope, receive, send)
         else:
             await self._executor_api(scope, receive, send)
 
@@ -236,6 +239,7 @@ def create_app(
             executor_api.app = _ApiDispatch(
                 xxl3_api_app(services),
                 executor_api_app(runtime.registry, runtime.callbacks, runtime.secrets.access_token),
+                declare_api_app(services),
             )
             app.state.runtime = runtime
             yield

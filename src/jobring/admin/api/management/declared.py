@@ -28,12 +28,14 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.errors import ApiError
+from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.models import JobUpdate
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import Actor, ActorKind, AuditAction, client_address, request_source
@@ -270,12 +272,16 @@ class DeclareApi:
         self._services = services
         self._declarations = DeclarationService(services)
 
+    def _token_ok(self, given: str, appname: str) -> bool:
+        """The executor access token, as ``api/registry`` checks it for ``appname``."""
+        expected = self._services.secrets.access_token
+        return hmac.compare_digest(expected.encode(), given.encode())
+
     async def endpoint(self, request: Request) -> Response:
         if request.method != "POST":
             return _answer(500, "HttpMethod not support.")
         given = request.headers.get(ACCESS_TOKEN_HEADER)
-        expected = self._services.secrets.access_token
-        if not given or not hmac.compare_digest(expected.encode(), given.encode()):
+        if not given:
             return _answer(500, MSG_TOKEN_WRONG)
         try:
             data = orjson.loads(await request.body())
@@ -283,6 +289,8 @@ class DeclareApi:
             return _answer(500, f"invalid request body: {exc}")
         try:
             appname, declarations = parse_declarations(data)
+            if not self._token_ok(given, appname):
+                return _answer(500, MSG_TOKEN_WRONG)
             with request_source(client_address(request.scope)):
                 result = await self._declarations.apply(appname, declarations)
         except DeclarationError as exc:
@@ -301,3 +309,8 @@ class DeclareApi:
 def declare_api_routes(services: ManagementServices) -> list[BaseRoute]:
     """``/api/jobring/declareJobs``; list it before any ``/api/{uri}`` catch-all."""
     return [Route(DECLARE_PATH, DeclareApi(services).endpoint, methods=_ALL_METHODS)]
+
+
+def declare_api_app(services: ManagementServices) -> Any:
+    """A standalone ASGI app serving only the declarations (body size limited like /api/v1)."""
+    return RequestGuard(Starlette(routes=declare_api_routes(services)), services.max_body_bytes)

@@ -191,9 +191,5 @@ def xxl3_api_routes(services: ManagementServices) -> list[BaseRoute]:
 
 
 def xxl3_api_app(services: ManagementServices) -> Any:
-    """A standalone ASGI app serving the six aliases and jobring's ``api/jobring/declareJobs``
-    (body size limited like /api/v1)."""
-    from jobring.admin.api.management.declared import declare_api_routes
-
-    routes = [*xxl3_api_routes(services), *declare_api_routes(services)]
-    return RequestGuard(Starlette(routes=routes), services.max_body_bytes)
+    """A standalone ASGI app serving only the six aliases (body size limited like /api/v1)."""
+    return RequestGuard(Starlette(routes=xxl3_api_routes(services)), services.max_body_bytes)

@@ -2,7 +2,7 @@
 delayed one-shot fires (``jobring_delayed_fire``), each created only where missing.
 
 Revision ID: 0012
-Revises: 0006
+Revises: 0005
 Create Date: 2026-11-23
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
