@@ -33,12 +33,14 @@ from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
 from jobring.admin.alarms.service import AlarmService
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
+from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
+from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
@@ -85,6 +87,7 @@ class AdminRuntime:
     executor_tokens: ExecutorTokens
     leases: StoreLeases
     alarmer: Alarmer
+    delayed: DelayedFireRunner
     metrics: AdminMetrics | None = None
 
     async def stop(self) -> None:
@@ -93,6 +96,7 @@ class AdminRuntime:
             await self.loop.stop()
         finally:
             try:
+                await self.delayed.stop()
                 await self.monitors.stop()
                 await self.trigger.close()
             finally:
@@ -145,12 +149,14 @@ async def start_runtime(
                                 fail_monitor=monitors.find("fail-monitor"))
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
-                           ExecutorTokens(store, secrets.access_token, clock), leases, alarmer)
+                           ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
+                           DelayedFireRunner(store, trigger, clock))
     # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
     runtime.metrics = AdminMetrics(runtime)
     runtime.metrics.instrument(alarmer)
     await loop.start()
     monitors.start()
+    runtime.delayed.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)
     return runtime
 
@@ -172,11 +178,13 @@ class _LateApp:
 
 
 class _ApiDispatch:
-    """``api/<name>``: the XXL-JOB 3.x job-management aliases, else the executor API."""
+    """``api/<name>``: the XXL-JOB 3.x job-management aliases, else the executor API (which
+    ``declare_api`` serves ``api/jobring/declareJobs`` in front of, when given)."""
 
-    def __init__(self, xxl3: ASGIApp, executor_api: ASGIApp) -> None:
+    def __init__(self, xxl3: ASGIApp, executor_api: ASGIApp, declare_api: ASGIApp | None = None) -> None:
         self._xxl3 = xxl3
         self._executor_api = executor_api
+        self._declare_api = declare_api
         self._xxl3_paths = {f"/api/{name}" for name in XXL3_API_NAMES}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -186,6 +194,8 @@ class _ApiDispatch:
             path = path[len(root):]
         if scope["type"] == "http" and path.rstrip("/") in self._xxl3_paths:
             await self._xxl3(scope, receive, send)
+        elif self._declare_api is not None and scope["type"] == "http" and path.rstrip("/") == DECLARE_PATH:
+            await self._declare_api(scope, receive, send)
         else:
             await self._executor_api(scope, receive, send)
 
@@ -208,12 +218,14 @@ def create_app(
             services = ManagementServices(
                 store=runtime.store, settings=settings, secrets=runtime.secrets, trigger=runtime.trigger,
                 executors=runtime.executors, clock=runtime.clock, executor_tokens=runtime.executor_tokens,
+                delayed=runtime.delayed,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(
                 xxl3_api_app(services),
                 executor_api_app(runtime.registry, runtime.callbacks, runtime.executor_tokens,
                                  address_policy(settings)),
+                declare_api_app(services),
             )
             app.state.runtime = runtime
             yield

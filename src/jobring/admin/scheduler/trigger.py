@@ -44,8 +44,10 @@ TRIGGER_TYPE_TITLES = {
     TriggerType.PARENT: "Parent job trigger",
     TriggerType.API: "Api trigger",
     TriggerType.MISFIRE: "Misfire compensation trigger",
+    TriggerType.DELAYED: "Delayed trigger",
 }
 MSG_ADDRESS_EMPTY = "Trigger Fail: registry address is empty"
+_MANUAL_KINDS = (TriggerType.MANUAL, TriggerType.DELAYED)  # fires a person asked for
 _PROBING = (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)  # strategies that call executors first
 
 
@@ -387,8 +389,8 @@ class TriggerService:
 
     def _plan(self, req: FireRequest, now_ms: int) -> _Plan:
         job = req.job
-        if req.address_override and req.trigger_type is not TriggerType.MANUAL:
-            raise TriggerRejected("an address list may be given only with a manual trigger")
+        if req.address_override and req.trigger_type not in _MANUAL_KINDS:
+            raise TriggerRejected("an address list may be given only with a manual or delayed trigger")
         param = req.executor_param if req.executor_param is not None else (job.executor_param or "")
         retry = req.fail_retry_count if req.fail_retry_count is not None else job.executor_fail_retry_count
         # A scheduled fire prepared ahead is logged at its planned instant (the executor files

@@ -153,6 +153,11 @@ class JobRepository(Repository):
             stmt = select(job_info).where(job_info.c.deadline_minutes.is_not(None))
             rows = (await conn.execute(stmt)).all()
         return [to_record(JobInfo, r) for r in rows]
+    async def in_group(self, group_id: int) -> builtins.list[JobInfo]:
+        """Every job of the group, by id."""
+        stmt = select(job_info).where(job_info.c.job_group == group_id).order_by(job_info.c.id)
+        async with self._db.read() as conn:
+            return [to_record(JobInfo, r) for r in (await conn.execute(stmt)).all()]
 
     async def count_in_group(self, group_id: int) -> int:
         """How many jobs belong to the group."""

@@ -60,6 +60,8 @@ class JobInfo:
     executor_fail_retry_interval_s: int = 0
     retry_backoff: str = "fixed"
     retry_backoff_max_s: int = 3600
+    declared_spec: str | None = None  # JSON: the fields an executor last declared
+    declared_by_executor: int = 0  # 1 while the executor's code declares the job
 
     @property
     def child_job_ids(self) -> list[int]:

@@ -86,6 +86,10 @@ job_info = Table(
     Column("executor_fail_retry_interval_s", Integer, nullable=False, server_default="0"),
     Column("retry_backoff", String(20), nullable=False, server_default="fixed"),
     Column("retry_backoff_max_s", Integer, nullable=False, server_default="3600"),
+    # The field values an executor last declared for this job (JSON), and whether it is
+    # still declared (see jobring.admin.declarations).
+    Column("declared_spec", Text, nullable=True),
+    Column("declared_by_executor", SmallInteger, nullable=False, server_default="0"),
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
@@ -278,6 +282,25 @@ alarm_event = Table(
     Column("add_time", BigInteger, nullable=False, server_default="0"),  # epoch ms
     UniqueConstraint("log_id", "kind", name="ux_alarm_event_log_kind"),
     Index("ix_alarm_event_time", "add_time"),
+)
+
+# One-shot runs asked for a later instant (trigger-at): fired once by whichever node gets
+# there first; the run's log row carries ``planned_time = -id``, so the run log's unique key
+# on (job id, planned time) keeps it to one run, and never collides with a scheduled fire.
+delayed_fire = Table(
+    "jobring_delayed_fire",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("job_group", Integer, nullable=False),
+    Column("fire_at", BigInteger, nullable=False),  # epoch ms
+    Column("executor_param", String(512), nullable=True),
+    Column("addresses", Text, nullable=True),  # JSON list, or null: the job's routing
+    Column("created_by", String(64), nullable=True),
+    Column("created_at", BigInteger, nullable=False),  # epoch ms
+    Index("ix_delayed_fire_at", "fire_at"),
+    Index("ix_delayed_fire_job", "job_id"),
+    sqlite_autoincrement=True,
 )
 
 SCHEDULE_LOCK = "schedule_lock"

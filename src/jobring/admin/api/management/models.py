@@ -207,10 +207,14 @@ class JobOut(BaseModel):
     executor_fail_retry_interval_s: int
     retry_backoff: str
     retry_backoff_max_s: int
+    declared_by_executor: bool = Field(
+        description="the job is declared in its executor's code (@executor.job(..., cron=...))"
+    )
 
     @classmethod
     def of(cls, job: JobInfo) -> JobOut:
-        return cls(**record_fields(cls, job, alarm_targets=targets_out(job)))
+        return cls(**record_fields(cls, job, alarm_targets=targets_out(job),
+                                   declared_by_executor=bool(job.declared_by_executor)))
 
 
 class TriggerIn(Strict):
@@ -220,6 +224,35 @@ class TriggerIn(Strict):
     addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
         None, description="run on these addresses only; each must be one of the group's addresses"
     )
+
+
+MAX_DELAY_MS = 366 * 86_400_000  # how far ahead a delayed run may be asked for
+
+
+class TriggerAtIn(Strict):
+    at: Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)] | Annotated[Text, Field(max_length=64)] | None = Field(
+        None, description="when to run: epoch ms, or ISO 8601 (without an offset: UTC)"
+    )
+    delay_ms: Annotated[int, Field(ge=1, le=MAX_DELAY_MS)] | None = Field(
+        None, description="or: run this many ms from now"
+    )
+    executor_param: ExecutorParam | None = Field(None, description="replaces the job's params for this run")
+    addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
+        None, description="run on these addresses only; each must be one of the group's addresses"
+    )
+
+
+class DelayedFireOut(BaseModel):
+    id: int
+    job_id: int
+    job_group: int
+    fire_at: int = Field(description="epoch ms")
+    fire_at_iso: str
+    executor_param: str | None
+    addresses: list[str] | None
+    created_by: str | None
+    created_at: int = Field(description="epoch ms")
+    state: str = Field(default="scheduled", description="always scheduled: a fired or cancelled run is gone")
 
 
 class TriggerOut(BaseModel):
