@@ -119,9 +119,33 @@ async def test_groups_add_list_and_show(env: AdminEnv, cli: Cli) -> None:
     assert shown.code == 0 and "address http://10.9.9.9:9999/" in shown.out
     assert "online executors: 0" in shown.out
 
+    off = await cli("groups", "disable", str(group_id), "http://10.9.9.9:9999/")
+    assert off.code == 0 and "disabled in group" in off.out and "routable: -" in off.out
+    assert "disabled http://10.9.9.9:9999/" in (await cli("groups", "show", str(group_id))).out
+    on = await cli("groups", "enable", str(group_id), "http://10.9.9.9:9999/", "--json")
+    assert on.code == 0 and json.loads(on.out)["disabled_addresses"] == []
+    unknown = await cli("groups", "disable", str(group_id), "http://10.1.1.1:1/")
+    assert unknown.code == 2 and "address" in unknown.err
+
     too_long = await cli("groups", "add", "x", "a title that is far too long")
     assert too_long.code == 2 and "title" in too_long.err
     assert (await env.store.groups.list()).total == 2
+
+
+async def test_groups_token_prints_only_the_token(env: AdminEnv, cli: Cli) -> None:
+    added = await cli("groups", "add", "my-app", "Mine", "--json")
+    group_id = json.loads(added.out)["id"]
+    by_name = await cli("groups", "token", "my-app")
+    by_id = await cli("groups", "token", str(group_id))
+    assert by_name.code == by_id.code == 0 and by_name.out == by_id.out
+    token = by_name.out.strip()
+    assert by_name.out == token + "\n" and len(token) >= 40
+    rotated = await cli("groups", "token", "my-app", "--rotate")
+    assert rotated.code == 0 and rotated.out.strip() not in ("", token)
+    group = await env.store.groups.get(group_id)
+    assert group is not None and group.access_token == rotated.out.strip()
+    missing = await cli("groups", "token", "no-such-app")
+    assert missing.code == 2 and "no executor group" in missing.err
 
 
 async def test_runs_show_and_kill(env: AdminEnv, cli: Cli) -> None:

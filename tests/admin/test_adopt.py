@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import inspect, select, text, update
 
 from jobring.admin.adopt import AdoptionRefused, resolve_database_state
-from jobring.admin.alarms import Alarmer
+from jobring.admin.alarms import Alarmer, AlarmService
 from jobring.admin.bootstrap import apply_configured_admin_password
 from jobring.admin.coexist import (
     ForeignRunWatch,
@@ -20,7 +20,9 @@ from jobring.admin.coexist import (
     java_admin_signs,
     refuse_if_java_admin_alive,
 )
-from jobring.admin.scheduler.monitors import FailMonitor, LostRunMonitor, ReportMonitor
+from jobring.admin.scheduler.failures import FailMonitor
+from jobring.admin.scheduler.monitors import LostRunMonitor, ReportMonitor
+from jobring.admin.scheduler.retention import RetentionMonitor
 from jobring.admin.security.passwords import hash_password, verify_password
 from jobring.admin.security.roles import Role
 from jobring.admin.store import NewLog, Store, create_engine, upgrade_database
@@ -315,16 +317,21 @@ async def test_monitors_leave_xxl_job_history_alone(env: Env, caplog: pytest.Log
     undispatched = await add_log(store, job.id, group=env.group_id, at=old, trigger_code=0, retry=3)
     boundary = undispatched
     await LostRunMonitor(store, env.clock, legacy_log_id_max=boundary).tick()
-    await FailMonitor(store, env.trigger, Alarmer([]), legacy_log_id_max=boundary).tick()
+    # A retry age limit that would allow them: the boundary alone keeps them untouched.
+    alarms = AlarmService(store, Alarmer([]))
+    await FailMonitor(store, env.trigger, alarms, env.clock, retry_max_age_s=10**9,
+                      legacy_log_id_max=boundary).tick()
     for log_id, codes in ((running, (200, 0, 0)), (failed, (200, 500, 0)), (undispatched, (0, 0, 0))):
         entry = await store.logs.get(log_id)
         assert entry is not None and (entry.trigger_code, entry.handle_code, entry.alarm_status) == codes
     assert [e for e in await store.logs.for_job(job.id) if e.trigger_type == "RETRY"] == []
     caplog.set_level(logging.WARNING)
-    held = ReportMonitor(store, env.clock, log_retention_days=7, hold_retention=True)
+    held = RetentionMonitor(store, env.clock, AdminSettings(log_retention_days=7), hold=True)
     assert await held.clean_logs() == 0
-    assert "3 run log(s) older than 7 days are kept" in caplog.text
+    assert "3 run(s) older than 7 days are kept" in caplog.text
     assert len(await store.logs.for_job(job.id)) == 3
+    confirmed = AdminSettings(log_retention_days=7, log_retention_confirm=True)
+    assert await RetentionMonitor(store, env.clock, confirmed, hold=True).clean_logs() == 3
 
 
 # -- a Java admin on the same database ----------------------------------------------------------
@@ -394,7 +401,7 @@ async def test_report_days_are_days_of_the_scheduling_zone(env: Env) -> None:  #
     start_utc = local_today.replace(tzinfo=SHANGHAI).astimezone(UTC)
     await add_log(store, 1, at=start_utc + timedelta(minutes=1), handle_code=200)  # today, local
     await add_log(store, 1, at=start_utc - timedelta(minutes=1), handle_code=200)  # yesterday, local
-    await ReportMonitor(store, env.clock, log_retention_days=30, report_zone="Asia/Shanghai").refresh_report()
+    await ReportMonitor(store, env.clock, report_zone="Asia/Shanghai").refresh_report()
     days = {d.day: d.success for d in await store.reports.range(local_today - timedelta(days=2), local_today)}
     assert days[local_today] == 1 and days[local_today - timedelta(days=1)] == 1
 

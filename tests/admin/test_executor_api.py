@@ -84,9 +84,6 @@ async def test_wrong_method_and_unknown_path(api: Api) -> None:
         {"registryGroup": "EXECUTOR", "registryKey": "demo-app"},
         {"registryGroup": "", "registryKey": "demo-app", "registryValue": "http://x/"},
         {"registryGroup": "EXECUTOR", "registryKey": "  ", "registryValue": "http://x/"},
-        {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "file:///etc/passwd"},
-        {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "10.0.0.1:9999"},
-        {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "http://[::1"},
         {"registryGroup": "EXECUTOR", "registryKey": "k" * 256, "registryValue": "http://x/"},
         {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "http://x/" + "a" * 250},
         {},
@@ -96,6 +93,20 @@ async def test_bad_registry_params_are_illegal_arguments(api: Api, body: dict[st
     for path in ("/api/registry", "/api/registryRemove"):
         response = await api.post(path, body)
         assert response.content == b'{"code":500,"msg":"Illegal Argument."}'
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["file:///etc/passwd", "10.0.0.1:9999", "http://[::1", "http://169.254.169.254/latest/meta-data/",
+     "http://user:pw@10.0.0.1:9999/", "http://0.0.0.0:9999/", "http://[fe80::1]:9999/",
+     "http://10.0.0.1:9999/?x=1", "http://metadata.google.internal/"],
+)
+async def test_refused_executor_addresses_are_not_registered(api: Api, address: str) -> None:
+    body = {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": address}
+    for path in ("/api/registry", "/api/registryRemove"):
+        answer = (await api.post(path, body)).json()
+        assert answer["code"] == 500 and answer["msg"].startswith("executor address refused"), answer
+    assert await api.store.registry.entries("demo-app") == []
 
 
 async def test_bad_registry_params_store_nothing(api: Api) -> None:
@@ -210,3 +221,23 @@ async def test_callback_with_non_string_message_keeps_its_json_text(api: Api) ->
     got_a, got_b = await api.store.logs.get(a), await api.store.logs.get(b)
     assert got_a is not None and got_a.handle_msg == '{"rows":3}'
     assert got_b is not None and got_b.handle_msg == "42"
+
+
+async def test_started_at_header_reaches_the_registry_and_bad_values_are_ignored(sqlite_store: Store) -> None:
+    clock = ManualClock(T0)
+    client = ExecutorClient(access_token=TOKEN, transport=ExecutorDouble(["e1:9999"]).transport())
+    trigger = TriggerService(sqlite_store, client, access_token=TOKEN, node_id="n1", clock=clock,
+                             admin_timezone="UTC")
+    callbacks = CallbackService(sqlite_store, trigger, clock)
+    registry = RegistryService(sqlite_store, clock)
+    app = Starlette(routes=executor_api_routes(registry, callbacks, TOKEN))
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as http:
+            for started in ("abc", "-5", str(T0 - 5000)):
+                response = await http.post("/api/registry", content=json.dumps(REGISTRY).encode(), headers={
+                    "XXL-JOB-ACCESS-TOKEN": TOKEN, "X-Jobring-Started-At": started})
+                assert response.json()["code"] == 200
+        assert registry.restarts_due(T0 + 60_000) == [(REGISTRY["registryValue"], T0 - 5000)]
+    finally:
+        await callbacks.close()
+        await trigger.close()

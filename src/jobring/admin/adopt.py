@@ -30,22 +30,66 @@ LEGACY_LOG_ID_MAX_SETTING = "adopted_log_id_max"
 DEFAULT_TIMEZONE_SETTING = "default_timezone"
 GLUE_GRANTED_SETTING = "adopted_users_glue_granted"  # epoch ms; XXL-JOB's GLUE rule applied once
 
-# Columns jobring added to the reference tables (absent from every XXL-JOB release).
-JOBRING_COLUMNS = frozenset(
-    {
-        ("xxl_job_info", "schedule_timezone"),
-        ("xxl_job_info", "lease_owner"),
-        ("xxl_job_info", "lease_until"),
-        ("xxl_job_log", "trigger_type"),
-        ("xxl_job_log", "planned_time"),
-        ("xxl_job_log", "dispatch_time"),
-        ("xxl_job_log", "admin_node"),
-        ("xxl_job_user", "password_hash"),
-        ("xxl_job_user", "must_change_password"),
-        ("xxl_job_user", "glue_permission"),
-        ("xxl_job_user", "add_time"),
-    }
-)
+# XXL-JOB 2.4's own columns (jobring's additions to these tables are not listed).
+XXL_JOB_COLUMNS: dict[str, frozenset[str]] = {
+    "xxl_job_info": frozenset(
+        {
+            "id",
+            "job_group",
+            "job_desc",
+            "add_time",
+            "update_time",
+            "author",
+            "alarm_email",
+            "schedule_type",
+            "schedule_conf",
+            "misfire_strategy",
+            "executor_route_strategy",
+            "executor_handler",
+            "executor_param",
+            "executor_block_strategy",
+            "executor_timeout",
+            "executor_fail_retry_count",
+            "glue_type",
+            "glue_source",
+            "glue_remark",
+            "glue_updatetime",
+            "child_jobid",
+            "trigger_status",
+            "trigger_last_time",
+            "trigger_next_time",
+        }
+    ),
+    "xxl_job_log": frozenset(
+        {
+            "id",
+            "job_group",
+            "job_id",
+            "executor_address",
+            "executor_handler",
+            "executor_param",
+            "executor_sharding_param",
+            "executor_fail_retry_count",
+            "trigger_time",
+            "trigger_code",
+            "trigger_msg",
+            "handle_time",
+            "handle_code",
+            "handle_msg",
+            "alarm_status",
+        }
+    ),
+    "xxl_job_log_report": frozenset(
+        {"id", "trigger_day", "running_count", "suc_count", "fail_count", "update_time"}
+    ),
+    "xxl_job_logglue": frozenset(
+        {"id", "job_id", "glue_type", "glue_source", "glue_remark", "add_time", "update_time"}
+    ),
+    "xxl_job_registry": frozenset({"id", "registry_group", "registry_key", "registry_value", "update_time"}),
+    "xxl_job_group": frozenset({"id", "app_name", "title", "address_type", "address_list", "update_time"}),
+    "xxl_job_user": frozenset({"id", "username", "password", "role", "permission"}),
+    "xxl_job_lock": frozenset({"lock_name"}),
+}
 # Reference columns older releases lack that migration 0013 adds (and fills) itself.
 ADDED_BY_MIGRATION = frozenset(
     {
@@ -59,8 +103,6 @@ ADDED_BY_MIGRATION = frozenset(
 # Legacy columns jobring's inserts do not set but migration 0013 makes nullable.
 RELAXED_BY_MIGRATION = frozenset({("xxl_job_info", "job_cron")})
 log = logging.getLogger(__name__)
-
-REFERENCE_TABLES = tuple(t.name for t in metadata.sorted_tables if t.name.startswith("xxl_job_"))
 
 
 class AdoptionRefused(Exception):
@@ -110,15 +152,15 @@ def detect_schema(conn: Connection) -> SchemaFinding:
         )
     version = "2.1-2.2 (job_cron)" if "job_cron" in info and "schedule_type" not in info else "2.3-2.5"
     problems: list[str] = []
-    for table in REFERENCE_TABLES:
+    for table, reference in XXL_JOB_COLUMNS.items():
         if table not in columns:
             continue  # created by the upgrade
         present = columns[table]
-        for column in metadata.tables[table].columns:
-            key = (table, column.name)
-            if column.name not in present and key not in JOBRING_COLUMNS | ADDED_BY_MIGRATION:
-                problems.append(f"{table}.{column.name} is missing")
-        known = {c.name for c in metadata.tables[table].columns}
+        missing = sorted(reference - present.keys())
+        problems.extend(
+            f"{table}.{name} is missing" for name in missing if (table, name) not in ADDED_BY_MIGRATION
+        )
+        known = reference | {c.name for c in metadata.tables[table].columns}
         for name, col in present.items():
             blocking = not col.get("nullable", True) and col.get("default") is None
             if name not in known and blocking and (table, name) not in RELAXED_BY_MIGRATION:

@@ -168,7 +168,7 @@ def run(
         file=out,
     )
     print(
-        "Old run logs are kept until you set JOBRING_LOG_RETENTION_CONFIRMED=true "
+        "Old run logs are kept until you set JOBRING_LOG_RETENTION_CONFIRM=true "
         "(JOBRING_LOG_RETENTION_DAYS applies from then on).",
         file=out,
     )

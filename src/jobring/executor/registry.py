@@ -7,13 +7,14 @@ import contextlib
 import logging
 import socket
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import httpx
 import orjson
 import psutil
 
 from jobring.executor.callback import AdminUnavailable, admin_headers, post_to_admins
-from jobring.protocol.models import RegistryParam
+from jobring.protocol.models import STARTED_AT_HEADER, RegistryParam
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +48,26 @@ class Registrar:
         address: str,
         *,
         interval_s: float = 30.0,
+        started_at_ms: int | None = None,
     ) -> None:
         self._client = client
         self._admin_urls = list(admin_urls)
         self._headers = admin_headers(access_token)
+        # jobring extension, in a header so the body stays XXL-JOB's: when this process
+        # started. A jobring admin fails the runs it dispatched here before that instant
+        # (this process cannot know them); other admins ignore the header.
+        self._beat_headers = dict(self._headers)
+        if started_at_ms is not None:
+            self._beat_headers[STARTED_AT_HEADER] = str(started_at_ms)
         self._body = orjson.dumps(RegistryParam(REGISTRY_GROUP, app_name, address).to_dict())
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
         self.address = address
         self.registered = asyncio.Event()
+        # For Executor.status(): the last beat's outcome.
+        self.last_registered_at: datetime | None = None
+        self.last_error: str | None = None
+        self.last_ok: bool | None = None
 
     def start(self) -> None:
         if not self._admin_urls:
@@ -69,10 +81,11 @@ class Registrar:
         while True:
             try:
                 await post_to_admins(
-                    self._client, self._admin_urls, "api/registry", self._body, self._headers
+                    self._client, self._admin_urls, "api/registry", self._body, self._beat_headers
                 )
             except AdminUnavailable as exc:
                 log.warning("registry beat failed (%s); retry in %.1f s", exc, retry_s)
+                self.last_error, self.last_ok = f"registry beat failed: {exc}", False
                 failing = True
                 self.registered.clear()
                 await asyncio.sleep(retry_s)
@@ -81,6 +94,7 @@ class Registrar:
             if failing:
                 log.info("registered with the admin again as %s", self.address)
             failing, retry_s = False, _FIRST_RETRY_S
+            self.last_registered_at, self.last_ok = datetime.now(UTC), True
             self.registered.set()
             await asyncio.sleep(self._interval_s)
 

@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from jobring.admin.scheduler.failures import alarm_recoveries
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store.records import HandleResult, JobInfo, ResultOutcome
 from jobring.admin.store.tables import job_log
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
+from jobring.core.runstate import run_state
 from jobring.protocol.models import HandleCallbackParam
 
 if TYPE_CHECKING:
+    from jobring.admin.alarms.service import AlarmService
+    from jobring.admin.scheduler.monitors import Monitor
     from jobring.admin.store import Store
 
 log = logging.getLogger(__name__)
@@ -65,11 +69,17 @@ def child_summary(entries: Sequence[str], known: dict[int, JobInfo]) -> str:
 class CallbackService:
     """Handles ``api/callback`` batches."""
 
-    def __init__(self, store: Store, trigger: TriggerService, clock: Clock) -> None:
+    def __init__(self, store: Store, trigger: TriggerService, clock: Clock, *,
+                 alarms: AlarmService | None = None, fail_monitor: Monitor | None = None) -> None:
         self._store = store
         self._trigger = trigger
         self._clock = clock
+        self._alarms = alarms  # recovery alarms
+        self._fail_monitor = fail_monitor  # woken by a failed result: retry/alarm without waiting
         self._children_tasks: set[asyncio.Task[None]] = set()
+        # For metrics (read at scrape time): callback items received, runs ended by state.
+        self.received = 0
+        self.ended: dict[str, int] = {}
 
     async def handle(self, items: Sequence[HandleCallbackParam]) -> list[ResultOutcome]:
         """Record a batch of callbacks; returns one outcome per item."""
@@ -85,17 +95,40 @@ class CallbackService:
                 msg = f"{msg}\n\n{plan.summary}" if msg else plan.summary
             results.append(HandleResult(item.log_id, item.handle_code, msg, now))
         outcomes = await self._store.logs.record_results(results)
+        self.received += len(items)
         to_fire: list[FireRequest] = []
         for item, outcome in zip(items, outcomes, strict=True):
+            if outcome is ResultOutcome.APPLIED:
+                state = run_state(trigger_code=200, handle_code=item.handle_code, handle_msg=item.handle_msg,
+                                  now_ms=0).value
+                self.ended[state] = self.ended.get(state, 0) + 1
             if outcome is ResultOutcome.REPEAT:
-                log.info("%s logId=%s", MSG_REPEAT, item.log_id)
+                log.info("%s logId=%s", MSG_REPEAT, item.log_id, extra={"run_id": item.log_id})
             elif outcome is ResultOutcome.NOT_FOUND:
-                log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id)
+                log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id, extra={"run_id": item.log_id})
             elif (plan := plans.get(item.log_id)) is not None:
                 to_fire += [FireRequest(child, TriggerType.PARENT) for child in plan.children]
         if to_fire:
             self._spawn_children(to_fire)
+        applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
+        if self._fail_monitor is not None and any(i.handle_code != HandleCode.SUCCESS for i in applied):
+            self._fail_monitor.wake()
+        recovered = [i.log_id for i in applied if i.handle_code == HandleCode.SUCCESS]
+        if self._alarms is not None and recovered:
+            self._spawn(self._recoveries(recovered))
         return outcomes
+
+    async def _recoveries(self, log_ids: list[int]) -> None:
+        assert self._alarms is not None
+        try:
+            await alarm_recoveries(self._store, self._alarms, log_ids, self._clock.now_ms())
+        except Exception:
+            log.exception("recovery alarms for runs %s failed", log_ids[:10])
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._children_tasks.add(task)
+        task.add_done_callback(self._children_tasks.discard)
 
     async def _child_plans(self, items: Sequence[HandleCallbackParam]) -> dict[int, _ChildPlan]:
         successes = [i for i in items if i.handle_code == HandleCode.SUCCESS]
@@ -114,6 +147,22 @@ class CallbackService:
                 plans[log_id] = _ChildPlan(children, child_summary(entries, known))
         return plans
 
+    async def foreign_logs(
+        self, items: Sequence[HandleCallbackParam], group_ids: frozenset[int]
+    ) -> list[int]:
+        """The log ids among ``items`` whose run belongs to a group outside ``group_ids``
+        (unknown ids are not foreign: they are skipped as "not found" anyway)."""
+        log_ids = sorted({i.log_id for i in items})
+        foreign: list[int] = []
+        async with self._store.db.read() as conn:
+            for start in range(0, len(log_ids), 500):
+                part = log_ids[start:start + 500]
+                rows = await conn.execute(
+                    select(job_log.c.id, job_log.c.job_group).where(job_log.c.id.in_(part))
+                )
+                foreign += [int(r.id) for r in rows if int(r.job_group) not in group_ids]
+        return sorted(foreign)
+
     async def _unhandled_jobs_of(self, log_ids: list[int]) -> dict[int, int]:
         """log id -> job id for the logs among ``log_ids`` that have no result yet."""
         # One query for the whole batch (the store has no multi-get of logs yet).
@@ -130,9 +179,7 @@ class CallbackService:
         return found
 
     def _spawn_children(self, reqs: list[FireRequest]) -> None:
-        task = asyncio.create_task(self._fire_children(reqs))
-        self._children_tasks.add(task)
-        task.add_done_callback(self._children_tasks.discard)
+        self._spawn(self._fire_children(reqs))
 
     async def _fire_children(self, reqs: list[FireRequest]) -> None:
         try:
@@ -142,7 +189,8 @@ class CallbackService:
             return
         for req, result in zip(reqs, results, strict=True):
             if result.trigger_code != 200:
-                log.warning("child job %s trigger failed (logs %s)", req.job.id, result.log_ids)
+                log.warning("child job %s trigger failed (logs %s)", req.job.id, result.log_ids,
+                            extra={"job_id": req.job.id})
 
     async def wait_idle(self) -> None:
         """Wait until the child fires started so far are done (tests, shutdown)."""

@@ -37,7 +37,7 @@ async def dashboard(
     # The report table is refreshed every minute by the admin; today's row comes from the
     # logs themselves so the numbers are current.
     stored = {c.day.date(): c for c in await services.store.reports.range(first, today)}
-    (current,) = await services.store.logs.counts_by_day(today, today, zone)
+    (current,) = await services.store.logs.counts_by_day(today, today, zone, now_ms=services.now_ms())
     stored[today.date()] = current
     chart: list[DayCountOut] = []
     for offset in range(days):
@@ -61,10 +61,11 @@ async def dashboard(
     "/settings/access-token",
     response_model=AccessTokenOut,
     tags=["settings"],
-    summary="The executor access token (admin)",
+    summary="The global executor access token, if enabled (admin)",
 )
 async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
     await services.audit.record(
         principal, AuditAction.SECRET_READ, target_type="setting", target_id="access_token"
     )
-    return AccessTokenOut(access_token=services.secrets.access_token)
+    token = services.secrets.access_token
+    return AccessTokenOut(enabled=token is not None, access_token=token)

@@ -1,18 +1,25 @@
 """Job operations shared by the REST routers and the XXL-JOB 3.x aliases.
 
-Callers have already checked who may do what; these functions validate everything first
-and then write, so a refused request leaves the database as it was.
+Callers check the caller's role and group with ``ensure_group_write`` (the ``*_for``
+loaders do it); GLUE and child-job permissions are checked here, from the principal every
+write takes. Everything is validated first and then written, so a refused request leaves
+the database as it was.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+from jobring.admin.api.management.deps import ensure_group_write
 from jobring.admin.api.management.errors import ApiError, not_found
+from jobring.admin.api.management.models import MAX_DELAY_MS
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerRejected
 from jobring.admin.security.principal import Principal
+from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import ClearRule, JobInfo
 from jobring.admin.validation import (
     FieldError,
@@ -27,11 +34,11 @@ GLUE_DISABLED = "GLUE is disabled on this admin (set JOBRING_GLUE_ENABLED=true t
 GLUE_NOT_PERMITTED = "you have no GLUE permission"
 
 
-def ensure_glue_allowed(services: ManagementServices, principal: Principal | None) -> None:
-    """403 unless GLUE is enabled and the caller (None: the executor token) may edit it."""
+def ensure_glue_allowed(services: ManagementServices, principal: Principal) -> None:
+    """403 unless GLUE is enabled and the caller may edit it."""
     if not services.settings.glue_enabled:
         raise ApiError(403, GLUE_DISABLED)
-    if principal is not None and not principal.can_edit_glue:
+    if not principal.can_edit_glue:
         raise ApiError(403, GLUE_NOT_PERMITTED)
 
 
@@ -42,9 +49,30 @@ async def load_job(services: ManagementServices, job_id: int) -> JobInfo:
     return job
 
 
-async def validate_job(services: ManagementServices, job: JobInfo) -> None:
+async def load_job_for_write(services: ManagementServices, principal: Principal, job_id: int) -> JobInfo:
+    """The job, when the caller may operate its group (403 otherwise, 404 when missing)."""
+    job = await load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    return job
+
+
+def _child_usable(principal: Principal, old: JobInfo | None) -> Callable[[JobInfo], bool]:
+    kept = set(old.child_job_ids) if old is not None else set()
+
+    def usable(child: JobInfo) -> bool:
+        return child.id in kept or principal.can_write_group(child.job_group)
+
+    return usable
+
+
+async def validate_job(
+    services: ManagementServices, job: JobInfo, principal: Principal, old: JobInfo | None = None
+) -> None:
+    """Fields, references, and the children the caller adds: each must be in a group the
+    caller may operate; one it may not answers as a missing job does (no id probing).
+    Children already on ``old`` stay (an admin may have chained across groups)."""
     check_job(job, services.settings.timezone or "UTC")
-    await check_job_references(services.store, job)
+    await check_job_references(services.store, job, _child_usable(principal, old))
 
 
 # Valid stand-ins for stored values checked only when a request changes them, so the check
@@ -73,7 +101,9 @@ def _strict_fields(old: JobInfo, new: JobInfo) -> set[str]:
     return changed
 
 
-async def validate_job_update(services: ManagementServices, old: JobInfo, new: JobInfo) -> list[str]:
+async def validate_job_update(
+    services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal
+) -> list[str]:
     """Check what the update changes (and the rules those fields take part in); stored values
     it leaves alone are kept even when a new job could not have them. Returns one warning per
     such legacy value; FieldError for a changed field."""
@@ -84,7 +114,7 @@ async def validate_job_update(services: ManagementServices, old: JobInfo, new: J
     for _ in range(len(_STAND_INS) + 2):
         try:
             check_job(candidate, zone)
-            await check_job_references(services.store, candidate)
+            await check_job_references(services.store, candidate, _child_usable(principal, old))
             return warnings
         except FieldError as exc:
             if exc.field in strict or exc.field not in _STAND_INS:
@@ -107,7 +137,8 @@ def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -
     return following
 
 
-async def create_job(services: ManagementServices, job: JobInfo, principal: Principal | None) -> JobInfo:
+async def create_job(services: ManagementServices, job: JobInfo, principal: Principal) -> JobInfo:
+    ensure_group_write(principal, job.job_group)
     if job.glue_type != GlueType.BEAN:
         ensure_glue_allowed(services, principal)
     now = services.now_naive_utc()
@@ -121,19 +152,24 @@ async def create_job(services: ManagementServices, job: JobInfo, principal: Prin
         update_time=now,
         glue_updatetime=now if job.glue_type != GlueType.BEAN else None,
     )
-    await validate_job(services, job)
+    await validate_job(services, job, principal)
     new_id = await services.store.jobs.create(job)
     return await load_job(services, new_id)
 
 
 async def update_job(
-    services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal | None,
+    services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal,
     warnings: list[str] | None = None,
 ) -> JobInfo:
     """Write ``new`` over ``old``; a running job gets its next fire time recomputed when its
     schedule changed (as the reference does). Legacy values the update does not change are
     kept, with a line in ``warnings`` (when given; else they are refused like new values)."""
-    if new.glue_type != GlueType.BEAN and new.glue_type != old.glue_type:
+    ensure_group_write(principal, old.job_group)
+    if new.job_group != old.job_group:
+        ensure_group_write(principal, new.job_group)
+    if new.glue_type != GlueType.BEAN and (
+        new.glue_type != old.glue_type or new.glue_source != old.glue_source
+    ):
         ensure_glue_allowed(services, principal)
     new = replace(
         new,
@@ -145,9 +181,9 @@ async def update_job(
         trigger_next_time=old.trigger_next_time,
     )
     if warnings is None:
-        await validate_job(services, new)
+        await validate_job(services, new, principal, old)
     else:
-        warnings.extend(await validate_job_update(services, old, new))
+        warnings.extend(await validate_job_update(services, old, new, principal))
     schedule_changed = (new.schedule_type, new.schedule_conf, new.schedule_timezone) != (
         old.schedule_type,
         old.schedule_conf,
@@ -163,8 +199,9 @@ async def update_job(
 
 
 async def delete_job(services: ManagementServices, job: JobInfo) -> None:
-    """Delete the job, its runs and GLUE history (as the reference does), and drop it from
-    its parents' child lists."""
+    """Delete the job, its runs, delayed runs and GLUE history (as the reference does), and
+    drop it from its parents' child lists."""
+    await services.store.delayed.remove_for_job(job.id)
     for parent in await services.store.jobs.parents(job.id):
         kept = [c for c in parent.child_job_ids if c != job.id]
         await services.store.jobs.update(replace(parent, child_jobid=",".join(map(str, kept)) or None))
@@ -199,7 +236,8 @@ async def trigger_job(
         raise ApiError(503, "triggering is not available on this node")
     override: list[str] | None = None
     if addresses:
-        override = [check_address(f"addresses.{i}", a) for i, a in enumerate(addresses)]
+        override = [check_address(f"addresses.{i}", a, services.address_policy)
+                    for i, a in enumerate(addresses)]
         await _check_override(services, job, override)
     request = FireRequest(
         job=job, trigger_type=trigger_type, executor_param=executor_param, address_override=override
@@ -208,6 +246,56 @@ async def trigger_job(
         return await services.trigger.fire(request)
     except TriggerRejected as exc:
         raise ApiError(400, str(exc), "addresses") from None
+
+
+MAX_PENDING_DELAYED = 1_000  # per job: a runaway script cannot fill the table
+
+
+def parse_instant(field: str, value: int | str) -> int:
+    """Epoch ms, or an ISO 8601 text (without an offset: UTC), as epoch ms."""
+    if isinstance(value, int):
+        return value
+    if value.strip().isdigit():
+        return int(value.strip())
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise FieldError(field, "must be epoch milliseconds or an ISO 8601 date-time") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+async def trigger_at(
+    services: ManagementServices,
+    job: JobInfo,
+    fire_at: int,
+    executor_param: str | None,
+    addresses: list[str] | None,
+    created_by: str | None,
+    *,
+    field: str = "at",
+) -> DelayedFire:
+    """Record a run of ``job`` at ``fire_at`` (epoch ms, in the future, at most a year ahead)."""
+    now = services.now_ms()
+    if fire_at <= now:
+        raise FieldError(field, "must be in the future")
+    if fire_at > now + MAX_DELAY_MS:
+        raise FieldError(field, f"must be at most {MAX_DELAY_MS // 86_400_000} days ahead")
+    override: list[str] | None = None
+    if addresses:
+        override = [check_address(f"addresses.{i}", a) for i, a in enumerate(addresses)]
+        await _check_override(services, job, override)
+    if await services.store.delayed.count_for_job(job.id) >= MAX_PENDING_DELAYED:
+        raise ApiError(409, f"job {job.id} already has {MAX_PENDING_DELAYED} delayed runs pending")
+    fire_id = await services.store.delayed.add(
+        job.id, job.job_group, fire_at, executor_param, override, created_by, now)
+    if services.delayed is not None:
+        services.delayed.wake()
+    fire = await services.store.delayed.get(fire_id)
+    if fire is None:  # fired already (a delay of a few ms) by another node's poll
+        return DelayedFire(fire_id, job.id, job.job_group, fire_at, executor_param, override, created_by, now)
+    return fire
 
 
 async def _check_override(services: ManagementServices, job: JobInfo, override: list[str]) -> None:

@@ -24,6 +24,7 @@ from jobring.admin.store.records import (
 )
 from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
+from jobring.core.runstate import RunState, duration_ms, run_state
 
 MAX_INT32 = 2_147_483_647
 MAX_INT64 = 9_223_372_036_854_775_807
@@ -88,6 +89,14 @@ RetryCount = Annotated[int, Field(ge=0, le=100)]
 GlueRemark = Annotated[Text, Field(max_length=128)]
 ChildJobIds = Annotated[list[Id32], Field(max_length=20)]
 GlueSource = Annotated[Text, Field(max_length=1_000_000)]
+AlarmTargets = Annotated[list[dict[str, Any]], Field(max_length=20, description=(
+    'alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, '
+    'or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}'))]
+AlarmOnRule = Annotated[str, Field(pattern="^(failure_final|every_failure)$",
+                                   description="failure_final: only when no retry follows; every_failure")]
+RetryIntervalSeconds = Annotated[int, Field(ge=0, le=24 * 3600)]
+RetryBackoffKind = Annotated[str, Field(pattern="^(fixed|exponential)$")]
+DeadlineMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 
 
 class JobFields(Strict):
@@ -113,6 +122,14 @@ class JobFields(Strict):
     glue_source: GlueSource | None = None
     glue_remark: GlueRemark | None = None
     child_job_ids: ChildJobIds = Field(default_factory=list)
+    alarm_targets: AlarmTargets = Field(default_factory=list)
+    alarm_on: AlarmOnRule = "failure_final"
+    alarm_recovery: bool = False
+    deadline_minutes: DeadlineMinutes | None = Field(
+        None, description="alarm when a run is not finished this long after its planned time")
+    executor_fail_retry_interval_s: RetryIntervalSeconds = 0
+    retry_backoff: RetryBackoffKind = "fixed"
+    retry_backoff_max_s: RetryIntervalSeconds = 3600
 
 
 class JobCreate(JobFields):
@@ -139,6 +156,23 @@ class JobUpdate(Strict):
     glue_type: GlueType | None = None
     glue_remark: GlueRemark | None = None
     child_job_ids: ChildJobIds | None = None
+    alarm_targets: AlarmTargets | None = None
+    alarm_on: AlarmOnRule | None = None
+    alarm_recovery: bool | None = None
+    deadline_minutes: DeadlineMinutes | None = None
+    executor_fail_retry_interval_s: RetryIntervalSeconds | None = None
+    retry_backoff: RetryBackoffKind | None = None
+    retry_backoff_max_s: RetryIntervalSeconds | None = None
+
+
+def targets_out(job: JobInfo) -> list[dict[str, Any]]:
+    """The job's alarm targets for output, signing secrets masked."""
+    from jobring.admin.alarms.targets import TargetError, parse_targets
+
+    try:
+        return [t.as_dict(mask_secrets=True) for t in parse_targets(job.alarm_targets)]
+    except TargetError:
+        return []
 
 
 class JobOut(BaseModel):
@@ -166,10 +200,21 @@ class JobOut(BaseModel):
     trigger_next_time: int = Field(description="epoch ms")
     add_time: datetime | None
     update_time: datetime | None
+    alarm_targets: list[dict[str, Any]] = Field(description="signing secrets are shown masked")
+    alarm_on: str
+    alarm_recovery: bool
+    deadline_minutes: int | None
+    executor_fail_retry_interval_s: int
+    retry_backoff: str
+    retry_backoff_max_s: int
+    declared_by_executor: bool = Field(
+        description="the job is declared in its executor's code (@executor.job(..., cron=...))"
+    )
 
     @classmethod
     def of(cls, job: JobInfo) -> JobOut:
-        return cls(**record_fields(cls, job))
+        return cls(**record_fields(cls, job, alarm_targets=targets_out(job),
+                                   declared_by_executor=bool(job.declared_by_executor)))
 
 
 class JobUpdateOut(JobOut):
@@ -186,6 +231,35 @@ class TriggerIn(Strict):
     addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
         None, description="run on these addresses only; each must be one of the group's addresses"
     )
+
+
+MAX_DELAY_MS = 366 * 86_400_000  # how far ahead a delayed run may be asked for
+
+
+class TriggerAtIn(Strict):
+    at: Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)] | Annotated[Text, Field(max_length=64)] | None = Field(
+        None, description="when to run: epoch ms, or ISO 8601 (without an offset: UTC)"
+    )
+    delay_ms: Annotated[int, Field(ge=1, le=MAX_DELAY_MS)] | None = Field(
+        None, description="or: run this many ms from now"
+    )
+    executor_param: ExecutorParam | None = Field(None, description="replaces the job's params for this run")
+    addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
+        None, description="run on these addresses only; each must be one of the group's addresses"
+    )
+
+
+class DelayedFireOut(BaseModel):
+    id: int
+    job_id: int
+    job_group: int
+    fire_at: int = Field(description="epoch ms")
+    fire_at_iso: str
+    executor_param: str | None
+    addresses: list[str] | None
+    created_by: str | None
+    created_at: int = Field(description="epoch ms")
+    state: str = Field(default="scheduled", description="always scheduled: a fired or cancelled run is gone")
 
 
 class TriggerOut(BaseModel):
@@ -261,10 +335,31 @@ class RunOut(BaseModel):
     alarm_status: int
     planned_time: int | None
     dispatch_time: int | None
+    state: RunState = Field(description="the run's one state (see the README, \"Run states\")")
+    duration_ms: int | None = Field(
+        description="result time minus dispatch time, once finished; null while not finished or "
+        "when the run never started"
+    )
+    attempt: int = Field(description="1 = first run, 2 = first retry, ...")
 
     @classmethod
-    def of(cls, e: LogEntry) -> RunOut:
-        return cls(**record_fields(cls, e))
+    def of(cls, e: LogEntry, now_ms: int) -> RunOut:
+        state = run_state(
+            trigger_code=e.trigger_code,
+            handle_code=e.handle_code,
+            now_ms=now_ms,
+            trigger_msg=e.trigger_msg,
+            handle_msg=e.handle_msg,
+            planned_time=e.planned_time,
+        )
+        started = e.dispatch_time if e.dispatch_time is not None else _ms(e.trigger_time)
+        finished = (e.handle_time_ms or _ms(e.handle_time)) if e.handle_code != 0 else None
+        return cls(**record_fields(cls, e, state=state, duration_ms=duration_ms(
+            started_ms=started, finished_ms=finished)))
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.replace(tzinfo=UTC).timestamp() * 1000)
 
 
 class RunLogOut(BaseModel):
@@ -313,14 +408,29 @@ class GroupOut(BaseModel):
     address_type: int
     addresses: list[str]
     online: list[OnlineAddress]
+    disabled_addresses: list[str] = Field(description="taken out of routing by hand")
     update_time: datetime | None
+    has_access_token: bool = Field(
+        description="the group has its own executor token (admins read it at /groups/{id}/access-token)"
+    )
 
     @classmethod
     def of(cls, g: JobGroup, entries: list[RegistryEntry]) -> GroupOut:
         online = [
             OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time)) for e in entries
         ]
-        return cls(**record_fields(cls, g, online=online))
+        return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token),
+                                   disabled_addresses=g.disabled))
+
+
+class GroupTokenOut(BaseModel):
+    group_id: int
+    app_name: str
+    access_token: str
+
+
+class AddressIn(Strict):
+    address: Annotated[Text, Field(min_length=1, max_length=255)]
 
 
 # -- users, tokens, auth ---------------------------------------------------------------------
@@ -457,4 +567,8 @@ class DashboardOut(BaseModel):
 
 
 class AccessTokenOut(BaseModel):
-    access_token: str
+    enabled: bool = Field(description="whether the global executor token (JOBRING_ACCESS_TOKEN) is on")
+    access_token: str | None = Field(
+        description="the global executor token, valid for every group; null when not enabled "
+        "(executors then use their group's token: GET /groups/{id}/access-token)"
+    )
