@@ -52,8 +52,9 @@ def print_report(report: AdoptionReport, out: TextIO) -> None:
 def token_advice(old_token: str | None) -> list[str]:
     """How the executors keep working with jobring (their token is theirs, never stored here)."""
     move = (
-        "Later, move group by group to per-group tokens: `jobring groups token APPNAME` prints the "
-        "group's token; set it as xxl.job.accessToken on that group's executors."
+        "Later, move group by group to per-group tokens: `jobring groups token APPNAME --rotate` "
+        "creates and prints the group's own token, which from then on is the only one that group "
+        "accepts: set it as xxl.job.accessToken on that group's executors right away."
     )
     if old_token is None:
         return [
