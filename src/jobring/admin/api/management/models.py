@@ -287,7 +287,7 @@ class ClearOut(BaseModel):
 
 class GroupIn(Strict):
     app_name: Annotated[Text, Field(min_length=1, max_length=64)]
-    title: Annotated[Text, Field(min_length=1, max_length=12)]
+    title: Annotated[Text, Field(min_length=1, max_length=64)]
     address_type: Annotated[int, Field(ge=0, le=1, description="0 automatic (registry), 1 manual")] = 0
     addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=200)] = Field(
         default_factory=list, description="manual groups: http(s) URLs of the executors"
