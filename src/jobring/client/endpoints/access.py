@@ -142,8 +142,14 @@ def access_token() -> Call[str]:
     return get("/settings/access-token", lambda body: str(as_object(body)["access_token"]))
 
 
+def settings() -> Call[JsonObject]:
+    """Version, database backend, time zone, GLUE switch and executor-token mode (admin only)."""
+    return get("/settings", as_object)
+
+
 class SettingsApi(ApiGroup[M]):
     """The admin's settings."""
 
+    get = Endpoint(settings)
     access_token = Endpoint(access_token)
 

@@ -1,4 +1,4 @@
-"""/dashboard (counts and per-day chart data) and /settings/access-token (admin)."""
+"""/dashboard (counts and per-day chart data), /settings and /settings/access-token (admin)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from jobring.admin.api.management.deps import Admin, Reader, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES
-from jobring.admin.api.management.models import AccessTokenOut, DashboardOut, DayCountOut
+from jobring.admin.api.management.models import AccessTokenOut, DashboardOut, DayCountOut, SettingsOut
 from jobring.admin.store.records import DayCount
 
 router = APIRouter(tags=["dashboard"], responses=ERROR_RESPONSES)
@@ -60,3 +60,19 @@ async def dashboard(
 )
 async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
     return AccessTokenOut(access_token=services.secrets.access_token)
+
+
+@router.get("/settings", response_model=SettingsOut, tags=["settings"], summary="The admin's settings (admin)")
+async def settings(services: Services, principal: Admin) -> SettingsOut:
+    from jobring.admin.app import jobring_version  # the app module imports this one
+
+    configured = services.settings
+    return SettingsOut(
+        version=jobring_version(),
+        database_backend=services.store.backend,
+        timezone=configured.timezone,
+        base_path=configured.base_path,
+        glue_enabled=configured.glue_enabled,
+        global_access_token=True,
+        access_token_source="configured" if configured.access_token else "generated",
+    )

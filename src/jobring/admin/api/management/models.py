@@ -424,3 +424,13 @@ class DashboardOut(BaseModel):
 
 class AccessTokenOut(BaseModel):
     access_token: str
+
+
+class SettingsOut(BaseModel):
+    version: str
+    database_backend: str = Field(description="sqlite, postgresql or mysql")
+    timezone: str = Field(description="zone of cron schedules without their own")
+    base_path: str = Field(description="executor API path prefix")
+    glue_enabled: bool
+    global_access_token: bool = Field(description="executors may present the admin-wide access token")
+    access_token_source: str = Field(description="configured (JOBRING_ACCESS_TOKEN) or generated")
