@@ -62,7 +62,9 @@ async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
     return AccessTokenOut(access_token=services.secrets.access_token)
 
 
-@router.get("/settings", response_model=SettingsOut, tags=["settings"], summary="The admin's settings (admin)")
+@router.get(
+    "/settings", response_model=SettingsOut, tags=["settings"], summary="The admin's settings (admin)"
+)
 async def settings(services: Services, principal: Admin) -> SettingsOut:
     from jobring.admin.app import jobring_version  # the app module imports this one
 
