@@ -65,7 +65,7 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
 
 def open_client(args: argparse.Namespace) -> AdminClient:
     """A client for ``--url``/``--token`` (or their env vars); no token for commands that log
-    in with ``--user``, so that the session, not some token, decides who acts."""
+    in with ``--user`` (``args.user``), so that the session, not some token, decides who acts."""
     url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:

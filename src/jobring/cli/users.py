@@ -90,7 +90,7 @@ def _add(args: argparse.Namespace) -> int:
 
 def _edit(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
-        user_id = _user_id(admin, args.user)
+        user_id = _user_id(admin, args.target)
         changes: dict[str, Any] = {}
         if args.username:
             changes["username"] = args.username
@@ -115,8 +115,8 @@ def _edit(args: argparse.Namespace) -> int:
 
 def _reset_password(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
-        user_id = _user_id(admin, args.user)
-        user = admin.users.update(user_id, {"password": _password_for(args.user)})
+        user_id = _user_id(admin, args.target)
+        user = admin.users.update(user_id, {"password": _password_for(args.target)})
         if args.json:
             print_json(user)
         else:
@@ -128,7 +128,7 @@ def _reset_password(args: argparse.Namespace) -> int:
 
 def _delete(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
-        user_id = _user_id(admin, args.user)
+        user_id = _user_id(admin, args.target)
         admin.users.delete(user_id)
         if args.json:
             print_json({"deleted": user_id})
@@ -158,7 +158,7 @@ def register(sub: Any) -> None:
     add.set_defaults(handler=_add)
 
     edit = remote_parser(commands, "edit", "change a user's name, role, groups or GLUE permission")
-    edit.add_argument("user", metavar="USER", help="username or id")
+    edit.add_argument("target", metavar="USER", help="username or id")
     edit.add_argument("--username", metavar="NEW_NAME", help="rename")
     edit.add_argument("--role", choices=ROLES)
     edit.add_argument("--group", type=group_ref, action="append", metavar="GROUP",
@@ -169,9 +169,9 @@ def register(sub: Any) -> None:
 
     reset = remote_parser(commands, "reset-password",
                           f"set a new password the user must change (from ${USER_PASSWORD_ENV} or a prompt)")
-    reset.add_argument("user", metavar="USER", help="username or id")
+    reset.add_argument("target", metavar="USER", help="username or id")
     reset.set_defaults(handler=_reset_password)
 
     delete = remote_parser(commands, "delete", "delete a user")
-    delete.add_argument("user", metavar="USER", help="username or id")
+    delete.add_argument("target", metavar="USER", help="username or id")
     delete.set_defaults(handler=_delete)
