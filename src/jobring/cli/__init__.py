@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import argcomplete
 
 from jobring.cli import admin as admin_cmd
+from jobring.cli import audit as audit_cmd
 from jobring.cli import cron as cron_cmd
 from jobring.cli import db as db_cmd
 from jobring.cli import executor as executor_cmd
@@ -24,7 +25,7 @@ from jobring.cli.common import EXIT_USAGE, UsageError
 from jobring.cli.examples import add_examples
 
 _GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, users_cmd, tokens_cmd,
-           settings_cmd)
+           settings_cmd, audit_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -53,6 +53,8 @@ EXAMPLES: dict[str, str] = {
     "settings show": "jobring settings show --json",
     "settings token": "export JOBRING_EXECUTOR_ACCESS_TOKEN=$(jobring settings token)",
     "dashboard": "jobring dashboard --days 14",
+    "audit": "jobring audit list --action auth.login_failed --since 24h",
+    "audit list": "jobring audit list --target job:12 --json",
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
@@ -63,6 +64,7 @@ class Store:
         self.tokens = TokenRepository(self.db)
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
+        self.audit = AuditRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -90,6 +92,9 @@ __all__ = [
     "EXECUTOR",
     "HANDLE_MSG_MAX",
     "ApiToken",
+    "AuditEvent",
+    "AuditFilter",
+    "AuditRepository",
     "Capabilities",
     "ClearRule",
     "Conflict",
@@ -107,6 +112,7 @@ __all__ = [
     "LogEntry",
     "LogRepository",
     "LogStatus",
+    "NewAuditEvent",
     "NewLog",
     "NotFound",
     "Page",

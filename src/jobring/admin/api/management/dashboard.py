@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from jobring.admin.api.management.deps import Admin, Reader, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES
 from jobring.admin.api.management.models import AccessTokenOut, DashboardOut, DayCountOut, SettingsOut
+from jobring.admin.audit import AuditAction
 from jobring.admin.store.records import DayCount
 
 router = APIRouter(tags=["dashboard"], responses=ERROR_RESPONSES)
@@ -59,6 +60,9 @@ async def dashboard(
     summary="The executor access token (admin)",
 )
 async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
+    await services.audit.record(
+        principal, AuditAction.SECRET_READ, target_type="setting", target_id="access_token"
+    )
     return AccessTokenOut(access_token=services.secrets.access_token)
 
 

@@ -1,7 +1,7 @@
 """Executor group titles up to 64 characters (XXL-JOB's varchar(12) cut "Billing and invoicing").
 
 Revision ID: 0010
-Revises: 0003
+Revises: 0006
 Create Date: 2026-11-23
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0003"
+down_revision = "0006"  # re-chained after the audit log (0006) reached main
 branch_labels = None
 depends_on = None
 
