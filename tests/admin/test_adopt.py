@@ -410,12 +410,12 @@ def test_reset_password_command(tmp_path: Path, capsys: pytest.CaptureFixture[st
     import asyncio
 
     url = asyncio.run(_xxl_job_sqlite(tmp_path / "xxl.db"))
-    assert main(["users", "reset-password", "admin", "--database-url", url]) == 2
+    assert main(["users", "reset-password", "admin", "--offline", "--database-url", url]) == 2
     assert "run `jobring db adopt` first" in capsys.readouterr().err
     assert main(["db", "upgrade", "--database-url", url]) == 0
-    assert main(["users", "reset-password", "nobody", "--database-url", url]) == 2
+    assert main(["users", "reset-password", "nobody", "--offline", "--database-url", url]) == 2
     assert "no user named 'nobody'" in capsys.readouterr().err
-    assert main(["users", "reset-password", "admin", "--database-url", url]) == 0
+    assert main(["users", "reset-password", "admin", "--offline", "--database-url", url]) == 0
     captured = capsys.readouterr()
     password = captured.out.strip().splitlines()[-1]
     assert "must be changed at the next login" in captured.err and len(password) >= 16

@@ -137,7 +137,7 @@ async def test_groups_crud_addresses_online_and_referenced_delete(sqlite_store: 
         assert empty.status_code == 422 and empty.json()["field"] == "addresses"
         dup = await http.post("/groups", json={"app_name": "app-a", "title": "dup"})
         assert dup.status_code == 409 and dup.json()["field"] == "app_name"
-        long_title = await http.post("/groups", json={"app_name": "x1", "title": "t" * 13})
+        long_title = await http.post("/groups", json={"app_name": "x1", "title": "t" * 65})
         assert long_title.status_code == 422 and long_title.json()["field"] == "title"
         made = await http.post(
             "/groups",

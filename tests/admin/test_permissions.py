@@ -203,6 +203,7 @@ ROWS = [
     Row("DELETE", "/tokens/{token}", (204, 204, 404, 404, 401), setup=_op_in_token),
     Row("GET", "/dashboard", READ_ALL),
     Row("GET", "/settings/access-token", ADMIN),
+    Row("GET", "/settings", ADMIN),
     Row("GET", "/auth/me", READ_ALL),
     Row("GET", "/audit", ADMIN),
     Row("GET", "/audit?action=job&since=2026-01-01T00:00:00Z", ADMIN),

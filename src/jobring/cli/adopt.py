@@ -175,7 +175,7 @@ def run(
     )
     print(
         "Users log in once with their XXL-JOB password and must then pick a new one; "
-        "`jobring users reset-password NAME` works offline.",
+        "`jobring users reset-password NAME --offline` works without a running admin.",
         file=out,
     )
     print(

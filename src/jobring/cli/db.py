@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -48,8 +49,7 @@ def register(sub: Any) -> None:
     adopt.set_defaults(handler=_adopt)
 
 
-def database_url(args: argparse.Namespace) -> str:
-    """The database URL from --database-url, --config or the environment; UsageError if bad."""
+def _database_url(args: argparse.Namespace) -> str:
     from jobring.admin.store import normalize_url  # SQLAlchemy is imported only when used
 
     try:
@@ -60,11 +60,30 @@ def database_url(args: argparse.Namespace) -> str:
     return settings.database_url
 
 
-def shown_url(url: str) -> str:
-    """``url`` with its password hidden."""
+def _source(args: argparse.Namespace) -> str:
+    if args.database_url:
+        return "--database-url"
+    if os.environ.get("JOBRING_DATABASE_URL"):
+        return "JOBRING_DATABASE_URL"
+    if args.config or os.environ.get("JOBRING_CONFIG"):
+        return "the config file"
+    return "the default"
+
+
+def _shown(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+def database_url(args: argparse.Namespace) -> str:
+    """The database URL from --database-url, --config or the environment; UsageError if bad."""
+    return _database_url(args)
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password hidden."""
+    return _shown(url)
 
 
 def _upgrade(args: argparse.Namespace) -> int:
@@ -73,20 +92,33 @@ def _upgrade(args: argparse.Namespace) -> int:
     from jobring.admin.adopt import AdoptionRefused
     from jobring.admin.store import upgrade_database
 
-    url = database_url(args)
+    url = _database_url(args)
     try:
         result = asyncio.run(upgrade_database(url))
     except AdoptionRefused as exc:
         print(f"jobring: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
     except (SQLAlchemyError, OSError) as exc:
-        print(f"jobring: database upgrade failed for {shown_url(url)}: {exc}", file=sys.stderr)
+        print(f"jobring: database upgrade failed for {_shown(url)}: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
     if result.changed:
-        print(f"{shown_url(url)}: upgraded schema from {result.before or 'none'} to {result.after}")
+        print(f"{_shown(url)}: upgraded schema from {result.before or 'none'} to {result.after}")
     else:
-        print(f"{shown_url(url)}: schema already at {result.after} (nothing to do)")
+        print(f"{_shown(url)}: schema already at {result.after} (nothing to do)")
     return 0
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite database file that does not exist (reading it would create it)."""
+    from jobring.admin.store import normalize_url
+
+    parsed = normalize_url(url)
+    path = parsed.database
+    if not parsed.get_backend_name().startswith("sqlite") or not path or path == ":memory:":
+        return None
+    if path.startswith("file:") or os.path.exists(path):
+        return None
+    return path
 
 
 def _current(args: argparse.Namespace) -> int:
@@ -94,15 +126,19 @@ def _current(args: argparse.Namespace) -> int:
 
     from jobring.admin.store import current_revision, head_revision
 
-    url = database_url(args)
+    url = _database_url(args)
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        raise UsageError(f"no database at {missing} (SQLite, from {_source(args)}): give --database-url, "
+                         "JOBRING_DATABASE_URL or --config; `jobring db upgrade` creates a new one")
     try:
         revision = asyncio.run(current_revision(url))
     except (SQLAlchemyError, OSError) as exc:
-        print(f"jobring: cannot read the schema revision of {shown_url(url)}: {exc}", file=sys.stderr)
+        print(f"jobring: cannot read the schema revision of {_shown(url)}: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
     head = head_revision()
     state = "up to date" if revision == head else f"behind head {head}; run `jobring db upgrade`"
-    print(f"{shown_url(url)}: revision {revision or 'none'} ({state})")
+    print(f"{_shown(url)}: revision {revision or 'none'} ({state})")
     return 0
 
 
@@ -111,9 +147,9 @@ def _adopt(args: argparse.Namespace) -> int:
 
     from jobring.cli import adopt as adopt_cmd
 
-    url = database_url(args)
+    url = _database_url(args)
     try:
         return adopt_cmd.run(url, args.database_timezone, args.executor_token, dry_run=args.dry_run)
     except (SQLAlchemyError, OSError) as exc:
-        print(f"jobring: adoption of {shown_url(url)} failed: {exc}", file=sys.stderr)
+        print(f"jobring: adoption of {_shown(url)} failed: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR

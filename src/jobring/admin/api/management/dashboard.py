@@ -1,4 +1,4 @@
-"""/dashboard (counts and per-day chart data) and /settings/access-token (admin)."""
+"""/dashboard (counts and per-day chart data), /settings and /settings/access-token (admin)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from jobring.admin.api.management.deps import Admin, Reader, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES
-from jobring.admin.api.management.models import AccessTokenOut, DashboardOut, DayCountOut
+from jobring.admin.api.management.models import AccessTokenOut, DashboardOut, DayCountOut, SettingsOut
 from jobring.admin.audit import AuditAction
 from jobring.admin.store.records import DayCount
 from jobring.admin.store.zones import zone_named
@@ -69,3 +69,20 @@ async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
     )
     token = services.secrets.access_token
     return AccessTokenOut(enabled=token is not None, access_token=token)
+
+
+@router.get(
+    "/settings", response_model=SettingsOut, tags=["settings"], summary="The admin's settings (admin)"
+)
+async def settings(services: Services, principal: Admin) -> SettingsOut:
+    from jobring.admin.app import jobring_version  # the app module imports this one
+
+    configured = services.settings
+    return SettingsOut(
+        version=jobring_version(),
+        database_backend=services.store.backend,
+        timezone=configured.timezone or "UTC",
+        base_path=configured.base_path,
+        glue_enabled=configured.glue_enabled,
+        global_access_token=services.secrets.access_token is not None,
+    )

@@ -9,7 +9,7 @@ are refused before any migration runs (``jobring.admin.adopt.check_adoptable``).
 Nothing happens on databases that already have the columns.
 
 Revision ID: 0013
-Revises: 0012
+Revises: 0010
 Create Date: 2026-11-23
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0012"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
