@@ -419,3 +419,27 @@ def test_reset_password_command(tmp_path: Path, capsys: pytest.CaptureFixture[st
     captured = capsys.readouterr()
     password = captured.out.strip().splitlines()[-1]
     assert "must be changed at the next login" in captured.err and len(password) >= 16
+
+
+@pytest.mark.parametrize(
+    ("cron", "after_local", "expected_local"),
+    [
+        ("0 30 9 * * ?", "2026-11-23 09:30:00", "2026-11-24 09:30:00"),
+        ("0 0/30 9-17 ? * MON-FRI", "2026-11-27 17:45:00", "2026-11-30 09:00:00"),  # Friday evening
+        ("0 0 0 L * ?", "2026-11-23 00:00:00", "2026-11-30 00:00:00"),  # last day of the month
+        ("0 15 10 ? * 6L", "2026-11-23 00:00:00", "2026-11-27 10:15:00"),  # last Friday
+    ],
+)
+async def test_adopted_crons_fire_at_xxl_job_s_instants(
+    sqlite_store: Store, cron: str, after_local: str, expected_local: str
+) -> None:
+    # What XXL-JOB's CronExpression gives in a JVM running in Asia/Shanghai.
+    def instant(text_: str) -> int:
+        return int(datetime.fromisoformat(text_).replace(tzinfo=SHANGHAI).timestamp() * 1000)
+
+    settings = AdminSettings(timezone="Asia/Shanghai")  # as resolved from an adopted database
+    async with api_env(sqlite_store, settings=settings) as api, api.client("admin") as http:
+        answer = await http.post("/schedules/preview", json={
+            "schedule_type": "CRON", "schedule_conf": cron, "count": 1, "after": instant(after_local)})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["times"] == [instant(expected_local)]
