@@ -55,14 +55,21 @@ async def java_admin_signs(store: Store, now_ms: int, legacy_log_id_max: int) ->
     return signs
 
 
+# MariaDB answers a NOWAIT on a locked row with "lock wait timeout", MySQL 8 with its own code.
+_LOCKED_CODES = frozenset({1205, 3572})
+
+
 async def _lock_is_held(store: Store) -> bool:
     try:
         async with store.db.write() as conn:
             stmt = select(job_lock.c.lock_name).where(job_lock.c.lock_name == SCHEDULE_LOCK)
             await conn.execute(stmt.with_for_update(nowait=True))
     except DBAPIError as exc:
-        log.debug("schedule_lock probe: %s", exc)
-        return True
+        code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+        if code in _LOCKED_CODES:
+            return True
+        # MySQL 5.7 has no NOWAIT: only the run-based sign is available there.
+        log.warning("cannot probe XXL-JOB's schedule_lock (%s); judging by recent runs only", exc.orig)
     return False
 
 
