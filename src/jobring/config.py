@@ -42,6 +42,10 @@ class AdminSettings:
     pre_read_ms: int = 5000
     node_id: str | None = None
     secure_cookies: bool = False
+    # Limits on a request head, checked before anything else (414 / 431 / 408 answers).
+    max_request_line_bytes: int = 8 * 1024
+    max_header_bytes: int = 64 * 1024
+    header_timeout: float = 10.0
     # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
     smtp_host: str | None = None
     smtp_port: int = 25
@@ -113,4 +117,11 @@ def load_settings(
         if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX):].lower() in known
     }
     settings = _apply(settings, from_env, "environment")
-    return _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    settings = _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    for name in _POSITIVE:
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+    return settings
+
+
+_POSITIVE = ("max_request_line_bytes", "max_header_bytes", "header_timeout")

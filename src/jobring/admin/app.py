@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
+from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, not_found
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
@@ -45,6 +46,7 @@ from jobring.admin.store import Store
 from jobring.config import AdminSettings
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule
+from jobring.protocol.edge import SecurityHeaders
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,13 @@ async def health(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if db_ok else 503)
 
 
+class AdminApp(Starlette):
+    """Starlette with the security headers outside everything, server errors included."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_app(
     settings: AdminSettings,
     *,
@@ -238,8 +247,10 @@ def create_app(
 
     base = "/" + settings.base_path.strip("/")
     routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
+    # "/api/v1" itself would otherwise reach the executor API's "api/<uri>" below.
+    routes.append(Route("/api/v1", not_found, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]))
     routes.append(Mount("/api/v1", app=management_api))
     if base != "/":
         routes.append(Mount(base, app=executor_api))
     routes.append(Mount("", app=executor_api))
-    return Starlette(routes=routes, lifespan=lifespan)
+    return AdminApp(routes=routes, lifespan=lifespan, exception_handlers=dict(JSON_ERROR_HANDLERS))

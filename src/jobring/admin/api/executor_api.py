@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS
 from jobring.admin.store.groups import EXECUTOR
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
@@ -145,4 +146,7 @@ def executor_api_app(
     registry: RegistryService, callbacks: CallbackService, access_token: str | None
 ) -> Starlette:
     """A standalone ASGI app with the executor-facing routes (tests, small deployments)."""
-    return Starlette(routes=executor_api_routes(registry, callbacks, access_token))
+    return Starlette(
+        routes=executor_api_routes(registry, callbacks, access_token),
+        exception_handlers=dict(JSON_ERROR_HANDLERS),
+    )
