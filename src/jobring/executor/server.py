@@ -16,6 +16,14 @@ from typing import Any, Protocol, cast
 import orjson
 
 from jobring.executor.eager import first_step, resume
+from jobring.protocol.edge import (
+    HEAD_REFUSALS,
+    SECURITY_HEADER_LINES,
+    SECURITY_HEADERS,
+    HeadLimits,
+    HeadMeter,
+    feed_head,
+)
 from jobring.protocol.models import (
     MSG_METHOD_NOT_SUPPORTED,
     MSG_TOKEN_WRONG,
@@ -42,7 +50,7 @@ MSG_NOT_STARTED = "executor is not started."
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
 _TOKEN_HEADER = b"xxl-job-access-token"
-_HEADERS = [(b"content-type", b"application/json;charset=UTF-8")]
+_HEADERS = [(b"content-type", b"application/json;charset=UTF-8"), *SECURITY_HEADERS]
 _BEAT_OK = ReturnT.success().encode()
 _METHOD_NOT_SUPPORTED = ReturnT.fail(MSG_METHOD_NOT_SUPPORTED).encode()
 _TOKEN_WRONG = ReturnT.fail(MSG_TOKEN_WRONG).encode()
@@ -228,21 +236,47 @@ async def _read_body(receive: Receive) -> bytes:
 # instead of a generic ASGI server: a /run is one parse, one handle() call and one write,
 # which is most of the executor's cost per run. Mounting (asgi_app) still goes through ASGI.
 
-_STATUS_LINE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json;charset=UTF-8\r\nContent-Length: "
-_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_STATUS_LINE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json;charset=UTF-8\r\n"
+                + SECURITY_HEADER_LINES + b"Content-Length: ")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 KEEP_ALIVE_TIMEOUT_S = 75.0
+# After refusing a request, what the client still sends is read and dropped this long, so
+# that it reads the answer rather than a connection reset.
+LINGER_S = 2.0
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 414: b"URI Too Long",
+            431: b"Request Header Fields Too Large"}
+
+
+def _error_answer(status: int, msg: str) -> bytes:
+    """A complete closing answer with a ReturnT body (the envelope XXL-JOB clients read)."""
+    body = ReturnT.fail(msg).encode()
+    return b"".join((
+        b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
+        b"Content-Type: application/json;charset=UTF-8\r\n",
+        SECURITY_HEADER_LINES,
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body),
+        body,
+    ))
+
+
+_BAD_REQUEST = _error_answer(400, "invalid HTTP request")
+_BODY_TOO_LARGE = f"request error:request body larger than {MAX_BODY_BYTES} bytes"
 
 
 class _Request:
-    __slots__ = ("url", "token", "expect_continue", "chunks", "size")
+    __slots__ = ("url", "token", "expect_continue", "chunks", "size", "declared_size")
 
     def __init__(self) -> None:
         self.url = b""
+        self.declared_size = 0
         self.token: bytes | None = None
         self.expect_continue = False
         self.chunks: list[bytes] = []
         self.size = 0
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop parsing a refused request."""
 
 
 class _HttpConnection(asyncio.Protocol):
@@ -261,6 +295,9 @@ class _HttpConnection(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._last_activity = self._loop.time()
+        self._meter = HeadMeter(server.head_limits)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refused = False
 
     # asyncio.Protocol
 
@@ -268,20 +305,31 @@ class _HttpConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._server.connections.add(self)
         self._arm_idle_timer()
+        self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._server.connections.discard(self)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        self._cancel_head_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # lingering after a refusal: drop what the client still sends
         self._last_activity = self._loop.time()
+        if self._meter.in_head and self._head_timer is None:
+            self._arm_head_timer()
         try:
-            self._parser.feed_data(data)
+            verdict = feed_head(self._meter, data, self._parser.feed_data)
         except self._parse_error as exc:
+            if self._refused:
+                return  # a callback refused the head and stopped the parser
             log.debug("bad HTTP request: %s", exc)
             self._abort(_BAD_REQUEST)
+            return
+        if verdict is not None:
+            self._refuse(verdict)
 
     # httptools callbacks
 
@@ -289,26 +337,41 @@ class _HttpConnection(asyncio.Protocol):
         self._request = _Request()
 
     def on_url(self, url: bytes) -> None:
+        self._meter.url(url)
         self._request.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._meter.header(name, value)
         lowered = name.lower()
         if lowered == _TOKEN_HEADER:
             self._request.token = value
         elif lowered == b"expect" and value.lower() == b"100-continue":
             self._request.expect_continue = True
+        elif lowered == b"content-length" and value.strip().isdigit():
+            self._request.declared_size = int(value)
 
     def on_headers_complete(self) -> None:
+        verdict = self._meter.headers_done()
+        self._cancel_head_timer()
+        if verdict is not None:
+            self._refuse(verdict)
+            raise _HeadRefused  # stops the parser: nothing of this request is answered
+        if self._request.declared_size > MAX_BODY_BYTES:
+            self._refuse(413)
+            raise _HeadRefused
         if self._request.expect_continue and self._transport is not None:
             self._transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
         request = self._request
         request.size += len(body)
-        if request.size <= MAX_BODY_BYTES:
-            request.chunks.append(body)
+        if request.size > MAX_BODY_BYTES:  # a chunked body past the cap
+            self._refuse(413)
+            raise _HeadRefused
+        request.chunks.append(body)
 
     def on_message_complete(self) -> None:
+        self._meter.message_done()
         request = self._request
         method = self._parser.get_method().decode("latin-1")
         keep_alive = self._parser.should_keep_alive()
@@ -372,6 +435,37 @@ class _HttpConnection(asyncio.Protocol):
     def abort(self) -> None:
         self._abort(None)
 
+    def _refuse(self, status: int) -> None:
+        self._cancel_head_timer()
+        transport = self._transport
+        if self._refused or self._closing or transport is None:
+            return
+        self._refused = self._closing = True
+        why = _BODY_TOO_LARGE if status == 413 else HEAD_REFUSALS[status]
+        log.warning("refused a request: %s", why)
+        transport.write(_error_answer(status, why))
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._loop.call_later(LINGER_S, transport.close)
+
+    def _arm_head_timer(self) -> None:
+        timeout = self._server.head_limits.head_timeout_s
+        self._head_timer = self._loop.call_later(timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._closing or not self._meter.in_head:
+            return
+        if self._meter.head_bytes == 0:
+            self._abort(None)  # connected and never asked anything: nothing to answer
+            return
+        self._refuse(408)
+
     def _abort(self, final: bytes | None) -> None:
         self._closing = True
         if self._transport is not None:
@@ -384,10 +478,15 @@ class ExecutorHttpServer:
     """Serves :class:`ExecutorEndpoints` over HTTP/1.1 on a bound socket."""
 
     def __init__(
-        self, endpoints: ExecutorEndpoints, *, keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S
+        self,
+        endpoints: ExecutorEndpoints,
+        *,
+        keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S,
+        head_limits: HeadLimits | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.keep_alive_timeout_s = keep_alive_timeout_s
+        self.head_limits = head_limits or HeadLimits()
         self.connections: set[_HttpConnection] = set()
         self.in_flight: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
