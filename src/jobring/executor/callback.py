@@ -32,6 +32,14 @@ class AdminUnavailable(Exception):
     """No admin address took the request."""
 
 
+class AdminRefused(AdminUnavailable):
+    """An admin answered that the request itself is malformed (HTTP 400/413): sending the
+    same request again cannot succeed."""
+
+
+_REFUSED_STATUSES = (400, 413)
+
+
 async def post_to_admins(
     client: httpx.AsyncClient,
     admin_urls: Sequence[str],
@@ -41,6 +49,7 @@ async def post_to_admins(
 ) -> None:
     """POST to each admin address in order until one answers ReturnT code 200."""
     problems: list[str] = []
+    refused = False
     for base in admin_urls:
         url = base + api
         try:
@@ -49,7 +58,8 @@ async def post_to_admins(
             problems.append(f"{url}: {type(exc).__name__}: {exc}")
             continue
         if response.status_code != 200:
-            problems.append(f"{url}: HTTP {response.status_code}")
+            refused = refused or response.status_code in _REFUSED_STATUSES
+            problems.append(f"{url}: HTTP {response.status_code} {response.content[:200]!r}")
             continue
         try:
             answer = ReturnT.decode(response.content)
@@ -59,7 +69,8 @@ async def post_to_admins(
         if answer.ok:
             return
         problems.append(f"{url}: code {answer.code} {answer.msg}")
-    raise AdminUnavailable("; ".join(problems) or "no admin address configured")
+    why = "; ".join(problems) or "no admin address configured"
+    raise AdminRefused(why) if refused else AdminUnavailable(why)
 
 
 def admin_headers(access_token: str | None) -> dict[str, str]:
@@ -158,6 +169,7 @@ class CallbackSender:
         self._retry_at = 0.0
         self._clock = clock or asyncio.get_running_loop().time
         self.delivered_count = 0
+        self.dropped_count = 0
 
     @property
     def pending_count(self) -> int:
@@ -168,7 +180,17 @@ class CallbackSender:
         return len(self._spool)
 
     def report(self, result: HandleCallbackParam) -> None:
-        """Queue one result; called from the event loop, never blocks."""
+        """Queue one result; called from the event loop, never blocks.
+
+        A result that cannot be sent at all (a value JSON cannot carry) is dropped with an
+        error in the log: kept, it would fail every batch and spool write it is part of.
+        """
+        try:
+            orjson.dumps(result.to_dict())
+        except TypeError as exc:
+            self.dropped_count += 1
+            log.error("callback: result of logId=%r cannot be encoded, dropped: %s", result.log_id, exc)
+            return
         self._pending.append(result)
         self._wakeup.set()
 
@@ -204,12 +226,22 @@ class CallbackSender:
                     return
                 await self._wait(None)
                 continue
-            if len(self._spool) and self._clock() >= self._retry_at:
-                await self._retry_spool()
-            if self._pending:
-                await self._send_pending()
-            elif len(self._spool) and not self._closing:
+            try:
+                await self._step()
+            except Exception:
+                # The one task that delivers every result must outlive any single failure
+                # (a spool write that failed, a bug): log it, back off, go on.
+                log.exception("callback sender: unexpected error; retrying in %.1f s", self._backoff_s)
+                self._schedule_retry("unexpected error")
                 await self._wait(self._retry_at - self._clock())
+
+    async def _step(self) -> None:
+        if len(self._spool) and self._clock() >= self._retry_at:
+            await self._retry_spool()
+        if self._pending:
+            await self._send_pending()
+        elif len(self._spool) and not self._closing:
+            await self._wait(self._retry_at - self._clock())
 
     async def _wait(self, max_wait_s: float | None) -> None:
         if max_wait_s is not None and max_wait_s <= 0:
@@ -232,7 +264,7 @@ class CallbackSender:
             return
         try:
             self._last_post_at = self._clock()
-            await self._post(batch)
+            delivered = await self._deliver(batch)
         except AdminUnavailable as exc:
             await asyncio.to_thread(self._spool.append, batch)
             self._schedule_retry(f"{len(batch)} result(s) spooled: {exc}")
@@ -241,19 +273,19 @@ class CallbackSender:
             # Stopped mid-request: the batch goes back so that close() spools it.
             self._pending.extendleft(reversed(batch))
             raise
-        self.delivered_count += len(batch)
+        self.delivered_count += delivered
 
     async def _retry_spool(self) -> None:
         items = self._spool.items()
         for start in range(0, len(items), self._batch_size):
             batch = items[start:start + self._batch_size]
             try:
-                await self._post(batch)
+                delivered = await self._deliver(batch)
             except AdminUnavailable as exc:
                 self._schedule_retry(f"spool retry failed ({len(self._spool)} waiting): {exc}")
                 return
             await asyncio.to_thread(self._spool.remove, batch)
-            self.delivered_count += len(batch)
+            self.delivered_count += delivered
         log.info("callback spool delivered")
         self._backoff_s = _INITIAL_BACKOFF_S
 
@@ -261,6 +293,23 @@ class CallbackSender:
         log.warning("callback: %s; retry in %.1f s", why, self._backoff_s)
         self._retry_at = self._clock() + self._backoff_s
         self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
+
+    async def _deliver(self, batch: Sequence[HandleCallbackParam]) -> int:
+        """Post a batch; when an admin refuses it as malformed, post its items one by one and
+        drop (with an error in the log) only those refused alone, so one bad result never
+        holds back the others. Returns how many were delivered; raises AdminUnavailable when
+        no admin takes them."""
+        try:
+            await self._post(batch)
+        except AdminRefused as exc:
+            if len(batch) > 1:
+                log.warning("callback: a batch of %d result(s) was refused (%s); sending them one by one",
+                            len(batch), exc)
+                return sum([await self._deliver([item]) for item in batch])
+            self.dropped_count += 1
+            log.error("callback: the admin refused the result of logId=%r, dropped: %s", batch[0].log_id, exc)
+            return 0
+        return len(batch)
 
     async def _post(self, batch: Sequence[HandleCallbackParam]) -> None:
         body = orjson.dumps([item.to_dict() for item in batch])

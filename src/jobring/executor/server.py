@@ -34,6 +34,8 @@ from jobring.protocol.models import (
     ProtocolError,
     ReturnT,
     TriggerParam,
+    in_int32,
+    in_int64,
     msg_uri_not_found,
 )
 
@@ -165,7 +167,11 @@ class ExecutorEndpoints:
             return ReturnT.fail(f"request error:{type(exc).__name__}: {exc}").encode()
         if answer.code == SUCCESS_CODE and answer.msg is None and answer.content is None:
             return _BEAT_OK  # the common answer, encoded once
-        return answer.encode()
+        try:
+            return answer.encode()
+        except TypeError as exc:  # a value JSON cannot carry (e.g. an integer past 64 bits)
+            log.error("executor endpoint %s: answer cannot be encoded: %s", path, exc)
+            return ReturnT.fail(f"request error:answer cannot be encoded: {exc}").encode()
 
     async def _dispatch(self, path: str, body: bytes) -> ReturnT:
         if path not in ("/run", "/trigger", "/idleBeat", "/kill", "/log"):
@@ -206,6 +212,8 @@ def decode_trigger(body: bytes) -> TriggerParam:
         and type(glue_time) is int and type(index) is int and type(total) is int
         and type(handler) is str and type(params) is str and type(block) is str
         and type(glue_type) is str and type(glue_source) is str
+        and in_int32(job_id) and in_int32(timeout) and in_int32(index) and in_int32(total)
+        and in_int64(log_id) and in_int64(log_time) and in_int64(glue_time)
     ):
         return TriggerParam(job_id, handler, params, block, timeout, log_id, log_time, glue_type,
                             glue_source, glue_time, index, total)
