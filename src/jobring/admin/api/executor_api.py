@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import unicodedata
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -114,16 +115,22 @@ class ExecutorApi:
         return ReturnT.success()
 
 
+def _clean_token(value: str) -> bool:
+    """Non-empty, and no whitespace or control/format character anywhere (an appname and an
+    address are single tokens; a space or a newline in one is an attack or a mistake)."""
+    return bool(value) and not any(c.isspace() or unicodedata.category(c)[0] == "C" for c in value)
+
+
 def _registry_ok(param: RegistryParam) -> bool:
     values = (param.registry_group, param.registry_key, param.registry_value)
-    if not all(v.strip() for v in values):
+    if not all(_clean_token(v) for v in values):
         return False
     if any(len(v) > limit for v, limit in zip(values, _REGISTRY_LIMITS, strict=True)):
         return False
     if param.registry_group == EXECUTOR:
         # The admin will POST to this address: it must be an http(s) URL with a host.
         try:
-            url = urlsplit(param.registry_value.strip())
+            url = urlsplit(param.registry_value)
             host = url.hostname
         except ValueError:
             return False
