@@ -1,7 +1,8 @@
 """Schemathesis over the published OpenAPI document: every operation, a bounded number of
 generated requests each (valid and invalid), against a live server with an admin session.
 
-Checks: no 5xx, every status is documented, content types and bodies match the schema.
+Checks: no 5xx, no request the schema allows is refused as invalid (400/422), every status
+is documented, content types and bodies match the schema.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -163,6 +165,7 @@ def test_api_conforms_to_its_openapi(case: schemathesis.Case, live_admin: LiveAd
         headers=live_admin.headers,
         checks=[
             not_a_server_error,
+            positive_data_acceptance,  # a request the schema allows is not refused (400/422)
             status_code_conformance,
             content_type_conformance,
             response_schema_conformance,

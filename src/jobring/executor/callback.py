@@ -269,8 +269,9 @@ class CallbackSender:
             await asyncio.to_thread(self._spool.append, batch)
             self._schedule_retry(f"{len(batch)} result(s) spooled: {exc}")
             return
-        except asyncio.CancelledError:
-            # Stopped mid-request: the batch goes back so that close() spools it.
+        except BaseException:
+            # Stopped mid-request (close() spools it) or an unexpected error (the loop logs
+            # it and tries again later): the batch goes back, it is not lost.
             self._pending.extendleft(reversed(batch))
             raise
         self.delivered_count += delivered
