@@ -39,7 +39,10 @@ def _storable_text(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_storable_text)]
+# What _storable_text enforces, told to schema readers (clients, fuzzers): no control
+# characters other than tab and line breaks.
+STORABLE_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
+Text = Annotated[str, AfterValidator(_storable_text), Field(json_schema_extra={"pattern": STORABLE_TEXT_PATTERN})]
 Id32 = Annotated[int, Field(ge=1, le=MAX_INT32)]
 Id64 = Annotated[int, Field(ge=1, le=MAX_INT64)]
 EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)]
@@ -116,7 +119,12 @@ class JobFields(Strict):
 
 
 class JobCreate(JobFields):
-    pass
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "job_group": 1, "job_desc": "nightly report", "author": "ops", "schedule_type": "CRON",
+        "schedule_conf": "0 0 2 * * ?", "schedule_timezone": "Europe/Berlin",
+        "executor_handler": "report", "executor_param": "full", "executor_route_strategy": "ROUND",
+        "executor_timeout": 600, "executor_fail_retry_count": 1,
+    }]})
 
 
 class JobUpdate(Strict):
@@ -173,6 +181,8 @@ class JobOut(BaseModel):
 
 
 class TriggerIn(Strict):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"executor_param": "date=2026-01-31"}]})
+
     executor_param: ExecutorParam | None = Field(
         None, description="replaces the job's params for this run"
     )
@@ -182,6 +192,11 @@ class TriggerIn(Strict):
 
 
 class TriggerOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "log_ids": [3051], "trigger_code": 200,
+        "trigger_msg": "Trigger type: Manual trigger\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\ncode: 200\n",
+    }]})
+
     log_ids: list[int]
     trigger_code: int
     trigger_msg: str
@@ -236,6 +251,15 @@ class GlueVersionOut(BaseModel):
 
 
 class RunOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "id": 3051, "job_group": 1, "job_id": 12, "executor_address": "http://10.0.0.7:9999/",
+        "executor_handler": "report", "executor_param": "full", "executor_sharding_param": None,
+        "executor_fail_retry_count": 1, "trigger_time": "2026-01-31T02:00:00Z", "trigger_code": 200,
+        "trigger_msg": "Trigger type: Cron trigger", "trigger_type": "CRON",
+        "handle_time": "2026-01-31T02:03:12Z", "handle_code": 200, "handle_msg": None, "alarm_status": 0,
+        "planned_time": 1769824800000, "dispatch_time": 1769824800004,
+    }]})
+
     id: int
     job_group: int
     job_id: int
@@ -286,6 +310,11 @@ class ClearOut(BaseModel):
 
 
 class GroupIn(Strict):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"app_name": "billing", "title": "Billing"},
+        {"app_name": "reports", "title": "Reports", "address_type": 1, "addresses": ["http://10.0.0.7:9999/"]},
+    ]})
+
     app_name: Annotated[Text, Field(min_length=1, max_length=64)]
     title: Annotated[Text, Field(min_length=1, max_length=12)]
     address_type: Annotated[int, Field(ge=0, le=1, description="0 automatic (registry), 1 manual")] = 0
@@ -371,6 +400,10 @@ class PasswordChange(Strict):
 
 
 class LoginIn(Strict):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"username": "admin", "password": "correct horse battery staple"},
+    ]})
+
     username: Annotated[Text, Field(min_length=1, max_length=50)]
     password: Password
 
@@ -382,6 +415,8 @@ class MeOut(BaseModel):
 
 
 class TokenCreate(Strict):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "laptop"}]})
+
     name: Annotated[Text, Field(min_length=1, max_length=64)]
 
 
@@ -399,6 +434,11 @@ class TokenOut(BaseModel):
 
 
 class TokenCreated(TokenOut):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "id": 3, "user_id": 1, "name": "laptop", "add_time": "2026-01-31T09:15:00Z", "last_used_time": None,
+        "revoked": False, "token": "jr_2bW9q...(shown once)",
+    }]})
+
     token: str = Field(description="shown only in this answer; store it now")
 
 
