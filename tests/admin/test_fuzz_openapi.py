@@ -11,6 +11,7 @@ import asyncio
 import os
 import socket
 import threading
+import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import requests
 import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -61,6 +63,25 @@ def _spec() -> dict[str, Any]:
     return spec
 
 
+def _cron() -> st.SearchStrategy[str]:
+    """Quartz cron expressions that fire again (the document's "quartz-cron" format)."""
+
+    def field(low: int, high: int) -> st.SearchStrategy[str]:
+        number = st.integers(low, high).map(str)
+        step = st.tuples(st.sampled_from(["*", str(low)]), st.integers(1, high - low)).map(
+            lambda p: f"{p[0]}/{p[1]}")
+        return st.one_of(st.just("*"), number, step,
+                         st.lists(st.integers(low, high), min_size=2, max_size=4, unique=True).map(
+                             lambda ns: ",".join(map(str, sorted(ns)))))
+
+    days = st.one_of(st.tuples(field(1, 28), st.just("?")), st.tuples(st.just("?"), field(1, 7)))
+    return st.builds(lambda s, m, h, d, mo: f"{s} {m} {h} {d[0]} {mo} {d[1]}",
+                     field(0, 59), field(0, 59), field(0, 23), days, field(1, 12))
+
+
+# The formats the document names that a generic generator cannot know.
+schemathesis.openapi.format("quartz-cron", _cron())
+schemathesis.openapi.format("iana-time-zone", st.sampled_from(sorted(zoneinfo.available_timezones())))
 schema = schemathesis.openapi.from_dict(_spec())
 
 

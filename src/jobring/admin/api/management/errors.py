@@ -84,7 +84,7 @@ async def _on_api_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_field_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, FieldError)
-    return error_response(422, str(exc), exc.field)
+    return error_response(exc.status, str(exc), exc.field)
 
 
 async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:

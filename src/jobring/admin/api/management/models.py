@@ -6,11 +6,13 @@ ISO 8601 with offset for the reference's DATETIME columns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from jobring.admin.security.passwords import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
 from jobring.admin.security.roles import Role
 from jobring.admin.store.records import (
     ApiToken,
@@ -22,7 +24,7 @@ from jobring.admin.store.records import (
     RegistryEntry,
     User,
 )
-from jobring.admin.validation import text_problem
+from jobring.admin.validation import USERNAME_PATTERN, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 
 MAX_INT32 = 2_147_483_647
@@ -42,7 +44,9 @@ def _storable_text(value: str) -> str:
 # What _storable_text enforces, told to schema readers (clients, fuzzers): no control
 # characters other than tab and line breaks.
 STORABLE_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
-Text = Annotated[str, AfterValidator(_storable_text), Field(json_schema_extra={"pattern": STORABLE_TEXT_PATTERN})]
+Text = Annotated[
+    str, AfterValidator(_storable_text), Field(json_schema_extra={"pattern": STORABLE_TEXT_PATTERN})
+]
 Id32 = Annotated[int, Field(ge=1, le=MAX_INT32)]
 Id64 = Annotated[int, Field(ge=1, le=MAX_INT64)]
 EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)]
@@ -64,6 +68,23 @@ def record_fields(model: type[BaseModel], record: object, **given: object) -> di
     return values
 
 
+def not_nullable(*names: str) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` telling that these optional fields may be left out but not be
+    null (the server refuses null for them; None in Python only means "not sent")."""
+
+    def edit(schema: dict[str, Any]) -> None:
+        for name in names:
+            prop = schema["properties"][name]
+            branches = [b for b in prop.pop("anyOf", []) if b.get("type") != "null"]
+            if len(branches) == 1:
+                prop.update(branches[0])
+            elif branches:
+                prop["anyOf"] = branches
+            prop.pop("default", None)
+
+    return edit
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -83,7 +104,37 @@ JobDesc = Annotated[Text, Field(min_length=1, max_length=255)]
 Author = Annotated[Text, Field(max_length=64)]
 AlarmEmail = Annotated[Text, Field(max_length=255)]
 ScheduleConf = Annotated[Text, Field(max_length=128)]
-ZoneName = Annotated[Text, Field(max_length=64)]
+# Formats a client (or a fuzzer) must know: "iana-time-zone" is a name of the IANA time zone
+# database (Europe/Paris, UTC); "quartz-cron" is a Quartz cron expression with seconds
+# (6 or 7 fields, e.g. "0 */5 * * * ?") that fires at least once more.
+ZoneName = Annotated[Text, Field(max_length=64, json_schema_extra={"format": "iana-time-zone"})]
+# FIX_RATE intervals: a whole number of seconds, 1 to 31,536,000 (a year).
+FIX_RATE_PATTERN = (
+    "^(?:[1-9][0-9]{0,6}|[12][0-9]{7}|30[0-9]{6}|31[0-4][0-9]{5}|315[0-2][0-9]{4}|3153[0-5][0-9]{3}|31536000)$"
+)
+
+
+def schedule_rules(schema: dict[str, Any]) -> None:
+    """What the server checks across the schedule fields: CRON needs a cron expression,
+    FIX_RATE a number of seconds, in ``schedule_conf``."""
+    rules = []
+    for kind, conf in (("CRON", {"format": "quartz-cron"}), ("FIX_RATE", {"pattern": FIX_RATE_PATTERN})):
+        rules.append({
+            "if": {"properties": {"schedule_type": {"const": kind}}, "required": ["schedule_type"]},
+            "then": {"required": ["schedule_conf"],
+                     "properties": {"schedule_conf": {"type": "string", "maxLength": 128, **conf}}},
+        })
+    schema["allOf"] = rules
+
+
+def _with(*edits: Callable[[dict[str, Any]], None], examples: list[dict[str, Any]] | None = None
+          ) -> Callable[[dict[str, Any]], None]:
+    def edit(schema: dict[str, Any]) -> None:
+        for one in edits:
+            one(schema)
+        if examples:
+            schema["examples"] = examples
+    return edit
 HandlerName = Annotated[Text, Field(max_length=255)]
 ExecutorParam = Annotated[Text, Field(max_length=512)]
 TimeoutSeconds = Annotated[int, Field(ge=0, le=7 * 24 * 3600)]
@@ -119,16 +170,22 @@ class JobFields(Strict):
 
 
 class JobCreate(JobFields):
-    model_config = ConfigDict(json_schema_extra={"examples": [{
+    model_config = ConfigDict(json_schema_extra=_with(schedule_rules, examples=[{
         "job_group": 1, "job_desc": "nightly report", "author": "ops", "schedule_type": "CRON",
         "schedule_conf": "0 0 2 * * ?", "schedule_timezone": "Europe/Berlin",
         "executor_handler": "report", "executor_param": "full", "executor_route_strategy": "ROUND",
         "executor_timeout": 600, "executor_fail_retry_count": 1,
-    }]})
+    }]))
 
 
 class JobUpdate(Strict):
     """A partial update: only the fields sent change."""
+
+    # schedule_conf is checked with the schedule_type sent along, so it needs one.
+    model_config = ConfigDict(json_schema_extra=_with(not_nullable(
+        "job_group", "job_desc", "schedule_type", "misfire_strategy", "executor_route_strategy",
+        "executor_block_strategy", "executor_timeout", "executor_fail_retry_count", "glue_type",
+    ), schedule_rules, lambda schema: schema.update(dependentRequired={"schedule_conf": ["schedule_type"]})))
 
     job_group: Id32 | None = None
     job_desc: JobDesc | None = None
@@ -203,6 +260,8 @@ class TriggerOut(BaseModel):
 
 
 class SchedulePreviewIn(Strict):
+    model_config = ConfigDict(json_schema_extra=schedule_rules)
+
     schedule_type: ScheduleType
     schedule_conf: ScheduleConf | None = None
     timezone: ZoneName | None = Field(
@@ -357,6 +416,14 @@ def _encodable(value: str) -> str:
 
 
 Password = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_encodable)]
+# A password being set: the length rules of password_problem, told to schema readers.
+NewPassword = Annotated[
+    str, Field(min_length=MIN_PASSWORD_LENGTH, max_length=MAX_PASSWORD_LENGTH), AfterValidator(_encodable)
+]
+# What check_username enforces.
+Username = Annotated[
+    Text, Field(min_length=1, max_length=50, json_schema_extra={"pattern": USERNAME_PATTERN.pattern})
+]
 
 
 class UserOut(BaseModel):
@@ -378,8 +445,8 @@ class UserOut(BaseModel):
 
 
 class UserCreate(Strict):
-    username: Annotated[Text, Field(min_length=1, max_length=50)]
-    password: Password
+    username: Username
+    password: NewPassword
     role: RoleName = "operator"
     group_ids: Annotated[list[Id32], Field(max_length=50)] = Field(default_factory=list)
     glue_permission: bool = False
@@ -387,16 +454,20 @@ class UserCreate(Strict):
 
 
 class UserUpdate(Strict):
-    username: Annotated[Text, Field(min_length=1, max_length=50)] | None = None
+    model_config = ConfigDict(
+        json_schema_extra=not_nullable("username", "role", "group_ids", "glue_permission")
+    )
+
+    username: Username | None = None
     role: RoleName | None = None
     group_ids: Annotated[list[Id32], Field(max_length=50)] | None = None
     glue_permission: bool | None = None
-    password: Password | None = Field(None, description="reset the password (the user must change it)")
+    password: NewPassword | None = Field(None, description="reset the password (the user must change it)")
 
 
 class PasswordChange(Strict):
     current_password: Password
-    new_password: Password
+    new_password: NewPassword
 
 
 class LoginIn(Strict):

@@ -26,7 +26,7 @@ from jobring.admin.security.passwords import hash_password, password_problem
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
 from jobring.admin.store.records import User
-from jobring.admin.validation import FieldError, check_permission_groups, check_username
+from jobring.admin.validation import FieldError, MissingReference, check_permission_groups, check_username
 
 router = APIRouter(tags=["users"], responses=ERROR_RESPONSES)
 
@@ -47,7 +47,7 @@ async def _permission(services: ManagementServices, group_ids: list[int]) -> str
     known = {g.id for g in await services.store.groups.all()}
     for i, gid in enumerate(group_ids):
         if gid not in known:
-            raise FieldError(f"group_ids.{i}", f"executor group {gid} does not exist")
+            raise MissingReference(f"group_ids.{i}", f"executor group {gid} does not exist")
     return text
 
 
