@@ -24,7 +24,7 @@ from jobring.admin.store.records import (
     RegistryEntry,
     User,
 )
-from jobring.admin.validation import USERNAME_PATTERN, text_problem
+from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 
 MAX_INT32 = 2_147_483_647
@@ -44,6 +44,16 @@ def _storable_text(value: str) -> str:
 # What _storable_text enforces, told to schema readers (clients, fuzzers): no control
 # characters other than tab and line breaks.
 STORABLE_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
+# HANDLER_PATTERN (no padding, one line) within what Text allows.
+HANDLER_NAME_PATTERN = (
+    "^[^\\s\\u0000-\\u001f](?:[^\\n\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*"
+    "[^\\s\\u0000-\\u001f])?$"
+)
+# The same, with at least one character that is not white space (a required text).
+NON_BLANK_TEXT = (
+    "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*[^\\s\\u0000-\\u001f]"
+    "[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
+)
 Text = Annotated[
     str, AfterValidator(_storable_text), Field(json_schema_extra={"pattern": STORABLE_TEXT_PATTERN})
 ]
@@ -100,7 +110,7 @@ class PageOut(BaseModel, Generic[T]):
 
 
 # A job's field limits, shared by creation, partial update and the calls that take one field.
-JobDesc = Annotated[Text, Field(min_length=1, max_length=255)]
+JobDesc = Annotated[Text, Field(min_length=1, max_length=255, json_schema_extra={"pattern": NON_BLANK_TEXT})]
 Author = Annotated[Text, Field(max_length=64)]
 AlarmEmail = Annotated[Text, Field(max_length=255)]
 ScheduleConf = Annotated[Text, Field(max_length=128)]
@@ -125,6 +135,16 @@ def schedule_rules(schema: dict[str, Any]) -> None:
                      "properties": {"schedule_conf": {"type": "string", "maxLength": 128, **conf}}},
         })
     schema["allOf"] = rules
+
+
+def handler_rule(schema: dict[str, Any]) -> None:
+    """BEAN jobs (the default glue_type) name their handler: no blank or padded name."""
+    schema.setdefault("allOf", []).append({
+        "if": {"properties": {"glue_type": {"not": {"const": "BEAN"}}}, "required": ["glue_type"]},
+        "else": {"required": ["executor_handler"],
+                 "properties": {"executor_handler": {"type": "string", "maxLength": 255,
+                                                     "pattern": HANDLER_NAME_PATTERN}}},
+    })
 
 
 def _with(*edits: Callable[[dict[str, Any]], None], examples: list[dict[str, Any]] | None = None
@@ -170,7 +190,7 @@ class JobFields(Strict):
 
 
 class JobCreate(JobFields):
-    model_config = ConfigDict(json_schema_extra=_with(schedule_rules, examples=[{
+    model_config = ConfigDict(json_schema_extra=_with(schedule_rules, handler_rule, examples=[{
         "job_group": 1, "job_desc": "nightly report", "author": "ops", "schedule_type": "CRON",
         "schedule_conf": "0 0 2 * * ?", "schedule_timezone": "Europe/Berlin",
         "executor_handler": "report", "executor_param": "full", "executor_route_strategy": "ROUND",
@@ -290,7 +310,9 @@ class GlueOut(BaseModel):
 
 class GlueSave(Strict):
     glue_source: GlueSource
-    glue_remark: Annotated[Text, Field(min_length=1, max_length=128)]
+    glue_remark: Annotated[
+        Text, Field(min_length=1, max_length=128, json_schema_extra={"pattern": NON_BLANK_TEXT})
+    ]
 
 
 class GlueVersionOut(BaseModel):
@@ -374,8 +396,10 @@ class GroupIn(Strict):
         {"app_name": "reports", "title": "Reports", "address_type": 1, "addresses": ["http://10.0.0.7:9999/"]},
     ]})
 
-    app_name: Annotated[Text, Field(min_length=1, max_length=64)]
-    title: Annotated[Text, Field(min_length=1, max_length=12)]
+    app_name: Annotated[
+        Text, Field(min_length=1, max_length=64, json_schema_extra={"pattern": APP_NAME_PATTERN.pattern})
+    ]
+    title: Annotated[Text, Field(min_length=1, max_length=12, json_schema_extra={"pattern": NON_BLANK_TEXT})]
     address_type: Annotated[int, Field(ge=0, le=1, description="0 automatic (registry), 1 manual")] = 0
     addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=200)] = Field(
         default_factory=list, description="manual groups: http(s) URLs of the executors"

@@ -26,7 +26,13 @@ from jobring.admin.security.passwords import hash_password, password_problem
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
 from jobring.admin.store.records import User
-from jobring.admin.validation import FieldError, MissingReference, check_permission_groups, check_username
+from jobring.admin.validation import (
+    ConflictingValue,
+    FieldError,
+    MissingReference,
+    check_permission_groups,
+    check_username,
+)
 
 router = APIRouter(tags=["users"], responses=ERROR_RESPONSES)
 
@@ -117,7 +123,7 @@ async def update_user(user_id: UserId, body: UserUpdate, services: Services, pri
         updated = replace(updated, glue_permission=body.glue_permission)
     if body.password is not None:
         if user.id == principal.user.id:
-            raise FieldError("password", "change your own password with POST /users/me/password")
+            raise ConflictingValue("password", "change your own password with POST /users/me/password")
         _check_password(body.password)
     await services.store.users.update(updated)  # Conflict -> 409
     if body.password is not None:
