@@ -304,7 +304,10 @@ class _HttpConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._last_activity = self._loop.time()
         self._meter = HeadMeter(server.head_limits)
+        # One timer per connection checks the head deadline; a request costs a clock read,
+        # not a timer (the /run path is the executor's hot path).
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_started: float | None = self._last_activity  # the first head starts now
         self._refused = False
 
     # asyncio.Protocol
@@ -313,7 +316,7 @@ class _HttpConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._server.connections.add(self)
         self._arm_idle_timer()
-        self._arm_head_timer()
+        self._arm_head_timer(self._server.head_limits.head_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -326,8 +329,10 @@ class _HttpConnection(asyncio.Protocol):
         if self._refused:
             return  # lingering after a refusal: drop what the client still sends
         self._last_activity = self._loop.time()
-        if self._meter.in_head and self._head_timer is None:
-            self._arm_head_timer()
+        if self._meter.in_head and self._head_started is None:
+            self._head_started = self._last_activity
+            if self._head_timer is None:
+                self._arm_head_timer(self._server.head_limits.head_timeout_s)
         try:
             verdict = feed_head(self._meter, data, self._parser.feed_data)
         except self._parse_error as exc:
@@ -360,7 +365,7 @@ class _HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         verdict = self._meter.headers_done()
-        self._cancel_head_timer()
+        self._head_started = None
         if verdict is not None:
             self._refuse(verdict)
             raise _HeadRefused  # stops the parser: nothing of this request is answered
@@ -456,9 +461,8 @@ class _HttpConnection(asyncio.Protocol):
             transport.write_eof()
         self._loop.call_later(LINGER_S, transport.close)
 
-    def _arm_head_timer(self) -> None:
-        timeout = self._server.head_limits.head_timeout_s
-        self._head_timer = self._loop.call_later(timeout, self._head_timed_out)
+    def _arm_head_timer(self, delay_s: float) -> None:
+        self._head_timer = self._loop.call_later(delay_s, self._head_timed_out)
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -467,7 +471,12 @@ class _HttpConnection(asyncio.Protocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._closing or not self._meter.in_head:
+        started = self._head_started
+        if self._closing or started is None:
+            return  # between heads: re-armed when the next one starts
+        left = started + self._server.head_limits.head_timeout_s - self._loop.time()
+        if left > 0:
+            self._arm_head_timer(left)  # a later head than the one this timer was set for
             return
         if self._meter.head_bytes == 0:
             self._abort(None)  # connected and never asked anything: nothing to answer
