@@ -112,7 +112,30 @@ class PageOut(BaseModel, Generic[T]):
 # A job's field limits, shared by creation, partial update and the calls that take one field.
 JobDesc = Annotated[Text, Field(min_length=1, max_length=255, json_schema_extra={"pattern": NON_BLANK_TEXT})]
 Author = Annotated[Text, Field(max_length=64)]
-AlarmEmail = Annotated[Text, Field(max_length=255)]
+# A comma list whose non-blank items each hold an "@" (what check_job accepts).
+_EMAIL_CHARS = "[^,\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*"
+_EMAIL_ITEM = f"(?:[\\t\\n\\r ]*|{_EMAIL_CHARS}@{_EMAIL_CHARS})"
+AlarmEmail = Annotated[
+    Text, Field(max_length=255, json_schema_extra={"pattern": f"^{_EMAIL_ITEM}(?:,{_EMAIL_ITEM})*$"})
+]
+# Executor addresses check_address accepts: http(s) URLs with a host name or IPv4 address (a
+# valid port), without user info, query, fragment or spaces (IPv6 literals are accepted too
+# but not described here).
+EXECUTOR_URL_PATTERN = (
+    "^https?://[A-Za-z0-9.-]+"
+    "(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+    "(?:/[^\\s?#\\u0000-\\u001f]*)?$"
+)
+
+
+def manual_addresses_rule(schema: dict[str, Any]) -> None:
+    """A manual group (address_type 1) lists at least one executor URL."""
+    schema["allOf"] = [{
+        "if": {"properties": {"address_type": {"const": 1}}, "required": ["address_type"]},
+        "then": {"required": ["addresses"], "properties": {"addresses": {
+            "type": "array", "minItems": 1, "maxItems": 200,
+            "items": {"type": "string", "maxLength": 255, "pattern": EXECUTOR_URL_PATTERN}}}},
+    }]
 ScheduleConf = Annotated[Text, Field(max_length=128)]
 # Formats a client (or a fuzzer) must know: "iana-time-zone" is a name of the IANA time zone
 # database (Europe/Paris, UTC); "quartz-cron" is a Quartz cron expression with seconds
@@ -391,10 +414,10 @@ class ClearOut(BaseModel):
 
 
 class GroupIn(Strict):
-    model_config = ConfigDict(json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra=_with(manual_addresses_rule, examples=[
         {"app_name": "billing", "title": "Billing"},
         {"app_name": "reports", "title": "Reports", "address_type": 1, "addresses": ["http://10.0.0.7:9999/"]},
-    ]})
+    ]))
 
     app_name: Annotated[
         Text, Field(min_length=1, max_length=64, json_schema_extra={"pattern": APP_NAME_PATTERN.pattern})
