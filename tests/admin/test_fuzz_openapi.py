@@ -47,6 +47,7 @@ from jobring.admin.store import Store, create_engine
 from jobring.admin.store.records import JobGroup, JobInfo
 from jobring.config import AdminSettings
 from jobring.core.clock import SystemClock
+from tests.admin.api_harness import _log_answer
 from tests.admin.executor_double import ExecutorDouble
 
 # Per operation; raise it locally for a deeper run (JOBRING_FUZZ_EXAMPLES=200).
@@ -123,6 +124,8 @@ class LiveAdmin:
 async def _prepare(db: Path) -> tuple[Starlette, Store, TriggerService, ExecutorClient]:
     store = await Store.open(f"sqlite+aiosqlite:///{db}")
     double = ExecutorDouble(["exec-a:9999"])
+    for address in double.addresses:  # an executor that serves run logs (else /log is a 502)
+        double.answer(address, "log", _log_answer)
     client = ExecutorClient(access_token="fuzz", transport=double.transport())
     trigger = TriggerService(
         store, client, access_token="fuzz", node_id="fuzz", clock=SystemClock(), admin_timezone="UTC"
