@@ -160,6 +160,18 @@ def schedule_rules(schema: dict[str, Any]) -> None:
     schema["allOf"] = rules
 
 
+def partial_handler_rule(schema: dict[str, Any]) -> None:
+    """A partial update of a job that is (or becomes) BEAN keeps a handler name: one sent
+    is not blank, and switching to BEAN sends one (the stored job may have none)."""
+    schema.setdefault("allOf", []).extend([
+        {"if": {"properties": {"glue_type": {"not": {"const": "BEAN"}}}, "required": ["glue_type"]},
+         "else": {"properties": {"executor_handler": {"type": "string", "maxLength": 255,
+                                                      "pattern": HANDLER_NAME_PATTERN}}}},
+        {"if": {"properties": {"glue_type": {"const": "BEAN"}}, "required": ["glue_type"]},
+         "then": {"required": ["executor_handler"]}},
+    ])
+
+
 def handler_rule(schema: dict[str, Any]) -> None:
     """BEAN jobs (the default glue_type) name their handler: no blank or padded name."""
     schema.setdefault("allOf", []).append({
@@ -228,7 +240,8 @@ class JobUpdate(Strict):
     model_config = ConfigDict(json_schema_extra=_with(not_nullable(
         "job_group", "job_desc", "schedule_type", "misfire_strategy", "executor_route_strategy",
         "executor_block_strategy", "executor_timeout", "executor_fail_retry_count", "glue_type",
-    ), schedule_rules, lambda schema: schema.update(dependentRequired={"schedule_conf": ["schedule_type"]})))
+    ), schedule_rules, partial_handler_rule,
+        lambda schema: schema.update(dependentRequired={"schedule_conf": ["schedule_type"]})))
 
     job_group: Id32 | None = None
     job_desc: JobDesc | None = None
