@@ -44,14 +44,15 @@ def _storable_text(value: str) -> str:
 # What _storable_text enforces, told to schema readers (clients, fuzzers): no control
 # characters other than tab and line breaks.
 STORABLE_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
-# HANDLER_PATTERN (no padding, one line) within what Text allows.
+# HANDLER_PATTERN (no padding, one line) within what Text allows. U+0085 is named: Python's
+# \s (the server's) includes it, a JavaScript-style \s (a schema reader's) does not.
 HANDLER_NAME_PATTERN = (
-    "^[^\\s\\u0000-\\u001f](?:[^\\n\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*"
-    "[^\\s\\u0000-\\u001f])?$"
+    "^[^\\s\\u0000-\\u001f\\u0085](?:[^\\n\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*"
+    "[^\\s\\u0000-\\u001f\\u0085])?$"
 )
 # The same, with at least one character that is not white space (a required text).
 NON_BLANK_TEXT = (
-    "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*[^\\s\\u0000-\\u001f]"
+    "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*[^\\s\\u0000-\\u001f\\u0085]"
     "[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
 )
 Text = Annotated[
@@ -124,7 +125,7 @@ AlarmEmail = Annotated[
 EXECUTOR_URL_PATTERN = (
     "^https?://[A-Za-z0-9.-]+"
     "(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
-    "(?:/[^\\s?#\\u0000-\\u001f]*)?$"
+    "(?:/[^\\s?#\\u0000-\\u001f\\u0085]*)?$"
 )
 
 
@@ -190,7 +191,9 @@ def _with(*edits: Callable[[dict[str, Any]], None], examples: list[dict[str, Any
         if examples:
             schema["examples"] = examples
     return edit
-HandlerName = Annotated[Text, Field(max_length=255)]
+HandlerName = Annotated[
+    Text, Field(max_length=255, json_schema_extra={"pattern": f"^(?:{HANDLER_NAME_PATTERN[1:-1]})?$"})
+]
 ExecutorParam = Annotated[Text, Field(max_length=512)]
 TimeoutSeconds = Annotated[int, Field(ge=0, le=7 * 24 * 3600)]
 RetryCount = Annotated[int, Field(ge=0, le=100)]
