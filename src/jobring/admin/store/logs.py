@@ -526,11 +526,13 @@ class LogRepository(Repository):
                 await asyncio.sleep(pause_s)
 
     async def counts_by_day(
-        self, from_day: datetime, to_day: datetime, *, now_ms: int | None = None
+        self, from_day: datetime, to_day: datetime, group_ids: Sequence[int] | None = None, *,
+        now_ms: int | None = None,
     ) -> builtins.list[DayCount]:
         """Running/success/fail counts per day (by trigger_time, UTC) from ``from_day`` to
-        ``to_day`` inclusive, one entry per day including empty days. With ``now_ms``, fires
-        recorded ahead and still ``scheduled`` then are not runs yet and are not counted."""
+        ``to_day`` inclusive, one entry per day including empty days; only the runs of
+        ``group_ids`` when given. With ``now_ms``, fires recorded ahead and still
+        ``scheduled`` then are not runs yet and are not counted."""
         start = utc_naive(from_day).replace(hour=0, minute=0, second=0)
         end = utc_naive(to_day).replace(hour=0, minute=0, second=0)
         running = case((and_(job_log.c.trigger_code.in_(_OK_CODES), job_log.c.handle_code == 0), 1), else_=0)
@@ -544,6 +546,8 @@ class LogRepository(Repository):
                     job_log.c.trigger_time >= day, job_log.c.trigger_time < day + timedelta(days=1),
                     *not_scheduled,
                 )
+                if group_ids is not None:
+                    stmt = stmt.where(job_log.c.job_group.in_(list(group_ids)))
                 total, run_n, ok_n = (await conn.execute(stmt)).one()
                 run_n, ok_n = int(run_n or 0), int(ok_n or 0)
                 days.append(DayCount(day, run_n, ok_n, int(total) - run_n - ok_n))
