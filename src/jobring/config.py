@@ -63,6 +63,10 @@ class AdminSettings:
     # always-refused link-local/metadata/multicast ranges; an allow list admits only IPs in it.
     executor_address_deny: str | None = None
     executor_address_allow: str | None = None
+    # Limits on a request head, checked before anything else (414 / 431 / 408 answers).
+    max_request_line_bytes: int = 8 * 1024
+    max_header_bytes: int = 64 * 1024
+    header_timeout: float = 10.0
     # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
     smtp_host: str | None = None
     smtp_port: int = 25
@@ -171,7 +175,13 @@ def load_settings(
     check_log_settings(settings.log_format, settings.log_level)
     if settings.ready_timeout <= 0:
         raise ConfigError(f"ready_timeout: expected seconds above 0, got {settings.ready_timeout!r}")
+    for name in _POSITIVE:
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
     return settings
+
+
+_POSITIVE = ("max_request_line_bytes", "max_header_bytes", "header_timeout")
 
 
 def address_policy(settings: AdminSettings) -> AddressPolicy:

@@ -222,13 +222,15 @@ async def test_users_admin_crud(sqlite_store: Store) -> None:
 async def test_dashboard_counts(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("viewer") as http:
         job = await env.add_job(env.group_a)
-        await env.add_job(env.group_b)
+        job_b = await env.add_job(env.group_b)
         await env.add_run(job, env.group_a, handle_code=200)
         await env.add_run(job, env.group_a, handle_code=500)
         await env.add_run(job, env.group_a)
+        await env.add_run(job_b, env.group_b, handle_code=500)  # not the viewer's
         yesterday = at(T0) - timedelta(days=1)
         await sqlite_store.reports.upsert_day(yesterday, 0, 7, 1, at(T0))
         await sqlite_store.registry.beat("EXECUTOR", "app-a", "http://x:1/", at(T0))
+        await sqlite_store.registry.beat("EXECUTOR", "app-b", "http://y:1/", at(T0))
         r = await http.get("/dashboard", params={"days": 3})
         assert r.status_code == 200
         body = r.json()
@@ -241,6 +243,12 @@ async def test_dashboard_counts(sqlite_store: Store) -> None:
         ) == (3, 1, 1, 1)
         assert body["executor_count"] == 1
         assert [d["day"] for d in body["chart"]] == ["2025-12-30", "2025-12-31", "2026-01-01"]
+        # The daily report table counts every group: a group-limited user never sees it.
+        assert body["chart"][1] == {"day": "2025-12-31", "running": 0, "success": 0, "fail": 0}
+        async with env.client("admin") as admin_http:
+            body = (await admin_http.get("/dashboard", params={"days": 3})).json()
+        assert (body["job_count"], body["runs_today"], body["runs_today_fail"]) == (2, 4, 2)
+        assert body["executor_count"] == 2
         assert body["chart"][1] == {"day": "2025-12-31", "running": 0, "success": 7, "fail": 1}
 
 

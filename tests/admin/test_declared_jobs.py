@@ -75,7 +75,9 @@ async def test_console_edits_win_until_the_code_changes_that_field(sqlite_store:
         job = (await jobs_by_handler(env))["nightly"]
         async with env.client("op_in") as http:
             r = await http.patch(
-                f"/jobs/{job.id}", json={"executor_fail_retry_count": 5, "schedule_conf": "0 30 3 * * ?"}
+                f"/jobs/{job.id}",
+                json={"executor_fail_retry_count": 5, "schedule_type": "CRON",
+                      "schedule_conf": "0 30 3 * * ?"},
             )
             assert r.status_code == 200, r.text
             assert (await http.post(f"/jobs/{job.id}/stop")).status_code == 200

@@ -124,12 +124,18 @@ async def test_callback_only_for_runs_of_the_tokens_group(exec_api: ExecApi) -> 
     assert entry is not None and entry.handle_code == 200
 
 
-async def test_global_token_when_enabled_acts_for_every_group(sqlite_store: Store) -> None:
+async def test_global_token_acts_for_every_group_without_its_own(sqlite_store: Store) -> None:
     async for api in _exec_api(sqlite_store, GLOBAL):
-        assert (await api.post("/api/registry", _beat("app-b"), GLOBAL))["code"] == 200
-        run_b = await _run_of(api.store, api.group_b)
-        done = [{"logId": run_b, "logDateTim": T0, "handleCode": 200, "handleMsg": "ok"}]
+        shared = await api.store.groups.create(JobGroup(app_name="app-shared", title="S"), NOW)
+        assert (await api.post("/api/registry", _beat("app-shared"), GLOBAL))["code"] == 200
+        run = await _run_of(api.store, shared)
+        done = [{"logId": run, "logDateTim": T0, "handleCode": 200, "handleMsg": "ok"}]
         assert (await api.post("/api/callback", done, GLOBAL))["code"] == 200
+        # Group b has its own token: the global one neither registers nor reports there.
+        assert (await api.post("/api/registry", _beat("app-b"), GLOBAL))["code"] == 500
+        run_b = await _run_of(api.store, api.group_b)
+        done_b = [{"logId": run_b, "logDateTim": T0, "handleCode": 200, "handleMsg": "ok"}]
+        assert (await api.post("/api/callback", done_b, GLOBAL))["code"] == 500
 
 
 async def test_global_token_does_not_act_for_a_group_with_its_own_token(sqlite_store: Store) -> None:
@@ -280,12 +286,12 @@ async def test_child_jobs_outside_the_callers_groups_look_missing(sqlite_store: 
         async with env.client("op_in") as http:
             hidden = await http.post("/jobs", json=base | {"child_job_ids": [job_b]})
             missing = await http.post("/jobs", json=base | {"child_job_ids": [4242]})
-            assert hidden.status_code == missing.status_code == 422
+            assert hidden.status_code == missing.status_code == 404
             assert hidden.json() == {"error": missing.json()["error"].replace("4242", str(job_b)),
                                      "field": "child_jobid"}
             parent = (await http.post("/jobs", json=base)).json()["id"]
             patched = await http.patch(f"/jobs/{parent}", json={"child_job_ids": [job_b]})
-            assert patched.status_code == 422
+            assert patched.status_code == 404
         async with env.client("admin") as http:  # an admin may chain across groups
             assert (await http.patch(f"/jobs/{parent}", json={"child_job_ids": [job_b]})).status_code == 200
         async with env.client("op_in") as http:  # ... and the chain survives the operator's edits

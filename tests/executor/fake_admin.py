@@ -28,6 +28,8 @@ class FakeAdmin:
 
     answer: bytes = b'{"code":200}'
     http_status: int = 200
+    # Bodies this admin refuses as malformed (HTTP 400), as a real admin refuses a bad item.
+    refuses: Callable[[bytes], bool] | None = None
     requests: list[Recorded] = field(default_factory=list)
     port: int = 0
     _server: asyncio.Server | None = None
@@ -79,11 +81,14 @@ class FakeAdmin:
                         name, value = line.split(":", 1)
                         headers[name.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                accepted = self.http_status == 200 and self.answer == b'{"code":200}'
+                status, answer = self.http_status, self.answer
+                if self.refuses is not None and self.refuses(body):
+                    status, answer = 400, b'{"code":500,"msg":"request error: bad item"}'
+                accepted = status == 200 and answer == b'{"code":200}'
                 recorded = Recorded(path, headers, body, accepted)
                 writer.write(
                     b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                    % (self.http_status, len(self.answer), self.answer)
+                    % (status, len(answer), answer)
                 )
                 await writer.drain()
                 async with self._changed:

@@ -151,3 +151,61 @@ def test_spool_keeps_the_first_outcome_per_log_id_and_skips_torn_lines(tmp_path:
     assert [i.log_id for i in again.items()] == [2]
     again.remove(again.items())
     assert not spool.path.exists()
+
+
+async def test_one_result_the_admin_refuses_does_not_hold_back_the_others(
+    admin: FakeAdmin, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    admin.refuses = lambda body: any(item["logId"] == 13 for item in orjson.loads(body))
+    sender = await make_sender(client, [admin.base_url], tmp_path)
+    try:
+        for n in range(10, 17):
+            sender.report(result(n))
+        await admin.wait_for(lambda a: len(a.callbacks()) >= 6)
+        sender.report(result(17))  # later results still go out
+        await admin.wait_for(lambda a: len(a.callbacks()) >= 7)
+    finally:
+        await sender.close()
+    assert sorted(i["logId"] for i in admin.callbacks()) == [10, 11, 12, 14, 15, 16, 17]
+    assert (sender.dropped_count, sender.delivered_count) == (1, 7)
+    assert not (tmp_path / SPOOL_FILE_NAME).exists()  # the refused item is not retried forever
+
+
+async def test_a_result_that_cannot_be_encoded_is_dropped_and_the_sender_goes_on(
+    admin: FakeAdmin, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    sender = await make_sender(client, [admin.base_url], tmp_path)
+    try:
+        sender.report(result(1))
+        sender.report(result(2**64))  # past 64 bits: JSON cannot carry it
+        sender.report(result(3))
+        await admin.wait_for(lambda a: len(a.callbacks()) >= 2)
+        await sender.close()  # nothing left behind, nothing spooled
+    finally:
+        await sender.close()
+    assert sorted(i["logId"] for i in admin.callbacks()) == [1, 3]
+    assert sender.dropped_count == 1
+    assert not (tmp_path / SPOOL_FILE_NAME).exists()
+
+
+async def test_the_sender_survives_an_unexpected_failure(
+    admin: FakeAdmin, client: httpx.AsyncClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender = await make_sender(client, [admin.base_url], tmp_path)
+    real_post = sender._post
+    failures = [RuntimeError("a bug")]
+
+    async def flaky_post(batch: list[HandleCallbackParam]) -> None:
+        if failures:
+            raise failures.pop()
+        await real_post(batch)
+
+    monkeypatch.setattr(sender, "_post", flaky_post)
+    try:
+        sender.report(result(1))
+        await admin.wait_for(lambda a: len(a.callbacks()) >= 1)  # retried after the failure
+        sender.report(result(2))
+        await admin.wait_for(lambda a: len(a.callbacks()) >= 2)
+    finally:
+        await sender.close()
+    assert sorted(i["logId"] for i in admin.callbacks()) == [1, 2]

@@ -33,6 +33,7 @@ from jobring.admin.adopt import resolve_database_state
 from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
 from jobring.admin.alarms.service import AlarmService
 from jobring.admin.api.executor_api import executor_api_app
+from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, not_found
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
@@ -52,6 +53,7 @@ from jobring.admin.store import Store
 from jobring.config import AdminSettings, address_policy
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule
+from jobring.protocol.edge import SecurityHeaders
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +215,13 @@ class _ApiDispatch:
             await self._executor_api(scope, receive, send)
 
 
+class AdminApp(Starlette):
+    """Starlette with the security headers outside everything, server errors included."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_app(
     settings: AdminSettings,
     *,
@@ -259,8 +268,10 @@ def create_app(
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
+    # "/api/v1" itself would otherwise reach the executor API's "api/<uri>" below.
+    routes.append(Route("/api/v1", not_found, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]))
     routes.append(Mount("/api/v1", app=management_api))
     if base != "/":
         routes.append(Mount(base, app=executor_api))
     routes.append(Mount("", app=executor_api))
-    return Starlette(routes=routes, lifespan=lifespan)
+    return AdminApp(routes=routes, lifespan=lifespan, exception_handlers=dict(JSON_ERROR_HANDLERS))

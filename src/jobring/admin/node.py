@@ -28,9 +28,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from jobring.admin.adopt import resolve_database_state
 from jobring.admin.app import create_app
 from jobring.admin.coexist import JavaAdminAlive, refuse_if_java_admin_alive
+from jobring.admin.http_server import guarded_protocol
 from jobring.admin.security.secrets_policy import trusted_proxy_networks
 from jobring.admin.store import Store, current_revision, head_revision
 from jobring.config import AdminSettings, ConfigError
+from jobring.protocol.edge import HeadLimits
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +147,11 @@ def serve(
         log_config=None,
         timeout_graceful_shutdown=10,
         loop="auto",
-        http="auto",
+        http=guarded_protocol(HeadLimits(
+            max_request_line=settings.max_request_line_bytes,
+            max_header_bytes=settings.max_header_bytes,
+            head_timeout_s=settings.header_timeout,
+        )),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
     )

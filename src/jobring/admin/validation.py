@@ -41,9 +41,24 @@ HANDLER_PATTERN = re.compile(r"^\S(.*\S)?$")
 class FieldError(ValueError):
     """A value the caller sent that cannot be accepted; ``field`` names it."""
 
+    status = 422
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message if message.startswith(field) else f"{field}: {message}")
         self.field = field
+
+
+class MissingReference(FieldError):
+    """A well-formed id naming something that does not exist (answered 404, not 422: no
+    schema can tell which ids exist)."""
+
+    status = 404
+
+
+class ConflictingValue(FieldError):
+    """A value that conflicts with what is stored, e.g. child jobs forming a cycle (409)."""
+
+    status = 409
 
 
 def text_problem(value: str) -> str | None:
@@ -152,7 +167,7 @@ def check_job(job: JobInfo, default_tz: str) -> None:
     check_timezone("schedule_timezone", job.schedule_timezone)
     check_schedule(job.schedule_type, job.schedule_conf, job.schedule_timezone or default_tz)
     if job.id and job.id in parse_child_ids("child_jobid", job.child_jobid):
-        raise FieldError("child_jobid", "a job cannot be its own child")
+        raise ConflictingValue("child_jobid", "a job cannot be its own child")
 
 
 MAX_RETRY_INTERVAL_S = 24 * 3600
@@ -183,14 +198,14 @@ async def check_job_references(
     """The group exists; child jobs exist (a child ``usable`` refuses is reported exactly as
     a missing one); the child links would form no cycle."""
     if await store.groups.get(job.job_group) is None:
-        raise FieldError("job_group", f"executor group {job.job_group} does not exist")
+        raise MissingReference("job_group", f"executor group {job.job_group} does not exist")
     children = parse_child_ids("child_jobid", job.child_jobid)
     if not children:
         return
     found = await store.jobs.get_many(children)
     missing = [c for c in children if c not in found or (usable is not None and not usable(found[c]))]
     if missing:
-        raise FieldError("child_jobid", f"job {missing[0]} does not exist")
+        raise MissingReference("child_jobid", f"job {missing[0]} does not exist")
     if job.id:
         await _check_no_cycle(store, job.id, children)
 
@@ -201,10 +216,10 @@ async def _check_no_cycle(store: Store, job_id: int, children: list[int]) -> Non
     frontier = list(children)
     while frontier:
         if job_id in frontier:
-            raise FieldError("child_jobid", f"child jobs would form a cycle through job {job_id}")
+            raise ConflictingValue("child_jobid", f"child jobs would form a cycle through job {job_id}")
         seen.update(frontier)
         if len(seen) > MAX_CHILD_DEPTH * 10:
-            raise FieldError("child_jobid", "the chain of child jobs is too large to check")
+            raise ConflictingValue("child_jobid", "the chain of child jobs is too large to check")
         jobs = await store.jobs.get_many(frontier)
         frontier = [c for j in jobs.values() for c in j.child_job_ids if c not in seen]
 

@@ -37,6 +37,14 @@ class AdminUnavailable(Exception):
         self.token_refused = token_refused
 
 
+class AdminRefused(AdminUnavailable):
+    """An admin answered that the request itself is malformed (HTTP 400/413): sending the
+    same request again cannot succeed."""
+
+
+_REFUSED_STATUSES = (400, 413)
+
+
 async def post_to_admins(
     client: httpx.AsyncClient,
     admin_urls: Sequence[str],
@@ -48,6 +56,7 @@ async def post_to_admins(
     the admin base URL that took it."""
     problems: list[str] = []
     token_refused = False
+    refused = False
     for base in admin_urls:
         url = base + api
         try:
@@ -56,7 +65,8 @@ async def post_to_admins(
             problems.append(f"{url}: {type(exc).__name__}: {exc}")
             continue
         if response.status_code != 200:
-            problems.append(f"{url}: HTTP {response.status_code}")
+            refused = refused or response.status_code in _REFUSED_STATUSES
+            problems.append(f"{url}: HTTP {response.status_code} {response.content[:200]!r}")
             continue
         try:
             answer = ReturnT.decode(response.content)
@@ -67,7 +77,10 @@ async def post_to_admins(
             return base
         token_refused = token_refused or answer.msg == MSG_TOKEN_WRONG
         problems.append(f"{url}: code {answer.code} {answer.msg}")
-    raise AdminUnavailable("; ".join(problems) or "no admin address configured", token_refused=token_refused)
+    why = "; ".join(problems) or "no admin address configured"
+    if refused:
+        raise AdminRefused(why)
+    raise AdminUnavailable(why, token_refused=token_refused)
 
 
 def admin_headers(access_token: str | None) -> dict[str, str]:
@@ -169,6 +182,7 @@ class CallbackSender:
         # For Executor.status(): the last delivery's outcome (None before the first one).
         self.last_error: str | None = None
         self.last_ok: bool | None = None
+        self.dropped_count = 0
 
     @property
     def pending_count(self) -> int:
@@ -179,7 +193,17 @@ class CallbackSender:
         return len(self._spool)
 
     def report(self, result: HandleCallbackParam) -> None:
-        """Queue one result; called from the event loop, never blocks."""
+        """Queue one result; called from the event loop, never blocks.
+
+        A result that cannot be sent at all (a value JSON cannot carry) is dropped with an
+        error in the log: kept, it would fail every batch and spool write it is part of.
+        """
+        try:
+            orjson.dumps(result.to_dict())
+        except TypeError as exc:
+            self.dropped_count += 1
+            log.error("callback: result of logId=%r cannot be encoded, dropped: %s", result.log_id, exc)
+            return
         self._pending.append(result)
         self._wakeup.set()
 
@@ -215,12 +239,22 @@ class CallbackSender:
                     return
                 await self._wait(None)
                 continue
-            if len(self._spool) and self._clock() >= self._retry_at:
-                await self._retry_spool()
-            if self._pending:
-                await self._send_pending()
-            elif len(self._spool) and not self._closing:
+            try:
+                await self._step()
+            except Exception:
+                # The one task that delivers every result must outlive any single failure
+                # (a spool write that failed, a bug): log it, back off, go on.
+                log.exception("callback sender: unexpected error; retrying in %.1f s", self._backoff_s)
+                self._schedule_retry("unexpected error")
                 await self._wait(self._retry_at - self._clock())
+
+    async def _step(self) -> None:
+        if len(self._spool) and self._clock() >= self._retry_at:
+            await self._retry_spool()
+        if self._pending:
+            await self._send_pending()
+        elif len(self._spool) and not self._closing:
+            await self._wait(self._retry_at - self._clock())
 
     async def _wait(self, max_wait_s: float | None) -> None:
         if max_wait_s is not None and max_wait_s <= 0:
@@ -243,28 +277,29 @@ class CallbackSender:
             return
         try:
             self._last_post_at = self._clock()
-            await self._post(batch)
+            delivered = await self._deliver(batch)
         except AdminUnavailable as exc:
             await asyncio.to_thread(self._spool.append, batch)
             self._schedule_retry(f"{len(batch)} result(s) spooled: {exc}")
             return
-        except asyncio.CancelledError:
-            # Stopped mid-request: the batch goes back so that close() spools it.
+        except BaseException:
+            # Stopped mid-request (close() spools it) or an unexpected error (the loop logs
+            # it and tries again later): the batch goes back, it is not lost.
             self._pending.extendleft(reversed(batch))
             raise
-        self.delivered_count += len(batch)
+        self.delivered_count += delivered
 
     async def _retry_spool(self) -> None:
         items = self._spool.items()
         for start in range(0, len(items), self._batch_size):
             batch = items[start:start + self._batch_size]
             try:
-                await self._post(batch)
+                delivered = await self._deliver(batch)
             except AdminUnavailable as exc:
                 self._schedule_retry(f"spool retry failed ({len(self._spool)} waiting): {exc}")
                 return
             await asyncio.to_thread(self._spool.remove, batch)
-            self.delivered_count += len(batch)
+            self.delivered_count += delivered
         log.info("callback spool delivered")
         self._backoff_s = _INITIAL_BACKOFF_S
 
@@ -273,6 +308,23 @@ class CallbackSender:
         log.warning("callback: %s; retry in %.1f s", why, self._backoff_s)
         self._retry_at = self._clock() + self._backoff_s
         self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
+
+    async def _deliver(self, batch: Sequence[HandleCallbackParam]) -> int:
+        """Post a batch; when an admin refuses it as malformed, post its items one by one and
+        drop (with an error in the log) only those refused alone, so one bad result never
+        holds back the others. Returns how many were delivered; raises AdminUnavailable when
+        no admin takes them."""
+        try:
+            await self._post(batch)
+        except AdminRefused as exc:
+            if len(batch) > 1:
+                log.warning("callback: a batch of %d result(s) was refused (%s); sending them one by one",
+                            len(batch), exc)
+                return sum([await self._deliver([item]) for item in batch])
+            self.dropped_count += 1
+            log.error("callback: the admin refused the result of logId=%r, dropped: %s", batch[0].log_id, exc)
+            return 0
+        return len(batch)
 
     async def _post(self, batch: Sequence[HandleCallbackParam]) -> None:
         body = orjson.dumps([item.to_dict() for item in batch])

@@ -47,6 +47,10 @@ class ExecutorSettings:
     # a handler declares one, "always" (also an empty list: every declared job is stopped),
     # "never".
     declare_jobs: str = "auto"
+    # Limits on a request head (414 / 431 answers) and the time to receive it (408).
+    max_request_line_bytes: int = 8 * 1024
+    max_header_bytes: int = 64 * 1024
+    header_timeout_s: float = 10.0
 
     def base_address(self, detected_ip: str) -> str:
         """The executor address to register: configured, or built from an IP and the port."""
@@ -139,6 +143,9 @@ def _validate(s: ExecutorSettings) -> None:
         "callback_max_backoff_s": s.callback_max_backoff_s,
         "idle_timeout_s": s.idle_timeout_s,
         "max_handle_msg": s.max_handle_msg,
+        "max_request_line_bytes": s.max_request_line_bytes,
+        "max_header_bytes": s.max_header_bytes,
+        "header_timeout_s": s.header_timeout_s,
     }
     for name, value in positive.items():
         if value <= 0:

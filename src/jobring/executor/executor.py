@@ -31,6 +31,7 @@ from jobring.executor.declare import Declarer, declaration, declaration_body
 from jobring.executor.ops import ExecutorMetrics, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.registry import Registrar, detect_ipv4
 from jobring.executor.server import ExecutorEndpoints, ExecutorHttpServer
+from jobring.protocol.edge import HeadLimits
 
 if TYPE_CHECKING:
     from jobring.executor.runlog import RunLog
@@ -387,7 +388,10 @@ class Executor:
         loop = asyncio.get_running_loop()
         self._stop_serving, self._server_loop = stop_requested.set, loop
         stop_signals = _install_signal_handlers(stop_requested.set)
-        server = ExecutorHttpServer(self.asgi_app())
+        server = ExecutorHttpServer(self.asgi_app(), head_limits=HeadLimits(
+            max_request_line=s.max_request_line_bytes, max_header_bytes=s.max_header_bytes,
+            head_timeout_s=s.header_timeout_s,
+        ))
         try:
             await self.startup(port=self.bound_port)
             await server.start(sock)

@@ -17,6 +17,14 @@ import orjson
 
 from jobring.executor.eager import first_step, resume
 from jobring.executor.ops import OPS_PATHS, OpsAnswer
+from jobring.protocol.edge import (
+    HEAD_REFUSALS,
+    SECURITY_HEADER_LINES,
+    SECURITY_HEADERS,
+    HeadLimits,
+    HeadMeter,
+    feed_head,
+)
 from jobring.protocol.models import (
     MSG_METHOD_NOT_SUPPORTED,
     MSG_TOKEN_WRONG,
@@ -27,6 +35,8 @@ from jobring.protocol.models import (
     ProtocolError,
     ReturnT,
     TriggerParam,
+    in_int32,
+    in_int64,
     msg_uri_not_found,
 )
 
@@ -43,7 +53,7 @@ MSG_NOT_STARTED = "executor is not started."
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
 _TOKEN_HEADER = b"xxl-job-access-token"
-_HEADERS = [(b"content-type", b"application/json;charset=UTF-8")]
+_HEADERS = [(b"content-type", b"application/json;charset=UTF-8"), *SECURITY_HEADERS]
 _BEAT_OK = ReturnT.success().encode()
 _METHOD_NOT_SUPPORTED = ReturnT.fail(MSG_METHOD_NOT_SUPPORTED).encode()
 _TOKEN_WRONG = ReturnT.fail(MSG_TOKEN_WRONG).encode()
@@ -184,7 +194,11 @@ class ExecutorEndpoints:
             return ReturnT.fail(f"request error:{type(exc).__name__}: {exc}").encode()
         if answer.code == SUCCESS_CODE and answer.msg is None and answer.content is None:
             return _BEAT_OK  # the common answer, encoded once
-        return answer.encode()
+        try:
+            return answer.encode()
+        except TypeError as exc:  # a value JSON cannot carry (e.g. an integer past 64 bits)
+            log.error("executor endpoint %s: answer cannot be encoded: %s", path, exc)
+            return ReturnT.fail(f"request error:answer cannot be encoded: {exc}").encode()
 
     async def _dispatch(self, path: str, body: bytes) -> ReturnT:
         if path not in ("/run", "/trigger", "/idleBeat", "/kill", "/log"):
@@ -225,6 +239,8 @@ def decode_trigger(body: bytes) -> TriggerParam:
         and type(glue_time) is int and type(index) is int and type(total) is int
         and type(handler) is str and type(params) is str and type(block) is str
         and type(glue_type) is str and type(glue_source) is str
+        and in_int32(job_id) and in_int32(timeout) and in_int32(index) and in_int32(total)
+        and in_int64(log_id) and in_int64(log_time) and in_int64(glue_time)
     ):
         return TriggerParam(job_id, handler, params, block, timeout, log_id, log_time, glue_type,
                             glue_source, glue_time, index, total)
@@ -255,22 +271,48 @@ async def _read_body(receive: Receive) -> bytes:
 # instead of a generic ASGI server: a /run is one parse, one handle() call and one write,
 # which is most of the executor's cost per run. Mounting (asgi_app) still goes through ASGI.
 
-_STATUS_LINE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json;charset=UTF-8\r\nContent-Length: "
-_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_STATUS_LINE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json;charset=UTF-8\r\n"
+                + SECURITY_HEADER_LINES + b"Content-Length: ")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 KEEP_ALIVE_TIMEOUT_S = 75.0
+# After refusing a request, what the client still sends is read and dropped this long, so
+# that it reads the answer rather than a connection reset.
+LINGER_S = 2.0
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 414: b"URI Too Long",
+            431: b"Request Header Fields Too Large"}
+
+
+def _error_answer(status: int, msg: str) -> bytes:
+    """A complete closing answer with a ReturnT body (the envelope XXL-JOB clients read)."""
+    body = ReturnT.fail(msg).encode()
+    return b"".join((
+        b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
+        b"Content-Type: application/json;charset=UTF-8\r\n",
+        SECURITY_HEADER_LINES,
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body),
+        body,
+    ))
+
+
+_BAD_REQUEST = _error_answer(400, "invalid HTTP request")
+_BODY_TOO_LARGE = f"request error:request body larger than {MAX_BODY_BYTES} bytes"
 
 
 class _Request:
-    __slots__ = ("url", "token", "authorization", "expect_continue", "chunks", "size")
+    __slots__ = ("url", "token", "authorization", "expect_continue", "chunks", "size", "declared_size")
 
     def __init__(self) -> None:
         self.url = b""
+        self.declared_size = 0
         self.token: bytes | None = None
         self.authorization: bytes | None = None
         self.expect_continue = False
         self.chunks: list[bytes] = []
         self.size = 0
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop parsing a refused request."""
 
 
 class _HttpConnection(asyncio.Protocol):
@@ -289,6 +331,12 @@ class _HttpConnection(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._last_activity = self._loop.time()
+        self._meter = HeadMeter(server.head_limits)
+        # One timer per connection checks the head deadline; a request costs a clock read,
+        # not a timer (the /run path is the executor's hot path).
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_started: float | None = self._last_activity  # the first head starts now
+        self._refused = False
 
     # asyncio.Protocol
 
@@ -296,20 +344,33 @@ class _HttpConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._server.connections.add(self)
         self._arm_idle_timer()
+        self._arm_head_timer(self._server.head_limits.head_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._server.connections.discard(self)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        self._cancel_head_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # lingering after a refusal: drop what the client still sends
         self._last_activity = self._loop.time()
+        if self._meter.in_head and self._head_started is None:
+            self._head_started = self._last_activity
+            if self._head_timer is None:
+                self._arm_head_timer(self._server.head_limits.head_timeout_s)
         try:
-            self._parser.feed_data(data)
+            verdict = feed_head(self._meter, data, self._parser.feed_data)
         except self._parse_error as exc:
+            if self._refused:
+                return  # a callback refused the head and stopped the parser
             log.debug("bad HTTP request: %s", exc)
             self._abort(_BAD_REQUEST)
+            return
+        if verdict is not None:
+            self._refuse(verdict)
 
     # httptools callbacks
 
@@ -317,9 +378,11 @@ class _HttpConnection(asyncio.Protocol):
         self._request = _Request()
 
     def on_url(self, url: bytes) -> None:
+        self._meter.url(url)
         self._request.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._meter.header(name, value)
         lowered = name.lower()
         if lowered == _TOKEN_HEADER:
             self._request.token = value
@@ -327,18 +390,31 @@ class _HttpConnection(asyncio.Protocol):
             self._request.authorization = value
         elif lowered == b"expect" and value.lower() == b"100-continue":
             self._request.expect_continue = True
+        elif lowered == b"content-length" and value.strip().isdigit():
+            self._request.declared_size = int(value)
 
     def on_headers_complete(self) -> None:
+        verdict = self._meter.headers_done()
+        self._head_started = None
+        if verdict is not None:
+            self._refuse(verdict)
+            raise _HeadRefused  # stops the parser: nothing of this request is answered
+        if self._request.declared_size > MAX_BODY_BYTES:
+            self._refuse(413)
+            raise _HeadRefused
         if self._request.expect_continue and self._transport is not None:
             self._transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
         request = self._request
         request.size += len(body)
-        if request.size <= MAX_BODY_BYTES:
-            request.chunks.append(body)
+        if request.size > MAX_BODY_BYTES:  # a chunked body past the cap
+            self._refuse(413)
+            raise _HeadRefused
+        request.chunks.append(body)
 
     def on_message_complete(self) -> None:
+        self._meter.message_done()
         request = self._request
         method = self._parser.get_method().decode("latin-1")
         keep_alive = self._parser.should_keep_alive()
@@ -421,6 +497,41 @@ class _HttpConnection(asyncio.Protocol):
     def abort(self) -> None:
         self._abort(None)
 
+    def _refuse(self, status: int) -> None:
+        self._cancel_head_timer()
+        transport = self._transport
+        if self._refused or self._closing or transport is None:
+            return
+        self._refused = self._closing = True
+        why = _BODY_TOO_LARGE if status == 413 else HEAD_REFUSALS[status]
+        log.warning("refused a request: %s", why)
+        transport.write(_error_answer(status, why))
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._loop.call_later(LINGER_S, transport.close)
+
+    def _arm_head_timer(self, delay_s: float) -> None:
+        self._head_timer = self._loop.call_later(delay_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        started = self._head_started
+        if self._closing or started is None:
+            return  # between heads: re-armed when the next one starts
+        left = started + self._server.head_limits.head_timeout_s - self._loop.time()
+        if left > 0:
+            self._arm_head_timer(left)  # a later head than the one this timer was set for
+            return
+        if self._meter.head_bytes == 0:
+            self._abort(None)  # connected and never asked anything: nothing to answer
+            return
+        self._refuse(408)
+
     def _abort(self, final: bytes | None) -> None:
         self._closing = True
         if self._transport is not None:
@@ -433,10 +544,15 @@ class ExecutorHttpServer:
     """Serves :class:`ExecutorEndpoints` over HTTP/1.1 on a bound socket."""
 
     def __init__(
-        self, endpoints: ExecutorEndpoints, *, keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S
+        self,
+        endpoints: ExecutorEndpoints,
+        *,
+        keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S,
+        head_limits: HeadLimits | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.keep_alive_timeout_s = keep_alive_timeout_s
+        self.head_limits = head_limits or HeadLimits()
         self.connections: set[_HttpConnection] = set()
         self.in_flight: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None

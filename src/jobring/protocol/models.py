@@ -28,16 +28,38 @@ class ProtocolError(ValueError):
     """A request body that does not decode to the expected wire model."""
 
 
-def _int(data: dict[str, Any], key: str, default: int = 0) -> int:
+# The reference's Java types: ids and instants are long, the rest int. A value outside its
+# type is refused here, at decode time: further in it would fail far from the request
+# (a result that cannot be encoded again, a database column that overflows).
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _int(data: dict[str, Any], key: str, default: int = 0, bounds: tuple[int, int] = INT32) -> int:
     value = data.get(key, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ProtocolError(f"field {key!r} must be an integer")
     try:
-        return int(value)
-    except ValueError as exc:
+        number = int(value)
+    except (ValueError, OverflowError) as exc:  # "x", NaN, infinity
         raise ProtocolError(f"field {key!r} must be an integer") from exc
+    if not bounds[0] <= number <= bounds[1]:
+        raise ProtocolError(f"field {key!r} is out of range ({bounds[0]}..{bounds[1]})")
+    return number
+
+
+def _long(data: dict[str, Any], key: str, default: int = 0) -> int:
+    return _int(data, key, default, INT64)
+
+
+def in_int32(value: int) -> bool:
+    return INT32[0] <= value <= INT32[1]
+
+
+def in_int64(value: int) -> bool:
+    return INT64[0] <= value <= INT64[1]
 
 
 def _str(data: dict[str, Any], key: str, default: str | None = None) -> str | None:
@@ -151,12 +173,12 @@ class TriggerParam:
             executor_block_strategy=_str(d, "executorBlockStrategy", "SERIAL_EXECUTION")
             or "SERIAL_EXECUTION",
             executor_timeout=_int(d, "executorTimeout"),
-            log_id=_int(d, "logId"),
+            log_id=_long(d, "logId"),
             # 3.x spells it in full; 2.x TriggerParam already does.
-            log_date_time=_int(d, "logDateTime", _int(d, "logDateTim")),
+            log_date_time=_long(d, "logDateTime", _long(d, "logDateTim")),
             glue_type=_str(d, "glueType", "BEAN") or "BEAN",
             glue_source=_str(d, "glueSource", "") or "",
-            glue_updatetime=_int(d, "glueUpdatetime"),
+            glue_updatetime=_long(d, "glueUpdatetime"),
             broadcast_index=_int(d, "broadcastIndex"),
             broadcast_total=_int(d, "broadcastTotal", 1),
         )
@@ -183,8 +205,8 @@ class HandleCallbackParam:
     def decode(cls, body: bytes | dict[str, Any]) -> HandleCallbackParam:
         d = _object(body)
         return cls(
-            log_id=_int(d, "logId"),
-            log_date_tim=_int(d, "logDateTim", _int(d, "logDateTime")),
+            log_id=_long(d, "logId"),
+            log_date_tim=_long(d, "logDateTim", _long(d, "logDateTime")),
             handle_code=_int(d, "handleCode"),
             handle_msg=_text(d.get("handleMsg")),
         )
@@ -265,8 +287,8 @@ class LogParam:
     def decode(cls, body: bytes | dict[str, Any]) -> LogParam:
         d = _object(body)
         return cls(
-            _int(d, "logDateTim", _int(d, "logDateTime")),
-            _int(d, "logId"),
+            _long(d, "logDateTim", _long(d, "logDateTime")),
+            _long(d, "logId"),
             _int(d, "fromLineNum", 1),
         )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import unicodedata
 from typing import TYPE_CHECKING, Protocol
 
 from starlette.applications import Starlette
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS
 from jobring.admin.executor_tokens import TokenScope
 from jobring.admin.store.groups import EXECUTOR
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
@@ -118,13 +120,14 @@ class ExecutorApi:
 
     async def _callback(self, body: bytes, scope: TokenScope) -> ReturnT:
         items = HandleCallbackParam.decode_batch(body)
-        if not scope.is_global:
-            foreign = await self._callbacks.foreign_logs(items, scope.group_ids)
+        # The global token has no say over groups with their own token (scope.group_ids).
+        if not scope.is_global or scope.group_ids:
+            foreign = await self._callbacks.foreign_logs(items, scope.allows_group)
             if foreign:
                 # The whole batch is refused (nothing recorded): results are reported only
                 # with the token of the run's own group.
-                log.warning("callback refused: logs %s are not runs of the token's group(s) %s",
-                            foreign[:10], sorted(scope.group_ids))
+                log.warning("callback refused: logs %s are not runs the token may report",
+                            foreign[:10])
                 return ReturnT.fail(f"access token not valid for the runs {foreign[:10]}")
         await self._callbacks.handle(items)
         return ReturnT.success()
@@ -140,8 +143,8 @@ class ExecutorApi:
             raise
         if not _registry_ok(param):
             return ReturnT.fail(MSG_ILLEGAL_ARGUMENT)
-        if not scope.is_global and (param.registry_group != EXECUTOR
-                                    or not scope.allows_app(param.registry_key)):
+        if (param.registry_group != EXECUTOR and not scope.is_global) or (
+                param.registry_group == EXECUTOR and not scope.allows_app(param.registry_key)):
             log.warning("registry refused: a group token used for %s/%s",
                         param.registry_group, param.registry_key[:64])
             return ReturnT.fail(f"access token not valid for appname {param.registry_key!r}")
@@ -158,9 +161,15 @@ class ExecutorApi:
         return ReturnT.success()
 
 
+def _clean_token(value: str) -> bool:
+    """Non-empty, and no whitespace or control/format character anywhere (an appname and an
+    address are single tokens; a space or a newline in one is an attack or a mistake)."""
+    return bool(value) and not any(c.isspace() or unicodedata.category(c)[0] == "C" for c in value)
+
+
 def _registry_ok(param: RegistryParam) -> bool:
     values = (param.registry_group, param.registry_key, param.registry_value)
-    if not all(v.strip() for v in values):
+    if not all(_clean_token(v) for v in values):
         return False
     return not any(len(v) > limit for v, limit in zip(values, _REGISTRY_LIMITS, strict=True))
 
@@ -183,4 +192,7 @@ def executor_api_app(
     policy: AddressPolicy | None = None,
 ) -> Starlette:
     """A standalone ASGI app with the executor-facing routes (tests, small deployments)."""
-    return Starlette(routes=executor_api_routes(registry, callbacks, tokens, policy))
+    return Starlette(
+        routes=executor_api_routes(registry, callbacks, tokens, policy),
+        exception_handlers=dict(JSON_ERROR_HANDLERS),
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -148,9 +148,9 @@ class CallbackService:
         return plans
 
     async def foreign_logs(
-        self, items: Sequence[HandleCallbackParam], group_ids: frozenset[int]
+        self, items: Sequence[HandleCallbackParam], allowed: Callable[[int], bool]
     ) -> list[int]:
-        """The log ids among ``items`` whose run belongs to a group outside ``group_ids``
+        """The log ids among ``items`` whose run belongs to a group ``allowed`` refuses
         (unknown ids are not foreign: they are skipped as "not found" anyway)."""
         log_ids = sorted({i.log_id for i in items})
         foreign: list[int] = []
@@ -160,7 +160,7 @@ class CallbackService:
                 rows = await conn.execute(
                     select(job_log.c.id, job_log.c.job_group).where(job_log.c.id.in_(part))
                 )
-                foreign += [int(r.id) for r in rows if int(r.job_group) not in group_ids]
+                foreign += [int(r.id) for r in rows if not allowed(int(r.job_group))]
         return sorted(foreign)
 
     async def _unhandled_jobs_of(self, log_ids: list[int]) -> dict[int, int]:

@@ -305,7 +305,7 @@ class ReportMonitor(Monitor):
         now = _utc(self._clock.now_ms())
         today = now.replace(tzinfo=UTC).astimezone(self._report_zone).replace(tzinfo=None)
         today = today.replace(hour=0, minute=0, second=0, microsecond=0)
-        days = await self._store.logs.counts_by_day(today - timedelta(days=2), today, self._report_zone)
+        days = await self._store.logs.counts_by_day(today - timedelta(days=2), today, zone=self._report_zone)
         for day in days:
             await self._store.reports.upsert_day(day.day, day.running, day.success, day.fail, now)
 

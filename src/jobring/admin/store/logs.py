@@ -532,12 +532,14 @@ class LogRepository(Repository):
                 await asyncio.sleep(pause_s)
 
     async def counts_by_day(
-        self, from_day: datetime, to_day: datetime, zone: tzinfo = UTC, *, now_ms: int | None = None
+        self, from_day: datetime, to_day: datetime, group_ids: Sequence[int] | None = None, *,
+        zone: tzinfo = UTC, now_ms: int | None = None,
     ) -> builtins.list[DayCount]:
         """Running/success/fail counts per calendar day of ``zone`` (by trigger_time) from
         ``from_day``'s date to ``to_day``'s inclusive, one entry per day including empty days;
-        ``DayCount.day`` is the day's naive midnight (a label). With ``now_ms``, fires recorded
-        ahead and still ``scheduled`` then are not runs yet and are not counted."""
+        ``DayCount.day`` is the day's naive midnight (a label). Only the runs of ``group_ids``
+        when given. With ``now_ms``, fires recorded ahead and still ``scheduled`` then are not
+        runs yet and are not counted."""
         start = from_day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
         end = to_day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
         running = case((and_(job_log.c.trigger_code.in_(_OK_CODES), job_log.c.handle_code == 0), 1), else_=0)
@@ -553,6 +555,8 @@ class LogRepository(Repository):
                     job_log.c.trigger_time >= low, job_log.c.trigger_time < high,
                     *not_scheduled,
                 )
+                if group_ids is not None:
+                    stmt = stmt.where(job_log.c.job_group.in_(list(group_ids)))
                 total, run_n, ok_n = (await conn.execute(stmt)).one()
                 run_n, ok_n = int(run_n or 0), int(ok_n or 0)
                 days.append(DayCount(day, run_n, ok_n, int(total) - run_n - ok_n))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from jobring.admin.api.management import audit, auth, dashboard, glue, groups, jobs, runs, users
+from jobring.admin.api.management.docs import install_docs
 from jobring.admin.api.management.errors import install_error_handlers
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
@@ -36,11 +37,12 @@ def management_app(services: ManagementServices) -> FastAPI:
         version="1",
         description=DESCRIPTION,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # served from the package by install_docs, not from a CDN
         redoc_url=None,
     )
     app.state.services = services
     install_error_handlers(app)
+    install_docs(app)
     for module in (auth, jobs, glue, runs, groups, users, dashboard, audit):
         app.include_router(module.router)
     app.add_middleware(RequestGuard, max_body_bytes=services.max_body_bytes)

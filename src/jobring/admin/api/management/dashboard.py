@@ -31,14 +31,24 @@ async def dashboard(
     local_now = now.replace(tzinfo=UTC).astimezone(zone)
     today = local_now.replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
     first = today - timedelta(days=days - 1)
-    jobs = await services.store.jobs.list(group_ids=principal.readable_group_ids(), limit=1)
+    group_ids = principal.readable_group_ids()  # None: every group (admins)
+    jobs = await services.store.jobs.list(group_ids=group_ids, limit=1)
     live = await services.store.registry.live(now - HEARTBEAT_ALIVE)
+    if group_ids is not None:
+        # A group-limited user sees the counts of its groups only, never the whole admin's.
+        groups = await services.store.groups.list(group_ids=group_ids, limit=max(len(group_ids), 1))
+        app_names = {group.app_name for group in groups.items}
+        live = {app: addresses for app, addresses in live.items() if app in app_names}
+        stored = {c.day.date(): c for c in await services.store.logs.counts_by_day(
+            first, today, group_ids, zone=zone, now_ms=services.now_ms())}
+    else:
+        # The report table is refreshed every minute by the admin; today's row comes from
+        # the logs themselves so the numbers are current.
+        stored = {c.day.date(): c for c in await services.store.reports.range(first, today)}
+        (stored[today.date()],) = await services.store.logs.counts_by_day(
+            today, today, zone=zone, now_ms=services.now_ms())
     executor_count = len({address for addresses in live.values() for address in addresses})
-    # The report table is refreshed every minute by the admin; today's row comes from the
-    # logs themselves so the numbers are current.
-    stored = {c.day.date(): c for c in await services.store.reports.range(first, today)}
-    (current,) = await services.store.logs.counts_by_day(today, today, zone, now_ms=services.now_ms())
-    stored[today.date()] = current
+    current = stored[today.date()]
     chart: list[DayCountOut] = []
     for offset in range(days):
         day = (first + timedelta(days=offset)).date()

@@ -84,7 +84,7 @@ async def _on_api_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_field_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, FieldError)
-    return error_response(422, str(exc), exc.field)
+    return error_response(exc.status, str(exc), exc.field)
 
 
 async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
@@ -115,9 +115,16 @@ async def _on_store(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal store error")
 
 
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    # Starlette logs the traceback after this answer (it re-raises to the server).
+    log.error("unhandled error answering %s %s: %r", request.method, request.url.path, exc)
+    return error_response(500, "internal server error")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _on_api_error)
     app.add_exception_handler(FieldError, _on_field_error)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(StoreError, _on_store)
+    app.add_exception_handler(Exception, _on_unexpected)

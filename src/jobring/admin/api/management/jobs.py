@@ -86,6 +86,9 @@ def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
                  "retry_backoff_max_s"):
         if name in changes and changes[name] is None:
             raise FieldError(name, "must not be null")
+    if changes.get("schedule_conf") is not None and "schedule_type" not in changes:
+        # A cron expression and a rate look alike: the type sent along says which it is.
+        raise FieldError("schedule_type", "required with schedule_conf")
     if "child_job_ids" in changes:
         changes["child_jobid"] = _child_list(changes.pop("child_job_ids"))
     if "alarm_targets" in changes:

@@ -6,11 +6,13 @@ ISO 8601 with offset for the reference's DATETIME columns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from jobring.admin.security.passwords import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
 from jobring.admin.security.roles import Role
 from jobring.admin.store.records import (
     ApiToken,
@@ -22,7 +24,7 @@ from jobring.admin.store.records import (
     RegistryEntry,
     User,
 )
-from jobring.admin.validation import FieldError, text_problem
+from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldError, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.runstate import RunState, duration_ms, run_state
 
@@ -40,7 +42,23 @@ def _storable_text(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_storable_text)]
+# What _storable_text enforces, told to schema readers (clients, fuzzers): no control
+# characters other than tab and line breaks.
+STORABLE_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
+# HANDLER_PATTERN (no padding, one line) within what Text allows. U+0085 is named: Python's
+# \s (the server's) includes it, a JavaScript-style \s (a schema reader's) does not.
+HANDLER_NAME_PATTERN = (
+    "^[^\\s\\u0000-\\u001f\\u0085](?:[^\\n\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*"
+    "[^\\s\\u0000-\\u001f\\u0085])?$"
+)
+# The same, with at least one character that is not white space (a required text).
+NON_BLANK_TEXT = (
+    "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*[^\\s\\u0000-\\u001f\\u0085]"
+    "[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
+)
+Text = Annotated[
+    str, AfterValidator(_storable_text), Field(json_schema_extra={"pattern": STORABLE_TEXT_PATTERN})
+]
 Id32 = Annotated[int, Field(ge=1, le=MAX_INT32)]
 Id64 = Annotated[int, Field(ge=1, le=MAX_INT64)]
 EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)]
@@ -62,6 +80,23 @@ def record_fields(model: type[BaseModel], record: object, **given: object) -> di
     return values
 
 
+def not_nullable(*names: str) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` telling that these optional fields may be left out but not be
+    null (the server refuses null for them; None in Python only means "not sent")."""
+
+    def edit(schema: dict[str, Any]) -> None:
+        for name in names:
+            prop = schema["properties"][name]
+            branches = [b for b in prop.pop("anyOf", []) if b.get("type") != "null"]
+            if len(branches) == 1:
+                prop.update(branches[0])
+            elif branches:
+                prop["anyOf"] = branches
+            prop.pop("default", None)
+
+    return edit
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -77,12 +112,89 @@ class PageOut(BaseModel, Generic[T]):
 
 
 # A job's field limits, shared by creation, partial update and the calls that take one field.
-JobDesc = Annotated[Text, Field(min_length=1, max_length=255)]
+JobDesc = Annotated[Text, Field(min_length=1, max_length=255, json_schema_extra={"pattern": NON_BLANK_TEXT})]
 Author = Annotated[Text, Field(max_length=64)]
-AlarmEmail = Annotated[Text, Field(max_length=255)]
+# A comma list whose non-blank items each hold an "@" (what check_job accepts).
+_EMAIL_CHARS = "[^,\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*"
+_EMAIL_ITEM = f"(?:[\\t\\n\\r ]*|{_EMAIL_CHARS}@{_EMAIL_CHARS})"
+AlarmEmail = Annotated[
+    Text, Field(max_length=255, json_schema_extra={"pattern": f"^{_EMAIL_ITEM}(?:,{_EMAIL_ITEM})*$"})
+]
+# Executor addresses check_address accepts: http(s) URLs with a host name or IPv4 address (a
+# valid port), without user info, query, fragment or spaces (IPv6 literals are accepted too
+# but not described here).
+EXECUTOR_URL_PATTERN = (
+    "^https?://[A-Za-z0-9.-]+"
+    "(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+    "(?:/[^\\s?#\\u0000-\\u001f\\u0085]*)?$"
+)
+
+
+def manual_addresses_rule(schema: dict[str, Any]) -> None:
+    """A manual group (address_type 1) lists at least one executor URL."""
+    schema["allOf"] = [{
+        "if": {"properties": {"address_type": {"const": 1}}, "required": ["address_type"]},
+        "then": {"required": ["addresses"], "properties": {"addresses": {
+            "type": "array", "minItems": 1, "maxItems": 200,
+            "items": {"type": "string", "maxLength": 255, "pattern": EXECUTOR_URL_PATTERN}}}},
+    }]
 ScheduleConf = Annotated[Text, Field(max_length=128)]
-ZoneName = Annotated[Text, Field(max_length=64)]
-HandlerName = Annotated[Text, Field(max_length=255)]
+# Formats a client (or a fuzzer) must know: "iana-time-zone" is a name of the IANA time zone
+# database (Europe/Paris, UTC); "quartz-cron" is a Quartz cron expression with seconds
+# (6 or 7 fields, e.g. "0 */5 * * * ?") that fires at least once more.
+ZoneName = Annotated[Text, Field(max_length=64, json_schema_extra={"format": "iana-time-zone"})]
+# FIX_RATE intervals: a whole number of seconds, 1 to 31,536,000 (a year).
+FIX_RATE_PATTERN = (
+    "^(?:[1-9][0-9]{0,6}|[12][0-9]{7}|30[0-9]{6}|31[0-4][0-9]{5}|315[0-2][0-9]{4}|3153[0-5][0-9]{3}|31536000)$"
+)
+
+
+def schedule_rules(schema: dict[str, Any]) -> None:
+    """What the server checks across the schedule fields: CRON needs a cron expression,
+    FIX_RATE a number of seconds, in ``schedule_conf``."""
+    rules = []
+    for kind, conf in (("CRON", {"format": "quartz-cron"}), ("FIX_RATE", {"pattern": FIX_RATE_PATTERN})):
+        rules.append({
+            "if": {"properties": {"schedule_type": {"const": kind}}, "required": ["schedule_type"]},
+            "then": {"required": ["schedule_conf"],
+                     "properties": {"schedule_conf": {"type": "string", "maxLength": 128, **conf}}},
+        })
+    schema["allOf"] = rules
+
+
+def partial_handler_rule(schema: dict[str, Any]) -> None:
+    """A partial update of a job that is (or becomes) BEAN keeps a handler name: one sent
+    is not blank, and switching to BEAN sends one (the stored job may have none)."""
+    schema.setdefault("allOf", []).extend([
+        {"if": {"properties": {"glue_type": {"not": {"const": "BEAN"}}}, "required": ["glue_type"]},
+         "else": {"properties": {"executor_handler": {"type": "string", "maxLength": 255,
+                                                      "pattern": HANDLER_NAME_PATTERN}}}},
+        {"if": {"properties": {"glue_type": {"const": "BEAN"}}, "required": ["glue_type"]},
+         "then": {"required": ["executor_handler"]}},
+    ])
+
+
+def handler_rule(schema: dict[str, Any]) -> None:
+    """BEAN jobs (the default glue_type) name their handler: no blank or padded name."""
+    schema.setdefault("allOf", []).append({
+        "if": {"properties": {"glue_type": {"not": {"const": "BEAN"}}}, "required": ["glue_type"]},
+        "else": {"required": ["executor_handler"],
+                 "properties": {"executor_handler": {"type": "string", "maxLength": 255,
+                                                     "pattern": HANDLER_NAME_PATTERN}}},
+    })
+
+
+def _with(*edits: Callable[[dict[str, Any]], None], examples: list[dict[str, Any]] | None = None
+          ) -> Callable[[dict[str, Any]], None]:
+    def edit(schema: dict[str, Any]) -> None:
+        for one in edits:
+            one(schema)
+        if examples:
+            schema["examples"] = examples
+    return edit
+HandlerName = Annotated[
+    Text, Field(max_length=255, json_schema_extra={"pattern": f"^(?:{HANDLER_NAME_PATTERN[1:-1]})?$"})
+]
 ExecutorParam = Annotated[Text, Field(max_length=512)]
 TimeoutSeconds = Annotated[int, Field(ge=0, le=7 * 24 * 3600)]
 RetryCount = Annotated[int, Field(ge=0, le=100)]
@@ -133,11 +245,23 @@ class JobFields(Strict):
 
 
 class JobCreate(JobFields):
-    pass
+    model_config = ConfigDict(json_schema_extra=_with(schedule_rules, handler_rule, examples=[{
+        "job_group": 1, "job_desc": "nightly report", "author": "ops", "schedule_type": "CRON",
+        "schedule_conf": "0 0 2 * * ?", "schedule_timezone": "Europe/Berlin",
+        "executor_handler": "report", "executor_param": "full", "executor_route_strategy": "ROUND",
+        "executor_timeout": 600, "executor_fail_retry_count": 1,
+    }]))
 
 
 class JobUpdate(Strict):
     """A partial update: only the fields sent change."""
+
+    # schedule_conf is checked with the schedule_type sent along, so it needs one.
+    model_config = ConfigDict(json_schema_extra=_with(not_nullable(
+        "job_group", "job_desc", "schedule_type", "misfire_strategy", "executor_route_strategy",
+        "executor_block_strategy", "executor_timeout", "executor_fail_retry_count", "glue_type",
+    ), schedule_rules, partial_handler_rule,
+        lambda schema: schema.update(dependentRequired={"schedule_conf": ["schedule_type"]})))
 
     job_group: Id32 | None = None
     job_desc: JobDesc | None = None
@@ -225,6 +349,8 @@ class JobUpdateOut(JobOut):
 
 
 class TriggerIn(Strict):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"executor_param": "date=2026-01-31"}]})
+
     executor_param: ExecutorParam | None = Field(
         None, description="replaces the job's params for this run"
     )
@@ -263,12 +389,19 @@ class DelayedFireOut(BaseModel):
 
 
 class TriggerOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "log_ids": [3051], "trigger_code": 200,
+        "trigger_msg": "Trigger type: Manual trigger\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\ncode: 200\n",
+    }]})
+
     log_ids: list[int]
     trigger_code: int
     trigger_msg: str
 
 
 class SchedulePreviewIn(Strict):
+    model_config = ConfigDict(json_schema_extra=schedule_rules)
+
     schedule_type: ScheduleType
     schedule_conf: ScheduleConf | None = None
     timezone: ZoneName | None = Field(
@@ -297,7 +430,9 @@ class GlueOut(BaseModel):
 
 class GlueSave(Strict):
     glue_source: GlueSource
-    glue_remark: Annotated[Text, Field(min_length=1, max_length=128)]
+    glue_remark: Annotated[
+        Text, Field(min_length=1, max_length=128, json_schema_extra={"pattern": NON_BLANK_TEXT})
+    ]
 
 
 class GlueVersionOut(BaseModel):
@@ -317,6 +452,15 @@ class GlueVersionOut(BaseModel):
 
 
 class RunOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "id": 3051, "job_group": 1, "job_id": 12, "executor_address": "http://10.0.0.7:9999/",
+        "executor_handler": "report", "executor_param": "full", "executor_sharding_param": None,
+        "executor_fail_retry_count": 1, "trigger_time": "2026-01-31T02:00:00Z", "trigger_code": 200,
+        "trigger_msg": "Trigger type: Cron trigger", "trigger_type": "CRON",
+        "handle_time": "2026-01-31T02:03:12Z", "handle_code": 200, "handle_msg": None, "alarm_status": 0,
+        "planned_time": 1769824800000, "dispatch_time": 1769824800004,
+    }]})
+
     id: int
     job_group: int
     job_id: int
@@ -388,8 +532,15 @@ class ClearOut(BaseModel):
 
 
 class GroupIn(Strict):
-    app_name: Annotated[Text, Field(min_length=1, max_length=64)]
-    title: Annotated[Text, Field(min_length=1, max_length=64)]
+    model_config = ConfigDict(json_schema_extra=_with(manual_addresses_rule, examples=[
+        {"app_name": "billing", "title": "Billing and invoicing"},
+        {"app_name": "reports", "title": "Reports", "address_type": 1, "addresses": ["http://10.0.0.7:9999/"]},
+    ]))
+
+    app_name: Annotated[
+        Text, Field(min_length=1, max_length=64, json_schema_extra={"pattern": APP_NAME_PATTERN.pattern})
+    ]
+    title: Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra={"pattern": NON_BLANK_TEXT})]
     address_type: Annotated[int, Field(ge=0, le=1, description="0 automatic (registry), 1 manual")] = 0
     addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=200)] = Field(
         default_factory=list, description="manual groups: http(s) URLs of the executors"
@@ -445,6 +596,14 @@ def _encodable(value: str) -> str:
 
 
 Password = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_encodable)]
+# A password being set: the length rules of password_problem, told to schema readers.
+NewPassword = Annotated[
+    str, Field(min_length=MIN_PASSWORD_LENGTH, max_length=MAX_PASSWORD_LENGTH), AfterValidator(_encodable)
+]
+# What check_username enforces.
+Username = Annotated[
+    Text, Field(min_length=1, max_length=50, json_schema_extra={"pattern": USERNAME_PATTERN.pattern})
+]
 
 
 class UserOut(BaseModel):
@@ -466,8 +625,8 @@ class UserOut(BaseModel):
 
 
 class UserCreate(Strict):
-    username: Annotated[Text, Field(min_length=1, max_length=50)]
-    password: Password
+    username: Username
+    password: NewPassword
     role: RoleName = "operator"
     group_ids: Annotated[list[Id32], Field(max_length=50)] = Field(default_factory=list)
     glue_permission: bool = False
@@ -475,19 +634,27 @@ class UserCreate(Strict):
 
 
 class UserUpdate(Strict):
-    username: Annotated[Text, Field(min_length=1, max_length=50)] | None = None
+    model_config = ConfigDict(
+        json_schema_extra=not_nullable("username", "role", "group_ids", "glue_permission")
+    )
+
+    username: Username | None = None
     role: RoleName | None = None
     group_ids: Annotated[list[Id32], Field(max_length=50)] | None = None
     glue_permission: bool | None = None
-    password: Password | None = Field(None, description="reset the password (the user must change it)")
+    password: NewPassword | None = Field(None, description="reset the password (the user must change it)")
 
 
 class PasswordChange(Strict):
     current_password: Password
-    new_password: Password
+    new_password: NewPassword
 
 
 class LoginIn(Strict):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"username": "admin", "password": "correct horse battery staple"},
+    ]})
+
     username: Annotated[Text, Field(min_length=1, max_length=50)]
     password: Password
 
@@ -502,6 +669,8 @@ MAX_TOKEN_DAYS = 3650
 
 
 class TokenCreate(Strict):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "laptop"}]})
+
     name: Annotated[Text, Field(min_length=1, max_length=64)]
     expires_in_days: Annotated[int, Field(ge=1, le=MAX_TOKEN_DAYS)] | None = Field(
         None, description="the token stops working after this many days (default: never)"
@@ -543,6 +712,11 @@ class TokenOut(BaseModel):
 
 
 class TokenCreated(TokenOut):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "id": 3, "user_id": 1, "name": "laptop", "add_time": "2026-01-31T09:15:00Z", "last_used_time": None,
+        "revoked": False, "token": "jr_2bW9q...(shown once)",
+    }]})
+
     token: str = Field(description="shown only in this answer; store it now")
 
 

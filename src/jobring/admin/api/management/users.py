@@ -28,7 +28,13 @@ from jobring.admin.security.passwords import password_problem
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
 from jobring.admin.store.records import User
-from jobring.admin.validation import FieldError, check_permission_groups, check_username
+from jobring.admin.validation import (
+    ConflictingValue,
+    FieldError,
+    MissingReference,
+    check_permission_groups,
+    check_username,
+)
 
 router = APIRouter(tags=["users"], responses=ERROR_RESPONSES)
 
@@ -49,7 +55,7 @@ async def _permission(services: ManagementServices, group_ids: list[int]) -> str
     known = {g.id for g in await services.store.groups.all()}
     for i, gid in enumerate(group_ids):
         if gid not in known:
-            raise FieldError(f"group_ids.{i}", f"executor group {gid} does not exist")
+            raise MissingReference(f"group_ids.{i}", f"executor group {gid} does not exist")
     return text
 
 
@@ -122,7 +128,7 @@ async def update_user(user_id: UserId, body: UserUpdate, services: Services, pri
         updated = replace(updated, glue_permission=body.glue_permission)
     if body.password is not None:
         if user.id == principal.user.id:
-            raise FieldError("password", "change your own password with POST /users/me/password")
+            raise ConflictingValue("password", "change your own password with POST /users/me/password")
         _check_password(body.password)
     new_hash = None if body.password is None else await hash_new_password(services, body.password)
     await services.store.users.update(updated)  # Conflict -> 409
