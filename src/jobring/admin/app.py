@@ -4,7 +4,8 @@
                                         # starts the scheduling loop and the monitors
     uvicorn.run(app, host=..., port=...)
 
-Routes: ``GET /health``; the management API under ``/api/v1``; at ``/`` and under
+Routes: ``GET /health``; the management API under ``/api/v1``; the web console at ``/``
+(``admin/console``: index.html for its own paths, hashed ``/assets``); at ``/`` and under
 ``settings.base_path`` (XXL-JOB executors are configured with ``.../xxl-job-admin``) the
 executor-facing ``api/registry``, ``api/registryRemove``, ``api/callback`` and the XXL-JOB
 3.x job-management aliases (``api/addJob`` ...).
@@ -34,6 +35,7 @@ from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
+from jobring.admin.console import console_routes
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -239,6 +241,7 @@ def create_app(
     base = "/" + settings.base_path.strip("/")
     routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
     routes.append(Mount("/api/v1", app=management_api))
+    routes += console_routes()
     if base != "/":
         routes.append(Mount(base, app=executor_api))
     routes.append(Mount("", app=executor_api))

@@ -412,6 +412,15 @@ class DayCountOut(BaseModel):
     fail: int
 
 
+class NodeOut(BaseModel):
+    node_id: str
+    alive: bool = Field(description="the node announced itself as scheduling")
+    held_jobs: int = Field(description="jobs (of the caller's groups) it holds a lease on")
+    fires_last_hour: int
+    lateness_avg_ms: float | None = Field(description="dispatch minus planned instant, last hour")
+    lateness_max_ms: int | None
+
+
 class DashboardOut(BaseModel):
     job_count: int
     executor_count: int
@@ -420,6 +429,15 @@ class DashboardOut(BaseModel):
     runs_today_fail: int
     runs_today_running: int
     chart: list[DayCountOut]
+    recent_failures: list[RunOut] = Field(description="the newest failed runs")
+    nodes: list[NodeOut] = Field(description="scheduling admin nodes")
+
+
+class SettingsOut(BaseModel):
+    version: str
+    database_backend: str
+    glue_enabled: bool
+    timezone: str = Field(description="the admin's default schedule zone")
 
 
 class AccessTokenOut(BaseModel):
