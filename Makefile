@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck install clean bench console screenshots
+.PHONY: run test lint typecheck install clean bench console console-types screenshots
 
 # The web console (console/, Vue + Vite): rebuilt when its sources or lockfile change.
 # Needs node 20+ and npm; the build lands in src/jobring/admin/console/dist (shipped in the wheel).
@@ -33,6 +33,11 @@ $(CONSOLE_STAMP): $(CONSOLE_SOURCES) console/node_modules/.package-lock.json
 	cd console && npm run build
 
 console: $(CONSOLE_STAMP)
+
+# After an API change: regenerate the console's OpenAPI document and TypeScript types.
+console-types: $(STAMP_RUN) console/node_modules/.package-lock.json
+	$(BIN)/python -m jobring.admin.api.management.openapi_dump > console/openapi.json
+	cd console && npm run gen:api
 
 screenshots: $(STAMP_TEST) console
 	$(BIN)/python -m tests.console.screenshots

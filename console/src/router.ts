@@ -35,7 +35,11 @@ router.beforeEach(async (to) => {
     if (to.path === "/password" && !session.user) return { path: "/login" };
     return true;
   }
-  if (!session.user) return { path: "/login", query: { next: to.fullPath } };
+  if (!session.user) {
+    const query: Record<string, string> = { next: to.fullPath };
+    if (session.expired) query.expired = "1";
+    return { path: "/login", query };
+  }
   if (session.user.must_change_password) return { path: "/password", query: { next: to.fullPath } };
   if (to.meta.admin && !isAdmin()) return { path: "/" };
   return true;

@@ -6,9 +6,13 @@ interface SessionState {
   loaded: boolean;
   glueEnabled: boolean;
   adminZone: string;
+  /** the session cookies were there but the admin refused them (expired or ended) */
+  expired: boolean;
 }
 
-export const session = reactive<SessionState>({ user: null, loaded: false, glueEnabled: false, adminZone: "UTC" });
+export const session = reactive<SessionState>({
+  user: null, loaded: false, glueEnabled: false, adminZone: "UTC", expired: false,
+});
 
 export function isAdmin(): boolean {
   return session.user?.role === "admin";
@@ -34,6 +38,7 @@ export async function loadSession(): Promise<User | null> {
   const answer = await api.GET("/auth/me");
   session.loaded = true;
   session.user = answer.response.ok && answer.data ? answer.data.user : null;
+  session.expired = answer.response.status === 401;
   if (session.user && !session.user.must_change_password) await loadSettings();
   return session.user;
 }

@@ -104,15 +104,15 @@ class InsightRepository(Repository):
                     .group_by(job_log.c.admin_node)
                 )
             }
-        nodes = sorted(set(alive) | set(held) | set(fired))
-        return [
-            NodeActivity(
+        found: list[NodeActivity] = []
+        for node in sorted(set(alive) | set(held) | set(fired)):
+            count, avg, most = fired.get(node, (0, None, None))
+            found.append(NodeActivity(
                 node_id=node,
                 alive_until=alive.get(node, 0),
                 held_jobs=held.get(node, 0),
-                fires=fired[node][0] if node in fired else 0,
-                lateness_avg_ms=float(fired[node][1]) if node in fired and fired[node][1] is not None else None,
-                lateness_max_ms=int(fired[node][2]) if node in fired and fired[node][2] is not None else None,
-            )
-            for node in nodes
-        ]
+                fires=count,
+                lateness_avg_ms=None if avg is None else float(avg),
+                lateness_max_ms=None if most is None else int(most),
+            ))
+        return found

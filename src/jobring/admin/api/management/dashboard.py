@@ -33,10 +33,13 @@ LATENESS_WINDOW_MS = 3_600_000
 RECENT_FAILURES = 8
 
 
-def _range(today: datetime, days: int, from_day: date | None, to_day: date | None) -> tuple[datetime, datetime]:
+def _range(
+    today: datetime, days: int, from_day: date | None, to_day: date | None
+) -> tuple[datetime, datetime]:
     """The chart's first and last day (midnights, UTC)."""
-    last = today if to_day is None else datetime.combine(to_day, datetime.min.time())
-    first = last - timedelta(days=days - 1) if from_day is None else datetime.combine(from_day, datetime.min.time())
+    midnight = datetime.min.time()
+    last = today if to_day is None else datetime.combine(to_day, midnight)
+    first = last - timedelta(days=days - 1) if from_day is None else datetime.combine(from_day, midnight)
     if first > last:
         raise ApiError(422, "from_day must not be after to_day", "from_day")
     if (last - first).days + 1 > MAX_CHART_DAYS:
@@ -91,10 +94,12 @@ async def dashboard(
     for offset in range((last - first).days + 1):
         day = first + timedelta(days=offset)
         count = stored.get(day.date()) or DayCount(day, 0, 0, 0)
-        chart.append(
-            DayCountOut(day=day.date().isoformat(), running=count.running, success=count.success, fail=count.fail)
-        )
-    failures = await services.store.logs.list(group_ids=group_ids, status=LogStatus.FAIL, limit=RECENT_FAILURES)
+        chart.append(DayCountOut(
+            day=day.date().isoformat(), running=count.running, success=count.success, fail=count.fail
+        ))
+    failures = await services.store.logs.list(
+        group_ids=group_ids, status=LogStatus.FAIL, limit=RECENT_FAILURES
+    )
     now_ms = services.now_ms()
     nodes = await services.store.insights.node_activity(now_ms, now_ms - LATENESS_WINDOW_MS, group_ids)
     return DashboardOut(
