@@ -34,13 +34,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.stop()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running while it is
+# open, which would stop the async tests of the modules that run after these.
+@pytest.fixture(scope="module")
 def playwright_session() -> Iterator[Playwright]:
     with sync_playwright() as p:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright_session: Playwright) -> Iterator[Browser]:
     browser = playwright_session.chromium.launch(executable_path=ensure_chromium())
     yield browser

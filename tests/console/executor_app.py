@@ -30,3 +30,17 @@ async def long(ctx: JobContext) -> None:
 def xss(ctx: JobContext) -> None:
     ctx.log("log line %s", XSS)
     ctx.fail(f"handle message {XSS}")
+
+
+@executor.job("report")
+def report(ctx: JobContext) -> None:
+    ctx.log("exporting orders, params=%s", ctx.params or "(none)")
+    for region in ("eu-west", "us-east", "ap-south"):
+        ctx.log("region %s: 1,204 rows written", region)
+    ctx.log("report uploaded to s3://reports/daily.csv")
+
+
+@executor.job("fail")
+def fail(ctx: JobContext) -> None:
+    ctx.log("connecting to the billing database")
+    ctx.fail("billing database unreachable: connection timed out after 3 s")
