@@ -19,7 +19,7 @@ from tests.console.stack import REPO, Stack, ensure_chromium, ensure_console_bui
 
 OUT = REPO / "docs" / "screenshots"
 JOBS = [
-    ("Nightly order report", "report", "0 0 2 * * ?", "Asia/Shanghai", "ops-team"),
+    ("Nightly order report", "report", "0 0 2 * * ?", "America/New_York", "ops-team"),
     ("Sync billing accounts", "fail", "0 */15 * * * ?", None, "billing"),
     ("Weekly cleanup", "hello", "0 30 3 ? * 1", "Europe/Berlin", "platform"),
     ("Refresh search index", "hello", "0 0/5 * * * ?", None, "search"),

@@ -22,6 +22,8 @@ from tests.e2e.admin_nodes import free_port
 REPO = Path(__file__).resolve().parents[2]
 DIST_INDEX = REPO / "src" / "jobring" / "admin" / "console" / "dist" / "index.html"
 CHROMIUM = Path("/usr/bin/chromium")
+# A small CJK font, so Chinese pages render (in tests and screenshots) on a bare server.
+CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
 TOKEN = "console-e2e-executor-token"
 APP_NAME = "console-e2e"
 NEW_PASSWORD = "Console-e2e-Passw0rd!"
@@ -30,12 +32,15 @@ CLI = [sys.executable, "-c", "import sys; from jobring.cli import main; sys.exit
 
 
 def ensure_chromium() -> str:
-    """Debian's chromium, installed with apt when missing (never a browser download)."""
-    if not CHROMIUM.exists():
+    """Debian's chromium (and a CJK font), installed with apt when missing (never a browser
+    download)."""
+    if not CHROMIUM.exists() or not CJK_FONT.exists():
         if os.geteuid() != 0:
-            raise RuntimeError("the console's browser tests need Debian's chromium: apt-get install chromium")
+            if not CHROMIUM.exists():
+                raise RuntimeError("the browser tests need Debian's chromium: apt-get install chromium")
+            return str(CHROMIUM)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+        install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-wqy-microhei"]
         if subprocess.run(install, env=env, capture_output=True).returncode != 0:
             subprocess.run(["apt-get", "update"], env=env, check=True, capture_output=True)
             subprocess.run(install, env=env, check=True, capture_output=True)

@@ -187,6 +187,7 @@ export const en = {
   "glue.confirmRestore": "Restore version {v}? It is saved as a new version.",
   "glue.notGlue": "This job runs a BEAN handler; set its run mode to a GLUE type first.",
   "runs.title": "Runs",
+  "runs.jobCol": "Job",
   "runs.job": "Job ID",
   "runs.status": "Status",
   "runs.from": "From",

@@ -189,6 +189,7 @@ export const zhCN: Messages = {
   "glue.confirmRestore": "恢复版本 {v} 吗？它会保存为新版本。",
   "glue.notGlue": "该任务运行 BEAN 模式；请先把运行模式改为 GLUE 类型。",
   "runs.title": "调度日志",
+  "runs.jobCol": "任务",
   "runs.job": "任务 ID",
   "runs.status": "状态",
   "runs.from": "开始时间",

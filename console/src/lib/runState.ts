@@ -51,3 +51,11 @@ export function runDuration(run: RunLike, nowMs: number): number | null {
   if (run.handle_time) return Math.max(0, new Date(run.handle_time).getTime() - start);
   return runState(run) === "running" ? Math.max(0, nowMs - start) : null;
 }
+
+/** The duration as text; times of whole seconds (no `duration_ms`) show "< 1 s" for 0. */
+export function runDurationText(run: RunLike, nowMs: number, format: (ms: number | null) => string): string {
+  const ms = runDuration(run, nowMs);
+  const exact = run.duration_ms !== undefined && run.duration_ms !== null;
+  if (ms !== null && !exact && ms < 1000) return "< 1 s";
+  return format(ms);
+}
