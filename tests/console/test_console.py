@@ -224,3 +224,30 @@ def test_phone_width_layout_and_keyboard_navigation(page: Page, stack: Stack) ->
         .filter(e => !e.labels?.length && !e.getAttribute('aria-label'))
         .map(e => e.outerHTML)""")
     assert unlabelled == []
+
+
+def test_glue_editor_saves_compares_and_restores(page: Page, stack: Stack) -> None:
+    job = _job(stack, "", "glue job", glue_type="GLUE_SHELL", glue_source="#!/bin/bash\necho one\n")
+    login(page, stack, path=f"/jobs/{job}/glue")
+    editor = page.locator(".cm-content")  # inside the editor's shadow root (Playwright pierces it)
+    expect(editor).to_contain_text("echo one")
+    expect(page.locator(".cm-line span").first).to_be_visible()  # highlighted tokens
+
+    def save(line: str, remark: str) -> None:
+        editor.click()
+        page.keyboard.press("Control+End")
+        page.keyboard.type(line + "\n")
+        page.fill("input[name=glue_remark]", remark)
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".versions li").first).to_contain_text(remark)
+
+    save("echo two", "second version")
+    save("echo three", "third version")
+    page.get_by_role("button", name="Compare").last.click()
+    expect(page.locator(".diff-row.added")).to_contain_text("echo three")
+    page.keyboard.press("Escape")
+    page.locator(".versions li").last.get_by_role("button", name="Restore").click()
+    page.get_by_test_id("confirm-yes").click()
+    expect(page.locator(".versions li").first).to_contain_text("restored version")
+    expect(editor).to_contain_text("echo two")
+    expect(editor).not_to_contain_text("echo three")
