@@ -35,6 +35,7 @@ class AdminSettings:
     auto_upgrade: bool = True
     glue_enabled: bool = False
     log_retention_days: int = 30
+    audit_retention_days: int = 180  # at least 7
     fast_pool_size: int = 200
     slow_pool_size: int = 100
     executor_connect_timeout: float = 3.0

@@ -22,7 +22,7 @@ from jobring.admin.scheduler.monitors import (
     RegistryMonitor,
     ReportMonitor,
 )
-from jobring.admin.store import Store
+from jobring.admin.store import NewAuditEvent, Store
 from jobring.admin.store.records import JobGroup, NewLog
 from jobring.config import AdminSettings
 from jobring.core.enums import AddressType, AlarmStatus
@@ -225,6 +225,30 @@ async def test_retention_deletes_old_logs_once_a_day_and_never_below_7_days(env:
     assert await monitor.clean_logs() == 0  # already cleaned today
     env.clock.advance(24 * 3600_000)
     assert await monitor.clean_logs() == 1
+
+
+async def test_audit_retention_once_a_day_and_never_below_7_days(env: Env) -> None:
+    store = env.store
+    day = 24 * 3600_000
+
+    async def add(at_ms: int) -> int:
+        event = NewAuditEvent(at=at_ms, actor="a", actor_kind="session", action="job.start")
+        return await store.audit.insert(event)
+
+    old = await add(T0 - 8 * day)
+    kept = await add(T0 - 5 * day)
+    monitor = ReportMonitor(store, env.clock, log_retention_days=30, audit_retention_days=1)  # 7 applied
+    assert await monitor.clean_audit() == 1
+    assert [e.id for e in (await store.audit.list()).items] == [kept] and old < kept
+    await add(T0 - 9 * day)
+    env.clock.advance(3600_000)
+    assert await monitor.clean_audit() == 0  # already cleaned today
+    env.clock.advance(day)
+    assert await monitor.clean_audit() == 1
+    default = ReportMonitor(store, env.clock, log_retention_days=30)  # 180 days
+    await add(T0 - 178 * day)
+    await add(T0 - 182 * day)
+    assert await default.clean_audit() == 1
 
 
 async def test_monitors_start_and_stop(env: Env) -> None:

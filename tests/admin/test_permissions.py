@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from jobring.admin.api.management import auth, dashboard, glue, groups, jobs, runs, users
+from jobring.admin.api.management import audit, auth, dashboard, glue, groups, jobs, runs, users
 from jobring.admin.store import Store
 from tests.admin.api_harness import ROLES, ApiEnv, api_env
 
@@ -160,6 +160,8 @@ ROWS = [
     Row("GET", "/settings", READ_ALL),
     Row("GET", "/settings/access-token", ADMIN),
     Row("GET", "/auth/me", READ_ALL),
+    Row("GET", "/audit", ADMIN),
+    Row("GET", "/audit?action=job&since=2026-01-01T00:00:00Z", ADMIN),
 ]
 
 
@@ -184,7 +186,7 @@ def test_every_operation_is_in_the_matrix() -> None:
     # Login, logout and the own-password change act on the caller; test_security.py covers them.
     elsewhere = {("POST", "/auth/login"), ("POST", "/auth/logout"), ("POST", "/users/me/password")}
     app = FastAPI()
-    for module in (auth, jobs, glue, runs, groups, users, dashboard):
+    for module in (auth, jobs, glue, runs, groups, users, dashboard, audit):
         app.include_router(module.router)
     paths = app.openapi()["paths"]
     operations = {(method.upper(), _shape(path)) for path, item in paths.items() for method in item}

@@ -12,6 +12,7 @@ import pytest
 
 from jobring.client.call import ApiGroup, Call, Endpoint
 from jobring.client.endpoints import (
+    AuditApi,
     AuthApi,
     DashboardApi,
     GlueApi,
@@ -25,7 +26,7 @@ from jobring.client.endpoints import (
 from tests.client.adminkit import AdminEnv
 
 GROUPS: list[type[ApiGroup[Any]]] = [
-    AuthApi, TokensApi, JobsApi, GlueApi, RunsApi, GroupsApi, UsersApi, DashboardApi, SettingsApi,
+    AuthApi, TokensApi, JobsApi, GlueApi, RunsApi, GroupsApi, UsersApi, DashboardApi, SettingsApi, AuditApi,
 ]
 
 

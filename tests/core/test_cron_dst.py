@@ -2,8 +2,9 @@
 
 America/New_York 2021: 02:00 EST -> 03:00 EDT on Mar 14 (07:00Z); 02:00 EDT -> 01:00 EST on Nov 7 (06:00Z).
 Europe/Berlin 2021: 02:00 CET -> 03:00 CEST on Mar 28 (01:00Z); 03:00 CEST -> 02:00 CET on Oct 31 (01:00Z).
-Rules (as Quartz): a wall time in the gap never fires; a repeated wall time fires once, at its first
-occurrence.
+Rules (as Quartz): a wall time in the gap never fires; a repeated wall time fires once, at its second
+(standard-time) occurrence, because Quartz resolves ambiguous local times through java.util.Calendar,
+which reads them as standard time. So the first pass of a repeated hour fires nothing.
 """
 
 from __future__ import annotations
@@ -65,27 +66,36 @@ CASES = [
         at(-5, 2021, 3, 14, 1, 59),
         [at(-4, 2021, 3, 15, 2, 0), at(-4, 2021, 3, 15, 2, 1)],
     ),
-    # New York, fall back: 01:30 happens twice on Nov 7 and fires only at the first (EDT) occurrence.
+    # New York, fall back: 01:30 happens twice on Nov 7 and fires only at the second (EST) occurrence.
     (
         "0 30 1 * * ?",
         NEW_YORK,
         at(-4, 2021, 11, 7, 0),
-        [at(-4, 2021, 11, 7, 1, 30), at(-5, 2021, 11, 8, 1, 30)],
+        [at(-5, 2021, 11, 7, 1, 30), at(-5, 2021, 11, 8, 1, 30)],
     ),
-    # Quarter-hourly: 01:45 EDT is followed by 02:00 EST (75 real minutes later); the repeated hour
-    # is not re-run.
+    # Quarter-hourly: 00:45 EDT is followed by 01:00 EST (75 real minutes later); the first (EDT) pass
+    # of the repeated hour fires nothing.
+    (
+        "0 */15 * * * ?",
+        NEW_YORK,
+        at(-4, 2021, 11, 7, 0, 40),
+        [at(-4, 2021, 11, 7, 0, 45), at(-5, 2021, 11, 7, 1, 0), at(-5, 2021, 11, 7, 1, 15)],
+    ),
+    # Starting inside the first pass (01:40 EDT): the same wall times follow, in the second pass.
     (
         "0 */15 * * * ?",
         NEW_YORK,
         at(-4, 2021, 11, 7, 1, 40),
-        [at(-4, 2021, 11, 7, 1, 45), at(-5, 2021, 11, 7, 2, 0), at(-5, 2021, 11, 7, 2, 15)],
+        [at(-5, 2021, 11, 7, 1, 45), at(-5, 2021, 11, 7, 2, 0), at(-5, 2021, 11, 7, 2, 15)],
     ),
-    # Starting inside the second pass of the repeated hour (01:10 EST): next is after the repeated interval.
-    ("0 */15 * * * ?", NEW_YORK, at(-5, 2021, 11, 7, 1, 10), [at(-5, 2021, 11, 7, 2, 0)]),
-    ("0 30 1 * * ?", NEW_YORK, at(-5, 2021, 11, 7, 1, 10), [at(-5, 2021, 11, 8, 1, 30)]),
+    # Starting inside the second pass of the repeated hour (01:10 EST).
+    ("0 */15 * * * ?", NEW_YORK, at(-5, 2021, 11, 7, 1, 10), [at(-5, 2021, 11, 7, 1, 15)]),
+    ("0 30 1 * * ?", NEW_YORK, at(-5, 2021, 11, 7, 1, 10), [at(-5, 2021, 11, 7, 1, 30)]),
     ("0 0 3 * * ?", NEW_YORK, at(-5, 2021, 11, 7, 1, 10), [at(-5, 2021, 11, 7, 3, 0)]),
-    # The instant right after 01:59:59 EDT is 01:00:00 EST (second pass): next wall time is 02:00 EST.
-    ("* * * * * ?", NEW_YORK, at(-4, 2021, 11, 7, 1, 59, 59), [at(-5, 2021, 11, 7, 2, 0, 0)]),
+    # Every second: 00:59:59 EDT is followed by 01:00:00 EST, one real hour later.
+    ("* * * * * ?", NEW_YORK, at(-4, 2021, 11, 7, 0, 59, 59), [at(-5, 2021, 11, 7, 1, 0, 0)]),
+    # The instant right after 01:59:59 EDT is 01:00:00 EST (second pass), which fires.
+    ("* * * * * ?", NEW_YORK, at(-4, 2021, 11, 7, 1, 59, 59), [at(-5, 2021, 11, 7, 1, 0, 0)]),
     # Berlin, spring forward on Sunday Mar 28 2021.
     ("0 30 2 * * ?", BERLIN, at(1, 2021, 3, 27, 3), [at(2, 2021, 3, 29, 2, 30)]),
     ("0 0 2 ? * SUN", BERLIN, at(1, 2021, 3, 21, 3), [at(2, 2021, 4, 4, 2, 0)]),
@@ -95,10 +105,23 @@ CASES = [
         at(1, 2021, 3, 28, 1, 15),
         [at(1, 2021, 3, 28, 1, 30), at(2, 2021, 3, 28, 3, 0)],
     ),
-    # Berlin, fall back on Oct 31 2021: 02:00-02:59 repeats.
-    ("0 30 2 * * ?", BERLIN, at(2, 2021, 10, 31, 0), [at(2, 2021, 10, 31, 2, 30), at(1, 2021, 11, 1, 2, 30)]),
+    # Berlin, fall back on Oct 31 2021: 02:00-02:59 repeats; only the CET pass fires.
+    ("0 30 2 * * ?", BERLIN, at(2, 2021, 10, 31, 0), [at(1, 2021, 10, 31, 2, 30), at(1, 2021, 11, 1, 2, 30)]),
+    (
+        "0 0/30 * * * ?",
+        BERLIN,
+        at(2, 2021, 10, 31, 1, 15),
+        [at(2, 2021, 10, 31, 1, 30), at(1, 2021, 10, 31, 2, 0), at(1, 2021, 10, 31, 2, 30)],
+    ),
     ("0 0/30 * * * ?", BERLIN, at(2, 2021, 10, 31, 2, 45), [at(1, 2021, 10, 31, 3, 0)]),
-    ("0 0/30 * * * ?", BERLIN, at(1, 2021, 10, 31, 2, 5), [at(1, 2021, 10, 31, 3, 0)]),
+    ("0 0/30 * * * ?", BERLIN, at(1, 2021, 10, 31, 2, 5), [at(1, 2021, 10, 31, 2, 30)]),
+    # Sydney falls back on Sunday Apr 4 2021 (03:00 AEDT -> 02:00 AEST): 02:30 fires in AEST.
+    (
+        "0 30 2 * * ?",
+        "Australia/Sydney",
+        at(11, 2021, 4, 3, 12),
+        [at(10, 2021, 4, 4, 2, 30), at(10, 2021, 4, 5, 2, 30)],
+    ),
     # A daily job at a time untouched by the transition keeps its wall time across it.
     (
         "0 0 12 * * ?",

@@ -2,8 +2,8 @@
 
 Each generated field carries its own predicate, written from the Quartz rules directly (not from the
 engine's tables). A second "fires" at instant s when its wall time in the zone matches and s is that
-wall time's first occurrence (a wall time that does not exist never comes out of a UTC->local
-conversion). The engine's answer must fire, lie strictly after t, and no second in between may fire.
+wall time's last occurrence (Quartz reads a wall time repeated by a fall-back as standard time; a wall
+time that does not exist never comes out of a UTC->local conversion). The engine's answer must fire, lie strictly after t, and no second in between may fire.
 """
 
 from __future__ import annotations
@@ -225,7 +225,8 @@ def start_instants(draw: st.DrawFn) -> datetime:
 
 def fires_at(generated: Generated, zone: ZoneInfo, instant: int) -> bool:
     wall = datetime.fromtimestamp(instant, zone)
-    return wall.fold == 0 and generated.matches_wall(wall.replace(tzinfo=None))
+    last_occurrence = wall.fold == 1 or wall.replace(fold=1).utcoffset() == wall.utcoffset()
+    return last_occurrence and generated.matches_wall(wall.replace(tzinfo=None))
 
 
 WINDOW_SECONDS = 1800

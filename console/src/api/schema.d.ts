@@ -4,6 +4,23 @@
  */
 
 export interface paths {
+    "/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The audit log, newest first (admin) */
+        get: operations["list_audit_audit_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/auth/login": {
         parameters: {
             query?: never;
@@ -501,6 +518,63 @@ export interface components {
             access_token: string;
         };
         /**
+         * ActorKind
+         * @description Which credential the actor used.
+         * @enum {string}
+         */
+        ActorKind: "session" | "api_token" | "executor" | "system" | "anonymous";
+        /** AuditOut */
+        AuditOut: {
+            /**
+             * Action
+             * @description e.g. auth.login_failed, job.update
+             */
+            action: string;
+            /**
+             * Actor
+             * @description the username as it was then, or the credential's name
+             */
+            actor: string;
+            /**
+             * Actor Id
+             * @description the user's id, when the actor is a user
+             */
+            actor_id: number | null;
+            actor_kind: components["schemas"]["ActorKind"];
+            /**
+             * At
+             * Format: date-time
+             * @description when, UTC
+             */
+            at: string;
+            /**
+             * Details
+             * @description e.g. changes: {field: {before, after}} for edits; secrets are never included
+             */
+            details: {
+                [key: string]: unknown;
+            } | null;
+            /** Group Id */
+            group_id: number | null;
+            /** Id */
+            id: number;
+            outcome: components["schemas"]["Outcome"];
+            /**
+             * Source
+             * @description the client's address
+             */
+            source: string | null;
+            /** Target Id */
+            target_id: string | null;
+            /** Target Type */
+            target_type: string | null;
+            /**
+             * Token Id
+             * @description the API token used, if any
+             */
+            token_id: number | null;
+        };
+        /**
          * BlockStrategy
          * @enum {string}
          */
@@ -867,6 +941,22 @@ export interface components {
             /** Last Heartbeat */
             last_heartbeat: string | null;
         };
+        /**
+         * Outcome
+         * @enum {string}
+         */
+        Outcome: "success" | "failure";
+        /** PageOut[AuditOut] */
+        PageOut_AuditOut_: {
+            /** Items */
+            items: components["schemas"]["AuditOut"][];
+            /** Limit */
+            limit: number;
+            /** Offset */
+            offset: number;
+            /** Total */
+            total: number;
+        };
         /** PageOut[GroupOut] */
         PageOut_GroupOut_: {
             /** Items */
@@ -1157,6 +1247,117 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    list_audit_audit_get: {
+        parameters: {
+            query?: {
+                /** @description an action (job.update) or a prefix (job) */
+                action?: string | null;
+                /** @description username (exact) */
+                actor?: string | null;
+                actor_id?: number | null;
+                /** @description job, user, group, ... */
+                target_type?: string | null;
+                target_id?: string | null;
+                group_id?: number | null;
+                outcome?: components["schemas"]["Outcome"] | null;
+                /** @description ISO 8601; from this instant on */
+                since?: string | null;
+                /** @description ISO 8601; before this instant */
+                until?: string | null;
+                /** @description keyset paging */
+                before_id?: number | null;
+                offset?: number;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PageOut_AuditOut_"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     login_auth_login_post: {
         parameters: {
             query?: never;

@@ -145,7 +145,8 @@ async def start_runtime(
         admin_timezone=settings.timezone, config=config,
     )
     monitors = Monitors.create(store, trigger, alarmer_from_settings(settings), clock,
-                               log_retention_days=settings.log_retention_days)
+                               log_retention_days=settings.log_retention_days,
+                               audit_retention_days=settings.audit_retention_days)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            RegistryService(store, clock), CallbackService(store, trigger, clock),
                            monitors, loop)

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from jobring.cli import admin as admin_cmd
+from jobring.cli import audit as audit_cmd
 from jobring.cli import cron as cron_cmd
 from jobring.cli import db as db_cmd
 from jobring.cli import executor as executor_cmd
@@ -16,7 +17,7 @@ from jobring.cli import runs as runs_cmd
 from jobring.cli import tokens as tokens_cmd
 from jobring.cli.common import EXIT_USAGE, UsageError
 
-_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, tokens_cmd)
+_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, tokens_cmd, audit_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -63,6 +63,8 @@ def validate_settings(settings: AdminSettings) -> None:
     for name in ("pre_read_ms", "fast_pool_size", "slow_pool_size", "log_retention_days"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+    if settings.audit_retention_days < 7:
+        raise ConfigError(f"audit_retention_days: must be at least 7, got {settings.audit_retention_days}")
     for name in ("executor_connect_timeout", "executor_read_timeout"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")

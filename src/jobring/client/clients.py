@@ -14,6 +14,7 @@ import httpx
 from jobring.client.call import Async, Call, M, Sync
 from jobring.client.core import DEFAULT_API_PREFIX, DEFAULT_URL, ClientCore
 from jobring.client.endpoints import (
+    AuditApi,
     AuthApi,
     DashboardApi,
     GlueApi,
@@ -41,6 +42,7 @@ class _Endpoints(Generic[M]):
     users: UsersApi[M]
     dashboard: DashboardApi[M]
     settings: SettingsApi[M]
+    audit: AuditApi[M]
 
     def _bind(self, send: Any) -> None:
         self.auth = AuthApi(send)
@@ -52,6 +54,7 @@ class _Endpoints(Generic[M]):
         self.users = UsersApi(send)
         self.dashboard = DashboardApi(send)
         self.settings = SettingsApi(send)
+        self.audit = AuditApi(send)
 
 
 class AdminClient(_Endpoints[Sync]):

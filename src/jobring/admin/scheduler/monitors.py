@@ -1,4 +1,4 @@
-"""Admin monitors: registry, fail (retry + alarm), lost runs, daily report and log retention.
+"""Admin monitors: registry, fail (retry + alarm), lost runs, daily report, log and audit retention.
 
 Each monitor has one ``tick()`` that does a full round of work (tests call it directly)
 and runs as an asyncio task every ``interval_s``. Several admin nodes may run the same
@@ -39,6 +39,8 @@ MSG_DISPATCH_LOST = (
 )
 MSG_RETRY_MARK = ">>>>>>>>>>> Fail retry trigger <<<<<<<<<<<"
 MIN_RETENTION_DAYS = 7
+DEFAULT_AUDIT_RETENTION_DAYS = 180
+DAY_MS = 24 * 3600 * 1000
 
 
 def _utc(ms: int) -> datetime:
@@ -225,6 +227,15 @@ async def fail_undispatched(store: Store, triggered_before: datetime, limit: int
     return await store.fires.fail_unconfirmed(ids, MSG_DISPATCH_LOST) if ids else 0
 
 
+async def delete_old_audit(store: Store, now_ms: int, retention_days: int) -> int:
+    """Delete audit records older than ``retention_days`` (at least 7), in batches."""
+    days = max(retention_days, MIN_RETENTION_DAYS)
+    deleted = await store.audit.delete_older_than(now_ms - days * DAY_MS)
+    if deleted:
+        log.info("deleted %d audit record(s) older than %d days", deleted, days)
+    return deleted
+
+
 class LostRunMonitor(Monitor):
     """Runs that stay "running" over 10 min on an executor without a live heartbeat fail;
     fires recorded but never dispatched for 10 min fail as triggers."""
@@ -255,22 +266,32 @@ class LostRunMonitor(Monitor):
 
 
 class ReportMonitor(Monitor):
-    """Every minute: daily run counts of the last 3 days; once a day: delete old logs."""
+    """Every minute: daily run counts of the last 3 days; once a day: delete old logs and
+    old audit records."""
 
     name = "report-monitor"
 
     def __init__(
-        self, store: Store, clock: Clock, *, log_retention_days: int, interval_s: float = 60.0
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        log_retention_days: int,
+        audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
+        interval_s: float = 60.0,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
         self._clock = clock
         self._retention_days = log_retention_days
+        self._audit_retention_days = audit_retention_days
         self._last_clean_ms: int | None = None
+        self._last_audit_clean_ms: int | None = None
 
     async def tick(self) -> None:
         await self.refresh_report()
         await self.clean_logs()
+        await self.clean_audit()
 
     async def refresh_report(self) -> None:
         now = _utc(self._clock.now_ms())
@@ -292,6 +313,15 @@ class ReportMonitor(Monitor):
             log.info("deleted %d run log(s) older than %d days", deleted, self._retention_days)
         return deleted
 
+    async def clean_audit(self) -> int:
+        """Delete audit records older than their retention (once a day; at least 7 days kept)."""
+        now_ms = self._clock.now_ms()
+        if self._last_audit_clean_ms is not None and now_ms - self._last_audit_clean_ms < DAY_MS:
+            return 0
+        deleted = await delete_old_audit(self._store, now_ms, self._audit_retention_days)
+        self._last_audit_clean_ms = now_ms
+        return deleted
+
 
 class Monitors:
     """All monitors of one admin node, started and stopped together."""
@@ -308,12 +338,14 @@ class Monitors:
         clock: Clock,
         *,
         log_retention_days: int,
+        audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
     ) -> Monitors:
         return cls([
             RegistryMonitor(store, clock),
             FailMonitor(store, trigger, alarmer),
             LostRunMonitor(store, clock),
-            ReportMonitor(store, clock, log_retention_days=log_retention_days),
+            ReportMonitor(store, clock, log_retention_days=log_retention_days,
+                          audit_retention_days=audit_retention_days),
         ])
 
     def start(self) -> None:

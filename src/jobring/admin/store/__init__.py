@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
@@ -65,6 +66,7 @@ class Store:
         self.tokens = TokenRepository(self.db)
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
+        self.audit = AuditRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -92,6 +94,9 @@ __all__ = [
     "EXECUTOR",
     "HANDLE_MSG_MAX",
     "ApiToken",
+    "AuditEvent",
+    "AuditFilter",
+    "AuditRepository",
     "Capabilities",
     "ClearRule",
     "Conflict",
@@ -110,6 +115,7 @@ __all__ = [
     "LogEntry",
     "LogRepository",
     "LogStatus",
+    "NewAuditEvent",
     "NewLog",
     "NodeActivity",
     "NotFound",

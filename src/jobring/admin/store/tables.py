@@ -201,4 +201,30 @@ scheduler_node = Table(
     Column("send_fence", BigInteger, nullable=False, server_default="0"),
 )
 
+# Security-relevant actions: who did what, when, from where (see jobring.admin.audit).
+# Ids are never reused (AUTOINCREMENT on SQLite), so a deleted record leaves a visible gap.
+audit = Table(
+    "jobring_audit",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", BigInteger, nullable=False),  # epoch ms, UTC
+    Column("actor_id", Integer, nullable=True),  # user id when known
+    Column("actor", String(64), nullable=False),  # username snapshot, or "anonymous"/credential name
+    Column("actor_kind", String(16), nullable=False),
+    Column("token_id", Integer, nullable=True),  # the API token used, if any
+    Column("source", String(64), nullable=True),  # client address
+    Column("action", String(32), nullable=False),
+    Column("target_type", String(16), nullable=True),
+    Column("target_id", String(64), nullable=True),
+    Column("group_id", Integer, nullable=True),
+    Column("outcome", String(16), nullable=False),
+    Column("details", LongText, nullable=True),  # JSON, secrets redacted
+    Index("ix_audit_at", "at"),
+    Index("ix_audit_action", "action"),
+    Index("ix_audit_actor", "actor"),
+    Index("ix_audit_target", "target_type", "target_id"),
+    Index("ix_audit_group", "group_id"),
+    sqlite_autoincrement=True,
+)
+
 SCHEDULE_LOCK = "schedule_lock"

@@ -47,11 +47,11 @@ zone, made exact):
   on a lenient calendar moves it past the gap, after which that hour no longer
   matches.
 - A wall-clock time that occurs twice (fall-back overlap) fires once, at its
-  first occurrence (the daylight-time one): ``0 30 1 * * ?`` fires at 01:30 EDT
-  on 2021-11-07 and not again at 01:30 EST; ``0 */15 * * * ?`` fires 01:00,
-  01:15, 01:30, 01:45 EDT and then 02:00 EST. If ``t`` lies inside the repeated
-  interval (its second pass), the next fire is the first matching wall time
-  after the interval. Fire times are always strictly increasing in real time.
+  second occurrence (the standard-time one), because a java ``Calendar`` reads an
+  ambiguous local time as standard time: ``0 30 1 * * ?`` fires at 01:30 EST on
+  2021-11-07, not at 01:30 EDT; ``0 */15 * * * ?`` fires 00:45 EDT and then
+  01:00, 01:15, 01:30, 01:45 EST (the daylight-time pass of the repeated hour
+  fires nothing). Fire times are always strictly increasing in real time.
 """
 
 from jobring.core.cron.expression import CronExpression, resolve_zone

@@ -266,14 +266,11 @@ class CronExpression:
                 transition = _transition(zone, local - offset_second, local - offset_first)
                 wall = self._next_wall_from_local(transition + offset_second)
                 continue
-            fire = local - offset_first
-            if fire > after:
-                return fire
-            # Ambiguous wall time whose first occurrence is already past (``start`` lies in the
-            # repeated interval's second pass): each wall time fires once, so resume at the end
-            # of the repeated interval.
-            transition = _transition(zone, fire, start)
-            wall = self._next_wall_from_local(transition + offset_first)
+            # A wall time repeated by a fall-back fires once, at its second (standard-time)
+            # occurrence: Quartz resolves ambiguous local times through java.util.Calendar, which
+            # reads them as standard time. Elsewhere both offsets are equal.
+            # ``start`` is at or before this occurrence, so it is always after ``after``.
+            return local - offset_second
         raise RuntimeError(f"cron search for {self.expression!r} did not settle after {after}")
 
 

@@ -11,10 +11,11 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from jobring.admin.api.management import auth, dashboard, glue, groups, jobs, runs, users
+from jobring.admin.api.management import audit, auth, dashboard, glue, groups, jobs, runs, users
 from jobring.admin.api.management.errors import install_error_handlers
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import SourceCapture
 
 API_PREFIX = "/api/v1"
 
@@ -40,7 +41,7 @@ def _api_app() -> FastAPI:
         redoc_url=None,
     )
     install_error_handlers(app)
-    for module in (auth, jobs, glue, runs, groups, users, dashboard):
+    for module in (auth, jobs, glue, runs, groups, users, dashboard, audit):
         app.include_router(module.router)
     return app
 
@@ -50,6 +51,7 @@ def management_app(services: ManagementServices) -> FastAPI:
     app = _api_app()
     app.state.services = services
     app.add_middleware(RequestGuard, max_body_bytes=services.max_body_bytes)
+    app.add_middleware(SourceCapture)
     return app
 
 

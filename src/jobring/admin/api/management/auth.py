@@ -8,6 +8,7 @@ from jobring.admin.api.management.deps import AnyUser, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError
 from jobring.admin.api.management.models import LoginIn, MeOut, PasswordChange, UserOut
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import Actor, AuditAction, Outcome
 from jobring.admin.security.passwords import hash_password, needs_rehash, password_problem, verify_password
 from jobring.admin.security.principal import AuthMethod
 from jobring.admin.security.sessions import (
@@ -68,6 +69,7 @@ async def login(body: LoginIn, request: Request, response: Response, services: S
     ok = verify_password(user.password_hash if user else _DUMMY_HASH, body.password)
     if user is None or not ok:
         services.limiter.record_failure(keys)
+        await services.audit.login_failed(body.username, user)
         raise ApiError(401, WRONG_LOGIN)
     services.limiter.record_success(keys[:1])
     if user.password_hash and needs_rehash(user.password_hash):
@@ -76,11 +78,13 @@ async def login(body: LoginIn, request: Request, response: Response, services: S
         )
         user = await services.store.users.get(user.id) or user
     csrf = _set_session(services, response, user)
+    await services.audit.record(Actor.user(user), AuditAction.LOGIN)
     return MeOut(user=UserOut.of(user), auth=AuthMethod.SESSION.value, csrf_token=csrf)
 
 
 @router.post("/auth/logout", status_code=204, response_class=Response, summary="Log out (clears the cookies)")
-async def logout(principal: AnyUser) -> Response:
+async def logout(principal: AnyUser, services: Services) -> Response:
+    await services.audit.record(principal, AuditAction.LOGOUT)
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/")
     response.delete_cookie(CSRF_COOKIE, path="/")
@@ -109,6 +113,10 @@ async def change_password(
         raise _too_many(retry_after)
     if not verify_password(user.password_hash, body.current_password):
         services.limiter.record_failure(keys)
+        await services.audit.record(
+            principal, AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id,
+            outcome=Outcome.FAILURE,
+        )
         raise ApiError(403, "current_password is wrong", "current_password")
     problem = password_problem(body.new_password)
     if problem:
@@ -119,6 +127,7 @@ async def change_password(
     updated = await services.store.users.get(user.id)
     if updated is None:
         raise ApiError(404, f"user {user.id} no longer exists")
+    await services.audit.record(principal, AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id)
     csrf = None
     if principal.method is AuthMethod.SESSION:
         csrf = _set_session(services, response, updated)

@@ -22,6 +22,7 @@ from jobring.admin.api.management.models import (
     SettingsOut,
 )
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.records import DayCount, LogStatus
 
@@ -149,4 +150,7 @@ async def settings(services: Services, principal: Reader) -> SettingsOut:
     summary="The executor access token (admin)",
 )
 async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
+    await services.audit.record(
+        principal, AuditAction.SECRET_READ, target_type="setting", target_id="access_token"
+    )
     return AccessTokenOut(access_token=services.secrets.access_token)

@@ -14,6 +14,7 @@ from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32, GlueOut, GlueSave, GlueVersionOut, aware
+from jobring.admin.audit import AuditAction
 from jobring.admin.store.records import JobInfo
 from jobring.core.enums import GlueType
 
@@ -61,7 +62,9 @@ async def save_glue(job_id: JobId, body: GlueSave, services: Services, principal
         services.now_naive_utc(),
         keep=KEEP_VERSIONS,
     )
-    return _out(await jobservice.load_job(services, job_id))
+    saved = await jobservice.load_job(services, job_id)
+    await services.audit.glue_event(principal, AuditAction.GLUE_SAVE, saved, before=job)
+    return _out(saved)
 
 
 @router.get(
@@ -97,4 +100,8 @@ async def restore_glue(
     await services.store.glue.save(
         job.id, glue_type, version.glue_source or "", remark, services.now_naive_utc(), keep=KEEP_VERSIONS
     )
-    return _out(await jobservice.load_job(services, job_id))
+    restored = await jobservice.load_job(services, job_id)
+    await services.audit.glue_event(
+        principal, AuditAction.GLUE_RESTORE, restored, before=job, restored_version=version_id
+    )
+    return _out(restored)

@@ -18,6 +18,7 @@ from jobring.admin.api.management.deps import (
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32, GroupIn, GroupOut, PageOut, Text
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import AuditAction
 from jobring.admin.store.records import JobGroup
 from jobring.admin.validation import GroupFields, check_group
 
@@ -79,7 +80,9 @@ async def list_groups(
 async def create_group(body: GroupIn, services: Services, principal: Admin) -> GroupOut:
     group = await _validated(services, body, 0)
     new_id = await services.store.groups.create(group, services.now_naive_utc())
-    return await _out(services, await _load(services, new_id))
+    created = await _load(services, new_id)
+    await services.audit.group_event(principal, AuditAction.GROUP_CREATE, created, snapshot=True)
+    return await _out(services, created)
 
 
 @router.get(
@@ -105,7 +108,9 @@ async def update_group(group_id: GroupId, body: GroupIn, services: Services, pri
             address_list=old.address_list if old.app_name == group.app_name else None,
         )
     await services.store.groups.update(group, services.now_naive_utc())
-    return await _out(services, await _load(services, group_id))
+    updated = await _load(services, group_id)
+    await services.audit.group_event(principal, AuditAction.GROUP_UPDATE, updated, before=old)
+    return await _out(services, updated)
 
 
 @router.delete(
@@ -116,6 +121,7 @@ async def update_group(group_id: GroupId, body: GroupIn, services: Services, pri
 )
 async def delete_group(group_id: GroupId, services: Services, principal: Writer) -> Response:
     ensure_group_write(principal, group_id)
-    await _load(services, group_id)
+    old = await _load(services, group_id)
     await services.store.groups.delete(group_id)  # ReferencedError -> 409
+    await services.audit.group_event(principal, AuditAction.GROUP_DELETE, old, snapshot=True)
     return Response(status_code=204)

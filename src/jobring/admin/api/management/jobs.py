@@ -23,6 +23,7 @@ from jobring.admin.api.management.models import (
     TriggerIn,
     TriggerOut,
 )
+from jobring.admin.audit import AuditAction
 from jobring.admin.store.records import JobInfo, JobSort
 from jobring.admin.validation import FieldError, check_schedule, check_timezone
 from jobring.core.schedule import next_fire_times, parse_schedule
@@ -99,6 +100,7 @@ async def list_jobs(
 async def create_job(body: JobCreate, services: Services, principal: Writer) -> JobOut:
     ensure_group_write(principal, body.job_group)
     job = await jobservice.create_job(services, job_from_create(body), principal)
+    await services.audit.job_event(principal, AuditAction.JOB_CREATE, job, snapshot=True)
     return JobOut.of(job)
 
 
@@ -116,7 +118,9 @@ async def update_job(job_id: JobId, body: JobUpdate, services: Services, princip
     new = job_with_update(old, body)
     if new.job_group != old.job_group:
         ensure_group_write(principal, new.job_group)
-    return JobOut.of(await jobservice.update_job(services, old, new, principal))
+    updated = await jobservice.update_job(services, old, new, principal)
+    await services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)
+    return JobOut.of(updated)
 
 
 @router.delete("/jobs/{job_id}", status_code=204, response_class=Response, summary="Delete a job")
@@ -124,6 +128,7 @@ async def delete_job(job_id: JobId, services: Services, principal: Writer) -> Re
     job = await jobservice.load_job(services, job_id)
     ensure_group_write(principal, job.job_group)
     await jobservice.delete_job(services, job)
+    await services.audit.job_event(principal, AuditAction.JOB_DELETE, job, snapshot=True)
     return Response(status_code=204)
 
 
@@ -135,7 +140,11 @@ async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     ensure_group_write(principal, job.job_group)
     desc = (job.job_desc + " (copy)")[:255]
     copy = replace(job, job_desc=desc, lease_owner=None, lease_until=0)
-    return JobOut.of(await jobservice.create_job(services, copy, principal))
+    created = await jobservice.create_job(services, copy, principal)
+    await services.audit.job_event(
+        principal, AuditAction.JOB_CREATE, created, snapshot=True, copied_from=job.id
+    )
+    return JobOut.of(created)
 
 
 @router.post(
@@ -146,14 +155,18 @@ async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobO
 async def start_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
     job = await jobservice.load_job(services, job_id)
     ensure_group_write(principal, job.job_group)
-    return JobOut.of(await jobservice.start_job(services, job))
+    started = await jobservice.start_job(services, job)
+    await services.audit.job_event(principal, AuditAction.JOB_START, started)
+    return JobOut.of(started)
 
 
 @router.post("/jobs/{job_id}/stop", response_model=JobOut, summary="Stop scheduling a job")
 async def stop_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
     job = await jobservice.load_job(services, job_id)
     ensure_group_write(principal, job.job_group)
-    return JobOut.of(await jobservice.stop_job(services, job))
+    stopped = await jobservice.stop_job(services, job)
+    await services.audit.job_event(principal, AuditAction.JOB_STOP, stopped)
+    return JobOut.of(stopped)
 
 
 @router.post(
@@ -169,6 +182,7 @@ async def trigger_job(
     ensure_group_write(principal, job.job_group)
     body = body or TriggerIn(executor_param=None, addresses=None)
     result = await jobservice.trigger_job(services, job, body.executor_param, body.addresses)
+    await services.audit.trigger_event(principal, job, result, body.executor_param, body.addresses)
     return TriggerOut(
         log_ids=result.log_ids, trigger_code=result.trigger_code, trigger_msg=result.trigger_msg
     )

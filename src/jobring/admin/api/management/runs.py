@@ -21,6 +21,7 @@ from jobring.admin.api.management.models import (
     RunOut,
 )
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import AuditAction, Outcome
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.records import HandleResult, LogEntry, LogStatus
 from jobring.core.enums import HandleCode
@@ -146,6 +147,10 @@ async def kill_run(run_id: RunId, services: Services, principal: Writer) -> Kill
     if not entry.executor_address:
         raise ApiError(409, f"run {run_id} has no executor address")
     answer = await services.executors.kill(entry.executor_address, entry.job_id)
+    await services.audit.record(
+        principal, AuditAction.RUN_KILL, target_type="run", target_id=entry.id, group_id=entry.job_group,
+        outcome=Outcome.SUCCESS if answer.ok else Outcome.FAILURE, details={"job_id": entry.job_id},
+    )
     if not answer.ok:
         return KillOut(killed=False, msg=answer.msg or "the executor refused to kill the run")
     message = f"{KILLED_BY_USER} ({principal.user.username})" + (f": {answer.msg}" if answer.msg else "")
@@ -178,5 +183,9 @@ async def clear_runs(body: ClearIn, services: Services, principal: Writer) -> Cl
         ensure_group_write(principal, group_id)
     deleted = await services.store.logs.clear(
         body.rule, services.now_naive_utc(), group_id=group_id, job_id=body.job_id
+    )
+    await services.audit.record(
+        principal, AuditAction.RUNS_CLEAR, group_id=group_id,
+        details={"rule": body.rule, "job_id": body.job_id, "deleted": deleted},
     )
     return ClearOut(deleted=deleted)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
@@ -35,9 +36,11 @@ class ManagementServices:
     session_max_age_s: int = DEFAULT_SESSION_MAX_AGE_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     signer: SessionSigner = field(init=False)
+    audit: AuditLog = field(init=False)
 
     def __post_init__(self) -> None:
         self.signer = SessionSigner(self.secrets.session_secret, self.session_max_age_s)
+        self.audit = AuditLog(self.store, self.clock)
         if self.login_limiter is None:
             self.login_limiter = LoginRateLimiter(clock=self.clock)
 

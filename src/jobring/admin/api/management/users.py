@@ -22,6 +22,7 @@ from jobring.admin.api.management.models import (
     UserUpdate,
 )
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import AuditAction
 from jobring.admin.security.passwords import hash_password, password_problem
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
@@ -87,7 +88,9 @@ async def create_user(body: UserCreate, services: Services, principal: Admin) ->
         glue_permission=body.glue_permission,
         now=services.now_naive_utc(),
     )
-    return UserOut.of(await _load(services, new_id))
+    created = await _load(services, new_id)
+    await services.audit.user_event(principal, AuditAction.USER_CREATE, created, snapshot=True)
+    return UserOut.of(created)
 
 
 @router.get("/users/{user_id}", response_model=UserOut, summary="One user (admin)")
@@ -123,15 +126,23 @@ async def update_user(user_id: UserId, body: UserUpdate, services: Services, pri
     if body.password is not None:
         # An admin's reset: the user must pick their own password at next login.
         await services.store.users.set_password_hash(user.id, hash_password(body.password), must_change=True)
-    return UserOut.of(await _load(services, user_id))
+        await services.audit.record(
+            principal, AuditAction.USER_PASSWORD_RESET, target_type="user", target_id=user.id
+        )
+    after = await _load(services, user_id)
+    if changes.keys() - {"password"}:
+        await services.audit.user_event(principal, AuditAction.USER_UPDATE, after, before=user)
+    return UserOut.of(after)
 
 
 @router.delete("/users/{user_id}", status_code=204, response_class=Response, summary="Delete a user (admin)")
 async def delete_user(user_id: UserId, services: Services, principal: Admin) -> Response:
     if user_id == principal.user.id:
         raise ApiError(409, "you cannot delete yourself")
+    user = await _load(services, user_id)
     if not await services.store.users.delete(user_id):
         raise not_found("user", user_id)
+    await services.audit.user_event(principal, AuditAction.USER_DELETE, user, snapshot=True)
     return Response(status_code=204)
 
 
@@ -165,6 +176,10 @@ async def create_token(body: TokenCreate, services: Services, principal: Reader)
     token_id = await services.store.tokens.create(
         principal.user.id, body.name, hash_api_token(token), services.now_naive_utc()
     )
+    await services.audit.record(
+        principal, AuditAction.TOKEN_CREATE, target_type="token", target_id=token_id,
+        details={"name": body.name},
+    )
     created = next(
         t for t in await services.store.tokens.list_for_user(principal.user.id) if t.id == token_id
     )
@@ -182,4 +197,5 @@ async def revoke_token(token_id: TokenId, services: Services, principal: Reader)
     owner = None if principal.is_admin else principal.user.id
     if not await services.store.tokens.revoke(token_id, user_id=owner):
         raise not_found("active token", token_id)
+    await services.audit.record(principal, AuditAction.TOKEN_REVOKE, target_type="token", target_id=token_id)
     return Response(status_code=204)

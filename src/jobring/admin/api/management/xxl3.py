@@ -25,6 +25,7 @@ from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.errors import ApiError
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import EXECUTOR_TOKEN, AuditAction, client_address, request_source
 from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo
 from jobring.admin.validation import FieldError, text_problem
@@ -123,7 +124,8 @@ class Xxl3Api:
         if not isinstance(data, dict):
             return _answer(500, "invalid request body: expected a JSON object")
         try:
-            content = await self._handlers[name](data)
+            with request_source(client_address(request.scope)):
+                content = await self._handlers[name](data)
         except FieldError as exc:
             return _answer(500, str(exc))
         except ApiError as exc:
@@ -138,21 +140,29 @@ class Xxl3Api:
             if required not in fields:
                 raise FieldError(required, "is required")
         job = await jobservice.create_job(self._services, JobInfo(**fields), None)
+        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_CREATE, job, snapshot=True)
         return str(job.id)
 
     async def _update(self, data: dict[str, Any]) -> None:
         old = await jobservice.load_job(self._services, _job_id(data))
         new = replace(old, **_fields(data))
-        await jobservice.update_job(self._services, old, new, None)
+        updated = await jobservice.update_job(self._services, old, new, None)
+        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_UPDATE, updated, before=old)
 
     async def _remove(self, data: dict[str, Any]) -> None:
-        await jobservice.delete_job(self._services, await jobservice.load_job(self._services, _job_id(data)))
+        job = await jobservice.load_job(self._services, _job_id(data))
+        await jobservice.delete_job(self._services, job)
+        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_DELETE, job, snapshot=True)
 
     async def _start(self, data: dict[str, Any]) -> None:
-        await jobservice.start_job(self._services, await jobservice.load_job(self._services, _job_id(data)))
+        job = await jobservice.load_job(self._services, _job_id(data))
+        job = await jobservice.start_job(self._services, job)
+        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_START, job)
 
     async def _stop(self, data: dict[str, Any]) -> None:
-        await jobservice.stop_job(self._services, await jobservice.load_job(self._services, _job_id(data)))
+        job = await jobservice.load_job(self._services, _job_id(data))
+        job = await jobservice.stop_job(self._services, job)
+        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_STOP, job)
 
     async def _trigger(self, data: dict[str, Any]) -> dict[str, Any]:
         job = await jobservice.load_job(self._services, _job_id(data))
@@ -168,6 +178,7 @@ class Xxl3Api:
         elif raw is not None:
             raise FieldError("addressList", "must be a comma list or an array of addresses")
         result = await jobservice.trigger_job(self._services, job, param, addresses, TriggerType.API)
+        await self._services.audit.trigger_event(EXECUTOR_TOKEN, job, result, param, addresses)
         if result.trigger_code != 200:
             raise ApiError(500, result.trigger_msg)
         return {"logIds": result.log_ids, "triggerMsg": result.trigger_msg}
