@@ -22,6 +22,7 @@ const routes: RouteRecordRaw[] = [
   { path: "/runs/:id(\\d+)", component: () => import("./views/RunDetailView.vue"), props: true },
   { path: "/groups", component: () => import("./views/GroupsView.vue") },
   { path: "/users", component: () => import("./views/UsersView.vue"), meta: { admin: true } },
+  { path: "/audit", component: () => import("./views/AuditView.vue"), meta: { admin: true } },
   { path: "/settings", component: () => import("./views/SettingsView.vue"), meta: { admin: true } },
   { path: "/profile", component: () => import("./views/ProfileView.vue") },
   { path: "/:rest(.*)*", component: () => import("./views/NotFoundView.vue") },

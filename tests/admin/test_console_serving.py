@@ -31,7 +31,7 @@ def _client(app: Starlette) -> httpx.AsyncClient:
 
 
 APP_PATHS = ["/", "/login", "/jobs", "/jobs/12", "/runs/3051", "/groups", "/users", "/settings", "/profile",
-             "/password", "/jobs/12/glue"]
+             "/password", "/jobs/12/glue", "/audit"]
 
 
 @pytest.mark.parametrize("path", APP_PATHS)

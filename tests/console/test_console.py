@@ -157,7 +157,7 @@ def test_switch_to_chinese_and_back(page: Page, stack: Stack) -> None:
     expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
     for path, heading, link in (("/jobs", "任务管理", "任务管理"), ("/runs", "调度日志", "调度日志"),
                                 ("/groups", "执行器管理", "执行器管理"), ("/users", "用户管理", "用户管理"),
-                                ("/settings", "系统设置", "系统设置")):
+                                ("/settings", "系统设置", "系统设置"), ("/audit", "审计日志", "审计日志")):
         page.goto(stack.url + path)  # a reload: the choice is remembered
         expect(page.get_by_role("heading", name=heading)).to_be_visible()
         expect(page.get_by_role("link", name=link)).to_be_visible()

@@ -22,7 +22,7 @@ CONTENT_SECURITY_POLICY = (
     "font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
 )
 # The client-side routes' first path segments (the router in console/src/router.ts).
-APP_SECTIONS = ("login", "password", "jobs", "runs", "groups", "users", "settings", "profile")
+APP_SECTIONS = ("login", "password", "jobs", "runs", "groups", "users", "settings", "profile", "audit")
 ROOT_FILES = ("favicon.svg",)
 NO_CACHE = "no-cache"
 IMMUTABLE = "public, max-age=31536000, immutable"
