@@ -251,3 +251,27 @@ def test_glue_editor_saves_compares_and_restores(page: Page, stack: Stack) -> No
     expect(page.locator(".versions li").first).to_contain_text("restored version")
     expect(editor).to_contain_text("echo two")
     expect(editor).not_to_contain_text("echo three")
+
+
+def test_a_refused_action_names_the_missing_permission(page: Page, stack: Stack, errors: PageErrors) -> None:
+    errors.allowed.append("403 (Forbidden)")  # the refused call the browser logs
+    job = _job(stack, "hello", "permission taken away")
+    group = stack.group_id()
+    with stack.api() as http:
+        found = http.get("/users", params={"username": "operator1"}).json()["items"]
+        if found:
+            user = found[0]["id"]
+            http.patch(f"/users/{user}", json={"group_ids": [group]}).raise_for_status()
+        else:
+            operator = {"username": "operator1", "password": "Operator-passw0rd!", "role": "operator",
+                        "group_ids": [group], "must_change_password": False}
+            user = http.post("/users", json=operator).json()["id"]
+    path = "/jobs?desc=permission%20taken"
+    login(page, stack, username="operator1", password="Operator-passw0rd!", path=path)
+    toggle = page.locator(f"tr[data-job-id='{job}']").get_by_test_id("toggle")
+    expect(toggle).to_be_visible()
+    with stack.api() as http:  # an admin takes the group away while the page is open
+        http.patch(f"/users/{user}", json={"group_ids": []}).raise_for_status()
+    toggle.click()
+    refused = f"Not permitted: no permission for executor group {group}"
+    expect(page.locator(".toast.error")).to_contain_text(refused)
