@@ -54,7 +54,7 @@ def _seed(stack: Stack) -> tuple[int, int]:
             if runs and all(r["handle_code"] != 0 for r in runs):
                 return ids[0], int(runs[0]["id"])
             time.sleep(0.3)
-    raise AssertionError("the seeded runs did not finish")
+        raise AssertionError(f"the seeded runs did not finish: {runs}")
 
 
 def _shoot(page: Page, stack: Stack, lang: str, job: int, run: int) -> None:

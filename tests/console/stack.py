@@ -160,5 +160,7 @@ class Stack:
     def wait_executor_online(self, group_id: int) -> None:
         with self.api() as http:
             def online() -> bool:
-                return bool(http.get(f"/groups/{group_id}").json()["online"])
+                # Registered (online) and in the group's address list, which routing uses.
+                group = http.get(f"/groups/{group_id}").json()
+                return bool(group["online"]) and bool(group["addresses"])
             _wait(online, "the executor's registration", self.workdir / "executor.log", 30)
