@@ -235,7 +235,7 @@ def run_case(
     asyncio.run(upgrade_database(url))
     executor_port, admin_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    env.update(JOBRING_ACCESS_TOKEN="bench-token", JOBRING_ADMIN_PASSWORD="bench-password-1")
+    env.update(JOBRING_ACCESS_TOKEN="bench-access-token-0123", JOBRING_ADMIN_PASSWORD="bench-password-1")
     fake = subprocess.Popen([sys.executable, __file__, "fake-executor", "--port", str(executor_port)])
     admin: subprocess.Popen[bytes] | None = None
     try:

@@ -175,3 +175,21 @@ async def test_tokens_create_by_login_then_list_and_revoke(
     monkeypatch.setenv("JOBRING_PASSWORD", "wrong-password")
     wrong = await cli("tokens", "create", "x", "--user", "admin")
     assert wrong.code == 2 and wrong.err.startswith("jobring: error: ") and "--token" not in wrong.err
+
+
+async def test_tokens_create_with_expiry_and_list_shows_it(
+    env: AdminEnv, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.client.adminkit import ADMIN_PASSWORD
+
+    monkeypatch.setenv("JOBRING_PASSWORD", ADMIN_PASSWORD)
+    created = await cli("tokens", "create", "ci", "--user", "admin", "--expires-in", "7", "--json")
+    assert created.code == 0, created.err
+    token = json.loads(created.out)
+    assert token["expires_at"] is not None
+    listed = await cli("tokens", "list", "--token", token["token"])
+    assert listed.code == 0 and "EXPIRES (UTC)" in listed.out
+    row = next(line for line in listed.out.splitlines() if line.split()[1] == "ci")
+    assert "never" not in row and token["expires_at"][:10] in row
+    too_long = await cli("tokens", "create", "x", "--user", "admin", "--expires-in", "99999")
+    assert too_long.code == 2 and "expires_in_days" in too_long.err

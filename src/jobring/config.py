@@ -43,6 +43,11 @@ class AdminSettings:
     pre_read_ms: int = 5000
     node_id: str | None = None
     secure_cookies: bool = False
+    # Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For/-Proto are believed;
+    # empty: forwarded headers are ignored and the TCP peer is the client.
+    trusted_proxies: str = ""
+    # Accept known-weak configured secrets (a loud warning is logged at every start).
+    insecure: bool = False
     # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
     smtp_host: str | None = None
     smtp_port: int = 25
@@ -77,6 +82,8 @@ def _coerce(name: str, raw: Any, target: Any) -> Any:
             raise ConfigError(f"{name}: expected a number, got {raw!r}") from exc
     if raw is None or (target == (str | None) and text == ""):
         return None
+    if isinstance(raw, list):  # a TOML array for a comma-list setting (trusted_proxies)
+        return ",".join(str(item) for item in raw)
     return str(raw)
 
 

@@ -18,7 +18,7 @@ from jobring.cli import main
 from jobring.config import AdminSettings
 from tests.e2e.admin_nodes import fix_rate, now_ms
 
-TOKEN = "app-test-token"
+TOKEN = "app-test-token-0123"
 
 
 @pytest.fixture

@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 from pathlib import Path
+
+import pytest
 
 from jobring.admin.bootstrap import ACCESS_TOKEN_SETTING, ADMIN_USERNAME, SESSION_SECRET_SETTING, bootstrap
 from jobring.admin.security.passwords import verify_password
 from jobring.admin.security.roles import Role
 from jobring.admin.store import Store
-from jobring.config import AdminSettings
+from jobring.config import AdminSettings, ConfigError
 
 
 async def test_first_start_generates_password_prints_it_once_and_flags_it(sqlite_store: Store) -> None:
@@ -35,16 +38,42 @@ async def test_first_start_generates_password_prints_it_once_and_flags_it(sqlite
 
 async def test_configured_password_and_token_are_used(sqlite_store: Store) -> None:
     out = io.StringIO()
-    settings = AdminSettings(admin_password="configured-pw-1", access_token="tok-from-config")
+    settings = AdminSettings(admin_password="configured-pw-1", access_token="tok-from-config-file")
     secrets = await bootstrap(sqlite_store, settings, out)
     assert secrets.admin_password_generated is None
     assert out.getvalue() == ""
-    assert secrets.access_token == "tok-from-config"
+    assert secrets.access_token == "tok-from-config-file"
     admin = await sqlite_store.users.by_username(ADMIN_USERNAME)
     assert admin is not None and not admin.must_change_password
     assert verify_password(admin.password_hash, "configured-pw-1")
     # A configured token is not written to the database.
     assert await sqlite_store.settings.get(ACCESS_TOKEN_SETTING) is None
+
+
+@pytest.mark.parametrize(
+    ("token", "password"),
+    [("default_token", None), ("short-tok", None), (None, "123456"), (None, "password12")],
+)
+async def test_weak_configured_secrets_stop_the_start(
+    sqlite_store: Store, token: str | None, password: str | None
+) -> None:
+    settings = AdminSettings(access_token=token, admin_password=password)
+    with pytest.raises(ConfigError, match="JOBRING_INSECURE"):
+        await bootstrap(sqlite_store, settings, io.StringIO())
+    assert await sqlite_store.users.count() == 0
+
+
+async def test_insecure_accepts_weak_secrets_and_warns_at_every_start(
+    sqlite_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = AdminSettings(access_token="default_token", admin_password="123456", insecure=True)
+    for start in (1, 2):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            secrets = await bootstrap(sqlite_store, settings, io.StringIO())
+        assert secrets.access_token == "default_token"
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("INSECURE MODE" in w and "JOBRING_ACCESS_TOKEN" in w for w in warnings), start
 
 
 async def test_generated_secrets_are_random_per_database(tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from jobring.admin.security.passwords import PasswordWorkers
 from jobring.admin.security.roles import Role
-from jobring.admin.security.sessions import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE
+from jobring.admin.security.sessions import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE, hash_session_id
 from jobring.admin.store import Store
 from jobring.config import AdminSettings
 from tests.admin.api_harness import PASSWORD, ApiEnv, api_env
@@ -72,6 +73,13 @@ async def test_wrong_password_and_unknown_user_look_the_same(sqlite_store: Store
         assert SESSION_COOKIE not in http.cookies
 
 
+async def test_a_user_without_an_argon2_hash_never_logs_in(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await env.add_user("legacy", Role.OPERATOR, [env.group_a])  # adopted: MD5 only, no hash
+        for guess in ("jobring-no-such-user", "123456", ""):
+            assert (await _login(http, "legacy", guess or "x")).status_code == 401
+
+
 async def test_forged_or_expired_session_is_refused(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client() as http:
         await _operator(env)
@@ -79,10 +87,47 @@ async def test_forged_or_expired_session_is_refused(sqlite_store: Store) -> None
         good = http.cookies[SESSION_COOKIE]
         http.cookies.set(SESSION_COOKIE, good[:-2] + ("AA" if not good.endswith("AA") else "BB"))
         assert (await http.get("/auth/me")).status_code == 401
+        http.cookies.set(SESSION_COOKIE, "../" + good)
+        assert (await http.get("/auth/me")).status_code == 401
         http.cookies.set(SESSION_COOKIE, good)
         assert (await http.get("/auth/me")).status_code == 200
-        env.services.signer.max_age_s = -1  # every session is now past its age
+        env.clock.advance(env.services.session_max_age_s * 1000)
         assert (await http.get("/auth/me")).status_code == 401
+
+
+async def test_the_database_keeps_only_a_hash_of_the_session_id(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env)
+        await _login(http, "alice")
+        cookie = http.cookies[SESSION_COOKIE]
+        assert await sqlite_store.sessions.get(cookie) is None
+        stored = await sqlite_store.sessions.get(hash_session_id(cookie))
+        assert stored is not None and not stored.revoked
+
+
+async def test_role_permission_and_reset_changes_and_deletion_end_sessions(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as admin:
+        alice = await _operator(env)
+        password = PASSWORD
+        for change in ({"role": "viewer"}, {"group_ids": [env.group_b]},
+                       {"password": "reset password 2026"}, None):
+            async with env.client() as http:
+                assert (await _login(http, "alice", password)).status_code == 200
+                assert (await http.get("/auth/me")).status_code == 200
+                if change is None:
+                    assert (await admin.delete(f"/users/{alice}")).status_code == 204
+                else:
+                    assert (await admin.patch(f"/users/{alice}", json=change)).status_code == 200
+                    password = change.get("password", password)
+                assert (await http.get("/auth/me")).status_code == 401, change
+
+
+async def test_a_glue_permission_change_keeps_sessions(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as admin, env.client() as http:
+        alice = await _operator(env)
+        await _login(http, "alice")
+        assert (await admin.patch(f"/users/{alice}", json={"glue_permission": True})).status_code == 200
+        assert (await http.get("/auth/me")).status_code == 200
 
 
 async def test_must_change_password_limits_the_user_until_changed(sqlite_store: Store) -> None:
@@ -133,27 +178,44 @@ async def test_password_change_ends_other_sessions(sqlite_store: Store) -> None:
         assert (await second.get("/auth/me")).status_code == 200
 
 
-async def test_logout_clears_the_cookies(sqlite_store: Store) -> None:
-    async with api_env(sqlite_store) as env, env.client() as http:
+async def test_logout_ends_the_session_on_the_server(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http, env.client() as thief:
         await _operator(env)
         csrf = (await _login(http, "alice")).json()["csrf_token"]
+        thief.cookies.set(SESSION_COOKIE, http.cookies[SESSION_COOKIE])
+        assert (await thief.get("/auth/me")).status_code == 200
         r = await http.post("/auth/logout", headers={CSRF_HEADER: csrf})
         assert r.status_code == 204
         assert SESSION_COOKIE not in http.cookies
         assert (await http.get("/auth/me")).status_code == 401
+        # The copied cookie is dead too: the session was revoked, not just forgotten by the browser.
+        assert (await thief.get("/auth/me")).status_code == 401
 
 
-async def test_login_rate_limit_per_user_and_recovery(sqlite_store: Store) -> None:
+async def test_login_backoff_is_per_user_and_address(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client() as http:
         await _operator(env)
         limiter = env.services.limiter
-        for _ in range(limiter.max_failures):
+        for _ in range(limiter.free_failures):
             assert (await _login(http, "alice", "bad guess")).status_code == 401
-        limited = await _login(http, "alice")  # even the right password waits
+        limited = await _login(http, "alice")  # even the right password waits, from this address
         assert limited.status_code == 429
-        assert int(limited.headers["Retry-After"]) == limiter.window_ms // 1000
-        env.clock.advance(limiter.window_ms + 1)
+        assert int(limited.headers["Retry-After"]) == limiter.base_delay_ms // 1000
+        # The real user from another address is not locked out.
+        other = httpx.AsyncClient(transport=httpx.ASGITransport(app=env.asgi, client=("10.1.2.3", 5000)),
+                                  base_url="http://admin.test/api/v1")
+        async with other:
+            assert (await _login(other, "alice")).status_code == 200
+        env.clock.advance(limiter.base_delay_ms)
         assert (await _login(http, "alice")).status_code == 200
+
+
+async def test_a_flood_of_logins_is_refused_before_hashing(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http:
+        await _operator(env)
+        env.services.passwords = PasswordWorkers(workers=1, max_pending=0)
+        busy = await _login(http, "alice")
+        assert busy.status_code == 429 and busy.headers["Retry-After"] == "1"
 
 
 async def test_api_token_lifecycle(sqlite_store: Store) -> None:
@@ -184,6 +246,27 @@ async def test_bad_authorization_headers(sqlite_store: Store, header: str) -> No
     async with api_env(sqlite_store) as env, env.client() as http:
         r = await http.get("/jobs", headers={"Authorization": header})
         assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_token_expiry(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        created = await http.post("/tokens", json={"name": "ci", "expires_in_days": 2})
+        assert created.status_code == 201, created.text
+        assert created.json()["expires_at"].startswith("2026-01-03T00:00:00")
+        listed = {t["id"]: t for t in (await http.get("/tokens")).json()}
+        assert listed[created.json()["id"]]["expires_at"] == created.json()["expires_at"]
+        for bad in ({"expires_in_days": 0}, {"expires_at": "2025-12-31T00:00:00Z"},
+                    {"expires_in_days": 1, "expires_at": "2026-02-01T00:00:00Z"}):
+            refused = await http.post("/tokens", json={"name": "x", **bad})
+            assert refused.status_code == 422 and refused.json()["field"], bad
+        at = await http.post("/tokens", json={"name": "at", "expires_at": "2026-01-01T06:00:00+02:00"})
+        assert at.status_code == 201 and at.json()["expires_at"].startswith("2026-01-01T04:00:00")
+        async with env.client() as other:
+            other.headers["Authorization"] = f"Bearer {created.json()['token']}"
+            assert (await other.get("/auth/me")).status_code == 200
+            env.clock.advance(2 * 86_400_000)
+            expired = await other.get("/auth/me")
+            assert expired.status_code == 401 and "expired" in expired.json()["error"]
 
 
 async def test_token_last_use_is_recorded(sqlite_store: Store) -> None:

@@ -3,7 +3,8 @@
 Each generated field carries its own predicate, written from the Quartz rules directly (not from the
 engine's tables). A second "fires" at instant s when its wall time in the zone matches and s is that
 wall time's last occurrence (Quartz reads a wall time repeated by a fall-back as standard time; a wall
-time that does not exist never comes out of a UTC->local conversion). The engine's answer must fire, lie strictly after t, and no second in between may fire.
+time that does not exist never comes out of a UTC->local conversion). The engine's answer must fire,
+lie strictly after t, and no second in between may fire.
 """
 
 from __future__ import annotations

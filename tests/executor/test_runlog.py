@@ -20,8 +20,26 @@ def runlog(tmp_path: Path) -> RunLog:
 
 
 def test_path_layout(runlog: RunLog, tmp_path: Path) -> None:
-    assert runlog.path_for(T, 1001) == tmp_path / "logs" / "2026-11-22" / "1001.log"
+    assert runlog.path_for(T, 1001) == tmp_path / "logs" / "2026-11-22" / f"1001-{T // 1000}.log"
     assert runlog.glue_dir == tmp_path / "logs" / "gluesource"
+
+
+def test_a_reused_log_id_with_another_trigger_time_reads_nothing(runlog: RunLog) -> None:
+    runlog.append(T, 7, "secret of the first run 7")
+    runlog.flush()
+    other = runlog.read(T + 60_000, 7, 1)
+    assert other.log_content == MSG_LOG_FILE_NOT_EXISTS and other.to_line_num == 0
+    assert "secret" in runlog.read(T, 7, 1).log_content
+
+
+def test_a_trigger_time_rounded_up_to_the_second_still_finds_the_log(runlog: RunLog) -> None:
+    # /run carried 12:00:00.600; an XXL-JOB admin on MySQL stores (and sends /log) 12:00:01.
+    sent = T + 600
+    runlog.append(sent, 8, "line")
+    runlog.flush()
+    assert runlog.read(T + 1000, 8, 1).log_content == "line\n"
+    assert runlog.read(T + 600, 8, 1).log_content == "line\n"
+    assert runlog.read(T + 2000, 8, 1).log_content == MSG_LOG_FILE_NOT_EXISTS
 
 
 @pytest.mark.parametrize("log_id", [0, -1, True, "1", "../1", 1.5, None])

@@ -47,7 +47,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Log out (clears the cookies) */
+        /** Log out: ends the session on the server */
         post: operations["logout_auth_logout_post"];
         delete?: never;
         options?: never;
@@ -481,7 +481,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Change your own password (needs the current one); ends other sessions */
+        /** Change your own password (needs the current one); ends every session, starts a new one */
         post: operations["change_password_users_me_password_post"];
         delete?: never;
         options?: never;
@@ -1120,6 +1120,16 @@ export interface components {
         };
         /** TokenCreate */
         TokenCreate: {
+            /**
+             * Expires At
+             * @description ISO 8601 instant (UTC if no offset) after which the token stops working
+             */
+            expires_at?: string | null;
+            /**
+             * Expires In Days
+             * @description the token stops working after this many days (default: never)
+             */
+            expires_in_days?: number | null;
             /** Name */
             name: string;
         };
@@ -1127,6 +1137,11 @@ export interface components {
         TokenCreated: {
             /** Add Time */
             add_time: string | null;
+            /**
+             * Expires At
+             * @description null: never expires
+             */
+            expires_at?: string | null;
             /** Id */
             id: number;
             /** Last Used Time */
@@ -1147,6 +1162,11 @@ export interface components {
         TokenOut: {
             /** Add Time */
             add_time: string | null;
+            /**
+             * Expires At
+             * @description null: never expires
+             */
+            expires_at?: string | null;
             /** Id */
             id: number;
             /** Last Used Time */

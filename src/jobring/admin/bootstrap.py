@@ -14,6 +14,7 @@ from typing import TextIO
 
 from jobring.admin.security.passwords import generate_password, hash_password
 from jobring.admin.security.roles import Role
+from jobring.admin.security.secrets_policy import enforce_secret_policy
 from jobring.admin.store import Store
 from jobring.admin.store.errors import Conflict
 from jobring.config import AdminSettings
@@ -75,7 +76,9 @@ async def _configured_or_stored(store: Store, name: str, configured: str | None)
 
 
 async def bootstrap(store: Store, settings: AdminSettings, out: TextIO | None = None) -> Secrets:
-    """Run at every start: idempotent, safe when several admin nodes start at once."""
+    """Run at every start: idempotent, safe when several admin nodes start at once.
+    Weak configured secrets raise ConfigError unless ``settings.insecure``."""
+    enforce_secret_policy(settings)
     password = await ensure_first_user(store, settings, out)
     access_token = await _configured_or_stored(store, ACCESS_TOKEN_SETTING, settings.access_token)
     session_secret = await _configured_or_stored(store, SESSION_SECRET_SETTING, None)

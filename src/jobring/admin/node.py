@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobring.admin.app import create_app
+from jobring.admin.security.secrets_policy import trusted_proxy_networks
 from jobring.admin.store import current_revision, head_revision
 from jobring.config import AdminSettings
 
@@ -88,6 +89,9 @@ def serve(settings: AdminSettings, *, out: TextIO | None = None, log_level: str 
         print(f"jobring: error: {problem}", file=sys.stderr, flush=True)
         return 1
     app = create_app(settings, out=out)
+    # uvicorn believes X-Forwarded-For from 127.0.0.1 by default, which let any local process
+    # (or a proxy that passes the header through) pick its address for the login limiter.
+    proxies = [str(network) for network in trusted_proxy_networks(settings)]
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -98,6 +102,8 @@ def serve(settings: AdminSettings, *, out: TextIO | None = None, log_level: str 
         timeout_graceful_shutdown=10,
         loop="auto",
         http="auto",
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
     )
     server = _Server(config)
     server.run()

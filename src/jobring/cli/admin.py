@@ -40,6 +40,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", help="database URL (default: ./jobring.db, SQLite)")
     parser.add_argument("--no-upgrade", action="store_true",
                         help="do not migrate the database schema at start")
+    parser.add_argument("--insecure", action="store_true",
+                        help="accept weak configured secrets (JOBRING_INSECURE); warns at every start")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                         help="log level (default info)")
 
@@ -68,6 +70,10 @@ def validate_settings(settings: AdminSettings) -> None:
     for name in ("executor_connect_timeout", "executor_read_timeout"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+    from jobring.admin.security.secrets_policy import check_secret_policy, trusted_proxy_networks
+
+    trusted_proxy_networks(settings)
+    check_secret_policy(settings)
 
 
 def settings_from_args(args: argparse.Namespace) -> AdminSettings:
@@ -79,6 +85,7 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
             port=args.port,
             database_url=args.database_url,
             auto_upgrade=False if args.no_upgrade else None,
+            insecure=True if args.insecure else None,
         )
         validate_settings(settings)
     except ConfigError as exc:

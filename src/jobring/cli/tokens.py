@@ -36,7 +36,7 @@ def _create(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         if args.user:
             admin.login(args.user, _password(args.user))
-        created = admin.tokens.create(args.name)
+        created = admin.tokens.create(args.name, expires_in_days=args.expires_in)
         if args.json:
             print_json(created)
         else:
@@ -58,6 +58,7 @@ def _list(args: argparse.Namespace) -> int:
         print_table(tokens, (
             ("ID", "id"), ("NAME", "name"), ("CREATED (UTC)", lambda t: instant_text(t.get("add_time"))),
             ("LAST USED (UTC)", lambda t: instant_text(t.get("last_used_time"))),
+            ("EXPIRES (UTC)", lambda t: instant_text(t.get("expires_at")) or "never"),
             ("STATE", lambda t: "revoked" if t.get("revoked") else "active"),
         ))
         return 0
@@ -107,6 +108,8 @@ def register(sub: Any) -> None:
     create.add_argument("--user", metavar="USERNAME",
                         help=f"log in as USERNAME (password from ${PASSWORD_ENV} or a prompt) instead of "
                              "using --token")
+    create.add_argument("--expires-in", type=positive_int, metavar="DAYS",
+                        help="the token stops working after DAYS days (default: never)")
     create.set_defaults(handler=_create)
 
     listing: argparse.ArgumentParser = commands.add_parser("list", help="list your API tokens")

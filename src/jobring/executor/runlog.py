@@ -1,6 +1,13 @@
-"""Per-run log files: ``<base>/<yyyy-mm-dd>/<logId>.log``, written by line, read by line range.
+"""Per-run log files: ``<base>/<yyyy-mm-dd>/<logId>-<trigger second>.log``, written by line,
+read by line range.
 
 Choices (documented for the README):
+
+- A file is keyed by the run's ``logId`` AND its trigger time (``logDateTime`` of ``/run``,
+  ``logDateTim`` of ``/log``) in whole epoch seconds, so an admin that reuses a log id (e.g. a
+  deleted run's, or another admin's) never reads another run's lines. An XXL-JOB admin on
+  MySQL sends ``/log`` the trigger time as stored (DATETIME rounds to the second), so a read
+  also tries the second before. Files of the older ``<logId>.log`` layout are not read.
 
 - The day folder comes from the run's ``logDateTime`` in the executor's local
   time zone, as the reference executor does (pass ``tz`` to pin another zone).
@@ -192,13 +199,21 @@ class RunLog:
         return day
 
     def path_for(self, log_date_time_ms: int, log_id: int) -> Path:
-        """``<base>/<yyyy-mm-dd>/<logId>.log``; raises ValueError for ids that are not sane."""
+        """``<base>/<yyyy-mm-dd>/<logId>-<epoch s>.log``; raises ValueError for ids that are not sane."""
         return Path(self._path_text(log_date_time_ms, log_id))
 
     def _path_text(self, log_date_time_ms: int, log_id: int) -> str:
         _check_ids(log_date_time_ms, log_id)
         # Only digits and dashes are joined to the base: no path tricks can get through.
-        return f"{self._base_text}/{self._day(log_date_time_ms)}/{log_id}.log"
+        return f"{self._base_text}/{self._day(log_date_time_ms)}/{log_id}-{log_date_time_ms // 1000}.log"
+
+    def _read_candidates(self, log_date_time_ms: int, log_id: int) -> list[str]:
+        exact = self._path_text(log_date_time_ms, log_id)
+        if log_date_time_ms < 1000:
+            return [exact]
+        # The second before: a trigger time stored in a DATETIME(0) column may be rounded up.
+        previous = (log_date_time_ms // 1000 - 1) * 1000
+        return [exact, self._path_text(previous, log_id)]
 
     def check(self, log_date_time_ms: int, log_id: int) -> None:
         """Raise ValueError unless the ids make a valid log path (cheap; builds no path)."""
@@ -294,13 +309,8 @@ class RunLog:
 
     def read(self, log_date_time_ms: int, log_id: int, from_line: int) -> LogResult:
         """Lines ``from_line..`` (1-based) of a run's log, bounded in lines and bytes."""
-        path = self._path_text(log_date_time_ms, log_id)
-        pending = self._active.get(path)
-        if pending is not None:
-            pending.flush()
-        try:
-            fh = open(path, "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError:
+        fh = self._open_for_read(self._read_candidates(log_date_time_ms, log_id))
+        if fh is None:
             return LogResult(from_line, 0, MSG_LOG_FILE_NOT_EXISTS, True)
         with fh:
             start = max(from_line, 1)
@@ -309,6 +319,17 @@ class RunLog:
                 return LogResult(from_line, line_no, "", False)
             lines, last = self._collect(fh, line_no)
         return LogResult(from_line, last, "".join(lines), False)
+
+    def _open_for_read(self, paths: list[str]) -> BinaryIO | None:
+        for path in paths:
+            pending = self._active.get(path)
+            if pending is not None:
+                pending.flush()
+            try:
+                return open(path, "rb")  # noqa: SIM115 - the caller closes it
+            except FileNotFoundError:
+                continue
+        return None
 
     def _skip_to(self, fh: BinaryIO, start: int) -> int:
         """Position ``fh`` at the beginning of line ``start``; return how many lines precede it."""

@@ -24,6 +24,7 @@ class Principal:
     method: AuthMethod
     csrf_token: str | None = None
     token_id: int | None = None
+    session_hash: str | None = None  # the stored hash of the session id, for session callers
 
     @property
     def role(self) -> Role:

@@ -44,7 +44,7 @@ from jobring.admin.store.records import (
     TriggerResult,
     User,
 )
-from jobring.admin.store.users import SettingRepository, TokenRepository, UserRepository
+from jobring.admin.store.users import SessionRepository, SettingRepository, TokenRepository, UserRepository
 
 
 class Store:
@@ -64,6 +64,7 @@ class Store:
         self.glue = GlueRepository(self.db)
         self.users = UserRepository(self.db)
         self.tokens = TokenRepository(self.db)
+        self.sessions = SessionRepository(self.db)
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
         self.audit = AuditRepository(self.db)
@@ -129,6 +130,7 @@ __all__ = [
     "ResultOutcome",
     "ScheduleLock",
     "SchedulerNodeRepository",
+    "SessionRepository",
     "SettingRepository",
     "Store",
     "StoreError",

@@ -6,12 +6,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, fetch_page, like_pattern, new_id, to_record
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.errors import NotFound, ReferencedError
 from jobring.admin.store.records import JobGroup, Page, RegistryEntry
-from jobring.admin.store.tables import job_group, job_info, job_registry
+from jobring.admin.store.tables import job_group, job_info, job_registry, job_user
 
 EXECUTOR = "EXECUTOR"  # the registry_group of executors
 
@@ -19,6 +20,25 @@ EXECUTOR = "EXECUTOR"  # the registry_group of executors
 def _join_addresses(addresses: Sequence[str]) -> str | None:
     unique = sorted({a.strip() for a in addresses if a.strip()})
     return ",".join(unique) if unique else None
+
+
+async def _drop_from_permissions(conn: AsyncConnection, group_id: int) -> None:
+    """Remove ``group_id`` from every user's permission list (same transaction as the delete),
+    so a later group can never inherit the deleted one's permissions."""
+    token = str(group_id)
+    # A cheap pre-filter; the exact match is done on the parsed list below.
+    candidates = (
+        await conn.execute(
+            select(job_user.c.id, job_user.c.permission).where(job_user.c.permission.like(f"%{token}%"))
+        )
+    ).all()
+    for user_id, permission in candidates:
+        ids = [p.strip() for p in (permission or "").split(",") if p.strip()]
+        kept = [p for p in ids if p != token]
+        if kept != ids:
+            await conn.execute(
+                update(job_user).where(job_user.c.id == user_id).values(permission=",".join(kept) or None)
+            )
 
 
 class GroupRepository(Repository):
@@ -99,7 +119,8 @@ class GroupRepository(Repository):
                 raise NotFound(f"executor group {group.id} does not exist")
 
     async def delete(self, group_id: int) -> bool:
-        """Delete the group; ReferencedError while jobs use it; False when it did not exist."""
+        """Delete the group and remove it from every user's permissions; ReferencedError while
+        jobs use it; False when it did not exist."""
         async with self._db.write() as conn:
             used = (
                 await conn.execute(
@@ -111,7 +132,10 @@ class GroupRepository(Repository):
                     f"executor group {group_id} still has {used} job(s); delete or move them first"
                 )
             result = await conn.execute(delete(job_group).where(job_group.c.id == group_id))
-            return result.rowcount > 0
+            if result.rowcount == 0:
+                return False
+            await _drop_from_permissions(conn, group_id)
+            return True
 
     async def refresh_addresses(self, mapping: Mapping[str, Sequence[str]], now: datetime) -> int:
         """Set each auto-registered group's address_list from ``mapping`` (app_name ->

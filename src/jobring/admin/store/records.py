@@ -270,6 +270,19 @@ class ApiToken:
     add_time: datetime | None
     last_used_time: datetime | None
     revoked: bool
+    expires_at: datetime | None = None  # naive UTC; None: never
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A row of ``jobring_session`` (instants in epoch ms); the id itself is never stored."""
+
+    id_hash: str
+    user_id: int
+    created: int
+    expires: int
+    last_seen: int
+    revoked: bool
 
 
 @dataclass(frozen=True, slots=True)

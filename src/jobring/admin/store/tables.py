@@ -38,6 +38,7 @@ job_group = Table(
     Column("address_type", SmallInteger, nullable=False, server_default="0"),
     Column("address_list", Text, nullable=True),
     Column("update_time", DateTime, nullable=True),
+    sqlite_autoincrement=True,
 )
 
 job_info = Table(
@@ -74,6 +75,7 @@ job_info = Table(
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
+    sqlite_autoincrement=True,
 )
 
 job_log = Table(
@@ -106,6 +108,7 @@ job_log = Table(
     Index("I_handle_code", "handle_code"),
     Index("ix_job_log_job_time", "job_id", "trigger_time"),
     Index("ix_job_log_alarm", "alarm_status", "handle_code"),
+    sqlite_autoincrement=True,
 )
 
 job_log_report = Table(
@@ -160,6 +163,7 @@ job_user = Table(
     Column("glue_permission", Boolean, nullable=False, server_default="0"),
     Column("add_time", DateTime, nullable=True),
     UniqueConstraint("username", name="i_username"),
+    sqlite_autoincrement=True,
 )
 
 job_lock = Table(
@@ -187,8 +191,25 @@ api_token = Table(
     Column("add_time", DateTime, nullable=True),
     Column("last_used_time", DateTime, nullable=True),
     Column("revoked", Boolean, nullable=False, server_default="0"),
+    Column("expires_at", DateTime, nullable=True),  # naive UTC; None: never expires
     UniqueConstraint("token_hash", name="ux_api_token_hash"),
     Index("ix_api_token_user", "user_id"),
+    sqlite_autoincrement=True,
+)
+
+# Console/API sessions, checked on every request so that logout, a password or role change
+# and user deletion end them at once on every node. Only a sha256 of the session id is kept.
+session = Table(
+    "jobring_session",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("user_id", Integer, nullable=False),
+    Column("created", BigInteger, nullable=False),  # epoch ms
+    Column("expires", BigInteger, nullable=False),  # epoch ms
+    Column("last_seen", BigInteger, nullable=False),  # epoch ms, written at most once a minute
+    Column("revoked", Boolean, nullable=False, server_default="0"),
+    Index("ix_session_user", "user_id"),
+    Index("ix_session_expires", "expires"),
 )
 
 # Admin nodes that schedule: announced every cycle (alive_until), and the latest planned

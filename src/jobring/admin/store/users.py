@@ -15,8 +15,8 @@ from sqlalchemy.exc import IntegrityError
 from jobring.admin.store.base import Repository, fetch_page, like_pattern, new_id, to_record
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.errors import Conflict, NotFound
-from jobring.admin.store.records import ApiToken, Page, User
-from jobring.admin.store.tables import api_token, job_user, setting
+from jobring.admin.store.records import ApiToken, Page, Session, User
+from jobring.admin.store.tables import api_token, job_user, session, setting
 
 _USER_COLUMNS = (
     job_user.c.id,
@@ -128,16 +128,19 @@ class UserRepository(Repository):
                 raise NotFound(f"user {user_id} does not exist")
 
     async def delete(self, user_id: int) -> bool:
-        """Delete the user and their API tokens; False when absent."""
+        """Delete the user, their API tokens and sessions; False when absent."""
         async with self._db.write() as conn:
             await conn.execute(delete(api_token).where(api_token.c.user_id == user_id))
+            await conn.execute(delete(session).where(session.c.user_id == user_id))
             return (await conn.execute(delete(job_user).where(job_user.c.id == user_id))).rowcount > 0
 
 
 class TokenRepository(Repository):
     """API tokens (only their sha256 hashes are stored)."""
 
-    async def create(self, user_id: int, name: str, token_hash: str, now: datetime) -> int:
+    async def create(
+        self, user_id: int, name: str, token_hash: str, now: datetime, expires_at: datetime | None = None
+    ) -> int:
         """Store a new token hash; returns its id. Conflict if the hash exists."""
         try:
             async with self._db.write() as conn:
@@ -148,6 +151,7 @@ class TokenRepository(Repository):
                         token_hash=token_hash,
                         add_time=utc_naive(now),
                         revoked=False,
+                        expires_at=None if expires_at is None else utc_naive(expires_at),
                     )
                 )
                 return new_id(result)
@@ -180,6 +184,46 @@ class TokenRepository(Repository):
             await conn.execute(
                 update(api_token).where(api_token.c.id == token_id).values(last_used_time=utc_naive(now))
             )
+
+
+class SessionRepository(Repository):
+    """Server-side sessions, keyed by the sha256 of the session id (instants: epoch ms)."""
+
+    async def create(self, id_hash: str, user_id: int, now_ms: int, expires_ms: int) -> None:
+        """Store a new session; expired rows of every user are purged on the way."""
+        async with self._db.write() as conn:
+            await conn.execute(delete(session).where(session.c.expires < now_ms))
+            await conn.execute(
+                insert(session).values(
+                    id_hash=id_hash, user_id=user_id, created=now_ms, expires=expires_ms,
+                    last_seen=now_ms, revoked=False,
+                )
+            )
+
+    async def get(self, id_hash: str) -> Session | None:
+        """The session with this hash, revoked or expired or not, or ``None``."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(session).where(session.c.id_hash == id_hash))).first()
+        return None if row is None else to_record(Session, row)
+
+    async def touch(self, id_hash: str, now_ms: int) -> None:
+        """Record the session's last use."""
+        async with self._db.write() as conn:
+            await conn.execute(update(session).where(session.c.id_hash == id_hash).values(last_seen=now_ms))
+
+    async def revoke(self, id_hash: str) -> bool:
+        """End one session; True when it was active."""
+        where = [session.c.id_hash == id_hash, session.c.revoked.is_(False)]
+        async with self._db.write() as conn:
+            return (await conn.execute(update(session).where(*where).values(revoked=True))).rowcount > 0
+
+    async def revoke_user(self, user_id: int, *, keep: str | None = None) -> int:
+        """End every session of the user, but ``keep`` (a session id hash); returns how many."""
+        where = [session.c.user_id == user_id, session.c.revoked.is_(False)]
+        if keep is not None:
+            where.append(session.c.id_hash != keep)
+        async with self._db.write() as conn:
+            return (await conn.execute(update(session).where(*where).values(revoked=True))).rowcount
 
 
 class SettingRepository(Repository):

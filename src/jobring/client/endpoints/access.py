@@ -119,9 +119,13 @@ def list_tokens(user_id: int | None = None) -> Call[list[JsonObject]]:
     return get("/tokens", as_list, user_id=user_id)
 
 
-def create_token(name: str) -> Call[JsonObject]:
-    """A new API token for yourself; the secret is in ``token``, shown only this once."""
-    return post("/tokens", as_object, {"name": name})
+def create_token(name: str, expires_in_days: int | None = None) -> Call[JsonObject]:
+    """A new API token for yourself; the secret is in ``token``, shown only this once.
+    With ``expires_in_days`` it stops working after that many days."""
+    body: dict[str, Any] = {"name": name}
+    if expires_in_days is not None:
+        body["expires_in_days"] = expires_in_days
+    return post("/tokens", as_object, body)
 
 
 def revoke_token(token_id: int) -> Call[None]:

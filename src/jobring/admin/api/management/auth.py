@@ -9,14 +9,14 @@ from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError
 from jobring.admin.api.management.models import LoginIn, MeOut, PasswordChange, UserOut
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import Actor, AuditAction, Outcome
-from jobring.admin.security.passwords import hash_password, needs_rehash, password_problem, verify_password
+from jobring.admin.security.passwords import HashingBusy, hash_password, needs_rehash, password_problem
 from jobring.admin.security.principal import AuthMethod
 from jobring.admin.security.sessions import (
     CSRF_COOKIE,
     SESSION_COOKIE,
-    SessionData,
-    new_csrf_token,
-    password_fingerprint,
+    csrf_token_for,
+    hash_session_id,
+    new_session_id,
 )
 from jobring.admin.store.records import User
 
@@ -27,16 +27,21 @@ _DUMMY_HASH = hash_password("jobring-no-such-user")
 WRONG_LOGIN = "wrong username or password"
 
 
-def _limit_keys(request: Request, username: str) -> list[str]:
-    client = request.client.host if request.client else "unknown"
-    return [f"user:{username.lower()}", f"ip:{client}"]
+def client_address(request: Request) -> str:
+    """The TCP peer, or the address a trusted proxy forwarded (uvicorn applies
+    JOBRING_TRUSTED_PROXIES; forwarded headers from anyone else never get here)."""
+    return request.client.host if request.client else "unknown"
 
 
-def _set_session(services: ManagementServices, response: Response, user: User) -> str:
-    csrf = new_csrf_token()
-    cookie = services.signer.encode(SessionData(user.id, csrf, password_fingerprint(user.password_hash)))
+async def start_session(services: ManagementServices, response: Response, user: User) -> tuple[str, str]:
+    """Store a new session for ``user`` and set its cookies; returns (id hash, CSRF token)."""
+    session_id = new_session_id()
+    id_hash = hash_session_id(session_id)
+    now = services.now_ms()
+    await services.store.sessions.create(id_hash, user.id, now, now + services.session_max_age_s * 1000)
+    csrf = csrf_token_for(services.secrets.session_secret, session_id)
     # The CSRF cookie is readable by the page's scripts (they echo it in a header); the session is not.
-    for name, value, httponly in ((SESSION_COOKIE, cookie, True), (CSRF_COOKIE, csrf, False)):
+    for name, value, httponly in ((SESSION_COOKIE, session_id, True), (CSRF_COOKIE, csrf, False)):
         response.set_cookie(
             name,
             value,
@@ -46,44 +51,70 @@ def _set_session(services: ManagementServices, response: Response, user: User) -
             samesite="lax",
             secure=services.settings.secure_cookies,
         )
-    return csrf
+    return id_hash, csrf
 
 
-def _too_many(retry_after: int) -> ApiError:
+def _too_many(retry_after: int, why: str = "too many failed attempts") -> ApiError:
     return ApiError(
         429,
-        f"too many failed attempts; try again in {retry_after} s",
+        f"{why}; try again in {retry_after} s",
         headers={"Retry-After": str(retry_after)},
     )
+
+
+async def _check_password(services: ManagementServices, password_hash: str | None, password: str) -> bool:
+    try:
+        return await services.passwords.verify(password_hash, password)
+    except HashingBusy:
+        # Refused before any hashing: a flood of logins must not queue up behind the pool.
+        raise _too_many(1, "too many logins in progress") from None
+
+
+async def _rehash_if_needed(services: ManagementServices, user: User, password: str) -> User:
+    if not (user.password_hash and needs_rehash(user.password_hash)):
+        return user
+    try:
+        new_hash = await services.passwords.hash(password)
+    except HashingBusy:
+        return user  # next login will do it
+    await services.store.users.set_password_hash(user.id, new_hash, must_change=user.must_change_password)
+    return await services.store.users.get(user.id) or user
 
 
 @router.post(
     "/auth/login", response_model=MeOut, summary="Log in: sets the session cookie, returns the CSRF token"
 )
 async def login(body: LoginIn, request: Request, response: Response, services: Services) -> MeOut:
-    keys = _limit_keys(request, body.username)
-    retry_after = services.limiter.retry_after_s(keys)
+    address = client_address(request)
+    # The limiter is asked before any hashing, so throttled attempts cost no CPU.
+    retry_after = services.limiter.retry_after_s(body.username, address)
     if retry_after > 0:
         raise _too_many(retry_after)
     user = await services.store.users.by_username(body.username)
-    ok = verify_password(user.password_hash if user else _DUMMY_HASH, body.password)
+    stored = user.password_hash if user is not None else None
+    # Unknown users and users without an argon2 hash (adopted MD5) cost a hash too, so timing
+    # tells nothing; only a real stored hash can make the login succeed.
+    ok = await _check_password(services, stored or _DUMMY_HASH, body.password) and stored is not None
     if user is None or not ok:
-        services.limiter.record_failure(keys)
+        services.limiter.record_failure(body.username, address)
         await services.audit.login_failed(body.username, user)
         raise ApiError(401, WRONG_LOGIN)
-    services.limiter.record_success(keys[:1])
-    if user.password_hash and needs_rehash(user.password_hash):
-        await services.store.users.set_password_hash(
-            user.id, hash_password(body.password), must_change=user.must_change_password
-        )
-        user = await services.store.users.get(user.id) or user
-    csrf = _set_session(services, response, user)
+    services.limiter.record_success(body.username, address)
+    user = await _rehash_if_needed(services, user, body.password)
+    _, csrf = await start_session(services, response, user)
     await services.audit.record(Actor.user(user), AuditAction.LOGIN)
     return MeOut(user=UserOut.of(user), auth=AuthMethod.SESSION.value, csrf_token=csrf)
 
 
-@router.post("/auth/logout", status_code=204, response_class=Response, summary="Log out (clears the cookies)")
+@router.post(
+    "/auth/logout",
+    status_code=204,
+    response_class=Response,
+    summary="Log out: ends the session on the server",
+)
 async def logout(principal: AnyUser, services: Services) -> Response:
+    if principal.session_hash is not None:
+        await services.store.sessions.revoke(principal.session_hash)
     await services.audit.record(principal, AuditAction.LOGOUT)
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/")
@@ -101,34 +132,48 @@ async def me(principal: AnyUser) -> MeOut:
 @router.post(
     "/users/me/password",
     response_model=MeOut,
-    summary="Change your own password (needs the current one); ends other sessions",
+    summary="Change your own password (needs the current one); ends every session, starts a new one",
 )
 async def change_password(
     body: PasswordChange, request: Request, response: Response, services: Services, principal: AnyUser
 ) -> MeOut:
     user = principal.user
-    keys = [f"user:{user.username.lower()}"]
-    retry_after = services.limiter.retry_after_s(keys)
+    address = client_address(request)
+    retry_after = services.limiter.retry_after_s(user.username, address)
     if retry_after > 0:
         raise _too_many(retry_after)
-    if not verify_password(user.password_hash, body.current_password):
-        services.limiter.record_failure(keys)
-        await services.audit.record(
-            principal, AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id,
-            outcome=Outcome.FAILURE,
-        )
-        raise ApiError(403, "current_password is wrong", "current_password")
     problem = password_problem(body.new_password)
     if problem:
         raise ApiError(422, f"new_password: {problem}", "new_password")
     if body.new_password == body.current_password:
         raise ApiError(422, "new_password: must differ from the current password", "new_password")
-    await services.store.users.set_password_hash(user.id, hash_password(body.new_password), must_change=False)
+    if not await _check_password(services, user.password_hash, body.current_password):
+        services.limiter.record_failure(user.username, address)
+        await services.audit.record(
+            principal, AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id,
+            outcome=Outcome.FAILURE,
+        )
+        raise ApiError(403, "current_password is wrong", "current_password")
+    new_hash = await hash_new_password(services, body.new_password)
+    await services.store.users.set_password_hash(user.id, new_hash, must_change=False)
+    # Every session ends, this one too (a new one is issued below): a stolen cookie dies here.
+    await services.store.sessions.revoke_user(user.id)
     updated = await services.store.users.get(user.id)
     if updated is None:
         raise ApiError(404, f"user {user.id} no longer exists")
     await services.audit.record(principal, AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id)
     csrf = None
     if principal.method is AuthMethod.SESSION:
-        csrf = _set_session(services, response, updated)
+        _, csrf = await start_session(services, response, updated)
     return MeOut(user=UserOut.of(updated), auth=principal.method.value, csrf_token=csrf)
+
+
+async def hash_new_password(services: ManagementServices, password: str) -> str:
+    """The argon2 hash of a new password, computed in the pool; 503 while it is saturated."""
+    try:
+        return await services.passwords.hash(password)
+    except HashingBusy:
+        raise ApiError(
+            503, "the admin is busy checking passwords; try again", headers={"Retry-After": "1"}
+        ) from None
+

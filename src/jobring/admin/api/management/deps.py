@@ -1,7 +1,9 @@
 """FastAPI dependencies: the services, and the authenticated caller with its checks.
 
-Authentication is a Bearer API token (``Authorization: Bearer jr_...``) or the session
-cookie. Cookie sessions must send the CSRF token in ``X-CSRF-Token`` on unsafe methods.
+Authentication is a Bearer API token (``Authorization: Bearer jr_...``, refused once revoked
+or past its ``expires_at``) or the session cookie, checked against the session table on every
+request (a revoked session ends at once, on every node). Cookie sessions must send the CSRF
+token in ``X-CSRF-Token`` on unsafe methods.
 A user flagged ``must_change_password`` may only use ``me``, change-password and logout.
 """
 
@@ -18,8 +20,11 @@ from jobring.admin.security.principal import AuthMethod, Principal
 from jobring.admin.security.sessions import (
     CSRF_HEADER,
     SESSION_COOKIE,
+    SESSION_TOUCH_INTERVAL_MS,
     csrf_matches,
-    password_fingerprint,
+    csrf_token_for,
+    hash_session_id,
+    looks_like_session_id,
 )
 from jobring.admin.security.tokens import hash_api_token, looks_like_api_token
 
@@ -47,27 +52,34 @@ async def _from_token(services: ManagementServices, token: str) -> Principal:
     record = await services.store.tokens.by_hash(hash_api_token(token))
     if record is None or record.revoked:
         raise _unauthenticated("invalid or revoked API token")
+    now = services.now_naive_utc()
+    if record.expires_at is not None and now >= record.expires_at:
+        raise _unauthenticated("API token expired")
     user = await services.store.users.get(record.user_id)
     if user is None:
         raise _unauthenticated("the token's user no longer exists")
-    now = services.now_naive_utc()
     if record.last_used_time is None or now - record.last_used_time >= TOKEN_TOUCH_INTERVAL:
         await services.store.tokens.touch_last_used(record.id, now)
     return Principal(user=user, method=AuthMethod.TOKEN, token_id=record.id)
 
 
 async def _from_session(services: ManagementServices, request: Request, cookie: str) -> Principal:
-    session = services.signer.decode(cookie)
-    if session is None:
-        raise _unauthenticated("session expired or invalid; log in again")
+    if not looks_like_session_id(cookie):
+        raise _unauthenticated("session invalid; log in again")
+    id_hash = hash_session_id(cookie)
+    session = await services.store.sessions.get(id_hash)
+    now = services.now_ms()
+    if session is None or session.revoked or now >= session.expires:
+        raise _unauthenticated("session ended or expired; log in again")
     user = await services.store.users.get(session.user_id)
-    if user is None or password_fingerprint(user.password_hash) != session.password_fingerprint:
+    if user is None:
         raise _unauthenticated("session ended; log in again")
-    if request.method not in SAFE_METHODS and not csrf_matches(
-        session.csrf_token, request.headers.get(CSRF_HEADER)
-    ):
+    csrf = csrf_token_for(services.secrets.session_secret, cookie)
+    if request.method not in SAFE_METHODS and not csrf_matches(csrf, request.headers.get(CSRF_HEADER)):
         raise ApiError(403, f"missing or wrong {CSRF_HEADER} header")
-    return Principal(user=user, method=AuthMethod.SESSION, csrf_token=session.csrf_token)
+    if now - session.last_seen >= SESSION_TOUCH_INTERVAL_MS:
+        await services.store.sessions.touch(id_hash, now)
+    return Principal(user=user, method=AuthMethod.SESSION, csrf_token=csrf, session_hash=id_hash)
 
 
 async def authenticate(request: Request, services: ManagementServices) -> Principal:

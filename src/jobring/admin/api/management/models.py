@@ -6,7 +6,7 @@ ISO 8601 with offset for the reference's DATETIME columns.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -22,7 +22,7 @@ from jobring.admin.store.records import (
     RegistryEntry,
     User,
 )
-from jobring.admin.validation import text_problem
+from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 
 MAX_INT32 = 2_147_483_647
@@ -381,8 +381,34 @@ class MeOut(BaseModel):
     csrf_token: str | None = Field(None, description="send it as X-CSRF-Token on unsafe methods")
 
 
+MAX_TOKEN_DAYS = 3650
+
+
 class TokenCreate(Strict):
     name: Annotated[Text, Field(min_length=1, max_length=64)]
+    expires_in_days: Annotated[int, Field(ge=1, le=MAX_TOKEN_DAYS)] | None = Field(
+        None, description="the token stops working after this many days (default: never)"
+    )
+    expires_at: datetime | None = Field(
+        None, description="ISO 8601 instant (UTC if no offset) after which the token stops working"
+    )
+
+    def expiry(self, now: datetime) -> datetime | None:
+        """The expiry as naive UTC (``now`` is naive UTC); FieldError for a bad combination."""
+        if self.expires_in_days is not None and self.expires_at is not None:
+            raise FieldError("expires_at", "give expires_at or expires_in_days, not both")
+        if self.expires_in_days is not None:
+            return now + timedelta(days=self.expires_in_days)
+        if self.expires_at is None:
+            return None
+        at = self.expires_at
+        if at.tzinfo is not None:
+            at = at.astimezone(UTC).replace(tzinfo=None)
+        if at <= now:
+            raise FieldError("expires_at", "must be in the future")
+        if at > now + timedelta(days=MAX_TOKEN_DAYS):
+            raise FieldError("expires_at", f"must be within {MAX_TOKEN_DAYS} days")
+        return at
 
 
 class TokenOut(BaseModel):
@@ -392,6 +418,7 @@ class TokenOut(BaseModel):
     add_time: datetime | None
     last_used_time: datetime | None
     revoked: bool
+    expires_at: datetime | None = Field(None, description="null: never expires")
 
     @classmethod
     def of(cls, t: ApiToken) -> TokenOut:

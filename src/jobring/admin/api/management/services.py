@@ -9,8 +9,9 @@ from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.security.passwords import PasswordWorkers, shared_password_workers
 from jobring.admin.security.ratelimit import LoginRateLimiter
-from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S, SessionSigner
+from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S
 from jobring.admin.store import Store
 from jobring.config import AdminSettings
 from jobring.core.clock import Clock, SystemClock
@@ -35,11 +36,12 @@ class ManagementServices:
     login_limiter: LoginRateLimiter | None = None
     session_max_age_s: int = DEFAULT_SESSION_MAX_AGE_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    signer: SessionSigner = field(init=False)
+    passwords: PasswordWorkers = field(default_factory=shared_password_workers)
     audit: AuditLog = field(init=False)
 
     def __post_init__(self) -> None:
-        self.signer = SessionSigner(self.secrets.session_secret, self.session_max_age_s)
+        if not self.secrets.session_secret:
+            raise ValueError("the session secret must not be empty")
         self.audit = AuditLog(self.store, self.clock)
         if self.login_limiter is None:
             self.login_limiter = LoginRateLimiter(clock=self.clock)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
+from jobring.admin.api.management.auth import hash_new_password
 from jobring.admin.api.management.deps import Admin, Reader, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import (
@@ -23,7 +24,7 @@ from jobring.admin.api.management.models import (
 )
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
-from jobring.admin.security.passwords import hash_password, password_problem
+from jobring.admin.security.passwords import password_problem
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
 from jobring.admin.store.records import User
@@ -79,10 +80,11 @@ async def create_user(body: UserCreate, services: Services, principal: Admin) ->
     check_username(body.username)
     _check_password(body.password)
     permission = await _permission(services, body.group_ids)
+    password_hash = await hash_new_password(services, body.password)
     new_id = await services.store.users.create(  # Conflict -> 409
         username=body.username,
         role=int(Role.from_label(body.role)),
-        password_hash=hash_password(body.password),
+        password_hash=password_hash,
         permission=permission,
         must_change_password=body.must_change_password,
         glue_permission=body.glue_permission,
@@ -122,13 +124,17 @@ async def update_user(user_id: UserId, body: UserUpdate, services: Services, pri
         if user.id == principal.user.id:
             raise FieldError("password", "change your own password with POST /users/me/password")
         _check_password(body.password)
+    new_hash = None if body.password is None else await hash_new_password(services, body.password)
     await services.store.users.update(updated)  # Conflict -> 409
-    if body.password is not None:
+    if new_hash is not None:
         # An admin's reset: the user must pick their own password at next login.
-        await services.store.users.set_password_hash(user.id, hash_password(body.password), must_change=True)
+        await services.store.users.set_password_hash(user.id, new_hash, must_change=True)
         await services.audit.record(
             principal, AuditAction.USER_PASSWORD_RESET, target_type="user", target_id=user.id
         )
+    if new_hash is not None or (updated.role, updated.permission) != (user.role, user.permission):
+        # What the user may do changed: their sessions end (on every node, at the next request).
+        await services.store.sessions.revoke_user(user.id)
     after = await _load(services, user_id)
     if changes.keys() - {"password"}:
         await services.audit.user_event(principal, AuditAction.USER_UPDATE, after, before=user)
@@ -172,9 +178,11 @@ async def create_token(body: TokenCreate, services: Services, principal: Reader)
     existing = await services.store.tokens.list_for_user(principal.user.id)
     if sum(not t.revoked for t in existing) >= MAX_TOKENS_PER_USER:
         raise ApiError(409, f"you already have {MAX_TOKENS_PER_USER} active tokens; revoke some first")
+    now = services.now_naive_utc()
+    expires_at = body.expiry(now)
     token = generate_api_token()
     token_id = await services.store.tokens.create(
-        principal.user.id, body.name, hash_api_token(token), services.now_naive_utc()
+        principal.user.id, body.name, hash_api_token(token), now, expires_at
     )
     await services.audit.record(
         principal, AuditAction.TOKEN_CREATE, target_type="token", target_id=token_id,
