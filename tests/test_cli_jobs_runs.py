@@ -124,6 +124,22 @@ async def test_groups_add_list_and_show(env: AdminEnv, cli: Cli) -> None:
     assert (await env.store.groups.list()).total == 2
 
 
+async def test_groups_token_prints_only_the_token(env: AdminEnv, cli: Cli) -> None:
+    added = await cli("groups", "add", "my-app", "Mine", "--json")
+    group_id = json.loads(added.out)["id"]
+    by_name = await cli("groups", "token", "my-app")
+    by_id = await cli("groups", "token", str(group_id))
+    assert by_name.code == by_id.code == 0 and by_name.out == by_id.out
+    token = by_name.out.strip()
+    assert by_name.out == token + "\n" and len(token) >= 40
+    rotated = await cli("groups", "token", "my-app", "--rotate")
+    assert rotated.code == 0 and rotated.out.strip() not in ("", token)
+    group = await env.store.groups.get(group_id)
+    assert group is not None and group.access_token == rotated.out.strip()
+    missing = await cli("groups", "token", "no-such-app")
+    assert missing.code == 2 and "no executor group" in missing.err
+
+
 async def test_runs_show_and_kill(env: AdminEnv, cli: Cli) -> None:
     job_id, run_id = await _run_of_new_job(env)
     shown = await cli("runs", "show", str(run_id))

@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from jobring.core.addresses import AddressPolicy, policy_from_text
+
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
 ENV_PREFIX = "JOBRING_"
 
@@ -28,7 +30,8 @@ class AdminSettings:
     port: int = 8080
     # Executors configured for XXL-JOB use ".../xxl-job-admin/"; "/" is served as well.
     base_path: str = "/xxl-job-admin"
-    # None: generated on first start and kept in the database.
+    # The global executor token, valid for every group; None (the default): off, each
+    # executor group has its own token. Set it to keep XXL-JOB executors that share one token.
     access_token: str | None = None
     admin_password: str | None = None
     timezone: str = "UTC"
@@ -48,6 +51,10 @@ class AdminSettings:
     trusted_proxies: str = ""
     # Accept known-weak configured secrets (a loud warning is logged at every start).
     insecure: bool = False
+    # Executor addresses the admin will not call (comma CIDR lists), on top of the
+    # always-refused link-local/metadata/multicast ranges; an allow list admits only IPs in it.
+    executor_address_deny: str | None = None
+    executor_address_allow: str | None = None
     # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
     smtp_host: str | None = None
     smtp_port: int = 25
@@ -58,6 +65,12 @@ class AdminSettings:
     smtp_ssl: bool = False
     alarm_webhook_url: str | None = None
     alarm_timeout: float = 10.0
+    # Operations: /metrics needs "Authorization: Bearer <metrics_token>" when set; logs as
+    # plain text or JSON lines; /ready's database check time limit (s).
+    metrics_token: str | None = None
+    log_format: str = "plain"
+    log_level: str = "INFO"
+    ready_timeout: float = 2.0
 
 
 def _coerce(name: str, raw: Any, target: Any) -> Any:
@@ -121,4 +134,39 @@ def load_settings(
         if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX):].lower() in known
     }
     settings = _apply(settings, from_env, "environment")
-    return _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    settings = _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+    address_policy(settings)  # a bad CIDR stops the start here
+    check_log_settings(settings.log_format, settings.log_level)
+    if settings.ready_timeout <= 0:
+        raise ConfigError(f"ready_timeout: expected seconds above 0, got {settings.ready_timeout!r}")
+    return settings
+
+
+def address_policy(settings: AdminSettings) -> AddressPolicy:
+    """The executor address policy of ``settings``; ConfigError names a bad network."""
+    try:
+        return policy_from_text(settings.executor_address_deny, settings.executor_address_allow)
+    except ValueError as exc:
+        raise ConfigError(f"executor_address_deny/_allow: {exc}") from None
+
+
+LOG_FORMATS = ("plain", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def check_log_settings(log_format: str, log_level: str) -> None:
+    """Raise ConfigError for an unknown log format or level."""
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format: expected plain or json, got {log_format!r}")
+    if log_level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"log_level: expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+
+
+MIN_METRICS_TOKEN = 16
+
+
+def check_metrics_token(token: str | None) -> None:
+    """A metrics token, when set, must be at least 16 characters (a guessable one is refused).
+    The executor's check; the admin's is in its secret policy (``--insecure`` applies)."""
+    if token is not None and len(token.strip()) < MIN_METRICS_TOKEN:
+        raise ConfigError(f"metrics_token: use at least {MIN_METRICS_TOKEN} random characters")

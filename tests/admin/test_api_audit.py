@@ -273,9 +273,9 @@ async def test_reading_the_access_token_is_recorded_without_it(sqlite_store: Sto
         _no_secret(env, [record])
 
 
-async def test_xxl3_job_calls_are_recorded_as_the_executor_token(sqlite_store: Store) -> None:
+async def test_xxl3_job_calls_are_recorded_as_the_token_user(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.raw_client() as http:
-        headers = {"XXL-JOB-ACCESS-TOKEN": ACCESS_TOKEN}
+        headers = {"XXL-JOB-ACCESS-TOKEN": env.tokens["admin"]}
 
         async def call(name: str, body: dict[str, Any]) -> dict[str, Any]:
             answer: dict[str, Any] = (await http.post(f"/api/{name}", json=body, headers=headers)).json()
@@ -310,8 +310,8 @@ async def test_xxl3_job_calls_are_recorded_as_the_executor_token(sqlite_store: S
             "job.update",
             "job.create",
         ]
-        assert {(r["actor_kind"], r["actor_id"], r["source"]) for r in records} == {
-            ("executor", None, CLIENT_ADDRESS)
+        assert {(r["actor"], r["actor_kind"], r["actor_id"], r["source"]) for r in records} == {
+            ("admin", "api_token", env.user_ids["admin"], CLIENT_ADDRESS)
         }
         assert records[4]["details"] == {"changes": {"job_desc": {"before": "x", "after": "y"}}}
         _no_secret(env, records)

@@ -308,4 +308,5 @@ async def test_settings_for_the_console(sqlite_store: Store) -> None:
 
 async def test_access_token_is_visible_to_admins(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("admin") as http:
-        assert (await http.get("/settings/access-token")).json() == {"access_token": ACCESS_TOKEN}
+        expected = {"enabled": True, "access_token": ACCESS_TOKEN}
+        assert (await http.get("/settings/access-token")).json() == expected

@@ -77,18 +77,20 @@ async def test_insecure_accepts_weak_secrets_and_warns_at_every_start(
 
 
 async def test_generated_secrets_are_random_per_database(tmp_path: Path) -> None:
-    tokens = []
+    session_secrets = []
     for name in ("a", "b"):
         store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / name}.db")
         try:
             secrets = await bootstrap(store, AdminSettings(), io.StringIO())
-            assert await store.settings.get(ACCESS_TOKEN_SETTING) == secrets.access_token
+            # No global executor token unless configured (each group has its own).
+            assert secrets.access_token is None
+            assert await store.settings.get(ACCESS_TOKEN_SETTING) is None
             assert await store.settings.get(SESSION_SECRET_SETTING) == secrets.session_secret
-            assert len(secrets.access_token) >= 32 and secrets.access_token != secrets.session_secret
-            tokens.append(secrets.access_token)
+            assert len(secrets.session_secret) >= 32
+            session_secrets.append(secrets.session_secret)
         finally:
             await store.close()
-    assert tokens[0] != tokens[1]
+    assert session_secrets[0] != session_secrets[1]
 
 
 async def test_nodes_starting_together_agree(tmp_path: Path) -> None:
@@ -118,4 +120,4 @@ async def test_nodes_starting_together_agree_on_every_backend(store: Store) -> N
     assert len({(r.access_token, r.session_secret) for r in results}) == 1
     assert len([r for r in results if r.admin_password_generated]) == 1
     assert await store.users.count() == 1
-    assert await store.settings.get(ACCESS_TOKEN_SETTING) == results[0].access_token
+    assert results[0].access_token is None

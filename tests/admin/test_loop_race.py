@@ -19,6 +19,7 @@ from jobring.admin.scheduler.timers import ManualTimers
 from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo
 from jobring.core.schedule import parse_schedule
+from jobring.core.timefmt import iso_ms
 from tests.admin.loop_fakes import T0, FakeJobTable, FakeLeases, Harness, fix_rate_job
 
 
@@ -157,5 +158,5 @@ async def test_instants_passed_over_by_a_late_fire_are_logged(
     await h.advance_to(T0 + 4_000, step_ms=50)
     assert h.runlog.fired() == [(1, T0 + 1_000), (1, T0 + 3_000), (1, T0 + 4_000)]
     skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
-    assert skipped == [f"job 1 fired 1500 ms late (instant {T0 + 1_000}); its instants from "
-                       f"{T0 + 2_000} until {T0 + 3_000} are skipped"]
+    assert skipped == [f"job 1 fired 1500 ms late (instant {iso_ms(T0 + 1_000)}); its instants from "
+                       f"{iso_ms(T0 + 2_000)} until {iso_ms(T0 + 3_000)} are skipped"]

@@ -78,6 +78,20 @@ async def _op_in_token(env: ApiEnv, role: str) -> dict[str, Any]:
     return {"token": newest}
 
 
+async def _reset_group_a(env: ApiEnv, role: str) -> dict[str, Any]:
+    from jobring.admin.store.records import JobGroup
+
+    group = JobGroup(id=env.group_a, app_name="app-a", title="A", address_type=1,
+                     address_list=",".join(env.double.addresses))
+    await env.store.groups.update(group, env.services.now_naive_utc())
+    return {}
+
+
+async def _group_with_token(env: ApiEnv, role: str) -> dict[str, Any]:
+    await env.store.groups.set_access_token(env.group_a, f"token-of-group-a-for-{role}")
+    return {}
+
+
 def _new_job(env: ApiEnv, v: dict[str, Any]) -> dict[str, Any]:
     return {"job_group": env.group_a, "job_desc": "new", "executor_handler": "demo"}
 
@@ -141,6 +155,24 @@ ROWS = [
             "addresses": e.double.addresses,
         },
     ),
+    # Where a group's jobs go (appname, address type, manual addresses) is for admins only.
+    Row(
+        "PUT",
+        "/groups/{group_a}",
+        (200, 403, 403, 403, 401),
+        body=lambda e, v: {"app_name": "app-a", "title": "A3", "address_type": 1,
+                           "addresses": [*e.double.addresses, "http://10.9.9.9:9999/"]},
+        setup=_reset_group_a,
+    ),
+    Row(
+        "PUT",
+        "/groups/{group_a}",
+        (200, 403, 403, 403, 401),
+        body=lambda e, v: {"app_name": "app-a", "title": "A3", "address_type": 0},
+        setup=_reset_group_a,
+    ),
+    Row("GET", "/groups/{group_a}/access-token", ADMIN, setup=_group_with_token),
+    Row("POST", "/groups/{group_a}/access-token/rotate", ADMIN),
     Row("DELETE", "/groups/{group}", (204, 204, 403, 403, 401), setup=_empty_group),
     Row("GET", "/users", ADMIN),
     Row(
@@ -198,3 +230,38 @@ def test_every_operation_is_in_the_matrix() -> None:
 
 def _shape(path: str) -> str:
     return re.sub(r"\{\w+\}", "{}", path.split("?")[0])
+
+
+XXL3_CALLERS = (*ROLES, None, "executor")
+XXL3_ROWS: list[tuple[str, tuple[int, ...]]] = [
+    # admin, op_in, op_out, viewer, anonymous, the executor token (HTTP status of the answer)
+    ("addJob", (200, 200, 403, 403, 401, 401)),
+    ("updateJob", (200, 200, 403, 403, 401, 401)),
+    ("startJob", (200, 200, 403, 403, 401, 401)),
+    ("stopJob", (200, 200, 403, 403, 401, 401)),
+    ("triggerJob", (200, 200, 403, 403, 401, 401)),
+    ("removeJob", (200, 200, 403, 403, 401, 401)),
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), XXL3_ROWS, ids=[n for n, _ in XXL3_ROWS])
+async def test_xxl3_permission_matrix(sqlite_store: Store, name: str, expected: tuple[int, ...]) -> None:
+    async with api_env(sqlite_store) as env:
+        await env.store.groups.set_access_token(env.group_a, "token-of-group-a-0123456789")
+        got: list[int] = []
+        for caller in XXL3_CALLERS:
+            job = await env.add_job(env.group_a)
+            body = {"id": job, "jobGroup": env.group_a, "jobDesc": "via 3.x", "executorHandler": "demo",
+                    "scheduleType": "CRON", "scheduleConf": "0 0 * * * ?"}
+            headers = {}
+            if caller == "executor":
+                headers = {"XXL-JOB-ACCESS-TOKEN": "token-of-group-a-0123456789"}
+            elif caller is not None:
+                headers = {"XXL-JOB-ACCESS-TOKEN": env.tokens[caller]}
+            async with env.raw_client() as http:
+                response = await http.post(f"/api/{name}", json=body, headers=headers)
+            answer = response.json()
+            assert set(answer) == {"code", "msg", "content", "data"}, response.text
+            assert answer["code"] == (200 if response.status_code == 200 else response.status_code)
+            got.append(response.status_code)
+        assert tuple(got) == expected, f"{name}: admin, op_in, op_out, viewer, anonymous, executor"

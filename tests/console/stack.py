@@ -24,7 +24,6 @@ DIST_INDEX = REPO / "src" / "jobring" / "admin" / "console" / "dist" / "index.ht
 CHROMIUM = Path("/usr/bin/chromium")
 # A small CJK font, so Chinese pages render (in tests and screenshots) on a bare server.
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
-TOKEN = "console-e2e-executor-token"
 APP_NAME = "console-e2e"
 NEW_PASSWORD = "Console-e2e-Passw0rd!"
 START_LIMIT_S = 90.0
@@ -71,7 +70,8 @@ def _wait(check: Any, what: str, log: Path, limit_s: float = START_LIMIT_S) -> N
 
 @dataclass
 class Stack:
-    """The admin and the executor; ``password`` is the admin's current password."""
+    """The admin and the executor; ``password`` is the admin's current password. The
+    executor starts once its group exists (it needs the group's own executor token)."""
 
     workdir: Path
     port: int = 0
@@ -86,7 +86,7 @@ class Stack:
     def start(self) -> None:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-        env.update(JOBRING_ACCESS_TOKEN=TOKEN, JOBRING_GLUE_ENABLED="true", JOBRING_NODE_ID="console-e2e")
+        env.update(JOBRING_GLUE_ENABLED="true", JOBRING_NODE_ID="console-e2e")
         admin_log = self.workdir / "admin.log"
         with admin_log.open("wb") as out:
             self.procs.append(subprocess.Popen(
@@ -98,11 +98,20 @@ class Stack:
         found = re.search(r"generated password: (\S+)", admin_log.read_text())
         assert found, admin_log.read_text()
         self.generated_password = self.password = found.group(1)
+
+    def ensure_executor(self) -> None:
+        """Start the executor process (once) with its group's own executor token."""
+        if len(self.procs) > 1:
+            return
+        group = self.group_id()
+        with self.api() as http:
+            token = http.get(f"/groups/{group}/access-token").json()["access_token"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
         executor_log = self.workdir / "executor.log"
         with executor_log.open("wb") as out:
             self.procs.append(subprocess.Popen(
                 [*CLI, "executor", "tests.console.executor_app:executor",
-                 "--app-name", APP_NAME, "--admin", f"{self.url}/xxl-job-admin/", "--token", TOKEN,
+                 "--app-name", APP_NAME, "--admin", f"{self.url}/xxl-job-admin/", "--token", token,
                  "--host", "127.0.0.1", "--port", str(free_port()), "--ip", "127.0.0.1",
                  "--log-path", str(self.workdir / "executor-logs"), "--beat-interval", "2"],
                 stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO,
@@ -158,6 +167,7 @@ class Stack:
             return int(made.json()["id"])
 
     def wait_executor_online(self, group_id: int) -> None:
+        self.ensure_executor()
         with self.api() as http:
             def online() -> bool:
                 # Registered (online) and in the group's address list, which routing uses.

@@ -62,6 +62,7 @@ def test_create_a_group_and_a_cron_job_with_the_builder(page: Page, stack: Stack
         page.fill("input[name=title]", "Console e2e")
         page.get_by_test_id("save-group").click()
     expect(page.locator(f"tr[data-group='{APP_NAME}']")).to_be_visible()
+    stack.ensure_executor()  # with the new group's own token
     # The real executor registers within its 2 s heartbeat and is listed online.
     online = page.locator(f"tr[data-group='{APP_NAME}'] .addr-list")
     expect(online).to_contain_text("127.0.0.1", timeout=20_000)
@@ -201,10 +202,10 @@ def test_an_expired_session_returns_to_login_then_to_the_page(
     sign_in(page, stack)
     expect(page).to_have_url(re.compile(r"/runs$"))
     page.context.clear_cookies(name="jobring_session")
-    page.goto(stack.url + "/runs?status=fail")  # a reload: the session probe is refused
+    page.goto(stack.url + "/runs?state=failed")  # a reload: the session probe is refused
     expect(page.get_by_text("Your session ended")).to_be_visible()
     sign_in(page, stack)
-    expect(page).to_have_url(stack.url + "/runs?status=fail")
+    expect(page).to_have_url(stack.url + "/runs?state=failed")
 
 
 def test_phone_width_layout_and_keyboard_navigation(page: Page, stack: Stack) -> None:

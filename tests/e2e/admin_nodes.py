@@ -27,6 +27,7 @@ from jobring.admin.store.records import JobGroup, JobInfo
 from jobring.admin.store.tables import job_info, job_log
 
 TOKEN = "e2e-admin-token-0123"
+ADMIN_PASSWORD = "e2e-password-1234"
 START_LIMIT_S = 90.0  # the admin imports FastAPI, migrates and hashes a password on a busy box
 
 
@@ -56,8 +57,9 @@ async def start_admin(database_url: str, node_id: str, workdir: Path, *extra: st
     port = free_port()
     log_file = workdir / f"admin-{node_id}.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    environ.update({"JOBRING_ACCESS_TOKEN": TOKEN, "JOBRING_ADMIN_PASSWORD": "e2e-password-1234",
-                    "JOBRING_NODE_ID": node_id})
+    # The global executor token is opted into (executors here share it); ``env`` may override
+    # it, e.g. with "" to run without one.
+    environ.update(JOBRING_ACCESS_TOKEN=TOKEN, JOBRING_ADMIN_PASSWORD=ADMIN_PASSWORD, JOBRING_NODE_ID=node_id)
     environ.update(env or {})
     with log_file.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(

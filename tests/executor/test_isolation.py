@@ -86,7 +86,8 @@ async def test_results_and_logs_from_the_child(runner: JobRunner, reports: Repor
     failed = await reports.wait(2, within=30)
     assert (failed.handle_code, failed.handle_msg) == (500, "nope from child")
     raised = await reports.wait(3, within=30)
-    assert raised.handle_code == 500 and "ValueError: child exploded" in (raised.handle_msg or "")
+    assert (raised.handle_code, raised.handle_msg) == (500, "ValueError: child exploded")
+    assert "Traceback (most recent call last)" in runlog.read(LOG_TIME, 3, 1).log_content
 
 
 async def _child_pid(runlog: RunLog, log_id: int) -> int:

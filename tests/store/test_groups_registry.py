@@ -108,3 +108,17 @@ async def test_registry_beat_live_and_cleanup(store: Store) -> None:
     assert await store.registry.delete_dead(NOW - timedelta(seconds=90)) == 1  # "other"
     assert await store.registry.entries("other") == []
     assert [e.registry_value for e in await store.registry.entries("app")] == ["http://a:9999/"]
+
+
+async def test_group_access_token_is_kept_apart_from_updates(store: Store) -> None:
+    gid = await store.groups.create(JobGroup(app_name="tok", title="T", access_token="tok-1"), NOW)
+    other = await store.groups.create(JobGroup(app_name="none", title="N"), NOW)
+    group = await store.groups.get(gid)
+    assert group is not None and group.access_token == "tok-1" and "tok-1" not in repr(group)
+    # An ordinary update leaves the token alone; only set_access_token changes it.
+    await store.groups.update(replace(group, title="T2", access_token=None), NOW)
+    assert (await store.groups.get(gid)) == replace(group, title="T2")
+    await store.groups.set_access_token(gid, "tok-2")
+    assert set(await store.groups.tokens()) == {(gid, "tok", "tok-2"), (other, "none", None)}
+    with pytest.raises(NotFound):
+        await store.groups.set_access_token(gid + 100, "x")

@@ -126,6 +126,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/groups/{group_id}/access-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The group's executor access token (admin) */
+        get: operations["get_group_token_groups__group_id__access_token_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/groups/{group_id}/access-token/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Give the group a new executor access token; the old one stops working (admin) */
+        post: operations["rotate_group_token_groups__group_id__access_token_rotate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs": {
         parameters: {
             query?: never;
@@ -409,7 +443,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The executor access token (admin) */
+        /** The global executor access token, if enabled (admin) */
         get: operations["access_token_settings_access_token_get"];
         put?: never;
         post?: never;
@@ -514,8 +548,16 @@ export interface components {
     schemas: {
         /** AccessTokenOut */
         AccessTokenOut: {
-            /** Access Token */
-            access_token: string;
+            /**
+             * Access Token
+             * @description the global executor token, valid for every group; null when not enabled (executors then use their group's token: GET /groups/{id}/access-token)
+             */
+            access_token: string | null;
+            /**
+             * Enabled
+             * @description whether the global executor token (JOBRING_ACCESS_TOKEN) is on
+             */
+            enabled: boolean;
         };
         /**
          * ActorKind
@@ -623,6 +665,11 @@ export interface components {
             runs_today_fail: number;
             /** Runs Today Running */
             runs_today_running: number;
+            /**
+             * Runs Today Scheduled
+             * @description fires of today recorded ahead, not yet due
+             */
+            runs_today_scheduled: number;
             /** Runs Today Success */
             runs_today_success: number;
         };
@@ -713,6 +760,11 @@ export interface components {
             addresses: string[];
             /** App Name */
             app_name: string;
+            /**
+             * Has Access Token
+             * @description the group has its own executor token (admins read it at /groups/{id}/access-token)
+             */
+            has_access_token: boolean;
             /** Id */
             id: number;
             /** Online */
@@ -721,6 +773,15 @@ export interface components {
             title: string;
             /** Update Time */
             update_time: string | null;
+        };
+        /** GroupTokenOut */
+        GroupTokenOut: {
+            /** Access Token */
+            access_token: string;
+            /** App Name */
+            app_name: string;
+            /** Group Id */
+            group_id: number;
         };
         /** JobCreate */
         JobCreate: {
@@ -1030,6 +1091,11 @@ export interface components {
             alarm_status: number;
             /** Dispatch Time */
             dispatch_time: number | null;
+            /**
+             * Duration Ms
+             * @description result time minus dispatch time, once finished; null while not finished or when the run never started
+             */
+            duration_ms: number | null;
             /** Executor Address */
             executor_address: string | null;
             /** Executor Fail Retry Count */
@@ -1057,6 +1123,8 @@ export interface components {
             job_id: number;
             /** Planned Time */
             planned_time: number | null;
+            /** @description the run's one state (see the README, "Run states") */
+            state: components["schemas"]["RunState"];
             /** Trigger Code */
             trigger_code: number;
             /** Trigger Msg */
@@ -1066,6 +1134,12 @@ export interface components {
             /** Trigger Type */
             trigger_type: string | null;
         };
+        /**
+         * RunState
+         * @description The states a run can be in (see the module docstring for how each is recognised).
+         * @enum {string}
+         */
+        RunState: "scheduled" | "dispatching" | "running" | "success" | "failed" | "killed" | "timed_out" | "lost" | "skipped";
         /** SchedulePreviewIn */
         SchedulePreviewIn: {
             /**
@@ -2159,6 +2233,194 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_group_token_groups__group_id__access_token_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                group_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupTokenOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    rotate_group_token_groups__group_id__access_token_rotate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                group_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupTokenOut"];
+                };
             };
             /** @description Bad request */
             400: {
@@ -3494,7 +3756,9 @@ export interface operations {
             query?: {
                 job_group?: number | null;
                 job_id?: number | null;
-                status?: components["schemas"]["LogStatus"];
+                status?: components["schemas"]["LogStatus"] | null;
+                /** @description run states, repeated or comma separated; without `state` and `status`, every state but `scheduled` */
+                state?: string[] | null;
                 /** @description epoch ms */
                 trigger_from?: number | null;
                 /** @description epoch ms */

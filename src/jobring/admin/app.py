@@ -4,16 +4,16 @@
                                         # starts the scheduling loop and the monitors
     uvicorn.run(app, host=..., port=...)
 
-Routes: ``GET /health``; the management API under ``/api/v1``; the web console at ``/``
-(``admin/console``: index.html for its own paths, hashed ``/assets``); at ``/`` and under
-``settings.base_path`` (XXL-JOB executors are configured with ``.../xxl-job-admin``) the
-executor-facing ``api/registry``, ``api/registryRemove``, ``api/callback`` and the XXL-JOB
-3.x job-management aliases (``api/addJob`` ...).
+Routes: ``GET /health`` (alive), ``GET /ready`` (see :mod:`jobring.admin.health`), ``GET
+/metrics`` (Prometheus, :mod:`jobring.admin.metrics`); the management API under ``/api/v1``;
+the web console at ``/`` (``admin/console``: index.html for its own paths, hashed
+``/assets``); at ``/`` and under ``settings.base_path`` (XXL-JOB executors are configured
+with ``.../xxl-job-admin``) the executor-facing ``api/registry``, ``api/registryRemove``,
+``api/callback`` and the XXL-JOB 3.x job-management aliases (``api/addJob`` ...).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -24,18 +24,20 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TextIO
 
-from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from jobring.admin.alarms.base import alarmer_from_settings
+from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.console import console_routes
+from jobring.admin.executor_tokens import ExecutorTokens
+from jobring.admin.health import health, ready
+from jobring.admin.metrics import AdminMetrics, metrics_response
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -44,13 +46,12 @@ from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.store import Store
-from jobring.config import AdminSettings
+from jobring.config import AdminSettings, address_policy
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule
 
 log = logging.getLogger(__name__)
 
-HEALTH_DB_TIMEOUT_S = 2.0
 
 
 def jobring_version() -> str:
@@ -82,18 +83,10 @@ class AdminRuntime:
     callbacks: CallbackService
     monitors: Monitors
     loop: ScheduleLoop
-
-    async def db_ok(self) -> bool:
-        try:
-            async with asyncio.timeout(HEALTH_DB_TIMEOUT_S), self.store.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-        except (TimeoutError, OSError) as exc:
-            log.warning("health: database check failed: %s", exc)
-            return False
-        except Exception as exc:  # driver errors of every dialect: report, do not raise
-            log.warning("health: database check failed: %s", exc)
-            return False
-        return True
+    executor_tokens: ExecutorTokens
+    leases: StoreLeases
+    alarmer: Alarmer
+    metrics: AdminMetrics | None = None
 
     async def stop(self) -> None:
         """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB."""
@@ -133,23 +126,28 @@ async def start_runtime(
     trigger = TriggerService(
         store, executors, access_token=secrets.access_token, node_id=node_id, clock=clock,
         admin_timezone=settings.timezone, fast_pool=settings.fast_pool_size,
-        slow_pool=settings.slow_pool_size,
+        slow_pool=settings.slow_pool_size, address_policy=address_policy(settings),
     )
     # SQLite has one writer at a time: few concurrent batches (each a few transactions)
     # avoid busy-waiting writers; fires that come due meanwhile are batched together.
     config = loop_config or LoopConfig(
         pre_read_ms=settings.pre_read_ms, max_inflight_batches=4 if store.backend == "sqlite" else 16
     )
+    leases = StoreLeases(store, node_id)
     loop = ScheduleLoop(
-        StoreLeases(store, node_id), trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
+        leases, trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
         admin_timezone=settings.timezone, config=config,
     )
-    monitors = Monitors.create(store, trigger, alarmer_from_settings(settings), clock,
-                               log_retention_days=settings.log_retention_days,
+    alarmer = alarmer_from_settings(settings)
+    monitors = Monitors.create(store, trigger, alarmer, clock, log_retention_days=settings.log_retention_days,
                                audit_retention_days=settings.audit_retention_days)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            RegistryService(store, clock), CallbackService(store, trigger, clock),
-                           monitors, loop)
+                           monitors, loop, ExecutorTokens(store, secrets.access_token, clock),
+                           leases, alarmer)
+    # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
+    runtime.metrics = AdminMetrics(runtime)
+    runtime.metrics.instrument(alarmer)
     await loop.start()
     monitors.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)
@@ -191,24 +189,6 @@ class _ApiDispatch:
             await self._executor_api(scope, receive, send)
 
 
-async def health(request: Request) -> Response:
-    runtime: AdminRuntime | None = getattr(request.app.state, "runtime", None)
-    if runtime is None:
-        return JSONResponse({"status": "starting", "version": jobring_version()}, status_code=503)
-    db_ok = await runtime.db_ok()
-    stats = runtime.loop.stats
-    body = {
-        "status": "ok" if db_ok else "degraded",
-        "node": runtime.node_id,
-        "db": db_ok,
-        "backend": runtime.store.backend,
-        "version": jobring_version(),
-        "scheduler": {"held_jobs": stats.held, "fired": stats.fired, "misfired": stats.misfired,
-                      "cycles": stats.cycles},
-    }
-    return JSONResponse(body, status_code=200 if db_ok else 503)
-
-
 def create_app(
     settings: AdminSettings,
     *,
@@ -226,12 +206,13 @@ def create_app(
         try:
             services = ManagementServices(
                 store=runtime.store, settings=settings, secrets=runtime.secrets, trigger=runtime.trigger,
-                executors=runtime.executors, clock=runtime.clock,
+                executors=runtime.executors, clock=runtime.clock, executor_tokens=runtime.executor_tokens,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(
                 xxl3_api_app(services),
-                executor_api_app(runtime.registry, runtime.callbacks, runtime.secrets.access_token),
+                executor_api_app(runtime.registry, runtime.callbacks, runtime.executor_tokens,
+                                 address_policy(settings)),
             )
             app.state.runtime = runtime
             yield
@@ -240,7 +221,17 @@ def create_app(
             await runtime.stop()
 
     base = "/" + settings.base_path.strip("/")
-    routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
+    async def metrics(request: Request) -> Response:
+        runtime: AdminRuntime | None = getattr(request.app.state, "runtime", None)
+        if runtime is None or runtime.metrics is None:
+            return JSONResponse({"error": "the admin is starting", "field": None}, status_code=503)
+        return metrics_response(runtime.metrics.registry, request, settings.metrics_token)
+
+    routes: list[BaseRoute] = [
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
     routes.append(Mount("/api/v1", app=management_api))
     routes += console_routes()
     if base != "/":

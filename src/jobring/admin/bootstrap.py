@@ -1,7 +1,8 @@
 """First-start set-up of the admin: the first user and the secrets kept in the database.
 
-Nothing here has a fixed default: the admin password, the executor access token and the
-session-signing secret are either configured or generated once and stored.
+Nothing here has a fixed default: the admin password and the session-signing secret are
+either configured or generated once and stored. The global executor access token exists only
+when configured (``JOBRING_ACCESS_TOKEN``); otherwise executors use their group's own token.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ SESSION_SECRET_SETTING = "session_secret"
 
 @dataclass(frozen=True, slots=True)
 class Secrets:
-    """What the admin needs at run time; ``admin_password_generated`` is set only on the
-    start that created the first user with a generated password (it was printed once)."""
+    """What the admin needs at run time. ``access_token`` is the global executor token, None
+    unless configured (opt-in). ``admin_password_generated`` is set only on the start that
+    created the first user with a generated password (it was printed once)."""
 
-    access_token: str
+    access_token: str | None
     session_secret: str
     admin_password_generated: str | None = None
 
@@ -80,7 +82,9 @@ async def bootstrap(store: Store, settings: AdminSettings, out: TextIO | None = 
     Weak configured secrets raise ConfigError unless ``settings.insecure``."""
     enforce_secret_policy(settings)
     password = await ensure_first_user(store, settings, out)
-    access_token = await _configured_or_stored(store, ACCESS_TOKEN_SETTING, settings.access_token)
+    # The token an older version generated and kept under ACCESS_TOKEN_SETTING is no longer
+    # used: a token valid for every group is only had by asking for it.
+    access_token = settings.access_token or None
     session_secret = await _configured_or_stored(store, SESSION_SECRET_SETTING, None)
     return Secrets(
         access_token=access_token, session_secret=session_secret, admin_password_generated=password

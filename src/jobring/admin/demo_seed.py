@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from jobring.admin.executor_tokens import new_group_token
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo
 from jobring.core.enums import AddressType, RouteStrategy, ScheduleType
@@ -17,6 +18,7 @@ DEMO_APP_NAME = "jobring-demo"
 class DemoSeed:
     group_id: int
     created_jobs: int
+    access_token: str  # the demo group's executor token (the demo executor uses it)
 
 
 def _demo_jobs(group_id: int, now: datetime) -> list[JobInfo]:
@@ -37,14 +39,20 @@ def _demo_jobs(group_id: int, now: datetime) -> list[JobInfo]:
 
 
 async def seed_demo(store: Store, now: datetime) -> DemoSeed:
-    """Create the demo group and its jobs unless the group already exists (idempotent)."""
+    """Create the demo group and its jobs unless the group already exists (idempotent); a
+    demo group without a token of its own (made before tokens existed) is given one."""
     existing = await store.groups.by_app_name(DEMO_APP_NAME)
     if existing is not None:
-        return DemoSeed(existing.id, 0)
+        token = existing.access_token
+        if not token:
+            token = new_group_token()
+            await store.groups.set_access_token(existing.id, token)
+        return DemoSeed(existing.id, 0, token)
+    token = new_group_token()
     group_id = await store.groups.create(
-        JobGroup(app_name=DEMO_APP_NAME, title="Demo", address_type=AddressType.AUTO), now
+        JobGroup(app_name=DEMO_APP_NAME, title="Demo", address_type=AddressType.AUTO, access_token=token), now
     )
     jobs = _demo_jobs(group_id, now)
     for job in jobs:
         await store.jobs.create(job)
-    return DemoSeed(group_id, len(jobs))
+    return DemoSeed(group_id, len(jobs), token)

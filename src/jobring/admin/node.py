@@ -62,10 +62,6 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
 async def preflight(settings: AdminSettings) -> str | None:
     """Why the node cannot start (database unreachable, schema missing or behind while
     upgrades are off), as one line; None when it can."""
@@ -99,6 +95,8 @@ def serve(settings: AdminSettings, *, out: TextIO | None = None, log_level: str 
         lifespan="on",
         log_level=log_level,
         access_log=False,
+        # uvicorn's lines go through the process's logging setup (plain or JSON) too.
+        log_config=None,
         timeout_graceful_shutdown=10,
         loop="auto",
         http="auto",

@@ -8,13 +8,13 @@ the store: the group exists, child jobs exist and form no cycle.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo
+from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.schedule import parse_schedule
 
@@ -154,15 +154,18 @@ def check_job(job: JobInfo, default_tz: str) -> None:
         raise FieldError("child_jobid", "a job cannot be its own child")
 
 
-async def check_job_references(store: Store, job: JobInfo) -> None:
-    """The group exists; child jobs exist; the child links would form no cycle."""
+async def check_job_references(
+    store: Store, job: JobInfo, usable: Callable[[JobInfo], bool] | None = None
+) -> None:
+    """The group exists; child jobs exist (a child ``usable`` refuses is reported exactly as
+    a missing one); the child links would form no cycle."""
     if await store.groups.get(job.job_group) is None:
         raise FieldError("job_group", f"executor group {job.job_group} does not exist")
     children = parse_child_ids("child_jobid", job.child_jobid)
     if not children:
         return
     found = await store.jobs.get_many(children)
-    missing = [c for c in children if c not in found]
+    missing = [c for c in children if c not in found or (usable is not None and not usable(found[c]))]
     if missing:
         raise FieldError("child_jobid", f"job {missing[0]} does not exist")
     if job.id:
@@ -191,25 +194,18 @@ class GroupFields:
     addresses: list[str]
 
 
-def check_address(field: str, address: str) -> str:
-    """An executor address must be an absolute http(s) URL with a host; returns it trimmed."""
+def check_address(field: str, address: str, policy: AddressPolicy | None = None) -> str:
+    """An executor address the admin may call (see :mod:`jobring.core.addresses`); returns it
+    trimmed, with an IP host in canonical form."""
     text = address.strip()
     check_text(field, text, 255, required=True)
     try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError:
-        raise FieldError(field, f"{text!r} is not a valid URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise FieldError(field, f"{text!r} is not an http(s) URL with a host")
-    if port is not None and not 0 < port < 65536:
-        raise FieldError(field, f"{text!r} has an invalid port")
-    if parts.query or parts.fragment or any(ch.isspace() for ch in text):
-        raise FieldError(field, f"{text!r} must not contain a query, fragment or spaces")
-    return text
+        return check_executor_address(text, policy)
+    except AddressRefused as exc:
+        raise FieldError(field, str(exc)) from None
 
 
-def check_group(fields: GroupFields) -> str | None:
+def check_group(fields: GroupFields, policy: AddressPolicy | None = None) -> str | None:
     """Validate a group; returns the stored address_list (comma list) for manual groups."""
     if not APP_NAME_PATTERN.match(fields.app_name):
         raise FieldError("app_name", "must be 1-64 letters, digits or _ . : -, starting alphanumeric")
@@ -220,7 +216,7 @@ def check_group(fields: GroupFields) -> str | None:
         return None
     if not fields.addresses:
         raise FieldError("addresses", "a manual group needs at least one address")
-    cleaned = [check_address(f"addresses.{i}", a) for i, a in enumerate(fields.addresses)]
+    cleaned = [check_address(f"addresses.{i}", a, policy) for i, a in enumerate(fields.addresses)]
     joined = ",".join(dict.fromkeys(cleaned))
     if len(joined) > 65_000:
         raise FieldError("addresses", "too many addresses")

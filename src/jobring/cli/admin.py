@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -42,8 +43,10 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                         help="do not migrate the database schema at start")
     parser.add_argument("--insecure", action="store_true",
                         help="accept weak configured secrets (JOBRING_INSECURE); warns at every start")
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
-                        help="log level (default info)")
+    parser.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"),
+                        help="log level (default: JOBRING_LOG_LEVEL, else info)")
+    parser.add_argument("--log-format", default=None, choices=("plain", "json"),
+                        help="log lines as plain text or JSON (default: JOBRING_LOG_FORMAT, else plain)")
 
 
 def validate_settings(settings: AdminSettings) -> None:
@@ -86,6 +89,8 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
             database_url=args.database_url,
             auto_upgrade=False if args.no_upgrade else None,
             insecure=True if args.insecure else None,
+            log_level=args.log_level.upper() if args.log_level else None,
+            log_format=args.log_format,
         )
         validate_settings(settings)
     except ConfigError as exc:
@@ -93,16 +98,22 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
     return settings
 
 
-def _serve(settings: AdminSettings, log_level: str) -> int:
+def _serve(settings: AdminSettings) -> int:
     # Imported here so `jobring --help` and the other commands stay light.
-    from jobring.admin.node import configure_logging, serve
+    from jobring.admin.app import make_node_id
+    from jobring.admin.node import serve
+    from jobring.logsetup import set_log_node, setup_logging
 
-    configure_logging(log_level.upper())
-    return serve(settings, log_level=log_level)
+    if settings.node_id is None:
+        # One id for the whole process, so the log lines and the leases name the same node.
+        settings = replace(settings, node_id=make_node_id(settings))
+    setup_logging(settings.log_format, settings.log_level)
+    set_log_node(settings.node_id)
+    return serve(settings, log_level=settings.log_level.lower())
 
 
 def _admin(args: argparse.Namespace) -> int:
-    return _serve(settings_from_args(args), args.log_level)
+    return _serve(settings_from_args(args))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -123,11 +134,11 @@ def _run(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
     print(f"jobring: admin at http://{settings.host}:{settings.port}/ (health: /health, "
-          f"API docs: /api/v1/docs), database "
+          f"/ready, metrics: /metrics, API docs: /api/v1/docs), database "
           f"{make_url(settings.database_url).render_as_string(hide_password=True)}; "
           "Ctrl-C to stop", file=sys.stderr, flush=True)
     try:
-        return _serve(settings, args.log_level)
+        return _serve(settings)
     finally:
         if demo is not None:
             from jobring.cli.local import stop_process

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from typing import Any
 
 from jobring.cli.common import UsageError
 from jobring.config import ConfigError
+from jobring.logsetup import log_settings_from_env, setup_logging
 
 
 def register(sub: Any) -> None:
@@ -25,7 +25,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--app-name", dest="app_name")
     parser.add_argument("--admin", dest="admin_addresses", action="append", metavar="URL",
                         help="admin base URL, e.g. http://127.0.0.1:8080/xxl-job-admin/ (repeatable)")
-    parser.add_argument("--token", dest="access_token", help="access token shared with the admin")
+    parser.add_argument("--token", dest="access_token",
+                        help="the executor group's access token (admin: jobring groups token APPNAME); "
+                        "prefer $JOBRING_EXECUTOR_ACCESS_TOKEN, which other users cannot see")
     parser.add_argument("--host", help="interface to listen on")
     parser.add_argument("--port", type=int, help="port to listen on (0: any free port)")
     parser.add_argument("--address", help="address to register, e.g. http://10.0.0.5:9999/")
@@ -37,7 +39,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--allow-open", dest="allow_open", action="store_const", const=True,
                         help="allow running without a token (loopback only)")
     parser.add_argument("--beat-interval", dest="beat_interval_s", type=float, metavar="SECONDS")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="default: JOBRING_LOG_LEVEL, else INFO")
+    parser.add_argument("--log-format", default=None, choices=["plain", "json"],
+                        help="log lines as plain text or JSON (default: JOBRING_LOG_FORMAT, else plain)")
     parser.set_defaults(handler=run_executor)
 
 
@@ -67,9 +72,12 @@ def load_target(target: str) -> Any:
 
 
 def run_executor(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # httpx logs every request at INFO: one line per heartbeat and callback batch is noise.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(args.log_level)))
+    try:
+        log_format, log_level = log_settings_from_env()
+    except ConfigError as exc:
+        raise UsageError(f"invalid settings: {exc}") from None
+    # httpx's one line per heartbeat and callback batch is kept at WARNING by the setup.
+    setup_logging(args.log_format or log_format, args.log_level or log_level)
     executor = load_target(args.target)
     overrides = {
         name: getattr(args, name)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 from typing import Any
 
+from jobring.cli.common import EXIT_USAGE
 from jobring.cli.remote import (
     add_connection_args,
     add_json_arg,
@@ -77,6 +79,31 @@ def _add(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _group_id(admin: AdminClient, ref: str) -> int | None:
+    """A group id as given, or the id of the group with exactly this appname (None: none)."""
+    if ref.isdigit():
+        return int(ref)
+    page = admin.groups.list(app_name=ref, limit=500)
+    ids = [int(g["id"]) for g in page.items if g.get("app_name") == ref]
+    return min(ids) if ids else None  # the group an executor registering as this appname joins
+
+
+def _token(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        group_id = _group_id(admin, args.group)
+        if group_id is None:
+            print(f"jobring: error: no executor group with appname {args.group!r}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.rotate:
+            token = admin.groups.rotate_access_token(group_id)
+        else:
+            token = admin.groups.access_token(group_id)
+        print(token)  # only the token: `export T=$(jobring groups token my-app)`
+        return 0
+
+    return run_remote(args, action)
+
+
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
     _, commands = group_parser(sub, "groups", "executor groups on a running admin")
@@ -96,6 +123,14 @@ def register(sub: Any) -> None:
     add.add_argument("--address", action="append", metavar="URL",
                      help="a fixed executor address (repeatable); without it executors register themselves")
     add.set_defaults(handler=_add)
+
+    token: argparse.ArgumentParser = commands.add_parser(
+        "token", help="print the group's executor access token (admin); --rotate makes a new one")
+    token.add_argument("group", metavar="ID_OR_APPNAME", help="the group's id or appname")
+    token.add_argument("--rotate", action="store_true",
+                       help="replace the token first (executors with the old one are refused)")
+    token.set_defaults(handler=_token)
+    add_connection_args(token)
 
     for parser in (listing, show, add):
         add_connection_args(parser)

@@ -15,20 +15,20 @@ DEMO_LOG_PATH = os.path.join("var", "demo-executor")
 
 async def prepare_local(settings: AdminSettings) -> str:
     """Migrate, bootstrap (prints a generated admin password once) and seed the demo jobs;
-    returns the executor access token."""
+    returns the demo group's executor access token (the demo executor's only credential)."""
     from jobring.admin.bootstrap import bootstrap
     from jobring.admin.demo_seed import seed_demo
     from jobring.admin.store import Store
 
     store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade)
     try:
-        secrets = await bootstrap(store, settings)
+        await bootstrap(store, settings)
         seeded = await seed_demo(store, datetime.now(UTC).replace(tzinfo=None))
         if seeded.created_jobs:
             print(f"jobring: created the demo group 'jobring-demo' with {seeded.created_jobs} "
                   "stopped demo jobs: start one with `jobring jobs start ID` or the API",
                   file=sys.stderr, flush=True)
-        return secrets.access_token
+        return seeded.access_token
     finally:
         await store.close()
 

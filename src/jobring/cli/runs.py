@@ -21,29 +21,45 @@ from jobring.cli.remote import (
     run_remote,
 )
 from jobring.client import AdminClient
+from jobring.core.runstate import RunState
+from jobring.core.timefmt import iso_ms
 
 STATUSES = ("all", "success", "fail", "running")
 DEFAULT_FOLLOW_INTERVAL_S = 1.0
 
 
 def run_outcome(run: Mapping[str, Any]) -> str:
-    """A run's state in words: from the trigger code first, then the handle code."""
+    """A run's state in words, as the admin derived it (``state``: see jobring.core.runstate)."""
+    state = run.get("state")
+    if isinstance(state, str) and state:
+        return state.replace("_", " ")
+    # An admin without run states: from the trigger code first, then the handle code.
     if run.get("trigger_code") != 200:
         return "trigger failed"
     handle = run.get("handle_code")
-    if handle == 0:
-        return "running"
-    if handle == 200:
-        return "success"
-    if handle == 502:
-        return "timeout"
-    return "failed"
+    names = {0: "running", 200: "success", 502: "timed out"}
+    return names.get(handle, "failed") if isinstance(handle, int) else "failed"
+
+
+def duration_text(run: Mapping[str, Any]) -> str | None:
+    """``duration_ms`` as ``850ms`` / ``12.3s`` / ``4m05s``; None when not finished."""
+    value = run.get("duration_ms")
+    if not isinstance(value, int):
+        return None
+    if value < 1_000:
+        return f"{value}ms"
+    if value < 60_000:
+        return f"{value / 1000:.1f}s"
+    minutes, seconds = divmod(value // 1000, 60)
+    return f"{minutes}m{seconds:02d}s"
 
 
 def run_summary(run: Mapping[str, Any]) -> str | None:
     """One line about the run: the result message, or for a failed trigger the last line of
     the trigger report (which says what the executor answered)."""
-    if run.get("trigger_code") == 200:
+    if run.get("state") in ("scheduled", "dispatching") and run.get("planned_time"):
+        return f"planned for {iso_ms(int(run['planned_time']))}"
+    if run.get("trigger_code") == 200 or run.get("handle_code"):
         lines = str(run.get("handle_msg") or "").strip().splitlines()
         return lines[0] if lines else None
     lines = [line for line in str(run.get("trigger_msg") or "").splitlines() if line.strip()]
@@ -56,14 +72,16 @@ _RUN_COLUMNS = (
     ("TRIGGERED (UTC)", lambda run: instant_text(run.get("trigger_time"))),
     ("TYPE", "trigger_type"),
     ("ADDRESS", "executor_address"),
-    ("OUTCOME", run_outcome),
+    ("STATE", run_outcome),
+    ("DURATION", duration_text),
     ("MESSAGE", lambda run: run_summary(run)),
 )
 
 
 def _list(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
-        page = admin.runs.list(group=args.group, job=args.job, status=args.status, limit=args.limit)
+        page = admin.runs.list(group=args.group, job=args.job, status=args.status, state=args.state,
+                               limit=args.limit)
         if args.json:
             print_page_json(page)
             return 0
@@ -78,8 +96,18 @@ def _list(args: argparse.Namespace) -> int:
 def _log(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         line = args.from_line
+        announced = False
         while True:
             chunk = admin.runs.log(args.run_id, from_line=line)
+            if not chunk.get("is_end") and _waiting_for_dispatch(chunk, line):
+                if not args.follow:
+                    print(str(chunk.get("log_content") or "").strip())
+                    return 0
+                if not announced:
+                    print(str(chunk.get("log_content") or "").strip(), file=sys.stderr)
+                    announced = True
+                time.sleep(args.interval)
+                continue
             content = str(chunk.get("log_content") or "")
             if content:
                 sys.stdout.write(content if content.endswith("\n") else content + "\n")
@@ -96,6 +124,13 @@ def _log(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _waiting_for_dispatch(chunk: Mapping[str, Any], line: int) -> bool:
+    """The admin's answer for a run not dispatched yet: no lines, not the end (the text says
+    when it is planned). A run that is gone meanwhile (withdrawn) answers 404 instead."""
+    return int(chunk.get("to_line_num", line - 1)) < line and str(chunk.get("log_content") or "").startswith(
+        "(this run is ")
+
+
 def _show(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         run = admin.runs.get(args.run_id)
@@ -103,6 +138,10 @@ def _show(args: argparse.Namespace) -> int:
             print_json(run)
             return 0
         print(f"run {run['id']} of job {run['job_id']}: {run_outcome(run)}")
+        if run.get("state") == "scheduled" and run.get("planned_time"):
+            print(f"scheduled for {iso_ms(int(run['planned_time']))}")
+        if duration_text(run):
+            print(f"duration: {duration_text(run)}")
         for label, key in (("triggered", "trigger_time"), ("finished", "handle_time")):
             when = instant_text(run.get(key))
             if when:
@@ -133,6 +172,16 @@ def _kill(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _state_list(text: str) -> str:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    known = {s.value for s in RunState}
+    bad = [p for p in parts if p not in known]
+    if bad or not parts:
+        wrong = (bad or [text])[0]
+        raise argparse.ArgumentTypeError(f"unknown run state {wrong!r} (one of {', '.join(sorted(known))})")
+    return ",".join(parts)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -152,7 +201,11 @@ def register(sub: Any) -> None:
     add_json_arg(listing)
     listing.add_argument("--job", type=positive_int, metavar="ID", help="only runs of this job")
     listing.add_argument("--group", type=positive_int, metavar="ID", help="only runs in this executor group")
-    listing.add_argument("--status", choices=STATUSES, default=None, help="only runs in this state")
+    listing.add_argument("--status", choices=STATUSES, default=None,
+                         help="coarse outcome filter (older form of --state)")
+    listing.add_argument("--state", type=_state_list, default=None, metavar="STATE[,STATE...]",
+                         help="only runs in these states: " + ", ".join(s.value for s in RunState)
+                         + " (default: all but scheduled)")
     listing.add_argument("--limit", type=positive_int, default=20, metavar="N",
                          help="at most N runs (default 20)")
     listing.set_defaults(handler=_list)

@@ -8,12 +8,14 @@
 
 :class:`AsyncAdminClient` offers the same methods as coroutines. Errors the admin reports
 raise :class:`AdminApiError` (status, message, field); an unreachable admin raises
-:class:`AdminConnectionError`.
+:class:`AdminConnectionError`. A run's ``state`` is one of :class:`RunState`'s values;
+``runs.list(state=...)`` filters on them.
 """
 
 from jobring.client.clients import AdminClient, AsyncAdminClient
 from jobring.client.errors import AdminApiError, AdminClientError, AdminConnectionError
 from jobring.client.page import Page
+from jobring.core.runstate import RunState
 
 __all__ = [
     "AdminApiError",
@@ -22,4 +24,5 @@ __all__ = [
     "AdminConnectionError",
     "AsyncAdminClient",
     "Page",
+    "RunState",
 ]

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobring.core.enums import MisfireStrategy, TriggerType
+from jobring.core.timefmt import iso_ms
 
 MISFIRE_THRESHOLD_MS = 5_000
 
@@ -79,7 +80,7 @@ def decide_fire(
     nothing fires and the next instant is computed from now.
     """
     if planned_ms > now_ms:
-        raise ValueError(f"planned instant {planned_ms} is still ahead of now {now_ms}")
+        raise ValueError(f"planned instant {iso_ms(planned_ms)} is still ahead of now {iso_ms(now_ms)}")
     if planned_ms <= 0:
         return FireDecision(planned_ms, None, next_fire(now_ms))
     if now_ms - planned_ms > misfire_threshold_ms:

@@ -184,15 +184,18 @@ class Router:
         self._lru = LeastRecentlyUsed()
 
     async def route(
-        self, strategy: RouteStrategy, job_id: int, addresses: Sequence[str], now_ms: int
+        self, strategy: RouteStrategy, job_id: int, addresses: Sequence[str], now_ms: int,
+        probes: tuple[Probe, Probe] | None = None,
     ) -> RouteResult:
-        """Pick the address(es) for one trigger; no addresses gives an empty result."""
+        """Pick the address(es) for one trigger; no addresses gives an empty result.
+        ``probes`` (beat, idleBeat) replace the router's own for this call."""
         if not addresses:
             return RouteResult((), "registry address is empty")
+        beat, idle_beat = probes or (self._beat, self._idle_beat)
         if strategy is RouteStrategy.FAILOVER:
-            return await _first_answering("beat", self._beat, job_id, addresses)
+            return await _first_answering("beat", beat, job_id, addresses)
         if strategy is RouteStrategy.BUSYOVER:
-            return await _first_answering("idleBeat", self._idle_beat, job_id, addresses)
+            return await _first_answering("idleBeat", idle_beat, job_id, addresses)
         return self.route_now(strategy, job_id, addresses, now_ms)
 
     def route_now(

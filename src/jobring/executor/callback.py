@@ -158,6 +158,9 @@ class CallbackSender:
         self._retry_at = 0.0
         self._clock = clock or asyncio.get_running_loop().time
         self.delivered_count = 0
+        # For Executor.status(): the last delivery's outcome (None before the first one).
+        self.last_error: str | None = None
+        self.last_ok: bool | None = None
 
     @property
     def pending_count(self) -> int:
@@ -258,6 +261,7 @@ class CallbackSender:
         self._backoff_s = _INITIAL_BACKOFF_S
 
     def _schedule_retry(self, why: str) -> None:
+        self.last_error, self.last_ok = f"callback: {why}", False
         log.warning("callback: %s; retry in %.1f s", why, self._backoff_s)
         self._retry_at = self._clock() + self._backoff_s
         self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
@@ -265,3 +269,4 @@ class CallbackSender:
     async def _post(self, batch: Sequence[HandleCallbackParam]) -> None:
         body = orjson.dumps([item.to_dict() for item in batch])
         await post_to_admins(self._client, self._admin_urls, "api/callback", body, self._headers)
+        self.last_ok = True

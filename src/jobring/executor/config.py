@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
-from jobring.config import ConfigError
+from jobring.config import ConfigError, check_metrics_token
 
 ENV_PREFIX = "JOBRING_EXECUTOR_"
 DEFAULT_LOG_PATH = "./jobring-executor-logs"
@@ -40,6 +40,8 @@ class ExecutorSettings:
     callback_max_backoff_s: float = 30.0
     idle_timeout_s: float = 90.0
     max_handle_msg: int = 15000
+    # GET /metrics needs "Authorization: Bearer <metrics_token>" when set (open otherwise).
+    metrics_token: str | None = None
 
     def base_address(self, detected_ip: str) -> str:
         """The executor address to register: configured, or built from an IP and the port."""
@@ -155,4 +157,5 @@ def load_executor_settings(
             values[name] = _coerce(name, value, hints[name])
     settings = ExecutorSettings(**values)
     _validate(settings)
+    check_metrics_token(settings.metrics_token)
     return settings

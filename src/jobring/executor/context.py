@@ -19,6 +19,7 @@ import inspect
 import logging
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -224,3 +225,11 @@ class RunLogHandler(logging.Handler):
 
 
 _PLAIN = logging.Formatter()
+
+
+def exception_summary(exc: BaseException) -> str:
+    """The run's failure message for a handler exception: its last line as Python prints it
+    (``ValueError: bad input``), not the traceback's first line; the traceback goes to the
+    run log."""
+    lines = [line for line in "".join(traceback.format_exception_only(exc)).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__

@@ -9,6 +9,7 @@ import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -18,6 +19,7 @@ from jobring.config import ConfigError
 from jobring.executor.callback import CallbackSender
 from jobring.executor.config import ExecutorSettings, check_security, load_executor_settings
 from jobring.executor.context import JobHandler
+from jobring.executor.ops import ExecutorMetrics, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.registry import Registrar, detect_ipv4
 from jobring.executor.server import ExecutorEndpoints, ExecutorHttpServer
 
@@ -30,6 +32,13 @@ log = logging.getLogger("jobring.executor")
 F = TypeVar("F", bound=Callable[..., Any])
 _CLEANUP_EVERY_S = 24 * 3600.0
 _THREAD_START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorParts:
+    runner: JobRunner | None
+    callback: CallbackSender | None
+    registrar: Registrar | None
 
 
 class ExecutorError(RuntimeError):
@@ -93,6 +102,7 @@ class Executor:
         self._stop_serving: Callable[[], None] | None = None
         self._server_loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._metrics: ExecutorMetrics | None = None
         self.address: str | None = None
         # The port the standalone server listens on (known once it serves; port 0 picks one).
         self.bound_port: int | None = None
@@ -145,7 +155,45 @@ class Executor:
         if self._endpoints is None:
             self._endpoints = ExecutorEndpoints(self.settings.access_token)
             self._endpoints.on_lifespan(lambda: self.startup(binds=False), self.shutdown)
+            self._endpoints.ops = self._ops
         return self._endpoints
+
+    # --- operations ----------------------------------------------------------------------
+
+    def parts(self) -> ExecutorParts:
+        """The running engine's parts (all None before start), for metrics and status."""
+        return ExecutorParts(self._runner, self._callback, self._registrar)
+
+    def status(self) -> ExecutorStatus:
+        """Registered or not, the admin reachable, the last error, runs in flight, results
+        waiting for delivery (in memory and in the spool file)."""
+        runner, callback, registrar = self._runner, self._callback, self._registrar
+        errors = [p.last_error for p in (registrar, callback) if p is not None and p.last_ok is False]
+        outcomes = [p.last_ok for p in (registrar, callback) if p is not None and p.last_ok is not None]
+        return ExecutorStatus(
+            started=runner is not None,
+            address=self.address,
+            registered=registrar is not None and registrar.registered.is_set(),
+            admin_reachable=None if not outcomes else all(outcomes),
+            last_error=errors[0] if errors else (registrar.last_error if registrar else None),
+            last_registered_at=registrar.last_registered_at if registrar else None,
+            runs_in_flight=runner.running_count() if runner else 0,
+            callback_backlog=callback.pending_count if callback else 0,
+            spool_size=callback.spooled_count if callback else 0,
+        )
+
+    @property
+    def metrics(self) -> ExecutorMetrics:
+        """This executor's Prometheus metrics (its own registry)."""
+        if self._metrics is None:
+            self._metrics = ExecutorMetrics(self)
+        return self._metrics
+
+    def _ops(self, path: str, token_ok: bool, authorization: bytes | None) -> OpsAnswer:
+        started = self._runner is not None
+        return ops_answer(path, token_ok=token_ok, authorization=authorization,
+                          status=self.status if started else None, metrics=self.metrics if started else None,
+                          metrics_token=self.settings.metrics_token)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: object = None) -> AsyncIterator[None]:

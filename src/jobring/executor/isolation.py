@@ -31,7 +31,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from jobring.executor.context import JobContext, JobHandler, RunLogHandler
+from jobring.executor.context import JobContext, JobHandler, RunLogHandler, exception_summary
 from jobring.executor.runlog import format_line
 from jobring.executor.subproc import run_streaming
 
@@ -149,7 +149,10 @@ def child_main() -> int:
         fail = ctx.fail_message
         result: dict[str, Any] = {"code": 200} if fail is None else {"code": 500, "msg": fail}
     except BaseException as exc:  # the child reports everything, including SystemExit
-        text = "".join(traceback.format_exception(exc))
+        # The traceback goes to the run log (stderr), its last line is the run's message.
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        sys.stderr.flush()
+        text = exception_summary(exc)
         result = {"code": 500, "msg": text if len(text) <= cap else text[:cap] + "..."}
     finally:
         ctx.deactivate(token)

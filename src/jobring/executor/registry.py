@@ -7,6 +7,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import httpx
 import orjson
@@ -56,6 +57,10 @@ class Registrar:
         self._task: asyncio.Task[None] | None = None
         self.address = address
         self.registered = asyncio.Event()
+        # For Executor.status(): the last beat's outcome.
+        self.last_registered_at: datetime | None = None
+        self.last_error: str | None = None
+        self.last_ok: bool | None = None
 
     def start(self) -> None:
         if not self._admin_urls:
@@ -73,6 +78,7 @@ class Registrar:
                 )
             except AdminUnavailable as exc:
                 log.warning("registry beat failed (%s); retry in %.1f s", exc, retry_s)
+                self.last_error, self.last_ok = f"registry beat failed: {exc}", False
                 failing = True
                 self.registered.clear()
                 await asyncio.sleep(retry_s)
@@ -81,6 +87,7 @@ class Registrar:
             if failing:
                 log.info("registered with the admin again as %s", self.address)
             failing, retry_s = False, _FIRST_RETRY_S
+            self.last_registered_at, self.last_ok = datetime.now(UTC), True
             self.registered.set()
             await asyncio.sleep(self._interval_s)
 

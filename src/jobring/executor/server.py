@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast
 import orjson
 
 from jobring.executor.eager import first_step, resume
+from jobring.executor.ops import OPS_PATHS, OpsAnswer
 from jobring.protocol.models import (
     MSG_METHOD_NOT_SUPPORTED,
     MSG_TOKEN_WRONG,
@@ -70,6 +71,15 @@ class ExecutorEndpoints:
         self._read_log: LogReader | None = None
         self._startup: Callable[[], Awaitable[None]] | None = None
         self._shutdown: Callable[[], Awaitable[None]] | None = None
+        # GET /health, /ready, /status, /metrics (see jobring.executor.ops); None: 404-like.
+        self.ops: Callable[[str, bool, bytes | None], OpsAnswer] | None = None
+
+    def ops_for(self, method: str, path: str, token: bytes | None, authorization: bytes | None
+                ) -> OpsAnswer | None:
+        """The answer to an operations request (GET of an ops path), None for anything else."""
+        if method != "GET" or path not in OPS_PATHS or self.ops is None:
+            return None
+        return self.ops(path, self.token_ok(token), authorization)
 
     def bind(self, service: RunService, read_log: LogReader) -> None:
         """Attach the running engine; until then /run etc. answer 'executor is not started.'."""
@@ -89,6 +99,13 @@ class ExecutorEndpoints:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            ops = self._ops_of_scope(scope)
+            if ops is not None:
+                size = str(len(ops.body)).encode()
+                headers = [(b"content-type", ops.content_type), (b"content-length", size)]
+                await send({"type": "http.response.start", "status": ops.status, "headers": headers})
+                await send({"type": "http.response.body", "body": ops.body})
+                return
             body = await self._answer(scope, receive)
             headers = [*_HEADERS, (b"content-length", str(len(body)).encode())]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -113,6 +130,16 @@ class ExecutorEndpoints:
                     await self._shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _ops_of_scope(self, scope: Scope) -> OpsAnswer | None:
+        if scope["method"] != "GET":
+            return None
+        path: str = scope["path"]
+        root: str = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):] or "/"
+        headers = dict(scope["headers"])
+        return self.ops_for("GET", path, headers.get(_TOKEN_HEADER), headers.get(b"authorization"))
 
     def _token_ok(self, scope: Scope) -> bool:
         if self._token is None:
@@ -235,11 +262,12 @@ KEEP_ALIVE_TIMEOUT_S = 75.0
 
 
 class _Request:
-    __slots__ = ("url", "token", "expect_continue", "chunks", "size")
+    __slots__ = ("url", "token", "authorization", "expect_continue", "chunks", "size")
 
     def __init__(self) -> None:
         self.url = b""
         self.token: bytes | None = None
+        self.authorization: bytes | None = None
         self.expect_continue = False
         self.chunks: list[bytes] = []
         self.size = 0
@@ -295,6 +323,8 @@ class _HttpConnection(asyncio.Protocol):
         lowered = name.lower()
         if lowered == _TOKEN_HEADER:
             self._request.token = value
+        elif lowered == b"authorization":
+            self._request.authorization = value
         elif lowered == b"expect" and value.lower() == b"100-continue":
             self._request.expect_continue = True
 
@@ -336,6 +366,12 @@ class _HttpConnection(asyncio.Protocol):
         self, previous: asyncio.Task[None] | None, method: str, path: str, request: _Request, keep_alive: bool
     ) -> None:
         endpoints = self._server.endpoints
+        ops = endpoints.ops_for(method, path, request.token, request.authorization)
+        if ops is not None:
+            if previous is not None and not previous.done():
+                await previous
+            self._write_ops(ops, keep_alive)
+            return
         if request.size > MAX_BODY_BYTES:
             answer = ReturnT.fail(f"request error:request body larger than {MAX_BODY_BYTES} bytes").encode()
             keep_alive = False
@@ -349,6 +385,19 @@ class _HttpConnection(asyncio.Protocol):
             return
         head = _STATUS_LINE + str(len(answer)).encode()
         transport.write(head + (b"\r\n\r\n" if keep_alive else b"\r\nConnection: close\r\n\r\n") + answer)
+        self._last_activity = self._loop.time()
+        if not keep_alive:
+            self._closing = True
+            transport.close()
+
+    def _write_ops(self, ops: OpsAnswer, keep_alive: bool) -> None:
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        reason = {200: b"OK", 401: b"Unauthorized", 503: b"Service Unavailable"}.get(ops.status, b"Error")
+        head = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                % (ops.status, reason, ops.content_type, len(ops.body)))
+        transport.write(head + (b"\r\n" if keep_alive else b"Connection: close\r\n\r\n") + ops.body)
         self._last_activity = self._loop.time()
         if not keep_alive:
             self._closing = True

@@ -58,8 +58,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from jobring.core.buckets import Buckets
 from jobring.core.enums import BlockStrategy, GlueType
-from jobring.executor.context import JobCancelled, JobContext, JobHandler
+from jobring.core.runstate import run_state
+from jobring.executor.context import JobCancelled, JobContext, JobHandler, exception_summary
 from jobring.executor.glue import GlueScript, glue_refusal, run_script
 from jobring.executor.isolation import run_in_process
 from jobring.executor.runlog import RunLog, RunLogWriter, format_line
@@ -87,6 +89,8 @@ MSG_BUSY = "job thread is running or has trigger queue."
 MSG_NOT_ACCEPTING = "executor is stopping, run not accepted."
 
 _ENGINE = "jobring.executor.worker#run"
+# Handler duration buckets, ms: from quick calls to hour-long batch jobs.
+HANDLER_MS_BOUNDS = (5, 25, 100, 250, 1_000, 5_000, 15_000, 60_000, 300_000, 900_000, 3_600_000)
 Unit = JobHandler | GlueScript
 
 
@@ -95,7 +99,7 @@ def _msg_not_found(name: str) -> str:
 
 
 class _Run:
-    __slots__ = ("param", "ctx", "reported", "code", "msg")
+    __slots__ = ("param", "ctx", "reported", "code", "msg", "started")
 
     def __init__(self, param: TriggerParam) -> None:
         self.param = param
@@ -103,6 +107,7 @@ class _Run:
         self.reported = False
         self.code = 0
         self.msg: str | None = None
+        self.started: float | None = None  # runner clock when the handler started
 
 
 class JobRunner:
@@ -134,6 +139,9 @@ class JobRunner:
         self._pool = ThreadPoolExecutor(max_workers=sync_threads, thread_name_prefix="jobring-job")
         self._completions = _PoolCompletions(self._pool)
         self._closing = False
+        # For metrics (read at scrape time): runs ended by state, handler durations (ms).
+        self.ended: dict[str, int] = {}
+        self.durations_ms = Buckets(HANDLER_MS_BOUNDS)
 
     # --- admin-facing operations ------------------------------------------------------------
 
@@ -194,6 +202,10 @@ class JobRunner:
     def queued_count(self) -> int:
         return sum(len(w.queue) for w in self._workers.values())
 
+    def queue_depths(self) -> dict[int, int]:
+        """Runs waiting in each job's queue (jobs with none are left out)."""
+        return {job_id: len(w.queue) for job_id, w in self._workers.items() if w.queue}
+
     def retire_idle(self) -> int:
         """Retire workers idle for ``idle_timeout_s`` by the clock now; returns how many.
 
@@ -233,6 +245,10 @@ class JobRunner:
         if msg is not None and len(msg) > self.max_handle_msg:
             msg = self._cap(msg)
         run.code, run.msg = code, msg
+        state = run_state(trigger_code=200, handle_code=code, handle_msg=msg, now_ms=0).value
+        self.ended[state] = self.ended.get(state, 0) + 1
+        if run.started is not None:
+            self.durations_ms.observe((self._clock() - run.started) * 1000)
         try:
             self._report(HandleCallbackParam(run.param.log_id, run.param.log_date_time, code, msg))
         except Exception:
@@ -437,6 +453,7 @@ class _Worker:
     async def _execute(self, run: _Run) -> None:
         runner = self.runner
         param = run.param
+        run.started = runner._clock()
         writer = runner.runlog.writer(param.log_date_time, param.log_id)
         # Lines of a pool thread carry that thread's name; everything else the worker's.
         unit = self.unit
@@ -482,7 +499,7 @@ class _Worker:
             elif not (isinstance(exc, JobCancelled) and run.reported):
                 text = "".join(traceback.format_exception(exc))
                 ctx.write(_ENGINE, 0, f"<br>----------- JobThread Exception:{text}", self.label)
-                self.runner._finish(run, 500, text)
+                self.runner._finish(run, 500, exception_summary(exc))
         if not future.done() or future.cancelled():
             await self._settle(future)
 

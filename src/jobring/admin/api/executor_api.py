@@ -4,21 +4,27 @@ Byte-compatible with XXL-JOB 2.x (JobApiController): any path ``api/<uri>``, POS
 the access token checked in ``XXL-JOB-ACCESS-TOKEN``, answers as ReturnT JSON with HTTP
 200. Mount ``executor_api_routes(...)`` (or the app from ``executor_api_app(...)``) at
 ``/`` and at the configured base path (e.g. ``/xxl-job-admin``).
+
+The token is an executor group's own token or the global one (opt-in, see
+:mod:`jobring.admin.executor_tokens`): a group token registers only under its group's
+appname and reports only results of its group's runs. Registered addresses must pass the
+same address policy as manual ones (:mod:`jobring.core.addresses`).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from jobring.admin.executor_tokens import TokenScope
 from jobring.admin.store.groups import EXECUTOR
+from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
     MSG_METHOD_NOT_SUPPORTED,
@@ -48,21 +54,35 @@ def _answer(result: ReturnT, status: int = 200) -> Response:
     return Response(result.encode(), status_code=status, media_type="application/json")
 
 
-def _token_ok(expected: str | None, given: str | None) -> bool:
-    if not expected:
-        return True
-    return given is not None and hmac.compare_digest(expected.encode(), given.encode())
+class TokenChecker(Protocol):
+    """Resolves a presented token (``ExecutorTokens`` in the admin)."""
+
+    async def scope(self, given: str | None) -> TokenScope | None: ...
+
+
+class GlobalToken:
+    """A checker that knows only one token, valid for every group (tests, small set-ups)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    async def scope(self, given: str | None) -> TokenScope | None:
+        if given and hmac.compare_digest(self._token.encode(), given.encode()):
+            return TokenScope(True, frozenset(), frozenset())
+        return None
 
 
 class ExecutorApi:
-    """The handler behind the routes; holds the services and the token."""
+    """The handler behind the routes; holds the services and the token checker."""
 
     def __init__(
-        self, registry: RegistryService, callbacks: CallbackService, access_token: str | None
+        self, registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
+        policy: AddressPolicy | None = None,
     ) -> None:
         self._registry = registry
         self._callbacks = callbacks
-        self._token = access_token
+        self._tokens: TokenChecker = GlobalToken(tokens) if isinstance(tokens, str) else tokens
+        self._policy = policy or AddressPolicy()
 
     async def endpoint(self, request: Request) -> Response:
         uri: str = request.path_params.get("uri", "")
@@ -70,7 +90,8 @@ class ExecutorApi:
             return _answer(ReturnT.fail(MSG_METHOD_NOT_SUPPORTED))
         if not uri.strip():
             return _answer(ReturnT.fail("invalid request, uri-mapping empty."))
-        if not _token_ok(self._token, request.headers.get(ACCESS_TOKEN_HEADER)):
+        scope = await self._tokens.scope(request.headers.get(ACCESS_TOKEN_HEADER))
+        if scope is None:
             return _answer(ReturnT.fail(MSG_TOKEN_WRONG))
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
@@ -80,11 +101,11 @@ class ExecutorApi:
             return _answer(ReturnT.fail(f"request body larger than {MAX_BODY_BYTES} bytes"), status=413)
         try:
             if uri == "callback":
-                return _answer(await self._callback(body))
+                return _answer(await self._callback(body, scope))
             if uri == "registry":
-                return _answer(await self._registry_call(body, remove=False))
+                return _answer(await self._registry_call(body, scope, remove=False))
             if uri == "registryRemove":
-                return _answer(await self._registry_call(body, remove=True))
+                return _answer(await self._registry_call(body, scope, remove=True))
         except ProtocolError as exc:
             return _answer(ReturnT.fail(f"request error: {exc}"), status=400)
         except Exception as exc:  # the executor keeps what it sent and retries later
@@ -92,12 +113,20 @@ class ExecutorApi:
             return _answer(ReturnT.fail(f"admin error: {type(exc).__name__}: {exc}"), status=500)
         return _answer(ReturnT.fail(msg_uri_not_found(uri)))
 
-    async def _callback(self, body: bytes) -> ReturnT:
+    async def _callback(self, body: bytes, scope: TokenScope) -> ReturnT:
         items = HandleCallbackParam.decode_batch(body)
+        if not scope.is_global:
+            foreign = await self._callbacks.foreign_logs(items, scope.group_ids)
+            if foreign:
+                # The whole batch is refused (nothing recorded): results are reported only
+                # with the token of the run's own group.
+                log.warning("callback refused: logs %s are not runs of the token's group(s) %s",
+                            foreign[:10], sorted(scope.group_ids))
+                return ReturnT.fail(f"access token not valid for the runs {foreign[:10]}")
         await self._callbacks.handle(items)
         return ReturnT.success()
 
-    async def _registry_call(self, body: bytes, *, remove: bool) -> ReturnT:
+    async def _registry_call(self, body: bytes, scope: TokenScope, *, remove: bool) -> ReturnT:
         try:
             param = RegistryParam.decode(body)
         except ProtocolError as exc:
@@ -106,6 +135,17 @@ class ExecutorApi:
             raise
         if not _registry_ok(param):
             return ReturnT.fail(MSG_ILLEGAL_ARGUMENT)
+        if not scope.is_global and (param.registry_group != EXECUTOR
+                                    or not scope.allows_app(param.registry_key)):
+            log.warning("registry refused: a group token used for %s/%s",
+                        param.registry_group, param.registry_key[:64])
+            return ReturnT.fail(f"access token not valid for appname {param.registry_key!r}")
+        if param.registry_group == EXECUTOR:
+            try:
+                check_executor_address(param.registry_value, self._policy)
+            except AddressRefused as exc:
+                log.warning("registry of %s refused: %s", param.registry_key[:64], exc)
+                return ReturnT.fail(f"executor address refused: {exc}")
         if remove:
             await self._registry.remove(param)
         else:
@@ -117,24 +157,16 @@ def _registry_ok(param: RegistryParam) -> bool:
     values = (param.registry_group, param.registry_key, param.registry_value)
     if not all(v.strip() for v in values):
         return False
-    if any(len(v) > limit for v, limit in zip(values, _REGISTRY_LIMITS, strict=True)):
-        return False
-    if param.registry_group == EXECUTOR:
-        # The admin will POST to this address: it must be an http(s) URL with a host.
-        try:
-            url = urlsplit(param.registry_value.strip())
-            host = url.hostname
-        except ValueError:
-            return False
-        return url.scheme in ("http", "https") and bool(host)
-    return True
+    return not any(len(v) > limit for v, limit in zip(values, _REGISTRY_LIMITS, strict=True))
 
 
 def executor_api_routes(
-    registry: RegistryService, callbacks: CallbackService, access_token: str | None
+    registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
+    policy: AddressPolicy | None = None,
 ) -> list[BaseRoute]:
-    """Routes serving ``/api/<uri>``; include them at ``/`` and under the base path."""
-    api = ExecutorApi(registry, callbacks, access_token)
+    """Routes serving ``/api/<uri>``; include them at ``/`` and under the base path.
+    ``tokens``: the checker, or one token valid for every group."""
+    api = ExecutorApi(registry, callbacks, tokens, policy)
     return [
         Route("/api/{uri:path}", api.endpoint, methods=_ALL_METHODS),
         Route("/api", api.endpoint, methods=_ALL_METHODS),
@@ -142,7 +174,8 @@ def executor_api_routes(
 
 
 def executor_api_app(
-    registry: RegistryService, callbacks: CallbackService, access_token: str | None
+    registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
+    policy: AddressPolicy | None = None,
 ) -> Starlette:
     """A standalone ASGI app with the executor-facing routes (tests, small deployments)."""
-    return Starlette(routes=executor_api_routes(registry, callbacks, access_token))
+    return Starlette(routes=executor_api_routes(registry, callbacks, tokens, policy))

@@ -25,6 +25,8 @@ class StoreLeases:
         self._store = store
         self.node_id = node_id
         self._forgot_at = 0
+        # Jobs taken over with fires recorded by another node (metrics, read at scrape time).
+        self.takeovers = 0
 
     async def claim(self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int) -> Sequence[JobInfo]:
         return await self._store.jobs.claim_due(self.node_id, now_ms, window_end_ms, lease_ms, limit,
@@ -56,6 +58,7 @@ class StoreLeases:
                 # for its callback or the lost-run monitor): not sent again.
                 sent_up_to[fire.job_id] = max(sent_up_to.get(fire.job_id, 0), fire.planned_time)
         withdrawn = await self._store.fires.withdraw(never_sent, holder=self.node_id) if never_sent else 0
+        self.takeovers += len({f.job_id for f in recorded})
         log.warning("took over %d jobs with %d fires recorded by other nodes past their stored next "
                     "time: %d never sent (withdrawn; the misfire rule applies to them), %d jobs resume "
                     "after a fire that was or may have been sent", len(jobs), len(recorded), withdrawn,
@@ -70,7 +73,8 @@ class StoreLeases:
             try:
                 await self._store.jobs.set_status(job_id, 0, 0)
             except NotFound:
-                log.info("job %s was deleted before its schedule could be ended", job_id)
+                log.info("job %s was deleted before its schedule could be ended", job_id,
+                         extra={"job_id": job_id, "node": self.node_id})
 
     async def release(self, job_ids: Sequence[int]) -> None:
         await self._store.jobs.release(self.node_id, job_ids)

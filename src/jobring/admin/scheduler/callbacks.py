@@ -24,6 +24,7 @@ from jobring.admin.store.records import HandleResult, JobInfo, ResultOutcome
 from jobring.admin.store.tables import job_log
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
+from jobring.core.runstate import run_state
 from jobring.protocol.models import HandleCallbackParam
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class CallbackService:
         self._trigger = trigger
         self._clock = clock
         self._children_tasks: set[asyncio.Task[None]] = set()
+        # For metrics (read at scrape time): callback items received, runs ended by state.
+        self.received = 0
+        self.ended: dict[str, int] = {}
 
     async def handle(self, items: Sequence[HandleCallbackParam]) -> list[ResultOutcome]:
         """Record a batch of callbacks; returns one outcome per item."""
@@ -85,12 +89,17 @@ class CallbackService:
                 msg = f"{msg}\n\n{plan.summary}" if msg else plan.summary
             results.append(HandleResult(item.log_id, item.handle_code, msg, now))
         outcomes = await self._store.logs.record_results(results)
+        self.received += len(items)
         to_fire: list[FireRequest] = []
         for item, outcome in zip(items, outcomes, strict=True):
+            if outcome is ResultOutcome.APPLIED:
+                state = run_state(trigger_code=200, handle_code=item.handle_code, handle_msg=item.handle_msg,
+                                  now_ms=0).value
+                self.ended[state] = self.ended.get(state, 0) + 1
             if outcome is ResultOutcome.REPEAT:
-                log.info("%s logId=%s", MSG_REPEAT, item.log_id)
+                log.info("%s logId=%s", MSG_REPEAT, item.log_id, extra={"run_id": item.log_id})
             elif outcome is ResultOutcome.NOT_FOUND:
-                log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id)
+                log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id, extra={"run_id": item.log_id})
             elif (plan := plans.get(item.log_id)) is not None:
                 to_fire += [FireRequest(child, TriggerType.PARENT) for child in plan.children]
         if to_fire:
@@ -113,6 +122,22 @@ class CallbackService:
                 children = [known[int(e)] for e in entries if e.isdigit() and int(e) in known]
                 plans[log_id] = _ChildPlan(children, child_summary(entries, known))
         return plans
+
+    async def foreign_logs(
+        self, items: Sequence[HandleCallbackParam], group_ids: frozenset[int]
+    ) -> list[int]:
+        """The log ids among ``items`` whose run belongs to a group outside ``group_ids``
+        (unknown ids are not foreign: they are skipped as "not found" anyway)."""
+        log_ids = sorted({i.log_id for i in items})
+        foreign: list[int] = []
+        async with self._store.db.read() as conn:
+            for start in range(0, len(log_ids), 500):
+                part = log_ids[start:start + 500]
+                rows = await conn.execute(
+                    select(job_log.c.id, job_log.c.job_group).where(job_log.c.id.in_(part))
+                )
+                foreign += [int(r.id) for r in rows if int(r.job_group) not in group_ids]
+        return sorted(foreign)
 
     async def _unhandled_jobs_of(self, log_ids: list[int]) -> dict[int, int]:
         """log id -> job id for the logs among ``log_ids`` that have no result yet."""
@@ -142,7 +167,8 @@ class CallbackService:
             return
         for req, result in zip(reqs, results, strict=True):
             if result.trigger_code != 200:
-                log.warning("child job %s trigger failed (logs %s)", req.job.id, result.log_ids)
+                log.warning("child job %s trigger failed (logs %s)", req.job.id, result.log_ids,
+                            extra={"job_id": req.job.id})
 
     async def wait_idle(self) -> None:
         """Wait until the child fires started so far are done (tests, shutdown)."""

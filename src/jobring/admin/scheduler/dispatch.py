@@ -15,6 +15,7 @@ what happened.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable
 from typing import Any, Protocol
@@ -23,6 +24,7 @@ import aiohttp
 import httpx
 
 from jobring.admin.scheduler.http1 import Http1Client, HttpError
+from jobring.core.routing import Probe
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
     IdleBeatParam,
@@ -52,10 +54,24 @@ class ExecutorCallError(HttpError):
     from a failed connection."""
 
 
-class _Http(Protocol):
-    async def post(self, url: str, body: bytes) -> tuple[int, bytes]: ...
+@functools.lru_cache(maxsize=4096)
+def _token_line(token: str | None) -> bytes:
+    """The access-token header line for the lean client (cached: one per group token)."""
+    if not token:
+        return b""
+    if any(ch in token for ch in "\r\n"):
+        raise ValueError("an access token must not contain line breaks")
+    return f"{ACCESS_TOKEN_HEADER}: {token}\r\n".encode("latin-1")
 
-    def post_now(self, url: str, body: bytes) -> Awaitable[tuple[int, bytes]]: ...
+
+def _token_headers(token: str | None) -> dict[str, str] | None:
+    return {ACCESS_TOKEN_HEADER: token} if token else None
+
+
+class _Http(Protocol):
+    async def post(self, url: str, body: bytes, token: str | None) -> tuple[int, bytes]: ...
+
+    def post_now(self, url: str, body: bytes, token: str | None) -> Awaitable[tuple[int, bytes]]: ...
 
     async def aclose(self) -> None: ...
 
@@ -71,17 +87,17 @@ class _HttpxHttp:
                               keepalive_expiry=_KEEPALIVE_S)
         self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport, headers=headers)
 
-    async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, token: str | None) -> tuple[int, bytes]:
         try:
-            response = await self._client.post(url, content=body)
+            response = await self._client.post(url, content=body, headers=_token_headers(token))
         except httpx.TimeoutException as exc:
             raise ExecutorCallError(type(exc).__name__, str(exc), timeout=True) from exc
         except httpx.HTTPError as exc:
             raise ExecutorCallError(type(exc).__name__, str(exc), timeout=False) from exc
         return response.status_code, response.content
 
-    def post_now(self, url: str, body: bytes) -> Awaitable[tuple[int, bytes]]:
-        return self.post(url, body)  # httpx writes when the coroutine runs
+    def post_now(self, url: str, body: bytes, token: str | None) -> Awaitable[tuple[int, bytes]]:
+        return self.post(url, body, token)  # httpx writes when the coroutine runs
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -95,15 +111,15 @@ class _LeanHttp:
                                   keepalive_s=_KEEPALIVE_S)
         self._tls = _AiohttpHttp(headers, connect, read, limit)
 
-    async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, token: str | None) -> tuple[int, bytes]:
         if not self._plain.handles(url):
-            return await self._tls.post(url, body)
-        return await self._converted(self._plain.post(url, body))
+            return await self._tls.post(url, body, token)
+        return await self._converted(self._plain.post(url, body, _token_line(token)))
 
-    def post_now(self, url: str, body: bytes) -> Awaitable[tuple[int, bytes]]:
+    def post_now(self, url: str, body: bytes, token: str | None) -> Awaitable[tuple[int, bytes]]:
         if not self._plain.handles(url):
-            return self._tls.post(url, body)
-        return self._converted(self._plain.post_now(url, body))
+            return self._tls.post(url, body, token)
+        return self._converted(self._plain.post_now(url, body, _token_line(token)))
 
     @staticmethod
     async def _converted(pending: Awaitable[tuple[int, bytes]]) -> tuple[int, bytes]:
@@ -134,9 +150,9 @@ class _AiohttpHttp:
             )
         return self._session
 
-    async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, token: str | None) -> tuple[int, bytes]:
         try:
-            async with self._open().post(url, data=body) as response:
+            async with self._open().post(url, data=body, headers=_token_headers(token)) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:  # aiohttp's connect/read timeouts are TimeoutErrors too
             detail = str(exc) or "no answer in time"
@@ -151,7 +167,11 @@ class _AiohttpHttp:
 
 
 class ExecutorClient:
-    """Calls executors on behalf of the admin."""
+    """Calls executors on behalf of the admin.
+
+    Every call sends an access token: the ``token`` given with the call (the executor
+    group's own token), else the client's ``access_token`` (the global one, if enabled).
+    """
 
     def __init__(
         self,
@@ -163,8 +183,7 @@ class ExecutorClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = dict(_JSON_HEADERS)
-        if access_token:
-            headers[ACCESS_TOKEN_HEADER] = access_token
+        self._default_token = access_token or None
         self._http: _Http
         if transport is not None:
             self._http = _HttpxHttp(headers, connect_timeout, read_timeout, max_connections, transport)
@@ -174,16 +193,20 @@ class ExecutorClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def call(self, address: str, path: str, body: dict[str, Any] | None) -> ReturnT:
+    async def call(
+        self, address: str, path: str, body: dict[str, Any] | None, token: str | None = None
+    ) -> ReturnT:
         """POST ``body`` to ``address``/``path``; the executor's answer or a failed ReturnT."""
         url = executor_url(address, path)
-        return await self._answer(url, self._http.post(url, dumps(body) if body is not None else b""))
+        payload = dumps(body) if body is not None else b""
+        return await self._answer(url, self._http.post(url, payload, token or self._default_token))
 
-    def run_now(self, address: str, param: TriggerParam) -> Awaitable[ReturnT]:
+    def run_now(self, address: str, param: TriggerParam, token: str | None = None) -> Awaitable[ReturnT]:
         """/run, written at once when a keep-alive connection to the executor is idle (see
         ``Http1Client.post_now``); the awaitable gives the answer, as :meth:`run` does."""
         url = executor_url(address, "run")
-        return self._answer(url, self._http.post_now(url, dumps(param.to_dict())))
+        body = dumps(param.to_dict())
+        return self._answer(url, self._http.post_now(url, body, token or self._default_token))
 
     @staticmethod
     async def _answer(url: str, pending: Awaitable[tuple[int, bytes]]) -> ReturnT:
@@ -200,21 +223,21 @@ class ExecutorClient:
         except ProtocolError as exc:
             return ReturnT.fail(f"executor {url} answered something that is not a ReturnT: {exc}")
 
-    async def run(self, address: str, param: TriggerParam) -> ReturnT:
-        return await self.call(address, "run", param.to_dict())
+    async def run(self, address: str, param: TriggerParam, token: str | None = None) -> ReturnT:
+        return await self.call(address, "run", param.to_dict(), token)
 
-    async def beat(self, address: str) -> ReturnT:
-        return await self.call(address, "beat", None)
+    async def beat(self, address: str, token: str | None = None) -> ReturnT:
+        return await self.call(address, "beat", None, token)
 
-    async def idle_beat(self, address: str, job_id: int) -> ReturnT:
-        return await self.call(address, "idleBeat", IdleBeatParam(job_id).to_dict())
+    async def idle_beat(self, address: str, job_id: int, token: str | None = None) -> ReturnT:
+        return await self.call(address, "idleBeat", IdleBeatParam(job_id).to_dict(), token)
 
-    async def kill(self, address: str, job_id: int) -> ReturnT:
-        return await self.call(address, "kill", KillParam(job_id).to_dict())
+    async def kill(self, address: str, job_id: int, token: str | None = None) -> ReturnT:
+        return await self.call(address, "kill", KillParam(job_id).to_dict(), token)
 
-    async def log(self, address: str, param: LogParam) -> ReturnT:
+    async def log(self, address: str, param: LogParam, token: str | None = None) -> ReturnT:
         """The run's log; ``content`` is the LogResult dict when the call succeeded."""
-        return await self.call(address, "log", param.to_dict())
+        return await self.call(address, "log", param.to_dict(), token)
 
     # Probes for the routing strategies (same signature as core.routing.Probe).
     async def beat_probe(self, address: str, job_id: int) -> ReturnT:
@@ -222,3 +245,14 @@ class ExecutorClient:
 
     async def idle_beat_probe(self, address: str, job_id: int) -> ReturnT:
         return await self.idle_beat(address, job_id)
+
+    def probes(self, token: str | None) -> tuple[Probe, Probe]:
+        """``beat`` and ``idleBeat`` probes that send ``token`` (a group's executors)."""
+
+        async def beat(address: str, job_id: int) -> ReturnT:
+            return await self.beat(address, token)
+
+        async def idle_beat(address: str, job_id: int) -> ReturnT:
+            return await self.idle_beat(address, job_id, token)
+
+        return beat, idle_beat

@@ -185,8 +185,8 @@ class Http1Client:
                             timeout=False) from exc
         return conn
 
-    def _request(self, start: bytes, body: bytes) -> bytes:
-        return b"".join((start, self._headers, b"Content-Length: ", str(len(body)).encode(),
+    def _request(self, start: bytes, body: bytes, extra: bytes) -> bytes:
+        return b"".join((start, self._headers, extra, b"Content-Length: ", str(len(body)).encode(),
                          b"\r\n\r\n", body))
 
     def _take_idle(self, host: str, port: int) -> _Connection | None:
@@ -199,37 +199,38 @@ class Http1Client:
             conn.close()
         return None
 
-    async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, extra: bytes = b"") -> tuple[int, bytes]:
+        """POST ``body``; ``extra`` is more header lines, each ending in CRLF."""
         try:
             host, port, start = _target(url)
         except ValueError as exc:
             raise HttpError("InvalidURL", str(exc), timeout=False) from exc
         conn = await self._connect(host, port)
         try:
-            conn.send(self._request(start, body))
+            conn.send(self._request(start, body, extra))
         except Exception as exc:
             conn.close()
             raise HttpError(type(exc).__name__, str(exc) or "send failed", timeout=False) from exc
         return await self._answer(conn, host, port)
 
-    def post_now(self, url: str, body: bytes) -> Awaitable[tuple[int, bytes]]:
+    def post_now(self, url: str, body: bytes, extra: bytes = b"") -> Awaitable[tuple[int, bytes]]:
         """Like :meth:`post`, but the request is written at once when an idle keep-alive
         connection to the host is at hand (so it leaves at the call, not when a task runs);
         the awaitable gives the answer. Otherwise it connects and sends when awaited."""
         try:
             host, port, start = _target(url)
         except ValueError:
-            return self.post(url, body)  # raises the InvalidURL error when awaited
+            return self.post(url, body, extra)  # raises the InvalidURL error when awaited
         conn = self._take_idle(host, port)
         if conn is None:
-            return self.post(url, body)
+            return self.post(url, body, extra)
         try:
-            conn.send(self._request(start, body))
+            conn.send(self._request(start, body, extra))
         except Exception:
             log.warning("writing to an idle connection to %s:%s failed; using a new one", host, port,
                         exc_info=True)
             conn.close()
-            return self.post(url, body)
+            return self.post(url, body, extra)
         return self._answer(conn, host, port)
 
     async def _answer(self, conn: _Connection, host: str, port: int) -> tuple[int, bytes]:

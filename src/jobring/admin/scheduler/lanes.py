@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from jobring.core.buckets import Buckets
 from jobring.core.clock import Clock
 
 T = TypeVar("T")
@@ -28,8 +29,17 @@ class Lane:
     """A counting semaphore whose slot can also be taken without awaiting."""
 
     def __init__(self, size: int) -> None:
+        self.size = size
         self._free = size
         self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def in_use(self) -> int:
+        return self.size - self._free
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
 
     def enter_now(self) -> bool:
         """Take a slot if one is free and nobody waits for one."""
@@ -81,6 +91,9 @@ class DispatchLanes:
         self._slow_after = slow_after
         self._minute = clock.now_ms() // MINUTE_MS
         self._slow_counts: dict[int, int] = {}
+        # For metrics, read at scrape time: jobs moved to the slow lane, call durations.
+        self.slow_moves = 0
+        self.latency_ms = Buckets()
 
     def _roll_minute(self, now_ms: int) -> None:
         minute = now_ms // MINUTE_MS
@@ -96,8 +109,19 @@ class DispatchLanes:
     def record(self, job_id: int, took_ms: int) -> None:
         """Count one trigger of ``job_id`` that took ``took_ms``."""
         self._roll_minute(self._clock.now_ms())
+        self.latency_ms.observe(took_ms)
         if took_ms > self._threshold:
-            self._slow_counts[job_id] = self._slow_counts.get(job_id, 0) + 1
+            count = self._slow_counts[job_id] = self._slow_counts.get(job_id, 0) + 1
+            if count == self._slow_after + 1:
+                self.slow_moves += 1
+
+    @property
+    def fast(self) -> Lane:
+        return self._fast
+
+    @property
+    def slow(self) -> Lane:
+        return self._slow
 
     def _lane(self, job_id: int) -> Lane:
         return self._slow if self.is_slow(job_id) else self._fast

@@ -72,8 +72,10 @@ from jobring.admin.scheduler.ports import (
 from jobring.admin.scheduler.timers import TimerHandle, Timers
 from jobring.admin.scheduler.trigger import PreparedBatch
 from jobring.admin.store.records import JobInfo
+from jobring.core.buckets import Buckets
 from jobring.core.enums import ScheduleType, TriggerType
 from jobring.core.planning import MISFIRE_THRESHOLD_MS, FireDecision, decide_fire
+from jobring.core.timefmt import iso_ms
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,8 @@ class LoopStats:
     # Lateness of the fire_batch call against the planned instant, ms (on-time fires only;
     # the most recent ones).
     lateness_ms: deque[int] = field(default_factory=lambda: deque(maxlen=10_000))
+    # The same lateness as histogram buckets since start (exported as a metric).
+    lateness: Buckets = field(default_factory=Buckets)
 
 
 _SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "update_time")
@@ -240,6 +244,16 @@ class ScheduleLoop:
     def held_job_ids(self) -> list[int]:
         return list(self._held)
 
+    @property
+    def running(self) -> bool:
+        """True while the loop's tasks (claim cycle, timer, writer, fence) all run."""
+        return bool(self._tasks) and not any(t.done() for t in self._tasks)
+
+    @property
+    def renewed_at_ms(self) -> int | None:
+        """When this node last renewed its leases (epoch ms), None before the first cycle."""
+        return self._renewed_at
+
     # ----------------------------------------------------------------- claim cycle
     async def _run_cycles(self) -> None:
         while True:
@@ -291,7 +305,7 @@ class ScheduleLoop:
             await asyncio.shield(self._preparing)
         self.stats.cycles += 1
         self._adapt_coalescing(now)
-        log.debug("cycle at %d: %d rows claimed in %d ms, %d held", now, len(rows),
+        log.debug("cycle at %s: %d rows claimed in %d ms, %d held", iso_ms(now), len(rows),
                   self._clock.now_ms() - now, len(self._held))
         async with self.cycle_done:
             self.cycle_done.notify_all()
@@ -404,7 +418,8 @@ class ScheduleLoop:
         if resume_after is not None and resume_after >= planned:
             # The previous holder may have sent up to that instant: carry on after it.
             following = schedule.next_fire_ms(resume_after)
-            log.info("job %s resumes after %d (perhaps sent by the node that held it)", row.id, resume_after)
+            log.info("job %s resumes after %s (perhaps sent by the node that held it)", row.id,
+                     iso_ms(resume_after), extra={"job_id": row.id})
             if following is None:
                 self._pending_end.append(row.id)
                 self._advance_wanted.set()
@@ -564,7 +579,7 @@ class ScheduleLoop:
         """A fire is due beyond the committed send fence: wait until the fence is raised
         (checking meanwhile for leases that ran out, as a fire would)."""
         if self._fence_ms:  # (not the first fence, at start)
-            log.warning("send fence %d not raised in time; fires wait for it", self._fence_ms)
+            log.warning("send fence %s not raised in time; fires wait for it", iso_ms(self._fence_ms))
         for held in list(self._held.values()):
             self._drop_if_lease_ran_out(held, now)
         fut = self._fence_raised = asyncio.get_running_loop().create_future()
@@ -599,6 +614,7 @@ class ScheduleLoop:
                                    held.schedule.next_fire_ms, self.config.misfire_threshold_ms)
             if decision.trigger_type is TriggerType.CRON:
                 self.stats.lateness_ms.append(now - decision.planned_ms)
+                self.stats.lateness.observe(now - decision.planned_ms)
                 if now - decision.planned_ms >= 1_000:
                     self._log_passed_over(held, decision, now)
             elif decision.planned_ms > 0:
@@ -606,8 +622,9 @@ class ScheduleLoop:
                     self.stats.misfired += 1
                 else:
                     self.stats.skipped += 1
-                log.info("job %s missed its fire at %d by %d ms: %s", held.job.id, decision.planned_ms,
-                         now - decision.planned_ms, "fired once now" if decision.fires else "skipped")
+                log.info("job %s missed its fire at %s by %d ms: %s", held.job.id,
+                         iso_ms(decision.planned_ms), now - decision.planned_ms,
+                         "fired once now" if decision.fires else "skipped", extra={"job_id": held.job.id})
             ready = held.prepared.pop(decision.planned_ms, None)
             if held.prepared:
                 # Instants skipped by a late fire (stepping to the first one after now).
@@ -635,9 +652,9 @@ class ScheduleLoop:
         # a fire a second or more late can pass one over (schedules have 1 s resolution).
         following = held.schedule.next_fire_ms(decision.planned_ms)
         if following is not None and decision.next_ms is not None and following < decision.next_ms:
-            log.warning("job %s fired %d ms late (instant %d); its instants from %d until %d are "
-                        "skipped", held.job.id, now - decision.planned_ms, decision.planned_ms,
-                        following, decision.next_ms)
+            log.warning("job %s fired %d ms late (instant %s); its instants from %s until %s are "
+                        "skipped", held.job.id, now - decision.planned_ms, iso_ms(decision.planned_ms),
+                        iso_ms(following), iso_ms(decision.next_ms), extra={"job_id": held.job.id})
 
     def _continue(self, held: _Held, decision: FireDecision, horizon: int) -> None:
         nxt = decision.next_ms

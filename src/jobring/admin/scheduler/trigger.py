@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.lanes import DispatchLanes, Lane
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog, TriggerResult
+from jobring.core.addresses import AddressPolicy, refused_addresses
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy, TriggerType
 from jobring.core.routing import Router, RouteResult, parse_strategy
@@ -80,6 +81,16 @@ class FireResult:
     trigger_msg: str
 
 
+@dataclass(frozen=True)
+class _GroupView:
+    """A group as dispatch uses it: the addresses the policy admits and the token to send."""
+
+    group: JobGroup
+    addresses: list[str]
+    refused: list[str]
+    token: str | None
+
+
 @dataclass
 class _Plan:
     """A request, then resolved against its group: the address list and the shards to run."""
@@ -93,6 +104,7 @@ class _Plan:
     manual_addresses: bool = False
     shards: list[tuple[int, int]] = field(default_factory=lambda: [(0, 1)])
     problem: str | None = None  # why no address could be had (shown in the trigger message)
+    token: str | None = None  # the executor token of the job's group (else the global one)
     log_ids: list[int] = field(default_factory=list)
     duplicate: bool = False
 
@@ -139,6 +151,19 @@ class _Dispatched:
     plan: _Plan
 
 
+def dispatch_error_reason(address: str | None, msg: str | None) -> str:
+    """A failed dispatch's reason, for metrics: no_address, unreachable, timeout, http_error,
+    bad_answer or refused (the executor answered with a failure code)."""
+    if address is None:
+        return "no_address"
+    text = msg or ""
+    for marker, reason in ((" unreachable (", "unreachable"), (" timed out (", "timeout"),
+                           (" answered HTTP ", "http_error"), ("not a ReturnT", "bad_answer")):
+        if marker in text:
+            return reason
+    return "refused"
+
+
 def _ms_to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).replace(tzinfo=None)
 
@@ -167,11 +192,16 @@ class TriggerService:
         router: Router | None = None,
         group_cache_ms: int = 1_000,
         result_flush_ms: int = 100,
+        address_policy: AddressPolicy | None = None,
     ) -> None:
         self._store = store
         self._client = client
-        # The token goes out with every call through ``client``; kept for introspection.
+        # The global token (None: not enabled); a group's own token goes out instead when it
+        # has one (resolved with the cached group, so no extra query per fire).
         self.access_token = access_token
+        # Addresses stored before validation existed (or under a stricter policy now) are
+        # not called: checked once per group read, not per fire.
+        self._policy = address_policy or AddressPolicy()
         self.node_id = node_id
         self._clock = clock
         self.admin_timezone = admin_timezone
@@ -185,13 +215,17 @@ class TriggerService:
         # group per ``group_cache_ms`` instead of one per batch); manual and API fires, and
         # every address override check, read the group fresh.
         self._group_cache_ms = group_cache_ms
-        self._group_cache: dict[int, tuple[int, JobGroup | None]] = {}
+        self._group_cache: dict[int, tuple[int, _GroupView | None]] = {}
         # Trigger results of scheduled fires are written in batches off the fire's path.
         self._result_flush_s = result_flush_ms / 1000
         self._pending_results: list[TriggerResult] = []
         self._results_wanted = asyncio.Event()
         self._recorder: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
+        # For metrics (read at scrape time): failed dispatches by reason; fires requested
+        # through ``fire_batch`` (manual, API, retry, parent) by trigger type.
+        self.dispatch_errors: dict[str, int] = {}
+        self.requested: dict[str, int] = {}
 
     @property
     def lanes(self) -> DispatchLanes:
@@ -209,6 +243,8 @@ class TriggerService:
         """
         if self._closed:
             raise RuntimeError("TriggerService is closed")
+        for req in reqs:
+            self.requested[req.trigger_type] = self.requested.get(req.trigger_type, 0) + 1
         task = asyncio.ensure_future(self._fire_batch(list(reqs)))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
@@ -304,19 +340,29 @@ class TriggerService:
 
     # -- planning ---------------------------------------------------------------------------
 
-    async def _groups(self, reqs: Sequence[FireRequest]) -> dict[int, JobGroup | None]:
+    def _view(self, group: JobGroup | None) -> _GroupView | None:
+        if group is None:
+            return None
+        addresses = group.addresses
+        refused = refused_addresses(addresses, self._policy) if addresses else []
+        if refused:
+            log.warning("executor group %s: not calling refused addresses %s", group.id, refused)
+            addresses = [a for a in addresses if a not in refused]
+        return _GroupView(group, addresses, refused, group.access_token or self.access_token)
+
+    async def _groups(self, reqs: Sequence[FireRequest]) -> dict[int, _GroupView | None]:
         ids = {r.job.job_group for r in reqs}
         cacheable = self._group_cache_ms > 0 and all(
             r.planned_time is not None and not r.address_override for r in reqs)
         now = self._clock.now_ms()
-        groups: dict[int, JobGroup | None] = {}
+        groups: dict[int, _GroupView | None] = {}
         for group_id in ids:
             cached = self._group_cache.get(group_id) if cacheable else None
             if cached is not None and now - cached[0] < self._group_cache_ms:
                 groups[group_id] = cached[1]
                 continue
-            groups[group_id] = group = await self._store.groups.get(group_id)
-            self._group_cache[group_id] = (now, group)
+            groups[group_id] = view = self._view(await self._store.groups.get(group_id))
+            self._group_cache[group_id] = (now, view)
         return groups
 
     def _plan(self, req: FireRequest, now_ms: int) -> _Plan:
@@ -333,18 +379,21 @@ class TriggerService:
             plan.shards = [req.sharding]
         return plan
 
-    @staticmethod
-    def _resolve(plan: _Plan, group: JobGroup | None) -> None:
-        """Fill in the plan's addresses and shards from its group (TriggerRejected for an
-        override outside the group: the SSRF guard)."""
+    def _resolve(self, plan: _Plan, view: _GroupView | None) -> None:
+        """Fill in the plan's addresses, shards and token from its group (TriggerRejected for
+        an override outside the group or refused by the address policy: the SSRF guard)."""
         req = plan.req
-        addresses = group.addresses if group else []
-        manual = bool(group and group.address_type == AddressType.MANUAL)
-        if group is None:
+        addresses = view.addresses if view else []
+        manual = bool(view and view.group.address_type == AddressType.MANUAL)
+        plan.token = view.token if view else self.access_token
+        if view is None:
             plan.problem = f"executor group {req.job.job_group} not found"
+        elif view.refused:
+            plan.problem = f"refused executor addresses not called: {', '.join(view.refused)}"
         if req.address_override:
             override = [a.strip() for a in req.address_override if a.strip()]
             outside = sorted(set(override) - set(addresses))
+            outside += [a for a in refused_addresses(override, self._policy) if a not in outside]
             if outside:
                 raise TriggerRejected(
                     f"addresses not registered in the job's executor group: {', '.join(outside)}"
@@ -483,7 +532,8 @@ class TriggerService:
         route = self._route_now(plan, shard, now)
         if route is None:
             assert plan.strategy is not None
-            route = await self._router.route(plan.strategy, plan.req.job.id, plan.addresses, now)
+            route = await self._router.route(plan.strategy, plan.req.job.id, plan.addresses, now,
+                                             self._client.probes(plan.token))
         return route
 
     async def _dispatch(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> _Dispatched:
@@ -495,7 +545,7 @@ class TriggerService:
         else:
             param = self._run_param(plan, shard, log_id)
             dispatch_time = self._clock.now_ms()
-            answer = await self._client.run(address, param)
+            answer = await self._client.run(address, param, plan.token)
         return self._dispatched(plan, shard, log_id, route, answer, dispatch_time)
 
     def _send_now(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> Awaitable[_Dispatched] | None:
@@ -511,7 +561,7 @@ class TriggerService:
             now = self._clock.now_ms()
             route = self._route_now(plan, shard, now)
             assert route is not None and route.address is not None
-            pending = self._client.run_now(route.address, self._run_param(plan, shard, log_id))
+            pending = self._client.run_now(route.address, self._run_param(plan, shard, log_id), plan.token)
         except BaseException:
             self._lanes.leave(lane, job_id, 0)
             raise
@@ -550,9 +600,14 @@ class TriggerService:
         dispatch_time: int | None,
     ) -> _Dispatched:
         address = route.address
+        if not answer.ok:
+            reason = dispatch_error_reason(address, answer.msg)
+            self.dispatch_errors[reason] = self.dispatch_errors.get(reason, 0) + 1
         if address is not None and not answer.ok:
             log.warning("trigger of job %s (log %s) at %s failed: %s",
-                        plan.req.job.id, log_id, address, answer.msg)
+                        plan.req.job.id, log_id, address, answer.msg,
+                        extra={"job_id": plan.req.job.id, "run_id": log_id, "address": address,
+                               "node": self.node_id})
         broadcast = plan.strategy is RouteStrategy.SHARDING_BROADCAST
         result = TriggerResult(
             log_id=log_id,

@@ -43,6 +43,10 @@ def weak_secrets(settings: AdminSettings) -> list[str]:
         problem = password_problem(settings.admin_password)
         if problem:
             problems.append(f"admin_password (JOBRING_ADMIN_PASSWORD): {problem}")
+    if settings.metrics_token is not None:
+        problem = access_token_problem(settings.metrics_token)
+        if problem:
+            problems.append(f"metrics_token (JOBRING_METRICS_TOKEN) {problem}")
     return problems
 
 

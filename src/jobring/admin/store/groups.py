@@ -97,6 +97,7 @@ class GroupRepository(Repository):
                     address_type=group.address_type,
                     address_list=group.address_list,
                     update_time=utc_naive(now),
+                    access_token=group.access_token,
                 )
             )
             return new_id(result)
@@ -117,6 +118,22 @@ class GroupRepository(Repository):
             )
             if result.rowcount == 0:
                 raise NotFound(f"executor group {group.id} does not exist")
+
+    async def set_access_token(self, group_id: int, token: str | None) -> None:
+        """Replace the group's executor token (``update`` leaves it alone); NotFound when absent."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(job_group).where(job_group.c.id == group_id).values(access_token=token)
+            )
+            if result.rowcount == 0:
+                raise NotFound(f"executor group {group_id} does not exist")
+
+    async def tokens(self) -> tuple[tuple[int, str, str | None], ...]:
+        """(id, app_name, access_token) of every group: what the executor API checks against."""
+        stmt = select(job_group.c.id, job_group.c.app_name, job_group.c.access_token)
+        async with self._db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return tuple((int(r.id), str(r.app_name), r.access_token) for r in rows)
 
     async def delete(self, group_id: int) -> bool:
         """Delete the group and remove it from every user's permissions; ReferencedError while

@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, case, func, select
+from sqlalchemy import ColumnElement, and_, case, func, not_, select
 
 from jobring.admin.store.base import Repository
 from jobring.admin.store.engine import utc_naive
+from jobring.admin.store.logs import state_condition
 from jobring.admin.store.records import DayCount
 from jobring.admin.store.tables import job_info, job_log, scheduler_node
+from jobring.core.runstate import RunState
 
 _OK_CODES = (0, 200)
 
@@ -34,10 +36,16 @@ class InsightRepository(Repository):
     """Dashboard aggregates (each query is bounded by a day or a time window)."""
 
     async def counts_by_day(
-        self, from_day: datetime, to_day: datetime, group_ids: Sequence[int] | None = None
+        self,
+        from_day: datetime,
+        to_day: datetime,
+        group_ids: Sequence[int] | None = None,
+        *,
+        now_ms: int | None = None,
     ) -> list[DayCount]:
         """Running/success/fail counts per UTC day from ``from_day`` to ``to_day`` inclusive,
-        of the runs of ``group_ids`` (None: every group); one entry per day."""
+        of the runs of ``group_ids`` (None: every group); one entry per day. With ``now_ms``,
+        fires recorded ahead and still scheduled then are not counted."""
         start = utc_naive(from_day).replace(hour=0, minute=0, second=0, microsecond=0)
         end = utc_naive(to_day).replace(hour=0, minute=0, second=0, microsecond=0)
         running = case((and_(job_log.c.trigger_code.in_(_OK_CODES), job_log.c.handle_code == 0), 1), else_=0)
@@ -45,6 +53,8 @@ class InsightRepository(Repository):
         scope: list[ColumnElement[bool]] = []
         if group_ids is not None:
             scope.append(job_log.c.job_group.in_(list(group_ids)))
+        if now_ms is not None:
+            scope.append(not_(state_condition(RunState.SCHEDULED, now_ms)))
         days: list[DayCount] = []
         async with self._db.read() as conn:
             day = start
@@ -57,6 +67,20 @@ class InsightRepository(Repository):
                 days.append(DayCount(day, run_n, ok_n, int(total) - run_n - ok_n))
                 day += timedelta(days=1)
         return days
+
+    async def scheduled_count(self, day: datetime, group_ids: Sequence[int] | None, now_ms: int) -> int:
+        """Fires of ``day`` (UTC) of ``group_ids`` recorded ahead and not yet due at ``now_ms``."""
+        start = utc_naive(day).replace(hour=0, minute=0, second=0, microsecond=0)
+        where = [
+            job_log.c.trigger_time >= start,
+            job_log.c.trigger_time < start + timedelta(days=1),
+            state_condition(RunState.SCHEDULED, now_ms),
+        ]
+        if group_ids is not None:
+            where.append(job_log.c.job_group.in_(list(group_ids)))
+        async with self._db.read() as conn:
+            found = await conn.execute(select(func.count()).select_from(job_log).where(*where))
+            return int(found.scalar_one())
 
     async def node_activity(
         self, now_ms: int, since_ms: int, group_ids: Sequence[int] | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Sequence
 from dataclasses import fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -13,11 +13,13 @@ from sqlalchemy import (
     and_,
     case,
     delete,
+    false,
     func,
     insert,
     not_,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import mysql as mysql_dialect
@@ -49,6 +51,15 @@ from jobring.admin.store.records import (
     TriggerResult,
 )
 from jobring.admin.store.tables import job_log
+from jobring.core.runstate import (
+    DISCARD_MARK,
+    KILLED_BY_USER,
+    KILLED_SUFFIXES,
+    LOST_DISPATCH_PREFIX,
+    LOST_RESULT_MSG,
+    RunState,
+)
+from jobring.core.timefmt import iso_ms
 
 # MySQL TEXT holds 65,535 bytes: 15,000 characters fit even at 4 bytes each.
 HANDLE_MSG_MAX = MSG_MAX = 15_000
@@ -87,6 +98,74 @@ _STATUS_FILTERS: dict[LogStatus, Any] = {
     LogStatus.RUNNING: lambda: and_(job_log.c.trigger_code == 200, job_log.c.handle_code == 0),
 }
 
+def _msg(column: Any) -> ColumnElement[str]:
+    # NULL messages compare as empty text, so NOT(...) below never turns NULL.
+    return func.coalesce(column, "")
+
+
+# The markers hold no LIKE wildcard (``%`` or ``_``): a test checks it.
+def _killed_msg() -> ColumnElement[bool]:
+    msg = _msg(job_log.c.handle_msg)
+    return or_(
+        msg.like(KILLED_BY_USER + "%"),
+        *(msg.like("%" + s) for s in KILLED_SUFFIXES),
+    )
+
+
+def _lost_dispatch_msg() -> ColumnElement[bool]:
+    return _msg(job_log.c.trigger_msg).like(LOST_DISPATCH_PREFIX + "%")
+
+
+def _discard_msg() -> ColumnElement[bool]:
+    return _msg(job_log.c.trigger_msg).like("%" + DISCARD_MARK + "%")
+
+
+def state_condition(state: RunState, now_ms: int) -> ColumnElement[bool]:
+    """The rows in ``state`` at ``now_ms``: :func:`jobring.core.runstate.run_state` as SQL."""
+    handle, trigger = job_log.c.handle_code, job_log.c.trigger_code
+    handled = and_(handle != 0, handle != 200, handle != 502)
+    unhandled_refused = and_(handle == 0, trigger != 0, trigger != 200)
+    lost_result = _msg(job_log.c.handle_msg) == LOST_RESULT_MSG
+    not_sent = and_(handle == 0, trigger == 0)
+    conditions: dict[RunState, Any] = {
+        RunState.SUCCESS: lambda: handle == 200,
+        RunState.TIMED_OUT: lambda: handle == 502,
+        RunState.KILLED: lambda: and_(handled, _killed_msg()),
+        RunState.LOST: lambda: or_(
+            and_(handled, not_(_killed_msg()), lost_result),
+            and_(unhandled_refused, _lost_dispatch_msg()),
+        ),
+        RunState.FAILED: lambda: or_(
+            and_(handled, not_(_killed_msg()), not_(lost_result)),
+            and_(unhandled_refused, not_(_lost_dispatch_msg()), not_(_discard_msg())),
+        ),
+        RunState.SKIPPED: lambda: and_(unhandled_refused, not_(_lost_dispatch_msg()), _discard_msg()),
+        RunState.RUNNING: lambda: and_(handle == 0, trigger == 200),
+        RunState.SCHEDULED: lambda: and_(
+            not_sent, job_log.c.planned_time.is_not(None), job_log.c.planned_time > now_ms
+        ),
+        RunState.DISPATCHING: lambda: and_(
+            not_sent, or_(job_log.c.planned_time.is_(None), job_log.c.planned_time <= now_ms)
+        ),
+    }
+    result: ColumnElement[bool] = conditions[state]()
+    return result
+
+
+def states_condition(states: Collection[RunState], now_ms: int) -> ColumnElement[bool]:
+    """Rows in any of ``states``. The states split the rows, so a long list is asked as "not
+    in the others" (the default listing, all but ``scheduled``, is one cheap condition)."""
+    wanted = set(states)
+    if not wanted:
+        return false()
+    others = set(RunState) - wanted
+    if not others:
+        return true()
+    if len(others) < len(wanted):
+        return not_(or_(*(state_condition(s, now_ms) for s in sorted(others))))
+    return or_(*(state_condition(s, now_ms) for s in sorted(wanted)))
+
+
 _RULE_AGE = {
     ClearRule.OLDER_THAN_1_DAY: timedelta(days=1),
     ClearRule.OLDER_THAN_1_WEEK: timedelta(weeks=1),
@@ -113,7 +192,8 @@ class LogRepository(Repository):
                 result = await conn.execute(insert(job_log).values(**_row(log)))
                 return new_id(result)
         except IntegrityError as exc:
-            raise Conflict(f"job {log.job_id} already has a fire planned at {log.planned_time}") from exc
+            planned = "?" if log.planned_time is None else iso_ms(log.planned_time)
+            raise Conflict(f"job {log.job_id} already has a fire planned at {planned}") from exc
 
     async def insert_fires(self, rows: Sequence[NewLog]) -> list[int | None]:
         """Insert many log rows in one transaction; returns ids in input order.
@@ -211,6 +291,7 @@ class LogRepository(Repository):
                         "handle_code": r.handle_code,
                         "handle_msg": None if r.handle_msg is None else r.handle_msg[:HANDLE_MSG_MAX],
                         "handle_time": utc_naive(r.handle_time),
+                        "handle_time_ms": _epoch_ms(r.handle_time),
                     }
             await _update_by_id(conn, rows, only_unhandled=True)
         return outcomes
@@ -227,12 +308,15 @@ class LogRepository(Repository):
         group_ids: Sequence[int] | None = None,
         job_id: int | None = None,
         status: LogStatus = LogStatus.ALL,
+        states: Collection[RunState] | None = None,
+        now_ms: int = 0,
         trigger_from: datetime | None = None,
         trigger_to: datetime | None = None,
         offset: int = 0,
         limit: int = 20,
     ) -> Page[LogEntry]:
-        """A page of logs, newest first, filtered like the console's log page."""
+        """A page of logs, newest first, filtered like the console's log page; ``states``
+        keeps the runs in one of these states at ``now_ms`` (see ``state_condition``)."""
         where: builtins.list[ColumnElement[bool]] = []
         if group_ids is not None:
             where.append(job_log.c.job_group.in_(list(group_ids)))
@@ -240,6 +324,8 @@ class LogRepository(Repository):
             where.append(job_log.c.job_id == job_id)
         if status is not LogStatus.ALL:
             where.append(_STATUS_FILTERS[status]())
+        if states is not None:
+            where.append(states_condition(states, now_ms))
         if trigger_from is not None:
             where.append(job_log.c.trigger_time >= utc_naive(trigger_from))
         if trigger_to is not None:
@@ -349,19 +435,24 @@ class LogRepository(Repository):
                 result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids)))
                 total += result.rowcount
 
-    async def counts_by_day(self, from_day: datetime, to_day: datetime) -> builtins.list[DayCount]:
+    async def counts_by_day(
+        self, from_day: datetime, to_day: datetime, *, now_ms: int | None = None
+    ) -> builtins.list[DayCount]:
         """Running/success/fail counts per day (by trigger_time, UTC) from ``from_day`` to
-        ``to_day`` inclusive, one entry per day including empty days."""
+        ``to_day`` inclusive, one entry per day including empty days. With ``now_ms``, fires
+        recorded ahead and still ``scheduled`` then are not runs yet and are not counted."""
         start = utc_naive(from_day).replace(hour=0, minute=0, second=0)
         end = utc_naive(to_day).replace(hour=0, minute=0, second=0)
         running = case((and_(job_log.c.trigger_code.in_(_OK_CODES), job_log.c.handle_code == 0), 1), else_=0)
         success = case((job_log.c.handle_code == 200, 1), else_=0)
+        not_scheduled = [] if now_ms is None else [not_(state_condition(RunState.SCHEDULED, now_ms))]
         days: builtins.list[DayCount] = []
         async with self._db.read() as conn:
             day = start
             while day <= end:
                 stmt = select(func.count(), func.sum(running), func.sum(success)).where(
-                    job_log.c.trigger_time >= day, job_log.c.trigger_time < day + timedelta(days=1)
+                    job_log.c.trigger_time >= day, job_log.c.trigger_time < day + timedelta(days=1),
+                    *not_scheduled,
                 )
                 total, run_n, ok_n = (await conn.execute(stmt)).one()
                 run_n, ok_n = int(run_n or 0), int(ok_n or 0)
@@ -374,6 +465,11 @@ class LogRepository(Repository):
         stmt = select(job_log).where(job_log.c.job_id == job_id).order_by(job_log.c.id)
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+
+def _epoch_ms(value: datetime) -> int:
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return int(aware.timestamp() * 1000)
 
 
 _SHAPES = (4, 8, 16, 32, 64, UPDATE_CHUNK)

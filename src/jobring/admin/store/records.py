@@ -6,7 +6,7 @@ no fractions); epoch-millisecond columns are ``int``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Generic, TypeVar
@@ -113,6 +113,7 @@ class LogEntry:
     planned_time: int | None
     dispatch_time: int | None
     admin_node: str | None
+    handle_time_ms: int | None = None  # handle_time with its milliseconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +210,8 @@ class JobGroup:
     address_type: int = 0
     address_list: str | None = None
     update_time: datetime | None = None
+    # The group's executor token (jobring addition); see admin/executor_tokens.py.
+    access_token: str | None = field(default=None, repr=False)
 
     @property
     def addresses(self) -> list[str]:

@@ -38,6 +38,8 @@ job_group = Table(
     Column("address_type", SmallInteger, nullable=False, server_default="0"),
     Column("address_list", Text, nullable=True),
     Column("update_time", DateTime, nullable=True),
+    # jobring addition: the group's executor token (None: only the global token, if enabled)
+    Column("access_token", String(128), nullable=True),
     sqlite_autoincrement=True,
 )
 
@@ -103,6 +105,7 @@ job_log = Table(
     Column("planned_time", BigInteger, nullable=True),
     Column("dispatch_time", BigInteger, nullable=True),  # actual dispatch, epoch ms
     Column("admin_node", String(64), nullable=True),
+    Column("handle_time_ms", BigInteger, nullable=True),  # handle_time to the ms (run durations)
     UniqueConstraint("job_id", "planned_time", name="ux_job_log_planned_fire"),
     Index("I_trigger_time", "trigger_time"),
     Index("I_handle_code", "handle_code"),

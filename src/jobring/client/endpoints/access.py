@@ -141,9 +141,15 @@ class TokensApi(ApiGroup[M]):
     revoke = Endpoint(revoke_token)
 
 
-def access_token() -> Call[str]:
-    """The token executors must present (admin only)."""
-    return get("/settings/access-token", lambda body: str(as_object(body)["access_token"]))
+def _global_token(body: Any) -> str | None:
+    token = as_object(body).get("access_token")
+    return None if token is None else str(token)
+
+
+def access_token() -> Call[str | None]:
+    """The global executor token, None when it is not enabled (admin only); each group's own
+    token is ``groups.access_token(id)``."""
+    return get("/settings/access-token", _global_token)
 
 
 class SettingsApi(ApiGroup[M]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from jobring.client.call import (
     ApiGroup,
@@ -65,6 +66,20 @@ def delete_group(group_id: int) -> Call[None]:
     return delete(_group(group_id), as_nothing)
 
 
+def _token(body: Any) -> str:
+    return str(as_object(body)["access_token"])
+
+
+def group_access_token(group_id: int) -> Call[str]:
+    """The group's executor access token: what its executors send (admin only)."""
+    return get(f"{_group(group_id)}/access-token", _token)
+
+
+def rotate_group_access_token(group_id: int) -> Call[str]:
+    """Give the group a new executor token and return it; the old one stops working (admin only)."""
+    return post(f"{_group(group_id)}/access-token/rotate", _token)
+
+
 class GroupsApi(ApiGroup[M]):
     """Executor groups (the reference's xxl_job_group)."""
 
@@ -73,6 +88,8 @@ class GroupsApi(ApiGroup[M]):
     create = Endpoint(create_group)
     update = Endpoint(update_group)
     delete = Endpoint(delete_group)
+    access_token = Endpoint(group_access_token)
+    rotate_access_token = Endpoint(rotate_group_access_token)
 
 
 def dashboard(days: int = 7) -> Call[JsonObject]:

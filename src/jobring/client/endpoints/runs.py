@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from jobring.client.call import ApiGroup, Call, Endpoint, JsonObject, M, as_object, compact, get, post
 from jobring.client.core import path_part
 from jobring.client.page import Page, as_page
@@ -16,15 +18,20 @@ def list_runs(
     group: int | None = None,
     job: int | None = None,
     status: str | None = None,
+    state: str | Sequence[str] | None = None,
     trigger_from: int | None = None,
     trigger_to: int | None = None,
     offset: int = 0,
     limit: int = 50,
 ) -> Call[Page]:
-    """Runs, newest first; ``status``: all, success, fail, running; ``trigger_from`` and
-    ``trigger_to`` bound the trigger time (epoch ms)."""
+    """Runs, newest first; ``state``: one or more run states (scheduled, dispatching,
+    running, success, failed, killed, timed_out, lost, skipped; see ``jobring.core.runstate``),
+    by default every state but scheduled; ``status`` (all, success, fail, running) is the
+    older coarse filter; ``trigger_from`` and ``trigger_to`` bound the trigger time (epoch ms)."""
+    states = state if state is None or isinstance(state, str) else ",".join(state)
     return get(
-        "/runs", as_page, job_group=group, job_id=job, status=status, trigger_from=trigger_from,
+        "/runs", as_page, job_group=group, job_id=job, status=status, state=states,
+        trigger_from=trigger_from,
         trigger_to=trigger_to, offset=offset, limit=limit,
     )
 

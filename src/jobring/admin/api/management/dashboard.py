@@ -53,13 +53,14 @@ async def _day_counts(
 ) -> dict[date, DayCount]:
     group_ids = principal.readable_group_ids()
     if group_ids is not None:  # the report table is for every group: count this user's own runs
-        counts = await services.store.insights.counts_by_day(first, last, group_ids)
+        now_ms = services.now_ms()
+        counts = await services.store.insights.counts_by_day(first, last, group_ids, now_ms=now_ms)
         return {c.day.date(): c for c in counts}
     # The report table is refreshed every minute by the admin; today's row comes from the
     # logs themselves so the numbers are current.
     stored = {c.day.date(): c for c in await services.store.reports.range(first, last)}
     if first <= today <= last:
-        (current,) = await services.store.logs.counts_by_day(today, today)
+        (current,) = await services.store.logs.counts_by_day(today, today, now_ms=services.now_ms())
         stored[today.date()] = current
     return stored
 
@@ -90,7 +91,9 @@ async def dashboard(
     if today.date() in stored:
         current = stored[today.date()]
     else:
-        (current,) = await services.store.insights.counts_by_day(today, today, group_ids)
+        (current,) = await services.store.insights.counts_by_day(
+            today, today, group_ids, now_ms=services.now_ms()
+        )
     chart: list[DayCountOut] = []
     for offset in range((last - first).days + 1):
         day = first + timedelta(days=offset)
@@ -102,6 +105,7 @@ async def dashboard(
         group_ids=group_ids, status=LogStatus.FAIL, limit=RECENT_FAILURES
     )
     now_ms = services.now_ms()
+    scheduled = await services.store.insights.scheduled_count(today, group_ids, now_ms)
     nodes = await services.store.insights.node_activity(now_ms, now_ms - LATENESS_WINDOW_MS, group_ids)
     return DashboardOut(
         job_count=jobs.total,
@@ -110,8 +114,9 @@ async def dashboard(
         runs_today_success=current.success,
         runs_today_fail=current.fail,
         runs_today_running=current.running,
+        runs_today_scheduled=scheduled,
         chart=chart,
-        recent_failures=[RunOut.of(e) for e in failures.items],
+        recent_failures=[RunOut.of(e, now_ms) for e in failures.items],
         nodes=[
             NodeOut(
                 node_id=n.node_id,
@@ -147,10 +152,11 @@ async def settings(services: Services, principal: Reader) -> SettingsOut:
     "/settings/access-token",
     response_model=AccessTokenOut,
     tags=["settings"],
-    summary="The executor access token (admin)",
+    summary="The global executor access token, if enabled (admin)",
 )
 async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
     await services.audit.record(
         principal, AuditAction.SECRET_READ, target_type="setting", target_id="access_token"
     )
-    return AccessTokenOut(access_token=services.secrets.access_token)
+    token = services.secrets.access_token
+    return AccessTokenOut(enabled=token is not None, access_token=token)

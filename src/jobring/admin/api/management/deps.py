@@ -46,7 +46,8 @@ def _unauthenticated(message: str) -> ApiError:
     return ApiError(401, message, headers={"WWW-Authenticate": "Bearer"})
 
 
-async def _from_token(services: ManagementServices, token: str) -> Principal:
+async def principal_from_api_token(services: ManagementServices, token: str) -> Principal:
+    """The user of a personal API token (``jr_...``); ApiError 401 for anything else."""
     if not looks_like_api_token(token):
         raise _unauthenticated("invalid API token")
     record = await services.store.tokens.by_hash(hash_api_token(token))
@@ -89,7 +90,7 @@ async def authenticate(request: Request, services: ManagementServices) -> Princi
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _unauthenticated("Authorization must be 'Bearer <API token>'")
-        return await _from_token(services, token.strip())
+        return await principal_from_api_token(services, token.strip())
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
         return await _from_session(services, request, cookie)

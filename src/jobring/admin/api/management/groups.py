@@ -1,7 +1,14 @@
-"""/groups: executor groups — CRUD, manual or automatic addresses, online addresses."""
+"""/groups: executor groups — CRUD, manual or automatic addresses, online addresses, and
+each group's executor access token.
+
+Creating groups, and changing a group's appname, address type or manual addresses, is an
+admin action: those decide where the admin sends job parameters and executor tokens. An
+operator of a group may change its title (and delete it when it has no jobs).
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated
 
@@ -16,9 +23,10 @@ from jobring.admin.api.management.deps import (
     ensure_group_write,
 )
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
-from jobring.admin.api.management.models import MAX_INT32, GroupIn, GroupOut, PageOut, Text
+from jobring.admin.api.management.models import MAX_INT32, GroupIn, GroupOut, GroupTokenOut, PageOut, Text
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
+from jobring.admin.executor_tokens import new_group_token
 from jobring.admin.store.records import JobGroup
 from jobring.admin.validation import GroupFields, check_group
 
@@ -46,18 +54,26 @@ async def _load(services: ManagementServices, group_id: int) -> JobGroup:
     return group
 
 
-async def _validated(services: ManagementServices, body: GroupIn, group_id: int) -> JobGroup:
-    address_list = check_group(GroupFields(body.app_name, body.title, body.address_type, body.addresses))
-    same_name = await services.store.groups.by_app_name(body.app_name)
-    if same_name is not None and same_name.id != group_id:
-        raise ApiError(409, f"app_name {body.app_name!r} is already used by group {same_name.id}", "app_name")
-    return JobGroup(
+async def _validated(
+    services: ManagementServices, body: GroupIn, group_id: int, unchanged_routing_of: JobGroup | None = None
+) -> JobGroup:
+    """The group to store; with ``unchanged_routing_of`` (a non-admin's edit) 403 when the
+    appname, address type or manual addresses differ from that group's."""
+    fields = GroupFields(body.app_name, body.title, body.address_type, body.addresses)
+    address_list = check_group(fields, services.address_policy)
+    group = JobGroup(
         id=group_id,
         app_name=body.app_name,
         title=body.title,
         address_type=body.address_type,
         address_list=address_list,
     )
+    if unchanged_routing_of is not None:
+        _ensure_routing_unchanged(unchanged_routing_of, group)
+    same_name = await services.store.groups.by_app_name(body.app_name)
+    if same_name is not None and same_name.id != group_id:
+        raise ApiError(409, f"app_name {body.app_name!r} is already used by group {same_name.id}", "app_name")
+    return group
 
 
 @router.get("/groups", response_model=PageOut[GroupOut], summary="List executor groups")
@@ -79,6 +95,7 @@ async def list_groups(
 @router.post("/groups", response_model=GroupOut, status_code=201, summary="Create an executor group (admin)")
 async def create_group(body: GroupIn, services: Services, principal: Admin) -> GroupOut:
     group = await _validated(services, body, 0)
+    group = replace(group, access_token=new_group_token())
     new_id = await services.store.groups.create(group, services.now_naive_utc())
     created = await _load(services, new_id)
     await services.audit.group_event(principal, AuditAction.GROUP_CREATE, created, snapshot=True)
@@ -97,7 +114,7 @@ async def get_group(group_id: GroupId, services: Services, principal: Reader) ->
 async def update_group(group_id: GroupId, body: GroupIn, services: Services, principal: Writer) -> GroupOut:
     ensure_group_write(principal, group_id)
     old = await _load(services, group_id)
-    group = await _validated(services, body, group_id)
+    group = await _validated(services, body, group_id, None if principal.is_admin else old)
     if group.address_type == 0:
         # Automatic groups keep the registry's addresses until the next refresh.
         group = JobGroup(
@@ -111,6 +128,42 @@ async def update_group(group_id: GroupId, body: GroupIn, services: Services, pri
     updated = await _load(services, group_id)
     await services.audit.group_event(principal, AuditAction.GROUP_UPDATE, updated, before=old)
     return await _out(services, updated)
+
+
+def _ensure_routing_unchanged(old: JobGroup, new: JobGroup) -> None:
+    """403 when a non-admin changes where the group's jobs are sent."""
+    if new.app_name != old.app_name:
+        raise ApiError(403, "changing a group's app_name needs the admin role", "app_name")
+    if new.address_type != old.address_type:
+        raise ApiError(403, "changing a group's address_type needs the admin role", "address_type")
+    if new.address_type == 1 and new.addresses != old.addresses:
+        raise ApiError(403, "changing a group's executor addresses needs the admin role", "addresses")
+
+
+@router.get(
+    "/groups/{group_id}/access-token",
+    response_model=GroupTokenOut,
+    summary="The group's executor access token (admin)",
+)
+async def get_group_token(group_id: GroupId, services: Services, principal: Admin) -> GroupTokenOut:
+    group = await _load(services, group_id)
+    if not group.access_token:
+        raise ApiError(404, f"executor group {group_id} has no token of its own; rotate to create one")
+    return GroupTokenOut(group_id=group.id, app_name=group.app_name, access_token=group.access_token)
+
+
+@router.post(
+    "/groups/{group_id}/access-token/rotate",
+    response_model=GroupTokenOut,
+    summary="Give the group a new executor access token; the old one stops working (admin)",
+)
+async def rotate_group_token(group_id: GroupId, services: Services, principal: Admin) -> GroupTokenOut:
+    group = await _load(services, group_id)
+    token = new_group_token()
+    await services.store.groups.set_access_token(group_id, token)
+    if services.executor_tokens is not None:
+        services.executor_tokens.forget()
+    return GroupTokenOut(group_id=group.id, app_name=group.app_name, access_token=token)
 
 
 @router.delete(

@@ -1,13 +1,16 @@
 """Job operations shared by the REST routers and the XXL-JOB 3.x aliases.
 
-Callers have already checked who may do what; these functions validate everything first
-and then write, so a refused request leaves the database as it was.
+Callers check the caller's role and group with ``ensure_group_write`` (the ``*_for``
+loaders do it); GLUE and child-job permissions are checked here, from the principal every
+write takes. Everything is validated first and then written, so a refused request leaves
+the database as it was.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from jobring.admin.api.management.deps import ensure_group_write
 from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerRejected
@@ -26,11 +29,11 @@ GLUE_DISABLED = "GLUE is disabled on this admin (set JOBRING_GLUE_ENABLED=true t
 GLUE_NOT_PERMITTED = "you have no GLUE permission"
 
 
-def ensure_glue_allowed(services: ManagementServices, principal: Principal | None) -> None:
-    """403 unless GLUE is enabled and the caller (None: the executor token) may edit it."""
+def ensure_glue_allowed(services: ManagementServices, principal: Principal) -> None:
+    """403 unless GLUE is enabled and the caller may edit it."""
     if not services.settings.glue_enabled:
         raise ApiError(403, GLUE_DISABLED)
-    if principal is not None and not principal.can_edit_glue:
+    if not principal.can_edit_glue:
         raise ApiError(403, GLUE_NOT_PERMITTED)
 
 
@@ -41,9 +44,26 @@ async def load_job(services: ManagementServices, job_id: int) -> JobInfo:
     return job
 
 
-async def validate_job(services: ManagementServices, job: JobInfo) -> None:
+async def load_job_for_write(services: ManagementServices, principal: Principal, job_id: int) -> JobInfo:
+    """The job, when the caller may operate its group (403 otherwise, 404 when missing)."""
+    job = await load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    return job
+
+
+async def validate_job(
+    services: ManagementServices, job: JobInfo, principal: Principal, old: JobInfo | None = None
+) -> None:
+    """Fields, references, and the children the caller adds: each must be in a group the
+    caller may operate; one it may not answers as a missing job does (no id probing).
+    Children already on ``old`` stay (an admin may have chained across groups)."""
     check_job(job, services.settings.timezone)
-    await check_job_references(services.store, job)
+    kept = set(old.child_job_ids) if old is not None else set()
+
+    def usable(child: JobInfo) -> bool:
+        return child.id in kept or principal.can_write_group(child.job_group)
+
+    await check_job_references(services.store, job, usable)
 
 
 def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -> int:
@@ -59,7 +79,8 @@ def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -
     return following
 
 
-async def create_job(services: ManagementServices, job: JobInfo, principal: Principal | None) -> JobInfo:
+async def create_job(services: ManagementServices, job: JobInfo, principal: Principal) -> JobInfo:
+    ensure_group_write(principal, job.job_group)
     if job.glue_type != GlueType.BEAN:
         ensure_glue_allowed(services, principal)
     now = services.now_naive_utc()
@@ -73,17 +94,22 @@ async def create_job(services: ManagementServices, job: JobInfo, principal: Prin
         update_time=now,
         glue_updatetime=now if job.glue_type != GlueType.BEAN else None,
     )
-    await validate_job(services, job)
+    await validate_job(services, job, principal)
     new_id = await services.store.jobs.create(job)
     return await load_job(services, new_id)
 
 
 async def update_job(
-    services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal | None
+    services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal
 ) -> JobInfo:
     """Write ``new`` over ``old``; a running job gets its next fire time recomputed when its
     schedule changed (as the reference does)."""
-    if new.glue_type != GlueType.BEAN and new.glue_type != old.glue_type:
+    ensure_group_write(principal, old.job_group)
+    if new.job_group != old.job_group:
+        ensure_group_write(principal, new.job_group)
+    if new.glue_type != GlueType.BEAN and (
+        new.glue_type != old.glue_type or new.glue_source != old.glue_source
+    ):
         ensure_glue_allowed(services, principal)
     new = replace(
         new,
@@ -94,7 +120,7 @@ async def update_job(
         trigger_last_time=old.trigger_last_time,
         trigger_next_time=old.trigger_next_time,
     )
-    await validate_job(services, new)
+    await validate_job(services, new, principal, old)
     schedule_changed = (new.schedule_type, new.schedule_conf, new.schedule_timezone) != (
         old.schedule_type,
         old.schedule_conf,
@@ -146,7 +172,8 @@ async def trigger_job(
         raise ApiError(503, "triggering is not available on this node")
     override: list[str] | None = None
     if addresses:
-        override = [check_address(f"addresses.{i}", a) for i, a in enumerate(addresses)]
+        override = [check_address(f"addresses.{i}", a, services.address_policy)
+                    for i, a in enumerate(addresses)]
         await _check_override(services, job, override)
     request = FireRequest(
         job=job, trigger_type=trigger_type, executor_param=executor_param, address_override=override

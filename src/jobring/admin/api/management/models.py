@@ -24,6 +24,7 @@ from jobring.admin.store.records import (
 )
 from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
+from jobring.core.runstate import RunState, duration_ms, run_state
 
 MAX_INT32 = 2_147_483_647
 MAX_INT64 = 9_223_372_036_854_775_807
@@ -254,10 +255,30 @@ class RunOut(BaseModel):
     alarm_status: int
     planned_time: int | None
     dispatch_time: int | None
+    state: RunState = Field(description="the run's one state (see the README, \"Run states\")")
+    duration_ms: int | None = Field(
+        description="result time minus dispatch time, once finished; null while not finished or "
+        "when the run never started"
+    )
 
     @classmethod
-    def of(cls, e: LogEntry) -> RunOut:
-        return cls(**record_fields(cls, e))
+    def of(cls, e: LogEntry, now_ms: int) -> RunOut:
+        state = run_state(
+            trigger_code=e.trigger_code,
+            handle_code=e.handle_code,
+            now_ms=now_ms,
+            trigger_msg=e.trigger_msg,
+            handle_msg=e.handle_msg,
+            planned_time=e.planned_time,
+        )
+        started = e.dispatch_time if e.dispatch_time is not None else _ms(e.trigger_time)
+        finished = (e.handle_time_ms or _ms(e.handle_time)) if e.handle_code != 0 else None
+        return cls(**record_fields(cls, e, state=state, duration_ms=duration_ms(
+            started_ms=started, finished_ms=finished)))
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.replace(tzinfo=UTC).timestamp() * 1000)
 
 
 class RunLogOut(BaseModel):
@@ -307,13 +328,22 @@ class GroupOut(BaseModel):
     addresses: list[str]
     online: list[OnlineAddress]
     update_time: datetime | None
+    has_access_token: bool = Field(
+        description="the group has its own executor token (admins read it at /groups/{id}/access-token)"
+    )
 
     @classmethod
     def of(cls, g: JobGroup, entries: list[RegistryEntry]) -> GroupOut:
         online = [
             OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time)) for e in entries
         ]
-        return cls(**record_fields(cls, g, online=online))
+        return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token)))
+
+
+class GroupTokenOut(BaseModel):
+    group_id: int
+    app_name: str
+    access_token: str
 
 
 # -- users, tokens, auth ---------------------------------------------------------------------
@@ -455,6 +485,7 @@ class DashboardOut(BaseModel):
     runs_today_success: int
     runs_today_fail: int
     runs_today_running: int
+    runs_today_scheduled: int = Field(description="fires of today recorded ahead, not yet due")
     chart: list[DayCountOut]
     recent_failures: list[RunOut] = Field(description="the newest failed runs")
     nodes: list[NodeOut] = Field(description="scheduling admin nodes")
@@ -468,4 +499,8 @@ class SettingsOut(BaseModel):
 
 
 class AccessTokenOut(BaseModel):
-    access_token: str
+    enabled: bool = Field(description="whether the global executor token (JOBRING_ACCESS_TOKEN) is on")
+    access_token: str | None = Field(
+        description="the global executor token, valid for every group; null when not enabled "
+        "(executors then use their group's token: GET /groups/{id}/access-token)"
+    )

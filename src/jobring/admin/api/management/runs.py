@@ -25,12 +25,13 @@ from jobring.admin.audit import AuditAction, Outcome
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.records import HandleResult, LogEntry, LogStatus
 from jobring.core.enums import HandleCode
+from jobring.core.runstate import KILLED_BY_USER, RunState
+from jobring.core.timefmt import iso_utc
 from jobring.protocol.models import LogParam, LogResult, ProtocolError
 
 router = APIRouter(tags=["runs"], responses=ERROR_RESPONSES)
 
 RunId = Annotated[int, Path(ge=1, le=MAX_INT64)]
-KILLED_BY_USER = "killed by user"
 _UNAVAILABLE: dict[int | str, dict[str, Any]] = {
     502: ERROR_RESPONSES[400] | {"description": "The executor failed to answer"},
     503: ERROR_RESPONSES[400] | {"description": "Executor calls unavailable"},
@@ -43,6 +44,26 @@ def _instant(ms: int | None) -> datetime | None:
 
 def _epoch_ms(value: datetime | None) -> int:
     return 0 if value is None else int(value.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+# Fires recorded ahead are not runs yet: listed only when asked for.
+_LISTED_BY_DEFAULT = frozenset(RunState) - {RunState.SCHEDULED}
+
+
+def _states(given: list[str] | None) -> frozenset[RunState] | None:
+    """``state`` query values (repeated and/or comma separated) as states; None when absent."""
+    if not given:
+        return None
+    states: set[RunState] = set()
+    for part in (p.strip() for value in given for p in value.split(",")):
+        if not part:
+            continue
+        try:
+            states.add(RunState(part))
+        except ValueError:
+            known = ", ".join(s.value for s in RunState)
+            raise ApiError(422, f"state: unknown run state {part[:40]!r} (one of {known})", "state") from None
+    return frozenset(states) if states else None
 
 
 async def _load_run(services: ManagementServices, principal: Principal, run_id: int) -> LogEntry:
@@ -59,7 +80,12 @@ async def list_runs(
     principal: Reader,
     job_group: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
     job_id: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
-    status: LogStatus = LogStatus.ALL,
+    status: LogStatus | None = None,
+    state: Annotated[
+        list[str] | None,
+        Query(description="run states, repeated or comma separated; without `state` and `status`, "
+              "every state but `scheduled`"),
+    ] = None,
     trigger_from: Annotated[int | None, Query(ge=0, le=MAX_EPOCH_MS, description="epoch ms")] = None,
     trigger_to: Annotated[int | None, Query(ge=0, le=MAX_EPOCH_MS, description="epoch ms")] = None,
     offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
@@ -70,23 +96,29 @@ async def list_runs(
         group_ids: list[int] | None = [job_group]
     else:
         group_ids = principal.readable_group_ids()
+    states = _states(state)
+    if states is None and status is None:
+        states = _LISTED_BY_DEFAULT
+    now_ms = services.now_ms()
     page = await services.store.logs.list(
         group_ids=group_ids,
         job_id=job_id,
-        status=status,
+        status=status or LogStatus.ALL,
+        states=states,
+        now_ms=now_ms,
         trigger_from=_instant(trigger_from),
         trigger_to=_instant(trigger_to),
         offset=offset,
         limit=limit,
     )
     return PageOut[RunOut](
-        items=[RunOut.of(e) for e in page.items], total=page.total, offset=offset, limit=limit
+        items=[RunOut.of(e, now_ms) for e in page.items], total=page.total, offset=offset, limit=limit
     )
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, summary="One run")
 async def get_run(run_id: RunId, services: Services, principal: Reader) -> RunOut:
-    return RunOut.of(await _load_run(services, principal, run_id))
+    return RunOut.of(await _load_run(services, principal, run_id), services.now_ms())
 
 
 @router.get(
@@ -102,17 +134,24 @@ async def run_log(
     from_line: Annotated[int, Query(ge=1, le=MAX_INT32)] = 1,
 ) -> RunLogOut:
     entry = await _load_run(services, principal, run_id)
+    if not entry.executor_address:
+        state = RunOut.of(entry, services.now_ms()).state
+        waiting = not state.is_final
+        if waiting:
+            planned = _instant(entry.planned_time) if entry.planned_time is not None else None
+            when = "" if planned is None else f" for {iso_utc(planned)}"
+            text = f"(this run is {state.value}{when}: not dispatched to an executor yet)"
+        else:
+            text = "(this run was not dispatched to an executor)"
+        # A run still to be dispatched has more to come: a follower keeps waiting.
+        return RunLogOut(
+            from_line_num=from_line, to_line_num=from_line - 1, log_content=text, is_end=not waiting
+        )
     if services.executors is None:
         raise ApiError(503, "executor calls are not available on this node")
-    if not entry.executor_address:
-        return RunLogOut(
-            from_line_num=from_line,
-            to_line_num=from_line - 1,
-            log_content="(this run was not dispatched to an executor)",
-            is_end=True,
-        )
     param = LogParam(log_date_tim=_epoch_ms(entry.trigger_time), log_id=entry.id, from_line_num=from_line)
-    answer = await services.executors.log(entry.executor_address, param)
+    answer = await services.executors.log(entry.executor_address, param,
+                                          await _executor_token(services, entry.job_group))
     if not answer.ok or not isinstance(answer.content, dict):
         raise ApiError(
             502, f"executor {entry.executor_address} did not return the log: {answer.msg or 'no content'}"
@@ -131,6 +170,12 @@ async def run_log(
     )
 
 
+async def _executor_token(services: ManagementServices, group_id: int) -> str | None:
+    """The token the run's executor expects: its group's own, else the global one."""
+    group = await services.store.groups.get(group_id)
+    return (group.access_token if group else None) or services.secrets.access_token
+
+
 @router.post(
     "/runs/{run_id}/kill",
     response_model=KillOut,
@@ -146,7 +191,8 @@ async def kill_run(run_id: RunId, services: Services, principal: Writer) -> Kill
         raise ApiError(503, "executor calls are not available on this node")
     if not entry.executor_address:
         raise ApiError(409, f"run {run_id} has no executor address")
-    answer = await services.executors.kill(entry.executor_address, entry.job_id)
+    answer = await services.executors.kill(entry.executor_address, entry.job_id,
+                                           await _executor_token(services, entry.job_group))
     await services.audit.record(
         principal, AuditAction.RUN_KILL, target_type="run", target_id=entry.id, group_id=entry.job_group,
         outcome=Outcome.SUCCESS if answer.ok else Outcome.FAILURE, details={"job_id": entry.job_id},

@@ -7,13 +7,15 @@ from datetime import UTC, datetime
 
 from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets
+from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.security.passwords import PasswordWorkers, shared_password_workers
 from jobring.admin.security.ratelimit import LoginRateLimiter
 from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S
 from jobring.admin.store import Store
-from jobring.config import AdminSettings
+from jobring.config import AdminSettings, address_policy
+from jobring.core.addresses import AddressPolicy
 from jobring.core.clock import Clock, SystemClock
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -37,12 +39,15 @@ class ManagementServices:
     session_max_age_s: int = DEFAULT_SESSION_MAX_AGE_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     passwords: PasswordWorkers = field(default_factory=shared_password_workers)
+    executor_tokens: ExecutorTokens | None = None
     audit: AuditLog = field(init=False)
+    address_policy: AddressPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.secrets.session_secret:
             raise ValueError("the session secret must not be empty")
         self.audit = AuditLog(self.store, self.clock)
+        self.address_policy = address_policy(self.settings)
         if self.login_limiter is None:
             self.login_limiter = LoginRateLimiter(clock=self.clock)
 

@@ -1,15 +1,18 @@
 """XXL-JOB 3.x style programmatic job management: ``POST api/addJob|updateJob|removeJob|
-startJob|stopJob|triggerJob``, checked with the executor access token.
+startJob|stopJob|triggerJob``, authorised by a user's personal API token.
 
-Thin aliases over the same job operations as the REST API (same validation). Bodies use
-XXL-JOB's camelCase JobInfo fields; answers are HTTP 200 with ``{"code", "msg", "content"}``
-(``data`` carries the same value for 3.x clients). Put ``xxl3_api_routes(...)`` *before*
-the executor API's catch-all ``/api/{uri}`` routes, at ``/`` and under the base path.
+Thin aliases over the same job operations as the REST API: same validation and the same
+role, group, GLUE and child-job checks, for the token's user. The token (``jr_...``) goes
+in ``XXL-JOB-ACCESS-TOKEN`` (where XXL-JOB clients put it) or as ``Authorization: Bearer``.
+An executor token is not accepted: it only speaks the executor protocol. Bodies use
+XXL-JOB's camelCase JobInfo fields; answers are ``{"code", "msg", "content"}`` (``data``
+carries the same value for 3.x clients), HTTP 200, or 401/403 with the same code when the
+caller is not authenticated or not permitted. Put ``xxl3_api_routes(...)`` *before* the
+executor API's catch-all ``/api/{uri}`` routes, at ``/`` and under the base path.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -22,15 +25,17 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from jobring.admin.api.management import jobservice
+from jobring.admin.api.management.deps import MUST_CHANGE_MESSAGE, principal_from_api_token
 from jobring.admin.api.management.errors import ApiError
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import EXECUTOR_TOKEN, AuditAction, client_address, request_source
+from jobring.admin.audit import AuditAction, client_address, request_source
+from jobring.admin.security.principal import Principal
 from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo
 from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import TriggerType
-from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_METHOD_NOT_SUPPORTED, MSG_TOKEN_WRONG
+from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_METHOD_NOT_SUPPORTED
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +65,25 @@ _JOB_FIELDS: dict[str, tuple[str, type]] = {
 }
 
 
-class _Refused(Exception):
-    pass
+MSG_USER_TOKEN_NEEDED = (
+    "a user API token (jr_...) is required in XXL-JOB-ACCESS-TOKEN or Authorization: Bearer; "
+    "executor access tokens do not authorise job management"
+)
+_Handler = Callable[[Principal, dict[str, Any]], Awaitable[Any]]
 
 
 def _answer(code: int, msg: str | None = None, content: Any = None) -> Response:
     body = {"code": code, "msg": msg, "content": content, "data": content}
-    return Response(orjson.dumps(body), status_code=200, media_type="application/json")
+    status = code if code in (401, 403) else 200
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _presented_token(request: Request) -> str | None:
+    authorization = request.headers.get("Authorization")
+    if authorization:
+        scheme, _, token = authorization.partition(" ")
+        return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return (request.headers.get(ACCESS_TOKEN_HEADER) or "").strip() or None
 
 
 def _fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +117,7 @@ class Xxl3Api:
 
     def __init__(self, services: ManagementServices) -> None:
         self._services = services
-        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
+        self._handlers: dict[str, _Handler] = {
             "addJob": self._add,
             "updateJob": self._update,
             "removeJob": self._remove,
@@ -113,10 +130,17 @@ class Xxl3Api:
         name = request.url.path.rstrip("/").rsplit("/", 1)[-1]
         if request.method != "POST":
             return _answer(500, MSG_METHOD_NOT_SUPPORTED)
-        given = request.headers.get(ACCESS_TOKEN_HEADER)
-        expected = self._services.secrets.access_token
-        if not given or not hmac.compare_digest(expected.encode(), given.encode()):
-            return _answer(500, MSG_TOKEN_WRONG)
+        given = _presented_token(request)
+        if given is None:
+            return _answer(401, MSG_USER_TOKEN_NEEDED)
+        try:
+            principal = await principal_from_api_token(self._services, given)
+        except ApiError:
+            return _answer(401, MSG_USER_TOKEN_NEEDED)
+        if principal.user.must_change_password:
+            return _answer(403, MUST_CHANGE_MESSAGE)
+        if not principal.can_write:
+            return _answer(403, "the viewer role is read-only")
         try:
             data = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
@@ -125,47 +149,48 @@ class Xxl3Api:
             return _answer(500, "invalid request body: expected a JSON object")
         try:
             with request_source(client_address(request.scope)):
-                content = await self._handlers[name](data)
+                content = await self._handlers[name](principal, data)
         except FieldError as exc:
             return _answer(500, str(exc))
         except ApiError as exc:
-            return _answer(500, exc.error)
+            return _answer(exc.status if exc.status in (401, 403) else 500, exc.error)
         except StoreError as exc:
             return _answer(500, str(exc))
         return _answer(200, None, content)
 
-    async def _add(self, data: dict[str, Any]) -> str:
+    async def _load(self, principal: Principal, data: dict[str, Any]) -> JobInfo:
+        return await jobservice.load_job_for_write(self._services, principal, _job_id(data))
+
+    async def _add(self, principal: Principal, data: dict[str, Any]) -> str:
         fields = _fields(data)
         for required in ("job_group", "job_desc"):
             if required not in fields:
                 raise FieldError(required, "is required")
-        job = await jobservice.create_job(self._services, JobInfo(**fields), None)
-        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_CREATE, job, snapshot=True)
+        job = await jobservice.create_job(self._services, JobInfo(**fields), principal)
+        await self._services.audit.job_event(principal, AuditAction.JOB_CREATE, job, snapshot=True)
         return str(job.id)
 
-    async def _update(self, data: dict[str, Any]) -> None:
-        old = await jobservice.load_job(self._services, _job_id(data))
+    async def _update(self, principal: Principal, data: dict[str, Any]) -> None:
+        old = await self._load(principal, data)
         new = replace(old, **_fields(data))
-        updated = await jobservice.update_job(self._services, old, new, None)
-        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_UPDATE, updated, before=old)
+        updated = await jobservice.update_job(self._services, old, new, principal)
+        await self._services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)
 
-    async def _remove(self, data: dict[str, Any]) -> None:
-        job = await jobservice.load_job(self._services, _job_id(data))
+    async def _remove(self, principal: Principal, data: dict[str, Any]) -> None:
+        job = await self._load(principal, data)
         await jobservice.delete_job(self._services, job)
-        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_DELETE, job, snapshot=True)
+        await self._services.audit.job_event(principal, AuditAction.JOB_DELETE, job, snapshot=True)
 
-    async def _start(self, data: dict[str, Any]) -> None:
-        job = await jobservice.load_job(self._services, _job_id(data))
-        job = await jobservice.start_job(self._services, job)
-        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_START, job)
+    async def _start(self, principal: Principal, data: dict[str, Any]) -> None:
+        job = await jobservice.start_job(self._services, await self._load(principal, data))
+        await self._services.audit.job_event(principal, AuditAction.JOB_START, job)
 
-    async def _stop(self, data: dict[str, Any]) -> None:
-        job = await jobservice.load_job(self._services, _job_id(data))
-        job = await jobservice.stop_job(self._services, job)
-        await self._services.audit.job_event(EXECUTOR_TOKEN, AuditAction.JOB_STOP, job)
+    async def _stop(self, principal: Principal, data: dict[str, Any]) -> None:
+        job = await jobservice.stop_job(self._services, await self._load(principal, data))
+        await self._services.audit.job_event(principal, AuditAction.JOB_STOP, job)
 
-    async def _trigger(self, data: dict[str, Any]) -> dict[str, Any]:
-        job = await jobservice.load_job(self._services, _job_id(data))
+    async def _trigger(self, principal: Principal, data: dict[str, Any]) -> dict[str, Any]:
+        job = await self._load(principal, data)
         param = data.get("executorParam")
         if param is not None and (not isinstance(param, str) or len(param) > 512 or text_problem(param)):
             raise FieldError("executorParam", "must be a plain string of at most 512 characters")
@@ -178,7 +203,7 @@ class Xxl3Api:
         elif raw is not None:
             raise FieldError("addressList", "must be a comma list or an array of addresses")
         result = await jobservice.trigger_job(self._services, job, param, addresses, TriggerType.API)
-        await self._services.audit.trigger_event(EXECUTOR_TOKEN, job, result, param, addresses)
+        await self._services.audit.trigger_event(principal, job, result, param, addresses)
         if result.trigger_code != 200:
             raise ApiError(500, result.trigger_msg)
         return {"logIds": result.log_ids, "triggerMsg": result.trigger_msg}

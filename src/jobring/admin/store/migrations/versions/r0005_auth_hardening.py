@@ -9,7 +9,7 @@
 - ``jobring_api_token.expires_at``: optional expiry of personal API tokens.
 
 Revision ID: 0005
-Revises: 0006 (chained after the audit log on merging main)
+Revises: 0004
 Create Date: 2026-11-23
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0006"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """The audit log table (``jobring_audit``) and its indexes, each created only where missing.
 
 Revision ID: 0006
-Revises: 0003
+Revises: 0005
 Create Date: 2026-11-23
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0006"
-down_revision = "0003"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,108 @@
+"""Executor access tokens: each executor group has its own; the global one is opt-in.
+
+A group's token lets an executor register under that group's appname and report the
+results of that group's runs, nothing else. The global token (``JOBRING_ACCESS_TOKEN``,
+off unless set) is valid for every group, for XXL-JOB executors that share one token.
+Neither is a credential for job management (``api/addJob`` ... need a user API token).
+
+The executor API checks tokens against an in-memory copy of the groups' tokens, re-read
+at most every ``refresh_ms`` (and at once, at most once a second, for a token it does not
+know), so a heartbeat or a callback costs no query for the token, and a rotated token is
+refused on every node within ``refresh_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from jobring.core.clock import Clock
+
+if TYPE_CHECKING:
+    from jobring.admin.store import Store
+
+GROUP_TOKEN_BYTES = 32
+_MISS_REFRESH_MS = 1_000
+
+
+def new_group_token() -> str:
+    """A fresh random group token (43 URL-safe characters)."""
+    return secrets.token_urlsafe(GROUP_TOKEN_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenScope:
+    """What a presented token may act for: every group (the global token) or some groups."""
+
+    is_global: bool
+    group_ids: frozenset[int]
+    app_names: frozenset[str]
+
+    def allows_app(self, app_name: str) -> bool:
+        return self.is_global or app_name in self.app_names
+
+    def allows_group(self, group_id: int) -> bool:
+        return self.is_global or group_id in self.group_ids
+
+
+def _same(expected: str, given: str) -> bool:
+    return hmac.compare_digest(expected.encode(), given.encode())
+
+
+class ExecutorTokens:
+    """Resolves a presented executor token to its :class:`TokenScope`."""
+
+    def __init__(
+        self, store: Store, global_token: str | None, clock: Clock, *, refresh_ms: int = 2_000
+    ) -> None:
+        self._store = store
+        self._global = global_token or None
+        self._clock = clock
+        self._refresh_ms = refresh_ms
+        self._groups: list[tuple[int, str, str]] = []
+        self._read_at: int | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def global_enabled(self) -> bool:
+        return self._global is not None
+
+    async def _reload(self, max_age_ms: int) -> None:
+        async with self._lock:
+            # Callers that waited for another's reload use its result.
+            if self._read_at is not None and self._clock.now_ms() - self._read_at < max_age_ms:
+                return
+            rows = await self._store.groups.tokens()
+            self._groups = [(gid, app, token) for gid, app, token in rows if token]
+            self._read_at = self._clock.now_ms()
+
+    def _match(self, given: str) -> TokenScope | None:
+        if self._global is not None and _same(self._global, given):
+            return TokenScope(True, frozenset(), frozenset())
+        # Every group is compared (constant time per token), so the answer's timing does
+        # not tell how much of a token matched.
+        hits = [(gid, app) for gid, app, token in self._groups if _same(token, given)]
+        if not hits:
+            return None
+        return TokenScope(False, frozenset(g for g, _ in hits), frozenset(a for _, a in hits))
+
+    async def scope(self, given: str | None) -> TokenScope | None:
+        """The scope of ``given``, or None when it is no valid executor token."""
+        if not given:
+            return None
+        if self._read_at is None or self._clock.now_ms() - self._read_at >= self._refresh_ms:
+            await self._reload(self._refresh_ms)
+        found = self._match(given)
+        if found is None:
+            # A group created or rotated on another node just now; at most one re-read per
+            # second however many unknown tokens arrive.
+            await self._reload(_MISS_REFRESH_MS)
+            found = self._match(given)
+        return found
+
+    def forget(self) -> None:
+        """Re-read the tokens on the next check (after a rotation on this node)."""
+        self._read_at = None

@@ -1,0 +1,157 @@
+"""The executor's operations view: :class:`ExecutorStatus`, Prometheus metrics, and the GET
+endpoints that serve them next to the XXL-JOB ones.
+
+- ``GET /health``: the process answers (200, also before the executor started);
+- ``GET /ready``: 200 once started, registered with an admin and the admin reachable, else
+  503 (JSON ``{"ready": bool, "checks": {...}}``);
+- ``GET /status``: :class:`ExecutorStatus` as JSON; it names admin addresses and errors, so
+  it needs the executor's access token (``XXL-JOB-ACCESS-TOKEN`` header) like ``/run``;
+- ``GET /metrics``: Prometheus text; open unless ``metrics_token`` is set (then
+  ``Authorization: Bearer <token>``). The access token is not accepted there: it is an
+  executor credential, not a monitoring one.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from jobring.executor.executor import Executor
+
+__all__ = ["EXECUTOR_METRICS", "ExecutorMetrics", "ExecutorStatus", "OpsAnswer", "ops_answer"]
+
+OPS_PATHS = frozenset({"/health", "/ready", "/status", "/metrics"})
+_JSON = b"application/json"
+
+# name -> (type, help): the README's table lists exactly these (a test keeps both equal).
+EXECUTOR_METRICS: dict[str, tuple[str, str]] = {
+    "jobring_executor_runs_total": (
+        "counter", "Runs ended on this executor, by outcome (success, failed, killed, timed_out)"),
+    "jobring_executor_handler_duration_ms": (
+        "histogram", "Time from a handler's start to its result, ms"),
+    "jobring_executor_running_runs": ("gauge", "Runs executing now"),
+    "jobring_executor_queue_depth": ("gauge", "Runs waiting in a job's queue, by job_id (jobs with a queue)"),
+    "jobring_executor_callback_backlog": ("gauge", "Results waiting to be sent to the admin"),
+    "jobring_executor_callback_spool_size": (
+        "gauge", "Results kept in the callback spool file until an admin takes them"),
+    "jobring_executor_registered": ("gauge", "1 while the last registry beat was accepted"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorStatus:
+    """What an executor knows about itself (``Executor.status()``, ``GET /status``)."""
+
+    started: bool
+    address: str | None
+    registered: bool
+    admin_reachable: bool | None  # None: no call to an admin made yet
+    last_error: str | None
+    last_registered_at: datetime | None
+    runs_in_flight: int
+    callback_backlog: int
+    spool_size: int
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+
+@dataclass(frozen=True, slots=True)
+class OpsAnswer:
+    status: int
+    content_type: bytes
+    body: bytes
+
+
+class ExecutorMetrics(Collector):
+    """The executor's metrics, read from its parts when Prometheus scrapes."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        parts = self._executor.parts()
+        runner, callback = parts.runner, parts.callback
+        runs = CounterMetricFamily("jobring_executor_runs", _help("jobring_executor_runs_total"),
+                                   labels=["outcome"])
+        for state, count in sorted((runner.ended if runner else {}).items()):
+            runs.add_metric([state], count)
+        yield runs
+        durations = HistogramMetricFamily(
+            "jobring_executor_handler_duration_ms", _help("jobring_executor_handler_duration_ms"))
+        if runner is not None:
+            durations.add_metric([], runner.durations_ms.cumulative(), runner.durations_ms.sum)
+        yield durations
+        yield _gauge("jobring_executor_running_runs", runner.running_count() if runner else 0)
+        depth = GaugeMetricFamily("jobring_executor_queue_depth",
+                                  EXECUTOR_METRICS["jobring_executor_queue_depth"][1], labels=["job_id"])
+        for job_id, count in sorted((runner.queue_depths() if runner else {}).items()):
+            depth.add_metric([str(job_id)], count)
+        yield depth
+        yield _gauge("jobring_executor_callback_backlog", callback.pending_count if callback else 0)
+        yield _gauge("jobring_executor_callback_spool_size", callback.spooled_count if callback else 0)
+        yield _gauge("jobring_executor_registered", 1 if self._executor.status().registered else 0)
+
+
+def _help(name: str) -> str:
+    return EXECUTOR_METRICS[name][1]
+
+
+def _gauge(name: str, value: float) -> Metric:
+    family = GaugeMetricFamily(name, EXECUTOR_METRICS[name][1])
+    family.add_metric([], value)
+    return family
+
+
+def _json(status: int, body: object) -> OpsAnswer:
+    return OpsAnswer(status, _JSON, orjson.dumps(body))
+
+
+def _bearer_ok(authorization: bytes | None, token: str) -> bool:
+    if not authorization:
+        return False
+    scheme, _, value = authorization.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), token.encode())
+
+
+def ops_answer(
+    path: str,
+    *,
+    token_ok: bool,
+    authorization: bytes | None,
+    status: Callable[[], ExecutorStatus] | None,
+    metrics: ExecutorMetrics | None,
+    metrics_token: str | None,
+) -> OpsAnswer:
+    """The answer to ``GET <path>`` for one of :data:`OPS_PATHS`."""
+    if path == "/health":
+        return _json(200, {"status": "ok", "started": status is not None and status().started})
+    if status is None or metrics is None:
+        return _json(503, {"ready": False, "error": "the executor is not started"})
+    now = status()
+    if path == "/ready":
+        checks: dict[str, dict[str, Any]] = {
+            "started": {"ok": now.started},
+            "registered": {"ok": now.registered},
+            "admin_reachable": {"ok": bool(now.admin_reachable), "error": now.last_error},
+        }
+        ready = all(c["ok"] for c in checks.values())
+        return _json(200 if ready else 503, {"ready": ready, "checks": checks})
+    if path == "/status":
+        if not token_ok:
+            return _json(401, {"error": "the executor access token is needed (XXL-JOB-ACCESS-TOKEN)"})
+        return OpsAnswer(200, _JSON, now.to_json())
+    if metrics_token and not _bearer_ok(authorization, metrics_token):
+        return _json(401, {"error": "metrics need the metrics token (Authorization: Bearer ...)"})
+    return OpsAnswer(200, CONTENT_TYPE_LATEST.encode(), generate_latest(metrics.registry))

@@ -1,0 +1,279 @@
+"""Per-group executor tokens, the opt-in global token, validated executor addresses, and
+child jobs limited to the caller's groups (security issue #9, items 1 and 2)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from jobring.admin.api.executor_api import executor_api_routes
+from jobring.admin.executor_tokens import ExecutorTokens
+from jobring.admin.scheduler.callbacks import CallbackService
+from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.monitors import RegistryService
+from jobring.admin.scheduler.trigger import FireRequest, TriggerService
+from jobring.admin.security.secrets_policy import weak_secrets
+from jobring.admin.store import Store
+from jobring.admin.store.records import JobGroup, JobInfo, NewLog
+from jobring.config import AdminSettings, ConfigError, load_settings
+from jobring.core.addresses import policy_from_text
+from jobring.core.clock import ManualClock
+from jobring.core.enums import TriggerType
+from tests.admin.api_harness import T0, api_env
+from tests.admin.executor_double import ExecutorDouble
+
+TOKEN_A = "token-of-group-a-0123456789abcdef"
+TOKEN_B = "token-of-group-b-0123456789abcdef"
+GLOBAL = "the-global-token-0123456789"
+NOW = datetime(2026, 1, 1)
+
+
+@dataclass
+class ExecApi:
+    http: httpx.AsyncClient
+    store: Store
+    clock: ManualClock
+    group_a: int
+    group_b: int
+
+    async def post(self, path: str, body: object, token: str | None) -> dict[str, object]:
+        headers = {"XXL-JOB-ACCESS-TOKEN": token} if token else {}
+        response = await self.http.post(path, content=json.dumps(body).encode(), headers=headers)
+        answer: dict[str, object] = response.json()
+        return answer
+
+
+async def _exec_api(store: Store, global_token: str | None) -> AsyncIterator[ExecApi]:
+    clock = ManualClock(T0)
+    client = ExecutorClient(access_token=global_token, transport=ExecutorDouble(["e1:9999"]).transport())
+    trigger = TriggerService(store, client, access_token=global_token, node_id="n1", clock=clock,
+                             admin_timezone="UTC")
+    callbacks = CallbackService(store, trigger, clock)
+    group_a = await store.groups.create(JobGroup(app_name="app-a", title="A", access_token=TOKEN_A), NOW)
+    group_b = await store.groups.create(JobGroup(app_name="app-b", title="B", access_token=TOKEN_B), NOW)
+    tokens = ExecutorTokens(store, global_token, clock)
+    routes = executor_api_routes(RegistryService(store, clock), callbacks, tokens,
+                                 policy_from_text("127.0.0.0/8", None))
+    app = Starlette(routes=routes)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as http:
+        yield ExecApi(http, store, clock, group_a, group_b)
+    await callbacks.close()
+    await trigger.close()
+
+
+@pytest.fixture
+async def exec_api(sqlite_store: Store) -> AsyncIterator[ExecApi]:
+    async for api in _exec_api(sqlite_store, None):
+        yield api
+
+
+def _beat(app: str, address: str = "http://10.0.0.5:9999/") -> dict[str, str]:
+    return {"registryGroup": "EXECUTOR", "registryKey": app, "registryValue": address}
+
+
+async def test_group_token_registers_only_its_own_appname(exec_api: ExecApi) -> None:
+    assert (await exec_api.post("/api/registry", _beat("app-a"), TOKEN_A))["code"] == 200
+    refused = await exec_api.post("/api/registry", _beat("app-b", "http://10.6.6.6:1/"), TOKEN_A)
+    assert refused["code"] == 500 and "not valid for appname" in str(refused["msg"])
+    assert (await exec_api.post("/api/registryRemove", _beat("app-b"), TOKEN_A))["code"] == 500
+    admin_beat = {"registryGroup": "ADMIN", "registryKey": "app-a", "registryValue": "http://10.0.0.5:1/"}
+    assert (await exec_api.post("/api/registry", admin_beat, TOKEN_A))["code"] == 500
+    assert [e.registry_value for e in await exec_api.store.registry.entries("app-b")] == []
+    assert [e.registry_value for e in await exec_api.store.registry.entries("app-a")] == [
+        "http://10.0.0.5:9999/"]
+
+
+async def test_no_global_token_unless_enabled(exec_api: ExecApi) -> None:
+    for token in (None, "", GLOBAL, "default_token"):
+        answer = await exec_api.post("/api/registry", _beat("app-a"), token)
+        assert answer == {"code": 500, "msg": "The access token is wrong."}
+
+
+async def test_registered_addresses_pass_the_address_policy(exec_api: ExecApi) -> None:
+    for address in ("http://169.254.169.254/latest/", "http://127.0.0.1:5432/", "http://2130706433:5432/",
+                    "http://user:pw@10.0.0.5:9999/", "http://[::ffff:169.254.169.254]/"):
+        answer = await exec_api.post("/api/registry", _beat("app-a", address), TOKEN_A)
+        assert answer["code"] == 500 and "address refused" in str(answer["msg"]), address
+    assert await exec_api.store.registry.entries("app-a") == []
+
+
+async def _run_of(store: Store, group: int) -> int:
+    job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h"))
+    return await store.logs.insert(NewLog(job_group=group, job_id=job, trigger_time=NOW, trigger_code=200,
+                                          executor_handler="h", trigger_type="MANUAL"))
+
+
+async def test_callback_only_for_runs_of_the_tokens_group(exec_api: ExecApi) -> None:
+    run_a = await _run_of(exec_api.store, exec_api.group_a)
+    run_b = await _run_of(exec_api.store, exec_api.group_b)
+    forged = [{"logId": run_b, "logDateTim": T0, "handleCode": 200, "handleMsg": "forged"},
+              {"logId": run_a, "logDateTim": T0, "handleCode": 200, "handleMsg": "ok"}]
+    answer = await exec_api.post("/api/callback", forged, TOKEN_A)
+    assert answer["code"] == 500 and str(run_b) in str(answer["msg"])
+    for run in (run_a, run_b):  # the whole batch was refused
+        entry = await exec_api.store.logs.get(run)
+        assert entry is not None and entry.handle_code == 0
+    assert (await exec_api.post("/api/callback", forged[1:], TOKEN_A))["code"] == 200
+    entry = await exec_api.store.logs.get(run_a)
+    assert entry is not None and entry.handle_code == 200
+
+
+async def test_global_token_when_enabled_acts_for_every_group(sqlite_store: Store) -> None:
+    async for api in _exec_api(sqlite_store, GLOBAL):
+        assert (await api.post("/api/registry", _beat("app-b"), GLOBAL))["code"] == 200
+        run_b = await _run_of(api.store, api.group_b)
+        done = [{"logId": run_b, "logDateTim": T0, "handleCode": 200, "handleMsg": "ok"}]
+        assert (await api.post("/api/callback", done, GLOBAL))["code"] == 200
+
+
+async def test_rotated_token_stops_working(sqlite_store: Store) -> None:
+    clock = ManualClock(T0)
+    group = await sqlite_store.groups.create(JobGroup(app_name="app-r", title="R", access_token=TOKEN_A), NOW)
+    tokens = ExecutorTokens(sqlite_store, None, clock, refresh_ms=2_000)
+    scope = await tokens.scope(TOKEN_A)
+    assert scope is not None and scope.group_ids == {group} and scope.allows_app("app-r")
+    await sqlite_store.groups.set_access_token(group, TOKEN_B)
+    clock.advance(2_000)
+    assert await tokens.scope(TOKEN_A) is None
+    assert await tokens.scope(TOKEN_B) is not None
+
+
+async def test_unknown_tokens_reread_the_groups_at_most_once_a_second(sqlite_store: Store) -> None:
+    clock = ManualClock(T0)
+    tokens = ExecutorTokens(sqlite_store, None, clock, refresh_ms=60_000)
+    assert await tokens.scope("nobody-has-this-token") is None
+    group = await sqlite_store.groups.create(JobGroup(app_name="late", title="L", access_token=TOKEN_A), NOW)
+    assert await tokens.scope(TOKEN_A) is None  # read less than a second ago
+    clock.advance(1_000)
+    scope = await tokens.scope(TOKEN_A)  # created on another node: found on the miss re-read
+    assert scope is not None and scope.group_ids == {group}
+
+
+def test_weak_global_token_and_bad_networks_are_refused() -> None:
+    for token in ("default_token", "short"):
+        problems = weak_secrets(load_settings(environ={"JOBRING_ACCESS_TOKEN": token}))
+        assert len(problems) == 1 and problems[0].startswith("access_token")
+    with pytest.raises(ConfigError, match="executor_address"):
+        load_settings(environ={"JOBRING_EXECUTOR_ADDRESS_DENY": "10.0.0.0/8,nope"})
+    assert load_settings(environ={}).access_token is None
+
+
+# -- the management API ----------------------------------------------------------------------
+
+
+async def test_group_token_endpoints_and_new_groups_get_a_token(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        created = (await http.post("/groups", json={"app_name": "fresh", "title": "F"})).json()
+        assert created["has_access_token"] is True
+        first = (await http.get(f"/groups/{created['id']}/access-token")).json()
+        assert first["app_name"] == "fresh" and len(first["access_token"]) >= 40
+        rotated = (await http.post(f"/groups/{created['id']}/access-token/rotate")).json()
+        assert rotated["access_token"] != first["access_token"]
+        again = (await http.get(f"/groups/{created['id']}/access-token")).json()
+        assert again["access_token"] == rotated["access_token"]
+        # A group from before tokens existed has none until rotated.
+        missing = await http.get(f"/groups/{env.group_b}/access-token")
+        assert missing.status_code == 404 and "rotate" in missing.json()["error"]
+        listed = (await http.get("/groups")).json()["items"]
+        assert all("access_token" not in g for g in listed)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["http://169.254.169.254/latest/meta-data/", "http://0.0.0.0:5432/", "http://user:pw@10.0.0.1:1/",
+     "http://[fe80::1]:1/", "http://2852039166/", "http://10.0.0.1:1/?q"],
+)
+async def test_manual_addresses_are_validated(sqlite_store: Store, address: str) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        body = {"app_name": "app-a", "title": "A", "address_type": 1, "addresses": [address]}
+        response = await http.put(f"/groups/{env.group_a}", json=body)
+        assert response.status_code == 422 and response.json()["field"] == "addresses.0", response.text
+        created = await http.post("/groups", json=body | {"app_name": "other"})
+        assert created.status_code == 422
+
+
+async def test_deny_list_setting_applies_to_groups_and_triggers(sqlite_store: Store) -> None:
+    settings = AdminSettings(glue_enabled=True, executor_address_deny="10.0.0.0/8")
+    async with api_env(sqlite_store, settings=settings) as env, env.client("admin") as http:
+        body = {"app_name": "app-a", "title": "A", "address_type": 1, "addresses": ["http://10.1.1.1:9999/"]}
+        assert (await http.put(f"/groups/{env.group_a}", json=body)).status_code == 422
+        job = await env.add_job(env.group_a)
+        trigger = await http.post(f"/jobs/{job}/trigger", json={"addresses": ["http://10.1.1.1:9999/"]})
+        assert trigger.status_code == 422 and trigger.json()["field"] == "addresses.0"
+        assert env.double.runs() == []
+
+
+async def test_operator_may_retitle_but_not_reroute_its_group(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        same = {"app_name": "app-a", "title": "A2", "address_type": 1, "addresses": env.double.addresses}
+        assert (await http.put(f"/groups/{env.group_a}", json=same)).status_code == 200
+        for change in ({"addresses": ["http://10.6.6.6:9999/"]}, {"app_name": "app-b"},
+                       {"address_type": 0, "addresses": []}):
+            response = await http.put(f"/groups/{env.group_a}", json=same | change)
+            assert response.status_code == 403 and response.json()["field"] in change, response.text
+        group = await sqlite_store.groups.get(env.group_a)
+        assert group is not None and group.addresses == env.double.addresses and group.title == "A2"
+
+
+async def test_stored_refused_addresses_are_never_called(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env:
+        bad = "http://169.254.169.254/"
+        group = JobGroup(id=env.group_a, app_name="app-a", title="A", address_type=1,
+                         address_list=f"{bad},{env.double.address(0)}")
+        await sqlite_store.groups.update(group, NOW)
+        job = await sqlite_store.jobs.get(await env.add_job(env.group_a, executor_route_strategy="FIRST"))
+        assert job is not None and env.services.trigger is not None
+        result = await env.services.trigger.fire(FireRequest(job, TriggerType.MANUAL))
+        assert [c.address for c in env.double.calls] == [env.double.address(0)]
+        assert "refused executor addresses not called" in result.trigger_msg
+
+
+async def test_run_goes_out_with_the_groups_token(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        token = (await http.post(f"/groups/{env.group_a}/access-token/rotate")).json()["access_token"]
+        job = await env.add_job(env.group_a)
+        assert (await http.post(f"/jobs/{job}/trigger", json={})).json()["trigger_code"] == 200
+        run = env.double.runs()[0]
+        assert run.headers["XXL-JOB-ACCESS-TOKEN"] == token
+        # Kill and log of that run use the same token.
+        log_id = (await sqlite_store.logs.list(job_id=job)).items[0].id
+        await http.get(f"/runs/{log_id}/log")
+        last = env.double.calls[-1]
+        assert last.path == "log" and last.headers["XXL-JOB-ACCESS-TOKEN"] == token
+
+
+@pytest.mark.parametrize(("strategy", "probe"), [("FAILOVER", "beat"), ("BUSYOVER", "idleBeat")])
+async def test_probes_carry_the_groups_token(sqlite_store: Store, strategy: str, probe: str) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        token = (await http.post(f"/groups/{env.group_a}/access-token/rotate")).json()["access_token"]
+        job = await env.add_job(env.group_a, executor_route_strategy=strategy)
+        assert (await http.post(f"/jobs/{job}/trigger", json={})).json()["trigger_code"] == 200
+        sent = {(c.path, c.headers["XXL-JOB-ACCESS-TOKEN"]) for c in env.double.calls}
+        assert sent == {(probe, token), ("run", token)}
+
+
+async def test_child_jobs_outside_the_callers_groups_look_missing(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env:
+        job_b = await env.add_job(env.group_b)
+        base = {"job_group": env.group_a, "job_desc": "parent", "executor_handler": "demo"}
+        async with env.client("op_in") as http:
+            hidden = await http.post("/jobs", json=base | {"child_job_ids": [job_b]})
+            missing = await http.post("/jobs", json=base | {"child_job_ids": [4242]})
+            assert hidden.status_code == missing.status_code == 422
+            assert hidden.json() == {"error": missing.json()["error"].replace("4242", str(job_b)),
+                                     "field": "child_jobid"}
+            parent = (await http.post("/jobs", json=base)).json()["id"]
+            patched = await http.patch(f"/jobs/{parent}", json={"child_job_ids": [job_b]})
+            assert patched.status_code == 422
+        async with env.client("admin") as http:  # an admin may chain across groups
+            assert (await http.patch(f"/jobs/{parent}", json={"child_job_ids": [job_b]})).status_code == 200
+        async with env.client("op_in") as http:  # ... and the chain survives the operator's edits
+            kept = await http.patch(f"/jobs/{parent}", json={"job_desc": "renamed"})
+            assert kept.status_code == 200 and kept.json()["child_job_ids"] == [job_b]
+
