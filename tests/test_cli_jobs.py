@@ -39,7 +39,7 @@ async def test_add_then_list_as_table_and_json(env: AdminEnv, cli: Cli) -> None:
     listed = await cli("jobs", "list")
     assert listed.code == 0
     header, row = listed.out.splitlines()
-    assert header.split() == ["ID", "GROUP", "DESCRIPTION", "HANDLER", "SCHEDULE", "STATUS",
+    assert header.split() == ["ID", "GROUP", "DESCRIPTION", "HANDLER", "SCHEDULE", "STATUS", "DECLARED",
                               "NEXT", "FIRE", "(UTC)"]
     assert row.split()[:2] == [str(job_id), str(group)] and "nightly report" in row
     assert "cron 0 0 2 * * ? (Europe/Paris)" in row and "stopped" in row
@@ -205,3 +205,26 @@ async def test_next_lists_upcoming_fire_times(env: AdminEnv, cli: Cli) -> None:
     assert none.out == f"job {manual['id']} has no schedule: it runs only when triggered\n"
     too_many = await cli("jobs", "next", str(job["id"]), "--count", "1000")
     assert too_many.code == 2 and "count" in too_many.err
+
+
+async def test_trigger_at_and_in_then_list_and_cancel(env: AdminEnv, cli: Cli) -> None:
+    job = await env.job(await env.group())
+    later = await cli("jobs", "trigger", str(job["id"]), "--in", "10m", "--param", "p")
+    assert later.code == 0, later.err
+    assert "scheduled to run at" in later.out and "delayed run" in later.out
+    at = await cli("jobs", "trigger", str(job["id"]), "--at", "2026-09-22T14:00:00", "--json")
+    assert at.code == 0, at.err
+    pending = json.loads(at.out)
+    assert pending["fire_at_iso"] == "2026-09-22T14:00:00Z" and pending["state"] == "scheduled"
+    listed = await cli("jobs", "delayed", str(job["id"]))
+    assert listed.code == 0 and len(listed.out.splitlines()) == 3 and "scheduled" in listed.out
+    cancelled = await cli("jobs", "delayed", str(job["id"]), "--cancel", str(pending["id"]))
+    assert cancelled.code == 0 and "cancelled" in cancelled.out
+    assert [d.id for d in await env.store.delayed.for_job(job["id"])] != [pending["id"]]
+    assert len(await env.store.delayed.for_job(job["id"])) == 1
+    past = await cli("jobs", "trigger", str(job["id"]), "--at", "2020-01-01T00:00:00Z")
+    assert past.code == 2 and "at" in past.err
+    bad = await cli("jobs", "trigger", str(job["id"]), "--in", "soon")
+    assert bad.code == 2 and "duration" in bad.err
+    both = await cli("jobs", "trigger", str(job["id"]), "--in", "1m", "--at", "2026-09-21T14:00:00")
+    assert both.code == 2

@@ -119,6 +119,14 @@ async def test_groups_add_list_and_show(env: AdminEnv, cli: Cli) -> None:
     assert shown.code == 0 and "address http://10.9.9.9:9999/" in shown.out
     assert "online executors: 0" in shown.out
 
+    off = await cli("groups", "disable", str(group_id), "http://10.9.9.9:9999/")
+    assert off.code == 0 and "disabled in group" in off.out and "routable: -" in off.out
+    assert "disabled http://10.9.9.9:9999/" in (await cli("groups", "show", str(group_id))).out
+    on = await cli("groups", "enable", str(group_id), "http://10.9.9.9:9999/", "--json")
+    assert on.code == 0 and json.loads(on.out)["disabled_addresses"] == []
+    unknown = await cli("groups", "disable", str(group_id), "http://10.1.1.1:1/")
+    assert unknown.code == 2 and "address" in unknown.err
+
     too_long = await cli("groups", "add", "x", "a title that is far too long")
     assert too_long.code == 2 and "title" in too_long.err
     assert (await env.store.groups.list()).total == 2

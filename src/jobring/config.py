@@ -6,6 +6,7 @@ the field names below, at top level or under an ``[admin]`` table.
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -71,6 +72,21 @@ class AdminSettings:
     log_format: str = "plain"
     log_level: str = "INFO"
     ready_timeout: float = 2.0
+    alarm_retries: int = 2  # retries of a transient alarm delivery failure
+    # Admin-wide alarm targets for every job (JSON list, or a TOML array of tables).
+    alarm_default_targets: str | None = None
+    public_url: str | None = None  # the console's base URL: alarms link to {public_url}/runs/{id}
+    # Retries: a failed run older than this (seconds) is not retried (e.g. on adopting a database).
+    retry_max_age: int = 3600
+    # Executors: an address without heartbeat this long is dead; its running runs are lost.
+    executor_dead_after_s: int = 90
+    lost_run_check_s: float = 15.0
+    # Retention: optionally keep at most this many runs per job (0: no limit); rows per delete.
+    log_retention_max_runs_per_job: int = 0
+    log_retention_batch: int = 2000
+    # On a database with history beyond the retention, the first cleaning only reports what it
+    # would delete and deletes a day later, unless this is true.
+    log_retention_confirm: bool = False
 
 
 def _coerce(name: str, raw: Any, target: Any) -> Any:
@@ -107,7 +123,16 @@ def _apply(settings: AdminSettings, values: Mapping[str, Any], source: str) -> A
     for key, raw in values.items():
         if key not in known:
             raise ConfigError(f"{source}: unknown setting {key!r}")
+        if key == "alarm_default_targets" and isinstance(raw, list):
+            raw = json.dumps(raw)  # a TOML array of tables
         changes[key] = _coerce(f"{source}:{key}", raw, hints[key])
+    if changes.get("alarm_default_targets"):
+        from jobring.admin.alarms.targets import TargetError, parse_targets
+
+        try:
+            parse_targets(changes["alarm_default_targets"], "alarm_default_targets")
+        except TargetError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
     return replace(settings, **changes)
 
 

@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from jobring.admin.api.management import ManagementServices, management_app, xxl3_api_routes
+from jobring.admin.api.management.declared import declare_api_routes
 from jobring.admin.bootstrap import Secrets
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
@@ -163,7 +164,9 @@ async def api_env(
         executors=client,
         clock=clock,
     )
-    asgi = Starlette(routes=[*xxl3_api_routes(services), Mount("/api/v1", app=_shared_app(services))])
+    asgi = Starlette(routes=[
+        *xxl3_api_routes(services), *declare_api_routes(services), Mount("/api/v1", app=_shared_app(services))
+    ])
     env = ApiEnv(store, services, clock, double, asgi)
     for address in double.addresses:
         double.answer(address, "log", _log_answer)

@@ -221,3 +221,23 @@ async def test_callback_with_non_string_message_keeps_its_json_text(api: Api) ->
     got_a, got_b = await api.store.logs.get(a), await api.store.logs.get(b)
     assert got_a is not None and got_a.handle_msg == '{"rows":3}'
     assert got_b is not None and got_b.handle_msg == "42"
+
+
+async def test_started_at_header_reaches_the_registry_and_bad_values_are_ignored(sqlite_store: Store) -> None:
+    clock = ManualClock(T0)
+    client = ExecutorClient(access_token=TOKEN, transport=ExecutorDouble(["e1:9999"]).transport())
+    trigger = TriggerService(sqlite_store, client, access_token=TOKEN, node_id="n1", clock=clock,
+                             admin_timezone="UTC")
+    callbacks = CallbackService(sqlite_store, trigger, clock)
+    registry = RegistryService(sqlite_store, clock)
+    app = Starlette(routes=executor_api_routes(registry, callbacks, TOKEN))
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as http:
+            for started in ("abc", "-5", str(T0 - 5000)):
+                response = await http.post("/api/registry", content=json.dumps(REGISTRY).encode(), headers={
+                    "XXL-JOB-ACCESS-TOKEN": TOKEN, "X-Jobring-Started-At": started})
+                assert response.json()["code"] == 200
+        assert registry.restarts_due(T0 + 60_000) == [(REGISTRY["registryValue"], T0 - 5000)]
+    finally:
+        await callbacks.close()
+        await trigger.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import httpx
@@ -132,6 +132,17 @@ async def test_global_token_when_enabled_acts_for_every_group(sqlite_store: Stor
         assert (await api.post("/api/callback", done, GLOBAL))["code"] == 200
 
 
+async def test_global_token_does_not_act_for_a_group_with_its_own_token(sqlite_store: Store) -> None:
+    clock = ManualClock(T0)
+    own = await sqlite_store.groups.create(JobGroup(app_name="app-own", title="O", access_token=TOKEN_A), NOW)
+    shared = await sqlite_store.groups.create(JobGroup(app_name="app-shared", title="S"), NOW)
+    scope = await ExecutorTokens(sqlite_store, GLOBAL, clock).scope(GLOBAL)
+    assert scope is not None and scope.is_global
+    # The admin sends the group's own token to its executors: the global one cannot stand in.
+    assert not scope.allows_app("app-own") and not scope.allows_group(own)
+    assert scope.allows_app("app-shared") and scope.allows_group(shared)
+
+
 async def test_rotated_token_stops_working(sqlite_store: Store) -> None:
     clock = ManualClock(T0)
     group = await sqlite_store.groups.create(JobGroup(app_name="app-r", title="R", access_token=TOKEN_A), NOW)
@@ -169,6 +180,10 @@ def test_weak_global_token_and_bad_networks_are_refused() -> None:
 
 async def test_group_token_endpoints_and_new_groups_get_a_token(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("admin") as http:
+        # With the global token opted in (as here), a new group uses it until given its own.
+        shared = (await http.post("/groups", json={"app_name": "shared", "title": "S"})).json()
+        assert shared["has_access_token"] is False
+        env.services.secrets = replace(env.services.secrets, access_token=None)
         created = (await http.post("/groups", json={"app_name": "fresh", "title": "F"})).json()
         assert created["has_access_token"] is True
         first = (await http.get(f"/groups/{created['id']}/access-token")).json()

@@ -11,17 +11,19 @@ import httpx
 import orjson
 import pytest
 
-from jobring.admin.alarms import AlarmContext, Alarmer, AlarmOutcome, EmailAlarm, WebhookAlarm
+from jobring.admin.alarms import AlarmContext, Alarmer, AlarmOutcome, AlarmService, EmailAlarm, WebhookAlarm
 from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.alarms.mail import SmtpConfig, recipients
+from jobring.admin.scheduler.failures import FailMonitor
 from jobring.admin.scheduler.monitors import (
     MSG_RESULT_LOST,
-    FailMonitor,
     LostRunMonitor,
     Monitors,
     RegistryMonitor,
     ReportMonitor,
 )
+from jobring.admin.scheduler.retention import RetentionMonitor
+from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.store import NewAuditEvent, Store
 from jobring.admin.store.records import JobGroup, NewLog
 from jobring.config import AdminSettings
@@ -78,6 +80,13 @@ async def test_registry_monitor_drops_dead_beats_and_refreshes_auto_groups(env: 
 
 # -- fail monitor ----------------------------------------------------------------------------
 
+
+async def fail_tick(env: Env, alarmer: Alarmer, trigger: TriggerService | None = None) -> None:
+    """One fail-monitor round, then wait for its alarms to be sent."""
+    alarms = AlarmService(env.store, alarmer)
+    await FailMonitor(env.store, trigger or env.trigger, alarms, env.clock).tick()
+    await alarms.close()
+
 class FakeChannel:
     name = "fake"
 
@@ -91,10 +100,10 @@ class FakeChannel:
 
 
 async def test_fail_monitor_retries_with_one_less_and_alarms(env: Env) -> None:
-    job = await env.job(alarm_email="ops@example.com")
+    job = await env.job(alarm_email="ops@example.com", alarm_on="every_failure")
     failed = await add_log(env.store, job.id, group=env.group_id, handle_code=500, retry=2)
     channel = FakeChannel(AlarmOutcome.SENT)
-    await FailMonitor(env.store, env.trigger, Alarmer([channel])).tick()
+    await fail_tick(env, Alarmer([channel]))
     entry = await env.store.logs.get(failed)
     assert entry is not None and entry.alarm_status == AlarmStatus.SENT
     assert (entry.trigger_msg or "").endswith(">>>>>>>>>>> Fail retry trigger <<<<<<<<<<<")
@@ -104,7 +113,7 @@ async def test_fail_monitor_retries_with_one_less_and_alarms(env: Env) -> None:
     assert retry[0].executor_fail_retry_count == 1 and retry[0].executor_param == "p"
     assert env.double.runs()[0].body["executorParams"] == "p"
     # A second round finds nothing new (the retry succeeded at trigger level).
-    await FailMonitor(env.store, env.trigger, Alarmer([channel])).tick()
+    await fail_tick(env, Alarmer([channel]))
     assert len(channel.sent) == 1
 
 
@@ -114,7 +123,7 @@ async def test_fail_monitor_statuses(env: Env) -> None:
     handle_fail = await add_log(env.store, job.id, handle_code=502)
     gone_job = await add_log(env.store, 987654, handle_code=500)
     running = await add_log(env.store, job.id)
-    await FailMonitor(env.store, env.trigger, Alarmer([FakeChannel(AlarmOutcome.FAILED)])).tick()
+    await fail_tick(env, Alarmer([FakeChannel(AlarmOutcome.FAILED)]))
     status = {}
     for i in (trig_fail, handle_fail, gone_job, running):
         entry = await env.store.logs.get(i)
@@ -128,19 +137,19 @@ async def test_fail_monitor_statuses(env: Env) -> None:
 async def test_no_alarm_channel_means_not_needed(env: Env) -> None:
     job = await env.job()
     failed = await add_log(env.store, job.id, handle_code=500)
-    await FailMonitor(env.store, env.trigger, Alarmer([])).tick()
+    await fail_tick(env, Alarmer([]))
     entry = await env.store.logs.get(failed)
     assert entry is not None and entry.alarm_status == AlarmStatus.NOT_NEEDED
 
 
 async def test_concurrent_fail_monitors_retry_and_alarm_once(env: Env) -> None:
-    job = await env.job()
+    job = await env.job(alarm_on="every_failure")
     for _ in range(5):
         await add_log(env.store, job.id, group=env.group_id, handle_code=500, retry=1)
     channel = FakeChannel(AlarmOutcome.SENT)
     nodes = [env.service(f"node-{i}") for i in range(3)]
     try:
-        await asyncio.gather(*(FailMonitor(env.store, n, Alarmer([channel])).tick() for n in nodes))
+        await asyncio.gather(*(fail_tick(env, Alarmer([channel]), n) for n in nodes))
     finally:
         for n in nodes:
             await n.close()
@@ -152,7 +161,7 @@ async def test_concurrent_fail_monitors_retry_and_alarm_once(env: Env) -> None:
 async def test_retry_of_a_broadcast_shard_keeps_the_shard(env: Env) -> None:
     job = await env.job(executor_route_strategy="SHARDING_BROADCAST")
     await add_log(env.store, job.id, group=env.group_id, handle_code=500, retry=1, sharding="1/3")
-    await FailMonitor(env.store, env.trigger, Alarmer([])).tick()
+    await fail_tick(env, Alarmer([]))
     (run,) = env.double.runs()
     assert run.address == env.double.address(1)
     assert (run.body["broadcastIndex"], run.body["broadcastTotal"]) == (1, 3)
@@ -188,7 +197,7 @@ async def test_recorded_but_undispatched_fires_fail_and_get_retried(env: Env) ->
     # A second node doing the same changes nothing more.
     await LostRunMonitor(store, env.clock).tick()
     # The fail monitor then retries it like any failed trigger.
-    await FailMonitor(store, env.trigger, Alarmer([])).tick()
+    await fail_tick(env, Alarmer([]))
     retries = [e for e in await store.logs.for_job(job.id) if e.trigger_type == "RETRY"]
     assert len(retries) == 1 and retries[0].trigger_code == 200
 
@@ -203,7 +212,7 @@ async def test_report_monitor_counts_last_three_days(env: Env) -> None:
     await add_log(store, 1, at=today + timedelta(hours=1))
     await add_log(store, 1, at=today - timedelta(days=2, hours=-1), handle_code=200)
     await add_log(store, 1, at=today - timedelta(days=3, hours=-1), handle_code=200)  # outside
-    await ReportMonitor(store, env.clock, log_retention_days=30).refresh_report()
+    await ReportMonitor(store, env.clock).refresh_report()
     days = {d.day.date(): (d.running, d.success, d.fail) for d in
             await store.reports.range(today - timedelta(days=5), today)}
     assert days[today.date()] == (1, 1, 1)
@@ -216,8 +225,9 @@ async def test_retention_deletes_old_logs_once_a_day_and_never_below_7_days(env:
     today = NOW.replace(hour=0, minute=0, second=0, microsecond=0)
     old = await add_log(store, 1, at=today - timedelta(days=8, hours=1))
     kept = await add_log(store, 1, at=today - timedelta(days=6))
-    assert await ReportMonitor(store, env.clock, log_retention_days=3).clean_logs() == 0
-    monitor = ReportMonitor(store, env.clock, log_retention_days=7)
+    assert await RetentionMonitor(store, env.clock, AdminSettings(log_retention_days=3)).clean_logs() == 0
+    settings = AdminSettings(log_retention_days=7, log_retention_confirm=True)
+    monitor = RetentionMonitor(store, env.clock, settings)
     assert await monitor.clean_logs() == 1
     assert await store.logs.get(old) is None and await store.logs.get(kept) is not None
     await add_log(store, 1, at=today - timedelta(days=9))
@@ -237,7 +247,7 @@ async def test_audit_retention_once_a_day_and_never_below_7_days(env: Env) -> No
 
     old = await add(T0 - 8 * day)
     kept = await add(T0 - 5 * day)
-    monitor = ReportMonitor(store, env.clock, log_retention_days=30, audit_retention_days=1)  # 7 applied
+    monitor = RetentionMonitor(store, env.clock, AdminSettings(audit_retention_days=1))  # 7 applied
     assert await monitor.clean_audit() == 1
     assert [e.id for e in (await store.audit.list()).items] == [kept] and old < kept
     await add(T0 - 9 * day)
@@ -245,14 +255,15 @@ async def test_audit_retention_once_a_day_and_never_below_7_days(env: Env) -> No
     assert await monitor.clean_audit() == 0  # already cleaned today
     env.clock.advance(day)
     assert await monitor.clean_audit() == 1
-    default = ReportMonitor(store, env.clock, log_retention_days=30)  # 180 days
+    default = RetentionMonitor(store, env.clock, AdminSettings())  # 180 days
     await add(T0 - 178 * day)
     await add(T0 - 182 * day)
     assert await default.clean_audit() == 1
 
 
 async def test_monitors_start_and_stop(env: Env) -> None:
-    monitors = Monitors.create(env.store, env.trigger, Alarmer([]), env.clock, log_retention_days=30)
+    monitors = Monitors.create(env.store, env.trigger, AlarmService(env.store, Alarmer([])), env.clock,
+                               AdminSettings())
     monitors.start()
     tasks = [m._task for m in monitors.monitors]
     assert all(t is not None and not t.done() for t in tasks)
@@ -330,19 +341,23 @@ async def test_webhook_alarm_posts_json_and_reports_failures() -> None:
     assert await alarm.send(_ctx()) is AlarmOutcome.SENT
     assert seen[0]["logId"] == 9 and seen[0]["jobId"] == 4 and seen[0]["triggerCode"] == 500
     assert "Alarm Job LogId=9" in seen[0]["text"]
-    assert await alarm.send(_ctx()) is AlarmOutcome.FAILED
+    assert await alarm.send(_ctx()) is AlarmOutcome.TRANSIENT  # 503: worth retrying
 
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused")
 
     assert await WebhookAlarm("http://hooks/", transport=httpx.MockTransport(refuse)).send(_ctx()) is (
-        AlarmOutcome.FAILED)
+        AlarmOutcome.TRANSIENT)
 
 
 def test_alarmer_from_settings() -> None:
     assert alarmer_from_settings(AdminSettings()).channels == []
-    channels = alarmer_from_settings(AdminSettings(smtp_host="mail", alarm_webhook_url="http://h/")).channels
-    assert [c.name for c in channels] == ["email", "webhook"]
+    alarmer = alarmer_from_settings(AdminSettings(smtp_host="mail", alarm_webhook_url="http://h/"))
+    assert [c.name for c in alarmer.channels] == ["webhook"]
+    # Email goes to each job's own addresses (alarm_email, email targets).
+    from jobring.admin.store.records import JobInfo
+
+    assert [c.name for c in alarmer.channels_for(JobInfo(id=1, alarm_email="a@b"))] == ["webhook", "email"]
 
 
 async def test_alarmer_combines_outcomes() -> None:

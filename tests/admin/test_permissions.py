@@ -64,6 +64,13 @@ async def _empty_group(env: ApiEnv, role: str) -> dict[str, Any]:
     return {"group": group}
 
 
+async def _delayed(env: ApiEnv, role: str) -> dict[str, Any]:
+    job = await env.add_job(env.group_a)
+    fire = await env.store.delayed.add(job, env.group_a, env.clock.now_ms() + 60_000, None, None, "t",
+                                       env.clock.now_ms())
+    return {"job": job, "fire": fire}
+
+
 async def _victim(env: ApiEnv, role: str) -> dict[str, Any]:
     from jobring.admin.security.roles import Role
 
@@ -114,6 +121,9 @@ ROWS = [
     Row("POST", "/jobs/{job}/start", WRITE, setup=_job),
     Row("POST", "/jobs/{job}/stop", WRITE, setup=_job),
     Row("POST", "/jobs/{job}/trigger", WRITE, body=lambda e, v: {"executor_param": "x"}, setup=_job),
+    Row("POST", "/jobs/{job}/trigger-at", CREATE, body=lambda e, v: {"delay_ms": 60_000}, setup=_job),
+    Row("GET", "/jobs/{job}/delayed", READ, setup=_job),
+    Row("DELETE", "/jobs/{job}/delayed/{fire}", (204, 204, 403, 403, 401), setup=_delayed),
     Row(
         "POST",
         "/schedules/preview",
@@ -174,6 +184,10 @@ ROWS = [
     Row("GET", "/groups/{group_a}/access-token", ADMIN, setup=_group_with_token),
     Row("POST", "/groups/{group_a}/access-token/rotate", ADMIN),
     Row("DELETE", "/groups/{group}", (204, 204, 403, 403, 401), setup=_empty_group),
+    Row("POST", "/groups/{group_a}/addresses/disable", ADMIN,
+        body=lambda e, v: {"address": e.double.addresses[0]}),
+    Row("POST", "/groups/{group_a}/addresses/enable", ADMIN,
+        body=lambda e, v: {"address": e.double.addresses[0]}),
     Row("GET", "/users", ADMIN),
     Row(
         "POST",

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from jobring.admin.alarms import Alarmer, AlarmOutcome
-from jobring.admin.scheduler.monitors import FailMonitor
 from jobring.admin.scheduler.trigger import FireRequest
 from jobring.admin.store import Store
 from jobring.core.enums import TriggerType
-from tests.admin.test_monitors import FakeChannel, add_log
+from tests.admin.test_monitors import FakeChannel, add_log, fail_tick
 from tests.admin.test_trigger import HOSTS, T0, make_env
 
 
@@ -34,13 +33,13 @@ async def test_nodes_racing_on_the_same_fires_dispatch_each_once(store: Store) -
 
 async def test_fail_monitors_on_several_nodes_retry_and_alarm_once(store: Store) -> None:
     env = await make_env(store, HOSTS)
-    job = await env.job()
+    job = await env.job(alarm_on="every_failure")
     for _ in range(4):
         await add_log(store, job.id, group=env.group_id, handle_code=500, retry=1)
     channel = FakeChannel(AlarmOutcome.SENT)
     nodes = [env.service(f"node-{i}") for i in range(3)]
     try:
-        await asyncio.gather(*(FailMonitor(store, n, Alarmer([channel])).tick() for n in nodes))
+        await asyncio.gather(*(fail_tick(env, Alarmer([channel]), n) for n in nodes))
     finally:
         for n in (*nodes, env.trigger):
             await n.close()

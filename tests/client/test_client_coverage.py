@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -40,6 +41,10 @@ def _sample(annotation: str) -> Any:
         return 7
     if annotation.startswith("bool"):
         return True
+    if annotation.startswith("datetime"):
+        return datetime(2030, 1, 1, tzinfo=UTC)
+    if annotation.startswith("timedelta"):
+        return timedelta(minutes=1)
     return "x"
 
 

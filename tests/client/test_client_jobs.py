@@ -76,3 +76,24 @@ async def test_glue_is_refused_while_glue_is_disabled(env: AdminEnv) -> None:
         with pytest.raises(AdminApiError) as info:
             await admin.glue.save(job["id"], "echo hi", "first")
     assert info.value.status == 403 and "GLUE is disabled" in info.value.message
+
+
+async def test_trigger_at_lists_and_cancels_delayed_runs(env: AdminEnv) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    job = await env.job(await env.group())
+    async with env.client() as admin:
+        later = await admin.jobs.trigger_at(job["id"], delay=timedelta(minutes=10), params="p")
+        assert later["fire_at"] == T0 + 600_000 and later["state"] == "scheduled"
+        at = datetime.fromtimestamp((T0 + 3_600_000) / 1000, tz=UTC)
+        fixed = await admin.jobs.trigger_at(job["id"], at=at)
+        assert fixed["fire_at"] == T0 + 3_600_000
+        assert [d["id"] for d in await admin.jobs.delayed(job["id"])] == [later["id"], fixed["id"]]
+        await admin.jobs.cancel_delayed(job["id"], later["id"])
+        assert [d["id"] for d in await admin.jobs.delayed(job["id"])] == [fixed["id"]]
+        with pytest.raises(AdminApiError) as info:
+            await admin.jobs.trigger_at(job["id"], at=datetime.fromtimestamp(T0 / 1000 - 1, tz=UTC))
+        assert info.value.status == 422 and info.value.field == "at"
+        with pytest.raises(AdminApiError) as info:
+            await admin.jobs.trigger_at(job["id"])
+        assert info.value.field == "at"

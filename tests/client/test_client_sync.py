@@ -99,3 +99,18 @@ def test_unexpected_answer_shape_is_an_error_not_a_crash() -> None:
     ) as info:
         admin.jobs.get(1)
     assert "unexpected answer to GET /jobs/1" in info.value.message
+
+
+async def test_sync_client_trigger_at(env: AdminEnv) -> None:
+    from datetime import timedelta
+
+    group = await env.group()
+
+    def script(admin: AdminClient) -> tuple[dict[str, object], int]:
+        with admin:
+            job = admin.jobs.create({"job_group": group, "job_desc": "later", "executor_handler": "h"})
+            pending = admin.jobs.trigger_at(int(job["id"]), delay=timedelta(seconds=90), params="p")
+            return pending, len(admin.jobs.delayed(int(job["id"])))
+
+    pending, count = await asyncio.to_thread(script, _client(env, token=env.token))
+    assert pending["state"] == "scheduled" and pending["executor_param"] == "p" and count == 1

@@ -53,8 +53,8 @@ class AdminNode:
 
 
 async def start_admin(database_url: str, node_id: str, workdir: Path, *extra: str,
-                      env: dict[str, str] | None = None) -> AdminNode:
-    port = free_port()
+                      env: dict[str, str] | None = None, port: int | None = None) -> AdminNode:
+    port = port or free_port()
     log_file = workdir / f"admin-{node_id}.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
     # The global executor token is opted into (executors here share it); ``env`` may override

@@ -41,6 +41,20 @@ async def test_beats_periodically_with_token_and_leaves_on_stop(admin: FakeAdmin
     assert registry_bodies(admin, "api/registryRemove") == [registry_bodies(admin)[0]]
     assert admin.requests[-1].path == "/xxl-job-admin/api/registryRemove"
     assert all(r.headers["xxl-job-access-token"] == "tok" for r in admin.requests)
+    assert "x-jobring-started-at" not in admin.requests[0].headers
+
+
+async def test_beats_carry_the_start_instant_in_a_header_only(admin: FakeAdmin) -> None:
+    async with httpx.AsyncClient() as client:
+        registrar = Registrar(client, [admin.base_url], "tok", "demo-app", "http://10.1.2.3:9999/",
+                              interval_s=0.05, started_at_ms=1_795_000_000_123)
+        registrar.start()
+        await admin.wait_for(lambda a: len(registry_bodies(a)) >= 1)
+        await registrar.stop()
+    beat = next(r for r in admin.requests if r.path.endswith("api/registry"))
+    assert beat.headers["x-jobring-started-at"] == "1795000000123"
+    assert registry_bodies(admin)[0] == {"registryGroup": "EXECUTOR", "registryKey": "demo-app",
+                                         "registryValue": "http://10.1.2.3:9999/"}
 
 
 async def test_first_admin_that_answers_takes_the_beat(admin: FakeAdmin) -> None:

@@ -160,6 +160,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/groups/{group_id}/addresses/disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Take an address out of routing (admin); heartbeats do not bring it back */
+        post: operations["disable_address_groups__group_id__addresses_disable_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/groups/{group_id}/addresses/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Put a disabled address back into routing (admin) */
+        post: operations["enable_address_groups__group_id__addresses_enable_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs": {
         parameters: {
             query?: never;
@@ -209,6 +243,40 @@ export interface paths {
         /** Copy a job (the copy is stopped) */
         post: operations["copy_job_jobs__job_id__copy_post"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{job_id}/delayed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A job's pending delayed runs */
+        get: operations["list_delayed_jobs__job_id__delayed_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{job_id}/delayed/{fire_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Cancel a pending delayed run */
+        delete: operations["cancel_delayed_jobs__job_id__delayed__fire_id__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -311,6 +379,23 @@ export interface paths {
         put?: never;
         /** Run a job once now */
         post: operations["trigger_job_jobs__job_id__trigger_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{job_id}/trigger-at": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Run a job once at a later instant (durable; fired once by one admin node) */
+        post: operations["trigger_job_at_jobs__job_id__trigger_at_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -565,6 +650,11 @@ export interface components {
          * @enum {string}
          */
         ActorKind: "session" | "api_token" | "executor" | "system" | "anonymous";
+        /** AddressIn */
+        AddressIn: {
+            /** Address */
+            address: string;
+        };
         /** AuditOut */
         AuditOut: {
             /**
@@ -687,6 +777,39 @@ export interface components {
             /** Success */
             success: number;
         };
+        /** DelayedFireOut */
+        DelayedFireOut: {
+            /** Addresses */
+            addresses: string[] | null;
+            /**
+             * Created At
+             * @description epoch ms
+             */
+            created_at: number;
+            /** Created By */
+            created_by: string | null;
+            /** Executor Param */
+            executor_param: string | null;
+            /**
+             * Fire At
+             * @description epoch ms
+             */
+            fire_at: number;
+            /** Fire At Iso */
+            fire_at_iso: string;
+            /** Id */
+            id: number;
+            /** Job Group */
+            job_group: number;
+            /** Job Id */
+            job_id: number;
+            /**
+             * State
+             * @description always scheduled: a fired or cancelled run is gone
+             * @default scheduled
+             */
+            state: string;
+        };
         /** ErrorBody */
         ErrorBody: {
             /** Error */
@@ -761,6 +884,11 @@ export interface components {
             /** App Name */
             app_name: string;
             /**
+             * Disabled Addresses
+             * @description taken out of routing by hand
+             */
+            disabled_addresses: string[];
+            /**
              * Has Access Token
              * @description the group has its own executor token (admins read it at /groups/{id}/access-token)
              */
@@ -787,10 +915,33 @@ export interface components {
         JobCreate: {
             /** Alarm Email */
             alarm_email?: string | null;
+            /**
+             * Alarm On
+             * @description failure_final: only when no retry follows; every_failure
+             * @default failure_final
+             */
+            alarm_on: string;
+            /**
+             * Alarm Recovery
+             * @default false
+             */
+            alarm_recovery: boolean;
+            /**
+             * Alarm Targets
+             * @description alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}
+             */
+            alarm_targets?: {
+                [key: string]: unknown;
+            }[];
             /** Author */
             author?: string | null;
             /** Child Job Ids */
             child_job_ids?: number[];
+            /**
+             * Deadline Minutes
+             * @description alarm when a run is not finished this long after its planned time
+             */
+            deadline_minutes?: number | null;
             /** @default SERIAL_EXECUTION */
             executor_block_strategy: components["schemas"]["BlockStrategy"];
             /**
@@ -798,6 +949,11 @@ export interface components {
              * @default 0
              */
             executor_fail_retry_count: number;
+            /**
+             * Executor Fail Retry Interval S
+             * @default 0
+             */
+            executor_fail_retry_interval_s: number;
             /** Executor Handler */
             executor_handler?: string | null;
             /** Executor Param */
@@ -821,6 +977,16 @@ export interface components {
             job_group: number;
             /** @default DO_NOTHING */
             misfire_strategy: components["schemas"]["MisfireStrategy"];
+            /**
+             * Retry Backoff
+             * @default fixed
+             */
+            retry_backoff: string;
+            /**
+             * Retry Backoff Max S
+             * @default 3600
+             */
+            retry_backoff_max_s: number;
             /** Schedule Conf */
             schedule_conf?: string | null;
             /**
@@ -837,14 +1003,34 @@ export interface components {
             add_time: string | null;
             /** Alarm Email */
             alarm_email: string | null;
+            /** Alarm On */
+            alarm_on: string;
+            /** Alarm Recovery */
+            alarm_recovery: boolean;
+            /**
+             * Alarm Targets
+             * @description signing secrets are shown masked
+             */
+            alarm_targets: {
+                [key: string]: unknown;
+            }[];
             /** Author */
             author: string | null;
             /** Child Job Ids */
             child_job_ids: number[];
+            /** Deadline Minutes */
+            deadline_minutes: number | null;
+            /**
+             * Declared By Executor
+             * @description the job is declared in its executor's code (@executor.job(..., cron=...))
+             */
+            declared_by_executor: boolean;
             /** Executor Block Strategy */
             executor_block_strategy: string | null;
             /** Executor Fail Retry Count */
             executor_fail_retry_count: number;
+            /** Executor Fail Retry Interval S */
+            executor_fail_retry_interval_s: number;
             /** Executor Handler */
             executor_handler: string | null;
             /** Executor Param */
@@ -867,6 +1053,10 @@ export interface components {
             job_group: number;
             /** Misfire Strategy */
             misfire_strategy: string;
+            /** Retry Backoff */
+            retry_backoff: string;
+            /** Retry Backoff Max S */
+            retry_backoff_max_s: number;
             /** Schedule Conf */
             schedule_conf: string | null;
             /** Schedule Timezone */
@@ -904,13 +1094,25 @@ export interface components {
         JobUpdate: {
             /** Alarm Email */
             alarm_email?: string | null;
+            /** Alarm On */
+            alarm_on?: string | null;
+            /** Alarm Recovery */
+            alarm_recovery?: boolean | null;
+            /** Alarm Targets */
+            alarm_targets?: {
+                [key: string]: unknown;
+            }[] | null;
             /** Author */
             author?: string | null;
             /** Child Job Ids */
             child_job_ids?: number[] | null;
+            /** Deadline Minutes */
+            deadline_minutes?: number | null;
             executor_block_strategy?: components["schemas"]["BlockStrategy"] | null;
             /** Executor Fail Retry Count */
             executor_fail_retry_count?: number | null;
+            /** Executor Fail Retry Interval S */
+            executor_fail_retry_interval_s?: number | null;
             /** Executor Handler */
             executor_handler?: string | null;
             /** Executor Param */
@@ -926,6 +1128,10 @@ export interface components {
             /** Job Group */
             job_group?: number | null;
             misfire_strategy?: components["schemas"]["MisfireStrategy"] | null;
+            /** Retry Backoff */
+            retry_backoff?: string | null;
+            /** Retry Backoff Max S */
+            retry_backoff_max_s?: number | null;
             /** Schedule Conf */
             schedule_conf?: string | null;
             /** Schedule Timezone */
@@ -1089,6 +1295,11 @@ export interface components {
         RunOut: {
             /** Alarm Status */
             alarm_status: number;
+            /**
+             * Attempt
+             * @description 1 = first run, 2 = first retry, ...
+             */
+            attempt: number;
             /** Dispatch Time */
             dispatch_time: number | null;
             /**
@@ -1251,6 +1462,29 @@ export interface components {
             revoked: boolean;
             /** User Id */
             user_id: number;
+        };
+        /** TriggerAtIn */
+        TriggerAtIn: {
+            /**
+             * Addresses
+             * @description run on these addresses only; each must be one of the group's addresses
+             */
+            addresses?: string[] | null;
+            /**
+             * At
+             * @description when to run: epoch ms, or ISO 8601 (without an offset: UTC)
+             */
+            at?: number | string | null;
+            /**
+             * Delay Ms
+             * @description or: run this many ms from now
+             */
+            delay_ms?: number | null;
+            /**
+             * Executor Param
+             * @description replaces the job's params for this run
+             */
+            executor_param?: string | null;
         };
         /** TriggerIn */
         TriggerIn: {
@@ -2496,6 +2730,202 @@ export interface operations {
             };
         };
     };
+    disable_address_groups__group_id__addresses_disable_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                group_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddressIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    enable_address_groups__group_id__addresses_enable_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                group_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddressIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_jobs_jobs_get: {
         parameters: {
             query?: {
@@ -3000,6 +3430,193 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["JobOut"];
                 };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_delayed_jobs__job_id__delayed_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DelayedFireOut"][];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_delayed_jobs__job_id__delayed__fire_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: number;
+                fire_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Bad request */
             400: {
@@ -3742,6 +4359,104 @@ export interface operations {
             };
             /** @description Triggering unavailable */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    trigger_job_at_jobs__job_id__trigger_at_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TriggerAtIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DelayedFireOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -31,8 +31,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
+from jobring.admin.alarms.service import AlarmService
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
+from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.console import console_routes
 from jobring.admin.executor_tokens import ExecutorTokens
@@ -40,6 +42,7 @@ from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
 from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
+from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
@@ -86,6 +89,7 @@ class AdminRuntime:
     executor_tokens: ExecutorTokens
     leases: StoreLeases
     alarmer: Alarmer
+    delayed: DelayedFireRunner
     metrics: AdminMetrics | None = None
 
     async def stop(self) -> None:
@@ -94,6 +98,7 @@ class AdminRuntime:
             await self.loop.stop()
         finally:
             try:
+                await self.delayed.stop()
                 await self.monitors.stop()
                 await self.trigger.close()
             finally:
@@ -139,17 +144,21 @@ async def start_runtime(
         admin_timezone=settings.timezone, config=config,
     )
     alarmer = alarmer_from_settings(settings)
-    monitors = Monitors.create(store, trigger, alarmer, clock, log_retention_days=settings.log_retention_days,
-                               audit_retention_days=settings.audit_retention_days)
+    alarms = AlarmService(store, alarmer)
+    registry = RegistryService(store, clock, trigger, dead_after_s=settings.executor_dead_after_s)
+    monitors = Monitors.create(store, trigger, alarms, clock, settings, registry)
+    callbacks = CallbackService(store, trigger, clock, alarms=alarms,
+                                fail_monitor=monitors.find("fail-monitor"))
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
-                           RegistryService(store, clock), CallbackService(store, trigger, clock),
-                           monitors, loop, ExecutorTokens(store, secrets.access_token, clock),
-                           leases, alarmer)
+                           registry, callbacks, monitors, loop,
+                           ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
+                           DelayedFireRunner(store, trigger, clock))
     # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
     runtime.metrics = AdminMetrics(runtime)
     runtime.metrics.instrument(alarmer)
     await loop.start()
     monitors.start()
+    runtime.delayed.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)
     return runtime
 
@@ -171,11 +180,13 @@ class _LateApp:
 
 
 class _ApiDispatch:
-    """``api/<name>``: the XXL-JOB 3.x job-management aliases, else the executor API."""
+    """``api/<name>``: the XXL-JOB 3.x job-management aliases, else the executor API (which
+    ``declare_api`` serves ``api/jobring/declareJobs`` in front of, when given)."""
 
-    def __init__(self, xxl3: ASGIApp, executor_api: ASGIApp) -> None:
+    def __init__(self, xxl3: ASGIApp, executor_api: ASGIApp, declare_api: ASGIApp | None = None) -> None:
         self._xxl3 = xxl3
         self._executor_api = executor_api
+        self._declare_api = declare_api
         self._xxl3_paths = {f"/api/{name}" for name in XXL3_API_NAMES}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -185,6 +196,8 @@ class _ApiDispatch:
             path = path[len(root):]
         if scope["type"] == "http" and path.rstrip("/") in self._xxl3_paths:
             await self._xxl3(scope, receive, send)
+        elif self._declare_api is not None and scope["type"] == "http" and path.rstrip("/") == DECLARE_PATH:
+            await self._declare_api(scope, receive, send)
         else:
             await self._executor_api(scope, receive, send)
 
@@ -207,12 +220,14 @@ def create_app(
             services = ManagementServices(
                 store=runtime.store, settings=settings, secrets=runtime.secrets, trigger=runtime.trigger,
                 executors=runtime.executors, clock=runtime.clock, executor_tokens=runtime.executor_tokens,
+                delayed=runtime.delayed,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(
                 xxl3_api_app(services),
                 executor_api_app(runtime.registry, runtime.callbacks, runtime.executor_tokens,
                                  address_policy(settings)),
+                declare_api_app(services),
             )
             app.state.runtime = runtime
             yield

@@ -64,6 +64,9 @@ class AuditAction(StrEnum):
     JOB_START = "job.start"
     JOB_STOP = "job.stop"
     JOB_TRIGGER = "job.trigger"
+    JOB_TRIGGER_AT = "job.trigger_at"  # a delayed run asked for
+    JOB_DELAYED_CANCEL = "job.delayed_cancel"
+    JOB_DECLARED_STOP = "job.declared_stop"  # its executor no longer declares it
     GLUE_SAVE = "glue.save"
     GLUE_RESTORE = "glue.restore"
     RUN_KILL = "run.kill"
@@ -202,7 +205,7 @@ def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, di
 # Volatile or scheduler-owned job fields: not what a person edits.
 _JOB_SKIPPED = frozenset(
     {"id", "add_time", "update_time", "glue_updatetime", "trigger_status", "trigger_last_time",
-     "trigger_next_time", "lease_owner", "lease_until"}
+     "trigger_next_time", "lease_owner", "lease_until", "declared_spec"}
 )
 
 

@@ -2,7 +2,9 @@
 
 A group's token lets an executor register under that group's appname and report the
 results of that group's runs, nothing else. The global token (``JOBRING_ACCESS_TOKEN``,
-off unless set) is valid for every group, for XXL-JOB executors that share one token.
+off unless set) is valid for every group that has no token of its own, for XXL-JOB
+executors that share one token: the admin sends a group's own token to its executors, so
+an executor holding only the global token could not take that group's runs anyway.
 Neither is a credential for job management (``api/addJob`` ... need a user API token).
 
 The executor API checks tokens against an in-memory copy of the groups' tokens, re-read
@@ -38,14 +40,18 @@ class TokenScope:
     """What a presented token may act for: every group (the global token) or some groups."""
 
     is_global: bool
-    group_ids: frozenset[int]
+    group_ids: frozenset[int]  # global: the groups with a token of their own (excluded)
     app_names: frozenset[str]
 
     def allows_app(self, app_name: str) -> bool:
-        return self.is_global or app_name in self.app_names
+        if self.is_global:
+            return app_name not in self.app_names
+        return app_name in self.app_names
 
     def allows_group(self, group_id: int) -> bool:
-        return self.is_global or group_id in self.group_ids
+        if self.is_global:
+            return group_id not in self.group_ids
+        return group_id in self.group_ids
 
 
 def _same(expected: str, given: str) -> bool:
@@ -81,7 +87,9 @@ class ExecutorTokens:
 
     def _match(self, given: str) -> TokenScope | None:
         if self._global is not None and _same(self._global, given):
-            return TokenScope(True, frozenset(), frozenset())
+            return TokenScope(
+                True, frozenset(g for g, _, _ in self._groups), frozenset(a for _, a, _ in self._groups)
+            )
         # Every group is compared (constant time per token), so the answer's timing does
         # not tell how much of a token matched.
         hits = [(gid, app) for gid, app, token in self._groups if _same(token, given)]

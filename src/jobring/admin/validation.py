@@ -148,10 +148,33 @@ def check_job(job: JobInfo, default_tz: str) -> None:
         for address in job.alarm_email.split(","):
             if address.strip() and "@" not in address:
                 raise FieldError("alarm_email", f"{address.strip()!r} is not an e-mail address")
+    _check_alarms_and_retries(job)
     check_timezone("schedule_timezone", job.schedule_timezone)
     check_schedule(job.schedule_type, job.schedule_conf, job.schedule_timezone or default_tz)
     if job.id and job.id in parse_child_ids("child_jobid", job.child_jobid):
         raise FieldError("child_jobid", "a job cannot be its own child")
+
+
+MAX_RETRY_INTERVAL_S = 24 * 3600
+MAX_DEADLINE_MINUTES = 7 * 24 * 60
+
+
+def _check_alarms_and_retries(job: JobInfo) -> None:
+    from jobring.admin.alarms.targets import TargetError, parse_targets
+    from jobring.core.retry import AlarmOn, RetryBackoff
+
+    try:
+        parse_targets(job.alarm_targets)
+    except TargetError as exc:
+        raise FieldError(exc.field, exc.message) from None
+    _check_enum("alarm_on", job.alarm_on, [a.value for a in AlarmOn])
+    _check_enum("retry_backoff", job.retry_backoff, [b.value for b in RetryBackoff])
+    if not 0 <= job.executor_fail_retry_interval_s <= MAX_RETRY_INTERVAL_S:
+        raise FieldError("executor_fail_retry_interval_s", f"must be between 0 and {MAX_RETRY_INTERVAL_S}")
+    if not 0 <= job.retry_backoff_max_s <= MAX_RETRY_INTERVAL_S:
+        raise FieldError("retry_backoff_max_s", f"must be between 0 and {MAX_RETRY_INTERVAL_S}")
+    if job.deadline_minutes is not None and not 1 <= job.deadline_minutes <= MAX_DEADLINE_MINUTES:
+        raise FieldError("deadline_minutes", f"must be between 1 and {MAX_DEADLINE_MINUTES} (or null)")
 
 
 async def check_job_references(

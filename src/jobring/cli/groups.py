@@ -57,6 +57,8 @@ def _show(args: argparse.Namespace) -> int:
         print(f"group {group['id']}: {group['app_name']} ({group['title']}), {_kind(group)} addresses")
         for address in group.get("addresses") or []:
             print(f"  address {address}")
+        for address in group.get("disabled_addresses") or []:
+            print(f"  disabled {address}")
         online = group.get("online") or []
         print(f"online executors: {len(online)}")
         if online:
@@ -104,6 +106,22 @@ def _token(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _switch(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        call = admin.groups.disable_address if args.disable else admin.groups.enable_address
+        group = call(args.group_id, args.address)
+        if args.json:
+            print_json(group)
+        else:
+            state = "disabled" if args.disable else "enabled"
+            off = set(group.get("disabled_addresses") or [])
+            routable = ", ".join(a for a in group["addresses"] if a not in off) or "-"
+            print(f"{args.address} {state} in group {group['id']}; routable: {routable}")
+        return 0
+
+    return run_remote(args, action)
+
+
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
     _, commands = group_parser(sub, "groups", "executor groups on a running admin")
@@ -132,6 +150,15 @@ def register(sub: Any) -> None:
     token.set_defaults(handler=_token)
     add_connection_args(token)
 
-    for parser in (listing, show, add):
+    switches = []
+    for name, disable in (("disable", True), ("enable", False)):
+        switch: argparse.ArgumentParser = commands.add_parser(
+            name, help=f"{name} an executor address for routing (admin)")
+        switch.add_argument("group_id", type=positive_int, metavar="ID")
+        switch.add_argument("address", metavar="URL")
+        switch.set_defaults(handler=_switch, disable=disable)
+        switches.append(switch)
+
+    for parser in (listing, show, add, *switches):
         add_connection_args(parser)
         add_json_arg(parser)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobring.cli.common import UsageError
@@ -46,6 +48,7 @@ _JOB_COLUMNS = (
     ("HANDLER", lambda job: job.get("executor_handler") or job.get("glue_type")),
     ("SCHEDULE", _schedule),
     ("STATUS", _status),
+    ("DECLARED", lambda job: "in code" if job.get("declared_by_executor") else None),
     ("NEXT FIRE (UTC)", lambda job: epoch_ms_text(job.get("trigger_next_time")) if _status(job) == "running"
      else None),
 )
@@ -112,7 +115,60 @@ def _describe_state(job: Mapping[str, Any]) -> str:
     return f"running, next fire {next_fire} UTC" if next_fire else "running"
 
 
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration(text: str) -> timedelta:
+    match = _DURATION.match(text.strip())
+    if not match or int(match.group(1)) == 0:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 10m, 2h or 1d, got {text!r}")
+    return timedelta(milliseconds=int(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+def _instant(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 date-time, got {text!r}") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _trigger_later(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        pending = admin.jobs.trigger_at(args.job_id, at=args.at, delay=args.delay, params=args.param,
+                                        addresses=args.address or None)
+        if args.json:
+            print_json(pending)
+        else:
+            print(f"job {args.job_id} scheduled to run at {epoch_ms_text(pending.get('fire_at'))} UTC "
+                  f"(delayed run {pending['id']})")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _delayed(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        if args.cancel is not None:
+            admin.jobs.cancel_delayed(args.job_id, args.cancel)
+            print(f"delayed run {args.cancel} of job {args.job_id} cancelled")
+            return 0
+        pending = admin.jobs.delayed(args.job_id)
+        if args.json:
+            print_json(pending)
+            return 0
+        print_table(pending, (("ID", "id"), ("AT (UTC)", lambda d: epoch_ms_text(d.get("fire_at"))),
+                              ("STATE", "state"), ("PARAM", "executor_param"), ("BY", "created_by")))
+        return 0
+
+    return run_remote(args, action)
+
+
 def _trigger(args: argparse.Namespace) -> int:
+    if args.at is not None or args.delay is not None:
+        return _trigger_later(args)
+
     def action(admin: AdminClient) -> int:
         result = admin.jobs.trigger(args.job_id, executor_param=args.param, addresses=args.address or None)
         if args.json:
@@ -244,12 +300,22 @@ def register(sub: Any) -> None:
     show.add_argument("job_id", type=positive_int, metavar="ID")
     show.set_defaults(handler=_show)
 
-    trigger = _remote_parser(commands, "trigger", "run a job once now")
+    trigger = _remote_parser(commands, "trigger", "run a job once now, or later with --at / --in")
     trigger.add_argument("job_id", type=positive_int, metavar="ID")
+    later = trigger.add_mutually_exclusive_group()
+    later.add_argument("--at", type=_instant, metavar="ISO",
+                       help="run at this instant (ISO 8601; without an offset: UTC)")
+    later.add_argument("--in", dest="delay", type=_duration, metavar="DURATION",
+                       help="run after this long: 90s, 10m, 2h, 1d")
     trigger.add_argument("--param", help="use this parameter instead of the job's")
     trigger.add_argument("--address", action="append", metavar="URL",
                          help="run on this executor address (repeatable); default: the job's routing")
     trigger.set_defaults(handler=_trigger)
+
+    delayed = _remote_parser(commands, "delayed", "the job's pending delayed runs (trigger --at/--in)")
+    delayed.add_argument("job_id", type=positive_int, metavar="ID")
+    delayed.add_argument("--cancel", type=positive_int, metavar="DELAYED_ID", help="cancel this delayed run")
+    delayed.set_defaults(handler=_delayed)
 
     upcoming = _remote_parser(commands, "next", "the job's next fire times")
     upcoming.add_argument("job_id", type=positive_int, metavar="ID")

@@ -71,6 +71,7 @@ _RUN_COLUMNS = (
     ("JOB", "job_id"),
     ("TRIGGERED (UTC)", lambda run: instant_text(run.get("trigger_time"))),
     ("TYPE", "trigger_type"),
+    ("TRY", lambda run: run.get("attempt", 1)),
     ("ADDRESS", "executor_address"),
     ("STATE", run_outcome),
     ("DURATION", duration_text),

@@ -56,6 +56,7 @@ class TriggerType(StrEnum):
     PARENT = "PARENT"
     API = "API"
     MISFIRE = "MISFIRE"
+    DELAYED = "DELAYED"  # a one-shot run asked for a later instant (jobring)
 
 
 class HandleCode(IntEnum):

@@ -13,6 +13,7 @@ from jobring.config import ConfigError, check_metrics_token
 
 ENV_PREFIX = "JOBRING_EXECUTOR_"
 DEFAULT_LOG_PATH = "./jobring-executor-logs"
+DECLARE_MODES = ("auto", "always", "never")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,10 @@ class ExecutorSettings:
     max_handle_msg: int = 15000
     # GET /metrics needs "Authorization: Bearer <metrics_token>" when set (open otherwise).
     metrics_token: str | None = None
+    # Send the jobs declared in code (@executor.job(..., cron=...)) to the admin: "auto" when
+    # a handler declares one, "always" (also an empty list: every declared job is stopped),
+    # "never".
+    declare_jobs: str = "auto"
 
     def base_address(self, detected_ip: str) -> str:
         """The executor address to register: configured, or built from an IP and the port."""
@@ -124,6 +129,8 @@ def _validate(s: ExecutorSettings) -> None:
         parts = urlsplit(s.address)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"executor address must be an http(s) URL, got {s.address!r}")
+    if s.declare_jobs not in DECLARE_MODES:
+        raise ConfigError(f"declare_jobs must be one of {', '.join(DECLARE_MODES)}, got {s.declare_jobs!r}")
     positive = {
         "beat_interval_s": s.beat_interval_s,
         "admin_timeout_s": s.admin_timeout_s,

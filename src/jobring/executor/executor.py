@@ -8,7 +8,8 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -19,6 +20,7 @@ from jobring.config import ConfigError
 from jobring.executor.callback import CallbackSender
 from jobring.executor.config import ExecutorSettings, check_security, load_executor_settings
 from jobring.executor.context import JobHandler
+from jobring.executor.declare import Declarer, declaration, declaration_body
 from jobring.executor.ops import ExecutorMetrics, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.registry import Registrar, detect_ipv4
 from jobring.executor.server import ExecutorEndpoints, ExecutorHttpServer
@@ -92,6 +94,9 @@ class Executor:
         self._environ = environ
         self.settings: ExecutorSettings = load_executor_settings(environ, **self._explicit)
         self._handlers: dict[str, JobHandler] = {}
+        self._declarations: dict[str, dict[str, Any]] = {}
+        self._declarer: Declarer | None = None
+        self._declare_task: asyncio.Task[None] | None = None
         self._endpoints: ExecutorEndpoints | None = None
         self._runner: JobRunner | None = None
         self._runlog: RunLog | None = None
@@ -125,14 +130,56 @@ class Executor:
         init: Callable[[], Any] | None = None,
         destroy: Callable[[], Any] | None = None,
         isolation: Literal["thread", "process"] = "thread",
+        cron: str | None = None,
+        fix_rate: int | None = None,
+        timezone: str | None = None,
+        desc: str | None = None,
+        params: str | None = None,
+        route: str | None = None,
+        timeout: int | None = None,
+        retries: int | None = None,
+        block: str | None = None,
+        misfire: str | None = None,
+        alarm_email: str | Sequence[str] | None = None,
+        child_jobs: Sequence[int] | None = None,
+        author: str | None = None,
+        start: bool = True,
+        fields: Mapping[str, Any] | None = None,
     ) -> Callable[[F], F]:
-        """Register the decorated function as the handler ``name``; it is returned unchanged."""
+        """Register the decorated function as the handler ``name``; it is returned unchanged.
+
+        The other keywords declare the handler's job in code: under a jobring admin the
+        job of this executor group with this handler is created or updated when the
+        executor starts (``cron`` Quartz expression or ``fix_rate`` seconds, ``timezone``,
+        ``desc``, ``params``, ``route``, ``timeout`` s, ``retries``, ``block``, ``misfire``,
+        ``alarm_email``, ``child_jobs`` ids, ``author``; ``fields``: any other job field
+        by its API name). Only what is given is declared; a field edited in the console
+        keeps its value until the code changes it. ``start=False`` keeps the job stopped.
+        """
+        declared = declaration(
+            name, cron=cron, fix_rate=fix_rate, start=start, more=fields or {},
+            options={"timezone": timezone, "desc": desc, "params": params, "route": route,
+                     "timeout": timeout, "retries": retries, "block": block, "misfire": misfire,
+                     "alarm_email": alarm_email, "child_jobs": child_jobs, "author": author},
+        )
 
         def register(func: F) -> F:
             self.add_handler(JobHandler(name, func, init=init, destroy=destroy, isolation=isolation))
+            if declared is not None:
+                self._declarations[name] = declared
             return func
 
         return register
+
+    @property
+    def declarer(self) -> Declarer | None:
+        """What became of the declarations sent at this start (None: nothing to send)."""
+        return self._declarer
+
+    @property
+    def declarations(self) -> list[dict[str, Any]]:
+        """The jobs declared in code, as sent to the admin."""
+        return [self._declarations[n] for n in sorted(self._declarations)]
 
     def add_handler(self, handler: JobHandler) -> None:
         """Register a handler built by hand (what :meth:`job` does)."""
@@ -248,18 +295,36 @@ class Executor:
         self.address = s.base_address(detected) if port is None else _with_port(s, detected, port)
         self._registrar = Registrar(
             self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
-            interval_s=s.beat_interval_s,
+            interval_s=s.beat_interval_s, started_at_ms=time.time_ns() // 1_000_000,
         )
         self._registrar.start()
+        self._start_declaring(self._registrar)
         self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="jobring-runlog-cleanup")
         log.info("executor %s started as %s with handlers %s", s.app_name, self.address,
                  sorted(self._handlers))
+
+    def _start_declaring(self, registrar: Registrar) -> None:
+        s = self.settings
+        if s.declare_jobs == "never" or (s.declare_jobs == "auto" and not self._declarations):
+            return
+        if not s.admin_urls():
+            return
+        assert self._client is not None
+        body = declaration_body(s.app_name, self.declarations)
+        self._declarer = Declarer(self._client, s.admin_urls(), s.access_token, body)
+        self._declare_task = asyncio.create_task(
+            self._declarer.run(registrar.registered), name="jobring-declare-jobs")
 
     async def shutdown(self) -> None:
         """Leave the admin (registryRemove), stop runs, deliver or spool their results."""
         if self._runner is None:
             return
         runner, self._runner = self._runner, None
+        if self._declare_task is not None:
+            self._declare_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._declare_task
+            self._declare_task = None
         if self._cleanup_task is not None:
             self._cleanup_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -14,7 +14,7 @@ import orjson
 import psutil
 
 from jobring.executor.callback import AdminUnavailable, admin_headers, post_to_admins
-from jobring.protocol.models import RegistryParam
+from jobring.protocol.models import STARTED_AT_HEADER, RegistryParam
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,17 @@ class Registrar:
         address: str,
         *,
         interval_s: float = 30.0,
+        started_at_ms: int | None = None,
     ) -> None:
         self._client = client
         self._admin_urls = list(admin_urls)
         self._headers = admin_headers(access_token)
+        # jobring extension, in a header so the body stays XXL-JOB's: when this process
+        # started. A jobring admin fails the runs it dispatched here before that instant
+        # (this process cannot know them); other admins ignore the header.
+        self._beat_headers = dict(self._headers)
+        if started_at_ms is not None:
+            self._beat_headers[STARTED_AT_HEADER] = str(started_at_ms)
         self._body = orjson.dumps(RegistryParam(REGISTRY_GROUP, app_name, address).to_dict())
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
@@ -74,7 +81,7 @@ class Registrar:
         while True:
             try:
                 await post_to_admins(
-                    self._client, self._admin_urls, "api/registry", self._body, self._headers
+                    self._client, self._admin_urls, "api/registry", self._body, self._beat_headers
                 )
             except AdminUnavailable as exc:
                 log.warning("registry beat failed (%s); retry in %.1f s", exc, retry_s)

@@ -202,6 +202,11 @@ class HandleCallbackParam:
         return [cls.decode(item) for item in data]
 
 
+# jobring extension: the executor process's start (epoch ms), sent as a header with
+# api/registry so the body stays XXL-JOB's; admins that do not know it ignore it.
+STARTED_AT_HEADER = "X-Jobring-Started-At"
+
+
 @dataclass(slots=True)
 class RegistryParam:
     registry_group: str

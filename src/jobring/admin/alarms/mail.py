@@ -1,4 +1,5 @@
-"""Email alarms: one message per address in the job's ``alarm_email``, sent by smtplib in a thread."""
+"""Email alarms: one message per recipient (an email target's ``to``, else the job's
+``alarm_email``), sent by smtplib in a thread."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ class SmtpConfig:
     timeout: float = 10.0
 
 
+# Answers that retrying will not change.
+_REFUSED = (
+    smtplib.SMTPRecipientsRefused,
+    smtplib.SMTPSenderRefused,
+    smtplib.SMTPAuthenticationError,
+    smtplib.SMTPNotSupportedError,
+    smtplib.SMTPDataError,
+)
+
 SmtpFactory = Callable[[SmtpConfig], smtplib.SMTP]
 
 
@@ -47,13 +57,20 @@ def recipients(alarm_email: str | None) -> list[str]:
 class EmailAlarm:
     name = "email"
 
-    def __init__(self, config: SmtpConfig, *, connect: SmtpFactory = _connect) -> None:
+    def __init__(
+        self, config: SmtpConfig, *, connect: SmtpFactory = _connect, to: list[str] | None = None
+    ) -> None:
         self._config = config
         self._connect = connect
+        self._to = to
 
     def _message(self, ctx: AlarmContext, to: str) -> EmailMessage:
         msg = EmailMessage()
-        msg["Subject"] = f"{ALARM_TITLE}: job {ctx.job.id} ({ctx.job.job_desc})"
+        msg["Subject"] = (
+            ctx.title
+            if ctx.kind.value != "failure"
+            else (f"{ALARM_TITLE}: job {ctx.job.id} ({ctx.job.job_desc})")
+        )
         msg["From"] = self._config.sender
         msg["To"] = to
         msg.set_content("\n".join(ctx.summary_lines()))
@@ -69,13 +86,16 @@ class EmailAlarm:
                 smtp.send_message(message)
 
     async def send(self, ctx: AlarmContext) -> AlarmOutcome:
-        to = recipients(ctx.job.alarm_email)
+        to = self._to if self._to is not None else recipients(ctx.job.alarm_email)
         if not to:
             return AlarmOutcome.NOT_APPLICABLE
         messages = [self._message(ctx, address) for address in to]
         try:
             await asyncio.to_thread(self._send_all, messages)
-        except (OSError, smtplib.SMTPException) as exc:
-            log.error("alarm email for log %s to %s failed: %s", ctx.log.id, to, exc)
+        except _REFUSED as exc:
+            log.error("alarm email for log %s to %s refused: %s", ctx.log.id, to, exc)
             return AlarmOutcome.FAILED
+        except OSError as exc:  # connection trouble (SMTPException is an OSError too)
+            log.warning("alarm email for log %s to %s failed: %s", ctx.log.id, to, exc)
+            return AlarmOutcome.TRANSIENT
         return AlarmOutcome.SENT

@@ -29,6 +29,7 @@ from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
     MSG_METHOD_NOT_SUPPORTED,
     MSG_TOKEN_WRONG,
+    STARTED_AT_HEADER,
     HandleCallbackParam,
     ProtocolError,
     RegistryParam,
@@ -103,7 +104,9 @@ class ExecutorApi:
             if uri == "callback":
                 return _answer(await self._callback(body, scope))
             if uri == "registry":
-                return _answer(await self._registry_call(body, scope, remove=False))
+                started = request.headers.get(STARTED_AT_HEADER, "")
+                started_at = int(started) if started.isdigit() and len(started) <= 15 else None
+                return _answer(await self._registry_call(body, scope, remove=False, started_at_ms=started_at))
             if uri == "registryRemove":
                 return _answer(await self._registry_call(body, scope, remove=True))
         except ProtocolError as exc:
@@ -126,7 +129,9 @@ class ExecutorApi:
         await self._callbacks.handle(items)
         return ReturnT.success()
 
-    async def _registry_call(self, body: bytes, scope: TokenScope, *, remove: bool) -> ReturnT:
+    async def _registry_call(
+        self, body: bytes, scope: TokenScope, *, remove: bool, started_at_ms: int | None = None
+    ) -> ReturnT:
         try:
             param = RegistryParam.decode(body)
         except ProtocolError as exc:
@@ -149,7 +154,7 @@ class ExecutorApi:
         if remove:
             await self._registry.remove(param)
         else:
-            await self._registry.register(param)
+            await self._registry.register(param, started_at_ms=started_at_ms)
         return ReturnT.success()
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from jobring.admin.scheduler.failures import alarm_recoveries
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store.records import HandleResult, JobInfo, ResultOutcome
 from jobring.admin.store.tables import job_log
@@ -28,6 +29,8 @@ from jobring.core.runstate import run_state
 from jobring.protocol.models import HandleCallbackParam
 
 if TYPE_CHECKING:
+    from jobring.admin.alarms.service import AlarmService
+    from jobring.admin.scheduler.monitors import Monitor
     from jobring.admin.store import Store
 
 log = logging.getLogger(__name__)
@@ -66,10 +69,13 @@ def child_summary(entries: Sequence[str], known: dict[int, JobInfo]) -> str:
 class CallbackService:
     """Handles ``api/callback`` batches."""
 
-    def __init__(self, store: Store, trigger: TriggerService, clock: Clock) -> None:
+    def __init__(self, store: Store, trigger: TriggerService, clock: Clock, *,
+                 alarms: AlarmService | None = None, fail_monitor: Monitor | None = None) -> None:
         self._store = store
         self._trigger = trigger
         self._clock = clock
+        self._alarms = alarms  # recovery alarms
+        self._fail_monitor = fail_monitor  # woken by a failed result: retry/alarm without waiting
         self._children_tasks: set[asyncio.Task[None]] = set()
         # For metrics (read at scrape time): callback items received, runs ended by state.
         self.received = 0
@@ -104,7 +110,25 @@ class CallbackService:
                 to_fire += [FireRequest(child, TriggerType.PARENT) for child in plan.children]
         if to_fire:
             self._spawn_children(to_fire)
+        applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
+        if self._fail_monitor is not None and any(i.handle_code != HandleCode.SUCCESS for i in applied):
+            self._fail_monitor.wake()
+        recovered = [i.log_id for i in applied if i.handle_code == HandleCode.SUCCESS]
+        if self._alarms is not None and recovered:
+            self._spawn(self._recoveries(recovered))
         return outcomes
+
+    async def _recoveries(self, log_ids: list[int]) -> None:
+        assert self._alarms is not None
+        try:
+            await alarm_recoveries(self._store, self._alarms, log_ids, self._clock.now_ms())
+        except Exception:
+            log.exception("recovery alarms for runs %s failed", log_ids[:10])
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._children_tasks.add(task)
+        task.add_done_callback(self._children_tasks.discard)
 
     async def _child_plans(self, items: Sequence[HandleCallbackParam]) -> dict[int, _ChildPlan]:
         successes = [i for i in items if i.handle_code == HandleCode.SUCCESS]
@@ -155,9 +179,7 @@ class CallbackService:
         return found
 
     def _spawn_children(self, reqs: list[FireRequest]) -> None:
-        task = asyncio.create_task(self._fire_children(reqs))
-        self._children_tasks.add(task)
-        task.add_done_callback(self._children_tasks.discard)
+        self._spawn(self._fire_children(reqs))
 
     async def _fire_children(self, reqs: list[FireRequest]) -> None:
         try:

@@ -1,4 +1,5 @@
-"""Admin monitors: registry, fail (retry + alarm), lost runs, daily report, log and audit retention.
+"""Admin monitors: registry, lost runs, daily report; the fail and deadline monitors are in
+:mod:`jobring.admin.scheduler.failures`, log retention in :mod:`jobring.admin.scheduler.retention`.
 
 Each monitor has one ``tick()`` that does a full round of work (tests call it directly)
 and runs as an asyncio task every ``interval_s``. Several admin nodes may run the same
@@ -16,16 +17,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from jobring.admin.alarms.base import AlarmContext, Alarmer
-from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store.groups import EXECUTOR
-from jobring.admin.store.records import HandleResult, JobInfo, LogEntry, ResultOutcome, TriggerResult
+from jobring.admin.store.records import HandleResult, ResultOutcome
 from jobring.core.clock import Clock
-from jobring.core.enums import AddressType, AlarmStatus, HandleCode, TriggerType
+from jobring.core.enums import AddressType, HandleCode
 from jobring.protocol.models import RegistryParam
 
 if TYPE_CHECKING:
+    from jobring.admin.alarms.service import AlarmService
+    from jobring.admin.scheduler.trigger import TriggerService
     from jobring.admin.store import Store
+    from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +39,20 @@ MSG_DISPATCH_LOST = (
     "Trigger Fail: the fire was recorded but never dispatched (its admin node stopped before "
     "calling the executor); marked as failed by the lost-run monitor"
 )
-MSG_RETRY_MARK = ">>>>>>>>>>> Fail retry trigger <<<<<<<<<<<"
-MIN_RETENTION_DAYS = 7
-DEFAULT_AUDIT_RETENTION_DAYS = 180
-DAY_MS = 24 * 3600 * 1000
+RESTART_GRACE_MS = 30_000  # a restarted executor's spooled results arrive first
+CLOCK_SKEW_MS = 2_000  # between an executor's clock and the admin's
+LOST_GRACE_S = 10  # a run dispatched this recently is not judged lost yet
+LOST_PREFIX = "lost:"  # the stable marker of runs failed because their executor went away
 
 
 def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def _sharding(param: str | None) -> tuple[int, int] | None:
-    """``"i/n"`` from a log row as (index, total), or None."""
-    if not param:
-        return None
-    parts = param.split("/")
-    if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-        return int(parts[0]), int(parts[1])
-    return None
+def lost_message(address: str | None, dead_after_s: int) -> str:
+    """The handle message of a run lost with its executor (starts with ``lost:``)."""
+    return (f"{LOST_PREFIX} executor {address or '-'} gone (unregistered, or no heartbeat for "
+            f"{dead_after_s} s); marked as failed by the lost-run monitor")
 
 
 class Monitor:
@@ -65,19 +63,30 @@ class Monitor:
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
+        self._woken = asyncio.Event()
 
     async def tick(self) -> None:
         raise NotImplementedError
 
+    def next_wait_s(self) -> float:
+        """Seconds until the next tick (a monitor may want to run earlier than its interval)."""
+        return self.interval_s
+
+    def wake(self) -> None:
+        """Run the next tick now rather than after the interval."""
+        self._woken.set()
+
     async def _loop(self) -> None:
         while True:
+            self._woken.clear()
             try:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("%s tick failed; next try in %ss", self.name, self.interval_s)
-            await asyncio.sleep(self.interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), self.next_wait_s())
 
     def start(self) -> None:
         if self._task is None:
@@ -91,9 +100,12 @@ class Monitor:
             self._task = None
 
 
-async def refresh_group_addresses(store: Store, now: datetime) -> dict[str, list[str]]:
-    """Set every auto group's address list from the live heartbeats; returns them."""
-    live = await store.registry.live(now - timedelta(seconds=DEAD_TIMEOUT_S))
+async def refresh_group_addresses(
+    store: Store, now: datetime, dead_after_s: int = DEAD_TIMEOUT_S
+) -> dict[str, list[str]]:
+    """Set every auto group's address list from the live heartbeats (without the addresses
+    disabled by hand); returns the live addresses by appname."""
+    live = await store.registry.live(now - timedelta(seconds=dead_after_s))
     await store.groups.refresh_addresses(live, now)
     return live
 
@@ -106,32 +118,53 @@ class RegistryService:
     is taken out right away.
     """
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, trigger: TriggerService | None = None,
+                 dead_after_s: int = DEAD_TIMEOUT_S) -> None:
         self._store = store
         self._clock = clock
+        self._trigger = trigger
+        self._dead_after_s = dead_after_s
+        self._started: dict[str, int] = {}  # address -> start instant its executor reported
+        self._restarts: dict[str, tuple[int, int]] = {}  # address -> (started at, seen at), pending
 
-    async def _group_lists(self, app_name: str) -> list[list[str]] | None:
+    def restarts_due(self, now_ms: int, grace_ms: int = RESTART_GRACE_MS) -> list[tuple[str, int]]:
+        """Executors seen (re)started at least ``grace_ms`` ago: (address, started at). Each is
+        handed out once. The grace lets a restarted executor deliver spooled results first."""
+        # The executor's clock may run ahead: never later than when this node first saw it.
+        due = [(a, min(s, seen)) for a, (s, seen) in self._restarts.items() if now_ms - seen >= grace_ms]
+        for address, _ in due:
+            del self._restarts[address]
+        return due
+
+    async def _needs_refresh(self, app_name: str, address: str) -> bool:
         group = await self._store.groups.by_app_name(app_name)
         if group is None or group.address_type != AddressType.AUTO:
-            return None
-        return [group.addresses]
+            return False
+        return address not in group.addresses and address not in group.disabled
 
-    async def register(self, param: RegistryParam) -> None:
+    async def register(self, param: RegistryParam, started_at_ms: int | None = None) -> None:
         now = _utc(self._clock.now_ms())
+        if started_at_ms is not None and self._started.get(param.registry_value) != started_at_ms:
+            self._started[param.registry_value] = started_at_ms
+            self._restarts[param.registry_value] = (started_at_ms, self._clock.now_ms())
         await self._store.registry.beat(param.registry_group, param.registry_key, param.registry_value, now)
         if param.registry_group != EXECUTOR:
             return
-        lists = await self._group_lists(param.registry_key)
-        if lists is not None and any(param.registry_value not in addresses for addresses in lists):
-            await refresh_group_addresses(self._store, now)
+        if self._trigger is not None:
+            self._trigger.address_back(param.registry_value)
+        if await self._needs_refresh(param.registry_key, param.registry_value):
+            await refresh_group_addresses(self._store, now, self._dead_after_s)
 
     async def remove(self, param: RegistryParam) -> None:
         now = _utc(self._clock.now_ms())
+        if param.registry_group == EXECUTOR and self._trigger is not None:
+            # At once, before the database: a fire prepared ahead must not go there.
+            self._trigger.address_gone(param.registry_value)
         removed = await self._store.registry.remove(
             param.registry_group, param.registry_key, param.registry_value
         )
         if removed and param.registry_group == EXECUTOR:
-            await refresh_group_addresses(self._store, now)
+            await refresh_group_addresses(self._store, now, self._dead_after_s)
 
 
 class RegistryMonitor(Monitor):
@@ -139,80 +172,17 @@ class RegistryMonitor(Monitor):
 
     name = "registry-monitor"
 
-    def __init__(self, store: Store, clock: Clock, interval_s: float = BEAT_TIMEOUT_S) -> None:
+    def __init__(self, store: Store, clock: Clock, interval_s: float = BEAT_TIMEOUT_S,
+                 dead_after_s: int = DEAD_TIMEOUT_S) -> None:
         super().__init__(interval_s)
         self._store = store
         self._clock = clock
+        self._dead_after_s = dead_after_s
 
     async def tick(self) -> None:
         now = _utc(self._clock.now_ms())
-        await self._store.registry.delete_dead(now - timedelta(seconds=DEAD_TIMEOUT_S))
-        await refresh_group_addresses(self._store, now)
-
-
-class FailMonitor(Monitor):
-    """Failed runs with alarm_status 0: take them (0 -> -1), retry, alarm, set the status."""
-
-    name = "fail-monitor"
-
-    def __init__(
-        self, store: Store, trigger: TriggerService, alarmer: Alarmer, interval_s: float = 10.0
-    ) -> None:
-        super().__init__(interval_s)
-        self._store = store
-        self._trigger = trigger
-        self._alarmer = alarmer
-
-    async def tick(self) -> None:
-        failed = await self._store.logs.failed_unalarmed(1000)
-        # Another node may take a log between the query and the compare-and-set.
-        lock = self._store.logs.set_alarm_status
-        taken = [e for e in failed if await lock(e.id, AlarmStatus.DEFAULT, AlarmStatus.LOCKED)]
-        if not taken:
-            return
-        jobs = await self._store.jobs.get_many({e.job_id for e in taken})
-        await self._retry([e for e in taken if e.executor_fail_retry_count > 0], jobs)
-        statuses = await asyncio.gather(*(self._alarm(e, jobs.get(e.job_id)) for e in taken))
-        for entry, status in zip(taken, statuses, strict=True):
-            await self._store.logs.set_alarm_status(entry.id, AlarmStatus.LOCKED, status)
-
-    async def _retry(self, entries: Sequence[LogEntry], jobs: dict[int, JobInfo]) -> None:
-        reqs: list[FireRequest] = []
-        marked: list[TriggerResult] = []
-        for entry in entries:
-            job = jobs.get(entry.job_id)
-            if job is None:
-                log.warning("log %s: job %s is gone, no retry", entry.id, entry.job_id)
-                continue
-            reqs.append(FireRequest(
-                job,
-                TriggerType.RETRY,
-                executor_param=entry.executor_param,
-                fail_retry_count=entry.executor_fail_retry_count - 1,
-                sharding=_sharding(entry.executor_sharding_param),
-            ))
-            marked.append(TriggerResult(
-                log_id=entry.id,
-                executor_address=entry.executor_address,
-                trigger_code=entry.trigger_code,
-                trigger_msg=f"{entry.trigger_msg or ''}\n\n{MSG_RETRY_MARK}",
-            ))
-        if not reqs:
-            return
-        await self._store.logs.update_trigger_results(marked)
-        results = await self._trigger.fire_batch(reqs)
-        for req, result in zip(reqs, results, strict=True):
-            log.info("retry of job %s: logs %s code %s", req.job.id, result.log_ids, result.trigger_code)
-
-    async def _alarm(self, entry: LogEntry, job: JobInfo | None) -> AlarmStatus:
-        if job is None:
-            return AlarmStatus.NOT_NEEDED
-        group = await self._store.groups.get(job.job_group)
-        try:
-            return await self._alarmer.alarm(AlarmContext(job, entry, group))
-        except Exception:
-            log.exception("alarm for log %s failed", entry.id)
-            return AlarmStatus.FAILED
+        await self._store.registry.delete_dead(now - timedelta(seconds=self._dead_after_s))
+        await refresh_group_addresses(self._store, now, self._dead_after_s)
 
 
 async def fail_undispatched(store: Store, triggered_before: datetime, limit: int = 1000) -> int:
@@ -227,20 +197,82 @@ async def fail_undispatched(store: Store, triggered_before: datetime, limit: int
     return await store.fires.fail_unconfirmed(ids, MSG_DISPATCH_LOST) if ids else 0
 
 
-async def delete_old_audit(store: Store, now_ms: int, retention_days: int) -> int:
-    """Delete audit records older than ``retention_days`` (at least 7), in batches."""
-    days = max(retention_days, MIN_RETENTION_DAYS)
-    deleted = await store.audit.delete_older_than(now_ms - days * DAY_MS)
-    if deleted:
-        log.info("deleted %d audit record(s) older than %d days", deleted, days)
-    return deleted
-
-
 class LostRunMonitor(Monitor):
-    """Runs that stay "running" over 10 min on an executor without a live heartbeat fail;
-    fires recorded but never dispatched for 10 min fail as triggers."""
+    """Runs whose executor went away, and fires never dispatched.
+
+    - A run "running" on an address of an automatic group that unregistered or has had no
+      heartbeat for ``dead_after_s`` (90 s) is failed at once (handle 500, message starting
+      with ``lost:``); dead heartbeats are dropped and group lists refreshed first, so the
+      retry goes to a live executor. The monitor runs every ``interval_s`` (15 s).
+    - A run "running" over 10 min on any other address without a live heartbeat (manual
+      groups) is failed as XXL-JOB does ("result lost").
+    - Fires recorded but never dispatched for 10 min fail as triggers.
+    Failures then go through the fail monitor (retry, alarm) like any other.
+    """
 
     name = "lost-run-monitor"
+
+    def __init__(self, store: Store, clock: Clock, interval_s: float = 15.0, *,
+                 dead_after_s: int = DEAD_TIMEOUT_S, on_failed: Monitor | None = None,
+                 registry: RegistryService | None = None) -> None:
+        super().__init__(interval_s)
+        self._store = store
+        self._clock = clock
+        self._dead_after_s = dead_after_s
+        self._on_failed = on_failed
+        self._registry = registry
+        self._first_tick_ms: int | None = None
+
+    async def _forgotten(self, now: datetime) -> dict[int, HandleResult]:
+        """Runs dispatched to an executor before it (re)started: it cannot know them."""
+        results: dict[int, HandleResult] = {}
+        if self._registry is None:
+            return results
+        for address, started in self._registry.restarts_due(self._clock.now_ms()):
+            since = datetime.fromtimestamp(started / 1000, tz=UTC).isoformat(timespec="seconds")
+            msg = f"{LOST_PREFIX} executor {address} restarted at {since} and no longer knows this run"
+            for entry in await self._store.logs.running_on(address, started - CLOCK_SKEW_MS):
+                results[entry.id] = HandleResult(entry.id, HandleCode.FAIL, msg, now)
+        return results
+
+    async def tick(self) -> None:
+        now_ms = self._clock.now_ms()
+        now = _utc(now_ms)
+        await self._store.registry.delete_dead(now - timedelta(seconds=self._dead_after_s))
+        live = await refresh_group_addresses(self._store, now, self._dead_after_s)
+        addresses = {a for group in live.values() for a in group}
+        undispatched = await fail_undispatched(self._store, now - timedelta(seconds=LOST_AFTER_S))
+        if undispatched:
+            log.warning("marked %d recorded but undispatched fire(s) as failed", undispatched)
+        if self._first_tick_ms is None:
+            self._first_tick_ms = now_ms
+        # Just after this node started (say after a long outage of the only admin), live
+        # executors may not have beaten again yet: wait one dead period before judging them.
+        settled = now_ms - self._first_tick_ms >= self._dead_after_s * 1000
+        auto = [g.id for g in await self._store.groups.all() if g.address_type == AddressType.AUTO]
+        gone = await self._store.logs.lost_runs(
+            now - timedelta(seconds=LOST_GRACE_S), addresses, group_ids=auto) if auto and settled else []
+        lost = await self._store.logs.lost_runs(now - timedelta(seconds=LOST_AFTER_S), addresses)
+        results = {e.id: HandleResult(e.id, HandleCode.FAIL, MSG_RESULT_LOST, now) for e in lost}
+        results.update({e.id: HandleResult(e.id, HandleCode.FAIL, lost_message(e.executor_address,
+                                                                                self._dead_after_s), now)
+                        for e in gone})
+        results.update(await self._forgotten(now))
+        if not results:
+            return
+        # record_results only fills runs that have no result yet: safe against a late
+        # callback and against another node doing the same.
+        outcomes = await self._store.logs.record_results(list(results.values()))
+        applied = sum(o is ResultOutcome.APPLIED for o in outcomes)
+        log.warning("marked %d lost run(s) as failed (%d with their executor gone)", applied, len(gone))
+        if applied and self._on_failed is not None:
+            self._on_failed.wake()
+
+
+class ReportMonitor(Monitor):
+    """Every minute: daily run counts of the last 3 days."""
+
+    name = "report-monitor"
 
     def __init__(self, store: Store, clock: Clock, interval_s: float = 60.0) -> None:
         super().__init__(interval_s)
@@ -248,50 +280,7 @@ class LostRunMonitor(Monitor):
         self._clock = clock
 
     async def tick(self) -> None:
-        now = _utc(self._clock.now_ms())
-        live = await self._store.registry.live(now - timedelta(seconds=DEAD_TIMEOUT_S))
-        addresses = {a for group in live.values() for a in group}
-        undispatched = await fail_undispatched(self._store, now - timedelta(seconds=LOST_AFTER_S))
-        if undispatched:
-            log.warning("marked %d recorded but undispatched fire(s) as failed", undispatched)
-        lost = await self._store.logs.lost_runs(now - timedelta(seconds=LOST_AFTER_S), addresses)
-        if not lost:
-            return
-        # record_results only fills logs that have no result yet: safe against a late
-        # callback and against another node doing the same.
-        outcomes = await self._store.logs.record_results(
-            [HandleResult(e.id, HandleCode.FAIL, MSG_RESULT_LOST, now) for e in lost]
-        )
-        log.warning("marked %d lost run(s) as failed", sum(o is ResultOutcome.APPLIED for o in outcomes))
-
-
-class ReportMonitor(Monitor):
-    """Every minute: daily run counts of the last 3 days; once a day: delete old logs and
-    old audit records."""
-
-    name = "report-monitor"
-
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        *,
-        log_retention_days: int,
-        audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
-        interval_s: float = 60.0,
-    ) -> None:
-        super().__init__(interval_s)
-        self._store = store
-        self._clock = clock
-        self._retention_days = log_retention_days
-        self._audit_retention_days = audit_retention_days
-        self._last_clean_ms: int | None = None
-        self._last_audit_clean_ms: int | None = None
-
-    async def tick(self) -> None:
         await self.refresh_report()
-        await self.clean_logs()
-        await self.clean_audit()
 
     async def refresh_report(self) -> None:
         now = _utc(self._clock.now_ms())
@@ -299,54 +288,41 @@ class ReportMonitor(Monitor):
         for day in await self._store.logs.counts_by_day(today - timedelta(days=2), today):
             await self._store.reports.upsert_day(day.day, day.running, day.success, day.fail, now)
 
-    async def clean_logs(self) -> int:
-        """Delete logs older than the retention (once a day; never below 7 days)."""
-        if self._retention_days < MIN_RETENTION_DAYS:
-            return 0
-        now_ms = self._clock.now_ms()
-        if self._last_clean_ms is not None and now_ms - self._last_clean_ms < 24 * 3600 * 1000:
-            return 0
-        today = _utc(now_ms).replace(hour=0, minute=0, second=0, microsecond=0)
-        deleted = await self._store.logs.delete_older_than(today - timedelta(days=self._retention_days))
-        self._last_clean_ms = now_ms
-        if deleted:
-            log.info("deleted %d run log(s) older than %d days", deleted, self._retention_days)
-        return deleted
-
-    async def clean_audit(self) -> int:
-        """Delete audit records older than their retention (once a day; at least 7 days kept)."""
-        now_ms = self._clock.now_ms()
-        if self._last_audit_clean_ms is not None and now_ms - self._last_audit_clean_ms < DAY_MS:
-            return 0
-        deleted = await delete_old_audit(self._store, now_ms, self._audit_retention_days)
-        self._last_audit_clean_ms = now_ms
-        return deleted
-
 
 class Monitors:
-    """All monitors of one admin node, started and stopped together."""
-
-    def __init__(self, monitors: Sequence[Monitor]) -> None:
-        self.monitors = list(monitors)
+    """All monitors of one admin node (and its alarm queue), started and stopped together."""
 
     @classmethod
     def create(
         cls,
         store: Store,
         trigger: TriggerService,
-        alarmer: Alarmer,
+        alarms: AlarmService,
         clock: Clock,
-        *,
-        log_retention_days: int,
-        audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS,
+        settings: AdminSettings,
+        registry: RegistryService | None = None,
     ) -> Monitors:
+        from jobring.admin.scheduler.failures import DeadlineMonitor, FailMonitor
+        from jobring.admin.scheduler.retention import RetentionMonitor
+
+        fail = FailMonitor(store, trigger, alarms, clock, retry_max_age_s=settings.retry_max_age)
+        dead = settings.executor_dead_after_s
         return cls([
-            RegistryMonitor(store, clock),
-            FailMonitor(store, trigger, alarmer),
-            LostRunMonitor(store, clock),
-            ReportMonitor(store, clock, log_retention_days=log_retention_days,
-                          audit_retention_days=audit_retention_days),
-        ])
+            RegistryMonitor(store, clock, dead_after_s=dead),
+            fail,
+            LostRunMonitor(store, clock, settings.lost_run_check_s, dead_after_s=dead, on_failed=fail,
+                           registry=registry),
+            DeadlineMonitor(store, alarms, clock),
+            ReportMonitor(store, clock),
+            RetentionMonitor(store, clock, settings),
+        ], alarms)
+
+    def __init__(self, monitors: Sequence[Monitor], alarms: AlarmService | None = None) -> None:
+        self.monitors = list(monitors)
+        self.alarms = alarms
+
+    def find(self, name: str) -> Monitor | None:
+        return next((m for m in self.monitors if m.name == name), None)
 
     def start(self) -> None:
         for monitor in self.monitors:
@@ -355,3 +331,5 @@ class Monitors:
     async def stop(self) -> None:
         for monitor in self.monitors:
             await monitor.stop()
+        if self.alarms is not None:
+            await self.alarms.close()

@@ -44,8 +44,10 @@ TRIGGER_TYPE_TITLES = {
     TriggerType.PARENT: "Parent job trigger",
     TriggerType.API: "Api trigger",
     TriggerType.MISFIRE: "Misfire compensation trigger",
+    TriggerType.DELAYED: "Delayed trigger",
 }
 MSG_ADDRESS_EMPTY = "Trigger Fail: registry address is empty"
+_MANUAL_KINDS = (TriggerType.MANUAL, TriggerType.DELAYED)  # fires a person asked for
 _PROBING = (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)  # strategies that call executors first
 
 
@@ -69,6 +71,8 @@ class FireRequest:
     address_override: list[str] | None = None
     fail_retry_count: int | None = None
     sharding: tuple[int, int] | None = None  # a retry re-runs one shard (index, total)
+    attempt: int = 1  # 1 = first run, 2 = first retry, ...
+    preferred_address: str | None = None  # a shard's retry goes back there while it is routable
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,9 @@ class TriggerService:
         # every address override check, read the group fresh.
         self._group_cache_ms = group_cache_ms
         self._group_cache: dict[int, tuple[int, _GroupView | None]] = {}
+        # Addresses that unregistered (api/registryRemove) on this node: never routed to,
+        # even by fires prepared before they left, until they register again.
+        self._gone: set[str] = set()
         # Trigger results of scheduled fires are written in batches off the fire's path.
         self._result_flush_s = result_flush_ms / 1000
         self._pending_results: list[TriggerResult] = []
@@ -230,6 +237,21 @@ class TriggerService:
     @property
     def lanes(self) -> DispatchLanes:
         return self._lanes
+
+    def address_gone(self, address: str) -> None:
+        """An executor unregistered: route nothing more to it, and re-read groups."""
+        self._gone.add(address)
+        self._group_cache.clear()
+
+    def address_back(self, address: str) -> None:
+        """An executor (re)registered."""
+        if address in self._gone:
+            self._gone.discard(address)
+            self._group_cache.clear()
+
+    def forget_groups(self) -> None:
+        """Drop the cached executor groups (an address was disabled, a group edited)."""
+        self._group_cache.clear()
 
     async def fire(self, req: FireRequest) -> FireResult:
         """Fire one request; raises TriggerRejected for a request that must not run."""
@@ -343,7 +365,7 @@ class TriggerService:
     def _view(self, group: JobGroup | None) -> _GroupView | None:
         if group is None:
             return None
-        addresses = group.addresses
+        addresses = group.routable_addresses
         refused = refused_addresses(addresses, self._policy) if addresses else []
         if refused:
             log.warning("executor group %s: not calling refused addresses %s", group.id, refused)
@@ -367,8 +389,8 @@ class TriggerService:
 
     def _plan(self, req: FireRequest, now_ms: int) -> _Plan:
         job = req.job
-        if req.address_override and req.trigger_type is not TriggerType.MANUAL:
-            raise TriggerRejected("an address list may be given only with a manual trigger")
+        if req.address_override and req.trigger_type not in _MANUAL_KINDS:
+            raise TriggerRejected("an address list may be given only with a manual or delayed trigger")
         param = req.executor_param if req.executor_param is not None else (job.executor_param or "")
         retry = req.fail_retry_count if req.fail_retry_count is not None else job.executor_fail_retry_count
         # A scheduled fire prepared ahead is logged at its planned instant (the executor files
@@ -392,6 +414,10 @@ class TriggerService:
             plan.problem = f"refused executor addresses not called: {', '.join(view.refused)}"
         if req.address_override:
             override = [a.strip() for a in req.address_override if a.strip()]
+            disabled = sorted(set(override) & set(view.group.disabled if view else []))
+            if disabled:
+                raise TriggerRejected(
+                    f"addresses disabled in the job's executor group: {', '.join(disabled)}")
             outside = sorted(set(override) - set(addresses))
             outside += [a for a in refused_addresses(override, self._policy) if a not in outside]
             if outside:
@@ -415,6 +441,7 @@ class TriggerService:
             executor_sharding_param=f"{shard[0]}/{shard[1]}" if broadcast and shard else None,
             executor_fail_retry_count=plan.retry_count,
             trigger_type=plan.req.trigger_type.value,
+            attempt=plan.req.attempt,
             # Only the first row of a broadcast carries the identity (the key is unique).
             planned_time=plan.req.planned_time if identity else None,
             admin_node=self.node_id,
@@ -513,26 +540,36 @@ class TriggerService:
             results.append(FireResult(list(plan.log_ids), False, code, msg))
         return results
 
+    def _live(self, plan: _Plan) -> list[str]:
+        """The plan's addresses without those that unregistered since it was prepared."""
+        if not self._gone or plan.manual_addresses:
+            return plan.addresses
+        return [a for a in plan.addresses if a not in self._gone]
+
     def _route_now(self, plan: _Plan, shard: tuple[int, int], now_ms: int) -> RouteResult | None:
         """The route, or why there is none, when no probe is needed; None for the strategies
         that probe executors (FAILOVER, BUSYOVER)."""
-        if not plan.addresses:
+        addresses = self._live(plan)
+        if not addresses:
             return RouteResult((), MSG_ADDRESS_EMPTY)
         if plan.strategy is None:
             return RouteResult((), f"unknown route strategy {plan.req.job.executor_route_strategy!r}")
+        preferred = plan.req.preferred_address
         if plan.strategy is RouteStrategy.SHARDING_BROADCAST:
-            index = shard[0] if shard[0] < len(plan.addresses) else 0
-            return RouteResult((plan.addresses[index],))
+            if preferred is not None and preferred in addresses:
+                return RouteResult((preferred,))
+            index = shard[0] if shard[0] < len(addresses) else 0
+            return RouteResult((addresses[index],))
         if plan.strategy in _PROBING:
             return None
-        return self._router.route_now(plan.strategy, plan.req.job.id, plan.addresses, now_ms)
+        return self._router.route_now(plan.strategy, plan.req.job.id, addresses, now_ms)
 
     async def _route(self, plan: _Plan, shard: tuple[int, int]) -> RouteResult:
         now = self._clock.now_ms()
         route = self._route_now(plan, shard, now)
         if route is None:
             assert plan.strategy is not None
-            route = await self._router.route(plan.strategy, plan.req.job.id, plan.addresses, now,
+            route = await self._router.route(plan.strategy, plan.req.job.id, self._live(plan), now,
                                              self._client.probes(plan.token))
         return route
 
@@ -551,7 +588,7 @@ class TriggerService:
     def _send_now(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> Awaitable[_Dispatched] | None:
         """Route and write the /run call now when that needs no waiting (a lane slot is
         free, the strategy needs no probe); None otherwise (the caller takes the slow way)."""
-        if not plan.addresses or plan.strategy is None or plan.strategy in _PROBING:
+        if not self._live(plan) or plan.strategy is None or plan.strategy in _PROBING:
             return None
         job_id = plan.req.job.id
         lane = self._lanes.enter_now(job_id)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from jobring.admin.store.alarms import AlarmEventRepository
 from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
+from jobring.admin.store.delayed import DelayedFire, DelayedFireRepository
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
@@ -68,6 +70,8 @@ class Store:
         self.settings = SettingRepository(self.db)
         self.lock = ScheduleLock(self.db)
         self.audit = AuditRepository(self.db)
+        self.alarms = AlarmEventRepository(self.db)
+        self.delayed = DelayedFireRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -93,6 +97,7 @@ class Store:
 
 __all__ = [
     "EXECUTOR",
+    "AlarmEventRepository",
     "HANDLE_MSG_MAX",
     "ApiToken",
     "AuditEvent",
@@ -102,6 +107,8 @@ __all__ = [
     "ClearRule",
     "Conflict",
     "DayCount",
+    "DelayedFire",
+    "DelayedFireRepository",
     "FireRepository",
     "GlueRepository",
     "GlueVersion",

@@ -39,6 +39,8 @@ async def _drop_from_permissions(conn: AsyncConnection, group_id: int) -> None:
             await conn.execute(
                 update(job_user).where(job_user.c.id == user_id).values(permission=",".join(kept) or None)
             )
+def _split(value: str | None) -> list[str]:
+    return [a.strip() for a in (value or "").split(",") if a.strip()]
 
 
 class GroupRepository(Repository):
@@ -154,6 +156,27 @@ class GroupRepository(Repository):
             await _drop_from_permissions(conn, group_id)
             return True
 
+    async def set_address_disabled(self, group_id: int, address: str, disabled: bool, now: datetime) -> bool:
+        """Take an address out of routing by hand (or put it back); True when it changed.
+        An auto group's address list drops it at once (heartbeats do not bring it back)."""
+        async with self._db.write() as conn:
+            row = (await conn.execute(
+                select(job_group.c.disabled_addresses, job_group.c.address_list, job_group.c.address_type)
+                .where(job_group.c.id == group_id).with_for_update())).first()
+            if row is None:
+                raise NotFound(f"executor group {group_id} does not exist")
+            off = _split(row.disabled_addresses)
+            if (address in off) == disabled:
+                return False
+            off = [*off, address] if disabled else [a for a in off if a != address]
+            values: dict[str, object] = {"disabled_addresses": ",".join(sorted(off)) or None,
+                                         "update_time": utc_naive(now)}
+            if disabled and row.address_type == 0:
+                kept = [a for a in _split(row.address_list) if a != address]
+                values["address_list"] = _join_addresses(kept)
+            await conn.execute(update(job_group).where(job_group.c.id == group_id).values(**values))
+            return True
+
     async def refresh_addresses(self, mapping: Mapping[str, Sequence[str]], now: datetime) -> int:
         """Set each auto-registered group's address_list from ``mapping`` (app_name ->
         addresses): sorted, comma-joined, NULL when none. Returns how many groups changed."""
@@ -161,13 +184,13 @@ class GroupRepository(Repository):
         async with self._db.write() as conn:
             rows = (
                 await conn.execute(
-                    select(job_group.c.id, job_group.c.app_name, job_group.c.address_list).where(
-                        job_group.c.address_type == 0
-                    )
+                    select(job_group.c.id, job_group.c.app_name, job_group.c.address_list,
+                           job_group.c.disabled_addresses).where(job_group.c.address_type == 0)
                 )
             ).all()
             for row in rows:
-                new = _join_addresses(mapping.get(row.app_name, ()))
+                off = set(_split(row.disabled_addresses))
+                new = _join_addresses([a for a in mapping.get(row.app_name, ()) if a not in off])
                 if new != row.address_list:
                     await conn.execute(
                         update(job_group)

@@ -147,6 +147,18 @@ class JobRepository(Repository):
         async with self._db.read() as conn:
             return int((await conn.execute(stmt)).scalar_one())
 
+    async def with_deadline(self) -> builtins.list[JobInfo]:
+        """Jobs that have a deadline alarm (``deadline_minutes`` set)."""
+        async with self._db.read() as conn:
+            stmt = select(job_info).where(job_info.c.deadline_minutes.is_not(None))
+            rows = (await conn.execute(stmt)).all()
+        return [to_record(JobInfo, r) for r in rows]
+    async def in_group(self, group_id: int) -> builtins.list[JobInfo]:
+        """Every job of the group, by id."""
+        stmt = select(job_info).where(job_info.c.job_group == group_id).order_by(job_info.c.id)
+        async with self._db.read() as conn:
+            return [to_record(JobInfo, r) for r in (await conn.execute(stmt)).all()]
+
     async def count_in_group(self, group_id: int) -> int:
         """How many jobs belong to the group."""
         page = await self.list(group_ids=[group_id], limit=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Collection, Sequence
 from dataclasses import fields
@@ -360,15 +361,18 @@ class LogRepository(Repository):
             return result.rowcount > 0
 
     async def lost_runs(
-        self, triggered_before: datetime, live_addresses: Collection[str], limit: int = 1000
+        self, triggered_before: datetime, live_addresses: Collection[str], limit: int = 1000,
+        *, group_ids: Sequence[int] | None = None,
     ) -> builtins.list[LogEntry]:
         """Running logs (trigger 200, handle 0) triggered at or before the instant whose
-        executor address has no live heartbeat."""
+        executor address has no live heartbeat (optionally only of these groups)."""
         where: builtins.list[ColumnElement[bool]] = [
             job_log.c.trigger_code == 200,
             job_log.c.handle_code == 0,
             job_log.c.trigger_time <= utc_naive(triggered_before),
         ]
+        if group_ids is not None:
+            where.append(job_log.c.job_group.in_(list(group_ids)))
         if live_addresses:
             where.append(
                 or_(
@@ -380,9 +384,88 @@ class LogRepository(Repository):
         async with self._db.read() as conn:
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
 
-    async def delete_older_than(self, before: datetime, batch: int = 1000) -> int:
-        """Delete logs triggered before ``before``, ``batch`` rows per transaction; returns the count."""
-        return await self._delete_where([job_log.c.trigger_time < utc_naive(before)], batch)
+    async def running_on(
+        self, address: str, dispatched_before_ms: int, limit: int = 1000
+    ) -> builtins.list[LogEntry]:
+        """Runs without result on ``address`` dispatched before the instant (epoch ms)."""
+        before = datetime.fromtimestamp(dispatched_before_ms / 1000, tz=UTC)
+        stmt = (
+            select(job_log)
+            .where(job_log.c.handle_code == 0, job_log.c.trigger_code == 200,
+                   job_log.c.executor_address == address,
+                   or_(job_log.c.dispatch_time < dispatched_before_ms,
+                       and_(job_log.c.dispatch_time.is_(None), job_log.c.trigger_time < utc_naive(before))))
+            .order_by(job_log.c.id)
+            .limit(limit)
+        )
+        async with self._db.read() as conn:
+            return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+    async def previous_finished(self, job_id: int, before_id: int) -> LogEntry | None:
+        """The job's latest run before ``before_id`` that has an outcome (a result, or a
+        failed trigger), or None."""
+        stmt = (
+            select(job_log)
+            .where(job_log.c.job_id == job_id, job_log.c.id < before_id,
+                   or_(job_log.c.handle_code != 0, job_log.c.trigger_code.not_in(_OK_CODES)))
+            .order_by(job_log.c.id.desc())
+            .limit(1)
+        )
+        async with self._db.read() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else to_record(LogEntry, row)
+
+    async def unfinished_between(
+        self, job_id: int, from_ms: int, to_ms: int, limit: int = 500
+    ) -> builtins.list[LogEntry]:
+        """The job's runs triggered in [from, to] (epoch ms) that have no outcome yet
+        (pending or running). Uses the (job_id, trigger_time) index."""
+        start = datetime.fromtimestamp(from_ms / 1000, tz=UTC)
+        end = datetime.fromtimestamp(to_ms / 1000, tz=UTC)
+        stmt = (
+            select(job_log)
+            .where(job_log.c.job_id == job_id,
+                   job_log.c.trigger_time >= utc_naive(start), job_log.c.trigger_time <= utc_naive(end),
+                   job_log.c.handle_code == 0, job_log.c.trigger_code.in_(_OK_CODES))
+            .order_by(job_log.c.trigger_time)
+            .limit(limit)
+        )
+        async with self._db.read() as conn:
+            return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
+
+    async def count_older_than(self, before: datetime) -> int:
+        """How many logs were triggered before ``before``."""
+        async with self._db.read() as conn:
+            return int((await conn.execute(select(func.count()).select_from(job_log).where(
+                job_log.c.trigger_time < utc_naive(before)))).scalar_one())
+
+    async def delete_older_than(self, before: datetime, batch: int = 1000, pause_s: float = 0.0) -> int:
+        """Delete logs triggered before ``before``, ``batch`` rows per short transaction (with
+        ``pause_s`` between them); returns the count."""
+        return await self._delete_where([job_log.c.trigger_time < utc_naive(before)], batch, pause_s)
+
+    async def job_ids_over(self, keep: int) -> builtins.list[int]:
+        """Jobs with more than ``keep`` runs."""
+        stmt = (select(job_log.c.job_id).group_by(job_log.c.job_id)
+                .having(func.count() > keep).order_by(job_log.c.job_id))
+        async with self._db.read() as conn:
+            return [int(i) for i in (await conn.execute(stmt)).scalars()]
+
+    async def delete_beyond_newest(
+        self, job_id: int, keep: int, batch: int = 1000, pause_s: float = 0.0
+    ) -> int:
+        """Delete the job's runs older than its ``keep`` newest (by trigger time); returns the count."""
+        async with self._db.read() as conn:
+            pivot = (await conn.execute(
+                select(job_log.c.trigger_time, job_log.c.id)
+                .where(job_log.c.job_id == job_id)
+                .order_by(job_log.c.trigger_time.desc(), job_log.c.id.desc())
+                .offset(keep).limit(1))).first()
+        if pivot is None:
+            return 0
+        older = or_(job_log.c.trigger_time < pivot.trigger_time,
+                    and_(job_log.c.trigger_time == pivot.trigger_time, job_log.c.id <= pivot.id))
+        return await self._delete_where([job_log.c.job_id == job_id, older], batch, pause_s)
 
     async def clear(
         self,
@@ -419,21 +502,28 @@ class LogRepository(Repository):
             where.append(job_log.c.id < pivot)
         return await self._delete_where(where, batch)
 
-    async def _delete_where(self, where: builtins.list[ColumnElement[bool]], batch: int) -> int:
+    async def _delete_where(
+        self, where: builtins.list[ColumnElement[bool]], batch: int, pause_s: float = 0.0
+    ) -> int:
+        """Delete in batches: the ids are read without a lock, then deleted by primary key in
+        a short transaction of their own (the condition repeated), so the table is never
+        locked for long; ``pause_s`` between batches leaves room to other writers."""
         total = 0
+        after = 0
         while True:
+            async with self._db.read() as conn:
+                ids = list((await conn.execute(
+                    select(job_log.c.id).where(*where, job_log.c.id > after)
+                    .order_by(job_log.c.id).limit(batch)
+                )).scalars())
+            if not ids:
+                return total
             async with self._db.write() as conn:
-                ids = list(
-                    (
-                        await conn.execute(
-                            select(job_log.c.id).where(*where).order_by(job_log.c.id).limit(batch)
-                        )
-                    ).scalars()
-                )
-                if not ids:
-                    return total
-                result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids)))
+                result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids), *where))
                 total += result.rowcount
+            after = ids[-1]
+            if pause_s > 0:
+                await asyncio.sleep(pause_s)
 
     async def counts_by_day(
         self, from_day: datetime, to_day: datetime, *, now_ms: int | None = None

@@ -53,6 +53,15 @@ class JobInfo:
     schedule_timezone: str | None = None
     lease_owner: str | None = None
     lease_until: int = 0
+    alarm_targets: str | None = None  # JSON list of {"kind": ..., ...}
+    alarm_on: str = "failure_final"
+    alarm_recovery: bool = False
+    deadline_minutes: int | None = None
+    executor_fail_retry_interval_s: int = 0
+    retry_backoff: str = "fixed"
+    retry_backoff_max_s: int = 3600
+    declared_spec: str | None = None  # JSON: the fields an executor last declared
+    declared_by_executor: int = 0  # 1 while the executor's code declares the job
 
     @property
     def child_job_ids(self) -> list[int]:
@@ -88,6 +97,7 @@ class NewLog:
     planned_time: int | None = None
     dispatch_time: int | None = None
     admin_node: str | None = None
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +124,7 @@ class LogEntry:
     dispatch_time: int | None
     admin_node: str | None
     handle_time_ms: int | None = None  # handle_time with its milliseconds
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,11 +223,23 @@ class JobGroup:
     update_time: datetime | None = None
     # The group's executor token (jobring addition); see admin/executor_tokens.py.
     access_token: str | None = field(default=None, repr=False)
+    disabled_addresses: str | None = None
 
     @property
     def addresses(self) -> list[str]:
         """``address_list`` split on commas, blanks dropped."""
         return [a.strip() for a in (self.address_list or "").split(",") if a.strip()]
+
+    @property
+    def disabled(self) -> list[str]:
+        """The addresses taken out of routing by hand."""
+        return [a.strip() for a in (self.disabled_addresses or "").split(",") if a.strip()]
+
+    @property
+    def routable_addresses(self) -> list[str]:
+        """``addresses`` without the disabled ones: what a fire may be routed to."""
+        off = set(self.disabled)
+        return [a for a in self.addresses if a not in off]
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,9 @@ job_group = Table(
     Column("update_time", DateTime, nullable=True),
     # jobring addition: the group's executor token (None: only the global token, if enabled)
     Column("access_token", String(128), nullable=True),
+    # jobring: addresses an admin took out of routing by hand (comma list); heartbeats
+    # do not bring them back.
+    Column("disabled_addresses", Text, nullable=True),
     sqlite_autoincrement=True,
 )
 
@@ -74,6 +77,19 @@ job_info = Table(
     Column("schedule_timezone", String(64), nullable=True),  # None: the admin's zone
     Column("lease_owner", String(64), nullable=True),  # admin node holding the job's fires
     Column("lease_until", BigInteger, nullable=False, server_default="0"),  # epoch ms
+    # Alarms and retries (jobring): JSON list of alarm targets, the alarm rule, recovery
+    # alarms, the deadline (minutes after the planned instant), retry interval and back-off.
+    Column("alarm_targets", Text, nullable=True),
+    Column("alarm_on", String(20), nullable=False, server_default="failure_final"),
+    Column("alarm_recovery", Boolean, nullable=False, server_default="0"),
+    Column("deadline_minutes", Integer, nullable=True),
+    Column("executor_fail_retry_interval_s", Integer, nullable=False, server_default="0"),
+    Column("retry_backoff", String(20), nullable=False, server_default="fixed"),
+    Column("retry_backoff_max_s", Integer, nullable=False, server_default="3600"),
+    # The field values an executor last declared for this job (JSON), and whether it is
+    # still declared (see jobring.admin.declarations).
+    Column("declared_spec", Text, nullable=True),
+    Column("declared_by_executor", SmallInteger, nullable=False, server_default="0"),
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
@@ -106,6 +122,7 @@ job_log = Table(
     Column("dispatch_time", BigInteger, nullable=True),  # actual dispatch, epoch ms
     Column("admin_node", String(64), nullable=True),
     Column("handle_time_ms", BigInteger, nullable=True),  # handle_time to the ms (run durations)
+    Column("attempt", Integer, nullable=False, server_default="1"),  # 1 = first run, 2 = first retry ...
     UniqueConstraint("job_id", "planned_time", name="ux_job_log_planned_fire"),
     Index("I_trigger_time", "trigger_time"),
     Index("I_handle_code", "handle_code"),
@@ -248,6 +265,41 @@ audit = Table(
     Index("ix_audit_actor", "actor"),
     Index("ix_audit_target", "target_type", "target_id"),
     Index("ix_audit_group", "group_id"),
+    sqlite_autoincrement=True,
+)
+
+# Alarms other than the failure alarm (which is the run's alarm_status): deadline and
+# recovery alarms, one row per (run, kind). The unique key is the claim: of two admin nodes
+# that see the same deadline pass, only the one whose insert succeeds sends the alarm.
+alarm_event = Table(
+    "jobring_alarm_event",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("log_id", BigInteger, nullable=False),
+    Column("job_id", Integer, nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("status", SmallInteger, nullable=False, server_default="-1"),
+    Column("add_time", BigInteger, nullable=False, server_default="0"),  # epoch ms
+    UniqueConstraint("log_id", "kind", name="ux_alarm_event_log_kind"),
+    Index("ix_alarm_event_time", "add_time"),
+)
+
+# One-shot runs asked for a later instant (trigger-at): fired once by whichever node gets
+# there first; the run's log row carries ``planned_time = -id``, so the run log's unique key
+# on (job id, planned time) keeps it to one run, and never collides with a scheduled fire.
+delayed_fire = Table(
+    "jobring_delayed_fire",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("job_group", Integer, nullable=False),
+    Column("fire_at", BigInteger, nullable=False),  # epoch ms
+    Column("executor_param", String(512), nullable=True),
+    Column("addresses", Text, nullable=True),  # JSON list, or null: the job's routing
+    Column("created_by", String(64), nullable=True),
+    Column("created_at", BigInteger, nullable=False),  # epoch ms
+    Index("ix_delayed_fire_at", "fire_at"),
+    Index("ix_delayed_fire_job", "job_id"),
     sqlite_autoincrement=True,
 )
 

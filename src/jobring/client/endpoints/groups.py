@@ -78,6 +78,14 @@ def group_access_token(group_id: int) -> Call[str]:
 def rotate_group_access_token(group_id: int) -> Call[str]:
     """Give the group a new executor token and return it; the old one stops working (admin only)."""
     return post(f"{_group(group_id)}/access-token/rotate", _token)
+def disable_address(group_id: int, address: str) -> Call[JsonObject]:
+    """Take an address out of routing (admin); it stays out while it keeps beating."""
+    return post(f"{_group(group_id)}/addresses/disable", as_object, {"address": address})
+
+
+def enable_address(group_id: int, address: str) -> Call[JsonObject]:
+    """Put a disabled address back into routing (admin)."""
+    return post(f"{_group(group_id)}/addresses/enable", as_object, {"address": address})
 
 
 class GroupsApi(ApiGroup[M]):
@@ -90,6 +98,8 @@ class GroupsApi(ApiGroup[M]):
     delete = Endpoint(delete_group)
     access_token = Endpoint(group_access_token)
     rotate_access_token = Endpoint(rotate_group_access_token)
+    disable_address = Endpoint(disable_address)
+    enable_address = Endpoint(enable_address)
 
 
 def dashboard(days: int = 7) -> Call[JsonObject]:

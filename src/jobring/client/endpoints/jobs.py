@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobring.client.call import (
@@ -93,6 +94,36 @@ def trigger_job(
     return post(_job(job_id) + "/trigger", as_object, body)
 
 
+def trigger_job_at(
+    job_id: int,
+    *,
+    at: datetime | None = None,
+    delay: timedelta | None = None,
+    params: str | None = None,
+    addresses: Sequence[str] | None = None,
+) -> Call[JsonObject]:
+    """Run the job once later: at ``at`` (a naive datetime is local time, as
+    ``datetime.timestamp`` reads it) or after ``delay``; durable, fired once by one admin
+    node. Returns the pending run (``id``, ``fire_at`` epoch ms, ``state`` "scheduled").
+    Exactly one of ``at`` and ``delay`` must be given (the admin answers 422 otherwise)."""
+    body = compact({
+        "at": int(at.timestamp() * 1000) if at is not None else None,
+        "delay_ms": int(delay.total_seconds() * 1000) if delay is not None else None,
+        "executor_param": params, "addresses": list(addresses) if addresses else None,
+    })
+    return post(_job(job_id) + "/trigger-at", as_object, body)
+
+
+def delayed_runs(job_id: int) -> Call[list[JsonObject]]:
+    """The job's pending delayed runs, soonest first."""
+    return get(_job(job_id) + "/delayed", as_list)
+
+
+def cancel_delayed(job_id: int, delayed_id: int) -> Call[None]:
+    """Cancel a pending delayed run."""
+    return delete(f"{_job(job_id)}/delayed/{path_part(delayed_id)}", as_nothing)
+
+
 def preview_schedule(
     schedule_type: str,
     schedule_conf: str | None = None,
@@ -121,6 +152,9 @@ class JobsApi(ApiGroup[M]):
     start = Endpoint(start_job)
     stop = Endpoint(stop_job)
     trigger = Endpoint(trigger_job)
+    trigger_at = Endpoint(trigger_job_at)
+    delayed = Endpoint(delayed_runs)
+    cancel_delayed = Endpoint(cancel_delayed)
     preview = Endpoint(preview_schedule)
 
 

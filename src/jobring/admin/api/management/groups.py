@@ -9,7 +9,7 @@ operator of a group may change its title (and delete it when it has no jobs).
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
@@ -23,12 +23,21 @@ from jobring.admin.api.management.deps import (
     ensure_group_write,
 )
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
-from jobring.admin.api.management.models import MAX_INT32, GroupIn, GroupOut, GroupTokenOut, PageOut, Text
+from jobring.admin.api.management.models import (
+    MAX_INT32,
+    AddressIn,
+    GroupIn,
+    GroupOut,
+    GroupTokenOut,
+    PageOut,
+    Text,
+)
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
 from jobring.admin.executor_tokens import new_group_token
+from jobring.admin.scheduler.monitors import refresh_group_addresses
 from jobring.admin.store.records import JobGroup
-from jobring.admin.validation import GroupFields, check_group
+from jobring.admin.validation import GroupFields, check_address, check_group
 
 router = APIRouter(tags=["groups"], responses=ERROR_RESPONSES)
 
@@ -38,7 +47,7 @@ DEAD_AFTER = timedelta(seconds=90)
 
 
 async def _out(services: ManagementServices, group: JobGroup) -> GroupOut:
-    cutoff = services.now_naive_utc() - DEAD_AFTER
+    cutoff = services.now_naive_utc() - timedelta(seconds=services.settings.executor_dead_after_s)
     entries = [
         e
         for e in await services.store.registry.entries(group.app_name)
@@ -92,14 +101,28 @@ async def list_groups(
     return PageOut[GroupOut](items=items, total=page.total, offset=offset, limit=limit)
 
 
+async def _take_registry(services: ManagementServices, group: JobGroup) -> None:
+    """An automatic group gets the addresses already registered under its appname at once
+    (not at the next registry round), and the trigger service re-reads groups."""
+    if group.address_type == 0:
+        await refresh_group_addresses(services.store, services.now_naive_utc().replace(tzinfo=UTC),
+                                      services.settings.executor_dead_after_s)
+    if services.trigger is not None:
+        services.trigger.forget_groups()
+
+
 @router.post("/groups", response_model=GroupOut, status_code=201, summary="Create an executor group (admin)")
 async def create_group(body: GroupIn, services: Services, principal: Admin) -> GroupOut:
     group = await _validated(services, body, 0)
-    group = replace(group, access_token=new_group_token())
+    if services.secrets.access_token is None:
+        # With the global token opted in, a new group uses it until an admin gives the group
+        # a token of its own (rotate): its executors hold the global one.
+        group = replace(group, access_token=new_group_token())
     new_id = await services.store.groups.create(group, services.now_naive_utc())
     created = await _load(services, new_id)
     await services.audit.group_event(principal, AuditAction.GROUP_CREATE, created, snapshot=True)
-    return await _out(services, created)
+    await _take_registry(services, created)
+    return await _out(services, await _load(services, new_id))
 
 
 @router.get(
@@ -127,7 +150,8 @@ async def update_group(group_id: GroupId, body: GroupIn, services: Services, pri
     await services.store.groups.update(group, services.now_naive_utc())
     updated = await _load(services, group_id)
     await services.audit.group_event(principal, AuditAction.GROUP_UPDATE, updated, before=old)
-    return await _out(services, updated)
+    await _take_registry(services, group)
+    return await _out(services, await _load(services, group_id))
 
 
 def _ensure_routing_unchanged(old: JobGroup, new: JobGroup) -> None:
@@ -164,6 +188,35 @@ async def rotate_group_token(group_id: GroupId, services: Services, principal: A
     if services.executor_tokens is not None:
         services.executor_tokens.forget()
     return GroupTokenOut(group_id=group.id, app_name=group.app_name, access_token=token)
+
+
+async def _set_disabled(
+    services: ManagementServices, group_id: int, body: AddressIn, disabled: bool
+) -> GroupOut:
+    group = await _load(services, group_id)
+    address = check_address("address", body.address)
+    if disabled and address not in group.addresses and address not in {
+            e.registry_value for e in await services.store.registry.entries(group.app_name)}:
+        raise ApiError(422, f"address {address!r} is not an address of executor group {group_id}", "address")
+    await services.store.groups.set_address_disabled(group_id, address, disabled, services.now_naive_utc())
+    await _take_registry(services, await _load(services, group_id))
+    return await _out(services, await _load(services, group_id))
+
+
+@router.post("/groups/{group_id}/addresses/disable", response_model=GroupOut,
+             summary="Take an address out of routing (admin); heartbeats do not bring it back")
+async def disable_address(
+    group_id: GroupId, body: AddressIn, services: Services, principal: Admin
+) -> GroupOut:
+    return await _set_disabled(services, group_id, body, True)
+
+
+@router.post("/groups/{group_id}/addresses/enable", response_model=GroupOut,
+             summary="Put a disabled address back into routing (admin)")
+async def enable_address(
+    group_id: GroupId, body: AddressIn, services: Services, principal: Admin
+) -> GroupOut:
+    return await _set_disabled(services, group_id, body, False)
 
 
 @router.delete(

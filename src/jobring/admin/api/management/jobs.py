@@ -8,11 +8,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
+from jobring.admin.alarms.targets import SECRET_MASK, AlarmTarget, TargetError, dump_targets, parse_targets
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
-from jobring.admin.api.management.errors import ERROR_RESPONSES, bad_request
+from jobring.admin.api.management.errors import ERROR_RESPONSES, bad_request, not_found
 from jobring.admin.api.management.models import (
     MAX_INT32,
+    DelayedFireOut,
     JobCreate,
     JobOut,
     JobUpdate,
@@ -20,10 +22,12 @@ from jobring.admin.api.management.models import (
     SchedulePreviewIn,
     SchedulePreviewOut,
     Text,
+    TriggerAtIn,
     TriggerIn,
     TriggerOut,
 )
 from jobring.admin.audit import AuditAction
+from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import JobInfo, JobSort
 from jobring.admin.validation import FieldError, check_schedule, check_timezone
 from jobring.core.schedule import next_fire_times, parse_schedule
@@ -48,18 +52,46 @@ def _child_list(ids: list[int] | None) -> str | None:
     return ",".join(str(i) for i in dict.fromkeys(ids or [])) or None
 
 
+def _targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = None) -> str | None:
+    """The stored JSON of a target list; a masked secret keeps the old target's secret."""
+    targets = parse_targets(raw or [])
+    if old is not None:
+        previous = [t for t in parse_targets(old.alarm_targets) if "secret" in t.config]
+        kept = []
+        for t in targets:
+            if t.config.get("secret") == SECRET_MASK:
+                same = next(
+                    (p for p in previous if p.kind == t.kind and p.config["url"] == t.config["url"]), None)
+                if same is None:
+                    raise FieldError("alarm_targets", "a masked secret must belong to an existing target")
+                t = AlarmTarget(t.kind, {**t.config, "secret": same.config["secret"]})
+            kept.append(t)
+        targets = kept
+    return dump_targets(targets)
+
+
 def job_from_create(body: JobCreate) -> JobInfo:
-    data = body.model_dump(exclude={"child_job_ids"})
-    return JobInfo(**data, child_jobid=_child_list(body.child_job_ids))
+    data = body.model_dump(exclude={"child_job_ids", "alarm_targets"})
+    try:
+        targets = _targets_text(body.alarm_targets)
+    except TargetError as exc:
+        raise FieldError(exc.field, exc.message) from None
+    return JobInfo(**data, child_jobid=_child_list(body.child_job_ids), alarm_targets=targets)
 
 
 def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
     changes: dict[str, Any] = body.model_dump(exclude_unset=True)
-    for name in _NOT_NULL:
+    for name in (*_NOT_NULL, "alarm_on", "alarm_recovery", "executor_fail_retry_interval_s", "retry_backoff",
+                 "retry_backoff_max_s"):
         if name in changes and changes[name] is None:
             raise FieldError(name, "must not be null")
     if "child_job_ids" in changes:
         changes["child_jobid"] = _child_list(changes.pop("child_job_ids"))
+    if "alarm_targets" in changes:
+        try:
+            changes["alarm_targets"] = _targets_text(changes["alarm_targets"], old)
+        except TargetError as exc:
+            raise FieldError(exc.field, exc.message) from None
     return replace(old, **changes)
 
 
@@ -139,7 +171,9 @@ async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     job = await jobservice.load_job(services, job_id)
     ensure_group_write(principal, job.job_group)
     desc = (job.job_desc + " (copy)")[:255]
-    copy = replace(job, job_desc=desc, lease_owner=None, lease_until=0)
+    # A copy is the console's: the executor's declaration keeps managing the original.
+    copy = replace(job, job_desc=desc, lease_owner=None, lease_until=0, declared_spec=None,
+                   declared_by_executor=0)
     created = await jobservice.create_job(services, copy, principal)
     await services.audit.job_event(
         principal, AuditAction.JOB_CREATE, created, snapshot=True, copied_from=job.id
@@ -186,6 +220,70 @@ async def trigger_job(
     return TriggerOut(
         log_ids=result.log_ids, trigger_code=result.trigger_code, trigger_msg=result.trigger_msg
     )
+
+
+def _delayed_out(fire: DelayedFire) -> DelayedFireOut:
+    iso = datetime.fromtimestamp(fire.fire_at / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+    return DelayedFireOut(
+        id=fire.id, job_id=fire.job_id, job_group=fire.job_group, fire_at=fire.fire_at, fire_at_iso=iso,
+        executor_param=fire.executor_param, addresses=fire.addresses, created_by=fire.created_by,
+        created_at=fire.created_at,
+    )
+
+
+@router.post(
+    "/jobs/{job_id}/trigger-at",
+    response_model=DelayedFireOut,
+    status_code=201,
+    summary="Run a job once at a later instant (durable; fired once by one admin node)",
+)
+async def trigger_job_at(
+    job_id: JobId, body: TriggerAtIn, services: Services, principal: Writer
+) -> DelayedFireOut:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    if (body.at is None) == (body.delay_ms is None):
+        raise FieldError("at", "give either at or delay_ms")
+    if body.at is not None:
+        fire_at, field = jobservice.parse_instant("at", body.at), "at"
+    else:
+        assert body.delay_ms is not None
+        fire_at, field = services.now_ms() + body.delay_ms, "delay_ms"
+    fire = await jobservice.trigger_at(
+        services, job, fire_at, body.executor_param, body.addresses, principal.user.username, field=field
+    )
+    await services.audit.job_event(
+        principal, AuditAction.JOB_TRIGGER_AT, job, delayed_fire=fire.id, fire_at=fire.fire_at,
+        executor_param=body.executor_param, addresses=body.addresses,
+    )
+    return _delayed_out(fire)
+
+
+@router.get(
+    "/jobs/{job_id}/delayed", response_model=list[DelayedFireOut], summary="A job's pending delayed runs"
+)
+async def list_delayed(job_id: JobId, services: Services, principal: Reader) -> list[DelayedFireOut]:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_read(principal, job.job_group)
+    return [_delayed_out(f) for f in await services.store.delayed.for_job(job.id)]
+
+
+@router.delete(
+    "/jobs/{job_id}/delayed/{fire_id}", status_code=204, response_class=Response,
+    summary="Cancel a pending delayed run",
+)
+async def cancel_delayed(
+    job_id: JobId, fire_id: Annotated[int, Path(ge=1, le=MAX_INT32)], services: Services, principal: Writer
+) -> Response:
+    job = await jobservice.load_job(services, job_id)
+    ensure_group_write(principal, job.job_group)
+    fire = await services.store.delayed.get(fire_id)
+    if fire is None or fire.job_id != job.id or not await services.store.delayed.remove([fire.id]):
+        raise not_found("delayed run", fire_id)
+    await services.audit.job_event(
+        principal, AuditAction.JOB_DELAYED_CANCEL, job, delayed_fire=fire.id, fire_at=fire.fire_at
+    )
+    return Response(status_code=204)
 
 
 @router.post(

@@ -9,12 +9,15 @@ the database as it was.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from jobring.admin.api.management.deps import ensure_group_write
 from jobring.admin.api.management.errors import ApiError, not_found
+from jobring.admin.api.management.models import MAX_DELAY_MS
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerRejected
 from jobring.admin.security.principal import Principal
+from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import ClearRule, JobInfo
 from jobring.admin.validation import (
     FieldError,
@@ -136,8 +139,9 @@ async def update_job(
 
 
 async def delete_job(services: ManagementServices, job: JobInfo) -> None:
-    """Delete the job, its runs and GLUE history (as the reference does), and drop it from
-    its parents' child lists."""
+    """Delete the job, its runs, delayed runs and GLUE history (as the reference does), and
+    drop it from its parents' child lists."""
+    await services.store.delayed.remove_for_job(job.id)
     for parent in await services.store.jobs.parents(job.id):
         kept = [c for c in parent.child_job_ids if c != job.id]
         await services.store.jobs.update(replace(parent, child_jobid=",".join(map(str, kept)) or None))
@@ -182,6 +186,56 @@ async def trigger_job(
         return await services.trigger.fire(request)
     except TriggerRejected as exc:
         raise ApiError(400, str(exc), "addresses") from None
+
+
+MAX_PENDING_DELAYED = 1_000  # per job: a runaway script cannot fill the table
+
+
+def parse_instant(field: str, value: int | str) -> int:
+    """Epoch ms, or an ISO 8601 text (without an offset: UTC), as epoch ms."""
+    if isinstance(value, int):
+        return value
+    if value.strip().isdigit():
+        return int(value.strip())
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise FieldError(field, "must be epoch milliseconds or an ISO 8601 date-time") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+async def trigger_at(
+    services: ManagementServices,
+    job: JobInfo,
+    fire_at: int,
+    executor_param: str | None,
+    addresses: list[str] | None,
+    created_by: str | None,
+    *,
+    field: str = "at",
+) -> DelayedFire:
+    """Record a run of ``job`` at ``fire_at`` (epoch ms, in the future, at most a year ahead)."""
+    now = services.now_ms()
+    if fire_at <= now:
+        raise FieldError(field, "must be in the future")
+    if fire_at > now + MAX_DELAY_MS:
+        raise FieldError(field, f"must be at most {MAX_DELAY_MS // 86_400_000} days ahead")
+    override: list[str] | None = None
+    if addresses:
+        override = [check_address(f"addresses.{i}", a) for i, a in enumerate(addresses)]
+        await _check_override(services, job, override)
+    if await services.store.delayed.count_for_job(job.id) >= MAX_PENDING_DELAYED:
+        raise ApiError(409, f"job {job.id} already has {MAX_PENDING_DELAYED} delayed runs pending")
+    fire_id = await services.store.delayed.add(
+        job.id, job.job_group, fire_at, executor_param, override, created_by, now)
+    if services.delayed is not None:
+        services.delayed.wake()
+    fire = await services.store.delayed.get(fire_id)
+    if fire is None:  # fired already (a delay of a few ms) by another node's poll
+        return DelayedFire(fire_id, job.id, job.job_group, fire_at, executor_param, override, created_by, now)
+    return fire
 
 
 async def _check_override(services: ManagementServices, job: JobInfo, override: list[str]) -> None:

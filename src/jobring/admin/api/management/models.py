@@ -89,6 +89,14 @@ RetryCount = Annotated[int, Field(ge=0, le=100)]
 GlueRemark = Annotated[Text, Field(max_length=128)]
 ChildJobIds = Annotated[list[Id32], Field(max_length=20)]
 GlueSource = Annotated[Text, Field(max_length=1_000_000)]
+AlarmTargets = Annotated[list[dict[str, Any]], Field(max_length=20, description=(
+    'alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, '
+    'or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}'))]
+AlarmOnRule = Annotated[str, Field(pattern="^(failure_final|every_failure)$",
+                                   description="failure_final: only when no retry follows; every_failure")]
+RetryIntervalSeconds = Annotated[int, Field(ge=0, le=24 * 3600)]
+RetryBackoffKind = Annotated[str, Field(pattern="^(fixed|exponential)$")]
+DeadlineMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 
 
 class JobFields(Strict):
@@ -114,6 +122,14 @@ class JobFields(Strict):
     glue_source: GlueSource | None = None
     glue_remark: GlueRemark | None = None
     child_job_ids: ChildJobIds = Field(default_factory=list)
+    alarm_targets: AlarmTargets = Field(default_factory=list)
+    alarm_on: AlarmOnRule = "failure_final"
+    alarm_recovery: bool = False
+    deadline_minutes: DeadlineMinutes | None = Field(
+        None, description="alarm when a run is not finished this long after its planned time")
+    executor_fail_retry_interval_s: RetryIntervalSeconds = 0
+    retry_backoff: RetryBackoffKind = "fixed"
+    retry_backoff_max_s: RetryIntervalSeconds = 3600
 
 
 class JobCreate(JobFields):
@@ -140,6 +156,23 @@ class JobUpdate(Strict):
     glue_type: GlueType | None = None
     glue_remark: GlueRemark | None = None
     child_job_ids: ChildJobIds | None = None
+    alarm_targets: AlarmTargets | None = None
+    alarm_on: AlarmOnRule | None = None
+    alarm_recovery: bool | None = None
+    deadline_minutes: DeadlineMinutes | None = None
+    executor_fail_retry_interval_s: RetryIntervalSeconds | None = None
+    retry_backoff: RetryBackoffKind | None = None
+    retry_backoff_max_s: RetryIntervalSeconds | None = None
+
+
+def targets_out(job: JobInfo) -> list[dict[str, Any]]:
+    """The job's alarm targets for output, signing secrets masked."""
+    from jobring.admin.alarms.targets import TargetError, parse_targets
+
+    try:
+        return [t.as_dict(mask_secrets=True) for t in parse_targets(job.alarm_targets)]
+    except TargetError:
+        return []
 
 
 class JobOut(BaseModel):
@@ -167,10 +200,21 @@ class JobOut(BaseModel):
     trigger_next_time: int = Field(description="epoch ms")
     add_time: datetime | None
     update_time: datetime | None
+    alarm_targets: list[dict[str, Any]] = Field(description="signing secrets are shown masked")
+    alarm_on: str
+    alarm_recovery: bool
+    deadline_minutes: int | None
+    executor_fail_retry_interval_s: int
+    retry_backoff: str
+    retry_backoff_max_s: int
+    declared_by_executor: bool = Field(
+        description="the job is declared in its executor's code (@executor.job(..., cron=...))"
+    )
 
     @classmethod
     def of(cls, job: JobInfo) -> JobOut:
-        return cls(**record_fields(cls, job))
+        return cls(**record_fields(cls, job, alarm_targets=targets_out(job),
+                                   declared_by_executor=bool(job.declared_by_executor)))
 
 
 class TriggerIn(Strict):
@@ -180,6 +224,35 @@ class TriggerIn(Strict):
     addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
         None, description="run on these addresses only; each must be one of the group's addresses"
     )
+
+
+MAX_DELAY_MS = 366 * 86_400_000  # how far ahead a delayed run may be asked for
+
+
+class TriggerAtIn(Strict):
+    at: Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)] | Annotated[Text, Field(max_length=64)] | None = Field(
+        None, description="when to run: epoch ms, or ISO 8601 (without an offset: UTC)"
+    )
+    delay_ms: Annotated[int, Field(ge=1, le=MAX_DELAY_MS)] | None = Field(
+        None, description="or: run this many ms from now"
+    )
+    executor_param: ExecutorParam | None = Field(None, description="replaces the job's params for this run")
+    addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
+        None, description="run on these addresses only; each must be one of the group's addresses"
+    )
+
+
+class DelayedFireOut(BaseModel):
+    id: int
+    job_id: int
+    job_group: int
+    fire_at: int = Field(description="epoch ms")
+    fire_at_iso: str
+    executor_param: str | None
+    addresses: list[str] | None
+    created_by: str | None
+    created_at: int = Field(description="epoch ms")
+    state: str = Field(default="scheduled", description="always scheduled: a fired or cancelled run is gone")
 
 
 class TriggerOut(BaseModel):
@@ -260,6 +333,7 @@ class RunOut(BaseModel):
         description="result time minus dispatch time, once finished; null while not finished or "
         "when the run never started"
     )
+    attempt: int = Field(description="1 = first run, 2 = first retry, ...")
 
     @classmethod
     def of(cls, e: LogEntry, now_ms: int) -> RunOut:
@@ -327,6 +401,7 @@ class GroupOut(BaseModel):
     address_type: int
     addresses: list[str]
     online: list[OnlineAddress]
+    disabled_addresses: list[str] = Field(description="taken out of routing by hand")
     update_time: datetime | None
     has_access_token: bool = Field(
         description="the group has its own executor token (admins read it at /groups/{id}/access-token)"
@@ -337,13 +412,18 @@ class GroupOut(BaseModel):
         online = [
             OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time)) for e in entries
         ]
-        return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token)))
+        return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token),
+                                   disabled_addresses=g.disabled))
 
 
 class GroupTokenOut(BaseModel):
     group_id: int
     app_name: str
     access_token: str
+
+
+class AddressIn(Strict):
+    address: Annotated[Text, Field(min_length=1, max_length=255)]
 
 
 # -- users, tokens, auth ---------------------------------------------------------------------

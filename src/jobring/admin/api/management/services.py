@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets
 from jobring.admin.executor_tokens import ExecutorTokens
+from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.security.passwords import PasswordWorkers, shared_password_workers
@@ -40,6 +41,7 @@ class ManagementServices:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     passwords: PasswordWorkers = field(default_factory=shared_password_workers)
     executor_tokens: ExecutorTokens | None = None
+    delayed: DelayedFireRunner | None = None  # woken when a delayed fire is added
     audit: AuditLog = field(init=False)
     address_policy: AddressPolicy = field(init=False)
 

@@ -1,0 +1,208 @@
+"""Chat alarm channels: Slack, DingTalk, WeCom and Feishu/Lark webhooks, each in its
+documented message shape (and signature, where the robot has a signing secret)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote_plus
+
+import httpx
+import orjson
+
+from jobring.admin.alarms.base import AlarmContext, AlarmOutcome
+
+log = logging.getLogger(__name__)
+
+NowMs = Callable[[], int]
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def post_json(
+    name: str,
+    url: str,
+    body: dict[str, Any],
+    *,
+    timeout: float,  # noqa: ASYNC109 - the HTTP client's own per-request timeout
+    transport: httpx.AsyncBaseTransport | None,
+    error_key: str | None = None,
+) -> AlarmOutcome:
+    """POST ``body``; connection errors, timeouts, 429 and 5xx are transient, other non-2xx
+    answers permanent. ``error_key``: the JSON field whose non-zero value means refused."""
+    try:
+        async with httpx.AsyncClient(timeout=timeout, transport=transport) as http:
+            response = await http.post(
+                url, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
+            )
+    except httpx.HTTPError as exc:
+        log.warning("alarm %s: %s: %s", name, type(exc).__name__, exc)
+        return AlarmOutcome.TRANSIENT
+    if response.status_code == 429 or response.status_code >= 500:
+        log.warning("alarm %s answered HTTP %s", name, response.status_code)
+        return AlarmOutcome.TRANSIENT
+    if not response.is_success:
+        log.error("alarm %s answered HTTP %s: %s", name, response.status_code, response.text[:200])
+        return AlarmOutcome.FAILED
+    if error_key is not None:
+        try:
+            answer = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            log.error("alarm %s answered non-JSON: %s", name, response.text[:200])
+            return AlarmOutcome.FAILED
+        code = answer.get(error_key, answer.get("StatusCode", 0)) if isinstance(answer, dict) else None
+        if code not in (0, None):
+            log.error("alarm %s refused the message: %s", name, response.text[:200])
+            return AlarmOutcome.FAILED
+    return AlarmOutcome.SENT
+
+
+def _markdown(ctx: AlarmContext) -> str:
+    lines = [f"**{ctx.title}**", ""]
+    lines += [f"- {line}" for line in ctx.summary_lines() if not line.startswith("Run: ")]
+    if ctx.run_url:
+        lines += ["", f"[Open the run]({ctx.run_url})"]
+    return "\n".join(lines)
+
+
+class _HttpChannel:
+    name = "http"
+
+    def __init__(
+        self, url: str, *, timeout: float = 10.0, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.url = url
+        self._timeout = timeout
+        self._transport = transport
+
+    async def _post(self, url: str, body: dict[str, Any], error_key: str | None = None) -> AlarmOutcome:
+        return await post_json(
+            self.name, url, body, timeout=self._timeout, transport=self._transport, error_key=error_key
+        )
+
+
+class SlackAlarm(_HttpChannel):
+    """Slack incoming webhook: ``{"text": ..., "blocks": [...]}`` (text is the fallback)."""
+
+    name = "slack"
+
+    def body(self, ctx: AlarmContext) -> dict[str, Any]:
+        blocks: list[dict[str, Any]] = [
+            {"type": "header", "text": {"type": "plain_text", "text": ctx.title[:150]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(ctx.summary_lines())[:3000]}},
+        ]
+        if ctx.run_url:
+            blocks.append(
+                {
+                    "type": "actions",
+                    "elements": [
+                        {
+                            "type": "button",
+                            "text": {"type": "plain_text", "text": "Open the run"},
+                            "url": ctx.run_url,
+                        }
+                    ],
+                }
+            )
+        return {"text": ctx.text, "blocks": blocks}
+
+    async def send(self, ctx: AlarmContext) -> AlarmOutcome:
+        return await self._post(self.url, self.body(ctx))
+
+
+def dingtalk_sign(timestamp_ms: int, secret: str) -> str:
+    """DingTalk robot signature: base64(HmacSHA256(secret, "timestamp\\nsecret")), URL-encoded."""
+    digest = hmac.new(secret.encode(), f"{timestamp_ms}\n{secret}".encode(), hashlib.sha256).digest()
+    return quote_plus(base64.b64encode(digest).decode())
+
+
+class DingTalkAlarm(_HttpChannel):
+    """DingTalk custom robot: markdown message; with a secret, ``timestamp`` and ``sign``
+    query parameters are added to the robot's URL."""
+
+    name = "dingtalk"
+
+    def __init__(
+        self,
+        url: str,
+        secret: str | None = None,
+        *,
+        now_ms: NowMs = _wall_ms,
+        timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(url, timeout=timeout, transport=transport)
+        self._secret = secret
+        self._now_ms = now_ms
+
+    def signed_url(self) -> str:
+        if not self._secret:
+            return self.url
+        stamp = self._now_ms()
+        joiner = "&" if "?" in self.url else "?"
+        return f"{self.url}{joiner}timestamp={stamp}&sign={dingtalk_sign(stamp, self._secret)}"
+
+    def body(self, ctx: AlarmContext) -> dict[str, Any]:
+        return {"msgtype": "markdown", "markdown": {"title": ctx.title[:64], "text": _markdown(ctx)}}
+
+    async def send(self, ctx: AlarmContext) -> AlarmOutcome:
+        return await self._post(self.signed_url(), self.body(ctx), error_key="errcode")
+
+
+class WeComAlarm(_HttpChannel):
+    """WeCom (WeChat Work) group robot: ``{"msgtype": "markdown", "markdown": {"content": ...}}``."""
+
+    name = "wecom"
+
+    def body(self, ctx: AlarmContext) -> dict[str, Any]:
+        # WeCom markdown content is limited to 4096 bytes.
+        return {
+            "msgtype": "markdown",
+            "markdown": {"content": _markdown(ctx).encode()[:4000].decode(errors="ignore")},
+        }
+
+    async def send(self, ctx: AlarmContext) -> AlarmOutcome:
+        return await self._post(self.url, self.body(ctx), error_key="errcode")
+
+
+def feishu_sign(timestamp_s: int, secret: str) -> str:
+    """Feishu/Lark bot signature: base64(HmacSHA256(key="timestamp\\nsecret", msg=""))."""
+    digest = hmac.new(f"{timestamp_s}\n{secret}".encode(), b"", hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+class FeishuAlarm(_HttpChannel):
+    """Feishu/Lark custom bot: a text message, with ``timestamp`` (seconds) and ``sign``
+    in the body when the bot has a signing secret."""
+
+    name = "feishu"
+
+    def __init__(
+        self,
+        url: str,
+        secret: str | None = None,
+        *,
+        now_ms: NowMs = _wall_ms,
+        timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(url, timeout=timeout, transport=transport)
+        self._secret = secret
+        self._now_ms = now_ms
+
+    def body(self, ctx: AlarmContext) -> dict[str, Any]:
+        body: dict[str, Any] = {"msg_type": "text", "content": {"text": ctx.text}}
+        if self._secret:
+            stamp = self._now_ms() // 1000
+            body = {"timestamp": str(stamp), "sign": feishu_sign(stamp, self._secret), **body}
+        return body
+
+    async def send(self, ctx: AlarmContext) -> AlarmOutcome:
+        return await self._post(self.url, self.body(ctx), error_key="code")
