@@ -202,7 +202,12 @@ async def test_next_lists_upcoming_fire_times(env: AdminEnv, cli: Cli) -> None:
     assert first.endswith(" 00:30:00 UTC") and second.endswith(" 00:30:00 UTC") and first < second
     manual = await env.job(group, schedule_type="NONE", schedule_conf=None)
     none = await cli("jobs", "next", str(manual["id"]))
-    assert none.out == f"job {manual['id']} has no schedule: it runs only when triggered\n"
+    assert (none.code, none.out) == (1, "")
+    assert none.err == f"jobring: job {manual['id']} has no schedule: it runs only when triggered\n"
+    # A cron whose only fire is past never fires again: said on stderr, exit 1.
+    past = await env.job(group, schedule_type="CRON", schedule_conf="0 0 0 1 1 ? 2020")
+    never = await cli("jobs", "next", str(past["id"]))
+    assert (never.code, never.out) == (1, "") and "never fires again" in never.err
     too_many = await cli("jobs", "next", str(job["id"]), "--count", "1000")
     assert too_many.code == 2 and "count" in too_many.err
 

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
+
+import pytest
 
 from jobring.admin.demo_seed import DEMO_APP_NAME, seed_demo
 from jobring.admin.store import Store
+from jobring.cli.local import prepare_local
+from jobring.config import AdminSettings
 from jobring.core.schedule import parse_schedule
 
 NOW = datetime(2026, 11, 22, 12, 0, 0)
@@ -33,3 +38,21 @@ async def test_seed_gives_an_older_demo_group_a_token(sqlite_store: Store) -> No
     again = await seed_demo(sqlite_store, NOW)
     group = await sqlite_store.groups.by_app_name(DEMO_APP_NAME)
     assert group is not None and again.access_token and group.access_token == again.access_token
+
+
+async def test_prepare_local_puts_the_demo_executor_in_its_group_before_the_admin_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A demo job left running fires as soon as the scheduling loop starts after a restart: the
+    # demo executor's address must already be there (it listens before the admin serves).
+    settings = AdminSettings(database_url=f"sqlite:///{tmp_path / 'local.db'}",
+                             admin_password="A-long-pw-123")
+    token = await prepare_local(settings, 19990)
+    assert token
+    store = await Store.open(settings.database_url, upgrade=False)
+    try:
+        group = await store.groups.by_app_name(DEMO_APP_NAME)
+        assert group is not None and group.addresses == ["http://127.0.0.1:19990/"]
+    finally:
+        await store.close()
+    assert "created the demo group" in capsys.readouterr().err

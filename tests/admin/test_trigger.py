@@ -95,6 +95,7 @@ async def test_fire_inserts_log_then_calls_run_and_records_answer(env: Env) -> N
     for fragment in ("Manual trigger", "node-a", "Route strategy: FIRST", "Block strategy: DISCARD_LATER",
                      "Timeout: 7", "Fail retry count: 0", f"address: {env.double.address(0)}", "code: 200"):
         assert fragment in msg
+    assert "msg:" not in msg  # the executor's success has no message: no "msg: None"
 
 
 async def test_param_and_retry_count_overrides(env: Env) -> None:

@@ -44,7 +44,7 @@ async def start_demo(admin: FakeAdmin, log_path: Path) -> tuple[asyncio.subproce
     )
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
-    match = re.search(r"listening on 127\.0\.0\.1:(\d+), registered as (\S+)", line)
+    match = re.search(r"listening on 127\.0\.0\.1:(\d+), registering as (\S+)", line)
     assert match, line
     return proc, int(match.group(1))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,3 +105,25 @@ def test_run_starts_admin_and_demo_executor_and_demo_jobs_run(
 
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 0
+
+
+@pytest.mark.parametrize("taken", ["admin", "demo"])
+def test_a_taken_port_stops_the_start_before_anything_happens(tmp_path: Path, taken: str) -> None:
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    try:
+        busy = blocker.getsockname()[1]
+        port, demo_port = (busy, free_port()) if taken == "admin" else (free_port(), busy)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
+        done = subprocess.run(
+            [sys.executable, "-m", "jobring.cli", "run", "--port", str(port), "--demo-port", str(demo_port)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        )
+    finally:
+        blocker.close()
+    assert done.returncode == 2
+    option = "--port" if taken == "admin" else "--demo-port"
+    assert done.stderr.startswith(f"jobring: error: port {busy} ") and option in done.stderr
+    assert len(done.stderr.splitlines()) == 1  # no traceback, no password used up
+    assert list(tmp_path.iterdir()) == []  # no database created

@@ -154,7 +154,7 @@ async def test_background_thread_reports_a_start_failure(admin: FakeAdmin, tmp_p
     try:
         ex = make_executor(admin, tmp_path)
         ex.configure(port=blocker.getsockname()[1])
-        with pytest.raises(Exception, match="cannot listen"):
+        with pytest.raises(Exception, match="is in use"):
             await asyncio.to_thread(ex.start_in_thread)
         assert not ex.running
     finally:

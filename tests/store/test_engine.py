@@ -20,6 +20,7 @@ from jobring.admin.store import (
     normalize_url,
 )
 from jobring.cli import main
+from tests.dbs import backend_of
 
 
 @pytest.mark.parametrize(
@@ -96,8 +97,13 @@ async def test_unreachable_server_error_is_transient() -> None:
 
 
 def test_cli_db_upgrade_and_current(fresh_db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["db", "current", "--database-url", fresh_db_url]) == 0
-    assert "revision none" in capsys.readouterr().out
+    if backend_of(fresh_db_url) == "sqlite":
+        # Reading a SQLite file that is not there would create it: refused instead.
+        assert main(["db", "current", "--database-url", fresh_db_url]) == 2
+        assert "no database at" in capsys.readouterr().err
+    else:
+        assert main(["db", "current", "--database-url", fresh_db_url]) == 0
+        assert "revision none" in capsys.readouterr().out
     assert main(["db", "upgrade", "--database-url", fresh_db_url]) == 0
     assert f"upgraded schema from none to {head_revision()}" in capsys.readouterr().out
     assert main(["db", "upgrade", "--database-url", fresh_db_url]) == 0
@@ -114,6 +120,24 @@ def test_cli_db_url_from_environment(
     monkeypatch.delenv("JOBRING_CONFIG", raising=False)
     assert main(["db", "upgrade"]) == 0
     assert str(tmp_path / "env.db") in capsys.readouterr().out
+
+
+def test_cli_db_current_never_creates_the_default_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JOBRING_DATABASE_URL", raising=False)
+    monkeypatch.delenv("JOBRING_CONFIG", raising=False)
+    assert main(["db", "upgrade", "--database-url", "sqlite:///elsewhere.db"]) == 0
+    capsys.readouterr()
+    assert main(["db", "current"]) == 2
+    err = capsys.readouterr().err
+    assert "no database at ./jobring.db" in err and "--database-url" in err
+    assert not (tmp_path / "jobring.db").exists()
+    assert main(["db", "current", "--database-url", "sqlite:///elsewhere.db"]) == 0
+    assert f"revision {head_revision()} (up to date)" in capsys.readouterr().out
+    (tmp_path / "jobring.toml").write_text('database_url = "sqlite:///elsewhere.db"\n')
+    assert main(["db", "current", "--config", "jobring.toml"]) == 0
 
 
 def test_cli_db_bad_input(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,6 +20,7 @@ from jobring.admin.store import (
     upgrade_database,
 )
 from jobring.admin.store.migrate import VERSION_TABLE
+from jobring.admin.store.records import JobGroup
 from jobring.admin.store.tables import metadata
 from tests.dbs import backend_of
 
@@ -181,6 +182,12 @@ async def test_adopts_existing_xxl_job_database(fresh_db_url: str) -> None:
         assert await store.users.create(username="ops", role=0, now=datetime(2026, 1, 1)) > 1
         assert await store.jobs.create(job) > 1
         assert await store.settings.get_or_create("k", "v") == "v"
+        # XXL-JOB's varchar(12) title is widened (r0010): longer titles are stored whole.
+        long_title = "Billing and invoicing"
+        billing = JobGroup(app_name="billing", title=long_title)
+        new_group = await store.groups.create(billing, datetime(2026, 1, 1))
+        stored_group = await store.groups.get(new_group)
+        assert stored_group is not None and stored_group.title == long_title
         async with store.lock.schedule_lock():
             pass
         async with engine.connect() as conn:

@@ -511,7 +511,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** This admin's settings */
+        /** The admin's settings (admin) */
         get: operations["settings_settings_get"];
         put?: never;
         post?: never;
@@ -530,6 +530,23 @@ export interface paths {
         };
         /** The global executor access token, if enabled (admin) */
         get: operations["access_token_settings_access_token_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/settings/console": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** What every signed-in user's console needs: GLUE on or off, the default zone */
+        get: operations["console_settings_settings_console_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -731,6 +748,16 @@ export interface components {
          * @enum {string}
          */
         ClearRule: "older_than_1_day" | "older_than_1_week" | "older_than_1_month" | "older_than_3_months" | "older_than_6_months" | "older_than_1_year" | "keep_last_1k" | "keep_last_10k" | "keep_last_30k" | "keep_last_100k" | "all";
+        /** ConsoleSettingsOut */
+        ConsoleSettingsOut: {
+            /** Glue Enabled */
+            glue_enabled: boolean;
+            /**
+             * Timezone
+             * @description the admin's default schedule zone
+             */
+            timezone: string;
+        };
         /** DashboardOut */
         DashboardOut: {
             /** Chart */
@@ -1391,13 +1418,26 @@ export interface components {
         ScheduleType: "NONE" | "CRON" | "FIX_RATE";
         /** SettingsOut */
         SettingsOut: {
-            /** Database Backend */
+            /**
+             * Base Path
+             * @description executor API path prefix
+             */
+            base_path: string;
+            /**
+             * Database Backend
+             * @description sqlite, postgresql or mysql
+             */
             database_backend: string;
+            /**
+             * Global Access Token
+             * @description the global executor token (JOBRING_ACCESS_TOKEN) is on: executors of groups without a token of their own present it
+             */
+            global_access_token: boolean;
             /** Glue Enabled */
             glue_enabled: boolean;
             /**
              * Timezone
-             * @description the admin's default schedule zone
+             * @description zone of cron schedules without their own
              */
             timezone: string;
             /** Version */
@@ -5190,6 +5230,98 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AccessTokenOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    console_settings_settings_console_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleSettingsOut"];
                 };
             };
             /** @description Bad request */

@@ -294,6 +294,7 @@ export const en = {
   "settings.disabled": "Disabled",
   "settings.version": "Version",
   "settings.backend": "Database backend",
+  "settings.basePath": "Executor API path",
   "settings.timezone": "Default time zone",
   "profile.title": "My account",
   "profile.tokens": "API tokens",

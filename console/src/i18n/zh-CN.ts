@@ -296,6 +296,7 @@ export const zhCN: Messages = {
   "settings.disabled": "未启用",
   "settings.version": "版本",
   "settings.backend": "数据库",
+  "settings.basePath": "执行器 API 路径",
   "settings.timezone": "默认时区",
   "profile.title": "我的账号",
   "profile.tokens": "API 令牌",

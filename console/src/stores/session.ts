@@ -44,7 +44,7 @@ export async function loadSession(): Promise<User | null> {
 }
 
 export async function loadSettings(): Promise<void> {
-  const settings = await ok(api.GET("/settings"));
+  const settings = await ok(api.GET("/settings/console"));
   session.glueEnabled = settings.glue_enabled;
   session.adminZone = settings.timezone;
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import signal
@@ -77,9 +78,33 @@ async def preflight(settings: AdminSettings) -> str | None:
     return None
 
 
-def serve(settings: AdminSettings, *, out: TextIO | None = None, log_level: str = "info") -> int:
-    """Serve until stopped; returns the process exit code (0 after a clean stop, 1 when the
-    node could not start, e.g. database unreachable or schema behind with upgrades off)."""
+class PortInUse(OSError):
+    """The admin's port is taken by another process."""
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, taken before anything else starts (so a taken port
+    fails at once, before a password is printed); :class:`PortInUse` when it is taken."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(exc.errno, f"port {port} is in use on {host}") from exc
+        raise
+    sock.listen(2048)
+    return sock
+
+
+def serve(
+    settings: AdminSettings, *, out: TextIO | None = None, log_level: str = "info",
+    sock: socket.socket | None = None,
+) -> int:
+    """Serve until stopped (on ``sock`` when given, already bound); returns the process exit
+    code (0 after a clean stop, 1 when the node could not start, e.g. database unreachable
+    or schema behind with upgrades off)."""
     problem = asyncio.run(preflight(settings))
     if problem is not None:
         print(f"jobring: error: {problem}", file=sys.stderr, flush=True)
@@ -104,7 +129,7 @@ def serve(settings: AdminSettings, *, out: TextIO | None = None, log_level: str 
         forwarded_allow_ips=proxies or None,
     )
     server = _Server(config)
-    server.run()
+    server.run(sockets=[sock] if sock is not None else None)
     if not server.started:
         log.error("the admin node did not start (see the errors above)")
         return 1

@@ -232,7 +232,7 @@ def check_group(fields: GroupFields, policy: AddressPolicy | None = None) -> str
     """Validate a group; returns the stored address_list (comma list) for manual groups."""
     if not APP_NAME_PATTERN.match(fields.app_name):
         raise FieldError("app_name", "must be 1-64 letters, digits or _ . : -, starting alphanumeric")
-    check_text("title", fields.title, 12, required=True)
+    check_text("title", fields.title, 64, required=True)
     if fields.address_type not in (0, 1):
         raise FieldError("address_type", "must be 0 (automatic) or 1 (manual)")
     if fields.address_type == 0:

@@ -1,10 +1,14 @@
+# PYTHON_ARGCOMPLETE_OK
 """The ``jobring`` command line. Each command group lives in its own module."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
+
+import argcomplete
 
 from jobring.cli import admin as admin_cmd
 from jobring.cli import audit as audit_cmd
@@ -14,10 +18,14 @@ from jobring.cli import executor as executor_cmd
 from jobring.cli import groups as groups_cmd
 from jobring.cli import jobs as jobs_cmd
 from jobring.cli import runs as runs_cmd
+from jobring.cli import settings as settings_cmd
 from jobring.cli import tokens as tokens_cmd
+from jobring.cli import users as users_cmd
 from jobring.cli.common import EXIT_USAGE, UsageError
+from jobring.cli.examples import add_examples
 
-_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, tokens_cmd, audit_cmd)
+_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, users_cmd, tokens_cmd,
+           settings_cmd, audit_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,18 +36,35 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in _GROUPS:
         group.register(sub)
+    add_examples(parser)
     return parser
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``jobring runs list | head -2``): as the Python
+    docs advise, point stdout at devnull so the exit flush cannot fail again, and end quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argcomplete.autocomplete(parser)  # answers shell completion requests, else does nothing
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except UsageError as exc:
         print(f"jobring: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
+import socket
 import sys
 from dataclasses import replace
 from typing import Any
@@ -12,6 +12,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobring.cli.common import UsageError
 from jobring.config import AdminSettings, ConfigError, load_settings
+
+# Not the executors' default 9999: one's own first executor must not collide with the demo.
+DEMO_PORT = 9990
 
 
 def register(sub: Any) -> None:
@@ -29,8 +32,8 @@ def register(sub: Any) -> None:
     _add_options(run)
     run.add_argument("--no-demo", action="store_true",
                      help="do not seed the demo jobs nor start the demo executor")
-    run.add_argument("--demo-port", type=int, default=9999,
-                     help="port of the demo executor on 127.0.0.1 (default 9999)")
+    run.add_argument("--demo-port", type=int, default=DEMO_PORT,
+                     help=f"port of the demo executor on 127.0.0.1 (default {DEMO_PORT})")
     run.set_defaults(handler=_run)
 
 
@@ -98,7 +101,18 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
     return settings
 
 
-def _serve(settings: AdminSettings) -> int:
+def _bind(settings: AdminSettings) -> socket.socket:
+    from jobring.admin.node import PortInUse, bind_port
+
+    try:
+        return bind_port(settings.host, settings.port)
+    except PortInUse:
+        raise UsageError(f"port {settings.port} is in use: pass --port or set JOBRING_PORT") from None
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+
+
+def _serve(settings: AdminSettings, sock: socket.socket) -> int:
     # Imported here so `jobring --help` and the other commands stay light.
     from jobring.admin.app import make_node_id
     from jobring.admin.node import serve
@@ -109,38 +123,57 @@ def _serve(settings: AdminSettings) -> int:
         settings = replace(settings, node_id=make_node_id(settings))
     setup_logging(settings.log_format, settings.log_level)
     set_log_node(settings.node_id)
-    return serve(settings, log_level=settings.log_level.lower())
+    return serve(settings, log_level=settings.log_level.lower(), sock=sock)
 
 
 def _admin(args: argparse.Namespace) -> int:
-    return _serve(settings_from_args(args))
-
-
-def _run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    if not 1 <= args.demo_port <= 65535:
-        raise UsageError(f"--demo-port: must be 1-65535, got {args.demo_port}")
-    demo: subprocess.Popen[bytes] | None = None
-    if not args.no_demo:
-        # Bootstrap here (idempotent; the node repeats it) so the demo executor gets the token.
-        from jobring.cli.local import prepare_local, start_demo_executor
+    return _serve(settings, _bind(settings))
 
-        try:
-            token = asyncio.run(prepare_local(settings))
-        except Exception as exc:  # noqa: BLE001 - reported as one line, the node would fail the same way
-            print(f"jobring: error: cannot prepare the database: {exc}", file=sys.stderr)
-            return 1
-        demo = start_demo_executor(settings, token, args.demo_port)
+
+def _banner(settings: AdminSettings) -> None:
     from sqlalchemy.engine import make_url
 
     print(f"jobring: admin at http://{settings.host}:{settings.port}/ (health: /health, "
           f"/ready, metrics: /metrics, API docs: /api/v1/docs), database "
           f"{make_url(settings.database_url).render_as_string(hide_password=True)}; "
           "Ctrl-C to stop", file=sys.stderr, flush=True)
-    try:
-        return _serve(settings)
-    finally:
-        if demo is not None:
-            from jobring.cli.local import stop_process
 
-            stop_process(demo)
+
+def _run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    if not 1 <= args.demo_port <= 65535:
+        raise UsageError(f"--demo-port: must be 1-65535, got {args.demo_port}")
+    # Both ports first: a taken one stops the start before any password is printed.
+    sock = _bind(settings)
+    try:
+        if args.no_demo:
+            _banner(settings)
+            return _serve(settings, sock)
+        return _run_with_demo(args, settings, sock)
+    finally:
+        sock.close()
+
+
+def _run_with_demo(args: argparse.Namespace, settings: AdminSettings, sock: socket.socket) -> int:
+    from jobring.cli.local import DemoFailed, demo_port_free, prepare_local, start_demo_executor, stop_process
+
+    if not demo_port_free(args.demo_port):
+        raise UsageError(f"port {args.demo_port} (the demo executor's) is in use: pass --demo-port, "
+                         "or --no-demo to start without the demo")
+    try:
+        # Bootstrap here (idempotent; the node repeats it) so the demo executor gets the token.
+        token = asyncio.run(prepare_local(settings, args.demo_port))
+    except Exception as exc:  # noqa: BLE001 - reported as one line, the node would fail the same way
+        print(f"jobring: error: cannot prepare the database: {exc}", file=sys.stderr)
+        return 1
+    try:
+        demo = start_demo_executor(settings, token, args.demo_port)
+    except DemoFailed as exc:
+        print(f"jobring: error: {exc}", file=sys.stderr)
+        return 1
+    _banner(settings)
+    try:
+        return _serve(settings, sock)
+    finally:
+        stop_process(demo)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -42,6 +43,16 @@ def _database_url(args: argparse.Namespace) -> str:
     return settings.database_url
 
 
+def _source(args: argparse.Namespace) -> str:
+    if args.database_url:
+        return "--database-url"
+    if os.environ.get("JOBRING_DATABASE_URL"):
+        return "JOBRING_DATABASE_URL"
+    if args.config or os.environ.get("JOBRING_CONFIG"):
+        return "the config file"
+    return "the default"
+
+
 def _shown(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -66,12 +77,29 @@ def _upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite database file that does not exist (reading it would create it)."""
+    from jobring.admin.store import normalize_url
+
+    parsed = normalize_url(url)
+    path = parsed.database
+    if not parsed.get_backend_name().startswith("sqlite") or not path or path == ":memory:":
+        return None
+    if path.startswith("file:") or os.path.exists(path):
+        return None
+    return path
+
+
 def _current(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from jobring.admin.store import current_revision, head_revision
 
     url = _database_url(args)
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        raise UsageError(f"no database at {missing} (SQLite, from {_source(args)}): give --database-url, "
+                         "JOBRING_DATABASE_URL or --config; `jobring db upgrade` creates a new one")
     try:
         revision = asyncio.run(current_revision(url))
     except (SQLAlchemyError, OSError) as exc:

@@ -90,12 +90,13 @@ def run_executor(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
 
     def announce(address: str) -> None:
+        # Registration is logged once the admin accepts it ("registered as ..."), not here.
         s = executor.settings
         print(f"jobring executor {s.app_name} listening on {s.host}:{executor.bound_port}, "
-              f"registered as {address}", flush=True)
+              f"registering as {address}", flush=True)
 
     try:
-        executor.run(ready=announce)
+        executor.run(ready=announce, exit_on_error=False)
     except ConfigError as exc:
         raise UsageError(str(exc)) from exc
     print("jobring executor stopped", file=sys.stderr, flush=True)

@@ -1,22 +1,23 @@
-"""`jobring groups ...`: list, show and add executor groups on a running admin."""
+"""`jobring groups ...`: list, show, add, edit and delete executor groups on a running admin.
+A group is named by its appname or its id wherever one is taken."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping
 from typing import Any
 
-from jobring.cli.common import EXIT_USAGE
+from jobring.cli.common import UsageError
 from jobring.cli.remote import (
-    add_connection_args,
-    add_json_arg,
     group_parser,
+    group_ref,
     instant_text,
     positive_int,
     print_json,
     print_page_json,
     print_table,
+    remote_parser,
+    resolve_group,
     run_remote,
 )
 from jobring.client import AdminClient
@@ -50,7 +51,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
-        group = admin.groups.get(args.group_id)
+        group = admin.groups.get(_group_id(admin, args.group))
         if args.json:
             print_json(group)
             return 0
@@ -81,21 +82,15 @@ def _add(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
-def _group_id(admin: AdminClient, ref: str) -> int | None:
-    """A group id as given, or the id of the group with exactly this appname (None: none)."""
-    if ref.isdigit():
-        return int(ref)
-    page = admin.groups.list(app_name=ref, limit=500)
-    ids = [int(g["id"]) for g in page.items if g.get("app_name") == ref]
-    return min(ids) if ids else None  # the group an executor registering as this appname joins
+def _group_id(admin: AdminClient, ref: str) -> int:
+    group_id = resolve_group(admin, ref)
+    assert group_id is not None
+    return group_id
 
 
 def _token(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         group_id = _group_id(admin, args.group)
-        if group_id is None:
-            print(f"jobring: error: no executor group with appname {args.group!r}", file=sys.stderr)
-            return EXIT_USAGE
         if args.rotate:
             token = admin.groups.rotate_access_token(group_id)
         else:
@@ -109,7 +104,7 @@ def _token(args: argparse.Namespace) -> int:
 def _switch(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         call = admin.groups.disable_address if args.disable else admin.groups.enable_address
-        group = call(args.group_id, args.address)
+        group = call(_group_id(admin, args.group), args.address)
         if args.json:
             print_json(group)
         else:
@@ -122,43 +117,84 @@ def _switch(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _edit(args: argparse.Namespace) -> int:
+    if args.address and args.auto:
+        raise UsageError("--address and --auto exclude each other")
+
+    def action(admin: AdminClient) -> int:
+        group_id = _group_id(admin, args.group)
+        old = admin.groups.get(group_id)
+        addresses: list[str] | None = old.get("addresses") if old.get("address_type") == 1 else None
+        if args.address:
+            addresses = args.address
+        elif args.auto:
+            addresses = None
+        group = admin.groups.update(group_id, args.app_name or old["app_name"], args.title or old["title"],
+                                    addresses=addresses)
+        if args.json:
+            print_json(group)
+        else:
+            print(f"group {group['id']} updated ({group['app_name']}, {_kind(group)} addresses)")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _delete(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        group_id = _group_id(admin, args.group)
+        admin.groups.delete(group_id)
+        if args.json:
+            print_json({"deleted": group_id})
+        else:
+            print(f"group {group_id} deleted")
+        return 0
+
+    return run_remote(args, action)
+
+
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
     _, commands = group_parser(sub, "groups", "executor groups on a running admin")
 
-    listing: argparse.ArgumentParser = commands.add_parser("list", help="list executor groups")
+    listing = remote_parser(commands, "list", "list executor groups")
     listing.add_argument("--search", metavar="TEXT", help="appname contains TEXT")
     listing.add_argument("--limit", type=positive_int, default=50, metavar="N", help="at most N groups")
     listing.set_defaults(handler=_list)
 
-    show: argparse.ArgumentParser = commands.add_parser("show", help="one group with its online executors")
-    show.add_argument("group_id", type=positive_int, metavar="ID")
+    show = remote_parser(commands, "show", "one group with its online executors")
+    show.add_argument("group", type=group_ref, metavar="GROUP", help="appname or id")
     show.set_defaults(handler=_show)
 
-    add: argparse.ArgumentParser = commands.add_parser("add", help="create an executor group")
-    add.add_argument("app_name", metavar="APPNAME", help="the executors' appname")
-    add.add_argument("title", metavar="TITLE", help="display name (at most 12 characters)")
+    add = remote_parser(commands, "add", "create an executor group (admin)")
+    add.add_argument("app_name", metavar="APPNAME", help="the executors' appname (Executor(app_name=...))")
+    add.add_argument("title", metavar="TITLE", help="display name (at most 64 characters)")
     add.add_argument("--address", action="append", metavar="URL",
                      help="a fixed executor address (repeatable); without it executors register themselves")
     add.set_defaults(handler=_add)
 
-    token: argparse.ArgumentParser = commands.add_parser(
-        "token", help="print the group's executor access token (admin); --rotate makes a new one")
-    token.add_argument("group", metavar="ID_OR_APPNAME", help="the group's id or appname")
+    edit = remote_parser(commands, "edit", "change a group's appname, title or addresses")
+    edit.add_argument("group", type=group_ref, metavar="GROUP", help="appname or id")
+    edit.add_argument("--app-name", metavar="APPNAME", help="new appname")
+    edit.add_argument("--title", help="new title")
+    edit.add_argument("--address", action="append", metavar="URL",
+                      help="make the addresses fixed: these (repeatable)")
+    edit.add_argument("--auto", action="store_true", help="let executors register themselves again")
+    edit.set_defaults(handler=_edit)
+
+    delete = remote_parser(commands, "delete", "delete a group (refused while jobs use it)")
+    delete.add_argument("group", type=group_ref, metavar="GROUP", help="appname or id")
+    delete.set_defaults(handler=_delete)
+
+    token = remote_parser(commands, "token", "print the group's executor access token (admin); --rotate "
+                          "makes a new one", json_output=False)
+    token.add_argument("group", type=group_ref, metavar="GROUP", help="appname or id")
     token.add_argument("--rotate", action="store_true",
                        help="replace the token first (executors with the old one are refused)")
     token.set_defaults(handler=_token)
-    add_connection_args(token)
 
-    switches = []
     for name, disable in (("disable", True), ("enable", False)):
-        switch: argparse.ArgumentParser = commands.add_parser(
-            name, help=f"{name} an executor address for routing (admin)")
-        switch.add_argument("group_id", type=positive_int, metavar="ID")
+        switch = remote_parser(commands, name, f"{name} an executor address for routing (admin)")
+        switch.add_argument("group", type=group_ref, metavar="GROUP", help="appname or id")
         switch.add_argument("address", metavar="URL")
         switch.set_defaults(handler=_switch, disable=disable)
-        switches.append(switch)
-
-    for parser in (listing, show, add, *switches):
-        add_connection_args(parser)
-        add_json_arg(parser)

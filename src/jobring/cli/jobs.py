@@ -1,28 +1,31 @@
-"""`jobring jobs ...`: list, add, trigger, start and stop jobs on a running admin."""
+"""`jobring jobs ...`: list, add, edit, copy, delete, start, stop, trigger and inspect jobs."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobring.cli.common import UsageError
+from jobring.cli.jobfields import add_job_options, job_fields, non_negative_int, schedule_fields
 from jobring.cli.remote import (
     EXIT_FAILURE,
-    add_connection_args,
-    add_json_arg,
     epoch_ms_text,
     group_parser,
+    group_ref,
+    instant_text,
     positive_int,
     print_json,
     print_page_json,
     print_table,
+    remote_parser,
+    resolve_group,
     run_remote,
 )
-from jobring.client import AdminClient
-from jobring.core.enums import RouteStrategy
+from jobring.client import AdminApiError, AdminClient
 
 _STATUS_CODES = {"running": 1, "stopped": 0}
 
@@ -57,8 +60,8 @@ _JOB_COLUMNS = (
 def _list(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         page = admin.jobs.list(
-            group=args.group, trigger_status=_STATUS_CODES.get(args.status or ""), desc=args.search,
-            handler=args.executor_handler, offset=args.offset, limit=args.limit,
+            group=resolve_group(admin, args.group), trigger_status=_STATUS_CODES.get(args.status or ""),
+            desc=args.search, handler=args.executor_handler, offset=args.offset, limit=args.limit,
         )
         if args.json:
             print_page_json(page)
@@ -72,37 +75,76 @@ def _list(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
-def _schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
-    if args.cron is not None:
-        return {"schedule_type": "CRON", "schedule_conf": args.cron}
-    if args.fix_rate is not None:
-        return {"schedule_type": "FIX_RATE", "schedule_conf": str(args.fix_rate)}
-    return {"schedule_type": "NONE", "schedule_conf": None}
+def _never_fires(admin: AdminClient, fields: dict[str, Any]) -> bool:
+    """Whether the schedule has no fire time left (asked before anything is written)."""
+    preview = admin.jobs.preview(fields["schedule_type"], fields.get("schedule_conf"),
+                                 timezone=fields.get("schedule_timezone"), count=1)
+    return not preview.get("times")
 
 
 def _add(args: argparse.Namespace) -> int:
-    if not args.desc.strip():
-        raise UsageError("--desc must not be empty")
-    if not args.executor_handler.strip():
-        raise UsageError("--handler must not be empty")
     if args.start and args.none:
         raise UsageError("--start needs a schedule (--cron or --fix-rate); --none jobs run only by trigger")
-    fields: dict[str, Any] = {
-        "job_group": args.group, "job_desc": args.desc, "executor_handler": args.executor_handler,
-        **_schedule_fields(args),
-    }
-    optional = {"executor_param": args.param, "executor_route_strategy": args.route,
-                "schedule_timezone": args.timezone, "author": args.author}
-    fields.update({key: value for key, value in optional.items() if value is not None})
+    schedule_fields(args)  # refuses --fix-rate with --timezone before any request
 
     def action(admin: AdminClient) -> int:
+        fields = job_fields(args, resolve_group(admin, args.group))
+        if args.start and _never_fires(admin, fields):
+            # Refused before creating: a refused command changes nothing.
+            raise UsageError(f"--start: the schedule {fields.get('schedule_conf')!r} never fires; "
+                             "the job was not created")
         job = admin.jobs.create(fields)
         if args.start:
-            job = admin.jobs.start(job["id"])
+            try:
+                job = admin.jobs.start(job["id"])
+            except AdminApiError:
+                admin.jobs.delete(job["id"])  # undo the create: all or nothing
+                raise
         if args.json:
             print_json(job)
         else:
             print(f"created job {job['id']} ({_describe_state(job)})")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _edit(args: argparse.Namespace) -> int:
+    schedule_fields(args)
+
+    def action(admin: AdminClient) -> int:
+        changes = job_fields(args, resolve_group(admin, args.group))
+        if not changes:
+            raise UsageError("nothing to change: give at least one option (see jobring jobs edit --help)")
+        job = admin.jobs.update(args.job_id, changes)
+        if args.json:
+            print_json(job)
+        else:
+            print(f"job {job['id']} updated ({_describe_state(job)})")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _copy(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        job = admin.jobs.copy(args.job_id)
+        if args.json:
+            print_json(job)
+        else:
+            print(f"copied job {args.job_id} to job {job['id']} (stopped)")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _delete(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        admin.jobs.delete(args.job_id)
+        if args.json:
+            print_json({"deleted": args.job_id})
+        else:
+            print(f"job {args.job_id} deleted, with its runs")
         return 0
 
     return run_remote(args, action)
@@ -215,36 +257,41 @@ def _show(args: argparse.Namespace) -> int:
         if args.json:
             print_json(job)
             return 0
-        rows = [{"field": key, "value": _field_text(key, value)} for key, value in job.items()]
+        rows = [{"field": key, "value": _field_text(key, value)} for key, value in job.items()
+                if key != "glue_source"]
         print_table(rows, (("FIELD", "field"), ("VALUE", "value")))
         return 0
 
     return run_remote(args, action)
 
 
-def _non_negative_int(text: str) -> int:
-    return positive_int(text) if text.strip() != "0" else 0
-
-
 def _next(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         job = admin.jobs.get(args.job_id)
         if job.get("schedule_type") == "NONE":
-            print(f"job {args.job_id} has no schedule: it runs only when triggered")
-            return 0
+            print(f"jobring: job {args.job_id} has no schedule: it runs only when triggered", file=sys.stderr)
+            return EXIT_FAILURE
         preview = admin.jobs.preview(job["schedule_type"], job.get("schedule_conf"),
                                      timezone=job.get("schedule_timezone"), count=args.count)
         if args.json:
             print_json(preview)
-            return 0
-        for instant in preview.get("times", []):
-            print(f"{epoch_ms_text(instant)} UTC")
+        else:
+            for instant in preview.get("times", []):
+                print(f"{epoch_ms_text(instant)} UTC")
+        if not preview.get("times"):
+            print(f"jobring: job {args.job_id} never fires again ({_schedule(job)})", file=sys.stderr)
+            return EXIT_FAILURE
         return 0
 
     return run_remote(args, action)
 
 
 def _field_text(key: str, value: Any) -> Any:
+    if key == "trigger_status":
+        return "running" if value == 1 else "stopped"
+    if key in ("add_time", "update_time", "glue_updatetime"):
+        when = instant_text(value)
+        return f"{when} UTC" if when else None
     if key in ("trigger_next_time", "trigger_last_time"):
         when = epoch_ms_text(value)
         return f"{value} ({when} UTC)" if when else value
@@ -253,55 +300,43 @@ def _field_text(key: str, value: Any) -> Any:
     return value
 
 
-def _remote_parser(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
-    add_connection_args(parser)
-    add_json_arg(parser)
-    return parser
-
-
-def _register_add(sub: Any) -> None:
-    add = _remote_parser(sub, "add", "create a job (stopped unless --start)")
-    add.add_argument("--group", type=positive_int, required=True, help="executor group id")
-    add.add_argument("--desc", required=True, help="what the job does")
-    add.add_argument("--handler", dest="executor_handler", required=True, metavar="NAME",
-                     help="the executor's handler name")
-    schedule = add.add_mutually_exclusive_group(required=True)
-    schedule.add_argument("--cron", metavar="EXPR", help="Quartz cron expression (seconds first)")
-    schedule.add_argument("--fix-rate", type=positive_int, metavar="SECONDS", help="fire every SECONDS")
-    schedule.add_argument("--none", action="store_true", help="no schedule: runs only when triggered")
-    add.add_argument("--param", help="the handler's parameter")
-    routes = [r.value for r in RouteStrategy]
-    add.add_argument("--route", choices=routes, metavar="STRATEGY",
-                     help=f"routing strategy: {', '.join(routes)} (default FIRST)")
-    add.add_argument("--timezone", help="IANA time zone for --cron (default: the admin's)")
-    add.add_argument("--author", help="who owns the job")
-    add.add_argument("--start", action="store_true", help="start scheduling it at once")
-    add.set_defaults(handler=_add)
+def _job_command(sub: Any, name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
+    command = remote_parser(sub, name, help_text)
+    command.add_argument("job_id", type=positive_int, metavar="ID")
+    command.set_defaults(handler=handler)
+    return command
 
 
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
     _, commands = group_parser(sub, "jobs", "manage jobs on a running admin")
 
-    listing = _remote_parser(commands, "list", "list jobs")
-    listing.add_argument("--group", type=positive_int, help="only this executor group")
+    listing = remote_parser(commands, "list", "list jobs")
+    listing.add_argument("--group", type=group_ref, metavar="GROUP",
+                         help="only this executor group (appname or id)")
     listing.add_argument("--status", choices=sorted(_STATUS_CODES), help="only running or stopped jobs")
     listing.add_argument("--search", metavar="TEXT", help="description contains TEXT")
     listing.add_argument("--handler", dest="executor_handler", metavar="TEXT",
                          help="handler name contains TEXT")
-    listing.add_argument("--offset", type=_non_negative_int, default=0, help="skip the first N jobs")
+    listing.add_argument("--offset", type=non_negative_int, default=0, help="skip the first N jobs")
     listing.add_argument("--limit", type=positive_int, default=50, help="at most N jobs (default 50)")
     listing.set_defaults(handler=_list)
 
-    _register_add(commands)
+    add = remote_parser(commands, "add", "create a job (stopped unless --start)")
+    add_job_options(add, creating=True)
+    add.add_argument("--start", action="store_true", help="start scheduling it at once")
+    add.set_defaults(handler=_add)
 
-    show = _remote_parser(commands, "show", "show one job")
-    show.add_argument("job_id", type=positive_int, metavar="ID")
-    show.set_defaults(handler=_show)
+    edit = _job_command(commands, "edit", "change some fields of a job (only the options given)", _edit)
+    add_job_options(edit, creating=False)
 
-    trigger = _remote_parser(commands, "trigger", "run a job once now, or later with --at / --in")
-    trigger.add_argument("job_id", type=positive_int, metavar="ID")
+    _job_command(commands, "show", "show one job", _show)
+    _job_command(commands, "copy", "copy a job (the copy is stopped)", _copy)
+    _job_command(commands, "delete", "delete a job and its runs", _delete)
+    _job_command(commands, "start", "start scheduling a job", _start)
+    _job_command(commands, "stop", "stop scheduling a job", _stop)
+
+    trigger = _job_command(commands, "trigger", "run a job once now, or later with --at / --in", _trigger)
     later = trigger.add_mutually_exclusive_group()
     later.add_argument("--at", type=_instant, metavar="ISO",
                        help="run at this instant (ISO 8601; without an offset: UTC)")
@@ -310,20 +345,10 @@ def register(sub: Any) -> None:
     trigger.add_argument("--param", help="use this parameter instead of the job's")
     trigger.add_argument("--address", action="append", metavar="URL",
                          help="run on this executor address (repeatable); default: the job's routing")
-    trigger.set_defaults(handler=_trigger)
 
-    delayed = _remote_parser(commands, "delayed", "the job's pending delayed runs (trigger --at/--in)")
-    delayed.add_argument("job_id", type=positive_int, metavar="ID")
+    delayed = _job_command(commands, "delayed", "the job's pending delayed runs (trigger --at/--in)",
+                           _delayed)
     delayed.add_argument("--cancel", type=positive_int, metavar="DELAYED_ID", help="cancel this delayed run")
-    delayed.set_defaults(handler=_delayed)
 
-    upcoming = _remote_parser(commands, "next", "the job's next fire times")
-    upcoming.add_argument("job_id", type=positive_int, metavar="ID")
+    upcoming = _job_command(commands, "next", "the job's next fire times (exit 1 when it never fires)", _next)
     upcoming.add_argument("--count", type=positive_int, default=5, metavar="N", help="how many (default 5)")
-    upcoming.set_defaults(handler=_next)
-
-    for name, handler, text in (("start", _start, "start scheduling a job"),
-                                ("stop", _stop, "stop scheduling a job")):
-        command = _remote_parser(commands, name, text)
-        command.add_argument("job_id", type=positive_int, metavar="ID")
-        command.set_defaults(handler=handler)

@@ -65,7 +65,7 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
 
 def open_client(args: argparse.Namespace) -> AdminClient:
     """A client for ``--url``/``--token`` (or their env vars); no token for commands that log
-    in with ``--user``, so that the session, not some token, decides who acts."""
+    in with ``--user`` (``args.user``), so that the session, not some token, decides who acts."""
     url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -94,6 +94,42 @@ def run_remote(args: argparse.Namespace, action: Callable[[AdminClient], int]) -
     except AdminConnectionError as exc:
         print(f"jobring: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def remote_parser(
+    sub: Any, name: str, help_text: str, *, json_output: bool = True
+) -> argparse.ArgumentParser:
+    """A command that talks to the admin: ``--url``, ``--token`` and (usually) ``--json``."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+    add_connection_args(parser)
+    if json_output:
+        add_json_arg(parser)
+    return parser
+
+
+def group_ref(text: str) -> str:
+    """argparse type of a group argument: an id (all digits) or an appname."""
+    value = text.strip()
+    if not value:
+        raise argparse.ArgumentTypeError("expected a group id or appname, got an empty string")
+    if value.isdigit() and int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a group id >= 1, got {value}")
+    return value
+
+
+def resolve_group(admin: AdminClient, ref: str | None) -> int | None:
+    """The id of the group ``ref`` names: digits are an id, anything else an appname
+    (looked up exactly; UsageError when no group has it)."""
+    if ref is None:
+        return None
+    if ref.isdigit():
+        return int(ref)
+    # The API's filter matches substrings: pick the exact appname among the matches.
+    page = admin.groups.list(app_name=ref, limit=500)
+    for group in page.items:
+        if group.get("app_name") == ref:
+            return int(group["id"])
+    raise UsageError(f"no executor group has the appname {ref!r} (create it: jobring groups add {ref} TITLE)")
 
 
 def positive_int(text: str) -> int:

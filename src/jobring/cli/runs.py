@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from jobring.cli.common import UsageError
 from jobring.cli.remote import (
     EXIT_FAILURE,
-    add_connection_args,
-    add_json_arg,
     group_parser,
+    group_ref,
     instant_text,
     positive_int,
     print_json,
     print_page_json,
     print_table,
+    remote_parser,
+    resolve_group,
     run_remote,
 )
 from jobring.client import AdminClient
@@ -25,6 +28,9 @@ from jobring.core.runstate import RunState
 from jobring.core.timefmt import iso_ms
 
 STATUSES = ("all", "success", "fail", "running")
+CLEAR_RULES = ("older_than_1_day", "older_than_1_week", "older_than_1_month", "older_than_3_months",
+               "older_than_6_months", "older_than_1_year", "keep_last_1k", "keep_last_10k", "keep_last_30k",
+               "keep_last_100k", "all")
 DEFAULT_FOLLOW_INTERVAL_S = 1.0
 
 
@@ -81,7 +87,8 @@ _RUN_COLUMNS = (
 
 def _list(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
-        page = admin.runs.list(group=args.group, job=args.job, status=args.status, state=args.state,
+        page = admin.runs.list(group=resolve_group(admin, args.group), job=args.job, status=args.status,
+                               state=args.state,
                                limit=args.limit)
         if args.json:
             print_page_json(page)
@@ -110,7 +117,10 @@ def _log(args: argparse.Namespace) -> int:
                 time.sleep(args.interval)
                 continue
             content = str(chunk.get("log_content") or "")
-            if content:
+            if args.json:
+                # One JSON object per chunk (JSON lines when following).
+                print(json.dumps(chunk, ensure_ascii=False), flush=True)
+            elif content:
                 sys.stdout.write(content if content.endswith("\n") else content + "\n")
                 sys.stdout.flush()
             to_line = int(chunk.get("to_line_num", line - 1))
@@ -183,6 +193,21 @@ def _state_list(text: str) -> str:
     return ",".join(parts)
 
 
+def _clear(args: argparse.Namespace) -> int:
+    if args.rule == "all" and args.job is None and args.group is None and not args.yes:
+        raise UsageError("--rule all without --job or --group deletes every run: add --yes to confirm")
+
+    def action(admin: AdminClient) -> int:
+        result = admin.runs.clear(args.rule, group=resolve_group(admin, args.group), job=args.job)
+        if args.json:
+            print_json(result)
+        else:
+            print(f"{result.get('deleted', 0)} runs deleted")
+        return 0
+
+    return run_remote(args, action)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -197,11 +222,10 @@ def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
     _, commands = group_parser(sub, "runs", "inspect runs of jobs on a running admin")
 
-    listing: argparse.ArgumentParser = commands.add_parser("list", help="list runs, newest first")
-    add_connection_args(listing)
-    add_json_arg(listing)
+    listing = remote_parser(commands, "list", "list runs, newest first")
     listing.add_argument("--job", type=positive_int, metavar="ID", help="only runs of this job")
-    listing.add_argument("--group", type=positive_int, metavar="ID", help="only runs in this executor group")
+    listing.add_argument("--group", type=group_ref, metavar="GROUP",
+                         help="only runs in this executor group (appname or id)")
     listing.add_argument("--status", choices=STATUSES, default=None,
                          help="coarse outcome filter (older form of --state)")
     listing.add_argument("--state", type=_state_list, default=None, metavar="STATE[,STATE...]",
@@ -211,8 +235,7 @@ def register(sub: Any) -> None:
                          help="at most N runs (default 20)")
     listing.set_defaults(handler=_list)
 
-    log: argparse.ArgumentParser = commands.add_parser("log", help="print a run's log from its executor")
-    add_connection_args(log)
+    log = remote_parser(commands, "log", "print a run's log from its executor")
     log.add_argument("run_id", type=positive_int, metavar="RUN_ID")
     log.add_argument("--from-line", type=positive_int, default=1, metavar="N",
                      help="start at line N (default 1)")
@@ -221,14 +244,19 @@ def register(sub: Any) -> None:
                      help=f"how often --follow polls (default {DEFAULT_FOLLOW_INTERVAL_S:g} s)")
     log.set_defaults(handler=_log)
 
-    show: argparse.ArgumentParser = commands.add_parser("show", help="one run with its messages")
+    show = remote_parser(commands, "show", "one run with its messages")
     show.add_argument("run_id", type=positive_int, metavar="RUN_ID")
     show.set_defaults(handler=_show)
 
-    kill: argparse.ArgumentParser = commands.add_parser("kill", help="ask the run's executor to kill it")
+    kill = remote_parser(commands, "kill", "ask the run's executor to kill it")
     kill.add_argument("run_id", type=positive_int, metavar="RUN_ID")
     kill.set_defaults(handler=_kill)
 
-    for parser in (show, kill):
-        add_connection_args(parser)
-        add_json_arg(parser)
+    clear = remote_parser(commands, "clear", "delete old runs by a rule")
+    clear.add_argument("--rule", choices=CLEAR_RULES, required=True, metavar="RULE",
+                       help=f"which runs: {', '.join(CLEAR_RULES)}")
+    clear.add_argument("--job", type=positive_int, metavar="ID", help="only runs of this job")
+    clear.add_argument("--group", type=group_ref, metavar="GROUP",
+                       help="only runs in this group (appname or id)")
+    clear.add_argument("--yes", action="store_true", help="confirm --rule all over every job")
+    clear.set_defaults(handler=_clear)

@@ -91,7 +91,9 @@ def _change_password(args: argparse.Namespace) -> int:
 def _revoke(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         admin.tokens.revoke(args.token_id)
-        if not args.json:
+        if args.json:
+            print_json({"revoked": args.token_id})
+        else:
             print(f"token {args.token_id} revoked")
         return 0
 

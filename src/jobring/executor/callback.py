@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from jobring.protocol.models import ACCESS_TOKEN_HEADER, HandleCallbackParam, ReturnT
+from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_TOKEN_WRONG, HandleCallbackParam, ReturnT
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,12 @@ _INITIAL_BACKOFF_S = 0.5
 
 
 class AdminUnavailable(Exception):
-    """No admin address took the request."""
+    """No admin address took the request; ``token_refused`` when one answered that the
+    access token is wrong (retrying will not help until the token is fixed)."""
+
+    def __init__(self, message: str, *, token_refused: bool = False) -> None:
+        super().__init__(message)
+        self.token_refused = token_refused
 
 
 async def post_to_admins(
@@ -38,9 +43,11 @@ async def post_to_admins(
     api: str,
     body: bytes,
     headers: dict[str, str],
-) -> None:
-    """POST to each admin address in order until one answers ReturnT code 200."""
+) -> str:
+    """POST to each admin address in order until one answers ReturnT code 200; returns
+    the admin base URL that took it."""
     problems: list[str] = []
+    token_refused = False
     for base in admin_urls:
         url = base + api
         try:
@@ -57,9 +64,10 @@ async def post_to_admins(
             problems.append(f"{url}: answer is not a ReturnT: {response.content[:200]!r}")
             continue
         if answer.ok:
-            return
+            return base
+        token_refused = token_refused or answer.msg == MSG_TOKEN_WRONG
         problems.append(f"{url}: code {answer.code} {answer.msg}")
-    raise AdminUnavailable("; ".join(problems) or "no admin address configured")
+    raise AdminUnavailable("; ".join(problems) or "no admin address configured", token_refused=token_refused)
 
 
 def admin_headers(access_token: str | None) -> dict[str, str]:

@@ -60,7 +60,8 @@ class ExecutorSettings:
         return [a if a.endswith("/") else a + "/" for a in self.admin_addresses]
 
 
-def _is_loopback_host(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback IP addresses."""
     if host.lower() == "localhost":
         return True
     try:
@@ -78,14 +79,14 @@ def check_security(settings: ExecutorSettings, *, binds: bool = True) -> None:
             "executor access token is missing: set access_token (JOBRING_EXECUTOR_ACCESS_TOKEN) "
             "to the admin's token, or allow_open=True for a loopback-only executor without one"
         )
-    if binds and not _is_loopback_host(settings.host):
+    if binds and not is_loopback_host(settings.host):
         raise ConfigError(
             f"executor without access token must bind to loopback only, not host {settings.host!r}; "
             "set host='127.0.0.1' or configure an access token"
         )
     if settings.address:
         addr_host = urlsplit(settings.address).hostname or ""
-        if not _is_loopback_host(addr_host):
+        if not is_loopback_host(addr_host):
             raise ConfigError(
                 f"executor without access token must advertise a loopback address, not {settings.address!r}"
             )

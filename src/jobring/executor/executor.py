@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
 import socket
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -18,7 +20,12 @@ import httpx
 
 from jobring.config import ConfigError
 from jobring.executor.callback import CallbackSender
-from jobring.executor.config import ExecutorSettings, check_security, load_executor_settings
+from jobring.executor.config import (
+    ExecutorSettings,
+    check_security,
+    is_loopback_host,
+    load_executor_settings,
+)
 from jobring.executor.context import JobHandler
 from jobring.executor.declare import Declarer, declaration, declaration_body
 from jobring.executor.ops import ExecutorMetrics, ExecutorStatus, OpsAnswer, ops_answer
@@ -45,6 +52,15 @@ class ExecutorParts:
 
 class ExecutorError(RuntimeError):
     """The executor cannot do what was asked in its current state."""
+
+
+class PortInUse(ConfigError):
+    """The executor's port is taken by another process."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(f"port {port} is in use (listening on {host}): pass port=... to Executor, "
+                         "--port to `jobring executor`, or set JOBRING_EXECUTOR_PORT")
+        self.port = port
 
 
 class Executor:
@@ -290,8 +306,10 @@ class Executor:
             self._callback = self._client = None
             raise
         self.asgi_app().bind(self._runner, self._runlog.read)
-        # An open executor is loopback only, so it advertises a loopback address too.
-        detected = "127.0.0.1" if not s.access_token else detect_ipv4()
+        # An open executor is loopback only, and one bound to loopback is reachable there
+        # only: both advertise a loopback address, never another interface's.
+        loopback = "::1" if ":" in s.host else "127.0.0.1"
+        detected = loopback if not s.access_token or is_loopback_host(s.host) else detect_ipv4()
         self.address = s.base_address(detected) if port is None else _with_port(s, detected, port)
         self._registrar = Registrar(
             self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
@@ -300,8 +318,8 @@ class Executor:
         self._registrar.start()
         self._start_declaring(self._registrar)
         self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="jobring-runlog-cleanup")
-        log.info("executor %s started as %s with handlers %s", s.app_name, self.address,
-                 sorted(self._handlers))
+        log.info("executor %s started with handlers %s; registering as %s", s.app_name,
+                 ", ".join(sorted(self._handlers)) or "(none)", self.address)
 
     def _start_declaring(self, registrar: Registrar) -> None:
         s = self.settings
@@ -373,6 +391,7 @@ class Executor:
         try:
             await self.startup(port=self.bound_port)
             await server.start(sock)
+            log.info("executor %s listening on %s:%s", s.app_name, s.host, self.bound_port)
             if ready is not None:
                 ready(self.address or "")
             await stop_requested.wait()
@@ -386,11 +405,24 @@ class Executor:
                 sock.close()
                 self._stop_serving = self._server_loop = None
 
-    def run(self, *, ready: Callable[[str], None] | None = None) -> None:
+    def run(self, *, ready: Callable[[str], None] | None = None, exit_on_error: bool = True) -> None:
         """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly.
 
+        A port in use or a bad setting is printed as one line and exits with code 2
+        (``exit_on_error=False``: raises :class:`~jobring.config.ConfigError` instead).
+        Logs startup and registration at INFO to stderr unless logging is configured.
         Uses uvloop when it is installed.
         """
+        with _default_logging():
+            try:
+                self._run(ready)
+            except ConfigError as exc:
+                if not exit_on_error:
+                    raise
+                print(f"jobring executor: error: {exc}", file=sys.stderr, flush=True)
+                raise SystemExit(2) from None
+
+    def _run(self, ready: Callable[[str], None] | None) -> None:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(self.serve(ready=ready))
 
@@ -403,7 +435,9 @@ class Executor:
 
         def target() -> None:
             try:
-                self.run(ready=lambda _address: ready.set())
+                self._run(lambda _address: ready.set())
+            except ConfigError as exc:  # e.g. the port in use: raised to the caller below
+                failure.append(exc)
             except BaseException as exc:
                 failure.append(exc)
                 log.exception("executor thread stopped with an error")
@@ -454,10 +488,33 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port) from exc
         raise ConfigError(f"executor cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.listen(2048)
     sock.setblocking(False)
     return sock
+
+
+@contextlib.contextmanager
+def _default_logging() -> Iterator[None]:
+    """INFO lines of jobring to stderr for a script that configured no logging (else
+    ``python jobs.py`` would print nothing, not even where it listens)."""
+    jobring_log = logging.getLogger("jobring")
+    if logging.getLogger().handlers or jobring_log.handlers:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = jobring_log.level
+    jobring_log.addHandler(handler)
+    if level == logging.NOTSET:
+        jobring_log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        jobring_log.removeHandler(handler)
+        jobring_log.setLevel(level)
 
 
 def _install_signal_handlers(stop: Callable[[], None]) -> list[signal.Signals]:

@@ -61,6 +61,7 @@ class Registrar:
             self._beat_headers[STARTED_AT_HEADER] = str(started_at_ms)
         self._body = orjson.dumps(RegistryParam(REGISTRY_GROUP, app_name, address).to_dict())
         self._interval_s = interval_s
+        self._app_name = app_name
         self._task: asyncio.Task[None] | None = None
         self.address = address
         self.registered = asyncio.Event()
@@ -77,26 +78,43 @@ class Registrar:
 
     async def _loop(self) -> None:
         retry_s = _FIRST_RETRY_S
-        failing = False
+        # What the last failure was ("token", "unreachable"), so a streak of the same
+        # failure is logged once and then retried quietly.
+        failing: str | None = None
+        ever_registered = False
         while True:
             try:
-                await post_to_admins(
+                accepted_by = await post_to_admins(
                     self._client, self._admin_urls, "api/registry", self._body, self._beat_headers
                 )
             except AdminUnavailable as exc:
-                log.warning("registry beat failed (%s); retry in %.1f s", exc, retry_s)
+                kind = "token" if exc.token_refused else "unreachable"
+                self._report_failure(kind, failing, exc, retry_s)
                 self.last_error, self.last_ok = f"registry beat failed: {exc}", False
-                failing = True
+                failing = kind
                 self.registered.clear()
                 await asyncio.sleep(retry_s)
                 retry_s = min(retry_s * 2, self._interval_s)
                 continue
-            if failing:
-                log.info("registered with the admin again as %s", self.address)
-            failing, retry_s = False, _FIRST_RETRY_S
+            if failing is not None or not ever_registered:
+                again = " again" if ever_registered else ""
+                log.info("registered%s as %s with %s (app %s)", again, self.address, accepted_by,
+                         self._app_name)
+            ever_registered = True
+            failing, retry_s = None, _FIRST_RETRY_S
             self.last_registered_at, self.last_ok = datetime.now(UTC), True
             self.registered.set()
             await asyncio.sleep(self._interval_s)
+
+    def _report_failure(self, kind: str, previous: str | None, exc: AdminUnavailable, retry_s: float) -> None:
+        if kind == previous:
+            log.debug("registry beat failed (%s); retry in %.1f s", exc, retry_s)
+        elif kind == "token":
+            log.error("the admin refused the access token: check JOBRING_EXECUTOR_ACCESS_TOKEN "
+                      "(access_token=...) against the admin's executor token (`jobring settings token`); "
+                      "retrying quietly")
+        else:
+            log.warning("cannot register with the admin (%s); retrying quietly", exc)
 
     async def stop(self) -> None:
         """Stop beating and tell the admin this executor leaves (best effort, logged)."""

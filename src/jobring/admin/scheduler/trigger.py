@@ -679,5 +679,7 @@ class TriggerService:
         if route.msg:
             lines += [route.msg, ""]
         if address is not None:
-            lines += [f"address: {address}", f"code: {answer.code}", f"msg: {answer.msg}"]
+            lines += [f"address: {address}", f"code: {answer.code}"]
+            if answer.msg:  # a successful /run has no message: no "msg: None" line
+                lines.append(f"msg: {answer.msg}")
         return "\n".join(lines)

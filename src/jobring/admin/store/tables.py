@@ -34,7 +34,7 @@ job_group = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("app_name", String(64), nullable=False),
-    Column("title", String(12), nullable=False),
+    Column("title", String(64), nullable=False),
     Column("address_type", SmallInteger, nullable=False, server_default="0"),
     Column("address_list", Text, nullable=True),
     Column("update_time", DateTime, nullable=True),

@@ -152,8 +152,14 @@ def access_token() -> Call[str | None]:
     return get("/settings/access-token", _global_token)
 
 
+def settings() -> Call[JsonObject]:
+    """Version, database backend, time zone, GLUE switch and executor-token mode (admin only)."""
+    return get("/settings", as_object)
+
+
 class SettingsApi(ApiGroup[M]):
     """The admin's settings."""
 
+    get = Endpoint(settings)
     access_token = Endpoint(access_token)
 

@@ -1,12 +1,11 @@
-"""/dashboard (counts, runs per day, recent failures, admin nodes), /settings (what the
-console shows about this admin) and /settings/access-token (admin).
+"""/dashboard (counts, runs per day, recent failures, admin nodes), /settings (admin),
+/settings/console (what every user's console needs) and /settings/access-token (admin).
 
 Every count is limited to the executor groups the caller may read."""
 
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
-from importlib import metadata
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -15,6 +14,7 @@ from jobring.admin.api.management.deps import Admin, Reader, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError
 from jobring.admin.api.management.models import (
     AccessTokenOut,
+    ConsoleSettingsOut,
     DashboardOut,
     DayCountOut,
     NodeOut,
@@ -131,20 +131,15 @@ async def dashboard(
     )
 
 
-def _version() -> str:
-    try:
-        return metadata.version("jobring")
-    except metadata.PackageNotFoundError:  # a source tree without install
-        return "0+unknown"
-
-
-@router.get("/settings", response_model=SettingsOut, tags=["settings"], summary="This admin's settings")
-async def settings(services: Services, principal: Reader) -> SettingsOut:
-    return SettingsOut(
-        version=_version(),
-        database_backend=services.store.backend,
-        glue_enabled=services.settings.glue_enabled,
-        timezone=services.settings.timezone,
+@router.get(
+    "/settings/console",
+    response_model=ConsoleSettingsOut,
+    tags=["settings"],
+    summary="What every signed-in user's console needs: GLUE on or off, the default zone",
+)
+async def console_settings(services: Services, principal: Reader) -> ConsoleSettingsOut:
+    return ConsoleSettingsOut(
+        glue_enabled=services.settings.glue_enabled, timezone=services.settings.timezone
     )
 
 
@@ -160,3 +155,20 @@ async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
     )
     token = services.secrets.access_token
     return AccessTokenOut(enabled=token is not None, access_token=token)
+
+
+@router.get(
+    "/settings", response_model=SettingsOut, tags=["settings"], summary="The admin's settings (admin)"
+)
+async def settings(services: Services, principal: Admin) -> SettingsOut:
+    from jobring.admin.app import jobring_version  # the app module imports this one
+
+    configured = services.settings
+    return SettingsOut(
+        version=jobring_version(),
+        database_backend=services.store.backend,
+        timezone=configured.timezone,
+        base_path=configured.base_path,
+        glue_enabled=configured.glue_enabled,
+        global_access_token=services.secrets.access_token is not None,
+    )

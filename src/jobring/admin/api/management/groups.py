@@ -90,7 +90,7 @@ async def list_groups(
     services: Services,
     principal: Reader,
     app_name: Annotated[Text | None, Query(max_length=64, description="substring")] = None,
-    title: Annotated[Text | None, Query(max_length=12, description="substring")] = None,
+    title: Annotated[Text | None, Query(max_length=64, description="substring")] = None,
     offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> PageOut[GroupOut]:

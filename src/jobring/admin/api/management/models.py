@@ -382,7 +382,7 @@ class ClearOut(BaseModel):
 
 class GroupIn(Strict):
     app_name: Annotated[Text, Field(min_length=1, max_length=64)]
-    title: Annotated[Text, Field(min_length=1, max_length=12)]
+    title: Annotated[Text, Field(min_length=1, max_length=64)]
     address_type: Annotated[int, Field(ge=0, le=1, description="0 automatic (registry), 1 manual")] = 0
     addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=200)] = Field(
         default_factory=list, description="manual groups: http(s) URLs of the executors"
@@ -571,9 +571,7 @@ class DashboardOut(BaseModel):
     nodes: list[NodeOut] = Field(description="scheduling admin nodes")
 
 
-class SettingsOut(BaseModel):
-    version: str
-    database_backend: str
+class ConsoleSettingsOut(BaseModel):
     glue_enabled: bool
     timezone: str = Field(description="the admin's default schedule zone")
 
@@ -583,4 +581,16 @@ class AccessTokenOut(BaseModel):
     access_token: str | None = Field(
         description="the global executor token, valid for every group; null when not enabled "
         "(executors then use their group's token: GET /groups/{id}/access-token)"
+    )
+
+
+class SettingsOut(BaseModel):
+    version: str
+    database_backend: str = Field(description="sqlite, postgresql or mysql")
+    timezone: str = Field(description="zone of cron schedules without their own")
+    base_path: str = Field(description="executor API path prefix")
+    glue_enabled: bool
+    global_access_token: bool = Field(
+        description="the global executor token (JOBRING_ACCESS_TOKEN) is on: executors of groups "
+        "without a token of their own present it"
     )

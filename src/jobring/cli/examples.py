@@ -1,0 +1,81 @@
+"""The example at the end of every command's ``--help``, kept in one place."""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES: dict[str, str] = {
+    "": "make run  (or: jobring run)\n  jobring jobs list\n  jobring runs list --job 1",
+    "admin": "jobring admin --database-url postgresql://postgres@127.0.0.1/jobring --port 8080",
+    "run": "jobring run --port 8081 --demo-port 9997",
+    "cron": 'jobring cron next "0 0 2 * * ?" --tz Europe/Berlin',
+    "cron next": 'jobring cron next "0 15 10 ? * MON-FRI" --tz Europe/Berlin --count 3',
+    "db": "jobring db upgrade --database-url postgresql://postgres@127.0.0.1/jobring",
+    "db upgrade": "jobring db upgrade --database-url postgresql://postgres@127.0.0.1/jobring",
+    "db current": "jobring db current --database-url sqlite:///./jobring.db",
+    "executor": "jobring executor jobs:executor --admin http://127.0.0.1:8080/xxl-job-admin/ --port 9998",
+    "jobs": "jobring jobs add --group my-app --desc hello --handler hello --fix-rate 30 --start",
+    "jobs list": "jobring jobs list --group my-app --status running",
+    "jobs add": 'jobring jobs add --group my-app --desc "nightly report" --handler report '
+                '--cron "0 0 2 * * ?" --timezone Europe/Berlin --timeout 600 --retries 2 --start',
+    "jobs edit": 'jobring jobs edit 12 --cron "0 30 2 * * ?" --alarm-email ops@example.com',
+    "jobs show": "jobring jobs show 12",
+    "jobs copy": "jobring jobs copy 12",
+    "jobs delete": "jobring jobs delete 12",
+    "jobs start": "jobring jobs start 12",
+    "jobs stop": "jobring jobs stop 12",
+    "jobs trigger": "jobring jobs trigger 12 --param full --address http://10.0.0.7:9999/",
+    "jobs next": "jobring jobs next 12 --count 3",
+    "runs": "jobring runs list --job 12 --status fail",
+    "runs list": "jobring runs list --group my-app --status fail --limit 5",
+    "runs show": "jobring runs show 3051",
+    "runs log": "jobring runs log 3051 --follow",
+    "runs kill": "jobring runs kill 3051",
+    "runs clear": "jobring runs clear --rule older_than_1_month --group my-app",
+    "groups": "jobring groups add my-app \"My app\"",
+    "groups list": "jobring groups list --search billing",
+    "groups show": "jobring groups show my-app",
+    "groups add": 'jobring groups add billing "Billing and invoicing"',
+    "groups edit": 'jobring groups edit billing --title "Billing" --address http://10.0.0.7:9999/',
+    "groups delete": "jobring groups delete billing",
+    "groups token": "export JOBRING_EXECUTOR_ACCESS_TOKEN=$(jobring groups token my-app)",
+    "groups disable": "jobring groups disable my-app http://10.0.0.7:9999/",
+    "groups enable": "jobring groups enable my-app http://10.0.0.7:9999/",
+    "jobs delayed": "jobring jobs delayed 12 --cancel 3",
+    "users": "jobring users add alice --role operator --group my-app",
+    "users list": "jobring users list --role operator",
+    "users add": "JOBRING_USER_PASSWORD=... jobring users add alice --role operator --group my-app",
+    "users edit": "jobring users edit alice --role viewer --no-glue",
+    "users reset-password": "jobring users reset-password alice",
+    "users delete": "jobring users delete alice",
+    "tokens": "export JOBRING_TOKEN=$(jobring tokens create laptop --user admin)",
+    "tokens create": "export JOBRING_TOKEN=$(jobring tokens create laptop --user admin)",
+    "tokens list": "jobring tokens list",
+    "tokens revoke": "jobring tokens revoke 3",
+    "password": "jobring password --user admin",
+    "settings": "jobring settings",
+    "settings show": "jobring settings show --json",
+    "settings token": "export JOBRING_EXECUTOR_ACCESS_TOKEN=$(jobring settings token)",
+    "dashboard": "jobring dashboard --days 14",
+    "audit": "jobring audit list --action auth.login_failed --since 24h",
+    "audit list": "jobring audit list --target job:12 --json",
+}
+
+
+def walk(parser: argparse.ArgumentParser, path: str = "") -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every (command path, parser) of the tree, the top-level one as ``""``."""
+    found = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found += walk(child, f"{path} {name}".strip())
+    return found
+
+
+def add_examples(parser: argparse.ArgumentParser) -> None:
+    """Put each command's example (when it has one) at the end of its help."""
+    for path, command in walk(parser):
+        example = EXAMPLES.get(path)
+        if example is not None:
+            command.epilog = f"example:\n  {example}"
+            command.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -1,0 +1,177 @@
+"""`jobring users ...`: console and API users (admin only)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+from typing import Any
+
+from jobring.cli.common import UsageError
+from jobring.cli.remote import (
+    group_parser,
+    group_ref,
+    instant_text,
+    positive_int,
+    print_json,
+    print_page_json,
+    print_table,
+    remote_parser,
+    resolve_group,
+    run_remote,
+)
+from jobring.client import AdminClient
+
+ROLES = ("admin", "operator", "viewer")
+USER_PASSWORD_ENV = "JOBRING_USER_PASSWORD"
+
+_USER_COLUMNS = (
+    ("ID", "id"), ("USERNAME", "username"), ("ROLE", "role"),
+    ("GROUPS", lambda u: ",".join(str(g) for g in u.get("group_ids") or []) or None),
+    ("GLUE", lambda u: "yes" if u.get("glue_permission") else "no"),
+    ("MUST CHANGE PASSWORD", lambda u: "yes" if u.get("must_change_password") else "no"),
+    ("CREATED (UTC)", lambda u: instant_text(u.get("add_time"))),
+)
+
+
+def _password_for(username: str) -> str:
+    """The new user's (or reset) password: $JOBRING_USER_PASSWORD or a prompt, twice."""
+    from_env = os.environ.get(USER_PASSWORD_ENV)
+    if from_env:
+        return from_env
+    first = getpass.getpass(f"password for {username}: ")
+    if getpass.getpass("again: ") != first:
+        raise UsageError("the two passwords differ")
+    return first
+
+
+def _user_id(admin: AdminClient, ref: str) -> int:
+    """A user named by id (digits) or username."""
+    if ref.isdigit():
+        return int(ref)
+    for user in admin.users.list(username=ref, limit=500).items:
+        if user.get("username") == ref:
+            return int(user["id"])
+    raise UsageError(f"no user is named {ref!r}")
+
+
+def _group_ids(admin: AdminClient, refs: list[str] | None) -> list[int] | None:
+    if refs is None:
+        return None
+    return [gid for ref in refs if (gid := resolve_group(admin, ref)) is not None]
+
+
+def _list(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        page = admin.users.list(username=args.search, role=args.role, limit=args.limit)
+        if args.json:
+            print_page_json(page)
+        else:
+            print_table(page.items, _USER_COLUMNS)
+        return 0
+
+    return run_remote(args, action)
+
+
+def _add(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        groups = _group_ids(admin, args.group) or []
+        user = admin.users.create(args.username, _password_for(args.username), role=args.role,
+                                  group_ids=groups, glue_permission=args.glue)
+        if args.json:
+            print_json(user)
+        else:
+            print(f"created user {user['id']} ({user['username']}, {user['role']}); "
+                  "they must change the password at first login")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _edit(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        user_id = _user_id(admin, args.target)
+        changes: dict[str, Any] = {}
+        if args.username:
+            changes["username"] = args.username
+        if args.role:
+            changes["role"] = args.role
+        groups = _group_ids(admin, args.group)
+        if groups is not None:
+            changes["group_ids"] = groups
+        if args.glue is not None:
+            changes["glue_permission"] = args.glue
+        if not changes:
+            raise UsageError("nothing to change: give --username, --role, --group or --glue/--no-glue")
+        user = admin.users.update(user_id, changes)
+        if args.json:
+            print_json(user)
+        else:
+            print(f"user {user['id']} updated ({user['username']}, {user['role']})")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _reset_password(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        user_id = _user_id(admin, args.target)
+        user = admin.users.update(user_id, {"password": _password_for(args.target)})
+        if args.json:
+            print_json(user)
+        else:
+            print(f"password of {user['username']} reset; they must change it at next login")
+        return 0
+
+    return run_remote(args, action)
+
+
+def _delete(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        user_id = _user_id(admin, args.target)
+        admin.users.delete(user_id)
+        if args.json:
+            print_json({"deleted": user_id})
+        else:
+            print(f"user {user_id} deleted")
+        return 0
+
+    return run_remote(args, action)
+
+
+def register(sub: Any) -> None:
+    """Add this module's commands to the top-level parser."""
+    _, commands = group_parser(sub, "users", "console and API users (admin only)")
+
+    listing = remote_parser(commands, "list", "list users")
+    listing.add_argument("--search", metavar="TEXT", help="username contains TEXT")
+    listing.add_argument("--role", choices=ROLES)
+    listing.add_argument("--limit", type=positive_int, default=50, metavar="N", help="at most N users")
+    listing.set_defaults(handler=_list)
+
+    add = remote_parser(commands, "add", f"create a user (password from ${USER_PASSWORD_ENV} or a prompt)")
+    add.add_argument("username", metavar="USERNAME")
+    add.add_argument("--role", choices=ROLES, default="operator", help="default operator")
+    add.add_argument("--group", type=group_ref, action="append", metavar="GROUP",
+                     help="an executor group they may use (appname or id; repeatable)")
+    add.add_argument("--glue", action="store_true", help="may edit GLUE sources")
+    add.set_defaults(handler=_add)
+
+    edit = remote_parser(commands, "edit", "change a user's name, role, groups or GLUE permission")
+    edit.add_argument("target", metavar="USER", help="username or id")
+    edit.add_argument("--username", metavar="NEW_NAME", help="rename")
+    edit.add_argument("--role", choices=ROLES)
+    edit.add_argument("--group", type=group_ref, action="append", metavar="GROUP",
+                      help="the groups they may use, replacing the old list (repeatable)")
+    edit.add_argument("--glue", action=argparse.BooleanOptionalAction, default=None,
+                      help="may (or may not) edit GLUE sources")
+    edit.set_defaults(handler=_edit)
+
+    reset = remote_parser(commands, "reset-password",
+                          f"set a new password the user must change (from ${USER_PASSWORD_ENV} or a prompt)")
+    reset.add_argument("target", metavar="USER", help="username or id")
+    reset.set_defaults(handler=_reset_password)
+
+    delete = remote_parser(commands, "delete", "delete a user")
+    delete.add_argument("target", metavar="USER", help="username or id")
+    delete.set_defaults(handler=_delete)
