@@ -4,7 +4,12 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck install clean bench
+.PHONY: run test lint typecheck install clean bench console console-types screenshots
+
+# The web console (console/, Vue + Vite): rebuilt when its sources or lockfile change.
+# Needs node 20+ and npm; the build lands in src/jobring/admin/console/dist (shipped in the wheel).
+CONSOLE_SOURCES := $(shell find console -path console/node_modules -prune -o -type f -print 2>/dev/null)
+CONSOLE_STAMP := src/jobring/admin/console/dist/index.html
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +25,24 @@ $(STAMP_TEST): pyproject.toml | $(BIN)/python
 
 install: $(STAMP_RUN)
 
-run: $(STAMP_RUN)
+console/node_modules/.package-lock.json: console/package-lock.json
+	cd console && npm ci --no-audit --no-fund
+	touch $@
+
+$(CONSOLE_STAMP): $(CONSOLE_SOURCES) console/node_modules/.package-lock.json
+	cd console && npm run build
+
+console: $(CONSOLE_STAMP)
+
+# After an API change: regenerate the console's OpenAPI document and TypeScript types.
+console-types: $(STAMP_RUN) console/node_modules/.package-lock.json
+	$(BIN)/python -m jobring.admin.api.management.openapi_dump > console/openapi.json
+	cd console && npm run gen:api
+
+screenshots: $(STAMP_TEST) console
+	$(BIN)/python -m tests.console.screenshots
+
+run: $(STAMP_RUN) console
 	$(BIN)/jobring run
 
 lint: $(STAMP_TEST)
@@ -29,8 +51,9 @@ lint: $(STAMP_TEST)
 typecheck: $(STAMP_TEST)
 	$(BIN)/mypy
 
-test: $(STAMP_TEST) lint typecheck
+test: $(STAMP_TEST) console lint typecheck
+	cd console && npm test
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) jobring.db .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) src/jobring/admin/console/dist jobring.db .pytest_cache .mypy_cache .ruff_cache

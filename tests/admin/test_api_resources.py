@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from sqlalchemy import update
+
 from jobring.admin.security.passwords import verify_password
 from jobring.admin.security.roles import Role
 from jobring.admin.store import Store
+from jobring.admin.store.records import NewLog
+from jobring.admin.store.tables import job_info
 from tests.admin.api_harness import ACCESS_TOKEN, T0, api_env, at
 
 
@@ -220,13 +224,13 @@ async def test_users_admin_crud(sqlite_store: Store) -> None:
 
 
 async def test_dashboard_counts(sqlite_store: Store) -> None:
-    async with api_env(sqlite_store) as env, env.client("viewer") as http:
+    async with api_env(sqlite_store) as env, env.client("viewer") as http, env.client("admin") as admin:
         job = await env.add_job(env.group_a)
-        job_b = await env.add_job(env.group_b)
+        other = await env.add_job(env.group_b)
         await env.add_run(job, env.group_a, handle_code=200)
         await env.add_run(job, env.group_a, handle_code=500)
         await env.add_run(job, env.group_a)
-        await env.add_run(job_b, env.group_b, handle_code=500)  # not the viewer's
+        await env.add_run(other, env.group_b, handle_code=500)
         yesterday = at(T0) - timedelta(days=1)
         await sqlite_store.reports.upsert_day(yesterday, 0, 7, 1, at(T0))
         await sqlite_store.registry.beat("EXECUTOR", "app-a", "http://x:1/", at(T0))
@@ -243,13 +247,58 @@ async def test_dashboard_counts(sqlite_store: Store) -> None:
         ) == (3, 1, 1, 1)
         assert body["executor_count"] == 1
         assert [d["day"] for d in body["chart"]] == ["2025-12-30", "2025-12-31", "2026-01-01"]
-        # The daily report table counts every group: a group-limited user never sees it.
+        # The report table counts every group: the viewer's chart is counted from its own runs.
         assert body["chart"][1] == {"day": "2025-12-31", "running": 0, "success": 0, "fail": 0}
-        async with env.client("admin") as admin_http:
-            body = (await admin_http.get("/dashboard", params={"days": 3})).json()
-        assert (body["job_count"], body["runs_today"], body["runs_today_fail"]) == (2, 4, 2)
-        assert body["executor_count"] == 2
+        assert [f["job_group"] for f in body["recent_failures"]] == [env.group_a]
+        r = await admin.get("/dashboard", params={"days": 3})
+        body = r.json()
+        assert (body["job_count"], body["runs_today"], body["executor_count"]) == (2, 4, 2)
         assert body["chart"][1] == {"day": "2025-12-31", "running": 0, "success": 7, "fail": 1}
+        assert len(body["recent_failures"]) == 2
+
+
+async def test_dashboard_date_range(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("viewer") as http:
+        r = await http.get("/dashboard", params={"from_day": "2025-12-25", "to_day": "2025-12-27"})
+        assert r.status_code == 200
+        assert [d["day"] for d in r.json()["chart"]] == ["2025-12-25", "2025-12-26", "2025-12-27"]
+        r = await http.get("/dashboard", params={"from_day": "2025-12-28", "to_day": "2025-12-27"})
+        assert (r.status_code, r.json()["field"]) == (422, "from_day")
+        r = await http.get("/dashboard", params={"from_day": "2025-01-01"})
+        assert (r.status_code, r.json()["field"]) == (422, "from_day")
+
+
+async def test_dashboard_admin_nodes(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("viewer") as http:
+        now = env.clock.now_ms()
+        await sqlite_store.nodes.announce("node-1", now + 10_000)
+        await sqlite_store.nodes.announce("node-gone", now - 60_000)
+        job_a = await env.add_job(env.group_a, trigger_status=1)
+        job_b = await env.add_job(env.group_b, trigger_status=1)
+        async with sqlite_store.db.write() as conn:  # as the scheduling loop's lease claim leaves them
+            await conn.execute(
+                update(job_info)
+                .where(job_info.c.id.in_([job_a, job_b]))
+                .values(lease_owner="node-1", lease_until=now + 5_000)
+            )
+        for planned, late in ((now - 2_000, 4), (now - 1_000, 10)):
+            await sqlite_store.logs.insert(NewLog(
+                job_group=env.group_a, job_id=job_a, trigger_time=at(planned), trigger_code=200,
+                planned_time=planned, dispatch_time=planned + late, admin_node="node-1",
+            ))
+        r = await http.get("/dashboard")
+        (node,) = r.json()["nodes"]
+        assert node == {
+            "node_id": "node-1", "alive": True, "held_jobs": 1, "fires_last_hour": 2,
+            "lateness_avg_ms": 7.0, "lateness_max_ms": 10,
+        }
+
+
+async def test_settings_for_the_console(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store, glue_enabled=False) as env, env.client("viewer") as http:
+        r = await http.get("/settings/console")
+        assert r.status_code == 200
+        assert r.json() == {"glue_enabled": False, "timezone": "UTC"}
 
 
 async def test_access_token_is_visible_to_admins(sqlite_store: Store) -> None:

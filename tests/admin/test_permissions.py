@@ -202,6 +202,8 @@ ROWS = [
     Row("POST", "/tokens", (201, 201, 201, 201, 401), body=lambda e, v: {"name": "ci"}),
     Row("DELETE", "/tokens/{token}", (204, 204, 404, 404, 401), setup=_op_in_token),
     Row("GET", "/dashboard", READ_ALL),
+    Row("GET", "/dashboard?from_day=2025-12-01&to_day=2025-12-31", READ_ALL),
+    Row("GET", "/settings/console", READ_ALL),
     Row("GET", "/settings/access-token", ADMIN),
     Row("GET", "/settings", ADMIN),
     Row("GET", "/auth/me", READ_ALL),

@@ -6,8 +6,9 @@
 
 Routes: ``GET /health`` (alive), ``GET /ready`` (see :mod:`jobring.admin.health`), ``GET
 /metrics`` (Prometheus, :mod:`jobring.admin.metrics`); the management API under ``/api/v1``;
-at ``/`` and under ``settings.base_path`` (XXL-JOB executors are configured with
-``.../xxl-job-admin``) the executor-facing ``api/registry``, ``api/registryRemove``,
+the web console at ``/`` (``admin/console``: index.html for its own paths, hashed
+``/assets``); at ``/`` and under ``settings.base_path`` (XXL-JOB executors are configured
+with ``.../xxl-job-admin``) the executor-facing ``api/registry``, ``api/registryRemove``,
 ``api/callback`` and the XXL-JOB 3.x job-management aliases (``api/addJob`` ...).
 """
 
@@ -38,6 +39,7 @@ from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, man
 from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.coexist import refuse_if_java_admin_alive
+from jobring.admin.console import console_routes
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
@@ -271,6 +273,7 @@ def create_app(
     # "/api/v1" itself would otherwise reach the executor API's "api/<uri>" below.
     routes.append(Route("/api/v1", not_found, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]))
     routes.append(Mount("/api/v1", app=management_api))
+    routes += console_routes()
     if base != "/":
         routes.append(Mount(base, app=executor_api))
     routes.append(Mount("", app=executor_api))

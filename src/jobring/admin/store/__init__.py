@@ -21,6 +21,7 @@ from jobring.admin.store.engine import Capabilities, Db, create_engine, normaliz
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
 from jobring.admin.store.groups import EXECUTOR, GroupRepository, RegistryRepository
+from jobring.admin.store.insights import InsightRepository, NodeActivity
 from jobring.admin.store.jobs import HeldJobs, JobRepository
 from jobring.admin.store.logs import HANDLE_MSG_MAX, LogRepository
 from jobring.admin.store.migrate import UpgradeResult, current_revision, head_revision, upgrade_database
@@ -61,6 +62,7 @@ class Store:
         self.groups = GroupRepository(self.db)
         self.registry = RegistryRepository(self.db)
         self.reports = ReportRepository(self.db)
+        self.insights = InsightRepository(self.db)
         self.glue = GlueRepository(self.db)
         self.users = UserRepository(self.db)
         self.tokens = TokenRepository(self.db)
@@ -113,6 +115,7 @@ __all__ = [
     "GroupRepository",
     "HandleResult",
     "HeldJobs",
+    "InsightRepository",
     "JobGroup",
     "JobInfo",
     "JobRepository",
@@ -122,6 +125,7 @@ __all__ = [
     "LogStatus",
     "NewAuditEvent",
     "NewLog",
+    "NodeActivity",
     "NotFound",
     "Page",
     "RecordedFire",

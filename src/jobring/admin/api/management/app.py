@@ -7,6 +7,8 @@ parsing and JSON nested too deep gets 400.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 
 from jobring.admin.api.management import audit, auth, dashboard, glue, groups, jobs, runs, users
@@ -30,8 +32,7 @@ Every error answer has the body ``{"error": "<message>", "field": "<field name>"
 """
 
 
-def management_app(services: ManagementServices) -> FastAPI:
-    """Build the API app; mount it at ``/api/v1`` (its URLs are relative to the mount)."""
+def _api_app() -> FastAPI:
     app = FastAPI(
         title="jobring management API",
         version="1",
@@ -40,11 +41,22 @@ def management_app(services: ManagementServices) -> FastAPI:
         docs_url=None,  # served from the package by install_docs, not from a CDN
         redoc_url=None,
     )
-    app.state.services = services
     install_error_handlers(app)
     install_docs(app)
     for module in (auth, jobs, glue, runs, groups, users, dashboard, audit):
         app.include_router(module.router)
+    return app
+
+
+def management_app(services: ManagementServices) -> FastAPI:
+    """Build the API app; mount it at ``/api/v1`` (its URLs are relative to the mount)."""
+    app = _api_app()
+    app.state.services = services
     app.add_middleware(RequestGuard, max_body_bytes=services.max_body_bytes)
     app.add_middleware(SourceCapture)
     return app
+
+
+def openapi_document() -> dict[str, Any]:
+    """The API's OpenAPI document, built without a store (the console's types come from it)."""
+    return _api_app().openapi()

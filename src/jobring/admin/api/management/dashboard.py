@@ -1,69 +1,152 @@
-"""/dashboard (counts and per-day chart data), /settings and /settings/access-token (admin)."""
+"""/dashboard (counts, runs per day, recent failures, admin nodes), /settings (admin),
+/settings/console (what every user's console needs) and /settings/access-token (admin).
+
+Every count is limited to the executor groups the caller may read."""
 
 from __future__ import annotations
 
-from datetime import UTC, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from jobring.admin.api.management.deps import Admin, Reader, Services
-from jobring.admin.api.management.errors import ERROR_RESPONSES
-from jobring.admin.api.management.models import AccessTokenOut, DashboardOut, DayCountOut, SettingsOut
+from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError
+from jobring.admin.api.management.models import (
+    AccessTokenOut,
+    ConsoleSettingsOut,
+    DashboardOut,
+    DayCountOut,
+    NodeOut,
+    RunOut,
+    SettingsOut,
+)
+from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
-from jobring.admin.store.records import DayCount
+from jobring.admin.security.principal import Principal
+from jobring.admin.store.records import DayCount, LogStatus
 from jobring.admin.store.zones import zone_named
 
 router = APIRouter(tags=["dashboard"], responses=ERROR_RESPONSES)
 
 HEARTBEAT_ALIVE = timedelta(seconds=90)
+MAX_CHART_DAYS = 90
+LATENESS_WINDOW_MS = 3_600_000
+RECENT_FAILURES = 8
 
 
-@router.get("/dashboard", response_model=DashboardOut, summary="Counts and runs per day")
+def _range(
+    today: datetime, days: int, from_day: date | None, to_day: date | None
+) -> tuple[datetime, datetime]:
+    """The chart's first and last day (midnights, UTC)."""
+    midnight = datetime.min.time()
+    last = today if to_day is None else datetime.combine(to_day, midnight)
+    first = last - timedelta(days=days - 1) if from_day is None else datetime.combine(from_day, midnight)
+    if first > last:
+        raise ApiError(422, "from_day must not be after to_day", "from_day")
+    if (last - first).days + 1 > MAX_CHART_DAYS:
+        raise ApiError(422, f"the chart spans at most {MAX_CHART_DAYS} days", "from_day")
+    return first, last
+
+
+async def _day_counts(
+    services: ManagementServices, principal: Principal, first: datetime, last: datetime, today: datetime,
+    zone: tzinfo,
+) -> dict[date, DayCount]:
+    group_ids = principal.readable_group_ids()
+    if group_ids is not None:  # the report table is for every group: count this user's own runs
+        now_ms = services.now_ms()
+        counts = await services.store.insights.counts_by_day(first, last, group_ids, zone=zone, now_ms=now_ms)
+        return {c.day.date(): c for c in counts}
+    # The report table is refreshed every minute by the admin; today's row comes from the
+    # logs themselves so the numbers are current.
+    stored = {c.day.date(): c for c in await services.store.reports.range(first, last)}
+    if first <= today <= last:
+        (current,) = await services.store.logs.counts_by_day(
+            today, today, zone=zone, now_ms=services.now_ms()
+        )
+        stored[today.date()] = current
+    return stored
+
+
+async def _executor_count(services: ManagementServices, principal: Principal, now: datetime) -> int:
+    live = await services.store.registry.live(now - HEARTBEAT_ALIVE)
+    group_ids = principal.readable_group_ids()
+    if group_ids is not None:
+        names = {g.app_name for g in await services.store.groups.all() if g.id in set(group_ids)}
+        live = {name: addresses for name, addresses in live.items() if name in names}
+    return len({address for addresses in live.values() for address in addresses})
+
+
+@router.get("/dashboard", response_model=DashboardOut, summary="Counts, runs per day, failures, nodes")
 async def dashboard(
     services: Services,
     principal: Reader,
-    days: Annotated[int, Query(ge=1, le=90, description="chart length in days")] = 7,
+    days: Annotated[int, Query(ge=1, le=MAX_CHART_DAYS, description="chart length in days")] = 7,
+    from_day: Annotated[date | None, Query(description="first chart day (UTC); overrides days")] = None,
+    to_day: Annotated[date | None, Query(description="last chart day (UTC); default today")] = None,
 ) -> DashboardOut:
     now = services.now_naive_utc()
     # Days are calendar days of the scheduling zone (XXL-JOB's report rows count them so).
     zone = zone_named(services.settings.timezone or "UTC")
     local_now = now.replace(tzinfo=UTC).astimezone(zone)
     today = local_now.replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
-    first = today - timedelta(days=days - 1)
-    group_ids = principal.readable_group_ids()  # None: every group (admins)
+    first, last = _range(today, days, from_day, to_day)
+    group_ids = principal.readable_group_ids()
     jobs = await services.store.jobs.list(group_ids=group_ids, limit=1)
-    live = await services.store.registry.live(now - HEARTBEAT_ALIVE)
-    if group_ids is not None:
-        # A group-limited user sees the counts of its groups only, never the whole admin's.
-        groups = await services.store.groups.list(group_ids=group_ids, limit=max(len(group_ids), 1))
-        app_names = {group.app_name for group in groups.items}
-        live = {app: addresses for app, addresses in live.items() if app in app_names}
-        stored = {c.day.date(): c for c in await services.store.logs.counts_by_day(
-            first, today, group_ids, zone=zone, now_ms=services.now_ms())}
+    stored = await _day_counts(services, principal, first, last, today, zone)
+    if today.date() in stored:
+        current = stored[today.date()]
     else:
-        # The report table is refreshed every minute by the admin; today's row comes from
-        # the logs themselves so the numbers are current.
-        stored = {c.day.date(): c for c in await services.store.reports.range(first, today)}
-        (stored[today.date()],) = await services.store.logs.counts_by_day(
-            today, today, zone=zone, now_ms=services.now_ms())
-    executor_count = len({address for addresses in live.values() for address in addresses})
-    current = stored[today.date()]
-    chart: list[DayCountOut] = []
-    for offset in range(days):
-        day = (first + timedelta(days=offset)).date()
-        count = stored.get(day) or DayCount(first + timedelta(days=offset), 0, 0, 0)
-        chart.append(
-            DayCountOut(day=day.isoformat(), running=count.running, success=count.success, fail=count.fail)
+        (current,) = await services.store.insights.counts_by_day(
+            today, today, group_ids, zone=zone, now_ms=services.now_ms()
         )
+    chart: list[DayCountOut] = []
+    for offset in range((last - first).days + 1):
+        day = first + timedelta(days=offset)
+        count = stored.get(day.date()) or DayCount(day, 0, 0, 0)
+        chart.append(DayCountOut(
+            day=day.date().isoformat(), running=count.running, success=count.success, fail=count.fail
+        ))
+    failures = await services.store.logs.list(
+        group_ids=group_ids, status=LogStatus.FAIL, limit=RECENT_FAILURES
+    )
+    now_ms = services.now_ms()
+    scheduled = await services.store.insights.scheduled_count(today, group_ids, now_ms)
+    nodes = await services.store.insights.node_activity(now_ms, now_ms - LATENESS_WINDOW_MS, group_ids)
     return DashboardOut(
         job_count=jobs.total,
-        executor_count=executor_count,
+        executor_count=await _executor_count(services, principal, now),
         runs_today=current.running + current.success + current.fail,
         runs_today_success=current.success,
         runs_today_fail=current.fail,
         runs_today_running=current.running,
+        runs_today_scheduled=scheduled,
         chart=chart,
+        recent_failures=[RunOut.of(e, now_ms) for e in failures.items],
+        nodes=[
+            NodeOut(
+                node_id=n.node_id,
+                alive=n.alive_until >= now_ms,
+                held_jobs=n.held_jobs,
+                fires_last_hour=n.fires,
+                lateness_avg_ms=n.lateness_avg_ms,
+                lateness_max_ms=n.lateness_max_ms,
+            )
+            for n in nodes
+        ],
+    )
+
+
+@router.get(
+    "/settings/console",
+    response_model=ConsoleSettingsOut,
+    tags=["settings"],
+    summary="What every signed-in user's console needs: GLUE on or off, the default zone",
+)
+async def console_settings(services: Services, principal: Reader) -> ConsoleSettingsOut:
+    return ConsoleSettingsOut(
+        glue_enabled=services.settings.glue_enabled, timezone=services.settings.timezone or "UTC"
     )
 
 

@@ -730,6 +730,15 @@ class DayCountOut(BaseModel):
     fail: int
 
 
+class NodeOut(BaseModel):
+    node_id: str
+    alive: bool = Field(description="the node announced itself as scheduling")
+    held_jobs: int = Field(description="jobs (of the caller's groups) it holds a lease on")
+    fires_last_hour: int
+    lateness_avg_ms: float | None = Field(description="dispatch minus planned instant, last hour")
+    lateness_max_ms: int | None
+
+
 class DashboardOut(BaseModel):
     job_count: int
     executor_count: int
@@ -737,7 +746,15 @@ class DashboardOut(BaseModel):
     runs_today_success: int
     runs_today_fail: int
     runs_today_running: int
+    runs_today_scheduled: int = Field(description="fires of today recorded ahead, not yet due")
     chart: list[DayCountOut]
+    recent_failures: list[RunOut] = Field(description="the newest failed runs")
+    nodes: list[NodeOut] = Field(description="scheduling admin nodes")
+
+
+class ConsoleSettingsOut(BaseModel):
+    glue_enabled: bool
+    timezone: str = Field(description="the admin's default schedule zone")
 
 
 class AccessTokenOut(BaseModel):

@@ -1,0 +1,80 @@
+import createClient, { type Middleware } from "openapi-fetch";
+import type { components, paths } from "./schema";
+
+export type Schemas = components["schemas"];
+export type Job = Schemas["JobOut"];
+export type Run = Schemas["RunOut"];
+export type Group = Schemas["GroupOut"];
+export type User = Schemas["UserOut"];
+export type Token = Schemas["TokenOut"];
+
+const CSRF_COOKIE = "jobring_csrf";
+const UNSAFE = new Set(["POST", "PUT", "PATCH", "DELETE"]);
+
+/** The API's error body as a thrown error: status, message and the field it names. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly field: string | null = null,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}
+
+export function csrfToken(): string | null {
+  for (const part of document.cookie.split(";")) {
+    const [name, ...rest] = part.trim().split("=");
+    if (name === CSRF_COOKIE) return decodeURIComponent(rest.join("="));
+  }
+  return null;
+}
+
+type Listener = (status: number) => void;
+let onUnauthenticated: Listener = () => undefined;
+
+/** Called on a 401 from any call but login and the session probe (the console then returns to the login page). */
+export function setUnauthenticatedHandler(listener: Listener): void {
+  onUnauthenticated = listener;
+}
+
+const session: Middleware = {
+  onRequest({ request }) {
+    if (UNSAFE.has(request.method)) {
+      const token = csrfToken();
+      if (token) request.headers.set("X-CSRF-Token", token);
+    }
+    return request;
+  },
+  onResponse({ request, response }) {
+    // The session probe (/auth/me) and the login itself answer 401 as a matter of course.
+    const path = new URL(request.url).pathname;
+    if (response.status === 401 && !path.endsWith("/auth/login") && !path.endsWith("/auth/me")) onUnauthenticated(401);
+    return response;
+  },
+};
+
+export const api = createClient<paths>({ baseUrl: "/api/v1", credentials: "same-origin" });
+api.use(session);
+
+interface Answer<T> {
+  data?: T;
+  error?: unknown;
+  response: Response;
+}
+
+/** The answer's data, or an ApiError with the API's message and field. */
+export async function ok<T>(call: Promise<Answer<T>>): Promise<T> {
+  let answer: Answer<T>;
+  try {
+    answer = await call;
+  } catch (exc) {
+    throw new ApiError(0, exc instanceof Error ? exc.message : String(exc));
+  }
+  if (answer.response.ok) return answer.data as T;
+  const body = answer.error as { error?: unknown; field?: unknown; detail?: unknown } | undefined;
+  const message = typeof body?.error === "string" ? body.error : answer.response.statusText || "error";
+  const field = typeof body?.field === "string" ? body.field : null;
+  throw new ApiError(answer.response.status, message, field);
+}

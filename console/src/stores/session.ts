@@ -1,0 +1,55 @@
+import { reactive } from "vue";
+import { api, csrfToken, ok, type User } from "../api/client";
+
+interface SessionState {
+  user: User | null;
+  loaded: boolean;
+  glueEnabled: boolean;
+  adminZone: string;
+  /** the session cookies were there but the admin refused them (expired or ended) */
+  expired: boolean;
+}
+
+export const session = reactive<SessionState>({
+  user: null, loaded: false, glueEnabled: false, adminZone: "UTC", expired: false,
+});
+
+export function isAdmin(): boolean {
+  return session.user?.role === "admin";
+}
+
+/** Operators and admins may write; viewers only read. */
+export function canWrite(): boolean {
+  return session.user !== null && session.user.role !== "viewer";
+}
+
+export function canGlue(): boolean {
+  return session.glueEnabled && (isAdmin() || (canWrite() && Boolean(session.user?.glue_permission)));
+}
+
+/** Who is logged in (null when nobody); loads the admin's settings too. */
+export async function loadSession(): Promise<User | null> {
+  if (!csrfToken()) {
+    // No session cookies at all: not logged in (spares a 401 in the browser's console).
+    session.loaded = true;
+    session.user = null;
+    return null;
+  }
+  const answer = await api.GET("/auth/me");
+  session.loaded = true;
+  session.user = answer.response.ok && answer.data ? answer.data.user : null;
+  session.expired = answer.response.status === 401;
+  if (session.user && !session.user.must_change_password) await loadSettings();
+  return session.user;
+}
+
+export async function loadSettings(): Promise<void> {
+  const settings = await ok(api.GET("/settings/console"));
+  session.glueEnabled = settings.glue_enabled;
+  session.adminZone = settings.timezone;
+}
+
+export async function logout(): Promise<void> {
+  await api.POST("/auth/logout");
+  session.user = null;
+}

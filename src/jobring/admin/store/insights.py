@@ -1,0 +1,146 @@
+"""Read-only aggregates for the console's dashboard, limited to a set of executor groups:
+runs per day, and what each scheduling admin node holds and how late its fires left."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+
+from sqlalchemy import ColumnElement, and_, case, func, not_, select
+
+from jobring.admin.store.base import Repository
+from jobring.admin.store.engine import utc_naive
+from jobring.admin.store.logs import state_condition
+from jobring.admin.store.records import DayCount
+from jobring.admin.store.tables import job_info, job_log, scheduler_node
+from jobring.core.runstate import RunState
+
+_OK_CODES = (0, 200)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeActivity:
+    """One scheduling node: until when it announced itself alive, the jobs it holds a lease
+    on, and the lateness (dispatch minus planned instant) of its recent scheduled fires."""
+
+    node_id: str
+    alive_until: int
+    held_jobs: int
+    fires: int
+    lateness_avg_ms: float | None
+    lateness_max_ms: int | None
+
+
+class InsightRepository(Repository):
+    """Dashboard aggregates (each query is bounded by a day or a time window)."""
+
+    async def counts_by_day(
+        self,
+        from_day: datetime,
+        to_day: datetime,
+        group_ids: Sequence[int] | None = None,
+        *,
+        zone: tzinfo = UTC,
+        now_ms: int | None = None,
+    ) -> list[DayCount]:
+        """Running/success/fail counts per calendar day of ``zone`` from ``from_day``'s date to
+        ``to_day``'s inclusive, of the runs of ``group_ids`` (None: every group); one entry per
+        day, ``DayCount.day`` its naive midnight (a label). With ``now_ms``, fires recorded
+        ahead and still scheduled then are not counted."""
+        start = from_day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+        end = to_day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+        running = case((and_(job_log.c.trigger_code.in_(_OK_CODES), job_log.c.handle_code == 0), 1), else_=0)
+        success = case((job_log.c.handle_code == 200, 1), else_=0)
+        scope: list[ColumnElement[bool]] = []
+        if group_ids is not None:
+            scope.append(job_log.c.job_group.in_(list(group_ids)))
+        if now_ms is not None:
+            scope.append(not_(state_condition(RunState.SCHEDULED, now_ms)))
+        days: list[DayCount] = []
+        async with self._db.read() as conn:
+            day = start
+            while day <= end:
+                low = utc_naive(day.replace(tzinfo=zone))
+                high = utc_naive((day + timedelta(days=1)).replace(tzinfo=zone))
+                stmt = select(func.count(), func.sum(running), func.sum(success)).where(
+                    job_log.c.trigger_time >= low, job_log.c.trigger_time < high, *scope
+                )
+                total, run_n, ok_n = (await conn.execute(stmt)).one()
+                run_n, ok_n = int(run_n or 0), int(ok_n or 0)
+                days.append(DayCount(day, run_n, ok_n, int(total) - run_n - ok_n))
+                day += timedelta(days=1)
+        return days
+
+    async def scheduled_count(self, day: datetime, group_ids: Sequence[int] | None, now_ms: int) -> int:
+        """Fires of ``day`` (UTC) of ``group_ids`` recorded ahead and not yet due at ``now_ms``."""
+        start = utc_naive(day).replace(hour=0, minute=0, second=0, microsecond=0)
+        where = [
+            job_log.c.trigger_time >= start,
+            job_log.c.trigger_time < start + timedelta(days=1),
+            state_condition(RunState.SCHEDULED, now_ms),
+        ]
+        if group_ids is not None:
+            where.append(job_log.c.job_group.in_(list(group_ids)))
+        async with self._db.read() as conn:
+            found = await conn.execute(select(func.count()).select_from(job_log).where(*where))
+            return int(found.scalar_one())
+
+    async def node_activity(
+        self, now_ms: int, since_ms: int, group_ids: Sequence[int] | None = None
+    ) -> list[NodeActivity]:
+        """Nodes alive at ``now_ms`` or that fired since ``since_ms``, with the jobs of
+        ``group_ids`` they hold and the lateness of those jobs' fires planned since then."""
+        job_scope: list[ColumnElement[bool]] = []
+        log_scope: list[ColumnElement[bool]] = []
+        if group_ids is not None:
+            job_scope.append(job_info.c.job_group.in_(list(group_ids)))
+            log_scope.append(job_log.c.job_group.in_(list(group_ids)))
+        late = job_log.c.dispatch_time - job_log.c.planned_time
+        async with self._db.read() as conn:
+            alive = {
+                r.node_id: int(r.alive_until)
+                for r in await conn.execute(
+                    select(scheduler_node.c.node_id, scheduler_node.c.alive_until).where(
+                        scheduler_node.c.alive_until >= now_ms
+                    )
+                )
+            }
+            held = {
+                r.lease_owner: int(r.n)
+                for r in await conn.execute(
+                    select(job_info.c.lease_owner, func.count().label("n"))
+                    .where(job_info.c.lease_owner.is_not(None), job_info.c.lease_until >= now_ms, *job_scope)
+                    .group_by(job_info.c.lease_owner)
+                )
+            }
+            fired = {
+                r.admin_node: (int(r.n), r.avg, r.max)
+                for r in await conn.execute(
+                    select(
+                        job_log.c.admin_node,
+                        func.count().label("n"),
+                        func.avg(late).label("avg"),
+                        func.max(late).label("max"),
+                    )
+                    .where(
+                        job_log.c.planned_time >= since_ms,
+                        job_log.c.dispatch_time.is_not(None),
+                        job_log.c.admin_node.is_not(None),
+                        *log_scope,
+                    )
+                    .group_by(job_log.c.admin_node)
+                )
+            }
+        found: list[NodeActivity] = []
+        for node in sorted(set(alive) | set(held) | set(fired)):
+            count, avg, most = fired.get(node, (0, None, None))
+            found.append(NodeActivity(
+                node_id=node,
+                alive_until=alive.get(node, 0),
+                held_jobs=held.get(node, 0),
+                fires=count,
+                lateness_avg_ms=None if avg is None else float(avg),
+                lateness_max_ms=None if most is None else int(most),
+            ))
+        return found
