@@ -443,3 +443,14 @@ async def test_adopted_crons_fire_at_xxl_job_s_instants(
             "schedule_type": "CRON", "schedule_conf": cron, "count": 1, "after": instant(after_local)})
         assert answer.status_code == 200, answer.text
         assert answer.json()["times"] == [instant(expected_local)]
+
+
+async def test_dashboard_counts_use_days_of_the_scheduling_zone(sqlite_store: Store) -> None:
+    day = datetime(2026, 11, 23)
+    start = day.replace(tzinfo=SHANGHAI).astimezone(UTC).replace(tzinfo=None)  # 2026-11-22 16:00 UTC
+    await add_log(sqlite_store, 1, at=start + timedelta(minutes=5), handle_code=200)
+    await add_log(sqlite_store, 1, at=start - timedelta(minutes=5), handle_code=200)  # the day before
+    (by_zone,) = await sqlite_store.insights.counts_by_day(day, day, zone=SHANGHAI)
+    (by_utc,) = await sqlite_store.insights.counts_by_day(day, day)
+    assert (by_zone.day, by_zone.success) == (day, 1)
+    assert by_utc.success == 0  # both runs fall on 2026-11-22 in UTC
