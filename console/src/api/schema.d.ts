@@ -227,7 +227,7 @@ export interface paths {
         delete: operations["delete_job_jobs__job_id__delete"];
         options?: never;
         head?: never;
-        /** Update some fields of a job */
+        /** Update some fields of a job (only the fields sent are validated) */
         patch: operations["update_job_jobs__job_id__patch"];
         trace?: never;
     };
@@ -1194,6 +1194,95 @@ export interface components {
             schedule_timezone?: string | null;
             schedule_type?: components["schemas"]["ScheduleType"];
         } & (unknown & unknown & unknown & unknown);
+        /** JobUpdateOut */
+        JobUpdateOut: {
+            /** Add Time */
+            add_time: string | null;
+            /** Alarm Email */
+            alarm_email: string | null;
+            /** Alarm On */
+            alarm_on: string;
+            /** Alarm Recovery */
+            alarm_recovery: boolean;
+            /**
+             * Alarm Targets
+             * @description signing secrets are shown masked
+             */
+            alarm_targets: {
+                [key: string]: unknown;
+            }[];
+            /** Author */
+            author: string | null;
+            /** Child Job Ids */
+            child_job_ids: number[];
+            /** Deadline Minutes */
+            deadline_minutes: number | null;
+            /**
+             * Declared By Executor
+             * @description the job is declared in its executor's code (@executor.job(..., cron=...))
+             */
+            declared_by_executor: boolean;
+            /** Executor Block Strategy */
+            executor_block_strategy: string | null;
+            /** Executor Fail Retry Count */
+            executor_fail_retry_count: number;
+            /** Executor Fail Retry Interval S */
+            executor_fail_retry_interval_s: number;
+            /** Executor Handler */
+            executor_handler: string | null;
+            /** Executor Param */
+            executor_param: string | null;
+            /** Executor Route Strategy */
+            executor_route_strategy: string | null;
+            /** Executor Timeout */
+            executor_timeout: number;
+            /** Glue Remark */
+            glue_remark: string | null;
+            /** Glue Type */
+            glue_type: string;
+            /** Glue Updatetime */
+            glue_updatetime: string | null;
+            /** Id */
+            id: number;
+            /** Job Desc */
+            job_desc: string;
+            /** Job Group */
+            job_group: number;
+            /** Misfire Strategy */
+            misfire_strategy: string;
+            /** Retry Backoff */
+            retry_backoff: string;
+            /** Retry Backoff Max S */
+            retry_backoff_max_s: number;
+            /** Schedule Conf */
+            schedule_conf: string | null;
+            /** Schedule Timezone */
+            schedule_timezone: string | null;
+            /** Schedule Type */
+            schedule_type: string;
+            /**
+             * Trigger Last Time
+             * @description epoch ms
+             */
+            trigger_last_time: number;
+            /**
+             * Trigger Next Time
+             * @description epoch ms
+             */
+            trigger_next_time: number;
+            /**
+             * Trigger Status
+             * @description 0 stopped, 1 running
+             */
+            trigger_status: number;
+            /** Update Time */
+            update_time: string | null;
+            /**
+             * Warnings
+             * @description stored values kept although a new job could not have them (e.g. adopted from XXL-JOB)
+             */
+            warnings?: string[];
+        };
         /** KillOut */
         KillOut: {
             /** Killed */
@@ -3458,7 +3547,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["JobOut"];
+                    "application/json": components["schemas"]["JobUpdateOut"];
                 };
             };
             /** @description Bad request */
