@@ -94,7 +94,7 @@ async def _start_executor(admin_urls: list[str], log_path: Path) -> tuple[asynci
     )
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-    match = re.search(r"registered as (\S+)", line)
+    match = re.search(r"(?:registering|registered) as (\S+)", line)
     assert match, line
     return proc, match.group(1)
 

@@ -157,9 +157,15 @@ def settings() -> Call[JsonObject]:
     return get("/settings", as_object)
 
 
+def console_settings() -> Call[JsonObject]:
+    """What every signed-in user's console needs: the GLUE switch and the default zone."""
+    return get("/settings/console", as_object)
+
+
 class SettingsApi(ApiGroup[M]):
     """The admin's settings."""
 
     get = Endpoint(settings)
     access_token = Endpoint(access_token)
+    console = Endpoint(console_settings)
 

@@ -25,7 +25,7 @@ def upgrade() -> None:
         return  # already widened (idempotent), or an unbounded text column
     # Batch mode: a plain ALTER on PostgreSQL and MySQL, a table copy on SQLite (which has
     # no ALTER COLUMN; the declared type is what a schema comparison reads).
-    with op.batch_alter_table("xxl_job_group") as batch:
+    with op.batch_alter_table("xxl_job_group", table_kwargs={"sqlite_autoincrement": True}) as batch:
         batch.alter_column(
             "title", existing_type=sa.String(length), type_=sa.String(TITLE_LENGTH), existing_nullable=False
         )

@@ -50,7 +50,8 @@ def upgrade() -> None:
                     " WHERE job_cron IS NOT NULL AND job_cron <> ''"
                 ))
             if not info["job_cron"].get("nullable", True):
-                with op.batch_alter_table("xxl_job_info") as batch:
+                sqlite_kwargs = {"sqlite_autoincrement": True}  # keep ids never reused (0005)
+                with op.batch_alter_table("xxl_job_info", table_kwargs=sqlite_kwargs) as batch:
                     batch.alter_column("job_cron", existing_type=sa.String(128), nullable=True)
     if "xxl_job_group" in tables and "update_time" not in _columns(inspector, "xxl_job_group"):
         op.add_column("xxl_job_group", sa.Column("update_time", sa.DateTime, nullable=True))
