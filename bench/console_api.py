@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import asyncpg  # noqa: E402
 import httpx  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
-
 from tests.dbs import acreate_test_database, adrop_test_database  # noqa: E402
 
 from jobring.admin.api.management import ManagementServices, management_app  # noqa: E402
