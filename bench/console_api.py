@@ -45,6 +45,7 @@ NOW = datetime(2026, 1, 31, 12, 0, 0)
 NOW_MS = int(NOW.replace(tzinfo=UTC).timestamp() * 1000)
 GROUPS = 50
 DAYS = 30
+DEEP = "the next_cursor of /runs?limit=20&offset=9980"
 WORDS = ("billing", "report", "sync", "cleanup", "export", "import", "mail", "index", "backup", "audit")
 
 
@@ -96,16 +97,18 @@ async def load(url: str, jobs: int, runs: int) -> tuple[list[int], list[tuple[in
                                  password=parsed.password, database=parsed.database)
     rng = random.Random(7)
     try:
-        group_ids = []
-        for g in range(GROUPS):
-            group_ids.append(await conn.fetchval(
+        group_ids = [
+            await conn.fetchval(
                 "INSERT INTO xxl_job_group (app_name, title, address_type, update_time)"
-                " VALUES ($1, $2, 0, $3) RETURNING id", f"app-{g}", f"Group {g}", NOW))
+                " VALUES ($1, $2, 0, $3) RETURNING id", f"app-{g}", f"Group {g}", NOW)
+            for g in range(GROUPS)
+        ]
         await conn.copy_records_to_table(
             "xxl_job_info", records=_job_rows(jobs, group_ids, rng),
             columns=["job_group", "job_desc", "schedule_type", "schedule_conf", "executor_handler",
                      "glue_type", "trigger_status", "add_time", "update_time", "author"])
-        job_list = [(r["id"], r["job_group"]) for r in await conn.fetch("SELECT id, job_group FROM xxl_job_info")]
+        job_list = [(r["id"], r["job_group"])
+                    for r in await conn.fetch("SELECT id, job_group FROM xxl_job_info ORDER BY id")]
         batch = 100_000
         for start in range(0, runs, batch):
             rows = [_run_row(i, job_list, rng) for i in range(start, min(runs, start + batch))]
@@ -147,6 +150,7 @@ def _calls(group_ids: list[int], job_list: list[tuple[int, int]]) -> list[tuple[
         ("admin", "/runs", {"limit": 20, "state": "failed"}),
         ("admin", "/runs", {"limit": 20, "status": "fail"}),
         ("admin", "/runs", {"limit": 20, "offset": 10_000}),
+        ("admin", "/runs", {"limit": 20, "cursor": DEEP}),  # the console's "next" 500 pages in
         ("admin", "/runs", {"limit": 20, "job_id": job_id}),
         ("admin", "/runs", {"limit": 20, "job_group": group_ids[3]}),
         ("admin", "/runs", {"limit": 20, "trigger_from": NOW_MS - 2 * day_ms, "trigger_to": NOW_MS - day_ms}),
@@ -155,6 +159,8 @@ def _calls(group_ids: list[int], job_list: list[tuple[int, int]]) -> list[tuple[
         ("admin", "/jobs", {"limit": 20}),
         ("admin", "/jobs", {"limit": 500}),
         ("admin", "/jobs", {"limit": 20, "desc": "backup export"}),
+        ("admin", "/jobs", {"limit": 20, "desc": "task 99999"}),  # one match
+        ("admin", "/jobs", {"limit": 20, "desc": "no such job"}),
         ("admin", "/jobs", {"limit": 20, "job_group": group_ids[5]}),
         ("viewer", "/jobs", {"limit": 20}),
         ("admin", "/groups", {"limit": 500}),
@@ -176,9 +182,13 @@ async def measure(url: str, group_ids: list[int], job_list: list[tuple[int, int]
         )
         app = management_app(services)
         results = []
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench/") as client:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench/") as client:
             for who, path, params in _calls(group_ids, job_list):
                 headers = {"Authorization": f"Bearer {tokens[who]}"}
+                if params.get("cursor") == DEEP:
+                    deep = await client.get(path, params={"limit": 20, "offset": 9_980}, headers=headers)
+                    params = {**params, "cursor": deep.json().get("next_cursor")}
                 times = []
                 note = ""
                 for k in range(repeats + 2):
@@ -191,7 +201,8 @@ async def measure(url: str, group_ids: list[int], job_list: list[tuple[int, int]
                         times.append(elapsed)
                     body = answer.json()
                     if "total" in body:
-                        note = f"total={body['total']}" + ("" if body.get("total_exact", True) else " (at least)")
+                        estimated = not body.get("total_exact", True)
+                        note = f"total={body['total']}" + (" (estimated)" if estimated else "")
                 query = "&".join(f"{k}={v}" for k, v in params.items())
                 label = f"{who} GET {path}" + (f"?{query}" if query else "")
                 times.sort()
