@@ -1281,10 +1281,21 @@ export interface components {
             items: components["schemas"]["AuditOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PageOut[GroupOut] */
         PageOut_GroupOut_: {
@@ -1292,10 +1303,21 @@ export interface components {
             items: components["schemas"]["GroupOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PageOut[JobOut] */
         PageOut_JobOut_: {
@@ -1303,10 +1325,21 @@ export interface components {
             items: components["schemas"]["JobOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PageOut[RunOut] */
         PageOut_RunOut_: {
@@ -1314,10 +1347,21 @@ export interface components {
             items: components["schemas"]["RunOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PageOut[UserOut] */
         PageOut_UserOut_: {
@@ -1325,10 +1369,21 @@ export interface components {
             items: components["schemas"]["UserOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PasswordChange */
         PasswordChange: {
@@ -4604,6 +4659,8 @@ export interface operations {
                 trigger_to?: number | null;
                 offset?: number;
                 limit?: number;
+                /** @description the `next_cursor` of the previous page: list the runs after it (then `offset` skips from there); cheaper than a large offset */
+                cursor?: string | null;
             };
             header?: never;
             path?: never;
