@@ -126,8 +126,8 @@ async def list_runs(
         count_cap=RUNS_COUNT_CAP,
     )
     next_cursor = None
-    if len(page.items) == limit and page.items[-1].trigger_time is not None:
-        last = page.items[-1]
+    last = page.items[-1] if len(page.items) == limit else None
+    if last is not None and last.trigger_time is not None:  # runs are always written with one
         next_cursor = f"{_epoch_us(last.trigger_time)}-{last.id}"
     return PageOut[RunOut](
         items=[RunOut.of(e, now_ms) for e in page.items], total=page.total, offset=offset, limit=limit,
