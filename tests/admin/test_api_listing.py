@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from jobring.admin.api.management import runs as runs_api
 from jobring.admin.store import Store
 from tests.admin.api_harness import T0, api_env
 
@@ -59,3 +62,51 @@ async def test_job_and_run_listings(store: Store) -> None:
         async with env.client("viewer") as viewer:
             assert (await viewer.get("/runs")).json()["total"] == 4  # group A only
             assert (await viewer.get("/jobs")).json()["total"] == 4
+
+
+async def test_run_cursor_paging_and_estimated_totals(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with api_env(store) as env, env.client("admin") as http:
+        job_a = await env.add_job(env.group_a)
+        job_b = await env.add_job(env.group_b)
+        for n in range(9):  # three runs per instant: pages end inside a tie
+            in_b = n % 3 == 0
+            await env.add_run(job_b if in_b else job_a, env.group_b if in_b else env.group_a, handle_code=200)
+            if n % 3 == 2:
+                env.clock.advance(1_000)
+        everything = (await http.get("/runs", params={"limit": 100})).json()
+        assert everything["total"] == 9 and everything["total_exact"] is True
+        assert everything["next_cursor"] is None  # the page was not full
+        expected = [r["id"] for r in everything["items"]]
+
+        seen: list[int] = []
+        params: dict[str, object] = {"limit": 2}
+        while True:
+            page = (await http.get("/runs", params=params)).json()
+            assert page["total"] == 9
+            seen += [r["id"] for r in page["items"]]
+            if page["next_cursor"] is None:
+                break
+            params = {"limit": 2, "cursor": page["next_cursor"]}
+        assert seen == expected
+
+        # The cursor keeps the filters of the query it is given with.
+        first = (await http.get("/runs", params={"limit": 1, "job_group": env.group_a})).json()
+        rest = (await http.get(
+            "/runs", params={"job_group": env.group_a, "cursor": first["next_cursor"]}
+        )).json()
+        in_a = [r["id"] for r in everything["items"] if r["job_group"] == env.group_a]
+        assert [first["items"][0]["id"]] + [r["id"] for r in rest["items"]] == in_a
+
+        for bad in ("x", "12", "1-0", "-1-5", "1-99999999999999999999", "1" * 18 + "-1", "1-1-1", " 1-1"):
+            answer = await http.get("/runs", params={"cursor": bad})
+            assert answer.status_code == 422, bad
+            assert answer.json()["field"] == "cursor"
+
+        monkeypatch.setattr(runs_api, "RUNS_COUNT_CAP", 4)
+        capped = (await http.get("/runs", params={"limit": 2})).json()
+        assert capped["total_exact"] is False and capped["total"] >= 5
+        assert [r["id"] for r in capped["items"]] == expected[:2]
+        small = (await http.get("/runs", params={"job_group": env.group_b})).json()
+        assert (small["total"], small["total_exact"]) == (3, True)

@@ -24,6 +24,10 @@ async def test_list_and_get_runs_of_a_job(env: AdminEnv) -> None:
         assert (await admin.runs.list()).total == 2
         assert (await admin.runs.list(status="running")).total == 2
         assert (await admin.runs.list(status="success")).total == 0
+        first = await admin.runs.list(limit=1)
+        assert first.total_exact and first.next_cursor is not None
+        rest = await admin.runs.list(limit=1, cursor=first.next_cursor)
+        assert rest.items[0]["id"] != first.items[0]["id"] and rest.total == 2
         run = await admin.runs.get(run_id)
     assert run["job_id"] == job_id and run["trigger_code"] == 200
     assert run["executor_address"] == env.executors.address(0) and run["trigger_type"] == "MANUAL"

@@ -16,6 +16,7 @@ from jobring.admin.store import (
     LogStatus,
     NewLog,
     ResultOutcome,
+    RunCursor,
     Store,
     TriggerResult,
 )
@@ -179,6 +180,45 @@ async def test_list_filters_and_paging(store: Store) -> None:
     assert {lg.id for lg in window.items} == {ids["trigger_fail"], ids["handle_fail"]}
     page2 = await store.logs.list(group_ids=[group], offset=4, limit=2)
     assert page2.total == 5 and len(page2.items) == 1
+
+
+async def test_keyset_paging_walks_every_row_once_with_ties(store: Store) -> None:
+    group, job = await _job(store)
+    # Three runs per trigger instant: the cursor must break ties by id.
+    times = [NOW - timedelta(minutes=m) for m in range(4) for _ in range(3)]
+    await store.logs.insert_fires([_fire(group, job, None, at) for at in times])
+    expected = [lg.id for lg in (await store.logs.list(limit=100)).items]
+    seen: list[int] = []
+    cursor = None
+    while True:
+        page = await store.logs.list(limit=5, before=cursor)
+        assert page.total == 12 and page.total_exact  # the cursor does not narrow the total
+        seen += [lg.id for lg in page.items]
+        if len(page.items) < 5:
+            break
+        last = page.items[-1]
+        assert last.trigger_time is not None
+        cursor = RunCursor(last.trigger_time, last.id)
+    assert seen == expected and len(set(seen)) == 12
+    # newest first, ties newest id first
+    assert seen == [lg.id for lg in sorted((await store.logs.list(limit=100)).items,
+                                           key=lambda lg: (lg.trigger_time, lg.id), reverse=True)]
+    # filters still apply after a cursor
+    first = (await store.logs.list(limit=1, job_id=job)).items[0]
+    after = await store.logs.list(job_id=job + 1000, before=RunCursor(first.trigger_time, first.id))  # type: ignore[arg-type]
+    assert after.items == [] and after.total == 0
+
+
+async def test_capped_count_says_when_the_total_is_estimated(store: Store) -> None:
+    group, job = await _job(store)
+    await store.logs.insert_fires([_fire(group, job, None, NOW - timedelta(seconds=s)) for s in range(30)])
+    exact = await store.logs.list(limit=5, count_cap=30)
+    assert (exact.total, exact.total_exact, len(exact.items)) == (30, True, 5)
+    capped = await store.logs.list(limit=5, count_cap=10)
+    assert not capped.total_exact and capped.total > 10 and len(capped.items) == 5
+    assert [lg.id for lg in capped.items] == [lg.id for lg in exact.items]
+    none = await store.logs.list(limit=5, count_cap=0, job_id=job + 1000)
+    assert (none.total, none.total_exact, none.items) == (0, True, [])
 
 
 async def test_failed_unalarmed_and_alarm_cas(store: Store) -> None:

@@ -1370,10 +1370,21 @@ export interface components {
             items: components["schemas"]["AuditOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PageOut[GroupOut] */
         PageOut_GroupOut_: {
@@ -1381,10 +1392,21 @@ export interface components {
             items: components["schemas"]["GroupOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PageOut[JobOut] */
         PageOut_JobOut_: {
@@ -1392,10 +1414,21 @@ export interface components {
             items: components["schemas"]["JobOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PageOut[RunOut] */
         PageOut_RunOut_: {
@@ -1403,10 +1436,21 @@ export interface components {
             items: components["schemas"]["RunOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PageOut[UserOut] */
         PageOut_UserOut_: {
@@ -1414,10 +1458,21 @@ export interface components {
             items: components["schemas"]["UserOut"][];
             /** Limit */
             limit: number;
+            /**
+             * Next Cursor
+             * @description where a full page ended: pass it as `cursor` for the next page (listings that support it; null when the page was not full)
+             */
+            next_cursor?: string | null;
             /** Offset */
             offset: number;
             /** Total */
             total: number;
+            /**
+             * Total Exact
+             * @description false: counting stopped early and `total` is an estimate
+             * @default true
+             */
+            total_exact: boolean;
         };
         /** PasswordChange */
         PasswordChange: {
@@ -4693,6 +4748,8 @@ export interface operations {
                 trigger_to?: number | null;
                 offset?: number;
                 limit?: number;
+                /** @description the `next_cursor` of the previous page: list the runs after it (then `offset` skips from there); cheaper than a large offset */
+                cursor?: string | null;
             };
             header?: never;
             path?: never;

@@ -61,6 +61,7 @@ export const en = {
   "common.prev": "Previous",
   "common.next": "Next",
   "common.page": "{from}–{to} of {total}",
+  "common.pageAbout": "{from}–{to} of about {total}",
   "common.perPage": "Per page",
   "common.id": "ID",
   "common.detail": "Details",

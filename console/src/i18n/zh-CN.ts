@@ -63,6 +63,7 @@ export const zhCN: Messages = {
   "common.prev": "上一页",
   "common.next": "下一页",
   "common.page": "第 {from}–{to} 条，共 {total} 条",
+  "common.pageAbout": "第 {from}–{to} 条，约 {total} 条",
   "common.perPage": "每页",
   "common.id": "ID",
   "common.detail": "详情",

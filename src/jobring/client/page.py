@@ -10,12 +10,16 @@ from jobring.client.call import JsonObject, as_list
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """``items`` (JSON objects) and ``total``, the number of rows matching the filter."""
+    """``items`` (JSON objects) and ``total``, the number of rows matching the filter (an
+    estimate when ``total_exact`` is False); ``next_cursor``: pass it as ``cursor`` to list
+    the next page (listings that support it)."""
 
     items: list[JsonObject]
     total: int
     offset: int
     limit: int
+    total_exact: bool = True
+    next_cursor: str | None = None
 
 
 def as_page(body: Any) -> Page:
@@ -27,4 +31,6 @@ def as_page(body: Any) -> Page:
         total=int(body["total"]),
         offset=int(body.get("offset", 0)),
         limit=int(body.get("limit", len(body["items"]))),
+        total_exact=bool(body.get("total_exact", True)),
+        next_cursor=None if body.get("next_cursor") is None else str(body["next_cursor"]),
     )

@@ -43,6 +43,7 @@ from jobring.admin.store.records import (
     RegistryEntry,
     ReportTotals,
     ResultOutcome,
+    RunCursor,
     TriggerResult,
     User,
 )
@@ -128,6 +129,7 @@ __all__ = [
     "NodeActivity",
     "NotFound",
     "Page",
+    "RunCursor",
     "RecordedFire",
     "ReferencedError",
     "RegistryEntry",

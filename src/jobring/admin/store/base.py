@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, Table, Update, bindparam, case, func, select, update
+from sqlalchemy import ColumnElement, Select, Table, Update, bindparam, case, func, literal, select, update
 from sqlalchemy.engine import CursorResult, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -55,13 +56,40 @@ async def fetch_page(
     order_by: Sequence[Any],
     offset: int,
     limit: int,
+    *,
+    count_cap: int | None = None,
+    after: Sequence[ColumnElement[bool]] = (),
 ) -> Page[R]:
+    """The page ``offset``/``limit`` of the rows matching ``where`` (and ``after``, a keyset
+    condition that does not narrow the total). Over ``count_cap`` matching rows the count
+    stops there: ``total_exact`` is then False and the total an estimate (PostgreSQL's planner
+    estimate when larger, else the cap plus one)."""
     check_paging(offset, limit)
-    count_stmt = select(func.count()).select_from(table).where(*where)
-    total = int((await conn.execute(count_stmt)).scalar_one())
-    stmt: Select[Any] = select(table).where(*where).order_by(*order_by).offset(offset).limit(limit)
+    if count_cap is None:
+        count_stmt = select(func.count()).select_from(table).where(*where)
+        total, exact = int((await conn.execute(count_stmt)).scalar_one()), True
+    else:
+        # Counting stops at the cap: the rows past it are never read.
+        capped = select(literal(1)).select_from(table).where(*where).limit(count_cap + 1).subquery()
+        total = int((await conn.execute(select(func.count()).select_from(capped))).scalar_one())
+        exact = total <= count_cap
+        if not exact:
+            total = max(total, await planner_estimate(conn, select(table.c[0]).where(*where)))
+    stmt: Select[Any] = select(table).where(*where, *after).order_by(*order_by).offset(offset).limit(limit)
     rows = (await conn.execute(stmt)).all()
-    return Page([to_record(cls, r) for r in rows], total)
+    return Page([to_record(cls, r) for r in rows], total, exact)
+
+
+async def planner_estimate(conn: AsyncConnection, stmt: Select[Any]) -> int:
+    """PostgreSQL's estimate of the rows ``stmt`` returns (0 on other backends). The values
+    are rendered into the SQL text, so callers pass only numbers, instants and constants."""
+    if conn.dialect.name != "postgresql":
+        return 0
+    sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    plan = (await conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + sql)).scalar_one()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 class Repository:

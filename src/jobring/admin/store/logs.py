@@ -49,6 +49,7 @@ from jobring.admin.store.records import (
     NewLog,
     Page,
     ResultOutcome,
+    RunCursor,
     TriggerResult,
 )
 from jobring.admin.store.tables import job_log
@@ -315,9 +316,14 @@ class LogRepository(Repository):
         trigger_to: datetime | None = None,
         offset: int = 0,
         limit: int = 20,
+        before: RunCursor | None = None,
+        count_cap: int | None = None,
     ) -> Page[LogEntry]:
-        """A page of logs, newest first, filtered like the console's log page; ``states``
-        keeps the runs in one of these states at ``now_ms`` (see ``state_condition``)."""
+        """A page of logs, newest first (trigger time, then id), filtered like the console's
+        log page; ``states`` keeps the runs in one of these states at ``now_ms`` (see
+        ``state_condition``). ``before``: only the rows after that one in this order (keyset
+        paging: no rows skipped by reading, ties on trigger time broken by id); ``count_cap``:
+        count at most that many rows, then estimate (``Page.total_exact``)."""
         where: builtins.list[ColumnElement[bool]] = []
         if group_ids is not None:
             where.append(job_log.c.job_group.in_(list(group_ids)))
@@ -331,6 +337,12 @@ class LogRepository(Repository):
             where.append(job_log.c.trigger_time >= utc_naive(trigger_from))
         if trigger_to is not None:
             where.append(job_log.c.trigger_time <= utc_naive(trigger_to))
+        after: builtins.list[ColumnElement[bool]] = []
+        if before is not None:
+            at = utc_naive(before.trigger_time)
+            # The plain "<=" lets every backend range-scan the trigger_time index.
+            after += [job_log.c.trigger_time <= at,
+                      or_(job_log.c.trigger_time < at, job_log.c.id < before.id)]
         async with self._db.read() as conn:
             return await fetch_page(
                 conn,
@@ -340,6 +352,8 @@ class LogRepository(Repository):
                 (job_log.c.trigger_time.desc(), job_log.c.id.desc()),
                 offset,
                 limit,
+                count_cap=count_cap,
+                after=after,
             )
 
     async def failed_unalarmed(self, limit: int = 1000, *, after_id: int = 0) -> builtins.list[LogEntry]:

@@ -16,10 +16,20 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
-    """One page of a listing and the number of rows matching the filter overall."""
+    """One page of a listing and the number of rows matching the filter overall; when
+    ``total_exact`` is False, ``total`` is an estimate (counting exactly was too costly)."""
 
     items: list[T]
     total: int
+    total_exact: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RunCursor:
+    """Where a page of runs (newest first) ended: its last row's trigger time and id."""
+
+    trigger_time: datetime
+    id: int
 
 
 @dataclass(frozen=True, slots=True)

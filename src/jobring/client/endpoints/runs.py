@@ -23,16 +23,18 @@ def list_runs(
     trigger_to: int | None = None,
     offset: int = 0,
     limit: int = 50,
+    cursor: str | None = None,
 ) -> Call[Page]:
     """Runs, newest first; ``state``: one or more run states (scheduled, dispatching,
     running, success, failed, killed, timed_out, lost, skipped; see ``jobring.core.runstate``),
     by default every state but scheduled; ``status`` (all, success, fail, running) is the
-    older coarse filter; ``trigger_from`` and ``trigger_to`` bound the trigger time (epoch ms)."""
+    older coarse filter; ``trigger_from`` and ``trigger_to`` bound the trigger time (epoch ms);
+    ``cursor``: the previous page's ``next_cursor`` (cheaper than a large offset)."""
     states = state if state is None or isinstance(state, str) else ",".join(state)
     return get(
         "/runs", as_page, job_group=group, job_id=job, status=status, state=states,
         trigger_from=trigger_from,
-        trigger_to=trigger_to, offset=offset, limit=limit,
+        trigger_to=trigger_to, offset=offset, limit=limit, cursor=cursor,
     )
 
 

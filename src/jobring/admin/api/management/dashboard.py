@@ -109,7 +109,7 @@ async def dashboard(
             day=day.date().isoformat(), running=count.running, success=count.success, fail=count.fail
         ))
     failures = await services.store.logs.list(
-        group_ids=group_ids, status=LogStatus.FAIL, limit=RECENT_FAILURES
+        group_ids=group_ids, status=LogStatus.FAIL, limit=RECENT_FAILURES, count_cap=0
     )
     now_ms = services.now_ms()
     scheduled = await services.store.insights.scheduled_count(today, group_ids, now_ms)

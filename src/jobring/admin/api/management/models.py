@@ -106,6 +106,13 @@ class PageOut(BaseModel, Generic[T]):
     total: int
     offset: int
     limit: int
+    total_exact: bool = Field(
+        default=True, description="false: counting stopped early and `total` is an estimate"
+    )
+    next_cursor: str | None = Field(
+        default=None, description="where a full page ended: pass it as `cursor` for the next page "
+        "(listings that support it; null when the page was not full)"
+    )
 
 
 # -- jobs ------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -23,7 +24,7 @@ from jobring.admin.api.management.models import (
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction, Outcome
 from jobring.admin.security.principal import Principal
-from jobring.admin.store.records import HandleResult, LogEntry, LogStatus
+from jobring.admin.store.records import HandleResult, LogEntry, LogStatus, RunCursor
 from jobring.core.enums import HandleCode
 from jobring.core.runstate import KILLED_BY_USER, RunState
 from jobring.core.timefmt import iso_utc
@@ -45,6 +46,12 @@ def _instant(ms: int | None) -> datetime | None:
 def _epoch_ms(value: datetime | None) -> int:
     return 0 if value is None else int(value.replace(tzinfo=UTC).timestamp() * 1000)
 
+
+# Beyond this many matching runs the total is estimated: counting a million rows exactly
+# costs more than the page itself (bench/console_api.py).
+RUNS_COUNT_CAP = 1_000
+_CURSOR = re.compile(r"([0-9]{1,17})-([0-9]{1,19})")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # Fires recorded ahead are not runs yet: listed only when asked for.
 _LISTED_BY_DEFAULT = frozenset(RunState) - {RunState.SCHEDULED}
@@ -90,6 +97,11 @@ async def list_runs(
     trigger_to: Annotated[int | None, Query(ge=0, le=MAX_EPOCH_MS, description="epoch ms")] = None,
     offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=48, description="the `next_cursor` of the previous page: list the runs after "
+              "it (then `offset` skips from there); cheaper than a large offset"),
+    ] = None,
 ) -> PageOut[RunOut]:
     if job_group is not None:
         ensure_group_read(principal, job_group)
@@ -110,10 +122,32 @@ async def list_runs(
         trigger_to=_instant(trigger_to),
         offset=offset,
         limit=limit,
+        before=_cursor(cursor),
+        count_cap=RUNS_COUNT_CAP,
     )
+    next_cursor = None
+    last = page.items[-1] if len(page.items) == limit else None
+    if last is not None and last.trigger_time is not None:  # runs are always written with one
+        next_cursor = f"{_epoch_us(last.trigger_time)}-{last.id}"
     return PageOut[RunOut](
-        items=[RunOut.of(e, now_ms) for e in page.items], total=page.total, offset=offset, limit=limit
+        items=[RunOut.of(e, now_ms) for e in page.items], total=page.total, offset=offset, limit=limit,
+        total_exact=page.total_exact, next_cursor=next_cursor,
     )
+
+
+def _epoch_us(value: datetime) -> int:
+    delta = value.replace(tzinfo=UTC) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _cursor(given: str | None) -> RunCursor | None:
+    """A ``next_cursor`` (``<trigger time, epoch µs>-<run id>``) back as a cursor."""
+    if given is None:
+        return None
+    found = _CURSOR.fullmatch(given)
+    if found is None or int(found[1]) > MAX_EPOCH_MS * 1000 or not 1 <= int(found[2]) <= MAX_INT64:
+        raise ApiError(422, "cursor: not a cursor this listing returned", "cursor")
+    return RunCursor(_EPOCH + timedelta(microseconds=int(found[1])), int(found[2]))
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, summary="One run")
