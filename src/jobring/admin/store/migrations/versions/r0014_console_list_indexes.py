@@ -2,7 +2,7 @@
 id tie-break (keyset paging), by executor group, and by planned instant (node lateness).
 
 Revision ID: 0014
-Revises: 0010
+Revises: 0013
 Create Date: 2026-11-23
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0010"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
