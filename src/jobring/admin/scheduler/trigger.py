@@ -243,8 +243,10 @@ class TriggerService:
         self._gone.add(address)
         self._group_cache.clear()
 
-    def address_back(self, address: str) -> None:
-        """An executor (re)registered."""
+    def address_back(self, address: str, app_name: str | None = None) -> None:
+        """An executor (re)registered; ``app_name`` when it spoke XXL-JOB 3.5 (see
+        ``ExecutorClient.learn_dialect``)."""
+        self._client.learn_dialect(address, app_name)
         if address in self._gone:
             self._gone.discard(address)
             self._group_cache.clear()
