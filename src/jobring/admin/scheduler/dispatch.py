@@ -272,7 +272,10 @@ class ExecutorClient:
 
     async def log(self, address: str, param: LogParam, token: str | None = None) -> ReturnT:
         """The run's log; ``content`` is the LogResult dict when the call succeeded."""
-        return await self.call(address, "log", param.to_dict(), token)
+        body = param.to_dict()
+        if address in self._v35:  # 3.5 spells it in full
+            body["logDateTime"] = body.pop("logDateTim")
+        return await self.call(address, "log", body, token)
 
     # Probes for the routing strategies (same signature as core.routing.Probe).
     async def beat_probe(self, address: str, job_id: int) -> ReturnT:
