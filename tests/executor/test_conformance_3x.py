@@ -59,7 +59,9 @@ def admin_of(spec: dict[str, Any]) -> FakeAdmin:
 
 
 @pytest.fixture(params=["3.3", "3.5"])
-async def running(request: pytest.FixtureRequest) -> AsyncIterator[tuple[dict[str, Any], FakeAdmin, Executor]]:
+async def running(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[dict[str, Any], FakeAdmin, Executor]]:
     spec = fixture(request.param)
     admin = admin_of(spec)
     await admin.start()
@@ -117,7 +119,8 @@ async def test_executor_under_a_3x_admin(running: tuple[dict[str, Any], FakeAdmi
                 assert answer["msg"] == ref["msg"], case["case"]
             if case["case"] == "log":
                 assert set(answer["data"]) == set(ref["data"])
-                assert answer["data"]["fromLineNum"] == 1 and "hello, param=p1" in answer["data"]["logContent"]
+                data = answer["data"]
+                assert data["fromLineNum"] == 1 and "hello, param=p1" in data["logContent"]
             if "callback" in case:
                 expected[case["callback"]["logId"]] = case["callback"]
 
