@@ -22,6 +22,8 @@ FAIL_CODE = 500
 
 MSG_TOKEN_WRONG = "The access token is wrong."
 MSG_METHOD_NOT_SUPPORTED = "invalid request, HttpMethod not support."
+# A 3.5 executor's answer to a call without XXL-JOB-APPNAME (it checks that before the path).
+MSG_V35_APP_MISSING = "invalid request, accessToken or appname is empty."
 
 
 def msg_uri_not_found(uri: str) -> str:

@@ -28,6 +28,7 @@ from jobring.core.routing import Probe
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
     APPNAME_HEADER,
+    MSG_V35_APP_MISSING,
     IdleBeatParam,
     KillParam,
     LogParam,
@@ -260,6 +261,18 @@ class ExecutorClient:
 
     async def run(self, address: str, param: TriggerParam, token: str | None = None) -> ReturnT:
         return await self.call(address, "run", param.to_dict(), token)
+
+    async def rerun_if_35(
+        self, address: str, param: TriggerParam, token: str | None, app_name: str | None, answer: ReturnT
+    ) -> ReturnT:
+        """``answer`` to a /run, unless it is a 3.5 executor's refusal of a call without
+        XXL-JOB-APPNAME (this node has not had its heartbeat yet): then the address is
+        learned as 3.5 and the run sent again, once, to /trigger."""
+        if answer.msg != MSG_V35_APP_MISSING or not app_name or address in self._v35:
+            return answer
+        log.info("executor %s speaks XXL-JOB 3.5: triggering it at /trigger", address)
+        self.learn_dialect(address, app_name)
+        return await self.run(address, param, token)
 
     async def beat(self, address: str, token: str | None = None) -> ReturnT:
         return await self.call(address, "beat", None, token)
