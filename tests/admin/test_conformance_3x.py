@@ -227,3 +227,13 @@ async def test_a_fire_reaches_an_executor_whose_heartbeat_went_to_another_node(a
         assert admin.client.dialect_of(spec["executor_address"]) == "3.5"
     else:
         assert paths == [("/run", None)]
+
+
+async def test_a_probe_refused_for_want_of_the_appname_teaches_the_dialect(admin: Admin) -> None:
+    spec = admin.executor.spec
+    address, token = spec["executor_address"], spec["token"]
+    beat, idle_beat = admin.client.probes(token, spec["app_name"])
+    assert (await idle_beat(address, 7)).ok
+    assert (await beat(address, 7)).ok
+    want = "3.5" if spec["version"] == "3.5" else "2"
+    assert admin.client.dialect_of(address) == want

@@ -297,13 +297,24 @@ class ExecutorClient:
     async def idle_beat_probe(self, address: str, job_id: int) -> ReturnT:
         return await self.idle_beat(address, job_id)
 
-    def probes(self, token: str | None) -> tuple[Probe, Probe]:
-        """``beat`` and ``idleBeat`` probes that send ``token`` (a group's executors)."""
+    def probes(self, token: str | None, app_name: str | None = None) -> tuple[Probe, Probe]:
+        """``beat`` and ``idleBeat`` probes that send ``token`` (a group's executors); with the
+        group's ``app_name``, a 3.5 executor's refusal of a probe without it teaches its dialect
+        (as in :meth:`rerun_if_35`) and the probe is sent again."""
+
+        def learned(address: str, answer: ReturnT) -> bool:
+            if answer.msg != MSG_V35_APP_MISSING or not app_name or address in self._v35:
+                return False
+            log.info("executor %s speaks XXL-JOB 3.5 (answer to a probe)", address)
+            self.learn_dialect(address, app_name)
+            return True
 
         async def beat(address: str, job_id: int) -> ReturnT:
-            return await self.beat(address, token)
+            answer = await self.beat(address, token)
+            return await self.beat(address, token) if learned(address, answer) else answer
 
         async def idle_beat(address: str, job_id: int) -> ReturnT:
-            return await self.idle_beat(address, job_id, token)
+            answer = await self.idle_beat(address, job_id, token)
+            return await self.idle_beat(address, job_id, token) if learned(address, answer) else answer
 
         return beat, idle_beat

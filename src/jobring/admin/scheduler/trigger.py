@@ -574,7 +574,7 @@ class TriggerService:
         if route is None:
             assert plan.strategy is not None
             route = await self._router.route(plan.strategy, plan.req.job.id, self._live(plan), now,
-                                             self._client.probes(plan.token))
+                                             self._client.probes(plan.token, plan.app_name))
         return route
 
     async def _dispatch(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> _Dispatched:
