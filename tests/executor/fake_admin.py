@@ -30,6 +30,8 @@ class FakeAdmin:
     http_status: int = 200
     # Bodies this admin refuses as malformed (HTTP 400), as a real admin refuses a bad item.
     refuses: Callable[[bytes], bool] | None = None
+    # Answers in place of the above: (path, lower-cased headers, body) -> (status, body).
+    responder: Callable[[str, dict[str, str], bytes], tuple[int, bytes]] | None = None
     requests: list[Recorded] = field(default_factory=list)
     port: int = 0
     _server: asyncio.Server | None = None
@@ -61,7 +63,8 @@ class FakeAdmin:
         items: list[dict[str, Any]] = []
         for r in self.requests:
             if r.path.endswith("api/callback") and r.accepted:
-                items.extend(r.json())
+                data = r.json()
+                items.extend(data["callbackList"] if isinstance(data, dict) else data)
         return items
 
     async def wait_for(self, predicate: Callable[[FakeAdmin], bool], within_s: float = 10.0) -> None:
@@ -84,7 +87,9 @@ class FakeAdmin:
                 status, answer = self.http_status, self.answer
                 if self.refuses is not None and self.refuses(body):
                     status, answer = 400, b'{"code":500,"msg":"request error: bad item"}'
-                accepted = status == 200 and answer == b'{"code":200}'
+                if self.responder is not None:
+                    status, answer = self.responder(path, headers, body)
+                accepted = status == 200 and answer.startswith(b'{"code":200')
                 recorded = Recorded(path, headers, body, accepted)
                 writer.write(
                     b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"

@@ -20,7 +20,13 @@ from pathlib import Path
 import httpx
 import orjson
 
-from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_TOKEN_WRONG, HandleCallbackParam, ReturnT
+from jobring.protocol.models import (
+    ACCESS_TOKEN_HEADER,
+    APPNAME_HEADER,
+    MSG_TOKEN_WRONG,
+    HandleCallbackParam,
+    ReturnT,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +89,20 @@ async def post_to_admins(
     raise AdminUnavailable(why, token_refused=token_refused)
 
 
-def admin_headers(access_token: str | None) -> dict[str, str]:
+def admin_headers(access_token: str | None, app_name: str | None = None) -> dict[str, str]:
     headers = {"Content-Type": "application/json;charset=UTF-8"}
     if access_token:
         headers[ACCESS_TOKEN_HEADER] = access_token
+    if app_name:
+        # Required by XXL-JOB 3.5 admins; earlier admins ignore headers they do not know.
+        headers[APPNAME_HEADER] = app_name
     return headers
+
+
+def callback_dialect(protocol: str) -> bool | None:
+    """True: 3.5 callback bodies; False: 2.x-3.4 ones; None ("auto"): found out on the
+    first delivery."""
+    return {"2": False, "3": False, "3.5": True}.get(protocol)
 
 
 class CallbackSpool:
@@ -162,10 +177,14 @@ class CallbackSender:
         max_backoff_s: float = 30.0,
         linger_s: float = 0.01,
         clock: Callable[[], float] | None = None,
+        app_name: str | None = None,
+        protocol: str = "auto",
     ) -> None:
         self._client = client
         self._admin_urls = list(admin_urls)
-        self._headers = admin_headers(access_token)
+        self._headers = admin_headers(access_token, app_name)
+        # The admin's callback dialect (see callback_dialect); kept once an admin took a batch.
+        self.v35: bool | None = callback_dialect(protocol)
         self._spool = CallbackSpool(Path(spool_dir) / SPOOL_FILE_NAME)
         self._batch_size = batch_size
         self._max_backoff_s = max_backoff_s
@@ -327,6 +346,25 @@ class CallbackSender:
         return len(batch)
 
     async def _post(self, batch: Sequence[HandleCallbackParam]) -> None:
-        body = orjson.dumps([item.to_dict() for item in batch])
-        await post_to_admins(self._client, self._admin_urls, "api/callback", body, self._headers)
+        if self.v35 is not None:
+            await self._post_as(batch, v35=self.v35)
+        else:
+            # protocol="auto": a 2.x-3.4 admin takes the bare array and a 3.5 admin refuses it
+            # (it reads an object); the first body an admin takes fixes the dialect.
+            try:
+                await self._post_as(batch, v35=False)
+                self.v35 = False
+            except AdminUnavailable as first:
+                if first.token_refused:
+                    raise
+                try:
+                    await self._post_as(batch, v35=True)
+                except AdminUnavailable:
+                    raise first from None
+                self.v35 = True
+                log.info("callback: the admin speaks XXL-JOB 3.5 (callbackList bodies)")
         self.last_ok = True
+
+    async def _post_as(self, batch: Sequence[HandleCallbackParam], *, v35: bool) -> None:
+        body = HandleCallbackParam.encode_batch(batch, v35=v35)
+        await post_to_admins(self._client, self._admin_urls, "api/callback", body, self._headers)

@@ -10,6 +10,7 @@ from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
 from jobring.config import ConfigError, check_metrics_token
+from jobring.protocol.models import PROTOCOLS
 
 ENV_PREFIX = "JOBRING_EXECUTOR_"
 DEFAULT_LOG_PATH = "./jobring-executor-logs"
@@ -51,6 +52,9 @@ class ExecutorSettings:
     max_request_line_bytes: int = 8 * 1024
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 10.0
+    # XXL-JOB protocol of the admin: "auto" (found out from its answers), "2", "3" (3.0-3.4)
+    # or "3.5". Only callback bodies differ; the server answers every dialect.
+    protocol: str = "auto"
 
     def base_address(self, detected_ip: str) -> str:
         """The executor address to register: configured, or built from an IP and the port."""
@@ -134,6 +138,8 @@ def _validate(s: ExecutorSettings) -> None:
         parts = urlsplit(s.address)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"executor address must be an http(s) URL, got {s.address!r}")
+    if s.protocol not in PROTOCOLS:
+        raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {s.protocol!r}")
     if s.declare_jobs not in DECLARE_MODES:
         raise ConfigError(f"declare_jobs must be one of {', '.join(DECLARE_MODES)}, got {s.declare_jobs!r}")
     positive = {

@@ -289,6 +289,8 @@ class Executor:
             s.log_path,
             batch_size=s.callback_batch_size,
             max_backoff_s=s.callback_max_backoff_s,
+            app_name=s.app_name,
+            protocol=s.protocol,
         )
         try:
             await self._callback.start()

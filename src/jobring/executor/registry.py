@@ -52,7 +52,7 @@ class Registrar:
     ) -> None:
         self._client = client
         self._admin_urls = list(admin_urls)
-        self._headers = admin_headers(access_token)
+        self._headers = admin_headers(access_token, app_name)
         # jobring extension, in a header so the body stays XXL-JOB's: when this process
         # started. A jobring admin fails the runs it dispatched here before that instant
         # (this process cannot know them); other admins ignore the header.

@@ -7,17 +7,23 @@ Field names on the wire are camelCase and spelled as the reference spells them
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 ACCESS_TOKEN_HEADER = "XXL-JOB-ACCESS-TOKEN"
+# XXL-JOB 3.5: the caller's executor appname, sent both ways next to the token.
+APPNAME_HEADER = "XXL-JOB-APPNAME"
+PROTOCOLS = ("auto", "2", "3", "3.5")
 SUCCESS_CODE = 200
 FAIL_CODE = 500
 
 MSG_TOKEN_WRONG = "The access token is wrong."
 MSG_METHOD_NOT_SUPPORTED = "invalid request, HttpMethod not support."
+# A 3.5 executor's answer to a call without XXL-JOB-APPNAME (it checks that before the path).
+MSG_V35_APP_MISSING = "invalid request, accessToken or appname is empty."
 
 
 def msg_uri_not_found(uri: str) -> str:
@@ -112,7 +118,9 @@ class ReturnT:
         if self.msg is not None:
             out["msg"] = self.msg
         if self.content is not None:
+            # 2.x-3.2 read "content", 3.3+ read "data"; each side ignores the other field.
             out["content"] = self.content
+            out["data"] = self.content
         return out
 
     def encode(self) -> bytes:
@@ -129,7 +137,9 @@ class ReturnT:
     @classmethod
     def decode(cls, body: bytes | dict[str, Any]) -> ReturnT:
         data = _object(body)
-        return cls(_int(data, "code", FAIL_CODE), _str(data, "msg"), data.get("content"))
+        content = data.get("content")
+        return cls(_int(data, "code", FAIL_CODE), _str(data, "msg"),
+                   data.get("data") if content is None else content)
 
 
 @dataclass(slots=True)
@@ -201,6 +211,17 @@ class HandleCallbackParam:
             out["handleMsg"] = self.handle_msg
         return out
 
+    def to_dict_35(self) -> dict[str, Any]:
+        """The 3.5 spelling (``logDateTime``), an item of ``{"callbackList": [...]}``."""
+        out: dict[str, Any] = {
+            "logId": self.log_id,
+            "logDateTime": self.log_date_tim,
+            "handleCode": self.handle_code,
+        }
+        if self.handle_msg is not None:
+            out["handleMsg"] = self.handle_msg
+        return out
+
     @classmethod
     def decode(cls, body: bytes | dict[str, Any]) -> HandleCallbackParam:
         d = _object(body)
@@ -210,6 +231,13 @@ class HandleCallbackParam:
             handle_code=_int(d, "handleCode"),
             handle_msg=_text(d.get("handleMsg")),
         )
+
+    @staticmethod
+    def encode_batch(batch: Sequence[HandleCallbackParam], *, v35: bool) -> bytes:
+        """A callback body: 2.x-3.4 a bare array, 3.5 ``{"callbackList": [...]}``."""
+        if v35:
+            return orjson.dumps({"callbackList": [item.to_dict_35() for item in batch]})
+        return orjson.dumps([item.to_dict() for item in batch])
 
     @classmethod
     def decode_batch(cls, body: bytes) -> list[HandleCallbackParam]:

@@ -2,7 +2,10 @@
 
 Byte-compatible with XXL-JOB 2.x (JobApiController): any path ``api/<uri>``, POST only,
 the access token checked in ``XXL-JOB-ACCESS-TOKEN``, answers as ReturnT JSON with HTTP
-200. Mount ``executor_api_routes(...)`` (or the app from ``executor_api_app(...)``) at
+200. XXL-JOB 3.x executors are served too: 3.5 callbacks (``{"callbackList": [...]}``,
+``logDateTime``) and the ``XXL-JOB-APPNAME`` header (checked against the token's groups;
+a registration carrying it marks the address as a 3.5 executor).
+Mount ``executor_api_routes(...)`` (or the app from ``executor_api_app(...)``) at
 ``/`` and at the configured base path (e.g. ``/xxl-job-admin``).
 
 The token is an executor group's own token or the global one (opt-in, see
@@ -29,6 +32,7 @@ from jobring.admin.store.groups import EXECUTOR
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
+    APPNAME_HEADER,
     MSG_METHOD_NOT_SUPPORTED,
     MSG_TOKEN_WRONG,
     STARTED_AT_HEADER,
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MSG_ILLEGAL_ARGUMENT = "Illegal Argument."
+MSG_APP_TOKEN_INVALID = "invalid request, accessToken or appname invalid."
 # A callback batch of thousands of results is a few MB; anything far larger is refused.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 # Column sizes of xxl_job_registry (registry_group, registry_key, registry_value).
@@ -96,6 +101,12 @@ class ExecutorApi:
         scope = await self._tokens.scope(request.headers.get(ACCESS_TOKEN_HEADER))
         if scope is None:
             return _answer(ReturnT.fail(MSG_TOKEN_WRONG))
+        # XXL-JOB 3.5 executors name their app next to the token: the token must be one that
+        # app's group may use (as 3.5 checks the group's own token with the app name).
+        app_header = request.headers.get(APPNAME_HEADER)
+        if app_header is not None and not scope.allows_app(app_header):
+            log.warning("executor api refused: the token is not valid for appname %r", app_header[:64])
+            return _answer(ReturnT.fail(MSG_APP_TOKEN_INVALID))
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             return _answer(ReturnT.fail(f"request body larger than {MAX_BODY_BYTES} bytes"), status=413)
@@ -108,7 +119,8 @@ class ExecutorApi:
             if uri == "registry":
                 started = request.headers.get(STARTED_AT_HEADER, "")
                 started_at = int(started) if started.isdigit() and len(started) <= 15 else None
-                return _answer(await self._registry_call(body, scope, remove=False, started_at_ms=started_at))
+                return _answer(await self._registry_call(body, scope, remove=False, started_at_ms=started_at,
+                                                         app_header=app_header))
             if uri == "registryRemove":
                 return _answer(await self._registry_call(body, scope, remove=True))
         except ProtocolError as exc:
@@ -133,7 +145,8 @@ class ExecutorApi:
         return ReturnT.success()
 
     async def _registry_call(
-        self, body: bytes, scope: TokenScope, *, remove: bool, started_at_ms: int | None = None
+        self, body: bytes, scope: TokenScope, *, remove: bool, started_at_ms: int | None = None,
+        app_header: str | None = None,
     ) -> ReturnT:
         try:
             param = RegistryParam.decode(body)
@@ -154,10 +167,15 @@ class ExecutorApi:
             except AddressRefused as exc:
                 log.warning("registry of %s refused: %s", param.registry_key[:64], exc)
                 return ReturnT.fail(f"executor address refused: {exc}")
+        if app_header is not None and app_header != param.registry_key:
+            return ReturnT.fail(f"{APPNAME_HEADER} header does not match registryKey")
         if remove:
             await self._registry.remove(param)
         else:
-            await self._registry.register(param, started_at_ms=started_at_ms)
+            # An executor that names its app in the header speaks 3.5: it is triggered at
+            # /trigger with that header (re-learned on every heartbeat).
+            await self._registry.register(param, started_at_ms=started_at_ms,
+                                          v35_app=app_header if param.registry_group == EXECUTOR else None)
         return ReturnT.success()
 
 

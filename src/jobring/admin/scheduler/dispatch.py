@@ -1,4 +1,4 @@
-"""The admin's HTTP client for executors: /run, /beat, /idleBeat, /kill, /log.
+"""The admin's HTTP client for executors: /run (3.5: /trigger), /beat, /idleBeat, /kill, /log.
 
 Keep-alive connections are pooled per executor address. On the network plain http goes
 through the lean HTTP/1.1 client of :mod:`jobring.admin.scheduler.http1` (aiohttp for https):
@@ -27,6 +27,8 @@ from jobring.admin.scheduler.http1 import Http1Client, HttpError
 from jobring.core.routing import Probe
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
+    APPNAME_HEADER,
+    MSG_V35_APP_MISSING,
     IdleBeatParam,
     KillParam,
     LogParam,
@@ -55,23 +57,31 @@ class ExecutorCallError(HttpError):
 
 
 @functools.lru_cache(maxsize=4096)
-def _token_line(token: str | None) -> bytes:
-    """The access-token header line for the lean client (cached: one per group token)."""
-    if not token:
-        return b""
-    if any(ch in token for ch in "\r\n"):
-        raise ValueError("an access token must not contain line breaks")
-    return f"{ACCESS_TOKEN_HEADER}: {token}\r\n".encode("latin-1")
+def _token_line(token: str | None, app: str | None = None) -> bytes:
+    """The access-token header line (and for a 3.5 executor the appname line) for the lean
+    client (cached: one per group token and appname)."""
+    lines = b""
+    for name, value in ((ACCESS_TOKEN_HEADER, token), (APPNAME_HEADER, app)):
+        if not value:
+            continue
+        if any(ch in value for ch in "\r\n"):
+            raise ValueError(f"{name} must not contain line breaks")
+        lines += f"{name}: {value}\r\n".encode("latin-1")
+    return lines
 
 
-def _token_headers(token: str | None) -> dict[str, str] | None:
-    return {ACCESS_TOKEN_HEADER: token} if token else None
+def _token_headers(token: str | None, app: str | None = None) -> dict[str, str] | None:
+    if app is None:
+        return {ACCESS_TOKEN_HEADER: token} if token else None
+    return {ACCESS_TOKEN_HEADER: token or "", APPNAME_HEADER: app}
 
 
 class _Http(Protocol):
-    async def post(self, url: str, body: bytes, token: str | None) -> tuple[int, bytes]: ...
+    async def post(self, url: str, body: bytes, token: str | None, app: str | None = None
+                   ) -> tuple[int, bytes]: ...
 
-    def post_now(self, url: str, body: bytes, token: str | None) -> Awaitable[tuple[int, bytes]]: ...
+    def post_now(self, url: str, body: bytes, token: str | None, app: str | None = None
+                 ) -> Awaitable[tuple[int, bytes]]: ...
 
     async def aclose(self) -> None: ...
 
@@ -87,17 +97,19 @@ class _HttpxHttp:
                               keepalive_expiry=_KEEPALIVE_S)
         self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport, headers=headers)
 
-    async def post(self, url: str, body: bytes, token: str | None) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, token: str | None, app: str | None = None
+                   ) -> tuple[int, bytes]:
         try:
-            response = await self._client.post(url, content=body, headers=_token_headers(token))
+            response = await self._client.post(url, content=body, headers=_token_headers(token, app))
         except httpx.TimeoutException as exc:
             raise ExecutorCallError(type(exc).__name__, str(exc), timeout=True) from exc
         except httpx.HTTPError as exc:
             raise ExecutorCallError(type(exc).__name__, str(exc), timeout=False) from exc
         return response.status_code, response.content
 
-    def post_now(self, url: str, body: bytes, token: str | None) -> Awaitable[tuple[int, bytes]]:
-        return self.post(url, body, token)  # httpx writes when the coroutine runs
+    def post_now(self, url: str, body: bytes, token: str | None, app: str | None = None
+                 ) -> Awaitable[tuple[int, bytes]]:
+        return self.post(url, body, token, app)  # httpx writes when the coroutine runs
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -111,15 +123,17 @@ class _LeanHttp:
                                   keepalive_s=_KEEPALIVE_S)
         self._tls = _AiohttpHttp(headers, connect, read, limit)
 
-    async def post(self, url: str, body: bytes, token: str | None) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, token: str | None, app: str | None = None
+                   ) -> tuple[int, bytes]:
         if not self._plain.handles(url):
-            return await self._tls.post(url, body, token)
-        return await self._converted(self._plain.post(url, body, _token_line(token)))
+            return await self._tls.post(url, body, token, app)
+        return await self._converted(self._plain.post(url, body, _token_line(token, app)))
 
-    def post_now(self, url: str, body: bytes, token: str | None) -> Awaitable[tuple[int, bytes]]:
+    def post_now(self, url: str, body: bytes, token: str | None, app: str | None = None
+                 ) -> Awaitable[tuple[int, bytes]]:
         if not self._plain.handles(url):
-            return self._tls.post(url, body, token)
-        return self._converted(self._plain.post_now(url, body, _token_line(token)))
+            return self._tls.post(url, body, token, app)
+        return self._converted(self._plain.post_now(url, body, _token_line(token, app)))
 
     @staticmethod
     async def _converted(pending: Awaitable[tuple[int, bytes]]) -> tuple[int, bytes]:
@@ -150,9 +164,10 @@ class _AiohttpHttp:
             )
         return self._session
 
-    async def post(self, url: str, body: bytes, token: str | None) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, token: str | None, app: str | None = None
+                   ) -> tuple[int, bytes]:
         try:
-            async with self._open().post(url, data=body, headers=_token_headers(token)) as response:
+            async with self._open().post(url, data=body, headers=_token_headers(token, app)) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:  # aiohttp's connect/read timeouts are TimeoutErrors too
             detail = str(exc) or "no answer in time"
@@ -184,6 +199,10 @@ class ExecutorClient:
     ) -> None:
         headers = dict(_JSON_HEADERS)
         self._default_token = access_token or None
+        # Executors that registered speaking XXL-JOB 3.5 (address -> appname): they are
+        # triggered at /trigger and every call carries XXL-JOB-APPNAME. Learned per node
+        # from the heartbeats it receives; an address missing here speaks 2.x-3.4.
+        self._v35: dict[str, str] = {}
         self._http: _Http
         if transport is not None:
             self._http = _HttpxHttp(headers, connect_timeout, read_timeout, max_connections, transport)
@@ -193,20 +212,37 @@ class ExecutorClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    def learn_dialect(self, address: str, app_name: str | None) -> None:
+        """Record how ``address`` spoke in its last heartbeat: ``app_name`` when it sent
+        XXL-JOB-APPNAME (3.5), None for 2.x-3.4."""
+        if app_name:
+            self._v35[address] = app_name
+        else:
+            self._v35.pop(address, None)
+
+    def dialect_of(self, address: str) -> str:
+        """"3.5" or "2" (2.x-3.4 share the executor side), as learned for ``address``."""
+        return "3.5" if address in self._v35 else "2"
+
     async def call(
         self, address: str, path: str, body: dict[str, Any] | None, token: str | None = None
     ) -> ReturnT:
         """POST ``body`` to ``address``/``path``; the executor's answer or a failed ReturnT."""
+        app = self._v35.get(address)
+        if app is not None and path == "run":
+            path = "trigger"
         url = executor_url(address, path)
         payload = dumps(body) if body is not None else b""
-        return await self._answer(url, self._http.post(url, payload, token or self._default_token))
+        return await self._answer(url, self._http.post(url, payload, token or self._default_token, app))
 
     def run_now(self, address: str, param: TriggerParam, token: str | None = None) -> Awaitable[ReturnT]:
-        """/run, written at once when a keep-alive connection to the executor is idle (see
-        ``Http1Client.post_now``); the awaitable gives the answer, as :meth:`run` does."""
-        url = executor_url(address, "run")
+        """/run (/trigger for a 3.5 executor), written at once when a keep-alive connection to
+        the executor is idle (see ``Http1Client.post_now``); the awaitable gives the answer,
+        as :meth:`run` does."""
+        app = self._v35.get(address)
+        url = executor_url(address, "run" if app is None else "trigger")
         body = dumps(param.to_dict())
-        return self._answer(url, self._http.post_now(url, body, token or self._default_token))
+        return self._answer(url, self._http.post_now(url, body, token or self._default_token, app))
 
     @staticmethod
     async def _answer(url: str, pending: Awaitable[tuple[int, bytes]]) -> ReturnT:
@@ -226,6 +262,18 @@ class ExecutorClient:
     async def run(self, address: str, param: TriggerParam, token: str | None = None) -> ReturnT:
         return await self.call(address, "run", param.to_dict(), token)
 
+    async def rerun_if_35(
+        self, address: str, param: TriggerParam, token: str | None, app_name: str | None, answer: ReturnT
+    ) -> ReturnT:
+        """``answer`` to a /run, unless it is a 3.5 executor's refusal of a call without
+        XXL-JOB-APPNAME (this node has not had its heartbeat yet): then the address is
+        learned as 3.5 and the run sent again, once, to /trigger."""
+        if answer.msg != MSG_V35_APP_MISSING or not app_name or address in self._v35:
+            return answer
+        log.info("executor %s speaks XXL-JOB 3.5: triggering it at /trigger", address)
+        self.learn_dialect(address, app_name)
+        return await self.run(address, param, token)
+
     async def beat(self, address: str, token: str | None = None) -> ReturnT:
         return await self.call(address, "beat", None, token)
 
@@ -237,7 +285,10 @@ class ExecutorClient:
 
     async def log(self, address: str, param: LogParam, token: str | None = None) -> ReturnT:
         """The run's log; ``content`` is the LogResult dict when the call succeeded."""
-        return await self.call(address, "log", param.to_dict(), token)
+        body = param.to_dict()
+        if address in self._v35:  # 3.5 spells it in full
+            body["logDateTime"] = body.pop("logDateTim")
+        return await self.call(address, "log", body, token)
 
     # Probes for the routing strategies (same signature as core.routing.Probe).
     async def beat_probe(self, address: str, job_id: int) -> ReturnT:
@@ -246,13 +297,24 @@ class ExecutorClient:
     async def idle_beat_probe(self, address: str, job_id: int) -> ReturnT:
         return await self.idle_beat(address, job_id)
 
-    def probes(self, token: str | None) -> tuple[Probe, Probe]:
-        """``beat`` and ``idleBeat`` probes that send ``token`` (a group's executors)."""
+    def probes(self, token: str | None, app_name: str | None = None) -> tuple[Probe, Probe]:
+        """``beat`` and ``idleBeat`` probes that send ``token`` (a group's executors); with the
+        group's ``app_name``, a 3.5 executor's refusal of a probe without it teaches its dialect
+        (as in :meth:`rerun_if_35`) and the probe is sent again."""
+
+        def learned(address: str, answer: ReturnT) -> bool:
+            if answer.msg != MSG_V35_APP_MISSING or not app_name or address in self._v35:
+                return False
+            log.info("executor %s speaks XXL-JOB 3.5 (answer to a probe)", address)
+            self.learn_dialect(address, app_name)
+            return True
 
         async def beat(address: str, job_id: int) -> ReturnT:
-            return await self.beat(address, token)
+            answer = await self.beat(address, token)
+            return await self.beat(address, token) if learned(address, answer) else answer
 
         async def idle_beat(address: str, job_id: int) -> ReturnT:
-            return await self.idle_beat(address, job_id, token)
+            answer = await self.idle_beat(address, job_id, token)
+            return await self.idle_beat(address, job_id, token) if learned(address, answer) else answer
 
         return beat, idle_beat

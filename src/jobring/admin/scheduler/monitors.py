@@ -144,7 +144,9 @@ class RegistryService:
             return False
         return address not in group.addresses and address not in group.disabled
 
-    async def register(self, param: RegistryParam, started_at_ms: int | None = None) -> None:
+    async def register(self, param: RegistryParam, started_at_ms: int | None = None,
+                       v35_app: str | None = None) -> None:
+        """A heartbeat; ``v35_app``: the appname header of an executor speaking XXL-JOB 3.5."""
         now = _utc(self._clock.now_ms())
         if started_at_ms is not None and self._started.get(param.registry_value) != started_at_ms:
             self._started[param.registry_value] = started_at_ms
@@ -153,7 +155,7 @@ class RegistryService:
         if param.registry_group != EXECUTOR:
             return
         if self._trigger is not None:
-            self._trigger.address_back(param.registry_value)
+            self._trigger.address_back(param.registry_value, v35_app)
         if await self._needs_refresh(param.registry_key, param.registry_value):
             await refresh_group_addresses(self._store, now, self._dead_after_s)
 

@@ -109,6 +109,7 @@ class _Plan:
     shards: list[tuple[int, int]] = field(default_factory=lambda: [(0, 1)])
     problem: str | None = None  # why no address could be had (shown in the trigger message)
     token: str | None = None  # the executor token of the job's group (else the global one)
+    app_name: str | None = None  # the group's appname (a 3.5 executor wants it in a header)
     log_ids: list[int] = field(default_factory=list)
     duplicate: bool = False
 
@@ -243,8 +244,10 @@ class TriggerService:
         self._gone.add(address)
         self._group_cache.clear()
 
-    def address_back(self, address: str) -> None:
-        """An executor (re)registered."""
+    def address_back(self, address: str, app_name: str | None = None) -> None:
+        """An executor (re)registered; ``app_name`` when it spoke XXL-JOB 3.5 (see
+        ``ExecutorClient.learn_dialect``)."""
+        self._client.learn_dialect(address, app_name)
         if address in self._gone:
             self._gone.discard(address)
             self._group_cache.clear()
@@ -408,6 +411,7 @@ class TriggerService:
         addresses = view.addresses if view else []
         manual = bool(view and view.group.address_type == AddressType.MANUAL)
         plan.token = view.token if view else self.access_token
+        plan.app_name = view.group.app_name if view else None
         if view is None:
             plan.problem = f"executor group {req.job.job_group} not found"
         elif view.refused:
@@ -570,7 +574,7 @@ class TriggerService:
         if route is None:
             assert plan.strategy is not None
             route = await self._router.route(plan.strategy, plan.req.job.id, self._live(plan), now,
-                                             self._client.probes(plan.token))
+                                             self._client.probes(plan.token, plan.app_name))
         return route
 
     async def _dispatch(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> _Dispatched:
@@ -583,6 +587,8 @@ class TriggerService:
             param = self._run_param(plan, shard, log_id)
             dispatch_time = self._clock.now_ms()
             answer = await self._client.run(address, param, plan.token)
+            if not answer.ok:
+                answer = await self._client.rerun_if_35(address, param, plan.token, plan.app_name, answer)
         return self._dispatched(plan, shard, log_id, route, answer, dispatch_time)
 
     def _send_now(self, plan: _Plan, shard: tuple[int, int], log_id: int) -> Awaitable[_Dispatched] | None:
@@ -610,6 +616,9 @@ class TriggerService:
     ) -> _Dispatched:
         try:
             answer = await pending
+            if not answer.ok and route.address is not None:
+                answer = await self._client.rerun_if_35(
+                    route.address, self._run_param(plan, shard, log_id), plan.token, plan.app_name, answer)
         finally:
             self._lanes.leave(lane, plan.req.job.id, self._clock.now_ms() - dispatch_time)
         return self._dispatched(plan, shard, log_id, route, answer, dispatch_time)
