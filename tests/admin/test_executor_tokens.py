@@ -25,6 +25,7 @@ from jobring.config import AdminSettings, ConfigError, load_settings
 from jobring.core.addresses import policy_from_text
 from jobring.core.clock import ManualClock
 from jobring.core.enums import TriggerType
+from jobring.protocol.models import RegistryParam
 from tests.admin.api_harness import T0, api_env
 from tests.admin.executor_double import ExecutorDouble
 
@@ -146,6 +147,8 @@ async def test_global_token_does_not_act_for_a_group_with_its_own_token(sqlite_s
     assert scope is not None and scope.is_global
     # The admin sends the group's own token to its executors: the global one cannot stand in.
     assert not scope.allows_app("app-own") and not scope.allows_group(own)
+    # MySQL's collations match app names without case: "APP-OWN" would reach the same group.
+    assert not scope.allows_app("APP-OWN")
     assert scope.allows_app("app-shared") and scope.allows_group(shared)
 
 
@@ -195,6 +198,8 @@ async def test_group_token_endpoints_and_new_groups_get_a_token(sqlite_store: St
         first = (await http.get(f"/groups/{created['id']}/access-token")).json()
         assert first["app_name"] == "fresh" and len(first["access_token"]) >= 40
         rotated = (await http.post(f"/groups/{created['id']}/access-token/rotate")).json()
+        actions = [e.action for e in (await env.store.audit.list()).items]
+        assert "group.token_rotate" in actions and "settings.secret_read" in actions
         assert rotated["access_token"] != first["access_token"]
         again = (await http.get(f"/groups/{created['id']}/access-token")).json()
         assert again["access_token"] == rotated["access_token"]
@@ -298,3 +303,32 @@ async def test_child_jobs_outside_the_callers_groups_look_missing(sqlite_store: 
             kept = await http.patch(f"/jobs/{parent}", json={"job_desc": "renamed"})
             assert kept.status_code == 200 and kept.json()["child_job_ids"] == [job_b]
 
+
+
+async def test_a_group_token_cannot_take_another_groups_executor_out_of_routing(exec_api: ExecApi) -> None:
+    b_address = "http://10.0.0.9:9999/"
+    assert (await exec_api.post("/api/registry", _beat("app-b", b_address), TOKEN_B))["code"] == 200
+    # Group a's token names its own appname with b's executor: nothing of b's is removed.
+    assert (await exec_api.post("/api/registryRemove", _beat("app-a", b_address), TOKEN_A))["code"] == 200
+    entries = await exec_api.store.registry.entries("app-b")
+    assert [e.registry_value for e in entries] == [b_address]
+
+
+async def test_registry_remove_of_an_address_not_under_that_appname_leaves_routing_alone(
+    sqlite_store: Store,
+) -> None:
+    gone: list[str] = []
+
+    class Routing:
+        def address_gone(self, address: str) -> None:
+            gone.append(address)
+
+        def address_back(self, address: str, app_name: str | None = None) -> None:
+            pass
+
+    registry = RegistryService(sqlite_store, ManualClock(T0), Routing())  # type: ignore[arg-type]
+    await registry.register(RegistryParam("EXECUTOR", "app-b", "http://10.0.0.9:9999/"))
+    await registry.remove(RegistryParam("EXECUTOR", "app-a", "http://10.0.0.9:9999/"))
+    assert gone == []
+    await registry.remove(RegistryParam("EXECUTOR", "app-b", "http://10.0.0.9:9999/"))
+    assert gone == ["http://10.0.0.9:9999/"]

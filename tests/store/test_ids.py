@@ -97,3 +97,25 @@ async def test_group_deletion_removes_it_from_permissions(store: Store) -> None:
     mixed_user = await store.users.get(mixed)
     assert only_user is not None and only_user.permitted_group_ids == []
     assert mixed_user is not None and mixed_user.permitted_group_ids == [a, other]
+
+
+async def test_a_table_copied_by_a_later_migration_keeps_its_high_water_mark(tmp_path: Path) -> None:
+    """Migration 0010 copies xxl_job_group on SQLite; deleted ids above the survivors stay used."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'copied.db'}"
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(lambda c: command.upgrade(_config(c), "0012"))  # just before 0010
+            await conn.commit()
+        async with engine.begin() as conn:
+            for i in range(3):
+                await conn.execute(
+                    text("INSERT INTO xxl_job_group (app_name, title, address_type) VALUES (:a, 't', 0)"),
+                    {"a": f"a{i}"},
+                )
+            await conn.execute(text("DELETE FROM xxl_job_group WHERE id > 1"))
+        await upgrade_database(engine)
+        store = Store(engine)
+        assert await store.groups.create(JobGroup(app_name="new", title="t"), NOW) == 4
+    finally:
+        await engine.dispose()

@@ -41,11 +41,13 @@ class TokenScope:
 
     is_global: bool
     group_ids: frozenset[int]  # global: the groups with a token of their own (excluded)
-    app_names: frozenset[str]
+    app_names: frozenset[str]  # global: those groups' app names, case-folded
 
     def allows_app(self, app_name: str) -> bool:
         if self.is_global:
-            return app_name not in self.app_names
+            # Case-folded: MySQL's default collations match app names without case, so "MY-APP"
+            # would reach the group "my-app" there.
+            return app_name.casefold() not in self.app_names
         return app_name in self.app_names
 
     def allows_group(self, group_id: int) -> bool:
@@ -88,7 +90,9 @@ class ExecutorTokens:
     def _match(self, given: str) -> TokenScope | None:
         if self._global is not None and _same(self._global, given):
             return TokenScope(
-                True, frozenset(g for g, _, _ in self._groups), frozenset(a for _, a, _ in self._groups)
+                True,
+                frozenset(g for g, _, _ in self._groups),
+                frozenset(a.casefold() for _, a, _ in self._groups),
             )
         # Every group is compared (constant time per token), so the answer's timing does
         # not tell how much of a token matched.

@@ -161,13 +161,15 @@ class RegistryService:
 
     async def remove(self, param: RegistryParam) -> None:
         now = _utc(self._clock.now_ms())
-        if param.registry_group == EXECUTOR and self._trigger is not None:
-            # At once, before the database: a fire prepared ahead must not go there.
-            self._trigger.address_gone(param.registry_value)
         removed = await self._store.registry.remove(
             param.registry_group, param.registry_key, param.registry_value
         )
+        # Only an address that was registered under this appname leaves routing: a token of
+        # one group must not take another group's executors out.
         if removed and param.registry_group == EXECUTOR:
+            if self._trigger is not None:
+                # Before the group lists are refreshed: a fire prepared ahead must not go there.
+                self._trigger.address_gone(param.registry_value)
             await refresh_group_addresses(self._store, now, self._dead_after_s)
 
 

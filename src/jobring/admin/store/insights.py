@@ -72,12 +72,16 @@ class InsightRepository(Repository):
                 day += timedelta(days=1)
         return days
 
-    async def scheduled_count(self, day: datetime, group_ids: Sequence[int] | None, now_ms: int) -> int:
-        """Fires of ``day`` (UTC) of ``group_ids`` recorded ahead and not yet due at ``now_ms``."""
-        start = utc_naive(day).replace(hour=0, minute=0, second=0, microsecond=0)
+    async def scheduled_count(
+        self, day: datetime, group_ids: Sequence[int] | None, now_ms: int, *, zone: tzinfo = UTC
+    ) -> int:
+        """Fires of the calendar day ``day`` of ``zone`` (a naive midnight label, as
+        :meth:`counts_by_day` takes it) of ``group_ids`` recorded ahead and not yet due at
+        ``now_ms``."""
+        midnight = day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
         where = [
-            job_log.c.trigger_time >= start,
-            job_log.c.trigger_time < start + timedelta(days=1),
+            job_log.c.trigger_time >= utc_naive(midnight.replace(tzinfo=zone)),
+            job_log.c.trigger_time < utc_naive((midnight + timedelta(days=1)).replace(tzinfo=zone)),
             state_condition(RunState.SCHEDULED, now_ms),
         ]
         if group_ids is not None:

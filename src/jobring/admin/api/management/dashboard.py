@@ -29,7 +29,6 @@ from jobring.admin.store.zones import zone_named
 
 router = APIRouter(tags=["dashboard"], responses=ERROR_RESPONSES)
 
-HEARTBEAT_ALIVE = timedelta(seconds=90)
 MAX_CHART_DAYS = 90
 LATENESS_WINDOW_MS = 3_600_000
 RECENT_FAILURES = 8
@@ -70,7 +69,8 @@ async def _day_counts(
 
 
 async def _executor_count(services: ManagementServices, principal: Principal, now: datetime) -> int:
-    live = await services.store.registry.live(now - HEARTBEAT_ALIVE)
+    alive_since = now - timedelta(seconds=services.settings.executor_dead_after_s)
+    live = await services.store.registry.live(alive_since)
     group_ids = principal.readable_group_ids()
     if group_ids is not None:
         names = {g.app_name for g in await services.store.groups.all() if g.id in set(group_ids)}
@@ -112,7 +112,7 @@ async def dashboard(
         group_ids=group_ids, status=LogStatus.FAIL, limit=RECENT_FAILURES, count_cap=0
     )
     now_ms = services.now_ms()
-    scheduled = await services.store.insights.scheduled_count(today, group_ids, now_ms)
+    scheduled = await services.store.insights.scheduled_count(today, group_ids, now_ms, zone=zone)
     nodes = await services.store.insights.node_activity(now_ms, now_ms - LATENESS_WINDOW_MS, group_ids)
     return DashboardOut(
         job_count=jobs.total,

@@ -176,7 +176,8 @@ class DeclarationService:
 
     async def apply(self, appname: str, declarations: list[Declaration]) -> dict[str, Any]:
         group = await self._services.store.groups.by_app_name(appname)
-        if group is None:
+        # The exact name: a database whose collation ignores case would find "my-app" for "MY-APP".
+        if group is None or group.app_name != appname:
             raise DeclarationError(None, "appname", f"no executor group with appname {appname!r}")
         actor = Actor(f"executor:{appname}"[:64], ActorKind.EXECUTOR)
         principal = executor_principal(group.id, appname)

@@ -36,6 +36,7 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
 from jobring.admin.executor_tokens import new_group_token
 from jobring.admin.scheduler.monitors import refresh_group_addresses
+from jobring.admin.security.principal import Principal
 from jobring.admin.store.records import JobGroup
 from jobring.admin.validation import GroupFields, check_address, check_group
 
@@ -173,6 +174,8 @@ async def get_group_token(group_id: GroupId, services: Services, principal: Admi
     group = await _load(services, group_id)
     if not group.access_token:
         raise ApiError(404, f"executor group {group_id} has no token of its own; rotate to create one")
+    await services.audit.record(principal, AuditAction.SECRET_READ, target_type="group",
+                                target_id=group_id, group_id=group_id, details={"secret": "access_token"})
     return GroupTokenOut(group_id=group.id, app_name=group.app_name, access_token=group.access_token)
 
 
@@ -187,11 +190,15 @@ async def rotate_group_token(group_id: GroupId, services: Services, principal: A
     await services.store.groups.set_access_token(group_id, token)
     if services.executor_tokens is not None:
         services.executor_tokens.forget()
+    if services.trigger is not None:
+        services.trigger.forget_groups()  # dispatch sends the new token from now on
+    await services.audit.record(principal, AuditAction.GROUP_TOKEN_ROTATE, target_type="group",
+                                target_id=group_id, group_id=group_id)
     return GroupTokenOut(group_id=group.id, app_name=group.app_name, access_token=token)
 
 
 async def _set_disabled(
-    services: ManagementServices, group_id: int, body: AddressIn, disabled: bool
+    services: ManagementServices, principal: Principal, group_id: int, body: AddressIn, disabled: bool
 ) -> GroupOut:
     group = await _load(services, group_id)
     address = check_address("address", body.address)
@@ -199,6 +206,9 @@ async def _set_disabled(
             e.registry_value for e in await services.store.registry.entries(group.app_name)}:
         raise ApiError(422, f"address {address!r} is not an address of executor group {group_id}", "address")
     await services.store.groups.set_address_disabled(group_id, address, disabled, services.now_naive_utc())
+    action = AuditAction.GROUP_ADDRESS_DISABLE if disabled else AuditAction.GROUP_ADDRESS_ENABLE
+    await services.audit.record(principal, action, target_type="group", target_id=group_id,
+                                group_id=group_id, details={"address": address})
     await _take_registry(services, await _load(services, group_id))
     return await _out(services, await _load(services, group_id))
 
@@ -208,7 +218,7 @@ async def _set_disabled(
 async def disable_address(
     group_id: GroupId, body: AddressIn, services: Services, principal: Admin
 ) -> GroupOut:
-    return await _set_disabled(services, group_id, body, True)
+    return await _set_disabled(services, principal, group_id, body, True)
 
 
 @router.post("/groups/{group_id}/addresses/enable", response_model=GroupOut,
@@ -216,7 +226,7 @@ async def disable_address(
 async def enable_address(
     group_id: GroupId, body: AddressIn, services: Services, principal: Admin
 ) -> GroupOut:
-    return await _set_disabled(services, group_id, body, False)
+    return await _set_disabled(services, principal, group_id, body, False)
 
 
 @router.delete(

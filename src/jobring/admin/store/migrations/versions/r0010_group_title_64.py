@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from jobring.admin.store.sqlite_ids import sqlite_sequence_kept
+
 revision = "0010"
 down_revision = "0012"
 branch_labels = None
@@ -25,7 +27,10 @@ def upgrade() -> None:
         return  # already widened (idempotent), or an unbounded text column
     # Batch mode: a plain ALTER on PostgreSQL and MySQL, a table copy on SQLite (which has
     # no ALTER COLUMN; the declared type is what a schema comparison reads).
-    with op.batch_alter_table("xxl_job_group", table_kwargs={"sqlite_autoincrement": True}) as batch:
+    with (
+        sqlite_sequence_kept(op.get_bind(), "xxl_job_group"),
+        op.batch_alter_table("xxl_job_group", table_kwargs={"sqlite_autoincrement": True}) as batch,
+    ):
         batch.alter_column(
             "title", existing_type=sa.String(length), type_=sa.String(TITLE_LENGTH), existing_nullable=False
         )

@@ -18,6 +18,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from jobring.admin.store.sqlite_ids import sqlite_sequence_kept
+
 revision = "0013"
 down_revision = "0010"
 branch_labels = None
@@ -51,7 +53,10 @@ def upgrade() -> None:
                 ))
             if not info["job_cron"].get("nullable", True):
                 sqlite_kwargs = {"sqlite_autoincrement": True}  # keep ids never reused (0005)
-                with op.batch_alter_table("xxl_job_info", table_kwargs=sqlite_kwargs) as batch:
+                with (
+                    sqlite_sequence_kept(op.get_bind(), "xxl_job_info"),
+                    op.batch_alter_table("xxl_job_info", table_kwargs=sqlite_kwargs) as batch,
+                ):
                     batch.alter_column("job_cron", existing_type=sa.String(128), nullable=True)
     if "xxl_job_group" in tables and "update_time" not in _columns(inspector, "xxl_job_group"):
         op.add_column("xxl_job_group", sa.Column("update_time", sa.DateTime, nullable=True))
