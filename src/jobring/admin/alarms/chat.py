@@ -123,11 +123,8 @@ def dingtalk_sign(timestamp_ms: int, secret: str) -> str:
     return quote_plus(base64.b64encode(digest).decode())
 
 
-class DingTalkAlarm(_HttpChannel):
-    """DingTalk custom robot: markdown message; with a secret, ``timestamp`` and ``sign``
-    query parameters are added to the robot's URL."""
-
-    name = "dingtalk"
+class _SignedChannel(_HttpChannel):
+    """A robot whose messages are signed with a secret and the current time."""
 
     def __init__(
         self,
@@ -141,6 +138,13 @@ class DingTalkAlarm(_HttpChannel):
         super().__init__(url, timeout=timeout, transport=transport)
         self._secret = secret
         self._now_ms = now_ms
+
+
+class DingTalkAlarm(_SignedChannel):
+    """DingTalk custom robot: markdown message; with a secret, ``timestamp`` and ``sign``
+    query parameters are added to the robot's URL."""
+
+    name = "dingtalk"
 
     def signed_url(self) -> str:
         if not self._secret:
@@ -178,24 +182,11 @@ def feishu_sign(timestamp_s: int, secret: str) -> str:
     return base64.b64encode(digest).decode()
 
 
-class FeishuAlarm(_HttpChannel):
+class FeishuAlarm(_SignedChannel):
     """Feishu/Lark custom bot: a text message, with ``timestamp`` (seconds) and ``sign``
     in the body when the bot has a signing secret."""
 
     name = "feishu"
-
-    def __init__(
-        self,
-        url: str,
-        secret: str | None = None,
-        *,
-        now_ms: NowMs = _wall_ms,
-        timeout: float = 10.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        super().__init__(url, timeout=timeout, transport=transport)
-        self._secret = secret
-        self._now_ms = now_ms
 
     def body(self, ctx: AlarmContext) -> dict[str, Any]:
         body: dict[str, Any] = {"msg_type": "text", "content": {"text": ctx.text}}
