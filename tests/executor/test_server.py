@@ -142,8 +142,9 @@ async def test_log_reads_lines_from_the_run_log(endpoints: ExecutorEndpoints, ru
         runlog.append(1795350973184, 1001, f"line {n}")
     answer = orjson.loads((await post(endpoints, "/log", {"logDateTim": 1795350973184, "logId": 1001,
                                                           "fromLineNum": 3})).content)
-    assert answer == {"code": 200, "content": {"fromLineNum": 3, "toLineNum": 4,
-                                               "logContent": "line 3\nline 4\n", "isEnd": False}}
+    # XXL-JOB 3.3+ clients read "data", older ones "content": both carry the page.
+    page = {"fromLineNum": 3, "toLineNum": 4, "logContent": "line 3\nline 4\n", "isEnd": False}
+    assert answer == {"code": 200, "content": page, "data": page}
     missing = orjson.loads((await post(endpoints, "/log", {"logDateTim": 1795350973184, "logId": 999999,
                                                            "fromLineNum": 1})).content)
     assert missing == {"code": 200, "content": {"fromLineNum": 1, "toLineNum": 0,
