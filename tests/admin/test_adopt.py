@@ -450,7 +450,7 @@ async def test_dashboard_counts_use_days_of_the_scheduling_zone(sqlite_store: St
     start = day.replace(tzinfo=SHANGHAI).astimezone(UTC).replace(tzinfo=None)  # 2026-11-22 16:00 UTC
     await add_log(sqlite_store, 1, at=start + timedelta(minutes=5), handle_code=200)
     await add_log(sqlite_store, 1, at=start - timedelta(minutes=5), handle_code=200)  # the day before
-    (by_zone,) = await sqlite_store.insights.counts_by_day(day, day, zone=SHANGHAI)
-    (by_utc,) = await sqlite_store.insights.counts_by_day(day, day)
+    (by_zone,) = await sqlite_store.logs.counts_by_day(day, day, zone=SHANGHAI)
+    (by_utc,) = await sqlite_store.logs.counts_by_day(day, day)
     assert (by_zone.day, by_zone.success) == (day, 1)
     assert by_utc.success == 0  # both runs fall on 2026-11-22 in UTC

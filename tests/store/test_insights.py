@@ -27,9 +27,9 @@ async def test_counts_by_day_of_some_groups(store: Store) -> None:
     for group, trigger, handle, day in runs:
         await store.logs.insert(NewLog(job_group=group, job_id=job, trigger_time=datetime(2026, 3, day, 8),
                                        trigger_code=trigger, handle_code=handle))
-    days = await store.insights.counts_by_day(datetime(2026, 3, 9), NOW, [a])
+    days = await store.logs.counts_by_day(datetime(2026, 3, 9), NOW, [a])
     assert [(d.day.day, d.running, d.success, d.fail) for d in days] == [(9, 0, 1, 1), (10, 1, 0, 0)]
-    everyone = await store.insights.counts_by_day(datetime(2026, 3, 10), NOW)
+    everyone = await store.logs.counts_by_day(datetime(2026, 3, 10), NOW)
     assert [(d.running, d.success, d.fail) for d in everyone] == [(1, 1, 0)]
 
 

@@ -1,5 +1,5 @@
 """Read-only aggregates for the console's dashboard, limited to a set of executor groups:
-runs per day, and what each scheduling admin node holds and how late its fires left."""
+fires recorded ahead, and what each scheduling admin node holds and how late its fires left."""
 
 from __future__ import annotations
 
@@ -7,16 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 
-from sqlalchemy import ColumnElement, and_, case, func, not_, select
+from sqlalchemy import ColumnElement, func, select
 
 from jobring.admin.store.base import Repository
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.logs import state_condition
-from jobring.admin.store.records import DayCount
 from jobring.admin.store.tables import job_info, job_log, scheduler_node
 from jobring.core.runstate import RunState
-
-_OK_CODES = (0, 200)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,43 +31,6 @@ class NodeActivity:
 
 class InsightRepository(Repository):
     """Dashboard aggregates (each query is bounded by a day or a time window)."""
-
-    async def counts_by_day(
-        self,
-        from_day: datetime,
-        to_day: datetime,
-        group_ids: Sequence[int] | None = None,
-        *,
-        zone: tzinfo = UTC,
-        now_ms: int | None = None,
-    ) -> list[DayCount]:
-        """Running/success/fail counts per calendar day of ``zone`` from ``from_day``'s date to
-        ``to_day``'s inclusive, of the runs of ``group_ids`` (None: every group); one entry per
-        day, ``DayCount.day`` its naive midnight (a label). With ``now_ms``, fires recorded
-        ahead and still scheduled then are not counted."""
-        start = from_day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
-        end = to_day.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
-        running = case((and_(job_log.c.trigger_code.in_(_OK_CODES), job_log.c.handle_code == 0), 1), else_=0)
-        success = case((job_log.c.handle_code == 200, 1), else_=0)
-        scope: list[ColumnElement[bool]] = []
-        if group_ids is not None:
-            scope.append(job_log.c.job_group.in_(list(group_ids)))
-        if now_ms is not None:
-            scope.append(not_(state_condition(RunState.SCHEDULED, now_ms)))
-        days: list[DayCount] = []
-        async with self._db.read() as conn:
-            day = start
-            while day <= end:
-                low = utc_naive(day.replace(tzinfo=zone))
-                high = utc_naive((day + timedelta(days=1)).replace(tzinfo=zone))
-                stmt = select(func.count(), func.sum(running), func.sum(success)).where(
-                    job_log.c.trigger_time >= low, job_log.c.trigger_time < high, *scope
-                )
-                total, run_n, ok_n = (await conn.execute(stmt)).one()
-                run_n, ok_n = int(run_n or 0), int(ok_n or 0)
-                days.append(DayCount(day, run_n, ok_n, int(total) - run_n - ok_n))
-                day += timedelta(days=1)
-        return days
 
     async def scheduled_count(
         self, day: datetime, group_ids: Sequence[int] | None, now_ms: int, *, zone: tzinfo = UTC

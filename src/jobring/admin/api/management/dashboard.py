@@ -55,7 +55,7 @@ async def _day_counts(
     group_ids = principal.readable_group_ids()
     if group_ids is not None:  # the report table is for every group: count this user's own runs
         now_ms = services.now_ms()
-        counts = await services.store.insights.counts_by_day(first, last, group_ids, zone=zone, now_ms=now_ms)
+        counts = await services.store.logs.counts_by_day(first, last, group_ids, zone=zone, now_ms=now_ms)
         return {c.day.date(): c for c in counts}
     # The report table is refreshed every minute by the admin; today's row comes from the
     # logs themselves so the numbers are current.
@@ -98,7 +98,7 @@ async def dashboard(
     if today.date() in stored:
         current = stored[today.date()]
     else:
-        (current,) = await services.store.insights.counts_by_day(
+        (current,) = await services.store.logs.counts_by_day(
             today, today, group_ids, zone=zone, now_ms=services.now_ms()
         )
     chart: list[DayCountOut] = []
