@@ -65,6 +65,7 @@ from jobring.admin.scheduler.ports import (
     FireBatch,
     FirePreparer,
     LeaseStore,
+    Liveness,
     PlannedFire,
     Schedule,
     ScheduleFactory,
@@ -167,8 +168,13 @@ class ScheduleLoop:
         *,
         admin_timezone: str = "UTC",
         config: LoopConfig | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self._store = store
+        # Session-lock liveness (PostgreSQL/MariaDB): fast takeover of dead nodes' jobs.
+        self._liveness = liveness
+        self._cycle_wake: asyncio.Future[None] | None = None
+        self._cycle_wanted = False
         self._fire_batch = fire_batch
         self._preparer = fire_batch if isinstance(fire_batch, FirePreparer) else None
         self._to_cancel: list[PreparedBatch] = []
@@ -205,6 +211,8 @@ class ScheduleLoop:
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         """Start claiming and firing (tasks: claim cycle, timer, advance writer, send fence)."""
+        if self._liveness is not None:
+            self._liveness.attach(self._liveness_lost, self._wake_cycle)
         self._tasks = [
             asyncio.create_task(self._run_cycles(), name="jobring-schedule-cycle"),
             asyncio.create_task(self._run_timer(), name="jobring-schedule-timer"),
@@ -266,22 +274,62 @@ class ScheduleLoop:
                 # The database may be briefly unreachable; held fires keep going until
                 # their leases run out, and the next cycle tries again.
                 log.exception("schedule cycle failed; retrying next cycle")
-            await self._sleep_until(started + self.config.cycle_ms)
+            await self._sleep_until_cycle(started + self.config.cycle_ms)
+
+    async def _sleep_until_cycle(self, deadline_ms: int) -> None:
+        """Sleep until the next cycle is due, or until a dead node is found (liveness)."""
+        if self._cycle_wanted:
+            self._cycle_wanted = False
+            return
+        fut = self._cycle_wake = asyncio.get_running_loop().create_future()
+        handle = self._timers.call_at_ms(deadline_ms, lambda: None if fut.done() else fut.set_result(None))
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            self._cycle_wake = None
+            self._cycle_wanted = False
+
+    def _wake_cycle(self) -> None:
+        """Run a claim cycle now (or right after the running one)."""
+        self._cycle_wanted = True
+        if self._cycle_wake is not None and not self._cycle_wake.done():
+            self._cycle_wake.set_result(None)
+
+    def _liveness_lost(self) -> None:
+        """This node lost its liveness lock: whoever takes its jobs settles their fires, so
+        it stops sending at once and forgets them (it claims again once it holds its lock)."""
+        if self._held:
+            log.warning("liveness lost: dropping the %d held jobs", len(self._held))
+        for job_id in list(self._held):
+            self._drop(job_id)
+        self.stats.held = 0
+
+    def _may_send(self) -> bool:
+        return self._liveness is None or self._liveness.may_send()
 
     async def run_cycle(self) -> None:
         """One claim cycle: write pending advances, claim/renew/re-read, plan."""
         now = self._clock.now_ms()
         window_end = now + self.config.pre_read_ms
         lease_ms = self.config.lease_ms
+        if not self._may_send():
+            return  # no liveness lock: neither renew nor claim (see _liveness_lost)
         async with self._db_lock:
             await self._flush_locked()
             # Renewal first: whatever else fails this cycle, the held leases stay valid.
             held = await self._store.renew(now, lease_ms, {i: h.job for i, h in self._held.items()})
             self._renewed_at = now
-            nodes, due = await self._store.heartbeat(now, now + lease_ms, window_end)
-            allowed = self._fair_share(nodes, due)
             rows = list(held.changed)
             ids = set(held.ids)
+            if self._liveness is not None:
+                # Jobs of nodes found dead, whatever their leases' end (before the heartbeat,
+                # which no longer counts those nodes).
+                taken = await self._liveness.claim_dead(now, window_end, lease_ms, self.config.claim_limit)
+                rows += taken
+                ids.update(j.id for j in taken)
+            nodes, due = await self._store.heartbeat(now, now + lease_ms, window_end)
+            allowed = self._fair_share(nodes, due)
             room = min(self.config.claim_limit, allowed - len(ids))
             if room > 0:
                 # Over the fair share a node only keeps what it holds; the rest is the others'.
@@ -295,6 +343,8 @@ class ScheduleLoop:
             # claim committed). Settling again is harmless.
             arriving = [r for r in rows if r.id not in self._held and r.id not in self._releasing]
             maybe_sent = await self._store.settle_takeover(arriving) if arriving else {}
+        if not self._may_send():
+            return  # liveness lost meanwhile: adopt nothing
         self._apply_claim(rows, ids, now, window_end, maybe_sent)
         self._shed_excess(allowed)
         if self._preparer is not None:
@@ -553,7 +603,7 @@ class ScheduleLoop:
                 heapq.heappop(heap)
             now = self._clock.now_ms()
             if heap and heap[0][0] + self._coalesce_ms <= now:
-                if heap[0][0] > self._fence_ms:
+                if heap[0][0] > self._fence_ms or not self._may_send():
                     await self._wait_for_fence(now)
                     continue
                 if self._batches_inflight >= self.config.max_inflight_batches:
@@ -578,7 +628,9 @@ class ScheduleLoop:
     async def _wait_for_fence(self, now: int) -> None:
         """A fire is due beyond the committed send fence: wait until the fence is raised
         (checking meanwhile for leases that ran out, as a fire would)."""
-        if self._fence_ms:  # (not the first fence, at start)
+        if not self._may_send():
+            log.warning("liveness not proven recently; fires wait for it")
+        elif self._fence_ms:  # (not the first fence, at start)
             log.warning("send fence %s not raised in time; fires wait for it", iso_ms(self._fence_ms))
         for held in list(self._held.values()):
             self._drop_if_lease_ran_out(held, now)
@@ -721,7 +773,12 @@ class ScheduleLoop:
                 # Never beyond what the leases allow: a fire under the fence must be sendable.
                 fence = min(fence, self._renewed_at + self.config.lease_ms - self.config.lease_guard_ms)
             try:
-                await self._store.raise_fence(fence)
+                if self._liveness is None:
+                    await self._store.raise_fence(fence)
+                elif self._may_send():
+                    await self._liveness.raise_fence(fence)
+                else:
+                    fence = self._fence_ms  # no liveness lock: the fence cannot rise
             except asyncio.CancelledError:
                 raise
             except Exception:

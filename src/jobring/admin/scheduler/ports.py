@@ -99,3 +99,28 @@ class FirePreparer(Protocol):
     async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
         """Withdraw prepared fires that will not be sent (their rows are deleted)."""
         ...
+
+
+class Liveness(Protocol):
+    """Proof that this node is alive, and news of dead nodes (database session locks; see
+    :mod:`jobring.admin.scheduler.liveness`). Optional: without it, leases alone decide."""
+
+    def attach(self, lost: Callable[[], None], wake: Callable[[], None]) -> None:
+        """Call ``lost`` when this node loses its liveness (drop every held job at once) and
+        ``wake`` when a dead node is found (run a claim cycle now)."""
+        ...
+
+    def may_send(self) -> bool:
+        """Whether this node may send fires (and renew or claim) now."""
+        ...
+
+    async def raise_fence(self, fence_ms: int) -> None:
+        """Commit the send fence in a way that stops working once this node is found dead
+        (it replaces :meth:`LeaseStore.raise_fence`)."""
+        ...
+
+    async def claim_dead(
+        self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int
+    ) -> Sequence[JobInfo]:
+        """Lease to this node the due jobs still leased to nodes found dead; return them."""
+        ...

@@ -248,6 +248,8 @@ scheduler_node = Table(
     Column("node_id", String(64), primary_key=True),
     Column("alive_until", BigInteger, nullable=False, server_default="0"),
     Column("send_fence", BigInteger, nullable=False, server_default="0"),
+    # The key of the session lock the node holds while alive (0: none; see store.node_locks).
+    Column("lock_key", BigInteger, nullable=False, server_default="0"),
 )
 
 # Security-relevant actions: who did what, when, from where (see jobring.admin.audit).

@@ -1,0 +1,162 @@
+"""Session locks that prove a scheduling node alive (PostgreSQL, MariaDB/MySQL).
+
+Each node holds a lock named after its id on a dedicated connection (not the pool): a
+PostgreSQL advisory lock, a MariaDB/MySQL ``GET_LOCK`` lock. The database releases it the
+moment that session ends: the process died (its socket closed), or it stayed idle past the
+session's idle timeout (a paused process). Another node that obtains the lock therefore
+knows the node's session is gone, and with it the only way that node raises its send fence
+(:meth:`NodeLockSession.raise_fence`). SQLite has no sessions: nodes there rely on leases.
+
+    session = await NodeLockSession.open(store.engine, "node-a", idle_timeout_ms=3_000)
+    await session.acquire_own()     # False while another session holds it
+    await session.others(now_ms)    # [(node_id, lock_key)] of the other announced nodes
+    await session.try_lock(key)     # True: that node's session is gone (lock held by us now)
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import insert, or_, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from jobring.admin.store.base import chunks, to_record
+from jobring.admin.store.engine import Db
+from jobring.admin.store.records import JobInfo
+from jobring.admin.store.tables import job_info, scheduler_node
+
+BACKENDS = ("postgresql", "mariadb", "mysql")
+
+
+def lock_key(node_id: str) -> int:
+    """The node's lock key: a signed 64-bit hash of its id (never 0, which means none)."""
+    key = int.from_bytes(hashlib.sha256(node_id.encode()).digest()[:8], "big", signed=True)
+    return key or 1
+
+
+def lock_name(key: int) -> str:
+    """The MariaDB/MySQL lock name of a key (names are limited to 64 characters)."""
+    return f"jobring-node-{key & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+
+
+class NodeLockSession:
+    """One node's dedicated lock session. Not safe for concurrent use: callers serialize."""
+
+    def __init__(self, engine: AsyncEngine, conn: AsyncConnection, backend: str, node_id: str) -> None:
+        self._engine = engine
+        self._conn = conn
+        self._backend = backend
+        self.node_id = node_id
+        self.key = lock_key(node_id)
+
+    @classmethod
+    async def open(cls, engine: AsyncEngine, node_id: str, *, idle_timeout_ms: int) -> NodeLockSession:
+        """Connect a new session (outside ``engine``'s pool) that the server closes after
+        ``idle_timeout_ms`` without a statement (MariaDB/MySQL: whole seconds, at least 1)."""
+        backend = Db(engine).backend
+        if backend not in BACKENDS:
+            raise ValueError(f"no session locks on {backend}")
+        own = create_async_engine(engine.url, poolclass=NullPool)
+        try:
+            conn = await own.connect()
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            if backend == "postgresql":
+                await conn.execute(text(f"SET idle_session_timeout = {int(idle_timeout_ms)}"))
+            else:
+                await conn.execute(text(f"SET SESSION wait_timeout = {max(1, -(-idle_timeout_ms // 1000))}"))
+        except BaseException:
+            await own.dispose()
+            raise
+        return cls(own, conn, backend, node_id)
+
+    async def close(self) -> None:
+        """End the session (the server releases its locks)."""
+        try:
+            await self._conn.close()
+        finally:
+            await self._engine.dispose()
+
+    async def _scalar(self, sql: str, **params: Any) -> Any:
+        return (await self._conn.execute(text(sql), params)).scalar()
+
+    async def try_lock(self, key: int) -> bool:
+        """Take the lock without waiting; False while another session holds it. (On
+        PostgreSQL a session re-takes its own locks: do not try one this session holds.)"""
+        if self._backend == "postgresql":
+            return bool(await self._scalar("SELECT pg_try_advisory_lock(:k)", k=key))
+        return bool(await self._scalar("SELECT GET_LOCK(:n, 0)", n=lock_name(key)) == 1)
+
+    async def unlock(self, key: int) -> None:
+        """Release a lock this session holds."""
+        if self._backend == "postgresql":
+            await self._scalar("SELECT pg_advisory_unlock(:k)", k=key)
+        else:
+            await self._scalar("SELECT RELEASE_LOCK(:n)", n=lock_name(key))
+
+    async def acquire_own(self) -> bool:
+        """Take this node's lock and publish its key in the node row; False while another
+        session (a previous process with the same id, or a node taking it over) holds it."""
+        if not await self.try_lock(self.key):
+            return False
+        row = scheduler_node.c.node_id == self.node_id
+        publish = update(scheduler_node).where(row).values(lock_key=self.key)
+        if not (await self._conn.execute(publish)).rowcount:
+            try:
+                await self._conn.execute(
+                    insert(scheduler_node).values(node_id=self.node_id, lock_key=self.key))
+            except IntegrityError:
+                # Created meanwhile by this node's heartbeat (a driver counting changed rows
+                # reports 0 when the key was already set): set it there.
+                await self._conn.execute(publish)
+        return True
+
+    async def others(self, now_ms: int) -> builtins.list[tuple[str, int]]:
+        """The other nodes announced alive at ``now_ms`` that hold a session lock (a round
+        trip on this session: it also keeps it from going idle)."""
+        stmt = select(scheduler_node.c.node_id, scheduler_node.c.lock_key).where(
+            scheduler_node.c.lock_key != 0, scheduler_node.c.alive_until >= now_ms,
+            scheduler_node.c.node_id != self.node_id)
+        return [(r.node_id, int(r.lock_key)) for r in (await self._conn.execute(stmt)).all()]
+
+    async def raise_fence(self, fence_ms: int) -> None:
+        """Let this node send fires planned up to ``fence_ms`` (never lowered). Through this
+        session only: once it is gone, the node's fence cannot rise any more."""
+        await self._conn.execute(update(scheduler_node).where(
+            scheduler_node.c.node_id == self.node_id, scheduler_node.c.send_fence < fence_ms)
+            .values(send_fence=fence_ms))
+
+    async def mark_gone(self, node_ids: Sequence[str]) -> None:
+        """Record that these nodes (whose locks this session holds) are dead: they no longer
+        count as live nodes and nobody tries their locks again. Their fences stay."""
+        for part in chunks(sorted(node_ids)):
+            await self._conn.execute(update(scheduler_node).where(scheduler_node.c.node_id.in_(part))
+                                     .values(alive_until=0, lock_key=0))
+
+
+async def claim_owned_by(
+    db: Db, node_id: str, owners: Sequence[str], now_ms: int, window_end_ms: int, lease_ms: int, limit: int,
+) -> builtins.list[JobInfo]:
+    """Lease to ``node_id`` the running jobs due by ``window_end_ms`` still leased to
+    ``owners`` (dead nodes, whatever their leases' end), like ``JobRepository.claim_due``."""
+    if not owners or limit <= 0:
+        return []
+    caps = await db.capabilities()
+    until = now_ms + lease_ms
+    stmt = (select(job_info)
+            .where(job_info.c.trigger_status == 1, job_info.c.trigger_next_time <= window_end_ms,
+                   or_(*(job_info.c.lease_owner == o for o in owners)))
+            .order_by(job_info.c.trigger_next_time).limit(limit))
+    if caps.backend != "sqlite":
+        stmt = stmt.with_for_update(skip_locked=caps.skip_locked)
+    async with db.write(read_committed=True) as conn:
+        rows = (await conn.execute(stmt)).all()
+        for part in chunks([r.id for r in rows]):
+            await conn.execute(update(job_info).where(job_info.c.id.in_(part))
+                               .values(lease_owner=node_id, lease_until=until))
+    return [replace(to_record(JobInfo, r), lease_owner=node_id, lease_until=until) for r in rows]
