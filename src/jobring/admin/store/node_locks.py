@@ -34,9 +34,12 @@ from jobring.admin.store.tables import job_info, scheduler_node
 BACKENDS = ("postgresql", "mariadb", "mysql")
 
 
-def lock_key(node_id: str) -> int:
-    """The node's lock key: a signed 64-bit hash of its id (never 0, which means none)."""
-    key = int.from_bytes(hashlib.sha256(node_id.encode()).digest()[:8], "big", signed=True)
+def lock_key(database: str, node_id: str) -> int:
+    """The node's lock key: a signed 64-bit hash of its id and the database name (MariaDB's
+    lock names are server-wide: another jobring database may have a node of the same id).
+    Never 0, which means none."""
+    digest = hashlib.sha256(f"{database}\0{node_id}".encode()).digest()
+    key = int.from_bytes(digest[:8], "big", signed=True)
     return key or 1
 
 
@@ -53,7 +56,7 @@ class NodeLockSession:
         self._conn = conn
         self._backend = backend
         self.node_id = node_id
-        self.key = lock_key(node_id)
+        self.key = lock_key(engine.url.database or "", node_id)
 
     @classmethod
     async def open(cls, engine: AsyncEngine, node_id: str, *, idle_timeout_ms: int) -> NodeLockSession:
