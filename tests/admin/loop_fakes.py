@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
-from jobring.admin.scheduler.ports import FireBatch, PlannedFire
+from jobring.admin.scheduler.ports import FireBatch, Liveness, PlannedFire
 from jobring.admin.scheduler.timers import ManualTimers
 from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo
@@ -198,10 +198,10 @@ class Harness:
         self.loops: dict[str, ScheduleLoop] = {}
         self.leases: dict[str, FakeLeases] = {}
 
-    def loop(self, node: str = "n1") -> ScheduleLoop:
+    def loop(self, node: str = "n1", liveness: Liveness | None = None) -> ScheduleLoop:
         leases = self.table.node(node)
         loop = ScheduleLoop(leases, self.runlog.sink(node), self.timers, parse_schedule,
-                            admin_timezone=self.tz, config=self.config)
+                            admin_timezone=self.tz, config=self.config, liveness=liveness)
         self.loops[node] = loop
         self.leases[node] = leases
         return loop
