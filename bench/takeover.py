@@ -1,0 +1,41 @@
+"""Takeover after a SIGKILL: two admin processes on a fresh database, ``--jobs`` FIX_RATE 1 s
+jobs, the node holding more of them killed; prints the fires lost and doubled after the kill
+and how long the survivor took to dispatch the victim's jobs (see tests/e2e/takeover_kit.py).
+
+    .venv/bin/python bench/takeover.py --backend postgresql --jobs 300
+
+To measure another checkout, put its ``src`` first: ``PYTHONPATH=/path/to/checkout/src``
+(the admin processes inherit it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from pathlib import Path
+
+from tests.dbs import acreate_test_database, adrop_test_database
+from tests.e2e.takeover_kit import run_takeover
+
+import jobring
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="postgresql", choices=["postgresql", "mariadb", "sqlite"])
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--after-ms", type=int, default=15_000, help="run this long after the kill")
+    args = parser.parse_args()
+    print(f"jobring from {Path(jobring.__file__).parent}")
+    with tempfile.TemporaryDirectory(prefix="jobring-takeover-") as tmp:
+        url = await acreate_test_database(args.backend, tmp)
+        try:
+            result = await run_takeover(url, Path(tmp), args.jobs, after_ms=args.after_ms)
+        finally:
+            await adrop_test_database(url)
+    print(f"{args.backend}: {result.summary()}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
