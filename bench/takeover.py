@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import tempfile
 from pathlib import Path
 
-from tests.dbs import acreate_test_database, adrop_test_database
-from tests.e2e.takeover_kit import run_takeover
-
 import jobring
+
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # tests: databases, admin processes
+from tests.dbs import acreate_test_database, adrop_test_database  # noqa: E402
+from tests.e2e.takeover_kit import run_takeover  # noqa: E402
 
 
 async def main() -> None:
@@ -26,12 +28,15 @@ async def main() -> None:
     parser.add_argument("--backend", default="postgresql", choices=["postgresql", "mariadb", "sqlite"])
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--after-ms", type=int, default=15_000, help="run this long after the kill")
+    parser.add_argument("--logs", type=Path, help="keep the admin logs in this directory")
     args = parser.parse_args()
     print(f"jobring from {Path(jobring.__file__).parent}")
     with tempfile.TemporaryDirectory(prefix="jobring-takeover-") as tmp:
         url = await acreate_test_database(args.backend, tmp)
         try:
-            result = await run_takeover(url, Path(tmp), args.jobs, after_ms=args.after_ms)
+            logs = args.logs or Path(tmp)
+            logs.mkdir(parents=True, exist_ok=True)
+            result = await run_takeover(url, logs, args.jobs, after_ms=args.after_ms)
         finally:
             await adrop_test_database(url)
     print(f"{args.backend}: {result.summary()}")

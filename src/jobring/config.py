@@ -53,6 +53,10 @@ class AdminSettings:
     executor_read_timeout: float = 3.0
     pre_read_ms: int = 5000
     node_id: str | None = None
+    # Database session locks prove nodes alive, so a dead node's jobs are taken over within
+    # about a second (PostgreSQL, MariaDB/MySQL). Off: after its leases run out (~10 s). Turn
+    # off where sessions are not one server's (pgbouncer transaction pooling, Galera).
+    node_locks: bool = True
     secure_cookies: bool = False
     # Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For/-Proto are believed;
     # empty: forwarded headers are ignored and the TCP peer is the client.

@@ -151,7 +151,7 @@ class FakeSession:
         if self.fail or self.closed:
             raise ConnectionError("session gone")
 
-    async def acquire_own(self) -> bool:
+    async def acquire_own(self, now_ms: int) -> bool:
         self._check()
         return await self.try_lock(self.key)
 

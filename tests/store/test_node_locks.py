@@ -52,13 +52,13 @@ def test_lock_keys_differ_per_node_and_database() -> None:
 async def test_lock_is_held_while_the_session_lives_and_free_after(store: Store) -> None:
     _servers_only(store)
     async with _session(store, "watcher") as watcher:
-        assert await watcher.acquire_own()
+        assert await watcher.acquire_own(1_000)
         a = await NodeLockSession.open(store.engine, "node-a", idle_timeout_ms=30_000)
         try:
-            assert await a.acquire_own()
+            assert await a.acquire_own(1_000)
             # A second process with the same id cannot take it.
             async with _session(store, "node-a") as twin:
-                assert not await twin.acquire_own()
+                assert not await twin.acquire_own(1_000)
             await store.nodes.announce("node-a", 10_000)
             await store.nodes.announce("watcher", 10_000)
             assert await watcher.others(5_000) == [("node-a", a.key)]
@@ -70,16 +70,16 @@ async def test_lock_is_held_while_the_session_lives_and_free_after(store: Store)
         # The session is gone: the lock is free, and whoever takes it holds it.
         assert await watcher.try_lock(a.key)
         async with _session(store, "node-a") as restarted:
-            assert not await restarted.acquire_own()
+            assert not await restarted.acquire_own(1_000)
             await watcher.unlock(a.key)
-            assert await restarted.acquire_own()
+            assert await restarted.acquire_own(1_000)
 
 
 async def test_fence_through_the_session_and_dead_nodes_marked_gone(store: Store) -> None:
     _servers_only(store)
     await store.nodes.announce("node-a", 10_000)
     async with _session(store, "node-a") as a, _session(store, "node-b") as b:
-        assert await a.acquire_own() and await b.acquire_own()
+        assert await a.acquire_own(1_000) and await b.acquire_own(1_000)
         await a.raise_fence(4_000)
         await a.raise_fence(3_000)  # never lowered
         assert await store.nodes.send_fences(["node-a"]) == {"node-a": 4_000}
@@ -89,12 +89,29 @@ async def test_fence_through_the_session_and_dead_nodes_marked_gone(store: Store
         assert await store.nodes.send_fences(["node-a"]) == {"node-a": 4_000}  # the fence stays
 
 
+async def test_a_lost_node_row_is_written_again(store: Store) -> None:
+    _servers_only(store)
+    async with _session(store, "node-a") as a, _session(store, "watcher") as watcher:
+        assert await a.acquire_own(1_000)
+        # Another node's cleanup deletes rows neither alive nor fencing since long ago; a
+        # new row says "alive" from the moment it is created, so it is kept.
+        assert await store.nodes.forget(500) == 0
+        assert await store.nodes.forget(2_000) == 1  # (a week later)
+        await a.others(1_000)  # the next ping notices and publishes the key again
+        await store.nodes.announce("node-a", 10_000)
+        assert await watcher.others(5_000) == [("node-a", a.key)]
+        assert await store.nodes.forget(2_000) == 0
+        await store.nodes.forget(20_000)
+        await a.raise_fence(3_000)  # the fence is written even with the row gone
+        assert await store.nodes.send_fences(["node-a"]) == {"node-a": 3_000}
+
+
 async def test_idle_session_loses_its_lock(store: Store) -> None:
     _servers_only(store)
     async with _session(store, "watcher") as watcher:
         a = await NodeLockSession.open(store.engine, "node-a", idle_timeout_ms=1_000)
         try:
-            assert await a.acquire_own()
+            assert await a.acquire_own(1_000)
             assert not await watcher.try_lock(a.key)
             # Idle past its timeout (a paused process): the server ends the session.
             await _eventually(lambda: watcher.try_lock(a.key))
@@ -107,7 +124,7 @@ async def test_idle_session_loses_its_lock(store: Store) -> None:
 async def test_pinged_session_keeps_its_lock_past_the_idle_timeout(store: Store) -> None:
     _servers_only(store)
     async with _session(store, "watcher") as watcher, _session(store, "node-a", idle_ms=1_000) as a:
-        assert await a.acquire_own()
+        assert await a.acquire_own(1_000)
         started = time.monotonic()
         while time.monotonic() - started < 2.5:  # pings well inside the timeout
             await a.others(0)

@@ -160,7 +160,7 @@ async def start_runtime(
         pre_read_ms=settings.pre_read_ms, max_inflight_batches=4 if store.backend == "sqlite" else 16
     )
     leases = StoreLeases(store, node_id)
-    liveness = node_liveness(store, node_id, clock)
+    liveness = node_liveness(store, node_id, clock) if settings.node_locks else None
     loop = ScheduleLoop(
         leases, trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
         admin_timezone=state.default_timezone, config=config, liveness=liveness,

@@ -51,7 +51,7 @@ T = TypeVar("T")
 class LockSession(Protocol):
     """A node's dedicated database session holding its liveness lock (see node_locks)."""
 
-    async def acquire_own(self) -> bool: ...
+    async def acquire_own(self, now_ms: int) -> bool: ...
     async def others(self, now_ms: int) -> list[tuple[str, int]]: ...
     async def try_lock(self, key: int) -> bool: ...
     async def unlock(self, key: int) -> None: ...
@@ -76,8 +76,9 @@ class LivenessConfig:
     ping_every_ms: int = 300
     # A node sends only while its last good round trip on the session began this recently.
     max_ping_age_ms: int = 1_000
-    # One statement on the session taking longer than this counts as the session failing.
-    op_timeout_ms: int = 1_000
+    # One statement on the session taking longer than this counts as the session failing
+    # (longer than the ping age: a slow round trip only holds fires back for a moment).
+    op_timeout_ms: int = 2_000
 
 
 class NodeLiveness:
@@ -223,7 +224,7 @@ class NodeLiveness:
             return
         started = self._mono()
         try:
-            got = await self._timed(session.acquire_own())
+            got = await self._timed(session.acquire_own(self._clock.now_ms()))
         except Exception as exc:
             log.warning("taking the liveness lock failed (%s); retrying", exc)
             self._spawn_close(session)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import insert, or_, select, text, update
+from sqlalchemy import ColumnElement, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -102,37 +102,55 @@ class NodeLockSession:
         else:
             await self._scalar("SELECT RELEASE_LOCK(:n)", n=lock_name(key))
 
-    async def acquire_own(self) -> bool:
+    async def acquire_own(self, now_ms: int) -> bool:
         """Take this node's lock and publish its key in the node row; False while another
         session (a previous process with the same id, or a node taking it over) holds it."""
         if not await self.try_lock(self.key):
             return False
-        row = scheduler_node.c.node_id == self.node_id
-        publish = update(scheduler_node).where(row).values(lock_key=self.key)
-        if not (await self._conn.execute(publish)).rowcount:
-            try:
-                await self._conn.execute(
-                    insert(scheduler_node).values(node_id=self.node_id, lock_key=self.key))
-            except IntegrityError:
-                # Created meanwhile by this node's heartbeat (a driver counting changed rows
-                # reports 0 when the key was already set): set it there.
-                await self._conn.execute(publish)
+        await self._publish(now_ms)
         return True
 
     async def others(self, now_ms: int) -> builtins.list[tuple[str, int]]:
         """The other nodes announced alive at ``now_ms`` that hold a session lock (a round
-        trip on this session: it also keeps it from going idle)."""
-        stmt = select(scheduler_node.c.node_id, scheduler_node.c.lock_key).where(
-            scheduler_node.c.lock_key != 0, scheduler_node.c.alive_until >= now_ms,
-            scheduler_node.c.node_id != self.node_id)
-        return [(r.node_id, int(r.lock_key)) for r in (await self._conn.execute(stmt)).all()]
+        trip on this session: it also keeps it from going idle). Publishes this node's key
+        again if its row lost it."""
+        node, key = scheduler_node.c.node_id, scheduler_node.c.lock_key
+        stmt = select(node, key).where(
+            or_(node == self.node_id, (key != 0) & (scheduler_node.c.alive_until >= now_ms)))
+        rows = (await self._conn.execute(stmt)).all()
+        if not any(r.node_id == self.node_id and r.lock_key == self.key for r in rows):
+            await self._publish(now_ms)
+        return [(r.node_id, int(r.lock_key)) for r in rows if r.node_id != self.node_id and r.lock_key]
 
     async def raise_fence(self, fence_ms: int) -> None:
         """Let this node send fires planned up to ``fence_ms`` (never lowered). Through this
         session only: once it is gone, the node's fence cannot rise any more."""
-        await self._conn.execute(update(scheduler_node).where(
-            scheduler_node.c.node_id == self.node_id, scheduler_node.c.send_fence < fence_ms)
-            .values(send_fence=fence_ms))
+        await self._write({"send_fence": fence_ms}, scheduler_node.c.send_fence < fence_ms)
+
+    async def _publish(self, now_ms: int) -> None:
+        # A new row says "alive now": the nodes' cleanup (forget) deletes rows that are
+        # neither alive nor fencing, and would take this one before the first heartbeat.
+        await self._write({"lock_key": self.key}, scheduler_node.c.lock_key != self.key,
+                          on_insert={"alive_until": now_ms})
+
+    async def _write(self, values: dict[str, int], unless_so: ColumnElement[bool],
+                     on_insert: dict[str, int] | None = None) -> None:
+        """Set columns of this node's row, creating it when missing (the node's heartbeat
+        may create it at the same time)."""
+        row = scheduler_node.c.node_id == self.node_id
+        for _ in range(3):
+            stmt = update(scheduler_node).where(row, unless_so).values(values)
+            if (await self._conn.execute(stmt)).rowcount:
+                return
+            if (await self._conn.execute(select(scheduler_node.c.node_id).where(row))).first() is not None:
+                return  # already so
+            try:
+                await self._conn.execute(insert(scheduler_node).values(
+                    {"node_id": self.node_id, **(on_insert or {}), **values}))
+                return
+            except IntegrityError:
+                continue  # created meanwhile: update it
+        raise RuntimeError(f"could not write the row of scheduler node {self.node_id}")
 
     async def mark_gone(self, node_ids: Sequence[str]) -> None:
         """Record that these nodes (whose locks this session holds) are dead: they no longer
