@@ -29,6 +29,11 @@ How it works (and the rules it keeps):
   yet) or may have been sent just before the node died (results are written up to 100 ms
   after the /run call). Those are not sent again: the job resumes after the latest of them
   (stored at once), and an unconfirmed one waits for its callback or the lost-run monitor.
+* **Dead nodes at once.** With a liveness port (:mod:`jobring.admin.scheduler.liveness`,
+  database session locks on PostgreSQL/MariaDB) a node sends, renews and claims only while
+  its liveness is proven, drops every held job when it is lost, raises its fence through it,
+  and on news of a dead node runs a claim cycle at once that takes that node's jobs whatever
+  their leases' end; the takeover is then settled as above.
 * **Clock skew.** A node sends only while ``now < lease_until - lease_guard_ms`` (1 s) by its
   own clock, and another node claims only after ``lease_until`` by its own clock: no
   instant is sent by two nodes as long as the nodes' clocks differ by less than 1 s.

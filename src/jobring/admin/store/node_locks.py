@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -30,6 +31,8 @@ from jobring.admin.store.base import chunks, to_record
 from jobring.admin.store.engine import Db
 from jobring.admin.store.records import JobInfo
 from jobring.admin.store.tables import job_info, scheduler_node
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("postgresql", "mariadb", "mysql")
 
@@ -70,7 +73,13 @@ class NodeLockSession:
             conn = await own.connect()
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             if backend == "postgresql":
-                await conn.execute(text(f"SET idle_session_timeout = {int(idle_timeout_ms)}"))
+                version = int((await conn.execute(text("SHOW server_version_num"))).scalar_one())
+                if version >= 140_000:
+                    await conn.execute(text(f"SET idle_session_timeout = {int(idle_timeout_ms)}"))
+                else:
+                    # A paused node keeps its lock: its jobs wait for its leases (as without).
+                    log.warning("PostgreSQL before 14 has no idle_session_timeout: the jobs of a "
+                                "paused (not dead) admin node are taken over when its leases end")
             else:
                 await conn.execute(text(f"SET SESSION wait_timeout = {max(1, -(-idle_timeout_ms // 1000))}"))
         except BaseException:
