@@ -6,6 +6,7 @@ executor received. Used by ``tests/e2e/test_takeover.py`` and ``bench/takeover.p
 from __future__ import annotations
 
 import asyncio
+import signal
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,8 +35,11 @@ class TakeoverResult:
     lost: int  # of those, never received by the executor
     lost_in_fence: int  # of the lost, planned up to the victim's fence (left as maybe sent)
     doubled: int  # instants (any job) received more than once
-    first_takeover_ms: int  # kill -> the survivor's first dispatch of a victim's job
+    first_takeover_ms: int  # kill -> the survivor's first dispatch of a victim job
     takeover_ms: list[int] = field(default_factory=list)  # per victim job: kill -> first survivor dispatch
+    # With a pause: fires the victim sent after it was resumed, as (planned, sent) ms.
+    sent_after_resume: list[tuple[int, int]] = field(default_factory=list)
+    victim_log: str = ""
 
     def summary(self) -> str:
         per_job = sorted(self.takeover_ms)
@@ -49,8 +53,9 @@ class TakeoverResult:
 
 
 async def run_takeover(url: str, workdir: Path, jobs: int, *, warm_ms: int = 6_000, after_ms: int = 15_000,
-                       margin_ms: int = 3_000) -> TakeoverResult:
-    """Run the scenario on the (upgraded or empty) database at ``url``; see the module doc."""
+                       margin_ms: int = 3_000, pause_ms: int | None = None) -> TakeoverResult:
+    """Run the scenario on the (upgraded or empty) database at ``url``; see the module doc.
+    With ``pause_ms`` the victim is paused (SIGSTOP) that long instead of killed, then resumed."""
     store = await Store.open(url)
     executor = RecordingExecutor()
     await executor.start()
@@ -65,11 +70,22 @@ async def run_takeover(url: str, workdir: Path, jobs: int, *, warm_ms: int = 6_0
         held = Counter(owners.values())
         victim, survivor = (nodes[0], nodes[1]) if held["node-a"] >= held["node-b"] else (nodes[1], nodes[0])
         victim_jobs = {job_id for job_id, owner in owners.items() if owner == victim.node_id}
-        await kill(victim)  # SIGKILL: no release, no last advance
-        killed_at = now_ms()
+        resumed_at = 0
+        if pause_ms is None:
+            await kill(victim)  # SIGKILL: no release, no last advance
+            killed_at = now_ms()
+        else:
+            victim.proc.send_signal(signal.SIGSTOP)
+            killed_at = now_ms()
+            try:
+                await asyncio.sleep(pause_ms / 1000)
+            finally:
+                victim.proc.send_signal(signal.SIGCONT)
+            resumed_at = now_ms()
         end = killed_at + after_ms
         await asyncio.sleep((end - now_ms()) / 1000)
         assert await stop(survivor) == 0, survivor.log_text()[-3000:]
+        victim_log = victim.log_text()
         fence = (await store.nodes.send_fences([victim.node_id]))[victim.node_id]
         rows = await fired(store)
     finally:
@@ -102,8 +118,14 @@ async def run_takeover(url: str, workdir: Path, jobs: int, *, warm_ms: int = 6_0
         if r.job_id in victim_jobs and r.admin_node == survivor.node_id and key in arrival:
             survivor_first[r.job_id] = min(survivor_first.get(r.job_id, 1 << 62), arrival[key])
     takeover = [at - killed_at for at in survivor_first.values()]
+    late = []
+    if pause_ms is not None:
+        late = sorted((int(r.planned_time), arrival[(r.job_id, int(r.planned_time))]) for r in rows
+                      if r.admin_node == victim.node_id and (r.job_id, int(r.planned_time)) in arrival
+                      and arrival[(r.job_id, int(r.planned_time))] >= resumed_at)
     return TakeoverResult(
         jobs=jobs, victim_jobs=len(victim_jobs), killed_at=killed_at, victim_fence=fence,
         expected=len(expected), lost=len(lost), lost_in_fence=sum(1 for _, t in lost if t <= fence),
         doubled=sum(1 for c in received.values() if c > 1),
-        first_takeover_ms=min(takeover) if takeover else -1, takeover_ms=takeover)
+        first_takeover_ms=min(takeover) if takeover else -1, takeover_ms=takeover,
+        sent_after_resume=late, victim_log=victim_log)

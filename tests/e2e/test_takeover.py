@@ -48,3 +48,17 @@ async def test_killed_node_is_taken_over_within_two_seconds(server_url: str, tmp
     assert 0 < result.first_takeover_ms <= 3_000, result.summary()
     assert max(result.takeover_ms) <= 3_500, result.summary()
     assert len(result.takeover_ms) == result.victim_jobs
+
+
+async def test_paused_node_is_taken_over_and_sends_nothing_stale_when_resumed(
+    server_url: str, tmp_path: Path
+) -> None:
+    # Paused 5 s: its lock session idles out after 3 s, the survivor takes its jobs over.
+    result = await run_takeover(server_url, tmp_path, 8, after_ms=12_000, pause_ms=5_000)
+    print(result.summary(), result.sent_after_resume)
+    assert result.doubled == 0
+    assert 0 < result.first_takeover_ms <= 6_000, result.summary()
+    assert "liveness" in result.victim_log  # it noticed, dropped its jobs and took its lock again
+    # Resumed, it sends no fire planned during its pause: at most ones due after it resumed
+    # and claimed again (a little before, allowing for the send fence of its rejoining).
+    assert all(planned >= result.killed_at + 5_000 for planned, _ in result.sent_after_resume), result
