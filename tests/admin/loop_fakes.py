@@ -13,10 +13,11 @@ import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.ports import FireBatch, PlannedFire
-from jobring.admin.scheduler.timers import ManualTimers
+from jobring.admin.scheduler.timers import ManualTimers, Timers
 from jobring.admin.scheduler.trigger import PreparedBatch
 from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo
@@ -389,6 +390,12 @@ class Harness:
         self.loops: dict[str, ScheduleLoop] = {}
         self.leases: dict[str, FakeLeases] = {}
 
+    @property
+    def loop_timers(self) -> Timers:
+        # (The Timers protocol declares a writable ``clock: Clock``, which ManualTimers'
+        # ManualClock attribute does not match for mypy; the loop only reads it.)
+        return cast(Timers, self.timers)
+
     def port(self, node: str, after_send: AfterSend | None = None) -> FireBatch:
         """The node's fire port: recording ahead (``prepare``) or at the instant."""
         if self.prepare:
@@ -397,7 +404,7 @@ class Harness:
 
     def loop(self, node: str = "n1") -> ScheduleLoop:
         leases = self.table.node(node)
-        loop = ScheduleLoop(leases, self.port(node), self.timers, parse_schedule,
+        loop = ScheduleLoop(leases, self.port(node), self.loop_timers, parse_schedule,
                             admin_timezone=self.tz, config=self.config)
         self.loops[node] = loop
         self.leases[node] = leases

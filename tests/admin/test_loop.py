@@ -217,7 +217,9 @@ async def test_fires_wait_for_the_send_fence(h: Harness) -> None:
     assert all(r.planned_ms <= h.table.fences["n1"] for r in h.runlog.records)
 
 
-def _recorded_by_dead_node(h: Harness, job_id: int, fence_ms: int, sent: list[int], unsure: list[int]) -> None:
+def _recorded_by_dead_node(
+    h: Harness, job_id: int, fence_ms: int, sent: list[int], unsure: list[int]
+) -> None:
     """Rows a node "dead" left: ``sent`` confirmed, ``unsure`` not; its send fence."""
     h.table.node_row("dead")
     h.table.fences["dead"] = fence_ms

@@ -63,7 +63,7 @@ class TwoNodes:
             """A fire port returns ``in_flight_ms`` after sending (the /run call)."""
             await _pause(timers, in_flight_ms)
 
-        loop = ScheduleLoop(leases, h.port(node, in_flight), h.timers, parse_schedule, config=h.config)
+        loop = ScheduleLoop(leases, h.port(node, in_flight), h.loop_timers, parse_schedule, config=h.config)
         h.loops[node] = loop
         self.leases[node] = leases
         return loop
