@@ -256,6 +256,7 @@ class FakeRunLog:
         self.batches: list[list[PlannedFire]] = []
         self.fail_next = 0  # fire batches (recording at the instant) that fail
         self.fail_prepare = 0  # preparations (recording ahead) that fail
+        self.fail_cancel = 0  # withdrawals of fires recorded ahead that fail
         self.cut_off: set[str] = set()  # nodes that cannot reach the database (executors they can)
 
     def _database(self, node: str) -> None:
@@ -361,6 +362,9 @@ class FakePreparer:
             return
         await asyncio.sleep(0)
         self.runlog._database(self.node)
+        if self.runlog.fail_cancel:
+            self.runlog.fail_cancel -= 1
+            raise ConnectionError("withdrawing the rows failed")
         rows = []
         for batch in live:
             batch.state = "cancelled"

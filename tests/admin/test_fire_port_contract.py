@@ -56,7 +56,6 @@ class FakeWorld(World):
         self.runlog = FakeRunLog(ManualClock(T0), self.table)
         self._leases: dict[str, FakeLeases] = {}
         self._ports: dict[str, FirePreparer] = {}
-        self._fail = False
 
     async def add_job(self, next_ms: int) -> JobInfo:
         job = fix_rate_job(max(self.table.jobs, default=0) + 1, next_ms)
@@ -67,22 +66,7 @@ class FakeWorld(World):
         return self._leases.setdefault(node, self.table.node(node))
 
     def port(self, node: str) -> FirePreparer:
-        if node not in self._ports:
-            preparer = self.runlog.preparer(node)
-            cancel = preparer.cancel
-
-            async def failing_cancel(batches: Sequence[PreparedBatch]) -> None:
-                if self._fail:
-                    self._fail = False
-                    self.runlog.cut_off.add(node)
-                try:
-                    await cancel(batches)
-                finally:
-                    self.runlog.cut_off.discard(node)
-
-            preparer.cancel = failing_cancel  # type: ignore[method-assign]
-            self._ports[node] = preparer
-        return self._ports[node]
+        return self._ports.setdefault(node, self.runlog.preparer(node))
 
     async def rows(self) -> list[tuple[int, int, str | None]]:
         return sorted((r.job_id, r.planned_ms, r.node) for r in self.table.rows.values())
@@ -91,7 +75,7 @@ class FakeWorld(World):
         return sorted(self.runlog.fired())
 
     def fail_next_withdrawal(self) -> None:
-        self._fail = True
+        self.runlog.fail_cancel = 1
 
 
 class StoreWorld(World):

@@ -171,6 +171,22 @@ async def test_edited_schedule_is_replanned_from_the_database(h: Harness) -> Non
     assert ((1, T0 + 3_000) in h.table.withdrawn) == h.prepare
 
 
+async def test_a_withdrawal_that_failed_is_retried_before_the_release(h: Harness) -> None:
+    h.table.put(fix_rate_job(1, T0 + 1_000))
+    loop = h.loop()
+    await loop.start()
+    await h.advance_to(T0 + 1_500)
+    h.runlog.fail_cancel = 1
+    h.table.jobs[1] = replace(h.table.jobs[1], trigger_status=0)
+    await h.advance_to(T0 + 4_000)
+    fired = {p for _, p in h.runlog.fired()}
+    assert fired <= {T0 + 1_000, T0 + 2_000}
+    assert h.runlog.pending() == []
+    assert {p for _, p in h.table.withdrawn} == ({T0 + 2_000, T0 + 3_000} - fired if h.prepare else set())
+    assert h.runlog.fail_cancel == (0 if h.prepare else 1)
+    assert h.table.jobs[1].lease_owner is None
+
+
 async def test_failed_fire_batch_is_not_advanced_and_is_retried_from_the_database(h: Harness) -> None:
     h.table.put(fix_rate_job(1, T0 + 1_000))
     # (Recording ahead fails too, so the fire is recorded at its instant, and fails there.)
