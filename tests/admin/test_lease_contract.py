@@ -32,7 +32,8 @@ class World(abc.ABC):
     """A job table with its run log and scheduler nodes, seen through one port per node."""
 
     @abc.abstractmethod
-    async def add_job(self, next_ms: int, **changes: object) -> int: ...
+    async def add_job(self, next_ms: int, status: int = 1) -> int:
+        """A FIX_RATE job (every second) due at ``next_ms``, running (status 1) or stopped."""
 
     @abc.abstractmethod
     async def job(self, job_id: int) -> JobInfo: ...
@@ -68,9 +69,9 @@ class FakeWorld(World):
         self.table = FakeJobTable()
         self._leases: dict[str, FakeLeases] = {}
 
-    async def add_job(self, next_ms: int, **changes: object) -> int:
+    async def add_job(self, next_ms: int, status: int = 1) -> int:
         job_id = max(self.table.jobs, default=0) + 1
-        self.table.put(fix_rate_job(job_id, next_ms, **changes))
+        self.table.put(fix_rate_job(job_id, next_ms, trigger_status=status))
         return job_id
 
     async def job(self, job_id: int) -> JobInfo:
@@ -104,8 +105,9 @@ class StoreWorld(World):
         self.group_id = group_id
         self._leases: dict[str, StoreLeases] = {}
 
-    async def add_job(self, next_ms: int, **changes: object) -> int:
-        return await self.store.jobs.create(fix_rate_job(0, next_ms, **{"job_group": self.group_id, **changes}))
+    async def add_job(self, next_ms: int, status: int = 1) -> int:
+        job = fix_rate_job(0, next_ms, job_group=self.group_id, trigger_status=status)
+        return await self.store.jobs.create(job)
 
     async def job(self, job_id: int) -> JobInfo:
         job = await self.store.jobs.get(job_id)
@@ -154,7 +156,7 @@ class LeaseContract:
     async def test_claim_leases_running_jobs_due_in_the_window(self, world: World) -> None:
         due = await world.add_job(T0 + 1_000)
         await world.add_job(T0 + 60_000)  # beyond the window
-        await world.add_job(T0 + 1_000, trigger_status=0)  # stopped
+        await world.add_job(T0 + 1_000, status=0)  # stopped
         a = world.leases("a")
         claimed = await a.claim(T0, T0 + 5_000, LEASE, 10)
         assert [(j.id, j.lease_owner, j.lease_until) for j in claimed] == [(due, "a", T0 + LEASE)]
@@ -196,7 +198,8 @@ class LeaseContract:
             (one, "a", T0 + 1_000 + LEASE), (two, "a", T0 + 1_000 + LEASE)]
         known = {j.id: j for j in held.changed}
         again = await a.renew(T0 + 2_000, LEASE, known)
-        assert (again.ids, again.changed) == ({one, two}, [])
+        assert again.ids == {one, two}
+        assert again.changed == []
         assert (await world.job(one)).lease_until == T0 + 2_000 + LEASE
         # A stop from outside, and the loop's own advance: both change the row.
         await world.set_status(one, 0, 0)
@@ -252,7 +255,7 @@ class LeaseContract:
         await world.add_job(T0 + 1_000)
         await world.add_job(T0 + 5_000)
         await world.add_job(T0 + 5_001)
-        await world.add_job(T0 + 1_000, trigger_status=0)
+        await world.add_job(T0 + 1_000, status=0)
         a, b, c = world.leases("a"), world.leases("b"), world.leases("c")
         assert await a.heartbeat(T0, T0 + LEASE, T0 + 5_000) == (1, 2)
         await a.claim(T0, T0 + 5_000, LEASE, 1)  # leased jobs count as well
