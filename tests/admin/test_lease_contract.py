@@ -155,11 +155,13 @@ class LeaseContract:
 
     async def test_claim_leases_running_jobs_due_in_the_window(self, world: World) -> None:
         due = await world.add_job(T0 + 1_000)
-        await world.add_job(T0 + 60_000)  # beyond the window
+        at_the_end = await world.add_job(T0 + 5_000)
+        await world.add_job(T0 + 5_001)  # beyond the window
         await world.add_job(T0 + 1_000, status=0)  # stopped
         a = world.leases("a")
         claimed = await a.claim(T0, T0 + 5_000, LEASE, 10)
-        assert [(j.id, j.lease_owner, j.lease_until) for j in claimed] == [(due, "a", T0 + LEASE)]
+        assert [(j.id, j.lease_owner, j.lease_until) for j in claimed] == [
+            (due, "a", T0 + LEASE), (at_the_end, "a", T0 + LEASE)]
         job = await world.job(due)
         assert (job.lease_owner, job.lease_until) == ("a", T0 + LEASE)
 
@@ -207,6 +209,8 @@ class LeaseContract:
         changed = await a.renew(T0 + 3_000, LEASE, known)
         assert sorted((j.id, j.trigger_status, j.trigger_next_time) for j in changed.changed) == [
             (one, 0, 0), (two, 1, T0 + 2_000)]
+        # A lease that ran out is still its holder's until another node claims the job.
+        assert (await a.renew(T0 + 3_000 + LEASE + 1, LEASE, known)).ids == {one, two}
         # The renewed leases keep other nodes out (b's own lease ran out: it may claim it again).
         assert await _ids(await b.claim(T0 + LEASE + 1, T0 + LEASE + 5_001, LEASE, 10)) == [other]
         assert (await b.renew(T0 + LEASE + 2, LEASE, {})).ids == {other}
@@ -300,7 +304,7 @@ class LeaseContract:
     async def _left_by_dead_node(self, world: World, nexts: Sequence[int]) -> list[int]:
         """Jobs leased to node "dead" (expired by T0) with these next instants."""
         ids = [await world.add_job(n) for n in nexts]
-        claimed = await world.leases("dead").claim(T0 - 2 * LEASE, T0 + 5_000, LEASE, 100)
+        claimed = await world.leases("dead").claim(T0 - 2 * LEASE, T0 + 5_000, LEASE, 1_000)
         assert sorted(await _ids(claimed)) == ids
         return ids
 
@@ -333,6 +337,17 @@ class LeaseContract:
             (unknown, T0 + 3_000, "ghost"), (old, T0 + 500, "dead")]
         # Settling again finds the same (harmless).
         assert dict(await b.settle_takeover(claimed)) == {mixed: T0 + 2_000, unknown: T0 + 3_000}
+
+    async def test_settle_takeover_of_many_jobs_at_once(self, world: World) -> None:
+        jobs = await self._left_by_dead_node(world, [T0 + 1_000] * 150)
+        await world.leases("dead").raise_fence(T0 + 1_000)
+        for job_id in jobs:
+            assert await world.record("dead", job_id, T0 + 1_000, confirmed=job_id % 2 == 0) is not None
+            assert await world.record("dead", job_id, T0 + 2_000) is not None
+        b = world.leases("b")
+        claimed = await b.claim(T0, T0 + 5_000, LEASE, 1_000)
+        assert dict(await b.settle_takeover(claimed)) == dict.fromkeys(jobs, T0 + 1_000)
+        assert await world.rows() == [(job_id, T0 + 1_000, "dead") for job_id in jobs]
 
     async def test_a_fire_confirmed_beyond_the_fence_was_sent(self, world: World) -> None:
         [job_id] = await self._left_by_dead_node(world, [T0 + 1_000])
