@@ -311,8 +311,8 @@ class LeaseContract:
     async def test_settle_takeover_withdraws_fires_never_sent_and_resumes_after_the_others(
         self, world: World
     ) -> None:
-        jobs = await self._left_by_dead_node(world, [T0 + 1_000] * 6)
-        mixed, all_ahead, own, unknown, quiet, old = jobs
+        jobs = await self._left_by_dead_node(world, [T0 + 1_000] * 7)
+        mixed, all_ahead, own, unknown, quiet, old, unnamed = jobs
         dead, b = world.leases("dead"), world.leases("b")
         await dead.raise_fence(T0 + 2_000)
         await world.leases("quiet").heartbeat(T0 - 1_000, T0, T0)  # announced, never fenced
@@ -326,17 +326,19 @@ class LeaseContract:
             ("ghost", unknown, T0 + 3_000, False),  # a node without a row: perhaps sent
             ("quiet", quiet, T0 + 1_000, False),  # fence 0: never sent
             ("dead", old, T0 + 500, False),  # before the stored next instant: it went out
+            (None, unnamed, T0 + 4_000, False),  # no node named: perhaps sent
         ]:
             assert await world.record(node, job_id, planned, confirmed=confirmed) is not None
         claimed = await b.claim(T0, T0 + 5_000, LEASE, 100)
         assert sorted(await _ids(claimed)) == jobs
         assert await b.settle_takeover([]) == {}
-        assert dict(await b.settle_takeover(claimed)) == {mixed: T0 + 2_000, unknown: T0 + 3_000}
+        resume = {mixed: T0 + 2_000, unknown: T0 + 3_000, unnamed: T0 + 4_000}
+        assert dict(await b.settle_takeover(claimed)) == resume
         assert await world.rows() == [
             (mixed, T0 + 1_000, "dead"), (mixed, T0 + 2_000, "dead"), (own, T0 + 3_000, "b"),
-            (unknown, T0 + 3_000, "ghost"), (old, T0 + 500, "dead")]
+            (unknown, T0 + 3_000, "ghost"), (old, T0 + 500, "dead"), (unnamed, T0 + 4_000, None)]
         # Settling again finds the same (harmless).
-        assert dict(await b.settle_takeover(claimed)) == {mixed: T0 + 2_000, unknown: T0 + 3_000}
+        assert dict(await b.settle_takeover(claimed)) == resume
 
     async def test_settle_takeover_of_many_jobs_at_once(self, world: World) -> None:
         jobs = await self._left_by_dead_node(world, [T0 + 1_000] * 150)
