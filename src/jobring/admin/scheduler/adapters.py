@@ -110,7 +110,14 @@ class TriggerFirePort:
     async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
         live = [b for b in batches if b.state == "prepared"]
         if live:
-            removed = await self._trigger.cancel_prepared(PreparedBatch.merge(live))
+            try:
+                removed = await self._trigger.cancel_prepared(PreparedBatch.merge(live))
+            except BaseException:
+                # Nothing was withdrawn (one transaction): the loop cancels these again later,
+                # so they must not stay used up by the merge.
+                for batch in live:
+                    batch.state = "prepared"
+                raise
             log.info("withdrew %d fires recorded ahead (jobs stopped, edited or handed over)", removed)
 
 
