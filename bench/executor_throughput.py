@@ -263,26 +263,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _read_json(path: str) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return cast(dict[str, Any], json.load(f))
+
+
 async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int, args: argparse.Namespace,
                    executor_pid: int) -> dict[str, Any]:
     import psutil
 
     executor = psutil.Process(executor_pid)
     cpu_before = sum(executor.cpu_times()[:2])
+    # The result goes through a file: a large one read from the child's stdout pipe came
+    # back cut short now and then (under uvloop).
+    fd, result_path = tempfile.mkstemp(prefix="bench-loadgen-", suffix=".json")
+    os.close(fd)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--role", "loadgen", "--url", f"http://127.0.0.1:{port}",
         "--handler", handler, "--first-log-id", str(first_log_id), "--runs", str(args.runs),
         "--concurrency", str(args.concurrency), "--jobs", str(args.jobs),
-        "--duration-s", str(args.duration_s), "--client", args.client,
-        stdout=asyncio.subprocess.PIPE,
+        "--duration-s", str(args.duration_s), "--client", args.client, "--result-path", result_path,
     )
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), args.limit_s)
+        await asyncio.wait_for(proc.wait(), args.limit_s)
+        load = _read_json(result_path)
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    load = json.loads(out)
+        os.unlink(result_path)
     sent_count = len(load["sent"])
     wanted = set(range(first_log_id, first_log_id + sent_count))
     with contextlib.suppress(TimeoutError):  # what is missing then shows as reported < runs
@@ -414,6 +423,7 @@ def main() -> None:
     parser.add_argument("--url")
     parser.add_argument("--handler")
     parser.add_argument("--first-log-id", type=int)
+    parser.add_argument("--result-path")
     args = parser.parse_args()
     if args.role == "jobring":
         serve_jobring(args.port, args.admin_url, args.log_path, args.server)
@@ -422,7 +432,8 @@ def main() -> None:
     elif args.role == "loadgen":
         result = _run_fast(generate_load(args.url, args.handler, args.first_log_id, args.runs,
                                            args.concurrency, args.jobs, args.duration_s, args.client))
-        sys.stdout.write(json.dumps(result))
+        with open(args.result_path, "w") as f:
+            json.dump(result, f)
     else:
         _run_fast(orchestrate(args))
 

@@ -273,3 +273,10 @@ def test_limits_are_checked() -> None:
         ServerLimits(write_high_water=10, write_low_water=20)
     with pytest.raises(ValueError):
         ServerLimits(max_pipelined=0)
+
+
+def test_the_historical_import_path_still_works() -> None:
+    from jobring.executor import server
+
+    assert server.ExecutorHttpServer is ExecutorHttpServer and server.ExecutorEndpoints is ExecutorEndpoints
+    assert server.ServerLimits is ServerLimits
