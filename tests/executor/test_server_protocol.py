@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from jobring.executor.http.app import ExecutorEndpoints
 from jobring.executor.http.limits import ServerLimits
 from jobring.executor.http.protocol import ExecutorHttpServer, HttpConnection
+from jobring.protocol.edge import HeadLimits
 from jobring.protocol.models import LogResult, ReturnT, TriggerParam
 
 
@@ -84,10 +85,14 @@ def read_log(log_date_time: int, log_id: int, from_line: int) -> LogResult:
     raise AssertionError("no log reads in these tests")
 
 
-def connect(service: Service, limits: ServerLimits | None = None) -> tuple[HttpConnection, FakeTransport]:
+def connect(
+    service: Service, limits: ServerLimits | None = None, *, head_limits: HeadLimits | None = None,
+    keep_alive_timeout_s: float = 75.0,
+) -> tuple[HttpConnection, FakeTransport]:
     endpoints = ExecutorEndpoints(None)
     endpoints.bind(service, read_log)
-    server = ExecutorHttpServer(endpoints, limits=limits)
+    server = ExecutorHttpServer(endpoints, limits=limits, head_limits=head_limits,
+                                keep_alive_timeout_s=keep_alive_timeout_s)
     connection = HttpConnection(server)
     transport = FakeTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
@@ -210,6 +215,8 @@ async def test_malformed_requests_get_400_and_the_connection_closes(raw: bytes) 
 
 @pytest.mark.parametrize(("raw", "answered"), [
     pytest.param(post("/run", b'{"jobId":1}' + b" " * 100), False, id="declared-length"),
+    pytest.param(post("/run", b'{"jobId":1}' + b" " * 100, b"Expect: 100-continue\r\n"), False,
+                 id="declared-length-expecting-100-continue"),
     pytest.param(post_chunked("/run", [b'{"jobId":1}', b" " * 100]), False, id="chunked"),
     pytest.param(post("/run", b'{"jobId":1}' + b" " * 53), True, id="at-the-limit"),
 ])
@@ -221,8 +228,9 @@ async def test_body_past_the_limit_gets_413(raw: bytes, answered: bool) -> None:
     if answered:
         assert answers(bytes(transport.written)) == [(b"HTTP/1.1 200 OK", {"code": 200, "msg": "job 1"})]
         return
+    assert transport.written.startswith(b"HTTP/1.1 413 Content Too Large\r\n")  # no 100 Continue
     status, body = answers(bytes(transport.written))[0]
-    assert status == b"HTTP/1.1 413 Content Too Large" and transport.eof
+    assert transport.eof
     assert body == {"code": 500, "msg": "request error:request body larger than 64 bytes"}
     assert service.ran == []
 
@@ -280,3 +288,34 @@ def test_the_historical_import_path_still_works() -> None:
 
     assert server.ExecutorHttpServer is ExecutorHttpServer and server.ExecutorEndpoints is ExecutorEndpoints
     assert server.ServerLimits is ServerLimits
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    pytest.param(post("/run", b'{"jobId":1}', b"X-A: " + b"a" * 100 + b"\r\n"), b"HTTP/1.1 200 OK",
+                 id="within"),
+    pytest.param(post("/run?" + "q" * 64, b'{"jobId":1}'), b"HTTP/1.1 414 URI Too Long", id="long-target"),
+    pytest.param(post("/run", b'{"jobId":1}', b"X-A: " + b"a" * 200 + b"\r\n"),
+                 b"HTTP/1.1 431 Request Header Fields Too Large", id="one-big-header"),
+    pytest.param(post("/run", b'{"jobId":1}', b"X-A: aaaaaaaaaa\r\n" * 12),
+                 b"HTTP/1.1 431 Request Header Fields Too Large", id="many-small-headers"),
+])
+@pytest.mark.parametrize("byte_at_a_time", [False, True])
+async def test_head_limits(raw: bytes, status: bytes, byte_at_a_time: bool) -> None:
+    service = Service()
+    head_limits = HeadLimits(max_request_line=64, max_header_bytes=160)
+    connection, transport = connect(service, head_limits=head_limits)
+    for piece in ([raw[i:i + 1] for i in range(len(raw))] if byte_at_a_time else [raw]):
+        connection.data_received(piece)
+    await settle()
+    assert answers(bytes(transport.written))[0][0] == status
+    assert service.ran == ([1] if status == b"HTTP/1.1 200 OK" else [])
+
+
+async def test_a_client_that_does_not_take_its_answers_is_closed_after_the_keep_alive_timeout() -> None:
+    connection, transport = connect(Service(), keep_alive_timeout_s=0.05)
+    connection.data_received(post("/beat", b""))
+    connection.pause_writing()
+    async with asyncio.timeout(5):
+        while not transport.closed:  # noqa: ASYNC110 - the fake transport has no event
+            await asyncio.sleep(0.01)
+    connection.connection_lost(None)
