@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import socket
 import sys
-from dataclasses import replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -128,7 +127,7 @@ def _serve(settings: AdminSettings, sock: socket.socket) -> int:
 
     if settings.node_id is None:
         # One id for the whole process, so the log lines and the leases name the same node.
-        settings = replace(settings, node_id=make_node_id(settings))
+        settings = settings.model_copy(update={"node_id": make_node_id(settings)})
     setup_logging(settings.log_format, settings.log_level)
     set_log_node(settings.node_id)
     return serve(settings, log_level=settings.log_level.lower(), sock=sock)
