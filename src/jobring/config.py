@@ -161,7 +161,8 @@ class AdminSettings(SettingsBase):
     log_retention_batch: int = 2000
     # On a database with history beyond the retention, the first cleaning only reports what it
     # would delete and deletes a day later, unless this is true.
-    log_retention_confirm: bool = False    # The scheduling loop's tunables: the [admin.loop] table, JOBRING_LOOP__<NAME>.
+    log_retention_confirm: bool = False
+    # The scheduling loop's tunables: the [admin.loop] table, JOBRING_LOOP__<NAME>.
     loop: LoopSettings = Field(default_factory=LoopSettings)
 
     @field_validator("log_format")
@@ -187,7 +188,7 @@ class AdminSettings(SettingsBase):
             try:
                 parse_targets(value, "alarm_default_targets")
             except TargetError as exc:
-                raise ValueError(exc.message) from None
+                raise ValueError(str(exc)) from None  # names the bad part: alarm_default_targets.0.url
         return value
 
     @model_validator(mode="after")
@@ -214,7 +215,9 @@ def load_settings(
     unknown = set(overrides) - set(AdminSettings.model_fields)
     if unknown:
         raise TypeError(f"unknown admin setting(s): {', '.join(sorted(unknown))}")
-    settings = AdminSettings.load(environ=env, file_values=file_values, file_name=str(path), explicit=overrides)
+    settings = AdminSettings.load(
+        environ=env, file_values=file_values, file_name=str(path), explicit=overrides
+    )
     address_policy(settings)  # a bad CIDR stops the start here
     return settings
 

@@ -10,6 +10,7 @@ naming the field and where the value came from.
 
 from __future__ import annotations
 
+import os
 import tomllib
 import types
 from collections.abc import Iterator, Mapping
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self, Union, get_args, get_origin
 
-from pydantic import ValidationError, model_validator
+from pydantic import BaseModel, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -210,13 +211,16 @@ def describe(exc: ValidationError, where: _Origin | None = None) -> str:
         kind = error["type"]
         if kind in ("greater_than", "greater_than_equal") and isinstance(error.get("ctx"), dict):
             bound = error["ctx"].get("gt", error["ctx"].get("ge"))
-            problem = "must be positive" if bound == 0 and kind == "greater_than" else f"must be at least {bound}" \
-                if kind == "greater_than_equal" else f"must be above {bound}"
+            if kind == "greater_than_equal":
+                problem = f"must be at least {bound}"
+            else:
+                problem = "must be positive" if bound == 0 else f"must be above {bound}"
         elif kind == "value_error":
             problem = str(error["msg"]).removeprefix("Value error, ")
         else:
             problem = _FRIENDLY.get(kind, str(error["msg"]))
-        text = f"{name}: {problem}" if name else problem
+        # A check that names the part itself (``name.0.url: ...``) is not prefixed again.
+        text = f"{name}: {problem}" if name and not problem.startswith((f"{name}.", f"{name}:")) else problem
         if kind not in ("value_error", "extra_forbidden", "missing") and "input" in error:
             text += f", got {error['input']!r}"
         source = where.of(loc) if where is not None else None
@@ -226,7 +230,9 @@ def describe(exc: ValidationError, where: _Origin | None = None) -> str:
     return "; ".join(lines)
 
 
-def read_toml_table(path: str | Path, table: str, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+def read_toml_table(
+    path: str | os.PathLike[str], table: str, skip: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The ``[table]`` of a TOML file, or its top level when it has no such table (keys in
     ``skip`` left out); ConfigError when the file cannot be read or parsed."""
     try:
@@ -239,7 +245,7 @@ def read_toml_table(path: str | Path, table: str, skip: frozenset[str] = frozens
     return {key: value for key, value in section.items() if key not in skip}
 
 
-def check_known(cls: type[BaseSettings], values: Mapping[str, Any], source: str) -> None:
+def check_known(cls: type[BaseModel], values: Mapping[str, Any], source: str) -> None:
     """ConfigError for a key of ``values`` that is not a field of ``cls``."""
     for key in values:
         if key not in cls.model_fields:

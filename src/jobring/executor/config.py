@@ -30,7 +30,9 @@ class ExecutorSettings(SettingsBase):
     """The executor's settings; every field is ``JOBRING_EXECUTOR_<NAME>`` in the environment
     and a key of the file named by ``JOBRING_EXECUTOR_CONFIG`` (see docs/configuration.md)."""
 
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", case_sensitive=False, env_prefix=ENV_PREFIX)
+    model_config = SettingsConfigDict(
+        frozen=True, extra="forbid", case_sensitive=False, env_prefix=ENV_PREFIX
+    )
 
     app_name: str = ""
     # Admin base URLs, e.g. "http://admin:8080/xxl-job-admin/"; env: comma separated.
