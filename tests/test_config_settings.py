@@ -52,7 +52,8 @@ def test_empty_text_unsets_an_optional_setting(tmp_path: Path) -> None:
     ({"JOBRING_PORT": "eighty"}, "port: expected an integer, got 'eighty' (from JOBRING_PORT)"),
     ({"JOBRING_TAKEOVER": "maybe"}, "takeover: expected true/false, got 'maybe' (from JOBRING_TAKEOVER)"),
     ({"JOBRING_MAX_HEADER_BYTES": "0"}, "max_header_bytes: must be positive"),
-    ({"JOBRING_LOOP__CYCLE_MS": "0"}, "loop.cycle_ms: must be positive, got '0' (from JOBRING_LOOP__CYCLE_MS)"),
+    ({"JOBRING_LOOP__CYCLE_MS": "0"},
+     "loop.cycle_ms: must be positive, got '0' (from JOBRING_LOOP__CYCLE_MS)"),
     ({"JOBRING_LOOP__MAX_COALESCE_MS": "-1"}, "loop.max_coalesce_ms: must be at least 0"),
 ])
 def test_errors_name_the_field_and_where_its_value_came_from(source: dict[str, str], needle: str) -> None:
@@ -66,8 +67,9 @@ def test_file_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown setting 'colour'"):
         load_settings(path, environ={})
     path = _toml(tmp_path, "[admin.loop]\nlease_ms = 'long'\n")
-    with pytest.raises(ConfigError, match=f"loop.lease_ms: expected an integer, got 'long' \\(from {path}\\)"):
+    with pytest.raises(ConfigError) as caught:
         load_settings(path, environ={})
+    assert f"loop.lease_ms: expected an integer, got 'long' (from {path})" in str(caught.value)
     path = _toml(tmp_path, "[admin.loop]\nleases = 5\n")
     with pytest.raises(ConfigError, match="unknown setting 'leases'"):
         load_settings(path, environ={})
@@ -75,7 +77,8 @@ def test_file_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
 
 def test_loop_table_from_file_and_env_builds_loop_config_by_field_name(tmp_path: Path) -> None:
     path = _toml(tmp_path, "[admin]\npre_read_ms = 4000\n[admin.loop]\ncycle_ms = 500\nlease_ms = 8000\n")
-    settings = load_settings(path, environ={"JOBRING_LOOP__LEASE_MS": "9000", "jobring_loop__claim_limit": "50"})
+    env = {"JOBRING_LOOP__LEASE_MS": "9000", "jobring_loop__claim_limit": "50"}
+    settings = load_settings(path, environ=env)
     assert settings.loop.given() == {"cycle_ms": 500, "lease_ms": 9000, "claim_limit": 50}
     config = loop_config_of(settings, "postgresql")
     assert (config.pre_read_ms, config.cycle_ms, config.lease_ms, config.claim_limit) == (4000, 500, 9000, 50)
