@@ -52,6 +52,8 @@ def test_empty_text_unsets_an_optional_setting(tmp_path: Path) -> None:
     ({"JOBRING_PORT": "eighty"}, "port: expected an integer, got 'eighty' (from JOBRING_PORT)"),
     ({"JOBRING_TAKEOVER": "maybe"}, "takeover: expected true/false, got 'maybe' (from JOBRING_TAKEOVER)"),
     ({"JOBRING_MAX_HEADER_BYTES": "0"}, "max_header_bytes: must be positive"),
+    ({"JOBRING_FAST_POOL_SIZE": "-3"},
+     "fast_pool_size: must be positive, got '-3' (from JOBRING_FAST_POOL_SIZE)"),
     ({"JOBRING_LOOP__CYCLE_MS": "0"},
      "loop.cycle_ms: must be positive, got '0' (from JOBRING_LOOP__CYCLE_MS)"),
     ({"JOBRING_LOOP__MAX_COALESCE_MS": "-1"}, "loop.max_coalesce_ms: must be at least 0"),

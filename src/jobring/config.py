@@ -27,6 +27,7 @@ LOG_FORMATS = ("plain", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class LoopSettings(BaseModel):
@@ -46,7 +47,7 @@ class LoopSettings(BaseModel):
     max_inflight_batches: PositiveInt | None = None
     max_coalesce_ms: Annotated[int, Field(ge=0)] | None = None
     misfire_threshold_ms: PositiveInt | None = None
-    stop_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    stop_timeout_s: PositiveFloat | None = None
     fence_ahead_ms: PositiveInt | None = None
     fence_every_ms: PositiveInt | None = None
 
@@ -109,13 +110,13 @@ class AdminSettings(SettingsBase):
     keep_xxl_job_passwords: bool = False
     auto_upgrade: bool = True
     glue_enabled: bool = False
-    log_retention_days: int = 30
+    log_retention_days: PositiveInt = 30
     audit_retention_days: int = 180  # at least 7
-    fast_pool_size: int = 200
-    slow_pool_size: int = 100
-    executor_connect_timeout: float = 3.0
-    executor_read_timeout: float = 3.0
-    pre_read_ms: int = 5000
+    fast_pool_size: PositiveInt = 200
+    slow_pool_size: PositiveInt = 100
+    executor_connect_timeout: PositiveFloat = 3.0
+    executor_read_timeout: PositiveFloat = 3.0
+    pre_read_ms: PositiveInt = 5000
     node_id: str | None = None
     secure_cookies: bool = False
     # Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For/-Proto are believed;
@@ -128,9 +129,9 @@ class AdminSettings(SettingsBase):
     executor_address_deny: str | None = None
     executor_address_allow: str | None = None
     # Limits on a request head, checked before anything else (414 / 431 / 408 answers).
-    max_request_line_bytes: Annotated[int, Field(gt=0)] = 8 * 1024
-    max_header_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
-    header_timeout: Annotated[float, Field(gt=0)] = 10.0
+    max_request_line_bytes: PositiveInt = 8 * 1024
+    max_header_bytes: PositiveInt = 64 * 1024
+    header_timeout: PositiveFloat = 10.0
     # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
     smtp_host: str | None = None
     smtp_port: int = 25
@@ -146,7 +147,7 @@ class AdminSettings(SettingsBase):
     metrics_token: str | None = None
     log_format: str = "plain"
     log_level: str = "INFO"
-    ready_timeout: Annotated[float, Field(gt=0)] = 2.0
+    ready_timeout: PositiveFloat = 2.0
     alarm_retries: int = 2  # retries of a transient alarm delivery failure
     # Admin-wide alarm targets for every job (JSON list, or a TOML array of tables).
     alarm_default_targets: str | None = None

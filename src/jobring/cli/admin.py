@@ -55,7 +55,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def validate_settings(settings: AdminSettings) -> None:
-    """Check what :func:`load_settings` cannot (ranges, zone, URL); raises ConfigError."""
+    """Check what the settings fields do not (port, database URL, zones, base path, secrets,
+    trusted proxies); raises ConfigError. Types and ranges are checked by :func:`load_settings`."""
     if not 1 <= settings.port <= 65535:
         raise ConfigError(f"port: must be 1-65535, got {settings.port}")
     from jobring.admin.store import normalize_url  # SQLAlchemy: only when a node starts
@@ -74,14 +75,9 @@ def validate_settings(settings: AdminSettings) -> None:
             raise ConfigError(f"{name}: unknown time zone {zone!r}") from None
     if not settings.base_path.startswith("/"):
         raise ConfigError(f"base_path: must start with '/', got {settings.base_path!r}")
-    for name in ("pre_read_ms", "fast_pool_size", "slow_pool_size", "log_retention_days"):
-        if getattr(settings, name) <= 0:
-            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+    # Not a field constraint: code and tests build settings below it (retention applies 7).
     if settings.audit_retention_days < 7:
         raise ConfigError(f"audit_retention_days: must be at least 7, got {settings.audit_retention_days}")
-    for name in ("executor_connect_timeout", "executor_read_timeout"):
-        if getattr(settings, name) <= 0:
-            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
     from jobring.admin.security.secrets_policy import check_secret_policy, trusted_proxy_networks
 
     trusted_proxy_networks(settings)
