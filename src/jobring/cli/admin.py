@@ -6,11 +6,13 @@ import argparse
 import asyncio
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobring.cli.common import UsageError
-from jobring.config import AdminSettings, ConfigError, load_settings
+
+if TYPE_CHECKING:  # pydantic is imported only by the commands that read settings
+    from jobring.config import AdminSettings
 
 # Not the executors' default 9999: one's own first executor must not collide with the demo.
 DEMO_PORT = 9990
@@ -57,6 +59,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 def validate_settings(settings: AdminSettings) -> None:
     """Check what the settings fields do not (port, database URL, zones, base path, secrets,
     trusted proxies); raises ConfigError. Types and ranges are checked by :func:`load_settings`."""
+    from jobring.config import ConfigError
+
     if not 1 <= settings.port <= 65535:
         raise ConfigError(f"port: must be 1-65535, got {settings.port}")
     from jobring.admin.store import normalize_url  # SQLAlchemy: only when a node starts
@@ -86,6 +90,8 @@ def validate_settings(settings: AdminSettings) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> AdminSettings:
     """Settings from defaults, the config file, JOBRING_* and the options; UsageError if invalid."""
+    from jobring.config import ConfigError, load_settings
+
     try:
         settings = load_settings(
             args.config,

@@ -9,8 +9,6 @@ import sys
 from typing import Any
 
 from jobring.cli.common import UsageError
-from jobring.config import ConfigError
-from jobring.logsetup import log_settings_from_env, setup_logging
 
 
 def register(sub: Any) -> None:
@@ -72,6 +70,9 @@ def load_target(target: str) -> Any:
 
 
 def run_executor(args: argparse.Namespace) -> int:
+    from jobring.config import ConfigError  # with pydantic: only when an executor starts
+    from jobring.logsetup import log_settings_from_env, setup_logging
+
     try:
         log_format, log_level = log_settings_from_env()
     except ConfigError as exc:
