@@ -34,6 +34,9 @@ def test_options_beat_env_beat_file_beat_defaults(tmp_path: Path) -> None:
     top.write_text("port = 8004\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\"]\n", encoding="utf-8")
     from_env = load_settings(environ={"JOBRING_CONFIG": str(top)})
     assert (from_env.port, from_env.trusted_proxies) == (8004, "10.0.0.0/8,192.0.2.7")
+    # Such a file holds the loop's tunables as [loop].
+    top.write_text("port = 8005\n[loop]\ncycle_ms = 900\n", encoding="utf-8")
+    assert load_settings(top, environ={}).loop.given() == {"cycle_ms": 900}
 
 
 def test_direct_construction_ignores_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

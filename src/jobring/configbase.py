@@ -10,6 +10,7 @@ naming the field and where the value came from.
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 import types
@@ -113,8 +114,6 @@ class SettingsBase(BaseSettings):
         text setting is its text."""
         if not isinstance(data, dict):
             return data
-        import json
-
         out = dict(data)
         for name, field in cls.model_fields.items():
             if name not in out or not _accepts(field.annotation, str):
