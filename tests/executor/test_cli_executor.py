@@ -66,6 +66,7 @@ def test_a_bad_setting_read_when_the_target_module_is_imported_exits_2(
         "from jobring import Executor\nexecutor = Executor(app_name='a')\n"
     )
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load_target adds the working directory
     monkeypatch.setenv("JOBRING_EXECUTOR_PORT", "nine")
     monkeypatch.delitem(sys.modules, "bad_env_jobs_for_test", raising=False)
     assert main(["executor", "bad_env_jobs_for_test:executor"]) == 2
