@@ -16,10 +16,9 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from jobring.configbase import ConfigError, SettingsBase, check_known, read_toml_table
+from jobring.configbase import ConfigError as ConfigError  # where callers import it from
+from jobring.configbase import SettingsBase, check_known, read_toml_table
 from jobring.core.addresses import AddressPolicy, policy_from_text
-
-__all__ = ["AdminSettings", "ConfigError", "LoopSettings", "load_settings"]
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
 ENV_PREFIX = "JOBRING_"
