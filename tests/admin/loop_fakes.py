@@ -13,8 +13,7 @@ from dataclasses import dataclass, field, replace
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.ports import FireBatch, PlannedFire
 from jobring.admin.scheduler.timers import ManualTimers
-from jobring.admin.store.jobs import HeldJobs
-from jobring.admin.store.records import JobInfo
+from jobring.admin.store.records import HeldJobs, JobInfo
 from jobring.core.clock import ManualClock
 from jobring.core.schedule import parse_schedule
 
