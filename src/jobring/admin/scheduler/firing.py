@@ -93,7 +93,7 @@ class FireTimer:
                     handle.cancel()
 
     def _check_leases(self, now: int) -> None:
-        for held in self._held.values():
+        for held in list(self._held.values()):
             self._leases.lapsed(held, now)
 
     def _fire_due(self, now: int) -> None:

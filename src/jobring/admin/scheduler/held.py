@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterator, Set
+from collections.abc import Callable, Iterator, Set, ValuesView
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -70,8 +70,9 @@ class HeldSet:
         """True while ``held`` is the current entry of its job (not dropped, not re-adopted)."""
         return self._jobs.get(held.job.id) is held
 
-    def values(self) -> list[Held]:
-        return list(self._jobs.values())
+    def values(self) -> ValuesView[Held]:
+        """A live view: copy it before dropping while iterating."""
+        return self._jobs.values()
 
     def rows(self) -> dict[int, JobInfo]:
         return {i: h.job for i, h in self._jobs.items()}
