@@ -39,7 +39,7 @@ class AdvanceWriter:
 
     def queue(self, held: Held, decision: FireDecision) -> None:
         """The fire of ``decision`` is recorded (or was not to be sent): move the job on."""
-        if not self._held.holds(held):
+        if self._held.get(held.job.id) is not held:
             return
         if decision.next_ms is None:
             self._drop(held.job.id)

@@ -49,6 +49,8 @@ class HeldSet:
         self._heap: list[_Entry] = []
         self._seq = itertools.count()
         self._generation = itertools.count(1)
+        # The dict's own lookup (no Python frame on the per-fire path).
+        self.get: Callable[[int], Held | None] = self._jobs.get
         # Set by the timer while it sleeps until ``alarm_at`` (None: no deadline): a push
         # of an earlier instant rings it.
         self.alarm: Callable[[], None] | None = None
@@ -62,9 +64,6 @@ class HeldSet:
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._jobs)
-
-    def get(self, job_id: int) -> Held | None:
-        return self._jobs.get(job_id)
 
     def holds(self, held: Held) -> bool:
         """True while ``held`` is the current entry of its job (not dropped, not re-adopted)."""
