@@ -19,8 +19,7 @@ from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.ports import FireBatch, PlannedFire
 from jobring.admin.scheduler.timers import ManualTimers, Timers
 from jobring.admin.scheduler.trigger import PreparedBatch
-from jobring.admin.store.jobs import HeldJobs
-from jobring.admin.store.records import JobInfo
+from jobring.admin.store.records import HeldJobs, JobInfo
 from jobring.core.clock import ManualClock
 from jobring.core.schedule import parse_schedule
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from jobring.admin.scheduler.loop import LoopConfig
+from jobring.admin.scheduler.loop import LoopConfig, LoopState
 from tests.admin.loop_fakes import T0, Harness, fix_rate_job
 
 
@@ -392,3 +392,16 @@ async def test_jobs_of_a_node_cut_off_from_the_database_are_taken_over_without_d
         await b.stop()
         await a.stop()
         h.loops.clear()
+
+
+async def test_the_loop_state_goes_from_new_to_running_to_stopped(h: Harness) -> None:
+    h.table.put(fix_rate_job(1, T0 + 1_000))
+    loop = h.loop()
+    assert loop.state is LoopState.NEW and not loop.running
+    await loop.start()
+    assert loop.state is LoopState.RUNNING and loop.running
+    await h.advance_to(T0 + 1_500)
+    assert loop.held_job_ids == [1]
+    await loop.stop()
+    assert loop.state is LoopState.STOPPED and not loop.running
+    assert loop.held_job_ids == [] and loop.stats.held == 0

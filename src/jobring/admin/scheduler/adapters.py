@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from jobring.admin.scheduler.ports import PlannedFire
 from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
 from jobring.admin.store import NotFound, Store
-from jobring.admin.store.jobs import HeldJobs
-from jobring.admin.store.records import JobInfo
+from jobring.admin.store.records import HeldJobs, JobInfo
 
 log = logging.getLogger(__name__)
 
