@@ -108,6 +108,7 @@ class LoopbackServer:
         self.opened = 0
         self.closed = 0
         self.tasks: set[asyncio.Task[None]] = set()
+        self.transports: list[MemoryTransport] = []
 
     async def connect(self, factory: Callable[[], asyncio.Protocol], host: str, port: int
                       ) -> tuple[asyncio.BaseTransport, asyncio.Protocol]:
@@ -116,5 +117,6 @@ class LoopbackServer:
         protocol = factory()
         transport = MemoryTransport(protocol, self, host, port)
         self.opened += 1
+        self.transports.append(transport)
         protocol.connection_made(transport)
         return transport, protocol

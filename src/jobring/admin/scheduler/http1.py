@@ -148,15 +148,17 @@ class _Connection(asyncio.Protocol):
         if self.paused and len(self.buffer) <= self._high_water // 4:
             self._resume()
 
-    async def _read_until(self, marker: bytes, limit: int, what: str) -> int:
+    async def _read_until(self, marker: bytes, limit: int, what: str, bound: int | None = None) -> int:
+        """The offset of ``marker``, at most ``limit`` bytes in (else AnswerTooLarge naming
+        ``what`` and ``bound``, by default ``limit``)."""
         searched = 0
         while (end := self.buffer.find(marker, searched)) < 0:
             if len(self.buffer) > limit:
-                raise AnswerTooLarge(f"{what} larger than {limit} bytes")
+                raise AnswerTooLarge(f"{what} larger than {bound or limit} bytes")
             searched = max(0, len(self.buffer) - len(marker) + 1)
             await self._more()
         if end > limit:
-            raise AnswerTooLarge(f"{what} larger than {limit} bytes")
+            raise AnswerTooLarge(f"{what} larger than {bound or limit} bytes")
         return end
 
     async def _read_exactly(self, size: int) -> bytes:
@@ -247,7 +249,7 @@ class _Connection(asyncio.Protocol):
             if size == 0:
                 # Trailers (rare, ignored) end with an empty line.
                 budget = self._max_head
-                while end := await self._read_until(b"\r\n", budget, "answer trailers"):
+                while end := await self._read_until(b"\r\n", budget, "answer trailers", self._max_head):
                     self._consumed(end + 2)
                     budget -= end + 2
                 self._consumed(2)
@@ -386,7 +388,8 @@ class Http1Client:
         now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < self._keepalive_s:
+            # Bytes that came while idle answer no request: such a connection is not reused.
+            if not conn.closed and not conn.buffer and now - conn.idle_since < self._keepalive_s:
                 return conn
             self._discard(conn)
         return None
