@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobring.admin.scheduler.http1 import (
+from jobring.admin.scheduler.http1wire import (
     HIGH_WATER,
     MAX_BODY,
     MAX_HEAD,
     AnswerTooLarge,
     BadAnswer,
-    _Connection,
+    Connection,
 )
 
 
@@ -43,8 +43,9 @@ class FakeTransport(asyncio.Transport):
         self.closed = True
 
 
-def _connection(max_head: int = MAX_HEAD, max_body: int = MAX_BODY) -> tuple[_Connection, FakeTransport]:
-    conn = _Connection(max_head, max_body, HIGH_WATER)
+def _connection(max_head: int = MAX_HEAD, max_body: int = MAX_BODY
+                ) -> tuple[Connection, FakeTransport]:
+    conn = Connection(max_head, max_body, HIGH_WATER)
     transport = FakeTransport()
     conn.connection_made(transport)
     return conn, transport
@@ -72,7 +73,8 @@ BODY = b'{"code":200,"msg":null}'
 
 # (name, raw answer, peer closes after it, (status, body, connection reusable))
 VALID: list[tuple[str, bytes, bool, tuple[int, bytes, bool]]] = [
-    ("content-length", b"HTTP/1.1 200 OK\r\nContent-Length: 23\r\n\r\n" + BODY, False, (200, BODY, True)),
+    ("content-length", b"HTTP/1.1 200 OK\r\nContent-Length: 23\r\n\r\n" + BODY, False,
+     (200, BODY, True)),
     ("no reason phrase", b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok", False, (200, b"ok", True)),
     ("empty reason phrase", b"HTTP/1.1 500 \r\ncontent-length:  2 \r\n\r\nno", False, (500, b"no", True)),
     ("connection close", b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", False,
@@ -85,7 +87,8 @@ VALID: list[tuple[str, bytes, bool, tuple[int, bytes, bool]]] = [
     ("empty body", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", False, (200, b"", True)),
     ("chunked, extensions, trailers",
      b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n"
-     b"5;name=value\r\n{\"cod\r\nA ; x\r\ne\":200,\"ms\r\n5\r\ng\":1}\r\n0;last\r\nX-Trailer: 1\r\nY: 2\r\n\r\n",
+     b"5;name=value\r\n{\"cod\r\nA ; x\r\ne\":200,\"ms\r\n5\r\ng\":1}\r\n"
+     b"0;last\r\nX-Trailer: 1\r\nY: 2\r\n\r\n",
      False, (200, b'{"code":200,"msg":1}', True)),
     ("chunked, no trailers", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
      False, (200, b"ok", True)),
@@ -96,7 +99,8 @@ VALID: list[tuple[str, bytes, bool, tuple[int, bytes, bool]]] = [
      False, (200, b"ok", True)),
     ("two interim answers", b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
      b"HTTP/1.1 404 Not Found\r\nContent-Length: 1\r\n\r\nx", False, (404, b"x", True)),
-    ("until close", b"HTTP/1.1 500 Oops\r\nContent-Type: text/html\r\n\r\nbroken", True, (500, b"broken", False)),
+    ("until close", b"HTTP/1.1 500 Oops\r\nContent-Type: text/html\r\n\r\nbroken", True,
+     (500, b"broken", False)),
 ]
 VALID_IDS = [case[0] for case in VALID]
 
@@ -167,21 +171,23 @@ INVALID: list[tuple[str, bytes, type[Exception], str]] = [
      "bad header line"),
     ("chunk size not hex", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nxyz\r\n", BadAnswer,
      "bad chunk size"),
-    ("negative chunk size", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n", BadAnswer,
-     "bad chunk size"),
+    ("negative chunk size", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n",
+     BadAnswer, "bad chunk size"),
     ("chunk size with underscore", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1_0\r\n", BadAnswer,
      "bad chunk size"),
     ("chunk size 0x", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nok\r\n", BadAnswer,
      "bad chunk size"),
     ("empty chunk size", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n;ext\r\n", BadAnswer,
      "bad chunk size"),
-    ("chunk longer than its size", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokay\r\n0\r\n\r\n",
+    ("chunk longer than its size",
+     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokay\r\n0\r\n\r\n",
      BadAnswer, "not followed by CRLF"),
 ]
 
 
 @pytest.mark.parametrize(("name", "raw", "error", "message"), INVALID, ids=[c[0] for c in INVALID])
-async def test_malformed_answers_are_refused(name: str, raw: bytes, error: type[Exception], message: str) -> None:
+async def test_malformed_answers_are_refused(name: str, raw: bytes, error: type[Exception],
+                                             message: str) -> None:
     with pytest.raises(error, match=message):
         await parse([raw])
     with pytest.raises(error, match=message):
@@ -203,7 +209,8 @@ OVERSIZED: list[tuple[str, list[bytes], bool, str]] = [
      False, "body larger than 1000"),
     ("chunk size line", [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;" + b"e" * 300], False,
      "chunk size line larger than 200"),
-    ("trailers", [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"] + [b"T: 1234567890\r\n"] * 20,
+    ("trailers",
+     [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"] + [b"T: 1234567890\r\n"] * 20,
      False, "trailers larger than 200"),
     ("until close", [b"HTTP/1.1 200 OK\r\n\r\n"] + [b"b" * 300] * 4, False, "body larger than 1000"),
     ("until close, then closed", [b"HTTP/1.1 200 OK\r\n\r\n" + b"b" * 1001], True, "body larger than 1000"),
@@ -211,7 +218,8 @@ OVERSIZED: list[tuple[str, list[bytes], bool, str]] = [
 
 
 @pytest.mark.parametrize(("name", "chunks", "close", "message"), OVERSIZED, ids=[c[0] for c in OVERSIZED])
-async def test_oversized_answers_are_refused(name: str, chunks: list[bytes], close: bool, message: str) -> None:
+async def test_oversized_answers_are_refused(name: str, chunks: list[bytes], close: bool,
+                                             message: str) -> None:
     with pytest.raises(AnswerTooLarge, match=message):
         await parse(chunks, close=close, max_head=SMALL_HEAD, max_body=SMALL_BODY)
 
