@@ -51,13 +51,18 @@ def _framing(head: list[bytes]) -> tuple[int | None, bytes | None, bool]:
     codings: bytes | None = None
     reusable = head[0].startswith(b"HTTP/1.1")
     for line in head[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name[0] in _WS or name[-1] in _WS:
+        raw_name, colon, value = line.partition(b":")
+        name = raw_name.strip().lower()
+        if not colon or not name:
             raise BadAnswer(f"bad header line: {line[:80]!r}")
-        name = name.lower()
         if name == b"content-length":
-            length = _content_length(value, length)
+            if len(name) != len(raw_name):
+                raise BadAnswer(f"bad header line: {line[:80]!r}")
+            digits = value.strip()
+            length = int(digits) if length is None and digits.isdigit() else _content_length(value, length)
         elif name == b"transfer-encoding":
+            if len(name) != len(raw_name):
+                raise BadAnswer(f"bad header line: {line[:80]!r}")
             value = value.strip(_WS).lower()
             codings = value if codings is None else codings + b"," + value
         elif name == b"connection":
@@ -142,9 +147,9 @@ class Connection(asyncio.Protocol):
         finally:
             self._waiter = None
 
-    def _consumed(self, size: int) -> None:
-        del self.buffer[:size]
-        if self.paused and len(self.buffer) <= self._high_water // 4:
+    def _drained(self) -> None:
+        # Called after bytes were taken from the buffer while reading was paused.
+        if len(self.buffer) <= self._high_water // 4:
             self._resume()
 
     async def _read_until(self, marker: bytes, limit: int, what: str, bound: int | None = None) -> int:
@@ -164,7 +169,9 @@ class Connection(asyncio.Protocol):
         while len(self.buffer) < size:
             await self._more()
         data = bytes(self.buffer[:size])
-        self._consumed(size)
+        del self.buffer[:size]
+        if self.paused:
+            self._drained()
         return data
 
     def send(self, request: bytes) -> None:
@@ -173,7 +180,11 @@ class Connection(asyncio.Protocol):
 
     async def answer(self) -> tuple[int, bytes, bool]:
         """Read the answer to the request sent; return (status, body, connection reusable)."""
-        status, head = await self._final_head()
+        status, head = self._head(await self._read_until(b"\r\n\r\n", self._max_head, "answer head"))
+        while status < 200:  # 1xx interim answers (100 Continue, 103 Early Hints) are skipped
+            if status == 101:
+                raise BadAnswer("unexpected 101 Switching Protocols")
+            status, head = self._head(await self._read_until(b"\r\n\r\n", self._max_head, "answer head"))
         length, codings, reusable = _framing(head)
         if status in _NO_BODY:
             body = b""
@@ -191,23 +202,18 @@ class Connection(asyncio.Protocol):
             body, reusable = await self._read_to_close(), False
         return status, body, reusable and not self.closed and not self.buffer
 
-    async def _final_head(self) -> tuple[int, list[bytes]]:
-        """The status and head lines of the final answer; 1xx interim answers (100
-        Continue, 103 Early Hints) before it are skipped."""
-        while True:
-            end = await self._read_until(b"\r\n\r\n", self._max_head, "answer head")
-            head = bytes(self.buffer[:end]).split(b"\r\n")
-            self._consumed(end + 4)
-            status_line = head[0]
-            code = status_line[9:12]
-            if (status_line[:9] not in (b"HTTP/1.1 ", b"HTTP/1.0 ") or not code.isdigit()
-                    or status_line[12:13] not in (b"", b" ") or not 100 <= int(code) <= 599):
-                raise BadAnswer(f"not an HTTP/1.x answer: {status_line[:80]!r}")
-            status = int(code)
-            if status >= 200:
-                return status, head
-            if status == 101:
-                raise BadAnswer("unexpected 101 Switching Protocols")
+    def _head(self, end: int) -> tuple[int, list[bytes]]:
+        """Take the head ending at ``end`` from the buffer: its status and lines."""
+        head = bytes(self.buffer[:end]).split(b"\r\n")
+        del self.buffer[:end + 4]
+        if self.paused:
+            self._drained()
+        status_line = head[0]
+        code = status_line[9:12]
+        if (status_line[:9] not in (b"HTTP/1.1 ", b"HTTP/1.0 ") or not code.isdigit()
+                or status_line[12:13] not in (b"", b" ") or not 100 <= (status := int(code)) <= 599):
+            raise BadAnswer(f"not an HTTP/1.x answer: {status_line[:80]!r}")
+        return status, head
 
     async def _read_to_close(self) -> bytes:
         while not self.closed and len(self.buffer) <= self._max_body:
@@ -224,7 +230,9 @@ class Connection(asyncio.Protocol):
         while True:
             end = await self._read_until(b"\r\n", self._max_head, "chunk size line")
             size_text = bytes(self.buffer[:end]).split(b";", 1)[0].rstrip(_WS)
-            self._consumed(end + 2)
+            del self.buffer[:end + 2]
+            if self.paused:
+                self._drained()
             if not size_text or size_text.translate(None, _HEX_DIGITS):
                 raise BadAnswer(f"bad chunk size: {size_text[:40]!r}")
             size = int(size_text, 16)
@@ -235,9 +243,13 @@ class Connection(asyncio.Protocol):
                 # Trailers (rare, ignored) end with an empty line.
                 budget = self._max_head
                 while end := await self._read_until(b"\r\n", budget, "answer trailers", self._max_head):
-                    self._consumed(end + 2)
+                    del self.buffer[:end + 2]
+                    if self.paused:
+                        self._drained()
                     budget -= end + 2
-                self._consumed(2)
+                del self.buffer[:2]
+                if self.paused:
+                    self._drained()
                 return b"".join(parts)
             parts.append(await self._read_exactly(size))
             if await self._read_exactly(2) != b"\r\n":
