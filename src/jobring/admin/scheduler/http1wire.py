@@ -37,6 +37,8 @@ def _content_length(value: bytes, previous: int | None) -> int:
         item = item.strip(_WS)
         if not item.isdigit():
             raise BadAnswer(f"bad Content-Length: {value[:40]!r}")
+        if len(item) > 18:  # beyond any bound (and int() refuses over 4300 digits)
+            raise AnswerTooLarge(f"answer body of a {len(item)}-digit Content-Length")
         length = int(item)
         if previous is not None and length != previous:
             raise BadAnswer(f"conflicting Content-Length values: {previous} and {length}")
@@ -59,7 +61,10 @@ def _framing(head: list[bytes]) -> tuple[int | None, bytes | None, bool]:
             if len(name) != len(raw_name):
                 raise BadAnswer(f"bad header line: {line[:80]!r}")
             digits = value.strip()
-            length = int(digits) if length is None and digits.isdigit() else _content_length(value, length)
+            if length is None and digits.isdigit() and len(digits) < 19:
+                length = int(digits)
+            else:
+                length = _content_length(value, length)
         elif name == b"transfer-encoding":
             if len(name) != len(raw_name):
                 raise BadAnswer(f"bad header line: {line[:80]!r}")
