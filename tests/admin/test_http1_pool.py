@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from jobring.admin.scheduler.http1 import Connect, Http1Client, HttpError
+from jobring.admin.scheduler.http1wire import Connection
 from tests.admin.loopback import LoopbackServer
 
 OK = b'{"code":200}'
@@ -89,6 +90,32 @@ async def test_a_cancelled_waiter_does_not_hold_a_place() -> None:
             await waiting
         gate.release.set()
         assert await first == (200, OK)
+        assert await client.post("http://e1:1/run", b"c") == (200, OK)
+        assert gate.bodies == [b"a", b"c"] and server.opened == 1
+    finally:
+        await client.aclose()
+
+
+async def test_a_waiter_cancelled_after_it_was_handed_a_connection_gives_it_back() -> None:
+    gate = Gate()
+    server = LoopbackServer(gate)
+    client = _client(server.connect, limit=1)
+    try:
+        first = asyncio.create_task(client.post("http://e1:1/run", b"a"))
+        waiting = asyncio.create_task(client.post("http://e1:1/run", b"b"))
+        await _settle()
+        release = client._release
+
+        def release_then_cancel(conn: Connection) -> None:
+            release(conn)  # hands the connection to ``waiting``, which has not run yet
+            waiting.cancel()
+
+        client._release = release_then_cancel  # type: ignore[method-assign]
+        gate.release.set()
+        assert await first == (200, OK)
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        client._release = release  # type: ignore[method-assign]
         assert await client.post("http://e1:1/run", b"c") == (200, OK)
         assert gate.bodies == [b"a", b"c"] and server.opened == 1
     finally:
