@@ -285,3 +285,22 @@ async def test_reading_resumes_once_the_buffer_is_drained() -> None:
     conn.data_received(answer)
     assert await conn.answer() == (200, b"ok", True)
     assert not transport.paused and transport.pauses == 1
+
+
+_PIECES = [b"HTTP/1.1 ", b"HTTP/1.0 ", b"200", b"204", b"100", b" OK", b"\r\n", b"\r\n\r\n", b":", b" ",
+           b"Content-Length", b"Transfer-Encoding", b"chunked", b"Connection", b"close", b"0", b"5", b"ff",
+           b";", b",", b"-", b"\t", b"x"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.one_of(st.sampled_from(_PIECES), st.binary(max_size=8)), max_size=40))
+def test_any_bytes_give_an_answer_or_a_clear_error(pieces: list[bytes]) -> None:
+    # Then the peer closes: every outcome is an answer or one of the client's errors.
+    async def attempt() -> None:
+        try:
+            status, body, _ = await parse(pieces, close=True, max_head=SMALL_HEAD, max_body=SMALL_BODY)
+        except (BadAnswer, AnswerTooLarge, ConnectionError):
+            return
+        assert 200 <= status <= 599 and len(body) <= SMALL_BODY
+
+    asyncio.run(attempt())
