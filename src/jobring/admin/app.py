@@ -20,9 +20,9 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import metadata
-from typing import TextIO
+from typing import Any, TextIO
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -70,6 +70,19 @@ def jobring_version() -> str:
         return metadata.version("jobring")
     except metadata.PackageNotFoundError:  # running from a source tree without install
         return "0+unknown"
+
+
+def loop_config_of(settings: AdminSettings, backend: str) -> LoopConfig:
+    """The loop's config: ``pre_read_ms`` and the ``[admin.loop]`` tunables set, by field
+    name; the others keep LoopConfig's defaults."""
+    # SQLite has one writer at a time: few concurrent batches (each a few transactions)
+    # avoid busy-waiting writers; fires that come due meanwhile are batched together.
+    values: dict[str, Any] = {
+        "pre_read_ms": settings.pre_read_ms,
+        "max_inflight_batches": 4 if backend == "sqlite" else 16,
+    }
+    values.update(settings.loop.given())
+    return LoopConfig(**values)
 
 
 def make_node_id(settings: AdminSettings) -> str:
@@ -132,8 +145,8 @@ async def start_runtime(
     store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade)
     try:
         state = await resolve_database_state(store, settings.database_timezone, settings.timezone)
-        settings = replace(
-            settings, timezone=state.default_timezone, database_timezone=state.database_timezone
+        settings = settings.model_copy(
+            update={"timezone": state.default_timezone, "database_timezone": state.database_timezone}
         )
         if state.adopted_from is not None:
             log.info("database adopted from XXL-JOB %s: DATETIME columns in %s, crons default to %s",
@@ -154,11 +167,7 @@ async def start_runtime(
         admin_timezone=state.default_timezone, fast_pool=settings.fast_pool_size,
         slow_pool=settings.slow_pool_size, address_policy=address_policy(settings),
     )
-    # SQLite has one writer at a time: few concurrent batches (each a few transactions)
-    # avoid busy-waiting writers; fires that come due meanwhile are batched together.
-    config = loop_config or LoopConfig(
-        pre_read_ms=settings.pre_read_ms, max_inflight_batches=4 if store.backend == "sqlite" else 16
-    )
+    config = loop_config or loop_config_of(settings, store.backend)
     leases = StoreLeases(store, node_id)
     liveness = node_liveness(store, node_id, clock) if settings.node_locks else None
     loop = ScheduleLoop(

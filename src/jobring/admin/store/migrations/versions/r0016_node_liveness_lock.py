@@ -2,7 +2,7 @@
 so the other nodes can take a dead node's jobs over as soon as its session is gone.
 
 Revision ID: 0016
-Revises: 0014
+Revises: 0015
 Create Date: 2026-11-24
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016"
-down_revision = "0014"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
