@@ -29,6 +29,8 @@ async def main() -> None:
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--after-ms", type=int, default=15_000, help="run this long after the kill")
     parser.add_argument("--logs", type=Path, help="keep the admin logs in this directory")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="admin setting, e.g. JOBRING_LOOP__FENCE_AHEAD_MS=300 (repeatable)")
     args = parser.parse_args()
     print(f"jobring from {Path(jobring.__file__).parent}")
     with tempfile.TemporaryDirectory(prefix="jobring-takeover-") as tmp:
@@ -36,7 +38,8 @@ async def main() -> None:
         try:
             logs = args.logs or Path(tmp)
             logs.mkdir(parents=True, exist_ok=True)
-            result = await run_takeover(url, logs, args.jobs, after_ms=args.after_ms)
+            env = dict(item.split("=", 1) for item in args.env)
+            result = await run_takeover(url, logs, args.jobs, after_ms=args.after_ms, env=env)
         finally:
             await adrop_test_database(url)
     print(f"{args.backend}: {result.summary()}")

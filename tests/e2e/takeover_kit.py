@@ -53,7 +53,8 @@ class TakeoverResult:
 
 
 async def run_takeover(url: str, workdir: Path, jobs: int, *, warm_ms: int = 6_000, after_ms: int = 15_000,
-                       margin_ms: int = 3_000, pause_ms: int | None = None) -> TakeoverResult:
+                       margin_ms: int = 3_000, pause_ms: int | None = None,
+                       env: dict[str, str] | None = None) -> TakeoverResult:
     """Run the scenario on the (upgraded or empty) database at ``url``; see the module doc.
     With ``pause_ms`` the victim is paused (SIGSTOP) that long instead of killed, then resumed."""
     store = await Store.open(url)
@@ -62,7 +63,7 @@ async def run_takeover(url: str, workdir: Path, jobs: int, *, warm_ms: int = 6_0
     nodes = []
     try:
         names = ("node-a", "node-b")
-        nodes = list(await asyncio.gather(*(start_admin(url, name, workdir) for name in names)))
+        nodes = list(await asyncio.gather(*(start_admin(url, name, workdir, env=env) for name in names)))
         group_id = await add_manual_group(store, executor.address)
         ids, first = await start_jobs_together(store, group_id, jobs, max(1, 1_000 // jobs), 3_000)
         await asyncio.sleep((first + warm_ms - now_ms()) / 1000)
