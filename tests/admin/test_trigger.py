@@ -45,7 +45,7 @@ class Env:
 
     def service(self, node_id: str, **kwargs: object) -> TriggerService:
         client = ExecutorClient(access_token="tok", transport=self.double.transport())
-        return TriggerService(self.store, client, access_token="tok", node_id=node_id, clock=self.clock,
+        return TriggerService(self.store, client, node_id=node_id, clock=self.clock,
                               admin_timezone="UTC", **kwargs)  # type: ignore[arg-type]
 
 
@@ -57,7 +57,7 @@ async def make_env(store: Store, hosts: list[str], address_type: AddressType = A
         JobGroup(app_name="demo-app", title="Demo", address_type=address_type,
                  address_list=",".join(double.addresses) or None), now)
     client = ExecutorClient(access_token="tok", transport=double.transport())
-    trigger = TriggerService(store, client, access_token="tok", node_id="node-a", clock=clock,
+    trigger = TriggerService(store, client, node_id="node-a", clock=clock,
                              admin_timezone="UTC")
     return Env(store, double, clock, trigger, group_id)
 
