@@ -31,7 +31,7 @@ from jobring.core.addresses import AddressPolicy, refused_addresses
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy
 from jobring.core.routing import Router, RouteResult
-from jobring.protocol.models import FAIL_CODE, ReturnT, TriggerParam
+from jobring.protocol.models import FAIL_CODE, ReturnT, TriggerParam, dumps
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 _PROBING = (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)  # strategies that call executors first
 _SERIAL = BlockStrategy.SERIAL_EXECUTION.value
+_PER_FIRE = ("logId", "logDateTime", "broadcastIndex", "broadcastTotal")
+_BODY_TAIL = b'%s,"logId":%d,"logDateTime":%d,"broadcastIndex":%d,"broadcastTotal":%d}'
+_BODIES_KEPT = 20_000  # encoded /run heads kept (one per job fired); all dropped past that
 
 
 class FireDispatcher:
@@ -76,6 +79,8 @@ class FireDispatcher:
         # Addresses that unregistered (api/registryRemove) on this node: never routed to,
         # even by fires prepared before they left, until they register again.
         self._gone: set[str] = set()
+        # Per job: the fields its /run head was encoded from, and the head.
+        self._bodies: dict[int, tuple[tuple[object, ...], bytes]] = {}
         # For metrics (read at scrape time): failed dispatches by reason.
         self.dispatch_errors: dict[str, int] = {}
 
@@ -158,10 +163,10 @@ class FireDispatcher:
 
     # -- sending --------------------------------------------------------------------------------
 
-    async def send(self, plans: Sequence[FirePlan], *, at_once: bool = False) -> list[TriggerResult]:
-        """Send every recorded shard of the plans (duplicates skipped); the trigger results.
-        ``at_once``: scheduled fires at their instant, written to the executor in this step
-        where possible, so a burst due at one instant leaves without a task per fire."""
+    def start(self, plans: Sequence[FirePlan], *, at_once: bool = False) -> list[Awaitable[TriggerResult]]:
+        """Start sending every recorded shard of the plans (duplicates skipped); ``settle``
+        the returned work for the trigger results. ``at_once``: scheduled fires at their
+        instant, written to the executor in this step where possible (no task per fire)."""
         work: list[Awaitable[TriggerResult]] = []
         for plan in plans:
             if plan.duplicate:
@@ -170,6 +175,13 @@ class FireDispatcher:
                 sent = self._send_now(plan, shard, log_id) if at_once else None
                 work.append(sent or self.lanes.run(
                     plan.req.job.id, functools.partial(self._dispatch, plan, shard, log_id)))
+        return work
+
+    @staticmethod
+    async def settle(work: list[Awaitable[TriggerResult]]) -> list[TriggerResult]:
+        """The trigger results of ``start``'s work, in order."""
+        if len(work) == 1:  # the usual case at an instant: no task and gather for one call
+            return [await work[0]]
         return list(await asyncio.gather(*work)) if work else []
 
     def _live(self, plan: FirePlan) -> list[str]:
@@ -234,7 +246,8 @@ class FireDispatcher:
             now = self._clock.now_ms()
             route = self._route_now(plan, shard, now)
             assert route is not None and route.address is not None
-            pending = self._client.run_now(route.address, self._run_param(plan, shard, log_id), plan.token)
+            body = self._run_body(plan, shard, log_id)
+            pending = self._client.run_body_now(route.address, body, plan.token)
         except BaseException:
             self.lanes.leave(lane, job_id, 0)
             raise
@@ -252,6 +265,22 @@ class FireDispatcher:
         finally:
             self.lanes.leave(lane, plan.req.job.id, self._clock.now_ms() - dispatch_time)
         return self._result(plan, shard, log_id, route, answer, dispatch_time)
+
+    def _run_body(self, plan: FirePlan, shard: tuple[int, int], log_id: int) -> bytes:
+        """The /run body (a TriggerParam's JSON): the job's constant part is encoded once and
+        the fire's own fields spliced in."""
+        job = plan.req.job
+        key = (job.executor_handler, plan.param, job.executor_block_strategy, job.executor_timeout,
+               job.glue_type, job.glue_source, job.glue_updatetime)
+        cached = self._bodies.get(job.id)
+        if cached is None or cached[0] != key:
+            if len(self._bodies) >= _BODIES_KEPT:
+                self._bodies.clear()
+            constant = self._run_param(plan, shard, log_id).to_dict()
+            for name in _PER_FIRE:
+                del constant[name]
+            cached = self._bodies[job.id] = (key, dumps(constant)[:-1])
+        return _BODY_TAIL % (cached[1], log_id, plan.trigger_time_ms, shard[0], shard[1])
 
     @staticmethod
     def _run_param(plan: FirePlan, shard: tuple[int, int], log_id: int) -> TriggerParam:

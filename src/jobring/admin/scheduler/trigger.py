@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -32,6 +32,7 @@ from jobring.admin.scheduler.fires import (
 )
 from jobring.admin.scheduler.lanes import DispatchLanes
 from jobring.admin.scheduler.recorder import FireRecorder
+from jobring.admin.store.records import TriggerResult
 from jobring.core.addresses import AddressPolicy
 from jobring.core.clock import Clock
 from jobring.core.routing import Router
@@ -136,7 +137,10 @@ class TriggerService:
         if batch.state != "prepared":
             raise RuntimeError(f"prepared batch already {batch.state}")
         batch.state = "dispatched"
-        return await self._tracked(self._send(batch.plans, record_later=record_later))
+        # Scheduled fires (record_later) are written to their executors here, in the caller's
+        # step; the task then waits for the answers.
+        work = self.dispatcher.start(batch.plans, at_once=record_later)
+        return await self._tracked(self._settle(batch.plans, work, record_later=record_later))
 
     async def cancel_prepared(self, batch: PreparedBatch) -> int:
         """Withdraw a prepared batch (e.g. its job was stopped or edited before the instant):
@@ -170,13 +174,14 @@ class TriggerService:
         return await asyncio.shield(task)
 
     async def _fire_batch(self, reqs: list[FireRequest]) -> list[FireResult]:
-        return await self._send(await self.recorder.prepare(reqs))
+        plans = await self.recorder.prepare(reqs)
+        return await self._settle(plans, self.dispatcher.start(plans))
 
-    async def _send(self, plans: list[FirePlan], *, record_later: bool = False) -> list[FireResult]:
-        answers = await self.dispatcher.send(plans, at_once=record_later)
+    async def _settle(self, plans: list[FirePlan], work: list[Awaitable[TriggerResult]], *,
+                      record_later: bool = False) -> list[FireResult]:
+        answers = await self.dispatcher.settle(work)
         if record_later:
             self.recorder.write_later(answers)
         else:
             await self.recorder.write_results(answers)
         return fire_results(plans, answers)
-

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     and_,
+    bindparam,
     case,
     delete,
     false,
@@ -88,6 +89,22 @@ def _row(log: NewLog) -> dict[str, Any]:
         if values[name] is not None and len(values[name]) > size:
             values[name] = values[name][:size]
     return values
+
+
+_RESULT_BY_ID = (
+    update(job_log)
+    .where(job_log.c.id == bindparam("b_id"))
+    .values(
+        executor_address=bindparam("executor_address"),
+        trigger_code=bindparam("trigger_code"),
+        trigger_msg=bindparam("trigger_msg"),
+        dispatch_time=func.coalesce(bindparam("dispatch_time", type_=job_log.c.dispatch_time.type),
+                                    job_log.c.dispatch_time),
+        executor_sharding_param=func.coalesce(
+            bindparam("executor_sharding_param", type_=job_log.c.executor_sharding_param.type),
+            job_log.c.executor_sharding_param),
+    )
+)
 
 
 def _failed() -> ColumnElement[bool]:
@@ -261,6 +278,12 @@ class LogRepository(Repository):
             }
             for r in results
         }
+        if self._db.backend == "sqlite":
+            # One UPDATE by id run for every row (executemany: a loop in the driver thread);
+            # the CASE update below compares each row with every id of its chunk.
+            params = [{"b_id": log_id, **values} for log_id, values in rows.items()]
+            async with self._db.write() as conn:
+                return int((await conn.execute(_RESULT_BY_ID, params)).rowcount)
         _pad_to_shape(rows)
         async with self._db.write() as conn:
             # Missing ids simply match nothing: the count is of the rows that exist.
