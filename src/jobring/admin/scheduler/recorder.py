@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobring.admin.scheduler.fires import FirePlan, FireRequest, TriggerRejected
@@ -32,8 +32,11 @@ Resolver = Callable[[list[FirePlan]], Awaitable[None]]
 """Resolves plans against their executor groups (the dispatcher's ``resolve``)."""
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
 def _ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).replace(tzinfo=None)
+    return _EPOCH + timedelta(milliseconds=ms)  # naive UTC
 
 
 class FireRecorder:

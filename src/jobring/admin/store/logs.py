@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import operator
 from collections.abc import Collection, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -78,10 +79,11 @@ _LIMITS = {
 
 
 _NEW_LOG_FIELDS = tuple(f.name for f in fields(NewLog))
+_NEW_LOG_VALUES = operator.attrgetter(*_NEW_LOG_FIELDS)  # one C call per row (a row per fire)
 
 
 def _row(log: NewLog) -> dict[str, Any]:
-    values = {name: getattr(log, name) for name in _NEW_LOG_FIELDS}
+    values = dict(zip(_NEW_LOG_FIELDS, _NEW_LOG_VALUES(log), strict=True))
     values["trigger_time"] = utc_naive(log.trigger_time)
     if values["trigger_msg"] is not None:
         values["trigger_msg"] = values["trigger_msg"][:MSG_MAX]
