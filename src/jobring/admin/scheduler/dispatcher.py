@@ -36,7 +36,9 @@ from jobring.protocol.models import FAIL_CODE, ReturnT, TriggerParam, dumps
 if TYPE_CHECKING:
     from jobring.admin.store import Store
 
-log = logging.getLogger(__name__)
+# The trigger's lines keep the logger name they had before the recorder/dispatcher split
+# (log filters and alerting name it).
+log = logging.getLogger("jobring.admin.scheduler.trigger")
 
 _PROBING = (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)  # strategies that call executors first
 _SERIAL = BlockStrategy.SERIAL_EXECUTION.value

@@ -24,7 +24,9 @@ from jobring.core.routing import parse_strategy
 if TYPE_CHECKING:
     from jobring.admin.store import Store
 
-log = logging.getLogger(__name__)
+# The trigger's lines keep the logger name they had before the recorder/dispatcher split
+# (log filters and alerting name it).
+log = logging.getLogger("jobring.admin.scheduler.trigger")
 
 _MANUAL_KINDS = (TriggerType.MANUAL, TriggerType.DELAYED)  # fires a person asked for
 
