@@ -226,11 +226,12 @@ class FireDispatcher:
         if address is None:
             answer = ReturnT(FAIL_CODE, None)
         else:
-            param = self._run_param(plan, shard, log_id)
+            body = self._run_body(plan, shard, log_id)
             dispatch_time = self._clock.now_ms()
-            answer = await self._client.run(address, param, plan.token)
+            answer = await self._client.run_body_now(address, body, plan.token)
             if not answer.ok:
-                answer = await self._client.rerun_if_35(address, param, plan.token, plan.app_name, answer)
+                answer = await self._client.rerun_if_35(
+                    address, self._run_param(plan, shard, log_id), plan.token, plan.app_name, answer)
         return self._result(plan, shard, log_id, route, answer, dispatch_time)
 
     def _send_now(
