@@ -79,7 +79,7 @@ async def bench_trigger(n_jobs: int, rounds: int) -> None:
     directory = tempfile.mkdtemp()
     store = await Store.open(f"sqlite+aiosqlite:///{directory}/bench.db")
     client = ExecutorClient(access_token="t")
-    trigger = TriggerService(store, client, access_token="t", node_id="bench", clock=SystemClock(),
+    trigger = TriggerService(store, client, node_id="bench", clock=SystemClock(),
                              admin_timezone="UTC")
     try:
         group = await store.groups.create(JobGroup(app_name="bench", title="bench", address_type=1,

@@ -154,7 +154,7 @@ async def api_env(
     double = ExecutorDouble(list(HOSTS))
     client = ExecutorClient(access_token=ACCESS_TOKEN, connect=double.connect)
     trigger = TriggerService(
-        store, client, access_token=ACCESS_TOKEN, node_id="api-test", clock=clock, admin_timezone="UTC"
+        store, client, node_id="api-test", clock=clock, admin_timezone="UTC"
     )
     services = ManagementServices(
         store=store,

@@ -98,7 +98,7 @@ async def admin(request: pytest.FixtureRequest, sqlite_store: Store) -> AsyncIte
     fake = FakeExecutor(spec)
     clock = ManualClock(T0)
     client = ExecutorClient(access_token=spec["token"], connect=LoopbackServer(fake.handle).connect)
-    trigger = TriggerService(sqlite_store, client, access_token=spec["token"], node_id="n1", clock=clock,
+    trigger = TriggerService(sqlite_store, client, node_id="n1", clock=clock,
                              admin_timezone="UTC")
     callbacks = CallbackService(sqlite_store, trigger, clock)
     routes = executor_api_routes(RegistryService(sqlite_store, clock, trigger), callbacks, spec["token"])

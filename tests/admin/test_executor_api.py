@@ -48,7 +48,7 @@ class Api:
 async def api(sqlite_store: Store) -> AsyncIterator[Api]:
     clock = ManualClock(T0)
     client = ExecutorClient(access_token=TOKEN, connect=ExecutorDouble(["e1:9999"]).connect)
-    trigger = TriggerService(sqlite_store, client, access_token=TOKEN, node_id="n1", clock=clock,
+    trigger = TriggerService(sqlite_store, client, node_id="n1", clock=clock,
                              admin_timezone="UTC")
     callbacks = CallbackService(sqlite_store, trigger, clock)
     routes = executor_api_routes(RegistryService(sqlite_store, clock), callbacks, TOKEN)
@@ -226,7 +226,7 @@ async def test_callback_with_non_string_message_keeps_its_json_text(api: Api) ->
 async def test_started_at_header_reaches_the_registry_and_bad_values_are_ignored(sqlite_store: Store) -> None:
     clock = ManualClock(T0)
     client = ExecutorClient(access_token=TOKEN, connect=ExecutorDouble(["e1:9999"]).connect)
-    trigger = TriggerService(sqlite_store, client, access_token=TOKEN, node_id="n1", clock=clock,
+    trigger = TriggerService(sqlite_store, client, node_id="n1", clock=clock,
                              admin_timezone="UTC")
     callbacks = CallbackService(sqlite_store, trigger, clock)
     registry = RegistryService(sqlite_store, clock)

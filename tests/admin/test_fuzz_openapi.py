@@ -128,7 +128,7 @@ async def _prepare(db: Path) -> tuple[Starlette, Store, TriggerService, Executor
         double.answer(address, "log", _log_answer)
     client = ExecutorClient(access_token="fuzz", connect=double.connect)
     trigger = TriggerService(
-        store, client, access_token="fuzz", node_id="fuzz", clock=SystemClock(), admin_timezone="UTC"
+        store, client, node_id="fuzz", clock=SystemClock(), admin_timezone="UTC"
     )
     services = ManagementServices(
         store=store,

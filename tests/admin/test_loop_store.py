@@ -14,7 +14,7 @@ from datetime import datetime
 import pytest
 from sqlalchemy import select
 
-from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
+from jobring.admin.scheduler.adapters import StoreLeases, TriggerFirePort
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.timers import ManualTimers
@@ -58,9 +58,9 @@ class World:
 
     def node(self, node_id: str, lease_ms: int = 5_000) -> ScheduleLoop:
         client = ExecutorClient(access_token="tok", connect=self.double.connect)
-        trigger = TriggerService(self.store, client, access_token="tok", node_id=node_id, clock=self.clock,
+        trigger = TriggerService(self.store, client, node_id=node_id, clock=self.clock,
                                  admin_timezone="UTC")
-        loop = ScheduleLoop(StoreLeases(self.store, node_id), trigger_fire_batch(trigger), self.timers,
+        loop = ScheduleLoop(StoreLeases(self.store, node_id), TriggerFirePort(trigger), self.timers,
                             parse_schedule, config=LoopConfig(lease_ms=lease_ms))
         self.nodes.append(Node(loop, trigger, client))
         return loop

@@ -13,7 +13,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo
 from jobring.core.clock import ManualClock
 from jobring.core.enums import AddressType, TriggerType
-from jobring.protocol.models import ReturnT
+from jobring.protocol.models import ReturnT, TriggerParam
 from tests.admin.executor_double import ExecutorDouble, blocking_answer
 
 T0 = 1_790_000_000_000  # epoch ms
@@ -45,7 +45,7 @@ class Env:
 
     def service(self, node_id: str, **kwargs: object) -> TriggerService:
         client = ExecutorClient(access_token="tok", connect=self.double.connect)
-        return TriggerService(self.store, client, access_token="tok", node_id=node_id, clock=self.clock,
+        return TriggerService(self.store, client, node_id=node_id, clock=self.clock,
                               admin_timezone="UTC", **kwargs)  # type: ignore[arg-type]
 
 
@@ -57,7 +57,7 @@ async def make_env(store: Store, hosts: list[str], address_type: AddressType = A
         JobGroup(app_name="demo-app", title="Demo", address_type=address_type,
                  address_list=",".join(double.addresses) or None), now)
     client = ExecutorClient(access_token="tok", connect=double.connect)
-    trigger = TriggerService(store, client, access_token="tok", node_id="node-a", clock=clock,
+    trigger = TriggerService(store, client, node_id="node-a", clock=clock,
                              admin_timezone="UTC")
     return Env(store, double, clock, trigger, group_id)
 
@@ -405,3 +405,27 @@ async def test_scheduled_fires_read_the_group_through_a_short_cache(env: Env) ->
     await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0 + 1_500)])
     assert [c.address for c in env.double.runs()] == [
         env.double.address(0), env.double.address(0), env.double.address(1), env.double.address(1)]
+
+
+async def test_prepared_fires_send_the_same_run_body_as_a_fire_at_once(env: Env) -> None:
+    job = await env.job(executor_param="p1", executor_timeout=7)
+    (first,) = await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
+    sent: list[PreparedBatch] = []
+    edited = replace(job, executor_param="p2", glue_updatetime=datetime(2026, 1, 2, 3, 4, 5))
+    for n, version in enumerate((job, job, edited), start=1):
+        sent.append(await env.trigger.prepare_batch(
+            [FireRequest(version, TriggerType.CRON, planned_time=T0 + n * 1000)]))
+    for batch in sent:
+        await env.trigger.dispatch_prepared(batch, record_later=True)
+    bodies = [call.body for call in env.double.runs()]
+    assert len(bodies) == 4
+    expected = [TriggerParam.decode(bodies[0]).to_dict()]
+    for n, (log_ids, version) in enumerate(zip((b.log_ids[0] for b in sent), (job, job, edited),
+                                               strict=True), start=1):
+        expected.append({**expected[0], "logId": log_ids[0], "logDateTime": T0 + n * 1000,
+                         "executorParams": version.executor_param,
+                         "glueUpdatetime": 0 if version.glue_updatetime is None
+                         else int(version.glue_updatetime.replace(tzinfo=UTC).timestamp() * 1000)})
+    assert expected[0]["logId"] == first.log_ids[0] and expected[0]["executorTimeout"] == 7
+    assert [TriggerParam.decode(body).to_dict() for body in bodies] == expected
+    await env.trigger.flush_results()

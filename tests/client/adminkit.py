@@ -99,7 +99,7 @@ async def admin_env(store: Store, *, glue_enabled: bool = False) -> AsyncIterato
     clock = ManualClock(T0)
     double = ExecutorDouble(list(EXECUTOR_HOSTS))
     executors = ExecutorClient(access_token=secrets.access_token, connect=double.connect)
-    trigger = TriggerService(store, executors, access_token=secrets.access_token, node_id="node-a",
+    trigger = TriggerService(store, executors, node_id="node-a",
                              clock=clock, admin_timezone="UTC")
     services = ManagementServices(store, settings, secrets, trigger=trigger, executors=executors, clock=clock)
     app = Starlette(routes=[Mount("/api/v1", app=management_app(services))])

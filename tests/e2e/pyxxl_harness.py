@@ -182,7 +182,7 @@ async def running_admin(store: Store, tmp: Path) -> AsyncIterator[Admin]:
     """Serve the executor API on a loopback port; stop every executor and the server after."""
     clock = SystemClock()
     client = ExecutorClient(access_token=TOKEN)
-    trigger = TriggerService(store, client, access_token=TOKEN, node_id="e2e", clock=clock,
+    trigger = TriggerService(store, client, node_id="e2e", clock=clock,
                              admin_timezone="UTC")
     callbacks = CallbackService(store, trigger, clock)
     routes = executor_api_routes(RegistryService(store, clock), callbacks, TOKEN)

@@ -43,7 +43,7 @@ from jobring.admin.console import console_routes
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
-from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
+from jobring.admin.scheduler.adapters import StoreLeases, TriggerFirePort
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -163,7 +163,7 @@ async def start_runtime(
         read_timeout=settings.executor_read_timeout,
     )
     trigger = TriggerService(
-        store, executors, access_token=secrets.access_token, node_id=node_id, clock=clock,
+        store, executors, node_id=node_id, clock=clock,
         admin_timezone=state.default_timezone, fast_pool=settings.fast_pool_size,
         slow_pool=settings.slow_pool_size, address_policy=address_policy(settings),
     )
@@ -171,7 +171,7 @@ async def start_runtime(
     leases = StoreLeases(store, node_id)
     liveness = node_liveness(store, node_id, clock) if settings.node_locks else None
     loop = ScheduleLoop(
-        leases, trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
+        leases, TriggerFirePort(trigger), LoopTimers(clock), parse_schedule,
         admin_timezone=state.default_timezone, config=config, liveness=liveness,
     )
     alarmer = alarmer_from_settings(settings)

@@ -123,7 +123,3 @@ class TriggerFirePort:
 def _requests(fires: Sequence[PlannedFire]) -> list[FireRequest]:
     return [FireRequest(f.job, f.trigger_type, planned_time=f.planned_ms) for f in fires]
 
-
-def trigger_fire_batch(trigger: TriggerService) -> TriggerFirePort:
-    """The loop's fire port over the trigger service (it prepares fires ahead)."""
-    return TriggerFirePort(trigger)

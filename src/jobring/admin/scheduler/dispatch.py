@@ -252,9 +252,12 @@ class ExecutorClient:
         """/run (/trigger for a 3.5 executor), written at once when a keep-alive connection to
         the executor is idle (see ``Http1Client.post_now``); the awaitable gives the answer,
         as :meth:`run` does."""
+        return self.run_body_now(address, dumps(param.to_dict()), token)
+
+    def run_body_now(self, address: str, body: bytes, token: str | None = None) -> Awaitable[ReturnT]:
+        """:meth:`run_now` with the TriggerParam already encoded as JSON (``body``)."""
         app = self._v35.get(address)
         url = executor_url(address, "run" if app is None else "trigger")
-        body = dumps(param.to_dict())
         return self._answer(url, self._http.post_now(url, body, token or self._default_token, app))
 
     @staticmethod
