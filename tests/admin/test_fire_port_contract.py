@@ -109,8 +109,8 @@ class StoreWorld(World):
 
     def port(self, node: str) -> FirePreparer:
         if node not in self._ports:
-            client = ExecutorClient(access_token="tok", transport=self.double.transport())
-            trigger = TriggerService(self.store, client, access_token="tok", node_id=node,
+            client = ExecutorClient(access_token="tok", connect=self.double.connect)
+            trigger = TriggerService(self.store, client, node_id=node,
                                      clock=ManualClock(T0), admin_timezone="UTC")
             self.clients.append(client)
             self.triggers.append(trigger)
