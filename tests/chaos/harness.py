@@ -291,7 +291,16 @@ class Verdict:
     min_late_ms: int = 0
     late: list[tuple[int, int, int]] = field(default_factory=list)  # (job, planned, lateness) over the bound
     takeover_ms: int | None = None
+    fault_at_ms: int = 0  # when the fault began
     notes: list[str] = field(default_factory=list)
+
+    def lost_span(self) -> str:
+        """Where the lost instants lie, relative to the fault."""
+        if not self.lost or not self.fault_at_ms:
+            return ""
+        planned = [p for _, p in self.lost]
+        return (f"planned {min(planned) - self.fault_at_ms} ms to {max(planned) - self.fault_at_ms} ms"
+                " after the fault")
 
     def row(self) -> dict[str, Any]:
         return {"planned": self.planned, "fired": self.fired, "lost": len(self.lost),

@@ -92,6 +92,7 @@ async def node_sigkill(c: Cluster, t: Timing) -> Verdict:
     victim_jobs = {r.job_id for r in rows if r.admin_node == victim.node_id}
     took = first_fire_after(c.executor, rows, survivor.node_id, victim_jobs, killed_at)
     verdict.takeover_ms = None if took is None else took - killed_at
+    verdict.fault_at_ms = killed_at
     return verdict
 
 
@@ -115,6 +116,7 @@ async def node_sigstop(c: Cluster, t: Timing) -> Verdict:
     paused_jobs = {r.job_id for r in rows if r.admin_node == paused.node_id}
     took = first_fire_after(c.executor, rows, survivor.node_id, paused_jobs, stopped_at)
     verdict.takeover_ms = None if took is None else took - stopped_at
+    verdict.fault_at_ms = stopped_at
     return verdict
 
 
@@ -124,6 +126,7 @@ async def database_restart(c: Cluster, t: Timing) -> Verdict:
     await sleep_until(first + t.warmup_ms)
     assert c.proxy is not None
     await c.proxy.close()
+    down_at = now_ms()
     killed = await kill_database_sessions(c.url)
     await asyncio.sleep(t.refuse_ms / 1000)
     await c.proxy.open()
@@ -133,6 +136,7 @@ async def database_restart(c: Cluster, t: Timing) -> Verdict:
     rows = await log_rows(c.db)
     verdict = check_fires(c.executor, rows, jobs, until, t.lateness_ms + t.refuse_ms)
     verdict.notes.append(f"{killed} session(s) killed")
+    verdict.fault_at_ms = down_at
     return verdict
 
 
@@ -162,6 +166,7 @@ async def database_outage(c: Cluster, t: Timing) -> Verdict:
     if wrong:
         verdict.notes.append(f"MISFIRE fires of DO_NOTHING jobs: {wrong}")
     verdict.takeover_ms = up_at - down_at
+    verdict.fault_at_ms = down_at
     return verdict
 
 
@@ -174,7 +179,7 @@ async def executor_sigkill(c: Cluster, t: Timing) -> Verdict:
     procs = [await c.start_demo_executor(admin, name) for name in ("x", "y")]
     await _wait(lambda: _addresses(c, group_id), lambda got: len(got) == 2, 30, "executors never registered")
     ids = await _slow_jobs(c, group_id, count=min(t.jobs, 5), seconds=4, retries=1)
-    running = await _wait(lambda: log_rows(c.db), lambda rows: sum(r.trigger_code == 200 for r in rows) == len(ids),
+    running = await _wait(lambda: log_rows(c.db), lambda rows: _dispatched(rows) == len(ids),
                           20, "the runs were not dispatched")
     victim_address = running[0].executor_address
     victim = next(p for p, a in procs if a == victim_address)
@@ -192,7 +197,7 @@ async def executor_sigkill(c: Cluster, t: Timing) -> Verdict:
     verdict.fired = sum(r.handle_code == 200 for r in rows)
     on_victim = [r for r in firsts if r.executor_address == victim_address]
     verdict.notes += [f"run {r.id} on the killed executor not marked lost: {r.handle_code} {r.handle_msg}"
-                      for r in on_victim if r.handle_code != 500 or not (r.handle_msg or "").startswith("lost:")]
+                      for r in on_victim if r.handle_code != 500 or not str(r.handle_msg).startswith("lost:")]
     done = Counter_(r.job_id for r in rows if r.handle_code == 200)
     verdict.lost = [(j, 0) for j in ids if done[j] == 0]
     verdict.doubled = [(j, 0) for j in ids if done[j] > 1]
@@ -210,7 +215,7 @@ async def admin_down(c: Cluster, t: Timing) -> Verdict:
     await c.start_demo_executor(admin, "x", env={"JOBRING_EXECUTOR_CALLBACK_MAX_BACKOFF_S": "1"})
     await _wait(lambda: _addresses(c, group_id), lambda got: len(got) == 1, 30, "executor never registered")
     ids = await _slow_jobs(c, group_id, count=min(t.jobs, 10), seconds=2, retries=0)
-    await _wait(lambda: log_rows(c.db), lambda rows: sum(r.trigger_code == 200 for r in rows) == len(ids),
+    await _wait(lambda: log_rows(c.db), lambda rows: _dispatched(rows) == len(ids),
                 20, "the runs were not dispatched")
     await kill(admin)
     await asyncio.sleep(t.admin_down_ms / 1000)
@@ -269,6 +274,10 @@ async def run_scenario(name: str, backend: str, workdir: Path, t: Timing) -> Ver
 # Helpers of scenarios 5 and 6.
 
 T = TypeVar("T")
+
+
+def _dispatched(rows: list[Any]) -> int:
+    return sum(r.trigger_code == 200 for r in rows)
 
 
 def _auto_group() -> JobGroup:
