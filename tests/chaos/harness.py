@@ -292,6 +292,8 @@ class Verdict:
     late: list[tuple[int, int, int]] = field(default_factory=list)  # (job, planned, lateness) over the bound
     takeover_ms: int | None = None
     fault_at_ms: int = 0  # when the fault began
+    # Lost instants that have a run log row anyway (recorded, never received): by state.
+    lost_logged: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
     def lost_span(self) -> str:
@@ -300,7 +302,7 @@ class Verdict:
             return ""
         planned = [p for _, p in self.lost]
         return (f"planned {min(planned) - self.fault_at_ms} ms to {max(planned) - self.fault_at_ms} ms"
-                " after the fault")
+                f" after the fault; with a log row: {dict(self.lost_logged)}")
 
     def row(self) -> dict[str, Any]:
         return {"planned": self.planned, "fired": self.fired, "lost": len(self.lost),
@@ -361,6 +363,11 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
                 verdict.late.append((job_id, planned, late))
     verdict.max_late_ms = max(lates, default=0)
     verdict.min_late_ms = min(lates, default=0)
+    logged = {(r.job_id, int(r.planned_time)): r for r in rows}
+    verdict.lost_logged = Counter(
+        f"trigger_code={row.trigger_code} handle_code={row.handle_code} {str(row.trigger_type)}"
+        f" by {row.admin_node}: {str(row.handle_msg or '')[:80]}"
+        for key in verdict.lost if (row := logged.get(key)) is not None)
     return verdict
 
 
