@@ -33,6 +33,10 @@ async def _both(name: str, tmp_path: Path) -> dict[str, Verdict]:
     return {b: r for b, r in zip(SERVER_BACKENDS, results, strict=True) if isinstance(r, Verdict)}
 
 
+def _table(verdicts: dict[str, Verdict]) -> str:
+    return "; ".join(f"{b}: {v.row()}" for b, v in verdicts.items())
+
+
 def _assert_exact(verdicts: dict[str, Verdict], *, check_late: bool = True) -> None:
     for backend, v in verdicts.items():
         assert not v.doubled, f"{backend}: {len(v.doubled)} doubled: {v.doubled[:10]} {v.row()}"
@@ -64,25 +68,26 @@ async def test_database_unreachable_follows_the_misfire_rules(tmp_path: Path) ->
     verdicts = await _both("database_outage", tmp_path)
     _assert_exact(verdicts)
     # The outage did make fires miss (the rule was exercised, not a no-op).
-    assert all(v.excused > 0 for v in verdicts.values()), {b: v.row() for b, v in verdicts.items()}
+    assert all(v.excused > 0 for v in verdicts.values()), _table(verdicts)
 
 
 async def test_killed_executor_runs_are_retried_elsewhere(tmp_path: Path) -> None:
     verdicts = await _both("executor_sigkill", tmp_path)
     _assert_exact(verdicts, check_late=False)
-    # Lost detection (3 s dead period, 1 s checks) and the retry within ~10 s of the kill.
+    # Lost detection (3 s dead period, 1 s checks, but no run younger than the monitor's 10 s
+    # grace is judged) and the retry within 15 s of the kill.
     rows = {b: v.row() for b, v in verdicts.items()}
-    assert all(0 < v.max_late_ms <= 10_000 for v in verdicts.values()), rows
+    assert all(0 < v.max_late_ms <= 15_000 for v in verdicts.values()), str(rows)
 
 
 async def test_results_spooled_while_the_admin_is_down_arrive(tmp_path: Path) -> None:
     verdicts = await _both("admin_down", tmp_path)
     _assert_exact(verdicts, check_late=False)
-    assert all(v.max_late_ms <= 10_000 for v in verdicts.values()), {b: v.row() for b, v in verdicts.items()}
+    assert all(v.max_late_ms <= 10_000 for v in verdicts.values()), _table(verdicts)
 
 
 async def test_nodes_with_skewed_clocks_fire_each_instant_once(tmp_path: Path) -> None:
     verdicts = await _both("clock_skew", tmp_path)
     _assert_exact(verdicts)
     # node-b runs 500 ms ahead: its fires may arrive up to that early, never more.
-    assert all(v.min_late_ms >= -700 for v in verdicts.values()), {b: v.row() for b, v in verdicts.items()}
+    assert all(v.min_late_ms >= -700 for v in verdicts.values()), _table(verdicts)
