@@ -232,7 +232,7 @@ async def admin_down(c: Cluster, t: Timing) -> Verdict:
 
     rows = await _wait(lambda: log_rows(c.db), all_done, 30, "results never arrived")
     delivered_at = now_ms()
-    await stop(again)
+    await kill(again)  # its graceful stop is not what this scenario is about
     verdict = Verdict(planned=len(ids), fired=sum(r.handle_code == 200 for r in rows))
     verdict.lost = [(r.job_id, r.id) for r in rows if r.handle_code != 200]
     verdict.notes += [f"run {r.id}: {r.handle_code} {r.handle_msg}" for r in rows if r.handle_code != 200]
