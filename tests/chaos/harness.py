@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import sys
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +44,13 @@ from tests.e2e.admin_nodes import (
 )
 
 SERVER_BACKENDS = ("postgresql", "mariadb")
-# Alembic keeps its migration context in module globals: one upgrade at a time per process.
-_MIGRATING = asyncio.Lock()
+# Alembic keeps its migration context in module globals: one upgrade at a time per event
+# loop (the scenarios of one process share one loop; asyncio locks belong to their loop).
+_MIGRATING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _migrating() -> asyncio.Lock:
+    return _MIGRATING.setdefault(asyncio.get_running_loop(), asyncio.Lock())
 
 
 class DbProxy:
@@ -155,7 +161,7 @@ class Cluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.url = await acreate_test_database(self.backend, self.workdir)
         try:
-            async with _MIGRATING:
+            async with _migrating():
                 self.store = await Store.open(self.url)
             target = make_url(self.url)
             self.proxy = DbProxy(target.host or "127.0.0.1", int(target.port or 0))
