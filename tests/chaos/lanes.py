@@ -10,6 +10,7 @@ their processes and drop their databases on the way out) and waits for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import concurrent.futures
 import threading
 from pathlib import Path
@@ -40,8 +41,9 @@ class ScenarioLanes:
         return self.futures[name].result(timeout_s)
 
     def close(self) -> None:
-        if self._loop is not None and self._main is not None:
-            self._loop.call_soon_threadsafe(self._main.cancel)
+        if self._thread.is_alive() and self._loop is not None and self._main is not None:
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile: nothing to cancel
+                self._loop.call_soon_threadsafe(self._main.cancel)
         self._thread.join(120)
         for future in self.futures.values():
             future.cancel()

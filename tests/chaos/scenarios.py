@@ -252,6 +252,12 @@ async def clock_skew(c: Cluster, t: Timing) -> Verdict:
     nodes = {r.admin_node for r in rows if r.trigger_code == 200}
     if nodes != {"node-a", "node-b"}:
         verdict.notes.append(f"only {nodes} fired: the skew was not exercised across nodes")
+    # node-b stamps its dispatches with its own clock, 500 ms ahead of the executor's.
+    by_log = {r.id: r for r in rows}
+    ahead = sorted(r.dispatch_time - call.at_ms for call in c.executor.calls
+                   if (r := by_log.get(call.log_id)) is not None and r.admin_node == "node-b")
+    if ahead and not 300 <= ahead[len(ahead) // 2] <= 700:
+        verdict.notes.append(f"node-b's clock is not 500 ms ahead: median {ahead[len(ahead) // 2]} ms")
     return verdict
 
 
