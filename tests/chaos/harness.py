@@ -300,6 +300,9 @@ class Verdict:
     fault_at_ms: int = 0  # when the fault began
     # Lost instants that have a run log row anyway (recorded, never received): by state.
     lost_logged: Counter[str] = field(default_factory=Counter)
+    # A few jobs with lost instants: each instant relative to the gap (or the first instant)
+    # as "+offset s:lateness s", "-" for a miss.
+    patterns: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def lost_span(self) -> str:
@@ -358,6 +361,8 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
         excused = _excused(misses, got, gap, job_id, period_ms) if gap else set()
         verdict.excused += len(excused)
         verdict.lost += [(job_id, p) for p in misses if p not in excused]
+        if len(verdict.patterns) < 3 and any(p not in excused for p in misses):
+            verdict.patterns.append(_pattern(job_id, grid, got, gap))
         for planned, arrivals in got.items():
             if planned > until_ms:
                 continue
@@ -375,6 +380,14 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
         f" by {row.admin_node}: {str(row.handle_msg or '')[:80]}"
         for key in verdict.lost if (row := logged.get(key)) is not None)
     return verdict
+
+
+def _pattern(job_id: int, grid: list[int], got: dict[int, list[int]], gap: Gap | None) -> str:
+    base = gap.start_ms if gap is not None else grid[0]
+    cells = [f"{(p - base) / 1000:+.1f}:" + (f"{(got[p][0] - p) / 1000:.1f}" if p in got else "-")
+             for p in grid]
+    rule = f" {gap.misfire.get(job_id)}" if gap is not None else ""
+    return f"job {job_id}{rule}: " + " ".join(cells)
 
 
 def _excused(misses: list[int], got: dict[int, list[int]], gap: Gap, job_id: int, period_ms: int) -> set[int]:

@@ -10,8 +10,8 @@ their processes and drop their databases on the way out) and waits for it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import concurrent.futures
+import contextlib
 import threading
 from pathlib import Path
 

@@ -72,7 +72,8 @@ def _assert_exact(verdicts: dict[str, Verdict], *, check_late: bool = True) -> N
         assert not v.doubled, f"{backend}: {len(v.doubled)} doubled: {v.doubled[:10]} {v.row()}"
         assert all(n.endswith("killed") for n in v.notes), f"{backend}: {v.notes}"
     for backend, v in verdicts.items():
-        assert not v.lost, f"{backend}: {len(v.lost)} of {v.planned} lost ({v.lost_span()}): {v.row()}"
+        assert not v.lost, (f"{backend}: {len(v.lost)} of {v.planned} lost ({v.lost_span()}): {v.row()}\n"
+                            + "\n".join(v.patterns))
         if check_late:
             assert not v.late, f"{backend}: {len(v.late)} fires late: {v.late[:10]} {v.row()}"
 
