@@ -56,9 +56,9 @@ def _print_table(results: list[tuple[str, str, Verdict | BaseException]]) -> Non
             continue
         row = result.row()
         cells = " ".join(f"{'-' if row[c] is None else row[c]:>12}" for c in COLUMNS)
-        ok = not result.lost and not result.doubled and not result.notes[1:]
+        ok = not result.lost and not result.doubled and not result.notes
         print(f"{name:<18} {backend:<11} {cells}  {'ok' if ok else 'FAIL'}")
-        for note in result.notes:
+        for note in result.info + result.notes:
             print(f"{'':<31}note: {note}")
         if result.lost:
             print(f"{'':<31}lost: {result.lost_span()}")
@@ -81,7 +81,7 @@ async def main(argv: list[str] | None = None) -> int:
             _print_table(results[-len(backends):])
     print()
     _print_table(results)
-    return 0 if all(not isinstance(v, BaseException) and not v.lost and not v.doubled
+    return 0 if all(not isinstance(v, BaseException) and not v.lost and not v.doubled and not v.notes
                     for _, _, v in results) else 1
 
 

@@ -303,7 +303,8 @@ class Verdict:
     # A few jobs with lost instants: each instant relative to the gap (or the first instant)
     # as "+offset s:lateness s", "-" for a miss.
     patterns: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # problems found besides lost/doubled/late
+    info: list[str] = field(default_factory=list)  # what happened, for the report
 
     def lost_span(self) -> str:
         """Where the lost instants lie, relative to the fault."""
@@ -321,10 +322,8 @@ class Verdict:
 
 @dataclass
 class Gap:
-    """Instants in ``[start_ms, end_ms)`` may be missed as the job's misfire rule says:
-    FIRE_ONCE_NOW: the first missed instant fires (late), the rest of the run of misses is
-    skipped; DO_NOTHING: the run of misses may be skipped whole (or its first instant fire
-    late when it was late by no more than the misfire threshold)."""
+    """Instants in ``[start_ms, end_ms)`` (a fault) may be missed as the job's rules say (see
+    ``_excused``); outside it every instant must fire exactly once."""
 
     start_ms: int
     end_ms: int
@@ -358,7 +357,7 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
         verdict.planned += len(grid)
         verdict.fired += sum(1 for p in grid if p in got)
         misses = [p for p in grid if p not in got]
-        excused = _excused(misses, got, gap, job_id, period_ms) if gap else set()
+        excused = _excused(misses, got, gap, job_id) if gap else set()
         verdict.excused += len(excused)
         verdict.lost += [(job_id, p) for p in misses if p not in excused]
         if len(verdict.patterns) < 3 and any(p not in excused for p in misses):
@@ -367,8 +366,8 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
             if planned > until_ms:
                 continue
             late = arrivals[0] - planned
-            if gap is not None and excused and planned + period_ms in excused:
-                continue  # the catch-up fire of a misfire: late by the outage, as the rule says
+            if any(planned < m <= arrivals[0] for m in excused):
+                continue  # a late fire standing for missed instants: late by the outage, by the rule
             lates.append(late)
             if late > late_bound_ms:
                 verdict.late.append((job_id, planned, late))
@@ -390,20 +389,30 @@ def _pattern(job_id: int, grid: list[int], got: dict[int, list[int]], gap: Gap |
     return f"job {job_id}{rule}: " + " ".join(cells)
 
 
-def _excused(misses: list[int], got: dict[int, list[int]], gap: Gap, job_id: int, period_ms: int) -> set[int]:
-    """The misses the job's misfire rule explains: one run of consecutive misses inside the gap."""
-    inside = [p for p in misses if gap.start_ms <= p < gap.end_ms]
-    if not inside or inside != list(range(inside[0], inside[-1] + 1, period_ms)):
-        return set()
-    rule = gap.misfire[job_id]
-    before = inside[0] - period_ms  # FIRE_ONCE_NOW: the first missed instant fired late
-    catch_up = got.get(before)
-    if rule == "FIRE_ONCE_NOW":
-        return set(inside) if catch_up is not None and catch_up[0] - before > period_ms else set()
-    if catch_up is not None and catch_up[0] - before > period_ms:
-        # DO_NOTHING fires a missed instant only when it is at most the threshold late.
-        return set(inside) if catch_up[0] - before <= MISFIRE_THRESHOLD_MS + 1_500 else set()
-    return set(inside)
+def _excused(misses: list[int], got: dict[int, list[int]], gap: Gap, job_id: int) -> set[int]:
+    """The misses inside the gap that the job's rules explain (core/planning.py):
+
+    - coalesced: the job's previous fired instant went out late, at or after the missed
+      instant came due; a late fire stands for the instants that came due meanwhile
+      (FIRE_ONCE_NOW's misfire fire keeps the first missed instant, so it covers the rest);
+    - skipped by DO_NOTHING: a run of misses whose first instant was more than the misfire
+      threshold late when the job was next decided (at the latest when its next fire went out).
+    """
+    excused: set[int] = set()
+    fired = sorted(got)
+    for p in misses:
+        if not gap.start_ms <= p < gap.end_ms:
+            continue
+        before = [q for q in fired if q < p]
+        if before and got[before[-1]][0] >= p:
+            excused.add(p)
+            continue
+        after = [r for r in fired if r > p]
+        run_start = min(m for m in misses if (not before or m > before[-1]) and m <= p)
+        skipped = after and got[after[0]][0] - run_start > MISFIRE_THRESHOLD_MS
+        if gap.misfire[job_id] == "DO_NOTHING" and skipped:
+            excused.add(p)
+    return excused
 
 
 def first_fire_after(executor: RecordingExecutor, rows: list[Any], node_id: str, jobs: set[int],

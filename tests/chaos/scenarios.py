@@ -125,9 +125,10 @@ async def database_restart(c: Cluster, t: Timing) -> Verdict:
     jobs, first = await _two_nodes(c, t, misfire=["FIRE_ONCE_NOW"] * t.jobs)
     await sleep_until(first + t.warmup_ms)
     assert c.proxy is not None
-    await c.proxy.close()
+    # As a server restart: every session ended by the server, then connections refused.
     down_at = now_ms()
     killed = await kill_database_sessions(c.url)
+    await c.proxy.close()
     await c.db.engine.dispose()  # the test's own sessions were killed too
     await asyncio.sleep(t.refuse_ms / 1000)
     await c.proxy.open()
@@ -140,7 +141,7 @@ async def database_restart(c: Cluster, t: Timing) -> Verdict:
     # no burst of catch-up fires): those are not lost, the rule coalesces them.
     gap = Gap(down_at - 1_000, up_at + t.lateness_ms, dict.fromkeys(jobs, "FIRE_ONCE_NOW"))
     verdict = check_fires(c.executor, rows, jobs, until, t.lateness_ms + t.refuse_ms, gap)
-    verdict.notes.append(f"{killed} session(s) killed")
+    verdict.info.append(f"{killed} session(s) killed")
     verdict.fault_at_ms = down_at
     return verdict
 

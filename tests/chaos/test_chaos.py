@@ -70,7 +70,7 @@ def _table(verdicts: dict[str, Verdict]) -> str:
 def _assert_exact(verdicts: dict[str, Verdict], *, check_late: bool = True) -> None:
     for backend, v in verdicts.items():
         assert not v.doubled, f"{backend}: {len(v.doubled)} doubled: {v.doubled[:10]} {v.row()}"
-        assert all(n.endswith("killed") for n in v.notes), f"{backend}: {v.notes}"
+        assert not v.notes, f"{backend}: {v.notes}"
     for backend, v in verdicts.items():
         assert not v.lost, (f"{backend}: {len(v.lost)} of {v.planned} lost ({v.lost_span()}): {v.row()}\n"
                             + "\n".join(v.patterns))
@@ -87,7 +87,9 @@ def test_database_unreachable_follows_the_misfire_rules(lanes: ScenarioLanes) ->
 
 def test_database_restart(lanes: ScenarioLanes) -> None:
     verdicts = _both(lanes, "test_database_restart")
-    assert all(v.notes and v.notes[0] != "0 session(s) killed" for v in verdicts.values()), verdicts
+    # The admins' sessions die with the proxy; the sessions killed on the server (at least the
+    # test's own) show the kill reached the database.
+    assert all(v.info and v.info[0] != "0 session(s) killed" for v in verdicts.values()), _table(verdicts)
     _assert_exact(verdicts)
 
 
