@@ -62,6 +62,8 @@ def _print_table(results: list[tuple[str, str, Verdict | BaseException]]) -> Non
             print(f"{'':<31}note: {note}")
         if result.lost:
             print(f"{'':<31}lost: {result.lost_span()}")
+        for pattern in result.patterns:
+            print(f"{'':<31}{pattern[:400]}")
 
 
 async def main(argv: list[str] | None = None) -> int:

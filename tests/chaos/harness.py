@@ -425,9 +425,5 @@ def first_fire_after(executor: RecordingExecutor, rows: list[Any], node_id: str,
     return min(times, default=None)
 
 
-def held_by(rows: list[Any], node_id: str) -> Counter[int]:
-    return Counter(r.job_id for r in rows if r.admin_node == node_id)
-
-
 async def sleep_until(at_ms: int) -> None:
     await asyncio.sleep(max(0.0, (at_ms - now_ms()) / 1000))

@@ -63,12 +63,12 @@ async def _two_nodes(c: Cluster, t: Timing, misfire: list[str] | None = None,
     return {job_id: first + i * _spread(t) for i, job_id in enumerate(ids)}, first
 
 
-async def _victim(c: Cluster, jobs: dict[int, int]) -> tuple[int, int]:
-    """(victim, survivor) indexes in c.nodes: the victim holds most leases."""
+async def _victim(c: Cluster, jobs: dict[int, int]) -> tuple[int, int, set[int]]:
+    """(victim, survivor) indexes in c.nodes and the victim's jobs: it holds most leases."""
     held = await c.db.jobs.get_many(jobs)
-    owners = [j.lease_owner for j in held.values()]
-    a = owners.count(c.nodes[0].node_id)
-    return (0, 1) if a >= len(owners) - a else (1, 0)
+    by_owner = {n.node_id: {i for i, j in held.items() if j.lease_owner == n.node_id} for n in c.nodes}
+    a, b = (by_owner[n.node_id] for n in c.nodes)
+    return (0, 1, a) if len(a) >= len(b) else (1, 0, b)
 
 
 async def _stop_all(c: Cluster) -> list[str]:
@@ -84,7 +84,7 @@ async def node_sigkill(c: Cluster, t: Timing) -> Verdict:
     """1. SIGKILL of the node holding the jobs, under load: every instant fires once."""
     jobs, first = await _two_nodes(c, t)
     await sleep_until(first + t.warmup_ms)
-    v_i, s_i = await _victim(c, jobs)
+    v_i, s_i, victim_jobs = await _victim(c, jobs)
     victim, survivor = c.nodes[v_i], c.nodes[s_i]
     await kill(victim)
     killed_at = now_ms()
@@ -94,7 +94,6 @@ async def node_sigkill(c: Cluster, t: Timing) -> Verdict:
     rows = await log_rows(c.db)
     verdict = check_fires(c.executor, rows, jobs, until, t.lateness_ms)
     verdict.notes += stuck
-    victim_jobs = {r.job_id for r in rows if r.admin_node == victim.node_id}
     took = first_fire_after(c.executor, rows, survivor.node_id, victim_jobs, killed_at)
     verdict.takeover_ms = None if took is None else took - killed_at
     verdict.fault_at_ms = killed_at
@@ -105,7 +104,7 @@ async def node_sigstop(c: Cluster, t: Timing) -> Verdict:
     """2. SIGSTOP then SIGCONT of the node holding the jobs: no stale fires on waking."""
     jobs, first = await _two_nodes(c, t)
     await sleep_until(first + t.warmup_ms)
-    v_i, s_i = await _victim(c, jobs)
+    v_i, s_i, paused_jobs = await _victim(c, jobs)
     paused, survivor = c.nodes[v_i], c.nodes[s_i]
     paused.proc.send_signal(signal.SIGSTOP)
     stopped_at = now_ms()
@@ -119,7 +118,6 @@ async def node_sigstop(c: Cluster, t: Timing) -> Verdict:
     rows = await log_rows(c.db)
     verdict = check_fires(c.executor, rows, jobs, until, t.lateness_ms)
     verdict.notes += stuck
-    paused_jobs = {r.job_id for r in rows if r.admin_node == paused.node_id}
     took = first_fire_after(c.executor, rows, survivor.node_id, paused_jobs, stopped_at)
     verdict.takeover_ms = None if took is None else took - stopped_at
     verdict.fault_at_ms = stopped_at
