@@ -1,6 +1,10 @@
 """Executor throughput: /run -> callback for trivial handlers, jobring vs pyxxl, side by side.
 
     .venv/bin/python bench/executor_throughput.py [--runs 10000] [--concurrency 64] [--only jobring]
+    .venv/bin/python bench/executor_throughput.py --only jobring --servers own,uvicorn --client raw
+
+``--servers own,uvicorn`` measures the same jobring executor (the same ASGI app) served by its
+own HTTP/1.1 server and by uvicorn (httptools + uvloop), one after the other.
 
 Three kinds of process on loopback: this one is the fake admin (counts callbacks, stamps
 their arrival), one executor process (jobring, then pyxxl), and one load generator process
@@ -103,7 +107,7 @@ class FakeAdmin:
 # --- executor processes ------------------------------------------------------------------
 
 
-def serve_jobring(port: int, admin_url: str, log_path: str) -> None:
+def serve_jobring(port: int, admin_url: str, log_path: str, server: str = "own") -> None:
     from jobring import Executor, JobContext
 
     ex = Executor(app_name="bench", admin_addresses=[admin_url], access_token=TOKEN, host="127.0.0.1",
@@ -117,7 +121,14 @@ def serve_jobring(port: int, admin_url: str, log_path: str) -> None:
     def noop_sync(ctx: JobContext) -> None:
         return None
 
-    ex.run()
+    if server == "own":
+        ex.run()
+        return
+    import uvicorn
+
+    # The same ASGI app; its lifespan starts the engine (registration, callbacks).
+    uvicorn.run(ex.asgi_app(), host="127.0.0.1", port=port, loop="uvloop", http="httptools",
+                lifespan="on", log_level="warning", access_log=False)
 
 
 def serve_pyxxl(port: int, admin_url: str, log_path: str) -> None:
@@ -252,26 +263,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _read_json(path: str) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return cast(dict[str, Any], json.load(f))
+
+
 async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int, args: argparse.Namespace,
                    executor_pid: int) -> dict[str, Any]:
     import psutil
 
     executor = psutil.Process(executor_pid)
     cpu_before = sum(executor.cpu_times()[:2])
+    # The result goes through a file: a large one read from the child's stdout pipe came
+    # back cut short now and then (under uvloop).
+    fd, result_path = tempfile.mkstemp(prefix="bench-loadgen-", suffix=".json")
+    os.close(fd)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--role", "loadgen", "--url", f"http://127.0.0.1:{port}",
         "--handler", handler, "--first-log-id", str(first_log_id), "--runs", str(args.runs),
         "--concurrency", str(args.concurrency), "--jobs", str(args.jobs),
-        "--duration-s", str(args.duration_s), "--client", args.client,
-        stdout=asyncio.subprocess.PIPE,
+        "--duration-s", str(args.duration_s), "--client", args.client, "--result-path", result_path,
     )
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), args.limit_s)
+        await asyncio.wait_for(proc.wait(), args.limit_s)
+        load = _read_json(result_path)
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    load = json.loads(out)
+        os.unlink(result_path)
     sent_count = len(load["sent"])
     wanted = set(range(first_log_id, first_log_id + sent_count))
     with contextlib.suppress(TimeoutError):  # what is missing then shows as reported < runs
@@ -299,13 +319,14 @@ async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int,
 
 
 async def bench_executor(kind: str, admin: FakeAdmin, admin_url: str, args: argparse.Namespace,
-                         base_log_id: int) -> list[dict[str, Any]]:
+                         base_log_id: int, server: str = "own") -> list[dict[str, Any]]:
     port = free_port()
     log_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-")
     admin.registered.clear()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--role", kind, "--port", str(port), "--admin-url", admin_url,
-        "--log-path", log_dir, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        "--log-path", log_dir, "--server", server,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )
     results = []
     try:
@@ -316,7 +337,7 @@ async def bench_executor(kind: str, admin: FakeAdmin, admin_url: str, args: argp
         await one_mode(admin, port, "noop_async", base_log_id, warm, proc.pid)
         for offset, handler in enumerate(("noop_async", "noop_sync"), start=1):
             result = await one_mode(admin, port, handler, base_log_id + offset * 1_000_000, args, proc.pid)
-            result["executor"] = kind
+            result["executor"] = kind if kind != "jobring" or server == "own" else f"jobring ({server})"
             results.append(result)
     finally:
         proc.send_signal(signal.SIGINT)
@@ -337,8 +358,10 @@ async def orchestrate(args: argparse.Namespace) -> None:
     results: list[dict[str, Any]] = []
     try:
         kinds = [args.only] if args.only else ["jobring", "pyxxl"]
-        for n, kind in enumerate(kinds):
-            results += await bench_executor(kind, admin, admin_url, args, (n + 1) * 10_000_000)
+        steps = [(kind, http) for kind in kinds
+                 for http in (args.servers.split(",") if kind == "jobring" else ["own"])]
+        for n, (kind, http) in enumerate(steps):
+            results += await bench_executor(kind, admin, admin_url, args, (n + 1) * 10_000_000, http)
     finally:
         server.close()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.python_version()} {os.cpu_count()} cores, "
@@ -354,6 +377,11 @@ async def orchestrate(args: argparse.Namespace) -> None:
     by = {(r["executor"], r["handler"]): r for r in results}
     for handler in ("noop_async", "noop_sync"):
         ours, theirs = by.get(("jobring", handler)), by.get(("pyxxl", handler))
+        uvicorn = by.get(("jobring (uvicorn)", handler))
+        if ours and uvicorn:
+            print(f"ratio own server/uvicorn {handler}: "
+                  f"{ours['reported_per_s'] / uvicorn['reported_per_s']:.2f}x throughput, "
+                  f"{uvicorn['cpu_us'] / ours['cpu_us']:.2f}x less executor CPU per run")
         if ours and theirs:
             print(f"ratio jobring/pyxxl {handler}: {ours['reported_per_s'] / theirs['reported_per_s']:.2f}x "
                   f"throughput, {theirs['cpu_us'] / ours['cpu_us']:.2f}x less executor CPU per run")
@@ -386,21 +414,26 @@ def main() -> None:
     parser.add_argument("--only", choices=["jobring", "pyxxl"])
     parser.add_argument("--client", default="httpx", choices=["httpx", "raw"],
                         help="load generator HTTP client: httpx, or raw asyncio streams (much cheaper)")
+    parser.add_argument("--servers", default="own",
+                        help="HTTP servers for the jobring executor, comma separated: own, uvicorn")
+    parser.add_argument("--server", default="own", choices=["own", "uvicorn"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int)
     parser.add_argument("--admin-url")
     parser.add_argument("--log-path")
     parser.add_argument("--url")
     parser.add_argument("--handler")
     parser.add_argument("--first-log-id", type=int)
+    parser.add_argument("--result-path")
     args = parser.parse_args()
     if args.role == "jobring":
-        serve_jobring(args.port, args.admin_url, args.log_path)
+        serve_jobring(args.port, args.admin_url, args.log_path, args.server)
     elif args.role == "pyxxl":
         serve_pyxxl(args.port, args.admin_url, args.log_path)
     elif args.role == "loadgen":
         result = _run_fast(generate_load(args.url, args.handler, args.first_log_id, args.runs,
                                            args.concurrency, args.jobs, args.duration_s, args.client))
-        sys.stdout.write(json.dumps(result))
+        with open(args.result_path, "w") as f:
+            json.dump(result, f)
     else:
         _run_fast(orchestrate(args))
 

@@ -1,31 +1,95 @@
-"""Admin settings: defaults, then an optional TOML file, then ``JOBRING_*`` env vars.
+"""Admin settings: defaults, then an optional TOML file, then ``JOBRING_*`` env vars, then
+command-line options (pydantic-settings, see :mod:`jobring.configbase`).
 
 The TOML file is named by ``JOBRING_CONFIG`` (or ``--config`` on the CLI); its keys are
-the field names below, at top level or under an ``[admin]`` table.
+the field names below, at top level or under an ``[admin]`` table; the loop's tunables are
+its ``[admin.loop]`` table (``[loop]`` in a file without ``[admin]``). Every setting is
+listed in docs/configuration.md.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Annotated, Any, ClassVar, Self
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from jobring.configbase import ConfigError as ConfigError  # where callers import it from
+from jobring.configbase import SettingsBase, check_known, read_toml_table
 from jobring.core.addresses import AddressPolicy, policy_from_text
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
 ENV_PREFIX = "JOBRING_"
+LOG_FORMATS = ("plain", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
 
 
-class ConfigError(ValueError):
-    """A setting that cannot be used; the message names it."""
+class LoopSettings(BaseModel):
+    """The scheduling loop's tunables (``[admin.loop]``); a field left unset (None) keeps
+    :class:`jobring.admin.scheduler.loop.LoopConfig`'s default. The field names are
+    LoopConfig's; ``pre_read_ms`` stays a top-level setting."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cycle_ms: PositiveInt | None = None
+    lease_ms: PositiveInt | None = None
+    lease_guard_ms: PositiveInt | None = None
+    prepare_ahead_ms: PositiveInt | None = None
+    prepare_slice: PositiveInt | None = None
+    advance_flush_ms: PositiveInt | None = None
+    claim_limit: PositiveInt | None = None
+    max_inflight_batches: PositiveInt | None = None
+    max_coalesce_ms: Annotated[int, Field(ge=0)] | None = None
+    misfire_threshold_ms: PositiveInt | None = None
+    stop_timeout_s: PositiveFloat | None = None
+    fence_ahead_ms: PositiveInt | None = None
+    fence_every_ms: PositiveInt | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The tunables set, by LoopConfig field name."""
+        return self.model_dump(exclude_none=True)
+
+    def check(self, pre_read_ms: int) -> None:
+        """ValueError when the tunables (with LoopConfig's defaults for the others) break a
+        rule the loop relies on (see the loop module's docstring)."""
+        given = self.given()
+        if not given:
+            return
+        from jobring.admin.scheduler.loop import LoopConfig  # the defaults; heavy, only when needed
+
+        c = LoopConfig(**given)
+        # A lease renewed every cycle must outlive the cycle plus the clock-skew guard, or
+        # the node stops sending between two renewals.
+        if c.lease_ms <= c.cycle_ms + c.lease_guard_ms:
+            raise ValueError(f"loop.lease_ms ({c.lease_ms}) must exceed loop.cycle_ms + "
+                             f"loop.lease_guard_ms ({c.cycle_ms} + {c.lease_guard_ms})")
+        # Each cycle must prepare (and claim) every instant up to the next cycle.
+        if c.prepare_ahead_ms <= c.cycle_ms:
+            raise ValueError(f"loop.prepare_ahead_ms ({c.prepare_ahead_ms}) must exceed "
+                             f"loop.cycle_ms ({c.cycle_ms})")
+        if pre_read_ms <= c.cycle_ms:
+            raise ValueError(f"pre_read_ms ({pre_read_ms}) must exceed loop.cycle_ms ({c.cycle_ms})")
+        # The fence is raised before it runs out, or fires wait for it.
+        if c.fence_every_ms >= c.fence_ahead_ms:
+            raise ValueError(f"loop.fence_every_ms ({c.fence_every_ms}) must be below "
+                             f"loop.fence_ahead_ms ({c.fence_ahead_ms})")
 
 
-@dataclass(frozen=True, slots=True)
-class AdminSettings:
+class AdminSettings(SettingsBase):
+    """The admin's settings; every field is ``JOBRING_<NAME>`` in the environment and a key
+    of the TOML file (see docs/configuration.md). ``AdminSettings(...)`` uses only its
+    arguments and the defaults; :func:`load_settings` reads the file and the environment."""
+
+    model_config = SettingsConfigDict(
+        frozen=True, extra="forbid", case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter="__"
+    )
+    _json_fields: ClassVar[frozenset[str]] = frozenset({"alarm_default_targets"})
+
     database_url: str = DEFAULT_DATABASE_URL
     host: str = "127.0.0.1"
     port: int = 8080
@@ -45,14 +109,18 @@ class AdminSettings:
     keep_xxl_job_passwords: bool = False
     auto_upgrade: bool = True
     glue_enabled: bool = False
-    log_retention_days: int = 30
+    log_retention_days: PositiveInt = 30
     audit_retention_days: int = 180  # at least 7
-    fast_pool_size: int = 200
-    slow_pool_size: int = 100
-    executor_connect_timeout: float = 3.0
-    executor_read_timeout: float = 3.0
-    pre_read_ms: int = 5000
+    fast_pool_size: PositiveInt = 200
+    slow_pool_size: PositiveInt = 100
+    executor_connect_timeout: PositiveFloat = 3.0
+    executor_read_timeout: PositiveFloat = 3.0
+    pre_read_ms: PositiveInt = 5000
     node_id: str | None = None
+    # Database session locks prove nodes alive, so a dead node's jobs are taken over within
+    # about a second (PostgreSQL, MariaDB/MySQL). Off: after its leases run out (~10 s). Turn
+    # off where sessions are not one server's (pgbouncer transaction pooling, Galera).
+    node_locks: bool = True
     secure_cookies: bool = False
     # Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For/-Proto are believed;
     # empty: forwarded headers are ignored and the TCP peer is the client.
@@ -64,9 +132,9 @@ class AdminSettings:
     executor_address_deny: str | None = None
     executor_address_allow: str | None = None
     # Limits on a request head, checked before anything else (414 / 431 / 408 answers).
-    max_request_line_bytes: int = 8 * 1024
-    max_header_bytes: int = 64 * 1024
-    header_timeout: float = 10.0
+    max_request_line_bytes: PositiveInt = 8 * 1024
+    max_header_bytes: PositiveInt = 64 * 1024
+    header_timeout: PositiveFloat = 10.0
     # Alarms for failed runs (fail monitor): email through SMTP and/or a JSON webhook.
     smtp_host: str | None = None
     smtp_port: int = 25
@@ -82,7 +150,7 @@ class AdminSettings:
     metrics_token: str | None = None
     log_format: str = "plain"
     log_level: str = "INFO"
-    ready_timeout: float = 2.0
+    ready_timeout: PositiveFloat = 2.0
     alarm_retries: int = 2  # retries of a transient alarm delivery failure
     # Admin-wide alarm targets for every job (JSON list, or a TOML array of tables).
     alarm_default_targets: str | None = None
@@ -98,53 +166,39 @@ class AdminSettings:
     # On a database with history beyond the retention, the first cleaning only reports what it
     # would delete and deletes a day later, unless this is true.
     log_retention_confirm: bool = False
+    # The scheduling loop's tunables: the [admin.loop] table, JOBRING_LOOP__<NAME>.
+    loop: LoopSettings = Field(default_factory=LoopSettings)
 
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, value: str) -> str:
+        if value not in LOG_FORMATS:
+            raise ValueError(f"expected plain or json, got {value!r}")
+        return value
 
-def _coerce(name: str, raw: Any, target: Any) -> Any:
-    text = str(raw).strip()
-    if target is bool or target == (bool | None):
-        if isinstance(raw, bool):
-            return raw
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{name}: expected true/false, got {raw!r}")
-    if target is int:
-        try:
-            return int(raw)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{name}: expected an integer, got {raw!r}") from exc
-    if target is float:
-        try:
-            return float(raw)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{name}: expected a number, got {raw!r}") from exc
-    if raw is None or (target == (str | None) and text == ""):
-        return None
-    if isinstance(raw, list):  # a TOML array for a comma-list setting (trusted_proxies)
-        return ",".join(str(item) for item in raw)
-    return str(raw)
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        return value
 
+    @field_validator("alarm_default_targets")
+    @classmethod
+    def _alarm_targets(cls, value: str | None) -> str | None:
+        if value:
+            from jobring.admin.alarms.targets import TargetError, parse_targets
 
-def _apply(settings: AdminSettings, values: Mapping[str, Any], source: str) -> AdminSettings:
-    hints = get_type_hints(AdminSettings)
-    known = {f.name for f in fields(AdminSettings)}
-    changes: dict[str, Any] = {}
-    for key, raw in values.items():
-        if key not in known:
-            raise ConfigError(f"{source}: unknown setting {key!r}")
-        if key == "alarm_default_targets" and isinstance(raw, list):
-            raw = json.dumps(raw)  # a TOML array of tables
-        changes[key] = _coerce(f"{source}:{key}", raw, hints[key])
-    if changes.get("alarm_default_targets"):
-        from jobring.admin.alarms.targets import TargetError, parse_targets
+            try:
+                parse_targets(value, "alarm_default_targets")
+            except TargetError as exc:
+                raise ValueError(str(exc)) from None  # names the bad part: alarm_default_targets.0.url
+        return value
 
-        try:
-            parse_targets(changes["alarm_default_targets"], "alarm_default_targets")
-        except TargetError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-    return replace(settings, **changes)
+    @model_validator(mode="after")
+    def _loop_fits(self) -> Self:
+        self.loop.check(self.pre_read_ms)
+        return self
 
 
 def load_settings(
@@ -152,36 +206,24 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> AdminSettings:
-    """Build the admin settings from defaults, a TOML file, the environment and overrides."""
+    """Build the admin settings from defaults, a TOML file, the environment and overrides
+    (None: not given), highest last; ConfigError names an invalid or unknown setting."""
     env = os.environ if environ is None else environ
-    settings = AdminSettings()
     path = config_file or env.get(ENV_PREFIX + "CONFIG")
+    file_values: dict[str, Any] = {}
     if path:
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"config file {path}: {exc}") from exc
-        section = data.get("admin", data)
-        settings = _apply(settings, {k: v for k, v in section.items() if k != "executor"}, str(path))
-    known = {f.name for f in fields(AdminSettings)}
-    from_env = {
-        key[len(ENV_PREFIX):].lower(): value
-        for key, value in env.items()
-        if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX):].lower() in known
-    }
-    settings = _apply(settings, from_env, "environment")
-    settings = _apply(settings, {k: v for k, v in overrides.items() if v is not None}, "option")
+        file_values = read_toml_table(path, "admin", skip=frozenset({"executor"}))
+        check_known(AdminSettings, file_values, str(path))
+        if isinstance(file_values.get("loop"), dict):
+            check_known(LoopSettings, file_values["loop"], f"{path}: [loop]")
+    unknown = set(overrides) - set(AdminSettings.model_fields)
+    if unknown:
+        raise TypeError(f"unknown admin setting(s): {', '.join(sorted(unknown))}")
+    settings = AdminSettings.load(
+        environ=env, file_values=file_values, file_name=str(path), explicit=overrides
+    )
     address_policy(settings)  # a bad CIDR stops the start here
-    check_log_settings(settings.log_format, settings.log_level)
-    if settings.ready_timeout <= 0:
-        raise ConfigError(f"ready_timeout: expected seconds above 0, got {settings.ready_timeout!r}")
-    for name in _POSITIVE:
-        if getattr(settings, name) <= 0:
-            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
     return settings
-
-
-_POSITIVE = ("max_request_line_bytes", "max_header_bytes", "header_timeout")
 
 
 def address_policy(settings: AdminSettings) -> AddressPolicy:
@@ -190,10 +232,6 @@ def address_policy(settings: AdminSettings) -> AddressPolicy:
         return policy_from_text(settings.executor_address_deny, settings.executor_address_allow)
     except ValueError as exc:
         raise ConfigError(f"executor_address_deny/_allow: {exc}") from None
-
-
-LOG_FORMATS = ("plain", "json")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def check_log_settings(log_format: str, log_level: str) -> None:

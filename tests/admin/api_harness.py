@@ -152,7 +152,7 @@ async def api_env(
     GLUE permission), op_out (operator on B), viewer (on A); one API token each."""
     clock = ManualClock(T0)
     double = ExecutorDouble(list(HOSTS))
-    client = ExecutorClient(access_token=ACCESS_TOKEN, transport=double.transport())
+    client = ExecutorClient(access_token=ACCESS_TOKEN, connect=double.connect)
     trigger = TriggerService(
         store, client, access_token=ACCESS_TOKEN, node_id="api-test", clock=clock, admin_timezone="UTC"
     )

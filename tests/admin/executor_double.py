@@ -1,5 +1,6 @@
-"""An in-process executor double for admin tests: an httpx transport that answers like
-XXL-JOB executors at several addresses and records every call."""
+"""An in-process executor double for admin tests: executors at several addresses that answer
+like XXL-JOB executors and record every call. ``connect`` plugs it under the admin's own
+HTTP/1.1 client (in memory, see :mod:`tests.admin.loopback`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 import httpx
 import orjson
 
+from jobring.admin.scheduler.http1 import Connect
 from jobring.protocol.models import ReturnT
+from tests.admin.loopback import LoopbackServer
 
 Answer = Callable[[dict[str, Any]], Awaitable[ReturnT]]
 
@@ -33,6 +36,7 @@ class ExecutorDouble:
     down: set[str] = field(default_factory=set)
     answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
     content_type: str = "text/html;charset=UTF-8"  # as the Java executor says
+    _server: LoopbackServer | None = field(default=None, init=False, repr=False)
 
     @property
     def addresses(self) -> list[str]:
@@ -60,7 +64,25 @@ class ExecutorDouble:
         return httpx.Response(200, content=result.encode(), headers={"Content-Type": self.content_type})
 
     def transport(self) -> httpx.MockTransport:
+        """The httpx path (``ExecutorClient(transport=...)``), which production does not
+        use: prefer :attr:`connect`."""
         return httpx.MockTransport(self.handle)
+
+    def refuses(self, host: str, port: int) -> bool:
+        netloc = f"{host}:{port}"
+        return netloc not in self.hosts or netloc in self.down
+
+    @property
+    def server(self) -> LoopbackServer:
+        """The in-memory server (one per double) that ``connect`` opens connections to."""
+        if self._server is None:
+            self._server = LoopbackServer(self.handle, self.refuses)
+        return self._server
+
+    @property
+    def connect(self) -> Connect:
+        """``ExecutorClient(connect=...)``: the real client, connected to this double."""
+        return self.server.connect
 
 
 def blocking_answer(release: asyncio.Event, started: asyncio.Event | None = None) -> Answer:

@@ -30,6 +30,7 @@ from jobring.admin.store.records import JobGroup, JobInfo, NewLog
 from jobring.core.clock import ManualClock
 from jobring.core.enums import AddressType, TriggerType
 from jobring.protocol.models import LogParam, TriggerParam
+from tests.admin.loopback import LoopbackServer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "protocol"
 VERSIONS = ["3.3", "3.5"]
@@ -96,7 +97,7 @@ async def admin(request: pytest.FixtureRequest, sqlite_store: Store) -> AsyncIte
     spec = fixture(request.param)
     fake = FakeExecutor(spec)
     clock = ManualClock(T0)
-    client = ExecutorClient(access_token=spec["token"], transport=httpx.MockTransport(fake.handle))
+    client = ExecutorClient(access_token=spec["token"], connect=LoopbackServer(fake.handle).connect)
     trigger = TriggerService(sqlite_store, client, access_token=spec["token"], node_id="n1", clock=clock,
                              admin_timezone="UTC")
     callbacks = CallbackService(sqlite_store, trigger, clock)

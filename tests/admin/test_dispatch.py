@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 import httpx
 import pytest
 
 from jobring.admin.scheduler.dispatch import ExecutorClient, executor_url
+from jobring.admin.scheduler.http1 import Connect
 from jobring.protocol.models import LogParam, ReturnT, TriggerParam
 from tests.admin.executor_double import ExecutorDouble
+from tests.admin.loopback import Handler, LoopbackServer
 
 
 def test_executor_url_joins_with_or_without_trailing_slash() -> None:
@@ -15,7 +20,7 @@ def test_executor_url_joins_with_or_without_trailing_slash() -> None:
 
 async def test_run_posts_trigger_param_with_token_and_parses_text_html_json() -> None:
     double = ExecutorDouble(["e1:9999"])
-    client = ExecutorClient(access_token="s3cret", transport=double.transport())
+    client = ExecutorClient(access_token="s3cret", connect=double.connect)
     try:
         param = TriggerParam(job_id=7, executor_handler="demo", log_id=3)
         answer = await client.run(double.address(0), param)
@@ -31,7 +36,7 @@ async def test_run_posts_trigger_param_with_token_and_parses_text_html_json() ->
 
 async def test_no_token_header_without_token() -> None:
     double = ExecutorDouble(["e1:9999"])
-    client = ExecutorClient(access_token=None, transport=double.transport())
+    client = ExecutorClient(access_token=None, connect=double.connect)
     try:
         await client.beat(double.address(0))
     finally:
@@ -46,7 +51,7 @@ async def test_idle_beat_kill_and_log_bodies() -> None:
         return ReturnT.success({"fromLineNum": 1, "toLineNum": 2, "logContent": "a\nb", "isEnd": False})
 
     double.answer(double.address(0), "log", log_answer)
-    client = ExecutorClient(access_token=None, transport=double.transport())
+    client = ExecutorClient(access_token=None, connect=double.connect)
     try:
         assert (await client.idle_beat(double.address(0), 5)).ok
         assert (await client.kill(double.address(0), 5)).ok
@@ -59,19 +64,38 @@ async def test_idle_beat_kill_and_log_bodies() -> None:
     assert got.content["logContent"] == "a\nb"
 
 
+def _client(handler: Handler, *, read_timeout: float = 3.0, connect: Connect | None = None) -> ExecutorClient:
+    """The production client, connected in memory to ``handler``."""
+    return ExecutorClient(access_token=None, read_timeout=read_timeout,
+                          connect=connect or LoopbackServer(handler).connect)
+
+
+async def _never(request: httpx.Request) -> httpx.Response:
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+async def _refuse(factory: Callable[[], asyncio.Protocol], host: str, port: int
+                  ) -> tuple[asyncio.BaseTransport, asyncio.Protocol]:
+    raise ConnectionRefusedError(f"connection to {host}:{port} refused")
+
+
+async def _connect_times_out(factory: Callable[[], asyncio.Protocol], host: str, port: int
+                             ) -> tuple[asyncio.BaseTransport, asyncio.Protocol]:
+    raise TimeoutError("connect timed out")  # as the OS says it (an OSError)
+
+
 @pytest.mark.parametrize(
-    ("error", "expected"),
+    ("connect", "read_timeout", "expected"),
     [
-        (httpx.ConnectError("refused"), "unreachable (ConnectError)"),
-        (httpx.ReadTimeout("slow"), "timed out (ReadTimeout)"),
-        (httpx.ConnectTimeout("slow"), "timed out (ConnectTimeout)"),
+        (_refuse, 3.0, "unreachable (ConnectionRefusedError)"),
+        (_connect_times_out, 3.0, "timed out (ConnectTimeout)"),
+        (None, 0.05, "timed out (ReadTimeout)"),
     ],
 )
-async def test_transport_errors_become_failed_returnt(error: Exception, expected: str) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise error
-
-    client = ExecutorClient(access_token=None, transport=httpx.MockTransport(handler))
+async def test_transport_errors_become_failed_returnt(connect: Connect | None, read_timeout: float,
+                                                      expected: str) -> None:
+    client = _client(_never, read_timeout=read_timeout, connect=connect)
     try:
         answer = await client.run("http://e1:9999/", TriggerParam(job_id=1))
     finally:
@@ -92,7 +116,7 @@ async def test_bad_answers_become_failed_returnt(status: int, body: bytes, expec
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, content=body)
 
-    client = ExecutorClient(access_token=None, transport=httpx.MockTransport(handler))
+    client = _client(handler)
     try:
         answer = await client.beat("http://e1:9999/")
     finally:
@@ -100,11 +124,31 @@ async def test_bad_answers_become_failed_returnt(status: int, body: bytes, expec
     assert answer.code == 500 and answer.msg is not None and expected in answer.msg
 
 
+async def test_unparsable_and_oversized_answers_become_failed_returnt() -> None:
+    answers = iter([b"HTTP/1.1 2xx OK\r\n\r\n",
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (17 << 20)])
+
+    async def raw(factory: Callable[[], asyncio.Protocol], host: str, port: int
+                  ) -> tuple[asyncio.BaseTransport, asyncio.Protocol]:
+        transport, protocol = await LoopbackServer(_never).connect(factory, host, port)
+        protocol.data_received(next(answers))  # the answer is there before the request
+        return transport, protocol
+
+    client = _client(_never, connect=raw)
+    try:
+        bad = await client.beat("http://e1:9999/")
+        huge = await client.beat("http://e1:9999/")
+    finally:
+        await client.aclose()
+    assert bad.msg is not None and "unreachable (BadAnswer): not an HTTP/1.x answer" in bad.msg
+    assert huge.msg is not None and "(AnswerTooLarge)" in huge.msg and str(16 << 20) in huge.msg
+
+
 async def test_executor_failure_answer_is_passed_through() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=b'{"code":500,"msg":"job handler [x] not found."}')
 
-    client = ExecutorClient(access_token=None, transport=httpx.MockTransport(handler))
+    client = _client(handler)
     try:
         answer = await client.run("http://e1:9999/", TriggerParam(job_id=1, executor_handler="x"))
     finally:
@@ -112,9 +156,32 @@ async def test_executor_failure_answer_is_passed_through() -> None:
     assert answer == ReturnT(500, "job handler [x] not found.", None)
 
 
-async def test_real_timeout_against_a_silent_server() -> None:
-    import asyncio
+async def test_calls_to_one_executor_wait_for_one_of_max_connections() -> None:
+    release = asyncio.Event()
+    started: list[str] = []
+    server = LoopbackServer(lambda request: httpx.Response(500))
 
+    async def handler(request: httpx.Request) -> httpx.Response:
+        started.append(request.url.host)
+        await release.wait()
+        return httpx.Response(200, content=ReturnT.success().encode())
+
+    server.handler = handler
+    client = ExecutorClient(access_token=None, max_connections=2, connect=server.connect)
+    try:
+        calls = [asyncio.create_task(client.beat(a)) for a in ["http://e1:1/"] * 5 + ["http://e2:1/"]]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        # Two calls to e1 are in flight, three wait; e2 has its own limit.
+        assert sorted(started) == ["e1", "e1", "e2"] and server.opened == 3
+        release.set()
+        assert all(answer.ok for answer in await asyncio.gather(*calls))
+    finally:
+        await client.aclose()
+    assert server.opened == 3 and started.count("e1") == 5  # the waiting calls reused the two
+
+
+async def test_real_timeout_against_a_silent_server() -> None:
     done = asyncio.Event()
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

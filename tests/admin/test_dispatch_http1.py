@@ -158,3 +158,16 @@ async def test_timeouts_and_refused_connections_are_http_errors() -> None:
             await client.post("https://127.0.0.1:1/run", b"{}")
     finally:
         await client.aclose()
+
+
+async def test_no_content_answer_is_not_read_until_close() -> None:
+    # Without a body to wait for, the answer ends with its head and the connection is kept.
+    answers = iter([b"HTTP/1.1 204 No Content\r\n\r\n", b"HTTP/1.1 100 Continue\r\n\r\n" + OK])
+    client = _client(read_timeout=5.0)
+    try:
+        async with raw_server(lambda head: next(answers)) as (url, per_connection):
+            assert await client.post(url, b"{}") == (204, b"")
+            assert await client.post(url, b"{}") == (200, BODY)
+            assert per_connection == [2]
+    finally:
+        await client.aclose()

@@ -47,7 +47,7 @@ class Api:
 @pytest.fixture
 async def api(sqlite_store: Store) -> AsyncIterator[Api]:
     clock = ManualClock(T0)
-    client = ExecutorClient(access_token=TOKEN, transport=ExecutorDouble(["e1:9999"]).transport())
+    client = ExecutorClient(access_token=TOKEN, connect=ExecutorDouble(["e1:9999"]).connect)
     trigger = TriggerService(sqlite_store, client, access_token=TOKEN, node_id="n1", clock=clock,
                              admin_timezone="UTC")
     callbacks = CallbackService(sqlite_store, trigger, clock)
@@ -225,7 +225,7 @@ async def test_callback_with_non_string_message_keeps_its_json_text(api: Api) ->
 
 async def test_started_at_header_reaches_the_registry_and_bad_values_are_ignored(sqlite_store: Store) -> None:
     clock = ManualClock(T0)
-    client = ExecutorClient(access_token=TOKEN, transport=ExecutorDouble(["e1:9999"]).transport())
+    client = ExecutorClient(access_token=TOKEN, connect=ExecutorDouble(["e1:9999"]).connect)
     trigger = TriggerService(sqlite_store, client, access_token=TOKEN, node_id="n1", clock=clock,
                              admin_timezone="UTC")
     callbacks = CallbackService(sqlite_store, trigger, clock)

@@ -52,7 +52,7 @@ class ExecApi:
 
 async def _exec_api(store: Store, global_token: str | None) -> AsyncIterator[ExecApi]:
     clock = ManualClock(T0)
-    client = ExecutorClient(access_token=global_token, transport=ExecutorDouble(["e1:9999"]).transport())
+    client = ExecutorClient(access_token=global_token, connect=ExecutorDouble(["e1:9999"]).connect)
     trigger = TriggerService(store, client, access_token=global_token, node_id="n1", clock=clock,
                              admin_timezone="UTC")
     callbacks = CallbackService(store, trigger, clock)

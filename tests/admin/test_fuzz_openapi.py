@@ -126,7 +126,7 @@ async def _prepare(db: Path) -> tuple[Starlette, Store, TriggerService, Executor
     double = ExecutorDouble(["exec-a:9999"])
     for address in double.addresses:  # an executor that serves run logs (else /log is a 502)
         double.answer(address, "log", _log_answer)
-    client = ExecutorClient(access_token="fuzz", transport=double.transport())
+    client = ExecutorClient(access_token="fuzz", connect=double.connect)
     trigger = TriggerService(
         store, client, access_token="fuzz", node_id="fuzz", clock=SystemClock(), admin_timezone="UTC"
     )

@@ -4,17 +4,19 @@ are slow: no planned instant may be skipped. Manual clock, in-memory ports, no s
 A late fire (under the misfire threshold) plans its next instant from now, so an instant
 that passes while nobody holds the job is skipped once the job is picked up more than one
 period late. The hand-over must therefore leave the next holder a whole period of headroom.
+
+Every test runs with fires recorded at their instants and with fires recorded ahead (as in
+production): a node handing a job over must then withdraw what it recorded ahead first.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 
 import pytest
 
 from jobring.admin.scheduler.loop import ScheduleLoop
-from jobring.admin.scheduler.ports import FireBatch, PlannedFire
 from jobring.admin.scheduler.timers import ManualTimers
 from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo
@@ -46,16 +48,6 @@ class SlowLeases(FakeLeases):
         return await super().renew(now_ms, lease_ms, known)
 
 
-def _slow_sink(sink: FireBatch, timers: ManualTimers, in_flight_ms: int) -> FireBatch:
-    """Records the log rows at once, then takes ``in_flight_ms`` (the /run call) to return."""
-
-    async def fire_batch(fires: Sequence[PlannedFire]) -> None:
-        await sink(fires)
-        await _pause(timers, in_flight_ms)
-
-    return fire_batch
-
-
 class TwoNodes:
     def __init__(self, h: Harness) -> None:
         self.h = h
@@ -65,16 +57,21 @@ class TwoNodes:
         h = self.h
         assert isinstance(h.timers, ManualTimers)
         leases = SlowLeases(h.table, node, h.timers, claim_ms)
-        sink = _slow_sink(h.runlog.sink(node), h.timers, in_flight_ms)
-        loop = ScheduleLoop(leases, sink, h.timers, parse_schedule, config=h.config)
+        timers = h.timers
+
+        async def in_flight() -> None:
+            """A fire port returns ``in_flight_ms`` after sending (the /run call)."""
+            await _pause(timers, in_flight_ms)
+
+        loop = ScheduleLoop(leases, h.port(node, in_flight), h.loop_timers, parse_schedule, config=h.config)
         h.loops[node] = loop
         self.leases[node] = leases
         return loop
 
 
-@pytest.fixture
-async def nodes() -> AsyncIterator[TwoNodes]:
-    two = TwoNodes(Harness())
+@pytest.fixture(params=[False, True], ids=["at-instant", "ahead"])
+async def nodes(request: pytest.FixtureRequest) -> AsyncIterator[TwoNodes]:
+    two = TwoNodes(Harness(prepare=bool(request.param)))
     yield two
     h = two.h
     for loop in h.loops.values():
@@ -97,6 +94,7 @@ def _assert_every_instant_once(h: Harness, firsts: dict[int, int], until_ms: int
         detail = [(r.node, r.planned_ms - T0, r.at_ms - r.planned_ms, r.duplicate)
                   for r in h.runlog.records if r.job_id == job_id]
         assert missing == [], (job_id, [m - T0 for m in missing], detail)
+    assert h.stray_rows() == []
 
 
 async def test_job_shed_while_its_fire_is_in_flight_keeps_every_instant(nodes: TwoNodes) -> None:
@@ -123,6 +121,9 @@ async def test_job_shed_while_its_fire_is_in_flight_keeps_every_instant(nodes: T
     assert h.loops["b"].held_job_ids == [4]
     b_fires = [r for r in h.runlog.records if r.node == "b" and not r.duplicate]
     assert b_fires and all(r.at_ms - r.planned_ms <= 50 for r in b_fires), b_fires
+    # a sends the instant after the hand-over decision (+2990) itself, b the ones after it.
+    assert h.table.rows[(4, T0 + 2_990)].node == "a"
+    assert h.table.rows[(4, T0 + 3_990)].node == "b"
 
 
 @pytest.mark.parametrize("b_phase_ms", range(0, 1_000, 100))
@@ -143,6 +144,10 @@ async def test_hand_over_at_any_phase_keeps_every_instant(
     _assert_every_instant_once(h, firsts, T0 + 9_000)
     held = sorted(len(h.loops[n].held_job_ids) for n in ("a", "b"))
     assert sum(held) == 20 and held[0] >= 8, held
+    # Recording ahead, the shed jobs' rows ahead are withdrawn first, and b sends those instants.
+    withdrawn = [key for key in h.table.withdrawn if key[1] <= T0 + 9_000]
+    assert bool(withdrawn) == h.prepare
+    assert set(withdrawn) <= set(h.runlog.fired())
 
 
 async def test_instants_passed_over_by_a_late_fire_are_logged(

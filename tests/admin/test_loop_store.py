@@ -57,7 +57,7 @@ class World:
         self.group_id = 0
 
     def node(self, node_id: str, lease_ms: int = 5_000) -> ScheduleLoop:
-        client = ExecutorClient(access_token="tok", transport=self.double.transport())
+        client = ExecutorClient(access_token="tok", connect=self.double.connect)
         trigger = TriggerService(self.store, client, access_token="tok", node_id=node_id, clock=self.clock,
                                  admin_timezone="UTC")
         loop = ScheduleLoop(StoreLeases(self.store, node_id), trigger_fire_batch(trigger), self.timers,

@@ -44,7 +44,7 @@ class Env:
         assert {j.id for j in held} == {j.id for j in jobs}
 
     def service(self, node_id: str, **kwargs: object) -> TriggerService:
-        client = ExecutorClient(access_token="tok", transport=self.double.transport())
+        client = ExecutorClient(access_token="tok", connect=self.double.connect)
         return TriggerService(self.store, client, access_token="tok", node_id=node_id, clock=self.clock,
                               admin_timezone="UTC", **kwargs)  # type: ignore[arg-type]
 
@@ -56,7 +56,7 @@ async def make_env(store: Store, hosts: list[str], address_type: AddressType = A
     group_id = await store.groups.create(
         JobGroup(app_name="demo-app", title="Demo", address_type=address_type,
                  address_list=",".join(double.addresses) or None), now)
-    client = ExecutorClient(access_token="tok", transport=double.transport())
+    client = ExecutorClient(access_token="tok", connect=double.connect)
     trigger = TriggerService(store, client, access_token="tok", node_id="node-a", clock=clock,
                              admin_timezone="UTC")
     return Env(store, double, clock, trigger, group_id)

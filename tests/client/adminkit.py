@@ -98,7 +98,7 @@ async def admin_env(store: Store, *, glue_enabled: bool = False) -> AsyncIterato
     secrets = await bootstrap(store, settings, out=io.StringIO())
     clock = ManualClock(T0)
     double = ExecutorDouble(list(EXECUTOR_HOSTS))
-    executors = ExecutorClient(access_token=secrets.access_token, transport=double.transport())
+    executors = ExecutorClient(access_token=secrets.access_token, connect=double.connect)
     trigger = TriggerService(store, executors, access_token=secrets.access_token, node_id="node-a",
                              clock=clock, admin_timezone="UTC")
     services = ManagementServices(store, settings, secrets, trigger=trigger, executors=executors, clock=clock)

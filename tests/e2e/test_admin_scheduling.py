@@ -278,8 +278,9 @@ async def test_killed_node_jobs_are_taken_over_without_double_fires(
     rows = await fired(store)
     keys = Counter((r.job_id, r.planned_time) for r in rows)
     assert [k for k, c in keys.items() if c > 1] == []
-    # The lease (10 s) runs out, the survivor claims, applies the misfire rule and goes on:
-    # from then on every instant of every job fires, all from the survivor.
+    # The survivor claims (at once on a lost session lock, else once the lease runs out), applies
+    # the misfire rule and goes on: from then on every instant of every job fires, all from the
+    # survivor.
     settled = killed_at + 13_000
     for i, job_id in enumerate(ids):
         planned = sorted(p for j, p in keys if j == job_id and p >= settled)

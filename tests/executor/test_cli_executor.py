@@ -57,3 +57,18 @@ def test_target_module_is_found_in_the_working_directory(
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     executor = load_target("cwd_jobs_for_test:executor")
     assert executor.settings.app_name == "cwd-app"
+
+
+def test_a_bad_setting_read_when_the_target_module_is_imported_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad_env_jobs_for_test.py").write_text(
+        "from jobring import Executor\nexecutor = Executor(app_name='a')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load_target adds the working directory
+    monkeypatch.setenv("JOBRING_EXECUTOR_PORT", "nine")
+    monkeypatch.delitem(sys.modules, "bad_env_jobs_for_test", raising=False)
+    assert main(["executor", "bad_env_jobs_for_test:executor"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid settings: port: expected an integer, got 'nine' (from JOBRING_EXECUTOR_PORT)" in err

@@ -10,8 +10,9 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+from jobring.executor.http.app import MSG_JOB_BUSY, MSG_NOT_STARTED, ExecutorEndpoints
+from jobring.executor.http.decode import decode_trigger
 from jobring.executor.runlog import RunLog
-from jobring.executor.server import MSG_JOB_BUSY, MSG_NOT_STARTED, ExecutorEndpoints, decode_trigger
 from jobring.protocol.models import ReturnT, TriggerParam
 
 TOKEN = "s3cret"

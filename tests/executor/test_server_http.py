@@ -10,8 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from jobring.executor.http.app import ExecutorEndpoints
+from jobring.executor.http.decode import MAX_BODY_BYTES
+from jobring.executor.http.protocol import ExecutorHttpServer
 from jobring.executor.runlog import RunLog
-from jobring.executor.server import MAX_BODY_BYTES, ExecutorEndpoints, ExecutorHttpServer
 from jobring.protocol.models import ReturnT, TriggerParam
 
 TOKEN = b"s3cret"

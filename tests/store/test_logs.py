@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 
 from jobring.admin.store import (
     ClearRule,
@@ -20,6 +21,8 @@ from jobring.admin.store import (
     Store,
     TriggerResult,
 )
+from jobring.admin.store.logs import unalarmed_failure_statements
+from jobring.admin.store.tables import job_log
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
 
@@ -236,6 +239,23 @@ async def test_failed_unalarmed_and_alarm_cas(store: Store) -> None:
     assert len(await store.logs.failed_unalarmed(1)) == 1
 
 
+async def test_failed_unalarmed_codes_at_the_edges_of_success(store: Store) -> None:
+    # The query asks "not 0 and not 200" as index ranges: every edge of those ranges counts.
+    group, job = await _job(store)
+    codes = [(200, 0), (200, 200), (0, 0), (-1, 0), (1, 0), (199, 0), (201, 0), (500, 0),
+             (200, -1), (200, 1), (200, 199), (200, 201), (200, 502)]
+    ids = {}
+    for trigger_code, handle_code in codes:
+        ids[(trigger_code, handle_code)] = await store.logs.insert(
+            _fire(group, job, None, trigger_code=trigger_code, handle_code=handle_code))
+    failed = [lg.id for lg in await store.logs.failed_unalarmed(100)]
+    expected = sorted(i for (t, h), i in ids.items() if t not in (0, 200) or h not in (0, 200))
+    assert failed == expected and len(failed) == 10
+    # the limit keeps the lowest ids across both code columns; after_id pages on
+    assert [lg.id for lg in await store.logs.failed_unalarmed(3)] == expected[:3]
+    assert [lg.id for lg in await store.logs.failed_unalarmed(100, after_id=expected[4])] == expected[5:]
+
+
 async def test_lost_runs(store: Store) -> None:
     group, job = await _job(store)
     ids = await _seed_statuses(store, group, job)  # "running" is on a:2, triggered NOW-4h
@@ -287,3 +307,27 @@ async def test_counts_by_day(store: Store) -> None:
         DayCount(datetime(2026, 3, 9), 0, 0, 0),
         DayCount(datetime(2026, 3, 10), 2, 1, 2),  # running: triggered-200 and not-yet-triggered
     ]
+
+
+async def test_fail_monitor_query_reads_by_index_not_by_id(store: Store) -> None:
+    # 20,000 successful runs (alarm_status stays 0 on success) and a few failures: the plan
+    # must use the (alarm_status, code) indexes, never a walk of the whole table in id order.
+    group, job = await _job(store)
+    async with store.engine.begin() as conn:
+        await conn.execute(job_log.insert(), [
+            {"job_group": group, "job_id": job, "trigger_code": 200,
+             "handle_code": 500 if i % 1000 == 0 else 200}
+            for i in range(20_000)
+        ])
+        analyze = {"mariadb": "ANALYZE TABLE xxl_job_log"}.get(store.backend, "ANALYZE xxl_job_log")
+        await conn.execute(text(analyze))
+    explain = {"sqlite": "EXPLAIN QUERY PLAN "}.get(store.backend, "EXPLAIN ")
+    code_indexes = (("ix_job_log_alarm", "I_handle_code"), ("ix_job_log_alarm_trigger",))
+    for stmt, indexes in zip(unalarmed_failure_statements(0, 1000, store.backend), code_indexes, strict=True):
+        sql = str(stmt.compile(store.engine.sync_engine, compile_kwargs={"literal_binds": True}))
+        async with store.engine.connect() as conn:
+            rows = (await conn.execute(text(explain + sql))).all()
+        plan = "\n".join(" ".join(str(c) for c in row) for row in rows)
+        assert any(index in plan for index in indexes), plan
+        assert "Seq Scan" not in plan and "pkey" not in plan and "SCAN xxl_job_log" not in plan, plan
+    assert len(await store.logs.failed_unalarmed(1000)) == 20

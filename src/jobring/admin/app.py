@@ -18,11 +18,11 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import metadata
-from typing import TextIO
+from typing import Any, TextIO
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -47,11 +47,15 @@ from jobring.admin.scheduler.adapters import StoreLeases, trigger_fire_batch
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.liveness import NodeLiveness
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.store import Store
+from jobring.admin.store.node_locks import BACKENDS as LOCK_BACKENDS
+from jobring.admin.store.node_locks import NodeLockSession, claim_owned_by
+from jobring.admin.store.records import JobInfo
 from jobring.config import AdminSettings, address_policy
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule
@@ -66,6 +70,19 @@ def jobring_version() -> str:
         return metadata.version("jobring")
     except metadata.PackageNotFoundError:  # running from a source tree without install
         return "0+unknown"
+
+
+def loop_config_of(settings: AdminSettings, backend: str) -> LoopConfig:
+    """The loop's config: ``pre_read_ms`` and the ``[admin.loop]`` tunables set, by field
+    name; the others keep LoopConfig's defaults."""
+    # SQLite has one writer at a time: few concurrent batches (each a few transactions)
+    # avoid busy-waiting writers; fires that come due meanwhile are batched together.
+    values: dict[str, Any] = {
+        "pre_read_ms": settings.pre_read_ms,
+        "max_inflight_batches": 4 if backend == "sqlite" else 16,
+    }
+    values.update(settings.loop.given())
+    return LoopConfig(**values)
 
 
 def make_node_id(settings: AdminSettings) -> str:
@@ -95,6 +112,7 @@ class AdminRuntime:
     alarmer: Alarmer
     delayed: DelayedFireRunner
     metrics: AdminMetrics | None = None
+    liveness: NodeLiveness | None = None
 
     async def stop(self) -> None:
         """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB."""
@@ -102,6 +120,9 @@ class AdminRuntime:
             await self.loop.stop()
         finally:
             try:
+                if self.liveness is not None:
+                    # After the loop: its leases are released and it no longer counts as live.
+                    await self.liveness.stop()
                 await self.delayed.stop()
                 await self.monitors.stop()
                 await self.trigger.close()
@@ -141,8 +162,8 @@ async def start_runtime(
     store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade)
     try:
         state = await resolve_database_state(store, settings.database_timezone, settings.timezone)
-        settings = replace(
-            settings, timezone=state.default_timezone, database_timezone=state.database_timezone
+        settings = settings.model_copy(
+            update={"timezone": state.default_timezone, "database_timezone": state.database_timezone}
         )
         if state.adopted_from is not None:
             log.info("database adopted from XXL-JOB %s: DATETIME columns in %s, crons default to %s",
@@ -163,15 +184,12 @@ async def start_runtime(
         admin_timezone=state.default_timezone, fast_pool=settings.fast_pool_size,
         slow_pool=settings.slow_pool_size, address_policy=address_policy(settings),
     )
-    # SQLite has one writer at a time: few concurrent batches (each a few transactions)
-    # avoid busy-waiting writers; fires that come due meanwhile are batched together.
-    config = loop_config or LoopConfig(
-        pre_read_ms=settings.pre_read_ms, max_inflight_batches=4 if store.backend == "sqlite" else 16
-    )
+    config = loop_config or loop_config_of(settings, store.backend)
     leases = StoreLeases(store, node_id)
+    liveness = node_liveness(store, node_id, clock) if settings.node_locks else None
     loop = ScheduleLoop(
         leases, trigger_fire_batch(trigger), LoopTimers(clock), parse_schedule,
-        admin_timezone=state.default_timezone, config=config,
+        admin_timezone=state.default_timezone, config=config, liveness=liveness,
     )
     alarmer = alarmer_from_settings(settings)
     alarms = AlarmService(store, alarmer)
@@ -188,11 +206,31 @@ async def start_runtime(
     # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
     runtime.metrics = AdminMetrics(runtime)
     runtime.metrics.instrument(alarmer)
+    runtime.liveness = liveness
+    if liveness is not None:
+        await liveness.start()
     await loop.start()
     monitors.start()
     runtime.delayed.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)
     return runtime
+
+
+def node_liveness(store: Store, node_id: str, clock: Clock) -> NodeLiveness | None:
+    """Session-lock liveness for the loop on PostgreSQL/MariaDB/MySQL (None on SQLite)."""
+    if store.backend not in LOCK_BACKENDS:
+        return None
+
+    async def open_session() -> NodeLockSession:
+        timeout = liveness.config.idle_timeout_ms
+        return await NodeLockSession.open(store.engine, node_id, idle_timeout_ms=timeout)
+
+    async def claim_owned(owners: Sequence[str], now_ms: int, window_end_ms: int, lease_ms: int,
+                          limit: int) -> Sequence[JobInfo]:
+        return await claim_owned_by(store.db, node_id, owners, now_ms, window_end_ms, lease_ms, limit)
+
+    liveness = NodeLiveness(open_session, claim_owned, clock)
+    return liveness
 
 
 class _LateApp:

@@ -6,12 +6,13 @@ import argparse
 import asyncio
 import socket
 import sys
-from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobring.cli.common import UsageError
-from jobring.config import AdminSettings, ConfigError, load_settings
+
+if TYPE_CHECKING:  # pydantic is imported only by the commands that read settings
+    from jobring.config import AdminSettings
 
 # Not the executors' default 9999: one's own first executor must not collide with the demo.
 DEMO_PORT = 9990
@@ -56,7 +57,10 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def validate_settings(settings: AdminSettings) -> None:
-    """Check what :func:`load_settings` cannot (ranges, zone, URL); raises ConfigError."""
+    """Check what the settings fields do not (port, database URL, zones, base path, secrets,
+    trusted proxies); raises ConfigError. Types and ranges are checked by :func:`load_settings`."""
+    from jobring.config import ConfigError
+
     if not 1 <= settings.port <= 65535:
         raise ConfigError(f"port: must be 1-65535, got {settings.port}")
     from jobring.admin.store import normalize_url  # SQLAlchemy: only when a node starts
@@ -75,14 +79,9 @@ def validate_settings(settings: AdminSettings) -> None:
             raise ConfigError(f"{name}: unknown time zone {zone!r}") from None
     if not settings.base_path.startswith("/"):
         raise ConfigError(f"base_path: must start with '/', got {settings.base_path!r}")
-    for name in ("pre_read_ms", "fast_pool_size", "slow_pool_size", "log_retention_days"):
-        if getattr(settings, name) <= 0:
-            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
+    # Not a field constraint: code and tests build settings below it (retention applies 7).
     if settings.audit_retention_days < 7:
         raise ConfigError(f"audit_retention_days: must be at least 7, got {settings.audit_retention_days}")
-    for name in ("executor_connect_timeout", "executor_read_timeout"):
-        if getattr(settings, name) <= 0:
-            raise ConfigError(f"{name}: must be positive, got {getattr(settings, name)}")
     from jobring.admin.security.secrets_policy import check_secret_policy, trusted_proxy_networks
 
     trusted_proxy_networks(settings)
@@ -91,6 +90,8 @@ def validate_settings(settings: AdminSettings) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> AdminSettings:
     """Settings from defaults, the config file, JOBRING_* and the options; UsageError if invalid."""
+    from jobring.config import ConfigError, load_settings
+
     try:
         settings = load_settings(
             args.config,
@@ -128,7 +129,7 @@ def _serve(settings: AdminSettings, sock: socket.socket) -> int:
 
     if settings.node_id is None:
         # One id for the whole process, so the log lines and the leases name the same node.
-        settings = replace(settings, node_id=make_node_id(settings))
+        settings = settings.model_copy(update={"node_id": make_node_id(settings)})
     setup_logging(settings.log_format, settings.log_level)
     set_log_node(settings.node_id)
     return serve(settings, log_level=settings.log_level.lower(), sock=sock)

@@ -9,7 +9,6 @@ import sys
 from typing import Any
 
 from jobring.cli.common import UsageError
-from jobring.config import ConfigError, load_settings
 
 EXIT_DB_ERROR = 1
 
@@ -51,6 +50,7 @@ def register(sub: Any) -> None:
 
 def _database_url(args: argparse.Namespace) -> str:
     from jobring.admin.store import normalize_url  # SQLAlchemy is imported only when used
+    from jobring.config import ConfigError, load_settings
 
     try:
         settings = load_settings(args.config, database_url=args.database_url)

@@ -9,8 +9,6 @@ import sys
 from typing import Any
 
 from jobring.cli.common import UsageError
-from jobring.config import ConfigError
-from jobring.logsetup import log_settings_from_env, setup_logging
 
 
 def register(sub: Any) -> None:
@@ -56,10 +54,14 @@ def load_target(target: str) -> Any:
     # Like `python -m` and uvicorn: modules in the working directory are importable.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    from jobring.config import ConfigError
+
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(f"cannot import {module_name!r}: {exc}") from exc
+    except ConfigError as exc:  # an Executor(...) at module level read a bad setting
+        raise UsageError(f"invalid settings: {exc}") from None
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -72,6 +74,9 @@ def load_target(target: str) -> Any:
 
 
 def run_executor(args: argparse.Namespace) -> int:
+    from jobring.config import ConfigError  # with pydantic: only when an executor starts
+    from jobring.logsetup import log_settings_from_env, setup_logging
+
     try:
         log_format, log_level = log_settings_from_env()
     except ConfigError as exc:

@@ -1,47 +1,62 @@
-"""Executor settings: explicit arguments, then ``JOBRING_EXECUTOR_*`` env vars, then defaults."""
+"""Executor settings: explicit arguments, then ``JOBRING_EXECUTOR_*`` env vars, then the
+``JOBRING_EXECUTOR_CONFIG`` TOML file, then defaults (pydantic-settings, see
+:mod:`jobring.configbase`)."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any, get_type_hints
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
 from jobring.config import ConfigError, check_metrics_token
+from jobring.configbase import SettingsBase, check_known, read_toml_table
 from jobring.protocol.models import PROTOCOLS
 
 ENV_PREFIX = "JOBRING_EXECUTOR_"
 DEFAULT_LOG_PATH = "./jobring-executor-logs"
 DECLARE_MODES = ("auto", "always", "never")
+CONFIG_ENV = "JOBRING_EXECUTOR_CONFIG"
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
 
 
-@dataclass(frozen=True, slots=True)
-class ExecutorSettings:
+class ExecutorSettings(SettingsBase):
+    """The executor's settings; every field is ``JOBRING_EXECUTOR_<NAME>`` in the environment
+    and a key of the file named by ``JOBRING_EXECUTOR_CONFIG`` (see docs/configuration.md)."""
+
+    model_config = SettingsConfigDict(
+        frozen=True, extra="forbid", case_sensitive=False, env_prefix=ENV_PREFIX
+    )
+
     app_name: str = ""
     # Admin base URLs, e.g. "http://admin:8080/xxl-job-admin/"; env: comma separated.
-    admin_addresses: tuple[str, ...] = ()
+    admin_addresses: Annotated[tuple[str, ...], NoDecode] = ()
     access_token: str | None = None
     # Address registered with the admin (for NAT/containers); None: detected.
     address: str | None = None
     # IP used for the detected address; None: first non-loopback IPv4.
     ip: str | None = None
     host: str = "0.0.0.0"
-    port: int = 9999
+    port: Annotated[int, Field(ge=0, le=65535)] = 9999
     log_path: str = DEFAULT_LOG_PATH
     # Below 3 (e.g. -1) run logs are kept forever, as in the reference.
     log_retention_days: int = 30
     glue_enabled: bool = False
     # Without a token the executor starts only with allow_open and a loopback bind.
     allow_open: bool = False
-    beat_interval_s: float = 30.0
-    admin_timeout_s: float = 3.0
+    beat_interval_s: PositiveFloat = 30.0
+    admin_timeout_s: PositiveFloat = 3.0
     # The reference sends all queued results in one request; this caps one at ~100 KB.
-    callback_batch_size: int = 1000
-    callback_max_backoff_s: float = 30.0
-    idle_timeout_s: float = 90.0
-    max_handle_msg: int = 15000
+    callback_batch_size: PositiveInt = 1000
+    callback_max_backoff_s: PositiveFloat = 30.0
+    idle_timeout_s: PositiveFloat = 90.0
+    max_handle_msg: PositiveInt = 15000
     # GET /metrics needs "Authorization: Bearer <metrics_token>" when set (open otherwise).
     metrics_token: str | None = None
     # Send the jobs declared in code (@executor.job(..., cron=...)) to the admin: "auto" when
@@ -49,12 +64,52 @@ class ExecutorSettings:
     # "never".
     declare_jobs: str = "auto"
     # Limits on a request head (414 / 431 answers) and the time to receive it (408).
-    max_request_line_bytes: int = 8 * 1024
-    max_header_bytes: int = 64 * 1024
-    header_timeout_s: float = 10.0
+    max_request_line_bytes: PositiveInt = 8 * 1024
+    max_header_bytes: PositiveInt = 64 * 1024
+    header_timeout_s: PositiveFloat = 10.0
     # XXL-JOB protocol of the admin: "auto" (found out from its answers), "2", "3" (3.0-3.4)
     # or "3.5". Only callback bodies differ; the server answers every dialect.
     protocol: str = "auto"
+
+    @field_validator("admin_addresses", mode="before")
+    @classmethod
+    def _address_list(cls, value: Any) -> Any:
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, list | tuple):
+            return tuple(str(i).strip() for i in items if str(i).strip())
+        return value
+
+    @field_validator("admin_addresses")
+    @classmethod
+    def _admin_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"admin address must be an http(s) URL, got {url!r}")
+        return value
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"executor address must be an http(s) URL, got {value!r}")
+        return value
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocol(cls, value: str) -> str:
+        if value not in PROTOCOLS:
+            raise ValueError(f"must be one of {', '.join(PROTOCOLS)}, got {value!r}")
+        return value
+
+    @field_validator("declare_jobs")
+    @classmethod
+    def _declare_jobs(cls, value: str) -> str:
+        if value not in DECLARE_MODES:
+            raise ValueError(f"must be one of {', '.join(DECLARE_MODES)}, got {value!r}")
+        return value
 
     def base_address(self, detected_ip: str) -> str:
         """The executor address to register: configured, or built from an IP and the port."""
@@ -100,83 +155,24 @@ def check_security(settings: ExecutorSettings, *, binds: bool = True) -> None:
             )
 
 
-def _coerce(name: str, raw: Any, target: Any) -> Any:
-    if target == tuple[str, ...]:
-        items = raw.split(",") if isinstance(raw, str) else list(raw)
-        return tuple(str(i).strip() for i in items if str(i).strip())
-    if target is bool:
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{name}: expected true/false, got {raw!r}")
-    if target in (int, float):
-        if isinstance(raw, bool):
-            raise ConfigError(f"{name}: expected a number, got {raw!r}")
-        try:
-            return target(raw)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{name}: expected a number, got {raw!r}") from exc
-    if raw is None or (target == (str | None) and str(raw).strip() == ""):
-        return None
-    return str(raw)
-
-
-def _validate(s: ExecutorSettings) -> None:
-    if not s.app_name or not s.app_name.strip():
-        raise ConfigError("executor app_name is required (JOBRING_EXECUTOR_APP_NAME)")
-    if not 0 <= s.port <= 65535:
-        raise ConfigError(f"port must be within 0..65535, got {s.port}")
-    for url in s.admin_addresses:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"admin address must be an http(s) URL, got {url!r}")
-    if s.address is not None:
-        parts = urlsplit(s.address)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"executor address must be an http(s) URL, got {s.address!r}")
-    if s.protocol not in PROTOCOLS:
-        raise ConfigError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {s.protocol!r}")
-    if s.declare_jobs not in DECLARE_MODES:
-        raise ConfigError(f"declare_jobs must be one of {', '.join(DECLARE_MODES)}, got {s.declare_jobs!r}")
-    positive = {
-        "beat_interval_s": s.beat_interval_s,
-        "admin_timeout_s": s.admin_timeout_s,
-        "callback_batch_size": s.callback_batch_size,
-        "callback_max_backoff_s": s.callback_max_backoff_s,
-        "idle_timeout_s": s.idle_timeout_s,
-        "max_handle_msg": s.max_handle_msg,
-        "max_request_line_bytes": s.max_request_line_bytes,
-        "max_header_bytes": s.max_header_bytes,
-        "header_timeout_s": s.header_timeout_s,
-    }
-    for name, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"{name} must be positive, got {value}")
-
-
 def load_executor_settings(
     environ: Mapping[str, str] | None = None, **explicit: Any
 ) -> ExecutorSettings:
-    """Build settings; explicit (non-None) arguments win over ``JOBRING_EXECUTOR_*`` env vars."""
+    """Build settings: explicit (non-None) arguments > ``JOBRING_EXECUTOR_*`` env vars > the
+    TOML file named by ``JOBRING_EXECUTOR_CONFIG`` (its ``[executor]`` table, else its top
+    level) > defaults. ConfigError names an invalid setting; TypeError an unknown argument."""
     env = os.environ if environ is None else environ
-    hints = get_type_hints(ExecutorSettings)
-    known = {f.name for f in fields(ExecutorSettings)}
-    unknown = set(explicit) - known
+    unknown = set(explicit) - set(ExecutorSettings.model_fields)
     if unknown:
         raise TypeError(f"unknown executor setting(s): {', '.join(sorted(unknown))}")
-    values: dict[str, Any] = {}
-    for name in known:
-        env_value = env.get(ENV_PREFIX + name.upper())
-        if env_value is not None:
-            values[name] = _coerce(f"{ENV_PREFIX}{name.upper()}", env_value, hints[name])
-    for name, value in explicit.items():
-        if value is not None:
-            values[name] = _coerce(name, value, hints[name])
-    settings = ExecutorSettings(**values)
-    _validate(settings)
+    path = env.get(CONFIG_ENV)
+    file_values: dict[str, Any] = {}
+    if path:
+        file_values = read_toml_table(path, "executor", skip=frozenset({"admin"}))
+        check_known(ExecutorSettings, file_values, path)
+    settings = ExecutorSettings.load(environ=env, file_values=file_values, file_name=str(path),
+                                     explicit=explicit, explicit_name="argument")
+    if not settings.app_name.strip():
+        raise ConfigError("executor app_name is required (JOBRING_EXECUTOR_APP_NAME)")
     check_metrics_token(settings.metrics_token)
     return settings

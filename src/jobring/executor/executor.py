@@ -481,9 +481,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def _with_port(s: ExecutorSettings, detected_ip: str, port: int) -> str:
-    from dataclasses import replace
-
-    return replace(s, port=port).base_address(detected_ip)
+    return s.model_copy(update={"port": port}).base_address(detected_ip)
 
 
 def _bind(host: str, port: int) -> socket.socket:

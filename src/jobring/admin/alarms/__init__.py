@@ -1,9 +1,20 @@
 """Alarms: email, webhook, Slack, DingTalk, WeCom and Feishu channels behind one ``Alarmer``,
-sent off the scheduling path by the ``AlarmService`` queue."""
+sent off the scheduling path by the ``AlarmService`` queue.
+
+Each channel module registers its kind (:func:`register_channel`) when imported; importing
+it here makes every built-in kind known before a target is parsed.
+"""
 
 from jobring.admin.alarms.base import AlarmContext, Alarmer, AlarmKind, AlarmOutcome, alarmer_from_settings
 from jobring.admin.alarms.chat import DingTalkAlarm, FeishuAlarm, SlackAlarm, WeComAlarm
 from jobring.admin.alarms.mail import EmailAlarm
+from jobring.admin.alarms.registry import (
+    ChannelKind,
+    channel_kinds,
+    register_channel,
+    unregister_channel,
+    url_config,
+)
 from jobring.admin.alarms.service import AlarmService
 from jobring.admin.alarms.targets import AlarmTarget, ChannelFactory, TargetError, parse_targets
 from jobring.admin.alarms.webhook import WebhookAlarm
@@ -16,6 +27,7 @@ __all__ = [
     "AlarmTarget",
     "Alarmer",
     "ChannelFactory",
+    "ChannelKind",
     "DingTalkAlarm",
     "EmailAlarm",
     "FeishuAlarm",
@@ -24,5 +36,9 @@ __all__ = [
     "WeComAlarm",
     "WebhookAlarm",
     "alarmer_from_settings",
+    "channel_kinds",
     "parse_targets",
+    "register_channel",
+    "unregister_channel",
+    "url_config",
 ]

@@ -8,14 +8,18 @@ import hashlib
 import hmac
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 import httpx
 import orjson
 
 from jobring.admin.alarms.base import AlarmContext, AlarmOutcome
+from jobring.admin.alarms.registry import register_channel, url_config
+
+if TYPE_CHECKING:
+    from jobring.admin.alarms.targets import ChannelFactory
 
 log = logging.getLogger(__name__)
 
@@ -197,3 +201,25 @@ class FeishuAlarm(_SignedChannel):
 
     async def send(self, ctx: AlarmContext) -> AlarmOutcome:
         return await self._post(self.url, self.body(ctx), error_key="code")
+
+
+@register_channel("slack", required={"url"}, check=url_config)
+def _slack(config: Mapping[str, Any], factory: ChannelFactory) -> SlackAlarm:
+    return SlackAlarm(config["url"], timeout=factory.timeout, transport=factory.transport)
+
+
+@register_channel("dingtalk", required={"url"}, optional={"secret"}, check=url_config)
+def _dingtalk(config: Mapping[str, Any], factory: ChannelFactory) -> DingTalkAlarm:
+    return DingTalkAlarm(config["url"], config.get("secret"), now_ms=factory.now_ms,
+                         timeout=factory.timeout, transport=factory.transport)
+
+
+@register_channel("wecom", required={"url"}, check=url_config)
+def _wecom(config: Mapping[str, Any], factory: ChannelFactory) -> WeComAlarm:
+    return WeComAlarm(config["url"], timeout=factory.timeout, transport=factory.transport)
+
+
+@register_channel("feishu", required={"url"}, optional={"secret"}, check=url_config)
+def _feishu(config: Mapping[str, Any], factory: ChannelFactory) -> FeishuAlarm:
+    return FeishuAlarm(config["url"], config.get("secret"), now_ms=factory.now_ms,
+                       timeout=factory.timeout, transport=factory.transport)

@@ -6,11 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import smtplib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.message import EmailMessage
+from typing import TYPE_CHECKING, Any
 
 from jobring.admin.alarms.base import ALARM_TITLE, AlarmContext, AlarmOutcome
+from jobring.admin.alarms.registry import TargetError, register_channel
+
+if TYPE_CHECKING:
+    from jobring.admin.alarms.targets import ChannelFactory
 
 log = logging.getLogger(__name__)
 
@@ -99,3 +104,23 @@ class EmailAlarm:
             log.warning("alarm email for log %s to %s failed: %s", ctx.log.id, to, exc)
             return AlarmOutcome.TRANSIENT
         return AlarmOutcome.SENT
+
+
+def _email_config(where: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    to = raw["to"]
+    if isinstance(to, str):
+        to = recipients(to)
+    valid = isinstance(to, list) and to and all(isinstance(a, str) and "@" in a and len(a) <= 254 for a in to)
+    if not valid:
+        raise TargetError(f"{where}.to", "must be a non-empty list of email addresses")
+    return {"to": to}
+
+
+@register_channel("email", required={"to"}, check=_email_config)
+def _email(config: Mapping[str, Any], factory: ChannelFactory) -> EmailAlarm | None:
+    if factory.smtp is None:
+        log.warning("email alarm to %s skipped: no SMTP server configured (JOBRING_SMTP_HOST)", config["to"])
+        return None
+    if factory.smtp_connect is not None:
+        return EmailAlarm(factory.smtp, to=list(config["to"]), connect=factory.smtp_connect)
+    return EmailAlarm(factory.smtp, to=list(config["to"]))

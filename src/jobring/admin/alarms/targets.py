@@ -1,5 +1,6 @@
-"""Alarm targets: a channel kind plus its settings, parsed and validated, and the factory
-that turns a target into a channel.
+"""Alarm targets: a channel kind plus its settings, parsed and validated by the kind's
+registered check, and the factory that turns a target into a channel through the kind's
+registered builder (see :mod:`jobring.admin.alarms.registry`).
 
 A job's targets are a JSON list in ``xxl_job_info.alarm_targets``; its ``alarm_email``
 (XXL-JOB's field) counts as one email target. Admin-wide default targets come from
@@ -19,15 +20,15 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import httpx
 import orjson
 
 from jobring.admin.alarms.base import AlarmChannel
-from jobring.admin.alarms.chat import DingTalkAlarm, FeishuAlarm, NowMs, SlackAlarm, WeComAlarm, _wall_ms
-from jobring.admin.alarms.mail import EmailAlarm, SmtpConfig, recipients
-from jobring.admin.alarms.webhook import WebhookAlarm
+from jobring.admin.alarms.chat import NowMs, _wall_ms
+from jobring.admin.alarms.mail import SmtpConfig, recipients
+from jobring.admin.alarms.registry import TargetError as TargetError  # where callers import it from
+from jobring.admin.alarms.registry import channel_kind, channel_kinds
 from jobring.admin.store.records import JobInfo
 
 if TYPE_CHECKING:
@@ -37,24 +38,6 @@ log = logging.getLogger(__name__)
 
 MAX_TARGETS = 20
 SECRET_MASK = "******"
-# kind -> (required keys, optional keys)
-KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "email": (frozenset({"to"}), frozenset()),
-    "webhook": (frozenset({"url"}), frozenset()),
-    "slack": (frozenset({"url"}), frozenset()),
-    "dingtalk": (frozenset({"url"}), frozenset({"secret"})),
-    "wecom": (frozenset({"url"}), frozenset()),
-    "feishu": (frozenset({"url"}), frozenset({"secret"})),
-}
-
-
-class TargetError(ValueError):
-    """A target list that cannot be used; ``field`` names the bad part."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -69,47 +52,20 @@ class AlarmTarget:
         return out
 
 
-def _check_url(where: str, value: Any) -> str:
-    if not isinstance(value, str) or len(value) > 1000:
-        raise TargetError(where, "must be a URL of at most 1000 characters")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TargetError(where, "must be an http(s) URL")
-    return value
-
-
 def _check_target(where: str, raw: Any) -> AlarmTarget:
     if not isinstance(raw, Mapping):
         raise TargetError(where, "each target must be an object with a 'kind'")
-    kind = raw.get("kind")
-    if kind not in KINDS:
-        raise TargetError(f"{where}.kind", f"unknown alarm channel {kind!r} (one of {', '.join(KINDS)})")
-    required, optional = KINDS[kind]
+    name = raw.get("kind")
+    kind = channel_kind(name) if isinstance(name, str) else None
+    if kind is None:
+        raise TargetError(f"{where}.kind",
+                          f"unknown alarm channel {name!r} (one of {', '.join(channel_kinds())})")
     keys = set(raw) - {"kind"}
-    if missing := required - keys:
-        raise TargetError(where, f"{kind} target needs {', '.join(sorted(missing))}")
-    if unknown := keys - required - optional:
-        raise TargetError(where, f"{kind} target has unknown key(s) {', '.join(sorted(unknown))}")
-    config: dict[str, Any] = {}
-    if kind == "email":
-        to = raw["to"]
-        if isinstance(to, str):
-            to = recipients(to)
-        if (
-            not isinstance(to, list)
-            or not to
-            or not all(isinstance(a, str) and "@" in a and len(a) <= 254 for a in to)
-        ):
-            raise TargetError(f"{where}.to", "must be a non-empty list of email addresses")
-        config["to"] = to
-    else:
-        config["url"] = _check_url(f"{where}.url", raw["url"])
-    if "secret" in raw:
-        secret = raw["secret"]
-        if not isinstance(secret, str) or not 1 <= len(secret) <= 256:
-            raise TargetError(f"{where}.secret", "must be a string of 1-256 characters")
-        config["secret"] = secret
-    return AlarmTarget(kind, config)
+    if missing := kind.required - keys:
+        raise TargetError(where, f"{kind.name} target needs {', '.join(sorted(missing))}")
+    if unknown := keys - kind.required - kind.optional:
+        raise TargetError(where, f"{kind.name} target has unknown key(s) {', '.join(sorted(unknown))}")
+    return AlarmTarget(kind.name, kind.check(where, {k: v for k, v in raw.items() if k != "kind"}))
 
 
 def parse_targets(value: str | Sequence[Any] | None, where: str = "alarm_targets") -> list[AlarmTarget]:
@@ -178,29 +134,12 @@ class ChannelFactory:
         return self.channel(_check_target("target", {"kind": kind, **config}))
 
     def channel(self, target: AlarmTarget) -> AlarmChannel | None:
-        """The channel of one target; None for email when no SMTP server is configured."""
-        cfg = target.config
-        http = {"timeout": self.timeout, "transport": self.transport}
-        if target.kind == "email":
-            if self.smtp is None:
-                log.warning(
-                    "email alarm to %s skipped: no SMTP server configured (JOBRING_SMTP_HOST)", cfg["to"]
-                )
-                return None
-            if self.smtp_connect is not None:
-                return EmailAlarm(self.smtp, to=list(cfg["to"]), connect=self.smtp_connect)
-            return EmailAlarm(self.smtp, to=list(cfg["to"]))
-        if target.kind == "webhook":
-            return WebhookAlarm(cfg["url"], **http)  # type: ignore[arg-type]
-        if target.kind == "slack":
-            return SlackAlarm(cfg["url"], **http)  # type: ignore[arg-type]
-        if target.kind == "wecom":
-            return WeComAlarm(cfg["url"], **http)  # type: ignore[arg-type]
-        if target.kind == "dingtalk":
-            return DingTalkAlarm(cfg["url"], cfg.get("secret"), now_ms=self.now_ms, **http)  # type: ignore[arg-type]
-        if target.kind == "feishu":
-            return FeishuAlarm(cfg["url"], cfg.get("secret"), now_ms=self.now_ms, **http)  # type: ignore[arg-type]
-        raise TargetError("kind", f"unknown alarm channel {target.kind!r}")
+        """The channel of one target; None when its kind cannot send here (email without
+        an SMTP server)."""
+        kind = channel_kind(target.kind)
+        if kind is None:
+            raise TargetError("kind", f"unknown alarm channel {target.kind!r}")
+        return kind.build(target.config, self)
 
     def for_job(self, job: JobInfo) -> list[AlarmChannel]:
         return [c for c in (self.channel(t) for t in job_targets(job)) if c is not None]

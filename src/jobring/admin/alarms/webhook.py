@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from jobring.admin.alarms.base import ALARM_TITLE, AlarmContext, AlarmOutcome
 from jobring.admin.alarms.chat import post_json
+from jobring.admin.alarms.registry import register_channel, url_config
+
+if TYPE_CHECKING:
+    from jobring.admin.alarms.targets import ChannelFactory
 
 
 def payload(ctx: AlarmContext) -> dict[str, Any]:
@@ -47,3 +52,8 @@ class WebhookAlarm:
         return await post_json(
             self.name, self.url, payload(ctx), timeout=self._timeout, transport=self._transport
         )
+
+
+@register_channel("webhook", required={"url"}, check=url_config)
+def _webhook(config: Mapping[str, Any], factory: ChannelFactory) -> WebhookAlarm:
+    return WebhookAlarm(config["url"], timeout=factory.timeout, transport=factory.transport)

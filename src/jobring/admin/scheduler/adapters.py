@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from jobring.admin.scheduler.ports import PlannedFire
 from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
 from jobring.admin.store import NotFound, Store
-from jobring.admin.store.jobs import HeldJobs
-from jobring.admin.store.records import JobInfo
+from jobring.admin.store.records import HeldJobs, JobInfo
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +109,14 @@ class TriggerFirePort:
     async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
         live = [b for b in batches if b.state == "prepared"]
         if live:
-            removed = await self._trigger.cancel_prepared(PreparedBatch.merge(live))
+            try:
+                removed = await self._trigger.cancel_prepared(PreparedBatch.merge(live))
+            except BaseException:
+                # Nothing was withdrawn (one transaction): the loop cancels these again later,
+                # so they must not stay used up by the merge.
+                for batch in live:
+                    batch.state = "prepared"
+                raise
             log.info("withdrew %d fires recorded ahead (jobs stopped, edited or handed over)", removed)
 
 

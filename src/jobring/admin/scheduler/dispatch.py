@@ -4,8 +4,10 @@ Keep-alive connections are pooled per executor address. On the network plain htt
 through the lean HTTP/1.1 client of :mod:`jobring.admin.scheduler.http1` (aiohttp for https):
 the per-call CPU bounds how fast a burst of fires due at one instant goes out, and aiohttp
 (about 1 ms of CPU per call on loopback; httpx about 10 ms at 100 calls in flight) was half
-of the admin's CPU at 1,000 fires/s. With an injected httpx transport (tests:
-``httpx.MockTransport`` / ``httpx.ASGITransport``) calls go through ``httpx.AsyncClient``.
+of the admin's CPU at 1,000 fires/s. Tests inject ``connect`` (how the lean client opens a
+connection) so the production client runs against an in-memory executor double. An injected
+httpx transport sends every call through ``httpx.AsyncClient`` instead; only the
+benchmark's comparison of clients uses it.
 
 Answers are parsed as JSON whatever their content type (the Java executor says
 ``text/html``). Transport errors, timeouts and unreadable answers become a failed
@@ -23,7 +25,7 @@ from typing import Any, Protocol
 import aiohttp
 import httpx
 
-from jobring.admin.scheduler.http1 import Http1Client, HttpError
+from jobring.admin.scheduler.http1 import Connect, Http1Client, HttpError
 from jobring.core.routing import Probe
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
@@ -118,9 +120,11 @@ class _HttpxHttp:
 class _LeanHttp:
     """Plain http through :class:`Http1Client`; https (rare for executors) through aiohttp."""
 
-    def __init__(self, headers: dict[str, str], connect: float, read: float, limit: int) -> None:
+    def __init__(self, headers: dict[str, str], connect: float, read: float, limit: int,
+                 max_answer: int, opener: Connect | None) -> None:
         self._plain = Http1Client(headers, connect_timeout=connect, read_timeout=read,
-                                  keepalive_s=_KEEPALIVE_S)
+                                  keepalive_s=_KEEPALIVE_S, max_per_host=limit, max_body=max_answer,
+                                  connect=opener)
         self._tls = _AiohttpHttp(headers, connect, read, limit)
 
     async def post(self, url: str, body: bytes, token: str | None, app: str | None = None
@@ -157,7 +161,8 @@ class _AiohttpHttp:
     def _open(self) -> aiohttp.ClientSession:
         # Created on first use, inside the running loop (aiohttp requires one).
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=_KEEPALIVE_S)
+            connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit,
+                                             keepalive_timeout=_KEEPALIVE_S)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=self._timeout, headers=self._headers,
                 skip_auto_headers=("User-Agent",),
@@ -186,6 +191,11 @@ class ExecutorClient:
 
     Every call sends an access token: the ``token`` given with the call (the executor
     group's own token), else the client's ``access_token`` (the global one, if enabled).
+    At most ``max_connections`` connections per executor address are open at once (more
+    calls wait for one). ``max_answer_bytes`` bounds an answer's body: larger than the
+    http1 default because a Java executor's /log answers the rest of the log file.
+    ``connect`` opens the lean client's connections (tests: an in-memory executor double);
+    ``transport`` routes every call through httpx instead (benchmark comparison only).
     """
 
     def __init__(
@@ -195,6 +205,8 @@ class ExecutorClient:
         connect_timeout: float = 3.0,
         read_timeout: float = 3.0,
         max_connections: int = 400,
+        max_answer_bytes: int = 16 << 20,
+        connect: Connect | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = dict(_JSON_HEADERS)
@@ -207,7 +219,8 @@ class ExecutorClient:
         if transport is not None:
             self._http = _HttpxHttp(headers, connect_timeout, read_timeout, max_connections, transport)
         else:
-            self._http = _LeanHttp(headers, connect_timeout, read_timeout, max_connections)
+            self._http = _LeanHttp(headers, connect_timeout, read_timeout, max_connections,
+                                   max_answer_bytes, connect)
 
     async def aclose(self) -> None:
         await self._http.aclose()

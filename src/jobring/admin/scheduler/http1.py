@@ -3,8 +3,14 @@
 The executor calls are small JSON POSTs on loopback or a LAN, up to thousands per second. A
 general client (aiohttp) spends most of the admin's CPU per call on request objects, header
 bookkeeping and timeouts; this one writes one pre-encoded request per call on a pooled
-connection and parses the answer (Content-Length, chunked, or until close). One pool of idle
-connections per executor address; idle connections are closed after ``keepalive_s``.
+connection and parses the answer (see :mod:`jobring.admin.scheduler.http1wire`: bounded by
+``max_head`` and ``max_body``, strict). One pool per executor address, at most
+``max_per_host`` connections in it (callers beyond wait for one, first come first served); a
+connection is reused only once its answer is read, and idle ones are closed after
+``keepalive_s``.
+
+Connections are opened by ``connect`` (``loop.create_connection`` by default): tests pass
+an in-memory one so the real client runs against an executor double.
 """
 
 from __future__ import annotations
@@ -13,11 +19,16 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
+
+from jobring.admin.scheduler.http1wire import HIGH_WATER, MAX_BODY, MAX_HEAD, Connection, Pool
 
 log = logging.getLogger(__name__)
 
+Connect = Callable[[Callable[[], asyncio.Protocol], str, int],
+                   Awaitable[tuple[asyncio.BaseTransport, asyncio.Protocol]]]
+"""Opens a connection as ``loop.create_connection(factory, host, port)`` does."""
 
 class HttpError(Exception):
     """A call that got no (readable) HTTP answer; ``timeout`` tells a timeout apart."""
@@ -27,118 +38,6 @@ class HttpError(Exception):
         self.kind = kind
         self.detail = detail
         self.timeout = timeout
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection: the bytes received and whether the peer has gone."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.closed = False
-        self.idle_since = 0.0
-        self._waiter: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        self._wake()
-
-    def eof_received(self) -> bool:
-        self.closed = True
-        self._wake()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    async def _more(self) -> None:
-        """Wait for more bytes; ConnectionError when the peer has closed."""
-        if self.closed:
-            raise ConnectionError("the executor closed the connection before the answer was complete")
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-    async def _read_until(self, marker: bytes) -> int:
-        while (end := self.buffer.find(marker)) < 0:
-            await self._more()
-        return end
-
-    async def _read_exactly(self, size: int) -> bytes:
-        while len(self.buffer) < size:
-            await self._more()
-        data = bytes(self.buffer[:size])
-        del self.buffer[:size]
-        return data
-
-    def send(self, request: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(request)
-
-    async def answer(self) -> tuple[int, bytes, bool]:
-        """Read the answer to the request sent; return (status, body, connection reusable)."""
-        end = await self._read_until(b"\r\n\r\n")
-        head = bytes(self.buffer[:end]).split(b"\r\n")
-        del self.buffer[:end + 4]
-        status_line = head[0].split(b" ", 2)
-        if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):
-            raise ValueError(f"not an HTTP answer: {head[0][:80]!r}")
-        status = int(status_line[1])
-        length: int | None = None
-        chunked = False
-        reusable = status_line[0] == b"HTTP/1.1"
-        for line in head[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-            elif name == b"connection":
-                token = value.strip().lower()
-                reusable = token == b"keep-alive" or (reusable and b"close" not in token)
-        if chunked:
-            body = await self._read_chunked()
-        elif length is not None:
-            body = await self._read_exactly(length)
-        else:
-            while not self.closed:
-                await self._more()
-            body, reusable = bytes(self.buffer), False
-            self.buffer.clear()
-        return status, body, reusable and not self.closed and not self.buffer
-
-    async def _read_chunked(self) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            end = await self._read_until(b"\r\n")
-            size = int(bytes(self.buffer[:end]).split(b";", 1)[0].strip(), 16)
-            del self.buffer[:end + 2]
-            if size == 0:
-                # Trailers (rare) end with an empty line.
-                while not self.buffer.startswith(b"\r\n"):
-                    end = await self._read_until(b"\r\n")
-                    del self.buffer[:end + 2]
-                del self.buffer[:2]
-                return b"".join(parts)
-            parts.append(await self._read_exactly(size))
-            await self._read_exactly(2)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -153,50 +52,127 @@ def _target(url: str) -> tuple[str, int, bytes]:
     return parts.hostname, port, f"POST {path} HTTP/1.1\r\nHost: {netloc}\r\n".encode("latin-1")
 
 
+async def _tcp_connect(factory: Callable[[], asyncio.Protocol], host: str, port: int
+                       ) -> tuple[asyncio.BaseTransport, asyncio.Protocol]:
+    return await asyncio.get_running_loop().create_connection(factory, host, port)
+
+
 class Http1Client:
-    """POSTs over pooled keep-alive connections, one pool per host and port."""
+    """POSTs over pooled keep-alive connections, one pool per host and port of at most
+    ``max_per_host`` connections; a connection is reused only once its answer is read."""
 
     def __init__(self, headers: dict[str, str], *, connect_timeout: float, read_timeout: float,
-                 keepalive_s: float) -> None:
+                 keepalive_s: float, max_per_host: int = 100, max_head: int = MAX_HEAD,
+                 max_body: int = MAX_BODY, connect: Connect | None = None) -> None:
+        if max_per_host < 1:
+            raise ValueError("max_per_host must be at least 1")
         self._headers = "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1")
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._keepalive_s = keepalive_s
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
-        self._busy: set[_Connection] = set()
+        self._max_per_host = max_per_host
+        self._factory = functools.partial(Connection, max_head, max_body, HIGH_WATER)
+        self._connect = connect or _tcp_connect
+        self._pools: dict[tuple[str, int], Pool] = {}
+        self._busy: set[Connection] = set()
 
     @staticmethod
     def handles(url: str) -> bool:
         return url.startswith("http://")
 
-    async def _connect(self, host: str, port: int) -> _Connection:
-        conn = self._take_idle(host, port)
+    def _pool(self, host: str, port: int) -> Pool:
+        pool = self._pools.get((host, port))
+        if pool is None:
+            pool = self._pools[(host, port)] = Pool()
+        return pool
+
+    async def _acquire(self, host: str, port: int) -> Connection:
+        """An idle connection, a new one if the pool has room, else the first one freed."""
+        pool = self._pool(host, port)
+        conn = self._take_idle(pool)
         if conn is not None:
             return conn
-        loop = asyncio.get_running_loop()
+        if pool.open < self._max_per_host:
+            pool.open += 1
+        else:
+            waiter: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
+            pool.waiters.append(waiter)
+            try:
+                handed = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # handed over, then cancelled
+                    handed = waiter.result()
+                    if handed is None:
+                        self._free_slot(pool)
+                    else:
+                        self._release(handed)
+                raise
+            if handed is not None:
+                return handed
+            # else a freed slot was handed over (still counted in pool.open)
+        try:
+            conn = await self._open(host, port)
+        except BaseException:
+            self._free_slot(pool)
+            raise
+        conn.pool = pool
+        return conn
+
+    async def _open(self, host: str, port: int) -> Connection:
         try:
             async with asyncio.timeout(self._connect_timeout):
-                _, conn = await loop.create_connection(_Connection, host, port)
+                _, protocol = await self._connect(self._factory, host, port)
         except TimeoutError as exc:
             raise HttpError("ConnectTimeout", f"no connection to {host}:{port} within "
                             f"{self._connect_timeout:g} s", timeout=True) from exc
         except OSError as exc:
             raise HttpError(type(exc).__name__, f"cannot connect to {host}:{port}: {exc}",
                             timeout=False) from exc
-        return conn
+        assert isinstance(protocol, Connection)
+        return protocol
+
+    def _free_slot(self, pool: Pool) -> None:
+        """A connection of ``pool`` is gone: its slot goes to the first waiter, if any."""
+        while pool.waiters:
+            waiter = pool.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        pool.open -= 1
+
+    def _release(self, conn: Connection) -> None:
+        """``conn``'s answer is read and it may be reused: to the first waiter, else idle."""
+        pool = conn.pool
+        assert pool is not None
+        while pool.waiters:
+            waiter = pool.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        conn.idle_since = time.monotonic()
+        pool.idle.append(conn)
+
+    def _discard(self, conn: Connection) -> None:
+        conn.close()
+        pool, conn.pool = conn.pool, None
+        if pool is not None:
+            self._free_slot(pool)
 
     def _request(self, start: bytes, body: bytes, extra: bytes) -> bytes:
         return b"".join((start, self._headers, extra, b"Content-Length: ", str(len(body)).encode(),
                          b"\r\n\r\n", body))
 
-    def _take_idle(self, host: str, port: int) -> _Connection | None:
-        idle = self._idle.get((host, port))
+    def _take_idle(self, pool: Pool) -> Connection | None:
+        idle = pool.idle
+        if not idle:
+            return None
         now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < self._keepalive_s:
+            # Bytes that came while idle answer no request: such a connection is not reused.
+            if not conn.closed and not conn.buffer and now - conn.idle_since < self._keepalive_s:
                 return conn
-            conn.close()
+            self._discard(conn)
         return None
 
     async def post(self, url: str, body: bytes, extra: bytes = b"") -> tuple[int, bytes]:
@@ -205,11 +181,11 @@ class Http1Client:
             host, port, start = _target(url)
         except ValueError as exc:
             raise HttpError("InvalidURL", str(exc), timeout=False) from exc
-        conn = await self._connect(host, port)
+        conn = await self._acquire(host, port)
         try:
             conn.send(self._request(start, body, extra))
         except Exception as exc:
-            conn.close()
+            self._discard(conn)
             raise HttpError(type(exc).__name__, str(exc) or "send failed", timeout=False) from exc
         return await self._answer(conn, host, port)
 
@@ -221,7 +197,8 @@ class Http1Client:
             host, port, start = _target(url)
         except ValueError:
             return self.post(url, body, extra)  # raises the InvalidURL error when awaited
-        conn = self._take_idle(host, port)
+        pool = self._pools.get((host, port))
+        conn = self._take_idle(pool) if pool is not None else None
         if conn is None:
             return self.post(url, body, extra)
         try:
@@ -229,11 +206,11 @@ class Http1Client:
         except Exception:
             log.warning("writing to an idle connection to %s:%s failed; using a new one", host, port,
                         exc_info=True)
-            conn.close()
+            self._discard(conn)
             return self.post(url, body, extra)
         return self._answer(conn, host, port)
 
-    async def _answer(self, conn: _Connection, host: str, port: int) -> tuple[int, bytes]:
+    async def _answer(self, conn: Connection, host: str, port: int) -> tuple[int, bytes]:
         self._busy.add(conn)
         reusable = False
         try:
@@ -247,16 +224,18 @@ class Http1Client:
         finally:
             self._busy.discard(conn)
             if reusable:
-                conn.idle_since = time.monotonic()
-                self._idle.setdefault((host, port), []).append(conn)
+                self._release(conn)
             else:
-                conn.close()
+                self._discard(conn)
         return status, content
 
     async def aclose(self) -> None:
-        for pool in self._idle.values():
-            for conn in pool:
+        for pool in self._pools.values():
+            for conn in pool.idle:
                 conn.close()
-        self._idle.clear()
+            for waiter in pool.waiters:
+                if not waiter.done():
+                    waiter.set_exception(HttpError("ClientClosed", "the client was closed", timeout=False))
+        self._pools.clear()
         for conn in list(self._busy):
             conn.close()

@@ -1,18 +1,17 @@
 """The scheduling loop's ports: what it needs from the job table and from the trigger side.
 
 :mod:`jobring.admin.scheduler.adapters` implements them over the store and the trigger
-service; tests use in-memory fakes.
+service; tests use in-memory fakes. This module imports no adapter: a prepared fire is
+opaque here (the type parameter of :class:`FirePreparer`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
-from jobring.admin.scheduler.trigger import PreparedBatch
-from jobring.admin.store.jobs import HeldJobs
-from jobring.admin.store.records import JobInfo
+from jobring.admin.store.records import HeldJobs, JobInfo
 from jobring.core.enums import TriggerType
 
 
@@ -83,19 +82,48 @@ FireBatch = Callable[[Sequence[PlannedFire]], Awaitable[None]]
 fires are recorded; raising means none of them were."""
 
 
+Prepared = TypeVar("Prepared")
+"""A fire recorded ahead, as the preparer knows it; the loop only hands it back."""
+
+
 @runtime_checkable
-class FirePreparer(Protocol):
+class FirePreparer(Protocol[Prepared]):
     """A fire port that can also record fires ahead of their instants (the loop then does so)."""
 
-    async def prepare(self, fires: Sequence[PlannedFire]) -> list[PreparedBatch | None]:
+    async def prepare(self, fires: Sequence[PlannedFire]) -> list[Prepared | None]:
         """Record the fires' log rows now; per fire its prepared batch, or None when the
         (job, instant) was already recorded (it must not be sent). Raising: none recorded."""
         ...
 
-    async def dispatch(self, batches: Sequence[PreparedBatch]) -> None:
+    async def dispatch(self, batches: Sequence[Prepared]) -> None:
         """Send prepared fires (their trigger results are recorded later, in batches)."""
         ...
 
-    async def cancel(self, batches: Sequence[PreparedBatch]) -> None:
+    async def cancel(self, batches: Sequence[Prepared]) -> None:
         """Withdraw prepared fires that will not be sent (their rows are deleted)."""
+        ...
+
+
+class Liveness(Protocol):
+    """Proof that this node is alive, and news of dead nodes (database session locks; see
+    :mod:`jobring.admin.scheduler.liveness`). Optional: without it, leases alone decide."""
+
+    def attach(self, lost: Callable[[], None], wake: Callable[[], None]) -> None:
+        """Call ``lost`` when this node loses its liveness (drop every held job at once) and
+        ``wake`` when a dead node is found (run a claim cycle now)."""
+        ...
+
+    def may_send(self) -> bool:
+        """Whether this node may send fires (and renew or claim) now."""
+        ...
+
+    async def raise_fence(self, fence_ms: int) -> None:
+        """Commit the send fence in a way that stops working once this node is found dead
+        (it replaces :meth:`LeaseStore.raise_fence`)."""
+        ...
+
+    async def claim_dead(
+        self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int
+    ) -> Sequence[JobInfo]:
+        """Lease to this node the due jobs still leased to nodes found dead; return them."""
         ...

@@ -81,3 +81,21 @@ class ManualTimers:
                 handle.callback()
                 ran += 1
         return ran
+
+
+async def sleep_until(timers: Timers, deadline_ms: int | None) -> None:
+    """Sleep until ``deadline_ms`` by ``timers`` (forever when None, until cancelled)."""
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def _ring() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    handle: TimerHandle | None = None
+    if deadline_ms is not None:
+        handle = timers.call_at_ms(deadline_ms, _ring)
+    try:
+        await fut
+    finally:
+        if handle is not None:
+            handle.cancel()

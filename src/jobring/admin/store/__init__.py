@@ -22,7 +22,7 @@ from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, Stor
 from jobring.admin.store.fires import FireRepository, RecordedFire
 from jobring.admin.store.groups import EXECUTOR, GroupRepository, RegistryRepository
 from jobring.admin.store.insights import InsightRepository, NodeActivity
-from jobring.admin.store.jobs import HeldJobs, JobRepository
+from jobring.admin.store.jobs import JobRepository
 from jobring.admin.store.logs import HANDLE_MSG_MAX, LogRepository
 from jobring.admin.store.migrate import UpgradeResult, current_revision, head_revision, upgrade_database
 from jobring.admin.store.misc import GlueRepository, ReportRepository, ScheduleLock
@@ -33,6 +33,7 @@ from jobring.admin.store.records import (
     DayCount,
     GlueVersion,
     HandleResult,
+    HeldJobs,
     JobGroup,
     JobInfo,
     JobSort,

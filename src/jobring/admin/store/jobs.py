@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, delete, func, insert, or_, select, update
@@ -22,7 +22,7 @@ from jobring.admin.store.base import (
 )
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.errors import NotFound
-from jobring.admin.store.records import JobInfo, JobSort, Page
+from jobring.admin.store.records import HeldJobs, JobInfo, JobSort, Page
 from jobring.admin.store.tables import job_info
 
 _LEASE_FIELDS = ("id", "lease_owner", "lease_until", "add_time")
@@ -33,14 +33,6 @@ _signature = operator.attrgetter(*_SIGNATURE)
 _signature_select = select(job_info.c.id, *(job_info.c[name] for name in _SIGNATURE))
 _ADVANCE_SHAPES = (4, 8, 16, 32, 64, UPDATE_CHUNK)
 _DATETIME_FIELDS = ("add_time", "update_time", "glue_updatetime")
-
-
-@dataclass(frozen=True, slots=True)
-class HeldJobs:
-    """What a node holds after renewing its leases (:meth:`JobRepository.renew_held`)."""
-
-    ids: frozenset[int]  # every job leased to the node
-    changed: list[JobInfo]  # the rows new to the caller or changed since it read them
 
 
 def _values(job: JobInfo, exclude: Iterable[str]) -> dict[str, Any]:

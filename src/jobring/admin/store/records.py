@@ -328,3 +328,11 @@ class ReportTotals:
     running: int = 0
     success: int = 0
     fail: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HeldJobs:
+    """What a node holds after renewing its leases (:meth:`JobRepository.renew_held`)."""
+
+    ids: frozenset[int]  # every job leased to the node
+    changed: list[JobInfo]  # the rows new to the caller or changed since it read them

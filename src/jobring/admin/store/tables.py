@@ -131,6 +131,7 @@ job_log = Table(
     Index("I_handle_code", "handle_code"),
     Index("ix_job_log_job_time", "job_id", "trigger_time"),
     Index("ix_job_log_alarm", "alarm_status", "handle_code"),
+    Index("ix_job_log_alarm_trigger", "alarm_status", "trigger_code"),  # the fail monitor
     Index("ix_job_log_time_id", "trigger_time", "id"),  # newest first, keyset paging
     Index("ix_job_log_group_time", "job_group", "trigger_time"),
     Index("ix_job_log_planned", "planned_time"),  # the dashboard's node lateness
@@ -248,6 +249,8 @@ scheduler_node = Table(
     Column("node_id", String(64), primary_key=True),
     Column("alive_until", BigInteger, nullable=False, server_default="0"),
     Column("send_fence", BigInteger, nullable=False, server_default="0"),
+    # The key of the session lock the node holds while alive (0: none; see store.node_locks).
+    Column("lock_key", BigInteger, nullable=False, server_default="0"),
 )
 
 # Security-relevant actions: who did what, when, from where (see jobring.admin.audit).

@@ -1,0 +1,50 @@
+"""The scheduling loop and its ports import no adapter (HTTP clients, trigger, SQL store)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import jobring.admin.scheduler as scheduler_pkg
+
+_SCHEDULER = Path(scheduler_pkg.__file__).parent
+# The loop's parts: what they may import from jobring is each other, core and pure records.
+_LOOP_PARTS = ("ports", "loop", "loop_config", "held", "leases", "readahead", "firing", "fence",
+               "advance", "timers")
+_ALLOWED = tuple(f"jobring.admin.scheduler.{name}" for name in _LOOP_PARTS) + (
+    "jobring.core.", "jobring.admin.store.records")
+_ADAPTERS = ("aiohttp", "httpx", "jobring.admin.scheduler.trigger", "jobring.admin.scheduler.dispatch",
+             "jobring.admin.scheduler.http1", "jobring.admin.scheduler.adapters",
+             "jobring.admin.scheduler.lanes")
+
+
+def _imports(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def test_loop_parts_import_only_each_other_core_and_records() -> None:
+    wrong = {
+        f"{name}.py: {module}"
+        for name in _LOOP_PARTS
+        for module in _imports(_SCHEDULER / f"{name}.py")
+        if (module.startswith("jobring") and not module.startswith(_ALLOWED))
+        or module.split(".")[0] in ("sqlalchemy", "aiohttp", "httpx")
+    }
+    assert not wrong
+
+
+def test_importing_the_loop_loads_no_http_client_nor_trigger_side() -> None:
+    # (The store package's __init__ loads SQLAlchemy when records are imported: the AST
+    # check above is what keeps the loop itself off it.)
+    code = ("import sys, jobring.admin.scheduler.loop\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({_ADAPTERS!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,318 @@
+"""The scheduling loop with a liveness port (fakes, manual clock), and :class:`NodeLiveness`
+over a fake lock session (driven round by round, with a fake monotonic clock)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
+
+import pytest
+
+from jobring.admin.scheduler.liveness import LivenessConfig, LivenessLost, NodeLiveness
+from jobring.admin.store.records import JobInfo
+from jobring.core.clock import ManualClock
+from tests.admin.loop_fakes import T0, FakeJobTable, Harness, fix_rate_job
+
+
+class FakeLiveness:
+    """The loop's liveness port over the fake job table: tests decide who is alive or dead."""
+
+    def __init__(self, table: FakeJobTable, node_id: str) -> None:
+        self.table = table
+        self.node_id = node_id
+        self.alive = True
+        self.dead: list[str] = []
+        self.raised: list[int] = []
+        self.claims: list[tuple[int, list[str]]] = []
+        self._lost: Callable[[], None] = lambda: None
+        self._wake: Callable[[], None] = lambda: None
+
+    def attach(self, lost: Callable[[], None], wake: Callable[[], None]) -> None:
+        self._lost = lost
+        self._wake = wake
+
+    def may_send(self) -> bool:
+        return self.alive
+
+    async def raise_fence(self, fence_ms: int) -> None:
+        if not self.alive:
+            raise LivenessLost("no lock")
+        self.raised.append(fence_ms)
+        self.table.fences[self.node_id] = max(fence_ms, self.table.fences.get(self.node_id, 0))
+
+    async def claim_dead(
+        self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int
+    ) -> Sequence[JobInfo]:
+        if not self.dead:
+            return []
+        self.claims.append((now_ms, list(self.dead)))
+        taken: list[JobInfo] = []
+        for job in list(self.table.jobs.values()):
+            due = job.trigger_status == 1 and job.trigger_next_time <= window_end_ms
+            if job.lease_owner in self.dead and due:
+                job = replace(job, lease_owner=self.node_id, lease_until=now_ms + lease_ms)
+                self.table.jobs[job.id] = job
+                taken.append(job)
+        for node in self.dead:
+            self.table.nodes[node] = 0
+        self.dead = []
+        return taken
+
+    def lose(self) -> None:
+        self.alive = False
+        self._lost()
+
+    def found_dead(self, node_id: str) -> None:
+        self.dead.append(node_id)
+        self._wake()
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    harness = Harness()
+    yield harness
+    for loop in harness.loops.values():
+        await loop.stop()
+
+
+async def test_fence_goes_through_the_liveness_port(h: Harness) -> None:
+    h.table.put(fix_rate_job(1, T0 + 1_000))
+    live = FakeLiveness(h.table, "n1")
+    loop = h.loop(liveness=live)
+
+    async def through_the_store(fence_ms: int) -> None:
+        raise AssertionError("the fence goes through the liveness port")
+
+    h.leases["n1"].raise_fence = through_the_store  # type: ignore[method-assign]
+    await loop.start()
+    await h.advance_to(T0 + 2_500)
+    assert h.runlog.fired() == [(1, T0 + 1_000), (1, T0 + 2_000)]
+    assert max(live.raised) >= T0 + 3_000
+    assert h.table.fences["n1"] == max(live.raised)
+
+
+async def test_no_fire_goes_out_while_liveness_is_not_proven(h: Harness) -> None:
+    h.table.put(fix_rate_job(1, T0 + 1_000))
+    live = FakeLiveness(h.table, "n1")
+    await h.loop(liveness=live).start()
+    await h.advance_to(T0 + 1_500)
+    assert h.runlog.fired() == [(1, T0 + 1_000)]
+    live.alive = False  # e.g. woken from a pause: the last ping is too old
+    await h.advance_to(T0 + 3_500)
+    assert h.runlog.fired() == [(1, T0 + 1_000)]
+    live.alive = True  # a ping went through: the waiting fire goes out late (not skipped)
+    await h.advance_to(T0 + 4_500)
+    # (A late fire plans from now: the instant at T0+3 s passed meanwhile is not caught up.)
+    assert h.runlog.fired() == [(1, T0 + 1_000), (1, T0 + 2_000), (1, T0 + 4_000)]
+    assert 0 < h.runlog.records[1].at_ms - (T0 + 2_000) < h.config.misfire_threshold_ms
+
+
+async def test_losing_liveness_drops_every_held_job_and_stops_renewing(h: Harness) -> None:
+    for job_id in (1, 2):
+        h.table.put(fix_rate_job(job_id, T0 + 1_000))
+    live = FakeLiveness(h.table, "n1")
+    loop = h.loop(liveness=live)
+    await loop.start()
+    await h.advance_to(T0 + 1_500)
+    assert sorted(loop.held_job_ids) == [1, 2]
+    fired = len(h.runlog.fired())
+    lease_until = h.table.jobs[1].lease_until
+    live.lose()
+    assert loop.held_job_ids == []
+    await h.advance_to(T0 + 6_000)
+    assert len(h.runlog.fired()) == fired
+    # Neither renewed nor claimed again: whoever takes the jobs over settles them.
+    assert h.table.jobs[1].lease_until == lease_until
+    assert loop.held_job_ids == []
+
+
+async def test_a_dead_nodes_jobs_are_claimed_at_once_not_when_its_leases_end(h: Harness) -> None:
+    # n2 died holding job 1 with a lease running to T0+10 s.
+    h.table.put(fix_rate_job(1, T0 + 1_600, lease_owner="n2", lease_until=T0 + 10_000))
+    live = FakeLiveness(h.table, "n1")
+    loop = h.loop(liveness=live)
+    await loop.start()
+    await h.advance_to(T0 + 1_100)
+    assert loop.held_job_ids == []
+    live.found_dead("n2")  # between two cycles (the next one is due at T0+2 s)
+    await h.advance_to(T0 + 1_200, step_ms=10)
+    assert live.claims == [(T0 + 1_100, ["n2"])]
+    assert loop.held_job_ids == [1]
+    assert h.leases["n1"].settled[-1] == [1]  # settled like any takeover
+    await h.advance_to(T0 + 3_000, step_ms=10)
+    assert h.runlog.fired() == [(1, T0 + 1_600), (1, T0 + 2_600)]
+    assert h.runlog.records[0].at_ms == T0 + 1_600  # on time
+
+
+# ------------------------------------------------------------------ NodeLiveness itself
+class FakeSession:
+    def __init__(self, world: FakeLockWorld, node_id: str) -> None:
+        self.world = world
+        self.node_id = node_id
+        self.key = hash(node_id)
+        self.closed = False
+        self.fail = False
+        self.holding: set[int] = set()
+
+    def _check(self) -> None:
+        if self.fail or self.closed:
+            raise ConnectionError("session gone")
+
+    async def acquire_own(self, now_ms: int) -> bool:
+        self._check()
+        return await self.try_lock(self.key)
+
+    async def others(self, now_ms: int) -> list[tuple[str, int]]:
+        self._check()
+        self.world.pings += 1
+        return [(n, hash(n)) for n in self.world.announced if n != self.node_id]
+
+    async def try_lock(self, key: int) -> bool:
+        self._check()
+        self.world.tries.append(key)
+        owner = self.world.locks.get(key)
+        if owner is not None and owner is not self:
+            return False
+        self.world.locks[key] = self
+        self.holding.add(key)
+        return True
+
+    async def unlock(self, key: int) -> None:
+        self._check()
+        if self.world.locks.get(key) is self:
+            del self.world.locks[key]
+
+    async def raise_fence(self, fence_ms: int) -> None:
+        self._check()
+        self.world.fences[self.node_id] = fence_ms
+
+    async def mark_gone(self, node_ids: Sequence[str]) -> None:
+        self._check()
+        self.world.gone.extend(node_ids)
+
+    async def close(self) -> None:
+        self.closed = True
+        for key in [k for k, s in self.world.locks.items() if s is self]:
+            del self.world.locks[key]
+
+
+class FakeLockWorld:
+    def __init__(self) -> None:
+        self.locks: dict[int, FakeSession] = {}
+        self.announced: list[str] = []
+        self.tries: list[int] = []
+        self.pings = 0
+        self.fences: dict[str, int] = {}
+        self.gone: list[str] = []
+        self.claimed: list[list[str]] = []
+        self.now = 0.0
+        self.lost = 0
+        self.woken = 0
+
+    def liveness(self, node_id: str) -> tuple[NodeLiveness, list[FakeSession]]:
+        sessions: list[FakeSession] = []
+
+        async def open_session() -> FakeSession:
+            session = FakeSession(self, node_id)
+            sessions.append(session)
+            return session
+
+        async def claim_owned(owners: Sequence[str], now: int, end: int, lease: int,
+                              limit: int) -> list[JobInfo]:
+            self.claimed.append(list(owners))
+            return [fix_rate_job(7, now, lease_owner=node_id)]
+
+        live = NodeLiveness(open_session, claim_owned, ManualClock(T0), config=LivenessConfig(),
+                            monotonic=lambda: self.now)
+        live.attach(self._lost, self._woken)
+        return live, sessions
+
+    def _lost(self) -> None:
+        self.lost += 1
+
+    def _woken(self) -> None:
+        self.woken += 1
+
+
+async def test_liveness_holds_its_lock_and_sends_only_after_a_recent_ping() -> None:
+    world = FakeLockWorld()
+    live, sessions = world.liveness("a")
+    assert not live.may_send()
+    await live.tick()  # takes the lock
+    assert live.may_send() and world.locks[hash("a")] is sessions[0]
+    world.now = 0.9
+    assert live.may_send()
+    world.now = 1.0  # no round trip for the whole max ping age: paused, or the session hangs
+    assert not live.may_send()
+    await live.tick()
+    assert live.may_send()
+    await live.raise_fence(T0)
+    assert world.fences == {"a": T0}
+    assert world.lost == 0
+
+
+async def test_a_failed_session_stops_sending_and_is_reopened() -> None:
+    world = FakeLockWorld()
+    live, sessions = world.liveness("a")
+    await live.tick()
+    sessions[0].fail = True
+    await live.tick()
+    assert world.lost == 1 and not live.may_send() and not live.holds
+    with pytest.raises(LivenessLost):
+        await live.raise_fence(T0)
+    await live.stop()  # closes the failed session
+    assert sessions[0].closed and hash("a") not in world.locks
+    await live.tick()  # a new session takes the lock again
+    assert live.may_send() and world.locks[hash("a")] is sessions[1]
+    await live.stop()
+
+
+async def test_a_failed_fence_raise_counts_as_losing_the_lock() -> None:
+    world = FakeLockWorld()
+    live, sessions = world.liveness("a")
+    await live.tick()
+    sessions[0].fail = True
+    with pytest.raises(ConnectionError):
+        await live.raise_fence(T0)
+    assert world.lost == 1 and not live.may_send()
+    await live.stop()
+
+
+async def test_own_lock_held_elsewhere_means_not_scheduling() -> None:
+    world = FakeLockWorld()
+    taker, _ = world.liveness("b")
+    await taker.tick()
+    assert await world.locks[hash("b")].try_lock(hash("a"))  # "b" holds a's lock (a takeover)
+    live, sessions = world.liveness("a")
+    await live.tick()
+    await live.stop()  # (waits for the refused session's close)
+    assert not live.may_send() and sessions[0].closed
+    await world.locks[hash("b")].unlock(hash("a"))
+    await live.tick()
+    assert live.may_send() and world.locks[hash("a")] is sessions[1]
+    await live.stop()
+    await taker.stop()
+
+
+async def test_dead_node_found_wakes_the_loop_and_is_taken_over_once() -> None:
+    world = FakeLockWorld()
+    victim, _ = world.liveness("a")
+    await victim.tick()
+    live, _ = world.liveness("b")
+    await live.tick()
+    world.announced = ["a", "b"]
+    await live.tick()
+    assert world.woken == 0  # a holds its lock
+    await victim.stop()  # a's session ends
+    await live.tick()
+    assert world.woken == 1
+    tries = len(world.tries)
+    await live.tick()  # a lock it holds is not tried again (PostgreSQL would re-take it)
+    assert len(world.tries) == tries and world.woken == 1
+    jobs = await live.claim_dead(T0, T0 + 5_000, 10_000, 100)
+    assert [j.id for j in jobs] == [7]
+    assert world.claimed == [["a"]] and world.gone == ["a"]
+    assert hash("a") not in world.locks  # released after the claim
+    assert await live.claim_dead(T0, T0 + 5_000, 10_000, 100) == []
+    assert live.takeovers == 1
+    await live.stop()
