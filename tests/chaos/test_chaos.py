@@ -3,8 +3,11 @@ databases and processes) and asserts no fire lost, none doubled, lateness bounde
 scenarios run in the background, two at a time (tests/chaos/lanes.py); each test waits
 for its own and judges it.
 
-Expected to fail on main until the <= 2 s takeover lands: node_sigkill and node_sigstop
-(the survivor waits out the 10 s lease, the paused or killed node's fires are lost).
+These assert the targets of issue 15. Known failures on main when they were written (with
+the session-lock takeover merged): node_sigkill and node_sigstop (the failed node's fires
+recorded ahead but never sent are lost, the survivor counting them as fired; after a late
+takeover fire the instants due meanwhile are coalesced), database_restart and
+database_outage (FIRE_ONCE_NOW jobs get no misfire fire after the outage).
 
 The longer versions (the issue's durations) are bench/chaos.py. With CI=true an unreachable
 PostgreSQL/MariaDB fails these tests instead of skipping them.
@@ -107,7 +110,6 @@ def test_sigstop_then_sigcont_sends_no_stale_fires(lanes: ScenarioLanes) -> None
 
 
 def test_sigkill_of_a_node_under_load(lanes: ScenarioLanes) -> None:
-    # Fails on main until the <= 2 s takeover lands: the survivor waits out the 10 s lease.
     verdicts = _both(lanes, "test_sigkill_of_a_node_under_load")
     _assert_exact(verdicts)
     assert all(v.takeover_ms is not None and v.takeover_ms <= 3_000 for v in verdicts.values()), verdicts
