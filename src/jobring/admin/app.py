@@ -132,6 +132,23 @@ class AdminRuntime:
         log.info("admin node %s stopped", self.node_id)
 
 
+class _OffsetClock:
+    """The system clock shifted by a fixed offset (test-only: chaos tests of clock skew)."""
+
+    def __init__(self, offset_ms: int) -> None:
+        self.offset_ms = offset_ms
+
+    def now_ms(self) -> int:
+        return SystemClock().now_ms() + self.offset_ms
+
+
+def _process_clock() -> Clock:
+    # Test-only hook, deliberately not an AdminSettings field: JOBRING_CLOCK_OFFSET_MS shifts this
+    # node's clock so tests can run nodes whose clocks disagree (tests/chaos). Unset in production.
+    offset = int(os.environ.get("JOBRING_CLOCK_OFFSET_MS", "0") or "0")
+    return _OffsetClock(offset) if offset else SystemClock()
+
+
 async def start_runtime(
     settings: AdminSettings,
     *,
@@ -140,7 +157,7 @@ async def start_runtime(
     loop_config: LoopConfig | None = None,
 ) -> AdminRuntime:
     """Open the store (migrating unless ``auto_upgrade`` is off), bootstrap, start the loop."""
-    clock = clock or SystemClock()
+    clock = clock or _process_clock()
     node_id = make_node_id(settings)
     store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade)
     try:
