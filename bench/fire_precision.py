@@ -263,7 +263,8 @@ def run_case(
         if profile is not None:
             # py-spy samples the admin during the window (it costs a little CPU itself).
             spy = subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(admin.pid), "-d", str(int(seconds)), "--nonblocking",
+                [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(admin.pid),
+                 "-d", str(int(seconds)), "--nonblocking",
                  "--format", "raw", "-o", f"{profile}-{jobs}-{backend}-{phase}.txt"],
                 stdout=subprocess.DEVNULL)
         rss = 0

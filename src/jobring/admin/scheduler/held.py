@@ -109,6 +109,23 @@ class HeldSet:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
+    def due_at_least(self, until_ms: int, count: int) -> bool:
+        """True when at least ``count`` heap entries fall at or before ``until_ms`` (stale ones
+        included: a hint). Walks only the heap's due part, at most ``count`` entries."""
+        heap = self._heap
+        size = len(heap)
+        todo = [0] if heap and heap[0][0] <= until_ms else []
+        found = 0
+        while todo:
+            index = todo.pop()
+            found += 1
+            if found >= count:
+                return True
+            # A heap's children are never earlier than their parent: the due part is a subtree.
+            todo.extend(child for child in (2 * index + 1, 2 * index + 2)
+                        if child < size and heap[child][0] <= until_ms)
+        return False
+
     def pop_due(self, until_ms: int) -> Held | None:
         """Take the next held job due at or before ``until_ms`` off the heap (None: none)."""
         heap = self._heap
