@@ -32,7 +32,7 @@ class LoopConfig:
     max_inflight_batches: int = 64
     # Under load, fires within a few ms of each other go out in one batch (one log insert
     # for all): the wait grows with the fire rate, 1 ms per 100 fires/s, up to this cap.
-    max_coalesce_ms: int = 2
+    max_coalesce_ms: int = 5
     misfire_threshold_ms: int = MISFIRE_THRESHOLD_MS
     stop_timeout_s: float = 10.0
     # The send fence (the latest planned instant this node may send) is kept this far ahead
