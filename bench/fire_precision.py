@@ -261,10 +261,11 @@ def run_case(
         wall0 = time.monotonic()
         spy = None
         if profile is not None:
-            # py-spy samples the admin during the window (it costs a little CPU itself).
+            # py-spy samples the admin during the window. It pauses the admin for each sample
+            # (torn stacks otherwise): the timings of a profiled run are worse than real.
             spy = subprocess.Popen(
                 [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(admin.pid),
-                 "-d", str(int(seconds)), "--nonblocking",
+                 "-d", str(int(seconds)), "-r", "250",
                  "--format", "raw", "-o", f"{profile}-{jobs}-{backend}-{phase}.txt"],
                 stdout=subprocess.DEVNULL)
         rss = 0
@@ -308,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-steps", type=float, default=None, metavar="MS",
                         help="print every admin event-loop step that takes MS or longer")
     parser.add_argument("--profile", default=None, metavar="PREFIX",
-                        help="record the admin with py-spy during the window (raw stacks to PREFIX-*.txt)")
+                        help="record the admin with py-spy during the window (raw stacks to PREFIX-*.txt; "
+                        "it slows the admin: measure without it)")
     parser.add_argument("--probe", default=None, metavar="FILE",
                         help="Python code the admin runs before starting (diagnostics)")
     args, admin_args = parser.parse_known_args(argv)
