@@ -262,10 +262,11 @@ def run_case(
         spy = None
         if profile is not None:
             # py-spy samples the admin during the window. It pauses the admin for each sample
-            # (torn stacks otherwise): the timings of a profiled run are worse than real.
+            # (torn stacks otherwise): the timings of a profiled run are worse than real. Only
+            # the thread holding the GIL is sampled (idle waits would count otherwise).
             spy = subprocess.Popen(
                 [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(admin.pid),
-                 "-d", str(int(seconds)), "-r", "250",
+                 "-d", str(int(seconds)), "-r", "250", "--gil",
                  "--format", "raw", "-o", f"{profile}-{jobs}-{backend}-{phase}.txt"],
                 stdout=subprocess.DEVNULL)
         rss = 0
