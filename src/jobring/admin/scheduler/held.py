@@ -113,8 +113,10 @@ class HeldSet:
         """True when at least ``count`` heap entries fall at or before ``until_ms`` (stale ones
         included: a hint). Walks only the heap's due part, at most ``count`` entries."""
         heap = self._heap
+        if not heap or heap[0][0] > until_ms:
+            return count <= 0
         size = len(heap)
-        todo = [0] if heap and heap[0][0] <= until_ms else []
+        todo = [0]
         found = 0
         while todo:
             index = todo.pop()
@@ -122,8 +124,12 @@ class HeldSet:
             if found >= count:
                 return True
             # A heap's children are never earlier than their parent: the due part is a subtree.
-            todo.extend(child for child in (2 * index + 1, 2 * index + 2)
-                        if child < size and heap[child][0] <= until_ms)
+            child = 2 * index + 1
+            if child < size and heap[child][0] <= until_ms:
+                todo.append(child)
+            child += 1
+            if child < size and heap[child][0] <= until_ms:
+                todo.append(child)
         return False
 
     def pop_due(self, until_ms: int) -> Held | None:
