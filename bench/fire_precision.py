@@ -117,12 +117,13 @@ class Result:
     max: float
     cpu_pct: float
     rss_mib: float
+    cpu_us_per_fire: float
 
     def line(self) -> str:
         return (f"| {self.jobs} | {self.backend} | {self.phase} | {self.window_s:.0f} s | "
                 f"{self.fired / self.window_s:.0f} | {self.p50:.1f} | {self.p99:.1f} | {self.max:.0f} | "
                 f"{self.missed} / {self.expected} | {self.doubled} | {self.cpu_pct:.0f} % | "
-                f"{self.rss_mib:.0f} MiB |")
+                f"{self.cpu_us_per_fire:.0f} | {self.rss_mib:.0f} MiB |")
 
 
 def _quantile(sorted_values: list[int], q: float) -> float:
@@ -217,10 +218,13 @@ gc.callbacks.append(_gc_timer)
 """
 
 
-def _admin_entry(slow_steps_ms: float | None) -> str:
+def _admin_entry(slow_steps_ms: float | None, probe: str | None = None) -> str:
     """The admin's ``python -c`` program; with ``slow_steps_ms`` it prints every event-loop
-    step that held the loop that long (a diagnostic: it costs a little per step)."""
+    step that held the loop that long (a diagnostic: it costs a little per step); ``probe``
+    is the path of more diagnostic code run first (e.g. patching timestamps in)."""
     entry = "import sys; from jobring.cli import main; sys.exit(main())"
+    if probe is not None:
+        entry = Path(probe).read_text() + "\n" + entry
     if slow_steps_ms is None:
         return entry
     return _SLOW_STEP_PROBE.replace("LIMIT", repr(slow_steps_ms)) + entry
@@ -228,7 +232,7 @@ def _admin_entry(slow_steps_ms: float | None) -> str:
 
 def run_case(
     jobs: int, backend: str, phase: str, seconds: float, warmup: float, admin_args: list[str],
-    slow_steps_ms: float | None = None,
+    slow_steps_ms: float | None = None, profile: str | None = None, probe: str | None = None,
 ) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="jobring-bench-"))
     url = asyncio.run(acreate_test_database(backend, workdir))
@@ -243,7 +247,7 @@ def run_case(
         first_ms = int(time.time() * 1000) + 8_000  # after the admin has started
         starts = asyncio.run(_create_jobs(url, jobs, first_ms, phase, executor_port))
         admin = subprocess.Popen(
-            [sys.executable, "-c", _admin_entry(slow_steps_ms),
+            [sys.executable, "-c", _admin_entry(slow_steps_ms, probe),
              "admin", "--database-url", url, "--port", str(admin_port), "--log-level", "warning",
              *admin_args],
             env=env, cwd=workdir)
@@ -255,17 +259,31 @@ def run_case(
         time.sleep(max(0.0, (t1 - time.time() * 1000) / 1000))
         cpu0 = proc.cpu_times()
         wall0 = time.monotonic()
+        spy = None
+        if profile is not None:
+            # py-spy samples the admin during the window. It pauses the admin for each sample
+            # (torn stacks otherwise): the timings of a profiled run are worse than real. Only
+            # the thread holding the GIL is sampled (idle waits would count otherwise).
+            spy = subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(admin.pid),
+                 "-d", str(int(seconds)), "-r", "250", "--gil",
+                 "--format", "raw", "-o", f"{profile}-{jobs}-{backend}-{phase}.txt"],
+                stdout=subprocess.DEVNULL)
         rss = 0
         while time.time() * 1000 < t2:
             rss = max(rss, proc.memory_info().rss)
             time.sleep(0.5)
         cpu1 = proc.cpu_times()
-        cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (time.monotonic() - wall0) * 100
+        cpu_s = cpu1.user + cpu1.system - cpu0.user - cpu0.system
+        cpu = cpu_s / (time.monotonic() - wall0) * 100
         time.sleep(3.0)  # let the last fires of the window be recorded
+        if spy is not None:
+            spy.wait(30)
         fired, expected, doubled, lateness = asyncio.run(_measure(url, starts, t1, t2))
         return Result(jobs, backend, phase, seconds, fired, expected, max(0, expected - fired), doubled,
                       _quantile(lateness, 0.5), _quantile(lateness, 0.99),
-                      float(lateness[-1]) if lateness else float("nan"), cpu, rss / 2**20)
+                      float(lateness[-1]) if lateness else float("nan"), cpu, rss / 2**20,
+                      cpu_s / fired * 1e6 if fired else float("nan"))
     finally:
         for proc_ in (admin, fake):
             if proc_ is not None and proc_.poll() is None:
@@ -291,18 +309,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--slow-steps", type=float, default=None, metavar="MS",
                         help="print every admin event-loop step that takes MS or longer")
+    parser.add_argument("--profile", default=None, metavar="PREFIX",
+                        help="record the admin with py-spy during the window (raw stacks to PREFIX-*.txt; "
+                        "it slows the admin: measure without it)")
+    parser.add_argument("--probe", default=None, metavar="FILE",
+                        help="Python code the admin runs before starting (diagnostics)")
     args, admin_args = parser.parse_known_args(argv)
     if args.command == "fake-executor":
         asyncio.run(_serve_fake_executor(args.port))
         return 0
     print("| jobs | backend | phase | window | runs/s | p50 ms | p99 ms | max ms | missed | doubled "
-          "| admin CPU | admin RSS |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| admin CPU | CPU µs/fire | admin RSS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for backend in args.backend:
         for phase in args.phase:
             for jobs in args.jobs:
                 result = run_case(jobs, backend, phase, args.seconds, args.warmup, admin_args,
-                                  args.slow_steps)
+                                  args.slow_steps, args.profile, args.probe)
                 print(result.line(), flush=True)
     return 0
 

@@ -96,3 +96,17 @@ def test_clear_forgets_everything() -> None:
     held.clear()
     assert len(held) == 0 and entry.generation == 0
     assert held.next_due() is None
+
+
+def test_due_at_least_counts_only_entries_due_and_stops_at_the_count() -> None:
+    held = HeldSet()
+    assert not held.due_at_least(T0, 1)
+    for job_id in range(1, 11):
+        at = T0 + (0 if job_id <= 6 else 1_000)
+        held.adopt(fix_rate_job(job_id, at), _every(), at, T0 + 10_000, at)
+    assert held.due_at_least(T0, 6)
+    assert not held.due_at_least(T0, 7)
+    assert not held.due_at_least(T0 - 1, 1)
+    assert held.due_at_least(T0 + 1_000, 10)
+    assert not held.due_at_least(T0 + 1_000, 11)
+

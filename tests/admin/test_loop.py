@@ -82,6 +82,22 @@ async def test_fires_due_at_one_instant_go_out_in_one_batch(h: Harness) -> None:
     assert sizes == [[1, 2, 3], [4]]
 
 
+async def test_under_load_a_lone_fire_waits_to_coalesce_and_a_burst_does_not(prepare: bool) -> None:
+    h = Harness(config=LoopConfig(max_coalesce_ms=5), prepare=prepare)
+    for job_id in range(1, 201):  # 200 fires/s, all on one instant: a coalescing wait
+        h.table.put(fix_rate_job(job_id, T0 + 1_000))
+    h.table.put(fix_rate_job(999, T0 + 3_500, seconds=10))
+    loop = h.loop()
+    await loop.start()
+    try:
+        await h.advance_to(T0 + 3_600, step_ms=1)
+    finally:
+        await loop.stop()
+    at = {(r.job_id, r.planned_ms): r.at_ms for r in h.runlog.records}
+    assert at[(999, T0 + 3_500)] > T0 + 3_500
+    assert all(at[(job_id, T0 + 3_000)] == T0 + 3_000 for job_id in range(1, 201))
+
+
 async def test_misfire_do_nothing_skips_and_plans_from_now(h: Harness) -> None:
     h.table.put(fix_rate_job(1, T0 - 10_000, misfire_strategy="DO_NOTHING"))
     await h.loop().start()

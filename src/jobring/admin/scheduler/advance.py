@@ -9,18 +9,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields
+from typing import Any
 
 from jobring.admin.scheduler.held import Held, HeldSet
 from jobring.admin.scheduler.loop_config import LoopConfig, LoopStats
 from jobring.admin.scheduler.ports import LeaseStore
 from jobring.admin.scheduler.timers import Timers, sleep_until
+from jobring.admin.store.records import JobInfo
 from jobring.core.planning import FireDecision
 
 log = logging.getLogger(__name__)
 
 _Pending = dict[int, tuple[int, int, Held]]  # job id -> (trigger_last_time, trigger_next_time, held)
+
+_ROW_FIELDS = tuple(f.name for f in fields(JobInfo))
+assert all(f.init for f in fields(JobInfo))
+_row_values = operator.attrgetter(*_ROW_FIELDS)
+_LAST, _NEXT = _ROW_FIELDS.index("trigger_last_time"), _ROW_FIELDS.index("trigger_next_time")
+
+
+def advanced_row(job: JobInfo, last_ms: int, next_ms: int) -> JobInfo:
+    """``replace(job, trigger_last_time=last_ms, trigger_next_time=next_ms)`` at half the cost
+    (one per fire sent)."""
+    values: list[Any] = list(_row_values(job))
+    values[_LAST] = last_ms
+    values[_NEXT] = next_ms
+    return JobInfo(*values)
 
 
 class AdvanceWriter:
@@ -112,7 +129,7 @@ class AdvanceWriter:
                 continue
             held.db_next_ms = nxt
             # The row as the database now has it: the next renewal then sees it unchanged.
-            held.job = replace(held.job, trigger_last_time=last, trigger_next_time=nxt)
+            held.job = advanced_row(held.job, last, nxt)
             # (An advance of an earlier fire still names the planned instant: not yet.)
             if held.leaving and nxt > held.planned_ms:
                 leaving.append(job_id)

@@ -26,6 +26,9 @@ from jobring.core.timefmt import iso_ms
 
 log = logging.getLogger(__name__)
 
+# Fires due together that make a batch big enough: no coalescing wait for more.
+_BURST = 64
+
 
 class FireTimer:
     """The timer task and the fire batches it sends."""
@@ -70,7 +73,10 @@ class FireTimer:
         while True:
             due = held_set.next_due()
             now = clock.now_ms()
-            if due is not None and due + self._coalesce_ms <= now:
+            wait = self._coalesce_ms
+            if wait and due is not None and held_set.due_at_least(max(due, now), _BURST):
+                wait = 0  # enough fires due by then for a batch: waiting would only delay them
+            if due is not None and due + wait <= now:
                 if due > self._fence.committed_ms or not self._fence.may_send():
                     await self._fence.wait(now, self._check_leases)
                     continue
@@ -81,7 +87,7 @@ class FireTimer:
                 self._fire_due(now)
                 continue
             self._wake = loop.create_future()
-            deadline = due + self._coalesce_ms if due is not None else None
+            deadline = due + wait if due is not None else None
             held_set.alarm, held_set.alarm_at = self._wake_now, deadline
             handle = self._timers.call_at_ms(deadline, self._wake_now) if deadline is not None else None
             try:
@@ -100,18 +106,25 @@ class FireTimer:
         fires: list[PlannedFire] = []
         prepared: list[Ahead | None] = []
         outcomes: list[tuple[Held, FireDecision]] = []
-        horizon = now + self._config.pre_read_ms
+        config = self._config
+        horizon = now + config.pre_read_ms
         until = min(now, self._fence.committed_ms)
+        # A lease ending after this leaves the fire sendable (LeaseKeeper.lapsed's rule).
+        lease_ok = now + config.lease_guard_ms
+        threshold = config.misfire_threshold_ms
         stats = self._stats
-        while (held := self._held.pop_due(until)) is not None:
-            if self._leases.lapsed(held, now):
+        lateness_ms, lateness = stats.lateness_ms, stats.lateness
+        pop_due = self._held.pop_due
+        while (held := pop_due(until)) is not None:
+            if held.lease_until_ms <= lease_ok and self._leases.lapsed(held, now):
                 continue
             decision = decide_fire(held.planned_ms, now, held.job.misfire_strategy,
-                                   held.schedule.next_fire_ms, self._config.misfire_threshold_ms)
+                                   held.schedule.next_fire_ms, threshold)
             if decision.trigger_type is TriggerType.CRON:
-                stats.lateness_ms.append(now - decision.planned_ms)
-                stats.lateness.observe(now - decision.planned_ms)
-                if now - decision.planned_ms >= 1_000:
+                late = now - decision.planned_ms
+                lateness_ms.append(late)
+                lateness.observe(late)
+                if late >= 1_000:
                     self._log_passed_over(held, decision, now)
             elif decision.planned_ms > 0:
                 if decision.fires:

@@ -109,6 +109,29 @@ class HeldSet:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
+    def due_at_least(self, until_ms: int, count: int) -> bool:
+        """True when at least ``count`` heap entries fall at or before ``until_ms`` (stale ones
+        included: a hint). Walks only the heap's due part, at most ``count`` entries."""
+        heap = self._heap
+        if not heap or heap[0][0] > until_ms:
+            return count <= 0
+        size = len(heap)
+        todo = [0]
+        found = 0
+        while todo:
+            index = todo.pop()
+            found += 1
+            if found >= count:
+                return True
+            # A heap's children are never earlier than their parent: the due part is a subtree.
+            child = 2 * index + 1
+            if child < size and heap[child][0] <= until_ms:
+                todo.append(child)
+            child += 1
+            if child < size and heap[child][0] <= until_ms:
+                todo.append(child)
+        return False
+
     def pop_due(self, until_ms: int) -> Held | None:
         """Take the next held job due at or before ``until_ms`` off the heap (None: none)."""
         heap = self._heap
