@@ -69,6 +69,8 @@ def _print_table(results: list[tuple[str, str, Verdict | BaseException]]) -> Non
             print(f"{'':<31}note: {note}")
         if result.lost:
             print(f"{'':<31}lost: {result.lost_span()}")
+        if result.settled:
+            print(f"{'':<31}settled as sent: {result.settled_span()}")
         if result.late:
             print(f"{'':<31}late over the bound (job, planned, ms): {result.late[:5]}")
         for pattern in result.patterns:

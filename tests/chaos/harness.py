@@ -340,6 +340,15 @@ class Verdict:
         return (f"planned {min(planned) - self.fault_at_ms} ms to {max(planned) - self.fault_at_ms} ms"
                 f" after the fault; with a log row: {dict(self.lost_logged)}")
 
+    def settled_span(self) -> str:
+        """Where the instants settled as sent lie, relative to the fault."""
+        if not self.settled or not self.fault_at_ms:
+            return ""
+        planned = [p for _, p in self.settled]
+        jobs = len({j for j, _ in self.settled})
+        return (f"{len(self.settled)} in {jobs} jobs, planned {min(planned) - self.fault_at_ms} ms"
+                f" to {max(planned) - self.fault_at_ms} ms after the fault")
+
     def row(self) -> dict[str, Any]:
         return {"planned": self.planned, "fired": self.fired, "lost": len(self.lost),
                 "doubled": len(self.doubled), "settled": len(self.settled), "coalesced": self.coalesced,

@@ -104,7 +104,7 @@ async def node_sigkill(c: Cluster, t: Timing) -> Verdict:
     rows = await log_rows(c.db)
     verdict = check_fires(c.executor, rows, jobs, until, KILL_LATE_MS, failed=failed)
     verdict.notes += stuck
-    verdict.info.append(about)
+    verdict.info.append(f"{about}; it held {len(victim_jobs)} of {len(jobs)} jobs")
     took = first_fire_after(c.executor, rows, survivor.node_id, victim_jobs, killed_at)
     verdict.takeover_ms = None if took is None else took - killed_at
     verdict.fault_at_ms = killed_at
@@ -136,7 +136,7 @@ async def node_sigstop(c: Cluster, t: Timing) -> Verdict:
     gap = Gap(stopped_at, woke_at, dict.fromkeys(jobs, "DO_NOTHING"), coalesced_only=True)
     verdict = check_fires(c.executor, rows, jobs, until, PAUSE_LATE_MS, gap, failed=failed)
     verdict.notes += stuck
-    verdict.info.append(about)
+    verdict.info.append(f"{about}; it held {len(paused_jobs)} of {len(jobs)} jobs")
     took = first_fire_after(c.executor, rows, survivor.node_id, paused_jobs, stopped_at)
     verdict.takeover_ms = None if took is None else took - stopped_at
     verdict.fault_at_ms = stopped_at
