@@ -13,8 +13,11 @@ the executor finishes runs, two nodes whose clocks differ by 500 ms. One scenari
 a time, both backends together unless --backend is given.
 
 Columns: planned (grid instants in the run), fired (received once or more), lost (not
-received, not explained by the job's misfire or late-fire rule), doubled, excused (skipped
-as that rule says), max_late_ms (last /run arrival minus its planned instant; for the
+received, not explained by the job's misfire or late-fire rule nor settled as sent),
+doubled, settled (recorded by the killed or paused node under its send fence, never
+received: the survivor counts them as sent, docs/design/takeover.md), coalesced (missed
+instants a late fire of the job stands for), excused (skipped as a rule says, coalesced
+included), max_late_ms (last /run arrival minus its planned instant; for the
 executor scenarios: time to the retry / to the spooled results' delivery), takeover_ms
 (first fire of the failed node's jobs by the survivor after the fault; the outage length
 for the database outage). Numbers are from a shared box: noisy.
@@ -35,7 +38,8 @@ sys.path.insert(0, str(ROOT))  # tests.chaos: the harness and the scenarios
 from tests.chaos.harness import SERVER_BACKENDS, Verdict  # noqa: E402
 from tests.chaos.scenarios import LONG, SCENARIOS, SHORT, run_scenario  # noqa: E402
 
-COLUMNS = ("planned", "fired", "lost", "doubled", "excused", "max_late_ms", "takeover_ms")
+COLUMNS = ("planned", "fired", "lost", "doubled", "settled", "coalesced", "excused", "max_late_ms",
+           "takeover_ms")
 
 
 async def _one(name: str, backend: str, workdir: Path, short: bool) -> Verdict | BaseException:
@@ -44,6 +48,10 @@ async def _one(name: str, backend: str, workdir: Path, short: bool) -> Verdict |
     except Exception as exc:  # reported in the table, the other scenarios still run
         traceback.print_exc()
         return exc
+
+
+def _passed(v: Verdict) -> bool:
+    return not v.lost and not v.doubled and not v.notes and not v.late
 
 
 def _print_table(results: list[tuple[str, str, Verdict | BaseException]]) -> None:
@@ -56,12 +64,15 @@ def _print_table(results: list[tuple[str, str, Verdict | BaseException]]) -> Non
             continue
         row = result.row()
         cells = " ".join(f"{'-' if row[c] is None else row[c]:>12}" for c in COLUMNS)
-        ok = not result.lost and not result.doubled and not result.notes
-        print(f"{name:<18} {backend:<11} {cells}  {'ok' if ok else 'FAIL'}")
+        print(f"{name:<18} {backend:<11} {cells}  {'ok' if _passed(result) else 'FAIL'}")
         for note in result.info + result.notes:
             print(f"{'':<31}note: {note}")
         if result.lost:
             print(f"{'':<31}lost: {result.lost_span()}")
+        if result.settled:
+            print(f"{'':<31}settled as sent: {result.settled_span()}")
+        if result.late:
+            print(f"{'':<31}late over the bound (job, planned, ms): {result.late[:5]}")
         for pattern in result.patterns:
             print(f"{'':<31}{pattern[:400]}")
 
@@ -83,8 +94,7 @@ async def main(argv: list[str] | None = None) -> int:
             _print_table(results[-len(backends):])
     print()
     _print_table(results)
-    return 0 if all(not isinstance(v, BaseException) and not v.lost and not v.doubled and not v.notes
-                    for _, _, v in results) else 1
+    return 0 if all(not isinstance(v, BaseException) and _passed(v) for _, _, v in results) else 1
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
   truth: every ``/run`` it receives, with the log id and its arrival time), admin node
   processes started through the proxy, and cleanup of all of it.
 - ``check_fires``: judges the recorded runs against each job's 1 s grid: lost, doubled,
-  lateness, with the gaps a misfire rule allows.
+  lateness, with the gaps a misfire rule allows and the fires a failed node may have sent.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import make_url
 
 from jobring.admin.store import Store
-from jobring.admin.store.tables import job_info, job_log
+from jobring.admin.store.tables import job_info, job_log, scheduler_node
 from tests.dbs import SERVER_URLS, acreate_test_database, adrop_test_database
 from tests.e2e.admin_nodes import (
     TOKEN,
@@ -284,6 +284,28 @@ async def log_rows(store: Store) -> list[Any]:
             .order_by(job_log.c.id))).all())
 
 
+@dataclass(frozen=True)
+class FailedNode:
+    """A node that failed (killed, paused) at ``fault_at_ms``, with its committed send fence
+    as the node that took its jobs over found it (docs/design/takeover.md)."""
+
+    node_id: str
+    fence_ms: int
+    fault_at_ms: int
+
+
+async def failed_node(store: Store, node_id: str, fault_at_ms: int) -> tuple[FailedNode, str]:
+    """The node's fence as committed now, and a description of its node row. Read once its
+    lock session is gone (killed, or paused past the idle timeout), the fence can no longer
+    rise: it is the one the taker settles against (a node marked gone keeps its fence)."""
+    async with store.engine.connect() as conn:
+        row = (await conn.execute(select(scheduler_node).where(scheduler_node.c.node_id == node_id))).one()
+    gone = row.alive_until == 0 and row.lock_key == 0
+    about = (f"{node_id}: fence {row.send_fence - fault_at_ms:+d} ms from the fault,"
+             f" {'marked gone' if gone else 'not marked gone'}")
+    return FailedNode(node_id, int(row.send_fence), fault_at_ms), about
+
+
 @dataclass
 class Verdict:
     """One scenario run, judged against each job's grid."""
@@ -293,6 +315,10 @@ class Verdict:
     lost: list[tuple[int, int]] = field(default_factory=list)  # (job, planned instant)
     doubled: list[tuple[int, int]] = field(default_factory=list)
     excused: int = 0  # instants a misfire rule allowed to skip
+    coalesced: int = 0  # of those, instants coalesced into a late fire of their job
+    # Instants the failed node recorded under its fence and never sent: settled as sent by
+    # the taker (its unconfirmed row is left to the lost-run monitor), (job, planned instant).
+    settled: list[tuple[int, int]] = field(default_factory=list)
     max_late_ms: int = 0
     min_late_ms: int = 0
     late: list[tuple[int, int, int]] = field(default_factory=list)  # (job, planned, lateness) over the bound
@@ -314,30 +340,49 @@ class Verdict:
         return (f"planned {min(planned) - self.fault_at_ms} ms to {max(planned) - self.fault_at_ms} ms"
                 f" after the fault; with a log row: {dict(self.lost_logged)}")
 
+    def settled_span(self) -> str:
+        """Where the instants settled as sent lie, relative to the fault."""
+        if not self.settled or not self.fault_at_ms:
+            return ""
+        planned = [p for _, p in self.settled]
+        jobs = len({j for j, _ in self.settled})
+        return (f"{len(self.settled)} in {jobs} jobs, planned {min(planned) - self.fault_at_ms} ms"
+                f" to {max(planned) - self.fault_at_ms} ms after the fault")
+
     def row(self) -> dict[str, Any]:
         return {"planned": self.planned, "fired": self.fired, "lost": len(self.lost),
-                "doubled": len(self.doubled), "excused": self.excused, "max_late_ms": self.max_late_ms,
-                "takeover_ms": self.takeover_ms}
+                "doubled": len(self.doubled), "settled": len(self.settled), "coalesced": self.coalesced,
+                "excused": self.excused, "max_late_ms": self.max_late_ms, "takeover_ms": self.takeover_ms}
 
 
 @dataclass
 class Gap:
     """Instants in ``[start_ms, end_ms)`` (a fault) may be missed as the job's rules say (see
-    ``_excused``); outside it every instant must fire exactly once."""
+    ``_excused``); outside it every instant must fire exactly once.
+
+    ``coalesced_only``: a fault shorter than the misfire threshold (a paused node): only the
+    coalescing rule applies, and a late fire standing for coalesced instants is judged
+    against the lateness bound like any other."""
 
     start_ms: int
     end_ms: int
     misfire: dict[int, str]  # job id -> rule
+    coalesced_only: bool = False
 
 
 MISFIRE_THRESHOLD_MS = 5_000
 
 
 def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, int], until_ms: int,
-                late_bound_ms: int, gap: Gap | None = None, period_ms: int = 1_000) -> Verdict:
+                late_bound_ms: int, gap: Gap | None = None, period_ms: int = 1_000,
+                failed: FailedNode | None = None) -> Verdict:
     """Judge the /run calls the executor received (ground truth) for ``jobs`` (id -> first
-    instant) from their first instant to ``until_ms`` against their ``period_ms`` grid."""
+    instant) from their first instant to ``until_ms`` against their ``period_ms`` grid.
+
+    With ``failed``, the instants that node may have sent just before it failed are settled
+    as sent by the taker, not lost (see ``_settled``); at most one per job."""
     by_log = {r.id: r for r in rows}
+    logged = {(r.job_id, int(r.planned_time)): r for r in rows if r.planned_time is not None}
     verdict = Verdict()
     received: dict[int, dict[int, list[int]]] = {j: {} for j in jobs}  # job -> planned -> arrivals
     for call in executor.calls:
@@ -357,7 +402,14 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
         verdict.planned += len(grid)
         verdict.fired += sum(1 for p in grid if p in got)
         misses = [p for p in grid if p not in got]
-        excused = _excused(misses, got, gap, job_id) if gap else set()
+        settled = _settled(misses, logged, job_id, failed, period_ms) if failed else []
+        verdict.settled += [(job_id, p) for p in settled]
+        if len(settled) > 1:
+            verdict.notes.append(f"job {job_id}: {len(settled)} instants settled as sent, at most one"
+                                 f" expected (the fence leads by 1 s at most): {settled}")
+        misses = [p for p in misses if p not in settled]
+        coalesced, excused = _excused(misses, got, gap, job_id) if gap else (set(), set())
+        verdict.coalesced += len(coalesced)
         verdict.excused += len(excused)
         verdict.lost += [(job_id, p) for p in misses if p not in excused]
         if len(verdict.patterns) < 3 and any(p not in excused for p in misses):
@@ -366,14 +418,13 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
             if planned > until_ms:
                 continue
             late = arrivals[0] - planned
-            if any(planned < m <= arrivals[0] for m in excused):
+            if not (gap and gap.coalesced_only) and any(planned < m <= arrivals[0] for m in excused):
                 continue  # a late fire standing for missed instants: late by the outage, by the rule
             lates.append(late)
             if late > late_bound_ms:
                 verdict.late.append((job_id, planned, late))
     verdict.max_late_ms = max(lates, default=0)
     verdict.min_late_ms = min(lates, default=0)
-    logged = {(r.job_id, int(r.planned_time)): r for r in rows}
     verdict.lost_logged = Counter(
         f"trigger_code={row.trigger_code} handle_code={row.handle_code} {str(row.trigger_type)}"
         f" by {row.admin_node}: {str(row.handle_msg or '')[:80]}"
@@ -389,15 +440,37 @@ def _pattern(job_id: int, grid: list[int], got: dict[int, list[int]], gap: Gap |
     return f"job {job_id}{rule}: " + " ".join(cells)
 
 
-def _excused(misses: list[int], got: dict[int, list[int]], gap: Gap, job_id: int) -> set[int]:
-    """The misses inside the gap that the job's rules explain (core/planning.py):
+def _settled(misses: list[int], logged: dict[tuple[int, int], Any], job_id: int, failed: FailedNode,
+             period_ms: int) -> list[int]:
+    """The misses the failed node may have sent just before it failed, which the taker
+    therefore settles as sent and never sends (docs/design/takeover.md, "Settling a
+    takeover"): recorded by that node, unconfirmed (trigger code 0, no dispatch time, no
+    result: the row the lost-run monitor fails later), planned at or before its committed
+    fence, and due no more than one period before the fault (one due earlier should have
+    gone out while the node was still running)."""
+    found = []
+    for p in misses:
+        row = logged.get((job_id, p))
+        if (row is not None and row.admin_node == failed.node_id and row.trigger_code == 0
+                and row.dispatch_time is None and row.handle_code == 0
+                and failed.fault_at_ms - period_ms < p <= failed.fence_ms):
+            found.append(p)
+    return found
+
+
+def _excused(misses: list[int], got: dict[int, list[int]], gap: Gap,
+             job_id: int) -> tuple[set[int], set[int]]:
+    """The misses inside the gap that the job's rules explain (core/planning.py), as
+    (coalesced, all excused):
 
     - coalesced: the job's previous fired instant went out late, at or after the missed
       instant came due; a late fire stands for the instants that came due meanwhile
       (FIRE_ONCE_NOW's misfire fire keeps the first missed instant, so it covers the rest);
     - skipped by DO_NOTHING: a run of misses whose first instant was more than the misfire
-      threshold late when the job was next decided (at the latest when its next fire went out).
+      threshold late when the job was next decided (at the latest when its next fire went
+      out). Not with ``gap.coalesced_only``.
     """
+    coalesced: set[int] = set()
     excused: set[int] = set()
     fired = sorted(got)
     for p in misses:
@@ -405,14 +478,17 @@ def _excused(misses: list[int], got: dict[int, list[int]], gap: Gap, job_id: int
             continue
         before = [q for q in fired if q < p]
         if before and got[before[-1]][0] >= p:
+            coalesced.add(p)
             excused.add(p)
+            continue
+        if gap.coalesced_only:
             continue
         after = [r for r in fired if r > p]
         run_start = min(m for m in misses if (not before or m > before[-1]) and m <= p)
         skipped = after and got[after[0]][0] - run_start > MISFIRE_THRESHOLD_MS
         if gap.misfire[job_id] == "DO_NOTHING" and skipped:
             excused.add(p)
-    return excused
+    return coalesced, excused
 
 
 def first_fire_after(executor: RecordingExecutor, rows: list[Any], node_id: str, jobs: set[int],

@@ -3,10 +3,12 @@ databases and processes) and asserts no fire lost, none doubled, lateness bounde
 scenarios run in the background, two at a time (tests/chaos/lanes.py); each test waits
 for its own and judges it.
 
-These assert the targets of issue 15. Known failures on main when they were written (with
-the session-lock takeover merged): node_sigkill and node_sigstop (the failed node's fires
-recorded ahead but never sent are lost, the survivor counting them as fired; after a late
-takeover fire the instants due meanwhile are coalesced), database_restart and
+These assert the targets of issue 15, with the scheduler's documented exceptions counted
+apart (docs/design/takeover.md): after a node is killed or paused, the fires it recorded
+under its send fence and never sent are settled as sent (at most one per job: the fence
+leads by 1 s at most), and after a pause the instants due before the survivor's first,
+late fire of a job are coalesced into it (core/planning.py). Every other instant must fire
+exactly once. Known failures on main when they were written: database_restart and
 database_outage (FIRE_ONCE_NOW jobs get no misfire fire after the outage).
 
 The longer versions (the issue's durations) are bench/chaos.py. With CI=true an unreachable
@@ -21,7 +23,7 @@ import pytest
 
 from tests.chaos.harness import Verdict
 from tests.chaos.lanes import ScenarioLanes
-from tests.chaos.scenarios import SHORT
+from tests.chaos.scenarios import PAUSE_LATE_MS, SHORT
 from tests.dbs import BackendUnavailable, must_fail_when_unavailable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(170)]
@@ -106,7 +108,11 @@ def test_killed_executor_runs_are_retried_elsewhere(lanes: ScenarioLanes) -> Non
 
 
 def test_sigstop_then_sigcont_sends_no_stale_fires(lanes: ScenarioLanes) -> None:
-    _assert_exact(_both(lanes, "test_sigstop_then_sigcont_sends_no_stale_fires"))
+    verdicts = _both(lanes, "test_sigstop_then_sigcont_sends_no_stale_fires")
+    _assert_exact(verdicts)
+    # The survivor took the jobs over during the pause (its lock session idled out).
+    assert all(v.takeover_ms is not None and v.takeover_ms <= PAUSE_LATE_MS
+               for v in verdicts.values()), _table(verdicts)
 
 
 def test_sigkill_of_a_node_under_load(lanes: ScenarioLanes) -> None:
