@@ -107,6 +107,8 @@ def test_every_loop_setting_is_a_loop_config_field() -> None:
     ({"JOBRING_LOOP__CYCLE_MS": "5000", "JOBRING_LOOP__LEASE_MS": "20000",
       "JOBRING_LOOP__PREPARE_AHEAD_MS": "6000"}, "pre_read_ms (5000) must exceed loop.cycle_ms (5000)"),
     ({"JOBRING_LOOP__FENCE_EVERY_MS": "1000"}, "loop.fence_every_ms (1000) must be below"),
+    # no loop key set: the rules still hold against LoopConfig's defaults
+    ({"JOBRING_PRE_READ_MS": "500"}, "pre_read_ms (500) must exceed loop.cycle_ms (1000)"),
 ])
 def test_loop_rules_are_checked_with_the_defaults_of_the_others(env: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError) as caught:

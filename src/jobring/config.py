@@ -57,12 +57,9 @@ class LoopSettings(BaseModel):
     def check(self, pre_read_ms: int) -> None:
         """ValueError when the tunables (with LoopConfig's defaults for the others) break a
         rule the loop relies on (see the loop module's docstring)."""
-        given = self.given()
-        if not given:
-            return
-        from jobring.admin.scheduler.loop import LoopConfig  # the defaults; heavy, only when needed
+        from jobring.admin.scheduler.loop_config import LoopConfig  # the defaults
 
-        c = LoopConfig(**given)
+        c = LoopConfig(**self.given())
         # A lease renewed every cycle must outlive the cycle plus the clock-skew guard, or
         # the node stops sending between two renewals.
         if c.lease_ms <= c.cycle_ms + c.lease_guard_ms:
