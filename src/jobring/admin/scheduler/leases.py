@@ -62,6 +62,10 @@ class LeaseKeeper:
         lease_ms = self._config.lease_ms
         async with self._lock:
             await self._advance.flush_locked()
+            # Rows of fires this node will not send go before anything is (re)adopted: a job
+            # dropped and adopted again (its lock session lost and regained) must find its
+            # unsent instants free, not recorded (a fire at them would be a duplicate, unsent).
+            await self._readahead.cancel_withdrawn()
             # Renewal first: whatever else fails this cycle, the held leases stay valid.
             held = await self._store.renew(now, lease_ms, self._held.rows())
             self.renewed_at = now

@@ -183,7 +183,9 @@ class ScheduleLoop:
         if len(self._held):
             log.warning("liveness lost: dropping the %d held jobs", len(self._held))
         for job_id in list(self._held):
-            self._drop(job_id)
+            # Their queued advances stay: those fires were sent, and the writes land only if
+            # the leases are still this node's (nobody took the jobs over meanwhile).
+            self._drop(job_id, keep_advance=True)
         self.stats.held = 0
 
     async def run_cycle(self) -> None:
@@ -205,11 +207,12 @@ class ScheduleLoop:
             self.cycle_done.notify_all()
 
     # ----------------------------------------------------------------- helpers
-    def _drop(self, job_id: int) -> None:
+    def _drop(self, job_id: int, *, keep_advance: bool = False) -> None:
         """Forget a held job: its heap entries, its queued advance, its fires recorded ahead."""
         held = self._held.drop(job_id)
         if held is not None:
-            self._advance.forget(job_id)
+            if not keep_advance:
+                self._advance.forget(job_id)
             for slot in held.prepared.values():
                 self._readahead.withdraw(slot)
             held.prepared.clear()
