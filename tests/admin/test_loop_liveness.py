@@ -316,3 +316,41 @@ async def test_dead_node_found_wakes_the_loop_and_is_taken_over_once() -> None:
     assert await live.claim_dead(T0, T0 + 5_000, 10_000, 100) == []
     assert live.takeovers == 1
     await live.stop()
+
+
+@pytest.mark.parametrize("rule, late_fire", [("FIRE_ONCE_NOW", "MISFIRE"), ("DO_NOTHING", None)])
+async def test_after_an_outage_of_the_whole_database_the_misfire_rule_applies(
+    rule: str, late_fire: str | None
+) -> None:
+    # Every session lost at once (the database restarted or was unreachable): the node drops
+    # its jobs, then takes its lock again and re-adopts them. The instants it never sent are
+    # the misfire rule's (as without session locks), neither skipped as perhaps sent nor
+    # taken for duplicates of its own rows recorded ahead.
+    h = Harness(prepare=True)
+    h.table.put(fix_rate_job(1, T0 + 1_000, misfire_strategy=rule))
+    live = FakeLiveness(h.table, "n1")
+    loop = h.loop(liveness=live)
+    await loop.start()
+    try:
+        # Just after the fire at T0+2 s (its advance queued, not written yet); the instants
+        # to T0+4.5 s are recorded ahead.
+        await h.advance_to(T0 + 2_050)
+        assert h.runlog.fired() == [(1, T0 + 1_000), (1, T0 + 2_000)]
+        assert h.runlog.pending(1) == [(1, T0 + 3_000), (1, T0 + 4_000)]
+        h.cut_off("n1")
+        live.lose()
+        await h.advance_to(T0 + 8_500)
+        h.cut_off("n1", False)
+        live.alive = True
+        await h.advance_to(T0 + 12_500)
+    finally:
+        await loop.stop()
+    sent = [(r.planned_ms, r.trigger_type) for r in h.runlog.records if not r.duplicate]
+    expected = [(T0 + 1_000, "CRON"), (T0 + 2_000, "CRON")]
+    if late_fire is not None:
+        expected.append((T0 + 3_000, late_fire))  # the first instant missed, once
+    expected += [(T0 + 10_000, "CRON"), (T0 + 11_000, "CRON"), (T0 + 12_000, "CRON")]
+    assert sent == expected
+    late = [r for r in h.runlog.records if r.planned_ms == T0 + 3_000 and not r.duplicate]
+    assert all(T0 + 8_500 <= r.at_ms < T0 + 10_000 for r in late)
+    assert h.stray_rows() == []
