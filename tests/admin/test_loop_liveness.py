@@ -354,3 +354,37 @@ async def test_after_an_outage_of_the_whole_database_the_misfire_rule_applies(
     late = [r for r in h.runlog.records if r.planned_ms == T0 + 3_000 and not r.duplicate]
     assert all(T0 + 8_500 <= r.at_ms < T0 + 10_000 for r in late)
     assert h.stray_rows() == []
+
+
+async def test_after_losing_its_session_a_node_leaves_the_others_locks_alone_for_a_while() -> None:
+    # The whole database restarted: every node lost its session and they reconnect one after
+    # the other. The first back must not take the others (alive, reconnecting) for dead.
+    world = FakeLockWorld()
+    world.announced = ["a", "b"]
+    a, a_sessions = world.liveness("a")
+    b, b_sessions = world.liveness("b")
+    await a.tick()
+    await b.tick()
+    for session in a_sessions + b_sessions:
+        await session.close()  # the server ended every session
+        session.fail = True
+    await a.tick()
+    await b.tick()
+    assert world.lost == 2
+    world.now = 1.0
+    await a.tick()  # a is back first
+    assert a.holds
+    for _ in range(5):
+        world.now += 0.3
+        await a.tick()  # b's lock is free, but a has just come back: not tried
+    assert hash("b") not in world.locks and world.woken == 0
+    await b.tick()  # b is back within the grace
+    assert b.holds and b.may_send()
+    world.now = 1.0 + a.config.rejoin_grace_ms / 1000
+    await a.tick()
+    assert world.woken == 0 and world.locks[hash("b")] is b_sessions[-1]
+    # Once the grace is over, a node whose lock is free is dead again.
+    await b.stop()
+    await a.tick()
+    assert world.woken == 1
+    await a.stop()
