@@ -121,11 +121,12 @@ class AdminRuntime:
     metrics: AdminMetrics | None = None
     liveness: NodeLiveness | None = None
 
-    async def stop(self, budget_s: float = STOP_BUDGET_S) -> None:
+    async def stop(self) -> None:
         """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB;
-        within ``budget_s`` (and a moment per later step) even when the database hangs."""
+        within STOP_BUDGET_S (or the loop's ``stop_timeout_s`` if longer, and a moment per
+        later step) even when the database hangs."""
         clock = asyncio.get_running_loop().time
-        deadline = clock() + budget_s
+        deadline = clock() + max(STOP_BUDGET_S, self.loop.config.stop_timeout_s)
 
         def left() -> float:
             return max(_STEP_MIN_S, deadline - clock())

@@ -14,7 +14,8 @@ and every fire in between is missed. With it (PostgreSQL, MariaDB/MySQL):
   node woken from a pause sends nothing before a round trip proves its lock is still held.
   When one fails it drops every held job at once (it cannot withdraw its rows recorded
   ahead: whoever takes the jobs settles them) and does not claim or renew until it holds
-  its lock again on a new session.
+  its lock again on a new session; then, for ``rejoin_grace_ms``, it tries no other node's
+  lock (after a database restart or outage the others are reconnecting, not dead).
 * **Dead nodes.** Every ping also reads the other nodes announced alive with a lock, and
   tries each one's lock without waiting. A lock obtained means that node's session is gone:
   the scheduling loop is woken for a claim cycle at once, which takes the jobs still leased
