@@ -9,8 +9,10 @@ from dataclasses import replace
 import pytest
 
 from jobring.admin.scheduler.liveness import LivenessConfig, LivenessLost, NodeLiveness
+from jobring.admin.scheduler.loop import ScheduleLoop
 from jobring.admin.store.records import JobInfo
 from jobring.core.clock import ManualClock
+from jobring.core.schedule import parse_schedule
 from tests.admin.loop_fakes import T0, FakeJobTable, Harness, fix_rate_job
 
 
@@ -388,3 +390,37 @@ async def test_after_losing_its_session_a_node_leaves_the_others_locks_alone_for
     await a.tick()
     assert world.woken == 1
     await a.stop()
+
+
+async def test_a_fire_in_flight_when_the_session_is_lost_is_not_sent_again_nor_skips_the_next() -> None:
+    # The session fails while a fire is being sent: the job is dropped before its advance
+    # is queued. Re-adopting the job, the node settles its own recorded fire like another
+    # node's (sent): it resumes after it, neither sending it again (nor, taking it for a
+    # duplicate, stepping past the instants after it).
+    h = Harness()
+    h.table.put(fix_rate_job(1, T0 + 1_000))
+    live = FakeLiveness(h.table, "n1")
+
+    lost: list[int] = []
+
+    async def lose_during_the_send() -> None:
+        if h.clock.now_ms() == T0 + 2_000 and not lost:
+            lost.append(h.clock.now_ms())
+            live.lose()
+
+    leases = h.table.node("n1")
+    loop = ScheduleLoop(leases, h.port("n1", lose_during_the_send), h.loop_timers, parse_schedule,
+                        config=h.config, liveness=live)
+    h.leases["n1"] = leases
+    await loop.start()
+    try:
+        await h.advance_to(T0 + 2_500)
+        assert loop.held_job_ids == [] and h.table.jobs[1].trigger_next_time == T0 + 2_000
+        live.alive = True
+        await h.advance_to(T0 + 5_500)
+    finally:
+        await loop.stop()
+    sent = [(r.planned_ms, r.at_ms) for r in h.runlog.records if not r.duplicate]
+    assert sent == [(T0 + 1_000, T0 + 1_000), (T0 + 2_000, T0 + 2_000), (T0 + 3_000, T0 + 3_000),
+                    (T0 + 4_000, T0 + 4_000), (T0 + 5_000, T0 + 5_000)]
+    assert [r.planned_ms for r in h.runlog.records if r.duplicate] == []
