@@ -178,7 +178,7 @@ class FakeLeases:
         if self.fail_settle:
             self.fail_settle -= 1
             raise ConnectionError("settling the takeover failed")
-        recorded = self.table.recorded_since({j.id: j.trigger_next_time for j in jobs}, self.node_id)
+        recorded = self.table.recorded_since({j.id: j.trigger_next_time for j in jobs}, "")
         never_sent: list[int] = []
         sent_up_to: dict[int, int] = {}
         for row in recorded:

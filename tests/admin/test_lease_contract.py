@@ -322,7 +322,8 @@ class LeaseContract:
             ("dead", mixed, T0 + 3_000, False),  # beyond it: never sent
             ("dead", all_ahead, T0 + 2_500, False),
             ("dead", all_ahead, T0 + 3_500, False),
-            ("b", own, T0 + 3_000, False),  # the new holder's own rows are not settled
+            # The new holder's own rows too (its fires in flight when it dropped the job).
+            ("b", own, T0 + 3_000, False),
             ("ghost", unknown, T0 + 3_000, False),  # a node without a row: perhaps sent
             ("quiet", quiet, T0 + 1_000, False),  # fence 0: never sent
             ("dead", old, T0 + 500, False),  # before the stored next instant: it went out
@@ -332,7 +333,7 @@ class LeaseContract:
         claimed = await b.claim(T0, T0 + 5_000, LEASE, 100)
         assert sorted(await _ids(claimed)) == jobs
         assert await b.settle_takeover([]) == {}
-        resume = {mixed: T0 + 2_000, unknown: T0 + 3_000, unnamed: T0 + 4_000}
+        resume = {mixed: T0 + 2_000, own: T0 + 3_000, unknown: T0 + 3_000, unnamed: T0 + 4_000}
         assert dict(await b.settle_takeover(claimed)) == resume
         assert await world.rows() == [
             (mixed, T0 + 1_000, "dead"), (mixed, T0 + 2_000, "dead"), (own, T0 + 3_000, "b"),

@@ -9,8 +9,10 @@ from dataclasses import replace
 import pytest
 
 from jobring.admin.scheduler.liveness import LivenessConfig, LivenessLost, NodeLiveness
+from jobring.admin.scheduler.loop import ScheduleLoop
 from jobring.admin.store.records import JobInfo
 from jobring.core.clock import ManualClock
+from jobring.core.schedule import parse_schedule
 from tests.admin.loop_fakes import T0, FakeJobTable, Harness, fix_rate_job
 
 
@@ -316,3 +318,109 @@ async def test_dead_node_found_wakes_the_loop_and_is_taken_over_once() -> None:
     assert await live.claim_dead(T0, T0 + 5_000, 10_000, 100) == []
     assert live.takeovers == 1
     await live.stop()
+
+
+@pytest.mark.parametrize("rule, late_fire", [("FIRE_ONCE_NOW", "MISFIRE"), ("DO_NOTHING", None)])
+async def test_after_an_outage_of_the_whole_database_the_misfire_rule_applies(
+    rule: str, late_fire: str | None
+) -> None:
+    # Every session lost at once (the database restarted or was unreachable): the node drops
+    # its jobs, then takes its lock again and re-adopts them. The instants it never sent are
+    # the misfire rule's (as without session locks), neither skipped as perhaps sent nor
+    # taken for duplicates of its own rows recorded ahead.
+    h = Harness(prepare=True)
+    h.table.put(fix_rate_job(1, T0 + 1_000, misfire_strategy=rule))
+    live = FakeLiveness(h.table, "n1")
+    loop = h.loop(liveness=live)
+    await loop.start()
+    try:
+        # Just after the fire at T0+2 s (its advance queued, not written yet); the instants
+        # to T0+4.5 s are recorded ahead.
+        await h.advance_to(T0 + 2_050)
+        assert h.runlog.fired() == [(1, T0 + 1_000), (1, T0 + 2_000)]
+        assert h.runlog.pending(1) == [(1, T0 + 3_000), (1, T0 + 4_000)]
+        h.cut_off("n1")
+        live.lose()
+        await h.advance_to(T0 + 8_500)
+        h.cut_off("n1", False)
+        live.alive = True
+        await h.advance_to(T0 + 12_500)
+    finally:
+        await loop.stop()
+    sent = [(r.planned_ms, r.trigger_type) for r in h.runlog.records if not r.duplicate]
+    expected = [(T0 + 1_000, "CRON"), (T0 + 2_000, "CRON")]
+    if late_fire is not None:
+        expected.append((T0 + 3_000, late_fire))  # the first instant missed, once
+    expected += [(T0 + 10_000, "CRON"), (T0 + 11_000, "CRON"), (T0 + 12_000, "CRON")]
+    assert sent == expected
+    late = [r for r in h.runlog.records if r.planned_ms == T0 + 3_000 and not r.duplicate]
+    assert all(T0 + 8_500 <= r.at_ms < T0 + 10_000 for r in late)
+    assert h.stray_rows() == []
+
+
+async def test_after_losing_its_session_a_node_leaves_the_others_locks_alone_for_a_while() -> None:
+    # The whole database restarted: every node lost its session and they reconnect one after
+    # the other. The first back must not take the others (alive, reconnecting) for dead.
+    world = FakeLockWorld()
+    world.announced = ["a", "b"]
+    a, a_sessions = world.liveness("a")
+    b, b_sessions = world.liveness("b")
+    await a.tick()
+    await b.tick()
+    for session in a_sessions + b_sessions:
+        await session.close()  # the server ended every session
+        session.fail = True
+    await a.tick()
+    await b.tick()
+    assert world.lost == 2
+    world.now = 1.0
+    await a.tick()  # a is back first
+    assert a.holds
+    for _ in range(5):
+        world.now += 0.3
+        await a.tick()  # b's lock is free, but a has just come back: not tried
+    assert hash("b") not in world.locks and world.woken == 0
+    await b.tick()  # b is back within the grace
+    assert b.holds and b.may_send()
+    world.now = 1.0 + a.config.rejoin_grace_ms / 1000
+    await a.tick()
+    assert world.woken == 0 and world.locks[hash("b")] is b_sessions[-1]
+    # Once the grace is over, a node whose lock is free is dead again.
+    await b.stop()
+    await a.tick()
+    assert world.woken == 1
+    await a.stop()
+
+
+async def test_a_fire_in_flight_when_the_session_is_lost_is_not_sent_again_nor_skips_the_next() -> None:
+    # The session fails while a fire is being sent: the job is dropped before its advance
+    # is queued. Re-adopting the job, the node settles its own recorded fire like another
+    # node's (sent): it resumes after it, neither sending it again (nor, taking it for a
+    # duplicate, stepping past the instants after it).
+    h = Harness()
+    h.table.put(fix_rate_job(1, T0 + 1_000))
+    live = FakeLiveness(h.table, "n1")
+
+    lost: list[int] = []
+
+    async def lose_during_the_send() -> None:
+        if h.clock.now_ms() == T0 + 2_000 and not lost:
+            lost.append(h.clock.now_ms())
+            live.lose()
+
+    leases = h.table.node("n1")
+    loop = ScheduleLoop(leases, h.port("n1", lose_during_the_send), h.loop_timers, parse_schedule,
+                        config=h.config, liveness=live)
+    h.leases["n1"] = leases
+    await loop.start()
+    try:
+        await h.advance_to(T0 + 2_500)
+        assert loop.held_job_ids == [] and h.table.jobs[1].trigger_next_time == T0 + 2_000
+        live.alive = True
+        await h.advance_to(T0 + 5_500)
+    finally:
+        await loop.stop()
+    sent = [(r.planned_ms, r.at_ms) for r in h.runlog.records if not r.duplicate]
+    assert sent == [(T0 + 1_000, T0 + 1_000), (T0 + 2_000, T0 + 2_000), (T0 + 3_000, T0 + 3_000),
+                    (T0 + 4_000, T0 + 4_000), (T0 + 5_000, T0 + 5_000)]
+    assert [r.planned_ms for r in h.runlog.records if r.duplicate] == []

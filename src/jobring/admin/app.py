@@ -14,6 +14,7 @@ with ``.../xxl-job-admin``) the executor-facing ``api/registry``, ``api/registry
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -57,11 +58,17 @@ from jobring.admin.store.node_locks import BACKENDS as LOCK_BACKENDS
 from jobring.admin.store.node_locks import NodeLockSession, claim_owned_by
 from jobring.admin.store.records import JobInfo
 from jobring.config import AdminSettings, address_policy
+from jobring.core.bounded import within
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule
 from jobring.protocol.edge import SecurityHeaders
 
 log = logging.getLogger(__name__)
+
+# A SIGTERM'd admin is gone within this (plus a moment per step left) whatever the database
+# does; the scheduling loop gets what its stop needs first (in-flight fires, lease release).
+STOP_BUDGET_S = 8.0
+_STEP_MIN_S = 0.5
 
 
 
@@ -115,20 +122,28 @@ class AdminRuntime:
     liveness: NodeLiveness | None = None
 
     async def stop(self) -> None:
-        """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB."""
+        """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB;
+        within STOP_BUDGET_S (or the loop's ``stop_timeout_s`` if longer, and a moment per
+        later step) even when the database hangs."""
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + max(STOP_BUDGET_S, self.loop.config.stop_timeout_s)
+
+        def left() -> float:
+            return max(_STEP_MIN_S, deadline - clock())
+
         try:
-            await self.loop.stop()
+            await within(self.loop.stop(), left(), "stopping the scheduling loop")
         finally:
             try:
                 if self.liveness is not None:
                     # After the loop: its leases are released and it no longer counts as live.
-                    await self.liveness.stop()
-                await self.delayed.stop()
-                await self.monitors.stop()
-                await self.trigger.close()
+                    await within(self.liveness.stop(), left(), "closing the liveness lock session")
+                await within(self.delayed.stop(), left(), "stopping the delayed fires")
+                await within(self.monitors.stop(), left(), "stopping the monitors")
+                await within(self.trigger.close(), left(), "recording the last trigger results")
             finally:
-                await self.executors.aclose()
-                await self.store.close()
+                await within(self.executors.aclose(), left(), "closing the executor client")
+                await within(self.store.close(), left(), "closing the database pool")
         log.info("admin node %s stopped", self.node_id)
 
 

@@ -41,7 +41,10 @@ class StoreLeases:
         # Only instants from the stored next time on: it is advanced after a fire was sent,
         # so everything before it went out.
         starts = {j.id: j.trigger_next_time for j in jobs}
-        recorded = await self._store.fires.recorded_since(starts, self.node_id)
+        # This node's own fires too: a job it dropped (its lock session lost, its lease
+        # lapsed) and adopts again may have fires of its own in flight at the drop, whose
+        # advances were never queued. (Its withdrawn ones are cancelled before the claim.)
+        recorded = await self._store.fires.recorded_since(starts, "")
         if not recorded:
             return {}
         unsure = {f.admin_node for f in recorded if not f.confirmed and f.admin_node}
@@ -57,10 +60,10 @@ class StoreLeases:
                 # for its callback or the lost-run monitor): not sent again.
                 sent_up_to[fire.job_id] = max(sent_up_to.get(fire.job_id, 0), fire.planned_time)
         withdrawn = await self._store.fires.withdraw(never_sent, holder=self.node_id) if never_sent else 0
-        self.takeovers += len({f.job_id for f in recorded})
-        log.warning("took over %d jobs with %d fires recorded by other nodes past their stored next "
-                    "time: %d never sent (withdrawn; the misfire rule applies to them), %d jobs resume "
-                    "after a fire that was or may have been sent", len(jobs), len(recorded), withdrawn,
+        self.takeovers += len({f.job_id for f in recorded if f.admin_node != self.node_id})
+        log.warning("adopting %d jobs with %d fires recorded past their stored next time: %d never "
+                    "sent (withdrawn; the misfire rule applies to them), %d jobs resume after a fire "
+                    "that was or may have been sent", len(jobs), len(recorded), withdrawn,
                     len(sent_up_to))
         return sent_up_to
 

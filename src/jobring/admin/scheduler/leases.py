@@ -62,6 +62,15 @@ class LeaseKeeper:
         lease_ms = self._config.lease_ms
         async with self._lock:
             await self._advance.flush_locked()
+            # Rows of fires this node will not send go before anything is (re)adopted: a job
+            # dropped and adopted again (its lock session lost and regained) must find its
+            # unsent instants free, not recorded (a fire at them would be a duplicate, unsent).
+            try:
+                await self._readahead.cancel_withdrawn()
+            except Exception:
+                # Kept for the next try; renewal must not wait for it. A row left over only
+                # counts as perhaps sent when its job is settled (an instant lost, none doubled).
+                log.exception("withdrawing fires recorded ahead failed; renewing anyway")
             # Renewal first: whatever else fails this cycle, the held leases stay valid.
             held = await self._store.renew(now, lease_ms, self._held.rows())
             self.renewed_at = now

@@ -14,7 +14,8 @@ and every fire in between is missed. With it (PostgreSQL, MariaDB/MySQL):
   node woken from a pause sends nothing before a round trip proves its lock is still held.
   When one fails it drops every held job at once (it cannot withdraw its rows recorded
   ahead: whoever takes the jobs settles them) and does not claim or renew until it holds
-  its lock again on a new session.
+  its lock again on a new session; then, for ``rejoin_grace_ms``, it tries no other node's
+  lock (after a database restart or outage the others are reconnecting, not dead).
 * **Dead nodes.** Every ping also reads the other nodes announced alive with a lock, and
   tries each one's lock without waiting. A lock obtained means that node's session is gone:
   the scheduling loop is woken for a claim cycle at once, which takes the jobs still leased
@@ -79,6 +80,11 @@ class LivenessConfig:
     # One statement on the session taking longer than this counts as the session failing
     # (longer than the ping age: a slow round trip only holds fires back for a moment).
     op_timeout_ms: int = 2_000
+    # After taking its lock again on a new session, a node leaves the other nodes' locks
+    # alone this long: when the database restarted or was unreachable, every node lost its
+    # session at once and the others are reconnecting too (alive, not dead: taking their
+    # jobs over would count their unsent fires recorded ahead as perhaps sent, lost).
+    rejoin_grace_ms: int = 3_000
 
 
 class NodeLiveness:
@@ -103,6 +109,8 @@ class NodeLiveness:
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._waiting_logged = False
+        self._lost_once = False
+        self._quiet_until = 0.0  # monotonic: no other node's lock is tried before it
         self.takeovers = 0  # dead nodes taken over (metrics)
 
     def attach(self, lost: Callable[[], None], wake: Callable[[], None]) -> None:
@@ -160,6 +168,8 @@ class NodeLiveness:
             try:
                 others = await self._timed(session.others(self._clock.now_ms()))
                 self._last_ok = max(self._last_ok, started)
+                if started < self._quiet_until:
+                    others = []
                 for node_id, key in others:
                     if node_id not in self._dead and await self._timed(session.try_lock(key)):
                         self._dead[node_id] = key
@@ -241,6 +251,8 @@ class NodeLiveness:
             self._session = session
             self._last_ok = started
             self._dead.clear()
+            if self._lost_once:
+                self._quiet_until = started + self.config.rejoin_grace_ms / 1000
         log.info("holding the liveness lock")
 
     def _lose(self, session: LockSession, exc: BaseException) -> None:
@@ -248,6 +260,7 @@ class NodeLiveness:
             return
         log.warning("the liveness lock session failed (%s): not sending, dropping held jobs", exc)
         self._session = None
+        self._lost_once = True
         self._dead.clear()  # the server released every lock of that session
         self._spawn_close(session)
         self._lost()

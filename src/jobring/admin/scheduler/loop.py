@@ -26,11 +26,14 @@ from jobring.admin.scheduler.loop_config import LoopConfig, LoopStats
 from jobring.admin.scheduler.ports import FireBatch, FirePreparer, LeaseStore, Liveness, ScheduleFactory
 from jobring.admin.scheduler.readahead import ReadAhead
 from jobring.admin.scheduler.timers import Timers
+from jobring.core.bounded import within
 from jobring.core.timefmt import iso_ms
 
 __all__ = ["LoopConfig", "LoopState", "LoopStats", "ScheduleLoop"]
 
 log = logging.getLogger(__name__)
+
+_STOP_STEP_S = 2.0  # each step of a stop that waits on the database (real seconds)
 
 
 class LoopState(Enum):
@@ -105,15 +108,28 @@ class ScheduleLoop:
         self.state = LoopState.STOPPING
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Bounded: a cancelled statement's cleanup blocks while the database does not answer.
+        if self._tasks:
+            done, _ = await asyncio.wait(self._tasks, timeout=_STOP_STEP_S)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("scheduling task %s had failed: %r", task.get_name(), task.exception())
         self._tasks = []
         if self._readahead.task is not None:
-            await asyncio.gather(self._readahead.task, return_exceptions=True)
+            await asyncio.wait({self._readahead.task}, timeout=_STOP_STEP_S)
         if self._inflight:
             _, late = await asyncio.wait(set(self._inflight), timeout=self.config.stop_timeout_s)
             for task in late:
                 log.warning("fire batch still running at stop; cancelling it")
                 task.cancel()
+        try:
+            await within(self._give_back(), _STOP_STEP_S, "releasing the held leases")
+        finally:
+            self._held.clear()
+            self.stats.held = 0
+            self.state = LoopState.STOPPED
+
+    async def _give_back(self) -> None:
         async with self._db_lock:
             await self._advance.flush_locked()
             held = list(self._held)
@@ -124,9 +140,6 @@ class ScheduleLoop:
                 await self._store.release(held)
             now = self._clock.now_ms()
             await self._store.heartbeat(now, 0, now)
-        self._held.clear()
-        self.stats.held = 0
-        self.state = LoopState.STOPPED
 
     @property
     def held_job_ids(self) -> list[int]:
@@ -183,7 +196,9 @@ class ScheduleLoop:
         if len(self._held):
             log.warning("liveness lost: dropping the %d held jobs", len(self._held))
         for job_id in list(self._held):
-            self._drop(job_id)
+            # Their queued advances stay: those fires were sent, and the writes land only if
+            # the leases are still this node's (nobody took the jobs over meanwhile).
+            self._drop(job_id, keep_advance=True)
         self.stats.held = 0
 
     async def run_cycle(self) -> None:
@@ -205,11 +220,12 @@ class ScheduleLoop:
             self.cycle_done.notify_all()
 
     # ----------------------------------------------------------------- helpers
-    def _drop(self, job_id: int) -> None:
+    def _drop(self, job_id: int, *, keep_advance: bool = False) -> None:
         """Forget a held job: its heap entries, its queued advance, its fires recorded ahead."""
         held = self._held.drop(job_id)
         if held is not None:
-            self._advance.forget(job_id)
+            if not keep_advance:
+                self._advance.forget(job_id)
             for slot in held.prepared.values():
                 self._readahead.withdraw(slot)
             held.prepared.clear()
