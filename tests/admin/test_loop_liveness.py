@@ -424,3 +424,19 @@ async def test_a_fire_in_flight_when_the_session_is_lost_is_not_sent_again_nor_s
     assert sent == [(T0 + 1_000, T0 + 1_000), (T0 + 2_000, T0 + 2_000), (T0 + 3_000, T0 + 3_000),
                     (T0 + 4_000, T0 + 4_000), (T0 + 5_000, T0 + 5_000)]
     assert [r.planned_ms for r in h.runlog.records if r.duplicate] == []
+async def test_a_dead_nodes_job_due_after_the_window_is_not_left_to_its_lease(h: Harness) -> None:
+    # (review) n2 died right after advancing job 1 (every 7 s) to T0+6.5 s; its lease runs to
+    # T0+9.5 s. n1 finds n2 dead at T0+1.1 s: claim_dead takes only jobs due within the
+    # window (T0+6.1 s), then marks n2 gone, so nobody tries n2 again, and the ordinary
+    # claim waits for the lease to run out. The instant at T0+6.5 s goes out ~3.5 s late
+    # (skipped under DO_NOTHING with a shorter misfire threshold) although n2 was known dead
+    # 5 s before it: the design says the dead node's jobs are taken "whatever their lease_until".
+    h.table.put(fix_rate_job(1, T0 + 6_500, seconds=7, lease_owner="n2", lease_until=T0 + 9_500))
+    live = FakeLiveness(h.table, "n1")
+    loop = h.loop(liveness=live)
+    await loop.start()
+    await h.advance_to(T0 + 1_100)
+    live.found_dead("n2")
+    await h.advance_to(T0 + 11_000, step_ms=50)
+    assert h.runlog.fired(1)[:1] == [(1, T0 + 6_500)]
+    assert h.runlog.records[0].at_ms - (T0 + 6_500) < 500, "fired late: left to the dead node's lease"
