@@ -3,6 +3,7 @@ over a fake lock session (driven round by round, with a fake monotonic clock).""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 
@@ -440,3 +441,40 @@ async def test_a_dead_nodes_job_due_after_the_window_is_not_left_to_its_lease(h:
     await h.advance_to(T0 + 11_000, step_ms=50)
     assert h.runlog.fired(1)[:1] == [(1, T0 + 6_500)]
     assert h.runlog.records[0].at_ms - (T0 + 6_500) < 500, "fired late: left to the dead node's lease"
+
+
+async def test_liveness_regained_refires_instants_whose_rows_it_recorded_ahead() -> None:
+    # (review) n1 loses its lock at T0+1.5 s and drops job 1: its rows recorded ahead
+    # (T0+2 s, T0+3 s) wait in the withdrawn list. It gets its lock back before anyone takes
+    # the job over; the next cycle re-adopts job 1 at its stored next time T0+2 s, already due,
+    # and only then withdraws the old rows. The timer fires T0+2 s in between: its insert
+    # finds the old row (duplicate: not sent), then the withdrawal deletes that row. T0+2 s
+    # is never sent and leaves no row (no lost-run monitor will see it).
+    h = Harness(prepare=True)
+    try:
+        h.table.put(fix_rate_job(1, T0 + 1_000))
+        live = FakeLiveness(h.table, "n1")
+        loop = h.loop(liveness=live)
+        preparer = loop._readahead._preparer  # noqa: SLF001 (the fake port)
+        assert preparer is not None
+        real_cancel = preparer.cancel
+
+        async def slow_cancel(batches: Sequence[object]) -> None:
+            for _ in range(5):  # a DELETE round trip slower than the INSERT of the fire
+                await asyncio.sleep(0)
+            await real_cancel(batches)
+
+        preparer.cancel = slow_cancel  # type: ignore[method-assign]
+        await loop.start()
+        await h.advance_to(T0 + 1_500, step_ms=10)
+        assert h.runlog.fired(1) == [(1, T0 + 1_000)]
+        live.lose()
+        await h.advance_to(T0 + 2_600, step_ms=10)
+        live.alive = True
+        await h.advance_to(T0 + 4_500, step_ms=10)
+        fired = h.runlog.fired(1)
+        assert (1, T0 + 2_000) in fired or (1, T0 + 2_000) in h.table.rows, (
+            f"instant T0+2 s silently lost: fired {fired}, rows {sorted(h.table.rows)}")
+    finally:
+        for lp in h.loops.values():
+            await lp.stop()
