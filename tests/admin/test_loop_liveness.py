@@ -478,3 +478,35 @@ async def test_liveness_regained_refires_instants_whose_rows_it_recorded_ahead()
     finally:
         for lp in h.loops.values():
             await lp.stop()
+
+
+async def test_a_paused_node_cannot_raise_its_fence_before_its_taker_has_settled() -> None:
+    # (review) settle_takeover reads the dead node's fence in LeaseKeeper.claim_cycle AFTER
+    # claim_dead returned, and claim_dead releases the dead node's lock before returning. A
+    # node that was only paused (its session idled out) retakes its lock in that gap (it
+    # retries every 300 ms) and raises its fence (renewed_at + lease - guard still allows
+    # ~8 s): the taker then reads the raised fence, takes the fires the node recorded ahead
+    # beyond its old fence (never sent: it dropped its jobs when it lost the lock) for
+    # "maybe sent", and neither withdraws nor sends them.
+    world = FakeLockWorld()
+    victim, _ = world.liveness("a")
+    await victim.tick()
+    await victim.raise_fence(T0 + 1_000)  # the fence when it froze
+    taker, _ = world.liveness("b")
+    await taker.tick()
+    world.announced = ["a", "b"]
+    victim._session.fail = True  # noqa: SLF001 (its session idled out while paused)
+    await victim.tick()  # resumed: its round trip fails, it drops its jobs
+    assert world.lost == 1
+    await victim.stop()
+    victim2, _ = world.liveness("a")  # (the same node reconnecting)
+    await taker.tick()  # the lock of "a" is free: taken over
+    assert world.woken == 1
+    await taker.claim_dead(T0, T0 + 5_000, 10_000, 100)
+    # Between claim_dead and the taker's settle_takeover (heartbeat, claim: a few round trips):
+    await victim2.tick()
+    if victim2.may_send():
+        await victim2.raise_fence(T0 + 4_500)
+    assert world.fences["a"] == T0 + 1_000, "the fence the taker settles with moved after the takeover"
+    await victim2.stop()
+    await taker.stop()
