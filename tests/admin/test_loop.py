@@ -421,3 +421,22 @@ async def test_the_loop_state_goes_from_new_to_running_to_stopped(h: Harness) ->
     await loop.stop()
     assert loop.state is LoopState.STOPPED and not loop.running
     assert loop.held_job_ids == [] and loop.stats.held == 0
+
+
+async def test_stop_releases_a_job_leaving_after_its_fire(h: Harness) -> None:
+    # (review) Job 1 fires every 7 s: after its fire at T0+1 s its next instant (T0+8 s) is
+    # past the 5 s window, so it is "leaving": released once its advance is written. Stopped
+    # before the writer ran, stop() writes the advance, and AdvanceWriter._written drops the
+    # job and spawns its release; that task waits for the database lock stop() holds, and
+    # stop() neither releases the job itself (no longer held) nor awaits that task. The
+    # lease stays this node's until it runs out (10 s), past the job's next instant.
+    h.table.put(fix_rate_job(1, T0 + 1_000, seconds=7))
+    loop = h.loop()
+    await loop.start()
+    await h.advance_to(T0 + 1_000, step_ms=1)
+    assert h.runlog.fired() == [(1, T0 + 1_000)]
+    await loop.stop()
+    h.loops.clear()
+    job = h.table.jobs[1]
+    assert job.trigger_next_time == T0 + 8_000
+    assert job.lease_owner is None, f"lease kept by {job.lease_owner} until {job.lease_until}"
