@@ -489,13 +489,13 @@ async def test_a_paused_node_cannot_raise_its_fence_before_its_taker_has_settled
     # beyond its old fence (never sent: it dropped its jobs when it lost the lock) for
     # "maybe sent", and neither withdraws nor sends them.
     world = FakeLockWorld()
-    victim, _ = world.liveness("a")
+    victim, victim_sessions = world.liveness("a")
     await victim.tick()
     await victim.raise_fence(T0 + 1_000)  # the fence when it froze
     taker, _ = world.liveness("b")
     await taker.tick()
     world.announced = ["a", "b"]
-    victim._session.fail = True  # noqa: SLF001 (its session idled out while paused)
+    victim_sessions[0].fail = True  # its session idled out while paused
     await victim.tick()  # resumed: its round trip fails, it drops its jobs
     assert world.lost == 1
     await victim.stop()
