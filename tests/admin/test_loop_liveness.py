@@ -27,6 +27,7 @@ class FakeLiveness:
         self.dead: list[str] = []
         self.raised: list[int] = []
         self.claims: list[tuple[int, list[str]]] = []
+        self.released = 0
         self._lost: Callable[[], None] = lambda: None
         self._wake: Callable[[], None] = lambda: None
 
@@ -51,8 +52,7 @@ class FakeLiveness:
         self.claims.append((now_ms, list(self.dead)))
         taken: list[JobInfo] = []
         for job in list(self.table.jobs.values()):
-            due = job.trigger_status == 1 and job.trigger_next_time <= window_end_ms
-            if job.lease_owner in self.dead and due:
+            if job.lease_owner in self.dead and job.trigger_status == 1:
                 job = replace(job, lease_owner=self.node_id, lease_until=now_ms + lease_ms)
                 self.table.jobs[job.id] = job
                 taken.append(job)
@@ -60,6 +60,9 @@ class FakeLiveness:
             self.table.nodes[node] = 0
         self.dead = []
         return taken
+
+    async def release_dead(self) -> None:
+        self.released += 1
 
     def lose(self) -> None:
         self.alive = False
@@ -315,7 +318,9 @@ async def test_dead_node_found_wakes_the_loop_and_is_taken_over_once() -> None:
     jobs = await live.claim_dead(T0, T0 + 5_000, 10_000, 100)
     assert [j.id for j in jobs] == [7]
     assert world.claimed == [["a"]] and world.gone == ["a"]
-    assert hash("a") not in world.locks  # released after the claim
+    assert hash("a") in world.locks  # held until the taker has settled
+    await live.release_dead()
+    assert hash("a") not in world.locks
     assert await live.claim_dead(T0, T0 + 5_000, 10_000, 100) == []
     assert live.takeovers == 1
     await live.stop()
@@ -425,6 +430,8 @@ async def test_a_fire_in_flight_when_the_session_is_lost_is_not_sent_again_nor_s
     assert sent == [(T0 + 1_000, T0 + 1_000), (T0 + 2_000, T0 + 2_000), (T0 + 3_000, T0 + 3_000),
                     (T0 + 4_000, T0 + 4_000), (T0 + 5_000, T0 + 5_000)]
     assert [r.planned_ms for r in h.runlog.records if r.duplicate] == []
+
+
 async def test_a_dead_nodes_job_due_after_the_window_is_not_left_to_its_lease(h: Harness) -> None:
     # (review) n2 died right after advancing job 1 (every 7 s) to T0+6.5 s; its lease runs to
     # T0+9.5 s. n1 finds n2 dead at T0+1.1 s: claim_dead takes only jobs due within the

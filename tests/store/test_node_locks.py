@@ -145,3 +145,17 @@ async def test_jobs_of_a_dead_owner_are_claimed_before_their_leases_end(store: S
     owners = {j.id: j.lease_owner for j in (await store.jobs.get_many(ids)).values()}
     assert owners == {ids[0]: "me", ids[1]: "me", ids[2]: "alive"}
     assert await claim_owned_by(store.db, "me", [], 500, 5_000, 10_000, 100) == []
+
+
+async def test_a_dead_owners_jobs_are_claimed_whatever_their_next_instant(store: Store) -> None:
+    # Nobody tries a dead node's lock again once it is taken over: its jobs due after the
+    # claim window must come along now (the claimant releases them), not wait for the lease.
+    _servers_only(store)
+    near = await store.jobs.create(JobInfo(job_group=1, job_desc="near", schedule_type="FIX_RATE",
+                                           schedule_conf="1", trigger_status=1, trigger_next_time=1_000))
+    far = await store.jobs.create(JobInfo(job_group=1, job_desc="far", schedule_type="FIX_RATE",
+                                          schedule_conf="60", trigger_status=1, trigger_next_time=1_000))
+    assert len(await store.jobs.claim_due("dead", 1, 5_000, 60_000, 10)) == 2
+    assert await store.jobs.advance("dead", [(far, 1_000, 500_000)]) == 1
+    taken = await claim_owned_by(store.db, "me", ["dead"], 500, 5_000, 10_000, 100)
+    assert sorted(j.id for j in taken) == sorted([near, far])

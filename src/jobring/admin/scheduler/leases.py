@@ -97,6 +97,8 @@ class LeaseKeeper:
             # claim committed). Settling again is harmless.
             arriving = [r for r in rows if r.id not in self._held and r.id not in self._releasing]
             maybe_sent = await self._store.settle_takeover(arriving) if arriving else {}
+            if self._liveness is not None:
+                await self._liveness.release_dead()  # their fences were read: now final
         if self._liveness is not None and not self._liveness.may_send():
             return len(rows)  # liveness lost meanwhile: adopt nothing
         self._apply_claim(rows, ids, now, window_end, maybe_sent)

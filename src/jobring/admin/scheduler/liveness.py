@@ -47,6 +47,7 @@ from jobring.core.clock import Clock
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_CLAIM_ROUNDS = 50  # claims of claim_limit jobs each, for one takeover
 
 
 class LockSession(Protocol):
@@ -103,6 +104,7 @@ class NodeLiveness:
         self._session: LockSession | None = None
         self._last_ok = 0.0
         self._dead: dict[str, int] = {}  # other nodes whose locks this session holds
+        self._settling: dict[str, int] = {}  # of those, the ones taken over, until settled
         self._lock = asyncio.Lock()  # one statement at a time on the session
         self._lost: Callable[[], None] = lambda: None
         self._wake: Callable[[], None] = lambda: None
@@ -199,8 +201,10 @@ class NodeLiveness:
     async def claim_dead(
         self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int
     ) -> Sequence[JobInfo]:
-        """Lease to this node the due jobs of the nodes found dead, mark those nodes gone and
-        release their locks. Raises when that fails (their locks stay held: tried again)."""
+        """Lease to this node every job of the nodes found dead and mark those nodes gone.
+        Their locks stay held until :meth:`release_dead`, after the caller has settled the
+        takeover: until then a node that was only paused cannot take its lock back and raise
+        its fence under the taker's feet. Raises when that fails (tried again)."""
         if not self._dead:
             return []
         async with self._lock:
@@ -213,18 +217,36 @@ class NodeLiveness:
             except Exception as exc:
                 self._lose(session, exc)
                 raise
-        jobs = await self._claim_owned(list(dead), now_ms, window_end_ms, lease_ms, limit)
-        async with self._lock:
-            if self._session is session:
-                try:
-                    for node_id, key in dead.items():
-                        await self._timed(session.unlock(key))
-                        self._dead.pop(node_id, None)
-                except Exception as exc:
-                    self._lose(session, exc)
-        self.takeovers += len(dead)
+        jobs: list[JobInfo] = []
+        for _ in range(_CLAIM_ROUNDS):
+            batch = await self._claim_owned(list(dead), now_ms, window_end_ms, lease_ms, limit)
+            jobs += batch
+            if len(batch) < limit:
+                break
+        else:
+            log.warning("dead nodes %s still hold jobs after %d claims of %d; the rest wait for "
+                        "their leases", sorted(dead), _CLAIM_ROUNDS, limit)
+        self._settling.update(dead)
         log.warning("took over %d jobs of dead admin nodes %s", len(jobs), sorted(dead))
         return jobs
+
+    async def release_dead(self) -> None:
+        """Release the locks of the nodes taken over by :meth:`claim_dead` (call it once
+        their fires are settled)."""
+        if not self._settling:
+            return
+        async with self._lock:
+            session = self._session
+            settled, self._settling = self._settling, {}
+            if session is None:
+                return  # that session is gone: the server released its locks
+            try:
+                for node_id, key in settled.items():
+                    await self._timed(session.unlock(key))
+                    self._dead.pop(node_id, None)
+            except Exception as exc:
+                self._lose(session, exc)
+        self.takeovers += len(settled)
 
     async def _connect(self) -> None:
         try:
@@ -251,6 +273,7 @@ class NodeLiveness:
             self._session = session
             self._last_ok = started
             self._dead.clear()
+            self._settling.clear()
             if self._lost_once:
                 self._quiet_until = started + self.config.rejoin_grace_ms / 1000
         log.info("holding the liveness lock")
@@ -262,6 +285,7 @@ class NodeLiveness:
         self._session = None
         self._lost_once = True
         self._dead.clear()  # the server released every lock of that session
+        self._settling.clear()
         self._spawn_close(session)
         self._lost()
 

@@ -125,5 +125,10 @@ class Liveness(Protocol):
     async def claim_dead(
         self, now_ms: int, window_end_ms: int, lease_ms: int, limit: int
     ) -> Sequence[JobInfo]:
-        """Lease to this node the due jobs still leased to nodes found dead; return them."""
+        """Lease to this node the jobs still leased to nodes found dead; return them. The
+        dead nodes stay locked out until :meth:`release_dead`."""
+        ...
+
+    async def release_dead(self) -> None:
+        """Let the nodes taken over by :meth:`claim_dead` go (once their fires are settled)."""
         ...

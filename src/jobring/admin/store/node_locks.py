@@ -172,15 +172,15 @@ class NodeLockSession:
 async def claim_owned_by(
     db: Db, node_id: str, owners: Sequence[str], now_ms: int, window_end_ms: int, lease_ms: int, limit: int,
 ) -> builtins.list[JobInfo]:
-    """Lease to ``node_id`` the running jobs due by ``window_end_ms`` still leased to
-    ``owners`` (dead nodes, whatever their leases' end), like ``JobRepository.claim_due``."""
+    """Lease to ``node_id`` the running jobs still leased to ``owners`` (dead nodes), whatever
+    their leases' end and their next instant (the claimant releases those due after
+    ``window_end_ms``: nobody would try a dead node's lock again to take them)."""
     if not owners or limit <= 0:
         return []
     caps = await db.capabilities()
     until = now_ms + lease_ms
     stmt = (select(job_info)
-            .where(job_info.c.trigger_status == 1, job_info.c.trigger_next_time <= window_end_ms,
-                   or_(*(job_info.c.lease_owner == o for o in owners)))
+            .where(job_info.c.trigger_status == 1, or_(*(job_info.c.lease_owner == o for o in owners)))
             .order_by(job_info.c.trigger_next_time).limit(limit))
     if caps.backend != "sqlite":
         stmt = stmt.with_for_update(skip_locked=caps.skip_locked)
