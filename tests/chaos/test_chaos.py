@@ -8,8 +8,8 @@ apart (docs/design/takeover.md): after a node is killed or paused, the fires it 
 under its send fence and never sent are settled as sent (at most one per job: the fence
 leads by 1 s at most), and after a pause the instants due before the survivor's first,
 late fire of a job are coalesced into it (core/planning.py). Every other instant must fire
-exactly once. Known failures on main when they were written: database_restart and
-database_outage (FIRE_ONCE_NOW jobs get no misfire fire after the outage).
+exactly once; after a database outage or restart the misfire rule (FIRE_ONCE_NOW,
+DO_NOTHING) explains the instants it covers, and nothing else.
 
 The longer versions (the issue's durations) are bench/chaos.py. With CI=true an unreachable
 PostgreSQL/MariaDB fails these tests instead of skipping them.
