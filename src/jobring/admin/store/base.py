@@ -7,10 +7,22 @@ import json
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import (ColumnElement, Select, Table, TextClause, TypeDecorator, Update, bindparam, case, func,
-                        literal, select, text, update)
-from sqlalchemy.engine import Dialect
-from sqlalchemy.engine import CursorResult, Row
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    TextClause,
+    TypeDecorator,
+    Update,
+    bindparam,
+    case,
+    func,
+    literal,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import CursorResult, Dialect, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.engine import Db
@@ -117,8 +129,9 @@ async def update_rows(
     """Give each row (by ``id``) its own values: on PostgreSQL one ``UPDATE ... FROM
     unnest(arrays)`` for all rows; elsewhere (or for decorated column types) one ``UPDATE ...
     SET c = CASE WHEN id = ... END`` per chunk, one round trip per 100 rows (executemany of
-    UPDATE is a loop on aiomysql and slow on asyncpg). Columns in ``keep_when_null`` keep their value where the
-    new one is None; ``match`` adds ``column = value`` conditions. Returns rows matched."""
+    UPDATE is a loop on aiomysql and slow on asyncpg). Columns in ``keep_when_null`` keep
+    their value where the new one is None; ``match`` adds ``column = value`` conditions.
+    Returns rows matched."""
     matched = 0
     extra = match or {}
     ids = list(rows)
@@ -130,12 +143,12 @@ async def update_rows(
         # One statement for all rows, whatever their number: the values travel as arrays.
         # A flush of thousands of rows is then one round trip (not one per 100 rows, each
         # waiting for a busy event loop) and no CASE of 100 branches to plan per chunk.
-        stmt = _unnest_update(table, columns, keep_when_null, tuple(extra), conn.dialect)
+        unnest = _unnest_update(table, columns, keep_when_null, tuple(extra), conn.dialect)
         arrays: dict[str, Any] = {f"m_{name}": value for name, value in extra.items()}
         arrays["ids"] = ids
         for n, name in enumerate(columns):
             arrays[f"v{n}"] = [rows[row_id][name] for row_id in ids]
-        return int((await conn.execute(stmt, arrays)).rowcount)
+        return int((await conn.execute(unnest, arrays)).rowcount)
     for part in chunks(ids, UPDATE_CHUNK):
         stmt = _case_update(table, columns, len(part), keep_when_null, tuple(extra))
         params: dict[str, Any] = {f"m_{name}": value for name, value in extra.items()}
