@@ -193,7 +193,8 @@ async def test_advance_many_rows_in_one_call(store: Store) -> None:
 
 async def test_advance_beyond_one_chunk_skips_rows_leased_elsewhere(store: Store) -> None:
     group = await _group(store)
-    ids = [await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000)) for _ in range(230)]
+    ids = [await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+           for _ in range(230)]
     assert len(await store.jobs.claim_due("n", 1, 2_000, 5_000, 200)) == 200
     assert len(await store.jobs.claim_due("other", 1, 2_000, 5_000, 100)) == 30
     updates: list[str] = []
