@@ -108,7 +108,9 @@ class AdminSettings(SettingsBase):
     glue_enabled: bool = False
     log_retention_days: PositiveInt = 30
     audit_retention_days: int = 180  # at least 7
-    fast_pool_size: PositiveInt = 200
+    # Concurrent /run calls of fast jobs. A slot is a coroutine, not a thread: 1,000 fires due
+    # at one instant all go out in that step (with 200, 800 waited for a slot, p99 ~80 ms).
+    fast_pool_size: PositiveInt = 1000
     slow_pool_size: PositiveInt = 100
     executor_connect_timeout: PositiveFloat = 3.0
     executor_read_timeout: PositiveFloat = 3.0

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from jobring.admin.store import JobGroup, JobInfo, JobSort, NotFound, Store
 from jobring.admin.store.jobs import due_statement
@@ -189,6 +189,32 @@ async def test_advance_many_rows_in_one_call(store: Store) -> None:
     assert await store.jobs.advance("n", [(i, 1_000, 2_000 + i) for i in ids]) == 30
     jobs = await store.jobs.get_many(ids)
     assert all(jobs[i].trigger_next_time == 2_000 + i for i in ids)
+
+
+async def test_advance_beyond_one_chunk_skips_rows_leased_elsewhere(store: Store) -> None:
+    group = await _group(store)
+    ids = [await store.jobs.create(_job(group, trigger_status=1, trigger_next_time=1_000))
+           for _ in range(230)]
+    assert len(await store.jobs.claim_due("n", 1, 2_000, 5_000, 200)) == 200
+    assert len(await store.jobs.claim_due("other", 1, 2_000, 5_000, 100)) == 30
+    updates: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.lstrip().upper().startswith("UPDATE"):
+            updates.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        assert await store.jobs.advance("n", [(i, 1_000, 9_000 + i) for i in ids]) == 200
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", seen)
+    if store.engine.dialect.name == "postgresql":
+        assert len(updates) == 1  # one statement for all rows (values as arrays)
+    jobs = await store.jobs.get_many(ids)
+    owned = [i for i in ids if jobs[i].lease_owner == "n"]
+    assert len(owned) == 200
+    assert all(jobs[i].trigger_next_time == (9_000 + i if i in owned else 1_000) for i in ids)
+    assert all(jobs[i].trigger_last_time == (1_000 if i in owned else 0) for i in ids)
 
 
 async def test_concurrent_claimers_get_disjoint_jobs(store: Store) -> None:

@@ -57,7 +57,7 @@ class FireDispatcher:
         *,
         node_id: str,
         clock: Clock,
-        fast_pool: int = 200,
+        fast_pool: int = 1000,
         slow_pool: int = 100,
         rng: random.Random | None = None,
         router: Router | None = None,

@@ -77,7 +77,7 @@ class DispatchLanes:
         self,
         clock: Clock,
         *,
-        fast_size: int = 200,
+        fast_size: int = 1000,
         slow_size: int = 100,
         slow_threshold_ms: int = SLOW_THRESHOLD_MS,
         slow_after: int = SLOW_AFTER,

@@ -58,7 +58,7 @@ class TriggerService:
         node_id: str,
         clock: Clock,
         admin_timezone: str,
-        fast_pool: int = 200,
+        fast_pool: int = 1000,
         slow_pool: int = 100,
         rng: random.Random | None = None,
         router: Router | None = None,
