@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, new_id, to_record
 from jobring.admin.store.engine import utc_naive
-from jobring.admin.store.errors import NotFound
+from jobring.admin.store.errors import NotFound, is_transient
 from jobring.admin.store.records import DayCount, GlueVersion, ReportTotals
 from jobring.admin.store.tables import SCHEDULE_LOCK, job_info, job_lock, job_log_report, job_logglue
+
+log = logging.getLogger(__name__)
+_UPSERT_ATTEMPTS = 4
 
 
 def _midnight(day: datetime) -> datetime:
@@ -33,16 +42,29 @@ class ReportRepository(Repository):
             "update_time": utc_naive(now),
         }
         trigger_day = _midnight(day)
-        where = job_log_report.c.trigger_day == trigger_day
-        async with self._db.write() as conn:
-            if (await conn.execute(update(job_log_report).where(where).values(**values))).rowcount:
-                return
+        row = {"trigger_day": trigger_day, **values}
+        backend = self._db.backend
+        # One statement (no savepoint): MariaDB ends the whole transaction on a deadlock, so
+        # a savepoint around a plain INSERT could not be rolled back to.
+        if backend in ("mariadb", "mysql"):
+            stmt: Any = mysql_dialect.insert(job_log_report).values(**row).on_duplicate_key_update(**values)
+        elif backend == "postgresql":
+            stmt = pg_dialect.insert(job_log_report).values(**row).on_conflict_do_update(
+                index_elements=["trigger_day"], set_=values)
+        else:
+            stmt = sqlite_dialect.insert(job_log_report).values(**row).on_conflict_do_update(
+                index_elements=["trigger_day"], set_=values)
+        for attempt in range(_UPSERT_ATTEMPTS):
             try:
-                async with conn.begin_nested():
-                    await conn.execute(insert(job_log_report).values(trigger_day=trigger_day, **values))
-            except IntegrityError:
-                # Another node inserted the day meanwhile: ours are as fresh, overwrite.
-                await conn.execute(update(job_log_report).where(where).values(**values))
+                async with self._db.write() as conn:
+                    await conn.execute(stmt)
+                return
+            except DBAPIError as exc:
+                # Concurrent upserts of a new day can deadlock on InnoDB's key locks.
+                if attempt + 1 == _UPSERT_ATTEMPTS or not is_transient(exc):
+                    raise
+                log.info("report upsert for %s hit %s; retrying", trigger_day.date(), exc.orig)
+                await asyncio.sleep(0.02 * 2**attempt)
 
     async def range(self, from_day: datetime, to_day: datetime) -> list[DayCount]:
         """Stored days from ``from_day`` to ``to_day`` inclusive, oldest first."""
