@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,6 +101,25 @@ def _wait_for_port(port: int, limit_s: float = 60.0) -> None:
                 return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listens on port {port} after {limit_s} s")
+
+
+def admin_env() -> dict[str, str]:
+    """A benchmark admin's environment: none of the caller's JOBRING_ settings, bench secrets."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
+    env.update(JOBRING_ACCESS_TOKEN="bench-access-token-0123", JOBRING_ADMIN_PASSWORD="bench-password-1")
+    return env
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes] | None]) -> None:
+    """SIGTERM each process still running, in order; SIGKILL it after 20 s."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @dataclass
@@ -238,8 +258,7 @@ def run_case(
     url = asyncio.run(acreate_test_database(backend, workdir))
     asyncio.run(upgrade_database(url))
     executor_port, admin_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    env.update(JOBRING_ACCESS_TOKEN="bench-access-token-0123", JOBRING_ADMIN_PASSWORD="bench-password-1")
+    env = admin_env()
     fake = subprocess.Popen([sys.executable, __file__, "fake-executor", "--port", str(executor_port)])
     admin: subprocess.Popen[bytes] | None = None
     try:
@@ -285,14 +304,7 @@ def run_case(
                       float(lateness[-1]) if lateness else float("nan"), cpu, rss / 2**20,
                       cpu_s / fired * 1e6 if fired else float("nan"))
     finally:
-        for proc_ in (admin, fake):
-            if proc_ is not None and proc_.poll() is None:
-                proc_.send_signal(signal.SIGTERM)
-                try:
-                    proc_.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc_.kill()
-                    proc_.wait()
+        stop_processes([admin, fake])
         asyncio.run(adrop_test_database(url))
 
 

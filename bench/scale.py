@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -116,8 +115,7 @@ def run_nodes(nodes: int, jobs: int, seconds: float, warmup: float) -> None:
     url = asyncio.run(acreate_test_database("postgresql", workdir))
     asyncio.run(upgrade_database(url))
     executor_port = fp.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    env.update(JOBRING_ACCESS_TOKEN="bench-access-token-0123", JOBRING_ADMIN_PASSWORD="bench-password-1")
+    env = fp.admin_env()
     fake = subprocess.Popen([sys.executable, fp.__file__, "fake-executor", "--port", str(executor_port)])
     admins: list[tuple[subprocess.Popen[bytes], int]] = []
     try:
@@ -163,14 +161,7 @@ def run_nodes(nodes: int, jobs: int, seconds: float, warmup: float) -> None:
                   f"{db_us:.0f} µs DB time/fire | takeovers {b.takeovers - a.takeovers:.0f}, "
                   f"CPU {cpu / seconds * 100:.0f} % |", flush=True)
     finally:
-        for proc_ in [*(proc for proc, _ in admins), fake]:
-            if proc_.poll() is None:
-                proc_.send_signal(signal.SIGTERM)
-                try:
-                    proc_.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc_.kill()
-                    proc_.wait()
+        fp.stop_processes([*(proc for proc, _ in admins), fake])
         asyncio.run(adrop_test_database(url))
 
 

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -131,8 +130,7 @@ def run_size(backend: str, jobs: int, seconds: float, retention_runs: int) -> No
     url = asyncio.run(acreate_test_database(backend, workdir))
     asyncio.run(upgrade_database(url))
     executor_port, admin_port = fp.free_port(), fp.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    env.update(JOBRING_ACCESS_TOKEN="bench-access-token-0123", JOBRING_ADMIN_PASSWORD="bench-password-1")
+    env = fp.admin_env()
     fake = subprocess.Popen([sys.executable, fp.__file__, "fake-executor", "--port", str(executor_port)])
     admin: subprocess.Popen[bytes] | None = None
     try:
@@ -172,14 +170,7 @@ def run_size(backend: str, jobs: int, seconds: float, retention_runs: int) -> No
                   f"while firing | | | | fire p99 {p99:.0f} ms, missed {missed}, doubled {doubled} |",
                   flush=True)
     finally:
-        for proc_ in (admin, fake):
-            if proc_ is not None and proc_.poll() is None:
-                proc_.send_signal(signal.SIGTERM)
-                try:
-                    proc_.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc_.kill()
-                    proc_.wait()
+        fp.stop_processes([admin, fake])
         asyncio.run(adrop_test_database(url))
 
 

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,8 +46,7 @@ def soak(nodes: int, jobs: int, minutes: float, every_s: float) -> None:
     url = asyncio.run(acreate_test_database("postgresql", workdir))
     asyncio.run(upgrade_database(url))
     executor_port = fp.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    env.update(JOBRING_ACCESS_TOKEN="bench-access-token-0123", JOBRING_ADMIN_PASSWORD="bench-password-1")
+    env = fp.admin_env()
     fake = subprocess.Popen([sys.executable, fp.__file__, "fake-executor", "--port", str(executor_port)])
     admins: list[subprocess.Popen[bytes]] = []
     try:
@@ -85,14 +83,7 @@ def soak(nodes: int, jobs: int, minutes: float, every_s: float) -> None:
         blanks = " | ".join("" for _ in procs)
         print(f"| all {minutes:g} min | {blanks} | {_slice(url, starts, begin, end)} |", flush=True)
     finally:
-        for proc_ in [*admins, fake]:
-            if proc_.poll() is None:
-                proc_.send_signal(signal.SIGTERM)
-                try:
-                    proc_.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc_.kill()
-                    proc_.wait()
+        fp.stop_processes([*admins, fake])
         asyncio.run(adrop_test_database(url))
 
 

@@ -13,12 +13,6 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from jobring.admin.store import Store
-from tests.dbs import (
-    BackendUnavailable,
-    acreate_test_database,
-    adrop_test_database,
-    must_fail_when_unavailable,
-)
 from tests.e2e.admin_nodes import (
     RecordingExecutor,
     add_manual_group,
@@ -27,6 +21,7 @@ from tests.e2e.admin_nodes import (
     start_admin,
     start_jobs_together,
 )
+from tests.e2e.databases import server_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -79,16 +74,8 @@ class FreezingProxy:
 
 @pytest.fixture(params=["postgresql", "mariadb"])
 async def server_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    try:
-        url = await acreate_test_database(request.param, tmp_path)
-    except BackendUnavailable as exc:
-        if must_fail_when_unavailable():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    try:
+    async for url in server_database(request.param, tmp_path):
         yield url
-    finally:
-        await adrop_test_database(url)
 
 
 async def test_sigterm_stops_the_admin_while_the_database_hangs(server_url: str, tmp_path: Path) -> None:

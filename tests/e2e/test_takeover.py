@@ -9,12 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dbs import (
-    BackendUnavailable,
-    acreate_test_database,
-    adrop_test_database,
-    must_fail_when_unavailable,
-)
+from tests.e2e.databases import server_database
 from tests.e2e.takeover_kit import run_takeover
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -23,16 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 # PostgreSQL here; the chaos suite (tests/chaos) kills and pauses nodes on both backends.
 @pytest.fixture(params=["postgresql"])
 async def server_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    try:
-        url = await acreate_test_database(request.param, tmp_path)
-    except BackendUnavailable as exc:
-        if must_fail_when_unavailable():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    try:
+    async for url in server_database(request.param, tmp_path):
         yield url
-    finally:
-        await adrop_test_database(url)
 
 
 async def test_killed_node_is_taken_over_within_two_seconds(server_url: str, tmp_path: Path) -> None:
