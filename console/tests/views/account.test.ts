@@ -12,7 +12,7 @@ import LoginView from "../../src/views/LoginView.vue";
 import PasswordView from "../../src/views/PasswordView.vue";
 import ProfileView from "../../src/views/ProfileView.vue";
 import { token, user } from "./fixtures";
-import { mountView, toastTexts } from "./harness";
+import { clickAndConfirm, fill, mountView, toastTexts } from "./harness";
 
 vi.mock("../../src/api/auth");
 vi.mock("../../src/api/settings");
@@ -91,9 +91,7 @@ describe("ProfileView", () => {
     vi.mocked(revokeToken).mockResolvedValue(undefined);
     const { wrapper } = await mountView(ProfileView, { path: "/profile" });
     expect(wrapper.findAll("table.compact tbody tr")).toHaveLength(2);
-    await wrapper.find("table.compact .danger-text").trigger("click");
-    await wrapper.find("[data-testid=confirm-yes]").trigger("click");
-    await flushPromises();
+    await clickAndConfirm(wrapper, wrapper.find("table.compact .danger-text"));
     expect(revokeToken).toHaveBeenCalledWith(1);
     expect(listTokens).toHaveBeenCalledTimes(2);
   });
@@ -122,9 +120,9 @@ describe("ProfileView", () => {
   it("changes the password, checking the repeat first", async () => {
     vi.mocked(changeOwnPassword).mockResolvedValue({ auth: "session", user: user({ username: "admin" }) });
     const { wrapper } = await mountView(ProfileView, { path: "/profile" });
-    await wrapper.find("input[name=current_password]").setValue("old password");
-    await wrapper.find("input[name=new_password]").setValue("new password 1");
-    await wrapper.find("input[name=repeat_password]").setValue("new password 2");
+    await fill(wrapper, {
+      current_password: "old password", new_password: "new password 1", repeat_password: "new password 2",
+    });
     await passwordForm(wrapper).trigger("submit");
     await flushPromises();
     expect(changeOwnPassword).not.toHaveBeenCalled();
@@ -140,9 +138,7 @@ describe("ProfileView", () => {
   it("marks a wrong current password", async () => {
     vi.mocked(changeOwnPassword).mockRejectedValue(new ApiError(403, "current_password is wrong", "current_password"));
     const { wrapper } = await mountView(ProfileView, { path: "/profile" });
-    await wrapper.find("input[name=current_password]").setValue("nope");
-    await wrapper.find("input[name=new_password]").setValue("new password 1");
-    await wrapper.find("input[name=repeat_password]").setValue("new password 1");
+    await fill(wrapper, { current_password: "nope", new_password: "new password 1", repeat_password: "new password 1" });
     await passwordForm(wrapper).trigger("submit");
     await flushPromises();
     expect(wrapper.find("input[name=current_password]").attributes("aria-invalid")).toBe("true");

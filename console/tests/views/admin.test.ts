@@ -10,7 +10,7 @@ import GroupsView from "../../src/views/GroupsView.vue";
 import SettingsView from "../../src/views/SettingsView.vue";
 import UsersView from "../../src/views/UsersView.vue";
 import { group, page, user } from "./fixtures";
-import { mountView, toastTexts } from "./harness";
+import { clickAndConfirm, fill, mountView, toastTexts } from "./harness";
 
 vi.mock("../../src/api/groups");
 vi.mock("../../src/api/settings");
@@ -34,8 +34,7 @@ describe("UsersView", () => {
     vi.mocked(createUser).mockResolvedValue(user({ id: 3, username: "carol" }));
     const { wrapper } = await mountView(UsersView, { path: "/users" });
     await wrapper.find("[data-testid=new-user]").trigger("click");
-    await wrapper.find("input[name=username]").setValue("carol");
-    await wrapper.find("input[name=password]").setValue("a long enough secret");
+    await fill(wrapper, { username: "carol", password: "a long enough secret" });
     await wrapper.find("#user-form").trigger("submit");
     await flushPromises();
     expect(createUser).toHaveBeenCalledWith({
@@ -79,9 +78,7 @@ describe("UsersView", () => {
   it("deletes a user once confirmed", async () => {
     vi.mocked(deleteUser).mockResolvedValue(undefined);
     const { wrapper } = await mountView(UsersView, { path: "/users" });
-    await wrapper.find("tr[data-user=bob] .danger-text").trigger("click");
-    await wrapper.find("[data-testid=confirm-yes]").trigger("click");
-    await flushPromises();
+    await clickAndConfirm(wrapper, wrapper.find("tr[data-user=bob] .danger-text"));
     expect(deleteUser).toHaveBeenCalledWith(2);
   });
 });
@@ -106,8 +103,7 @@ describe("GroupsView", () => {
     vi.mocked(createGroup).mockResolvedValue(group({ id: 3 }));
     const { wrapper } = await mountView(GroupsView, { path: "/groups" });
     await wrapper.find("[data-testid=new-group]").trigger("click");
-    await wrapper.find("input[name=app_name]").setValue("  payments ");
-    await wrapper.find("input[name=title]").setValue("Payments");
+    await fill(wrapper, { app_name: "  payments ", title: "Payments" });
     await wrapper.find("input[name=address_type][value='1']").setValue(true);
     await wrapper.find("textarea[name=addresses]").setValue("http://a:1\nhttp://b:2\n");
     await wrapper.find("#group-form").trigger("submit");
@@ -135,9 +131,7 @@ describe("GroupsView", () => {
     await wrapper.findAll("tr[data-group=billing] button").filter((b) => b.text() === "Token")[0]!.trigger("click");
     await flushPromises();
     expect(wrapper.find("[data-testid=group-token]").text()).toBe("old-token");
-    await wrapper.findAll("dialog .btn.danger")[0]!.trigger("click");
-    await wrapper.find("[data-testid=confirm-yes]").trigger("click");
-    await flushPromises();
+    await clickAndConfirm(wrapper, wrapper.findAll("dialog .btn.danger")[0]!);
     expect(rotateGroupToken).toHaveBeenCalledWith(2);
     expect(wrapper.find("[data-testid=group-token]").text()).toBe("new-token");
   });

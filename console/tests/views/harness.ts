@@ -1,5 +1,5 @@
 // Mounts a view as the console does (router, signed-in user), with the API modules mocked by the test.
-import { enableAutoUnmount, flushPromises, mount } from "@vue/test-utils";
+import { enableAutoUnmount, flushPromises, mount, type DOMWrapper, type VueWrapper } from "@vue/test-utils";
 import { afterEach, beforeEach } from "vitest";
 import { defineComponent, h, type Component } from "vue";
 import { createMemoryHistory, createRouter, RouterView, type Router } from "vue-router";
@@ -38,3 +38,15 @@ export async function mountView(view: Component, options: MountOptions = {}) {
 
 /** The texts of the toasts shown, by kind. */
 export const toastTexts = (kind: "ok" | "error") => toasts.filter((x) => x.kind === kind).map((x) => x.text);
+
+/** Types into the fields of these names, in this order. */
+export async function fill(wrapper: VueWrapper, values: Record<string, string>): Promise<void> {
+  for (const [name, value] of Object.entries(values)) await wrapper.find(`[name=${name}]`).setValue(value);
+}
+
+/** Clicks `button`, says yes in the confirmation dialog and lets the calls settle. */
+export async function clickAndConfirm(wrapper: VueWrapper, button: DOMWrapper<Element>): Promise<void> {
+  await button.trigger("click");
+  await wrapper.find("[data-testid=confirm-yes]").trigger("click");
+  await flushPromises();
+}

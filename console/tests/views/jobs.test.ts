@@ -14,7 +14,7 @@ import GlueView from "../../src/views/GlueView.vue";
 import JobEditView from "../../src/views/JobEditView.vue";
 import RunDetailView from "../../src/views/RunDetailView.vue";
 import { group, job, page, run } from "./fixtures";
-import { mountView, toastTexts } from "./harness";
+import { clickAndConfirm, fill, mountView, toastTexts } from "./harness";
 
 vi.mock("../../src/api/glue");
 vi.mock("../../src/api/groups");
@@ -38,9 +38,7 @@ describe("JobEditView", () => {
   it("creates a job in the first group and goes to it", async () => {
     vi.mocked(createJob).mockResolvedValue(job({ id: 9 }));
     const { wrapper, router } = await mountView(JobEditView, { path: "/jobs/new" });
-    await wrapper.find("input[name=job_desc]").setValue("new one");
-    await wrapper.find("input[name=executor_handler]").setValue("hello");
-    await wrapper.find("input[name=executor_timeout]").setValue("30");
+    await fill(wrapper, { job_desc: "new one", executor_handler: "hello", executor_timeout: "30" });
     await wrapper.find("form.editor").trigger("submit");
     await flushPromises();
     expect(createJob).toHaveBeenCalledWith(expect.objectContaining({
@@ -174,9 +172,7 @@ describe("RunDetailView", () => {
     vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, false));
     vi.mocked(killRun).mockResolvedValue({ killed: false, msg: "job thread not running" });
     const { wrapper } = await mountView(RunDetailView, { path: "/runs/6", props: { id: "6" } });
-    await wrapper.find("[data-testid=kill]").trigger("click");
-    await wrapper.find("[data-testid=confirm-yes]").trigger("click");
-    await flushPromises();
+    await clickAndConfirm(wrapper, wrapper.find("[data-testid=kill]"));
     expect(killRun).toHaveBeenCalledWith(6);
     expect(toastTexts("error")).toEqual(["job thread not running"]);
   });
@@ -230,9 +226,7 @@ describe("GlueView", () => {
     await wrapper.findAll(".versions button")[0]!.trigger("click");
     expect(wrapper.find(".diff-row.changed").text()).toContain("echo zero");
     await wrapper.find("dialog .icon-btn").trigger("click");
-    await wrapper.findAll(".versions button")[1]!.trigger("click");
-    await wrapper.find("[data-testid=confirm-yes]").trigger("click");
-    await flushPromises();
+    await clickAndConfirm(wrapper, wrapper.findAll(".versions button")[1]!);
     expect(restoreGlueVersion).toHaveBeenCalledWith(3, 21);
     expect(getGlue).toHaveBeenCalledTimes(2);
   });

@@ -13,7 +13,7 @@ import DashboardView from "../../src/views/DashboardView.vue";
 import JobsView from "../../src/views/JobsView.vue";
 import RunsView from "../../src/views/RunsView.vue";
 import { auditEntry, group, job, page, run } from "./fixtures";
-import { mountView, toastTexts } from "./harness";
+import { clickAndConfirm, mountView, toastTexts } from "./harness";
 
 vi.mock("../../src/api/audit");
 vi.mock("../../src/api/dashboard");
@@ -76,9 +76,7 @@ describe("JobsView", () => {
   it("deletes a job once confirmed and reloads", async () => {
     vi.mocked(deleteJob).mockResolvedValue(undefined);
     const { wrapper } = await mountView(JobsView, { path: "/jobs" });
-    await wrapper.findAll("tr[data-job-id='2'] button").filter((b) => b.text() === "Delete")[0]!.trigger("click");
-    await wrapper.find("[data-testid=confirm-yes]").trigger("click");
-    await flushPromises();
+    await clickAndConfirm(wrapper, wrapper.findAll("tr[data-job-id='2'] button").filter((b) => b.text() === "Delete")[0]!);
     expect(deleteJob).toHaveBeenCalledWith(2);
     expect(listJobs).toHaveBeenCalledTimes(2);
   });
@@ -134,9 +132,7 @@ describe("RunsView", () => {
     vi.mocked(killRun).mockResolvedValue({ killed: true, msg: "" });
     const { wrapper } = await mountView(RunsView, { path: "/runs" });
     expect(wrapper.find("tr[data-run-id='12'] .danger-text").exists()).toBe(false);
-    await wrapper.find("tr[data-run-id='11'] .danger-text").trigger("click");
-    await wrapper.find("[data-testid=confirm-yes]").trigger("click");
-    await flushPromises();
+    await clickAndConfirm(wrapper, wrapper.find("tr[data-run-id='11'] .danger-text"));
     expect(killRun).toHaveBeenCalledWith(11);
     expect(toastTexts("ok")).toEqual(["Run killed."]);
   });
