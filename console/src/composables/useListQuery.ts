@@ -52,8 +52,8 @@ export function useListQuery<F extends Record<string, string>, T>(options: ListQ
   const totalExact = ref(true);
   const loading = ref(false);
   const limit = ref(Number(text(query.limit)) || defaultLimit);
-  // With a cursor the pages walked so far are a stack of cursors (the first page has none).
   const offset = ref(options.cursor ? 0 : Number(text(query.offset)) || 0);
+  // With a cursor the pages walked so far are a stack of cursors (the first page has none).
   const cursors: (string | undefined)[] = [undefined];
   const nextCursor = ref<string | null>(null);
   const empty = computed(() => !loading.value && items.value.length === 0);
