@@ -62,6 +62,9 @@ describe("JobsView", () => {
     await flushPromises();
     expect(listJobs).toHaveBeenLastCalledWith(expect.objectContaining({ trigger_status: undefined, sort: "id_desc", limit: 50 }));
     expect(router.currentRoute.value.query).toEqual({ limit: "50" });
+    await wrapper.find("select[name=sort]").setValue("next_time");
+    await flushPromises();
+    expect(listJobs).toHaveBeenLastCalledWith(expect.objectContaining({ sort: "next_time" }));
   });
 
   it("starts a stopped job with its switch", async () => {
