@@ -21,6 +21,7 @@ export default defineConfig({
   },
   test: {
     include: ["tests/**/*.test.ts"],
-    environment: "node",
+    environment: "node", // the component tests (tests/views) ask for happy-dom in their first line
+    clearMocks: true,
   },
 });

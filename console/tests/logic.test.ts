@@ -1,28 +1,26 @@
 import { describe, expect, it } from "vitest";
-import { runDuration, runState } from "../src/lib/runState";
+import { isFinal, RUN_STATES, runDuration, runDurationText } from "../src/lib/runState";
 import { sideBySide } from "../src/lib/sideBySide";
+import { formatDuration } from "../src/lib/time";
 
-const base = { trigger_code: 200, handle_code: 0, handle_msg: null };
+const T0 = "2026-01-01T00:00:00Z";
+const run = { state: "running" as const, trigger_time: T0, duration_ms: null };
 
-describe("runState", () => {
-  it("uses the API's state when there is one", () => {
-    expect(runState({ ...base, state: "timed_out" })).toBe("timed_out");
+describe("run state presentation", () => {
+  it("polls only the states that can still change", () => {
+    expect(RUN_STATES.filter((s) => !isFinal(s))).toEqual(["scheduled", "dispatching", "running"]);
   });
 
-  it("derives the state from the codes otherwise", () => {
-    expect(runState(base)).toBe("running");
-    expect(runState({ ...base, handle_code: 200 })).toBe("success");
-    expect(runState({ ...base, handle_code: 500 })).toBe("failed");
-    expect(runState({ ...base, handle_code: 500, handle_msg: "killed by user (admin)" })).toBe("killed");
-    expect(runState({ ...base, trigger_code: 500 })).toBe("failed");
-    expect(runState({ ...base, trigger_code: 0 })).toBe("scheduled");
+  it("shows the API's duration once finished, the live time while running", () => {
+    expect(runDuration({ ...run, state: "success", duration_ms: 2500 }, 0)).toBe(2500);
+    expect(runDuration(run, Date.UTC(2026, 0, 1, 0, 0, 3))).toBe(3000);
+    expect(runDuration({ ...run, state: "failed" }, Date.UTC(2026, 0, 1, 0, 0, 3))).toBeNull();
+    expect(runDuration({ ...run, trigger_time: null }, 0)).toBeNull();
   });
 
-  it("measures durations", () => {
-    const run = { ...base, trigger_time: "2026-01-01T00:00:00Z", handle_time: "2026-01-01T00:00:02.5Z" };
-    expect(runDuration({ ...run, handle_code: 200 }, 0)).toBe(2500);
-    expect(runDuration({ ...base, trigger_time: "2026-01-01T00:00:00Z" }, Date.UTC(2026, 0, 1, 0, 0, 3))).toBe(3000);
-    expect(runDuration({ ...base, duration_ms: 42 }, 0)).toBe(42);
+  it("says under a second for a live time counted from whole seconds", () => {
+    expect(runDurationText(run, Date.UTC(2026, 0, 1, 0, 0, 0, 400), formatDuration)).toBe("< 1 s");
+    expect(runDurationText({ ...run, state: "success", duration_ms: 400 }, 0, formatDuration)).toBe("400 ms");
   });
 });
 

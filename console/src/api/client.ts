@@ -7,6 +7,20 @@ export type Run = Schemas["RunOut"];
 export type Group = Schemas["GroupOut"];
 export type User = Schemas["UserOut"];
 export type Token = Schemas["TokenOut"];
+export type RunState = Schemas["RunState"];
+
+/** The query parameters of a GET path (for the per-resource modules' list functions). */
+export type QueryOf<P extends keyof paths> = paths[P] extends { get: { parameters: { query?: infer Q } } }
+  ? NonNullable<Q>
+  : never;
+
+/** One page of a listing, as every list endpoint answers it. */
+export interface Page<T> {
+  items: T[];
+  total: number;
+  total_exact: boolean;
+  next_cursor?: string | null;
+}
 
 const CSRF_COOKIE = "jobring_csrf";
 const UNSAFE = new Set(["POST", "PUT", "PATCH", "DELETE"]);
@@ -55,6 +69,7 @@ const session: Middleware = {
   },
 };
 
+/** The raw typed client: only the modules of this folder call it (a test keeps it so). */
 export const api = createClient<paths>({ baseUrl: "/api/v1", credentials: "same-origin" });
 api.use(session);
 

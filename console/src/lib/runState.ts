@@ -1,61 +1,29 @@
-/** The run states the console shows (the API's `state` when present, else derived). */
-export type RunState =
-  | "scheduled"
-  | "dispatching"
-  | "running"
-  | "success"
-  | "failed"
-  | "killed"
-  | "timed_out"
-  | "lost"
-  | "skipped";
+import type { Run, RunState } from "../api/client";
 
-export interface RunLike {
-  state?: string | null;
-  trigger_code: number;
-  handle_code: number;
-  handle_msg?: string | null;
-  trigger_time?: string | null;
-  handle_time?: string | null;
-  duration_ms?: number | null;
-}
-
-const KNOWN = new Set<string>([
+/** Every run state, in the order the console lists them (the API's `RunState`). */
+export const RUN_STATES: readonly RunState[] = [
   "scheduled", "dispatching", "running", "success", "failed", "killed", "timed_out", "lost", "skipped",
-]);
+];
 
-export function runState(run: RunLike): RunState {
-  if (run.state && KNOWN.has(run.state)) return run.state as RunState;
-  if (run.handle_code === 200) return "success";
-  const msg = run.handle_msg ?? "";
-  if (run.handle_code !== 0) {
-    if (msg.startsWith("killed by user")) return "killed";
-    if (run.handle_code === 502) return "timed_out";
-    if (msg.includes("result lost")) return "lost";
-    return "failed";
-  }
-  if (run.trigger_code === 0) return "scheduled";
-  if (run.trigger_code === 200) return "running";
-  return "failed";
-}
+const GOING: ReadonlySet<RunState> = new Set(["scheduled", "dispatching", "running"]);
 
+/** True once the run has ended: the console stops polling it. */
 export function isFinal(state: RunState): boolean {
-  return !["scheduled", "dispatching", "running"].includes(state);
+  return !GOING.has(state);
 }
 
-/** The run's duration in ms (the API's when present, else handle minus trigger time). */
-export function runDuration(run: RunLike, nowMs: number): number | null {
-  if (run.duration_ms !== undefined && run.duration_ms !== null) return run.duration_ms;
-  if (!run.trigger_time) return null;
-  const start = new Date(run.trigger_time).getTime();
-  if (run.handle_time) return Math.max(0, new Date(run.handle_time).getTime() - start);
-  return runState(run) === "running" ? Math.max(0, nowMs - start) : null;
+type Timed = Pick<Run, "state" | "trigger_time" | "duration_ms">;
+
+/** The API's duration once the run has finished; while it runs, the time since it was triggered. */
+export function runDuration(run: Timed, nowMs: number): number | null {
+  if (run.duration_ms !== null) return run.duration_ms;
+  if (run.state !== "running" || !run.trigger_time) return null;
+  return Math.max(0, nowMs - new Date(run.trigger_time).getTime());
 }
 
-/** The duration as text; times of whole seconds (no `duration_ms`) show "< 1 s" for 0. */
-export function runDurationText(run: RunLike, nowMs: number, format: (ms: number | null) => string): string {
+/** The duration as text; a running run's time (counted from whole seconds) shows "< 1 s" for under a second. */
+export function runDurationText(run: Timed, nowMs: number, format: (ms: number | null) => string): string {
   const ms = runDuration(run, nowMs);
-  const exact = run.duration_ms !== undefined && run.duration_ms !== null;
-  if (ms !== null && !exact && ms < 1000) return "< 1 s";
+  if (ms !== null && run.duration_ms === null && ms < 1000) return "< 1 s";
   return format(ms);
 }

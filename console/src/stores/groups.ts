@@ -1,5 +1,6 @@
 import { ref } from "vue";
-import { api, ok, type Group } from "../api/client";
+import type { Group } from "../api/client";
+import { listGroups } from "../api/groups";
 
 /** The executor groups the user may see (for filters and names); reloaded on demand. */
 export const groups = ref<Group[]>([]);
@@ -7,7 +8,7 @@ let loading: Promise<void> | null = null;
 
 export function loadGroups(force = false): Promise<void> {
   if (loading && !force) return loading;
-  loading = ok(api.GET("/groups", { params: { query: { limit: 500 } } })).then((page) => {
+  loading = listGroups(500).then((page) => {
     groups.value = page.items;
   });
   loading.catch(() => (loading = null));

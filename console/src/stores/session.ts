@@ -1,5 +1,7 @@
 import { reactive } from "vue";
-import { api, csrfToken, ok, type User } from "../api/client";
+import { currentUser, logout as endSession } from "../api/auth";
+import { csrfToken, type User } from "../api/client";
+import { getConsoleSettings } from "../api/settings";
 
 interface SessionState {
   user: User | null;
@@ -35,21 +37,21 @@ export async function loadSession(): Promise<User | null> {
     session.user = null;
     return null;
   }
-  const answer = await api.GET("/auth/me");
+  const answer = await currentUser();
   session.loaded = true;
-  session.user = answer.response.ok && answer.data ? answer.data.user : null;
-  session.expired = answer.response.status === 401;
+  session.user = answer.user;
+  session.expired = answer.status === 401;
   if (session.user && !session.user.must_change_password) await loadSettings();
   return session.user;
 }
 
 export async function loadSettings(): Promise<void> {
-  const settings = await ok(api.GET("/settings/console"));
+  const settings = await getConsoleSettings();
   session.glueEnabled = settings.glue_enabled;
   session.adminZone = settings.timezone;
 }
 
 export async function logout(): Promise<void> {
-  await api.POST("/auth/logout");
+  await endSession();
   session.user = null;
 }

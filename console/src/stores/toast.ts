@@ -36,3 +36,21 @@ export function notifyError(exc: unknown): void {
   if (exc instanceof ApiError && exc.status === 401) return; // the login page takes over
   notify(errorText(exc), "error");
 }
+
+/** Runs `work` and shows its error, if any, as a toast; true when it succeeded. */
+export async function attempt(work: () => Promise<unknown>): Promise<boolean> {
+  try {
+    await work();
+    return true;
+  } catch (exc) {
+    notifyError(exc);
+    return false;
+  }
+}
+
+export function copyToClipboard(text: string): Promise<boolean> {
+  return attempt(async () => {
+    await navigator.clipboard.writeText(text);
+    notify(t("common.copied"));
+  });
+}

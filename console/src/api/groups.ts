@@ -1,0 +1,13 @@
+import { api, ok, type Schemas } from "./client";
+
+const path = (groupId: number) => ({ params: { path: { group_id: groupId } } });
+
+export const listGroups = (limit: number) => ok(api.GET("/groups", { params: { query: { limit } } }));
+export const getGroup = (groupId: number) => ok(api.GET("/groups/{group_id}", path(groupId)));
+export const createGroup = (body: Schemas["GroupIn"]) => ok(api.POST("/groups", { body }));
+export const updateGroup = (groupId: number, body: Schemas["GroupIn"]) =>
+  ok(api.PUT("/groups/{group_id}", { ...path(groupId), body }));
+export const deleteGroup = (groupId: number) => ok(api.DELETE("/groups/{group_id}", path(groupId)));
+export const getGroupToken = (groupId: number) => ok(api.GET("/groups/{group_id}/access-token", path(groupId)));
+export const rotateGroupToken = (groupId: number) =>
+  ok(api.POST("/groups/{group_id}/access-token/rotate", path(groupId)));

@@ -1,0 +1,25 @@
+import { api, ok, type Job, type QueryOf, type Schemas } from "./client";
+
+export type JobQuery = QueryOf<"/jobs">;
+const path = (jobId: number) => ({ params: { path: { job_id: jobId } } });
+
+export const listJobs = (query: JobQuery) => ok(api.GET("/jobs", { params: { query } }));
+export const getJob = (jobId: number) => ok(api.GET("/jobs/{job_id}", path(jobId)));
+export const createJob = (body: Schemas["JobCreate"]) => ok(api.POST("/jobs", { body }));
+export const updateJob = (jobId: number, body: Schemas["JobUpdate"]) =>
+  ok(api.PATCH("/jobs/{job_id}", { ...path(jobId), body }));
+export const deleteJob = (jobId: number) => ok(api.DELETE("/jobs/{job_id}", path(jobId)));
+export const copyJob = (jobId: number) => ok(api.POST("/jobs/{job_id}/copy", path(jobId)));
+
+/** Starts a stopped job or stops a started one; the job as it is then. */
+export function setJobStarted(jobId: number, started: boolean): Promise<Job> {
+  return started ? ok(api.POST("/jobs/{job_id}/start", path(jobId))) : ok(api.POST("/jobs/{job_id}/stop", path(jobId)));
+}
+
+export const triggerJob = (jobId: number, body: Schemas["TriggerIn"]) =>
+  ok(api.POST("/jobs/{job_id}/trigger", { ...path(jobId), body }));
+export const triggerJobAt = (jobId: number, body: Schemas["TriggerAtIn"]) =>
+  ok(api.POST("/jobs/{job_id}/trigger-at", { ...path(jobId), body }));
+
+/** The next fire times of a schedule (for the job editor's preview). */
+export const previewSchedule = (body: Schemas["SchedulePreviewIn"]) => ok(api.POST("/schedules/preview", { body }));

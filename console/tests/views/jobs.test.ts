@@ -1,0 +1,249 @@
+// @vitest-environment happy-dom
+// Component tests of one job and its runs: editor, trigger dialog, run detail, GLUE (the API modules mocked).
+import { flushPromises, mount } from "@vue/test-utils";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { defineComponent, h } from "vue";
+import { ApiError } from "../../src/api/client";
+import { getGlue, listGlueVersions, restoreGlueVersion, saveGlue } from "../../src/api/glue";
+import { getGroup, listGroups } from "../../src/api/groups";
+import { createJob, getJob, previewSchedule, triggerJob, triggerJobAt, updateJob } from "../../src/api/jobs";
+import { getRun, getRunLog, killRun } from "../../src/api/runs";
+import TriggerDialog from "../../src/components/TriggerDialog.vue";
+import { session } from "../../src/stores/session";
+import GlueView from "../../src/views/GlueView.vue";
+import JobEditView from "../../src/views/JobEditView.vue";
+import RunDetailView from "../../src/views/RunDetailView.vue";
+import { group, job, page, run } from "./fixtures";
+import { clickAndConfirm, fill, mountView, toastTexts } from "./harness";
+
+vi.mock("../../src/api/glue");
+vi.mock("../../src/api/groups");
+vi.mock("../../src/api/jobs");
+vi.mock("../../src/api/runs");
+
+describe("JobEditView", () => {
+  beforeEach(() => {
+    vi.mocked(listGroups).mockResolvedValue(page([group({ id: 4, title: "Reports" })]));
+    vi.mocked(previewSchedule).mockResolvedValue({ times: [Date.UTC(2026, 0, 2, 2)], times_iso: [], timezone: "UTC" });
+    vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, job_desc: "weekly", schedule_conf: "0 15 10 ? * 6" }));
+  });
+
+  it("loads the job into the form", async () => {
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(getJob).toHaveBeenCalledWith(7);
+    expect((wrapper.find("input[name=job_desc]").element as HTMLInputElement).value).toBe("weekly");
+    expect(wrapper.find("[data-testid=cron-description]").text()).toBe("At 10:15, only on Friday");
+  });
+
+  it("creates a job in the first group and goes to it", async () => {
+    vi.mocked(createJob).mockResolvedValue(job({ id: 9 }));
+    const { wrapper, router } = await mountView(JobEditView, { path: "/jobs/new" });
+    await fill(wrapper, { job_desc: "new one", executor_handler: "hello", executor_timeout: "30" });
+    await wrapper.find("form.editor").trigger("submit");
+    await flushPromises();
+    expect(createJob).toHaveBeenCalledWith(expect.objectContaining({
+      job_group: 4, job_desc: "new one", executor_handler: "hello", executor_timeout: 30, schedule_conf: "0 0 2 * * ?",
+    }));
+    expect(router.currentRoute.value.path).toBe("/jobs/9");
+    expect(toastTexts("ok")).toHaveLength(1);
+  });
+
+  it("marks the field the API refuses and focuses it; editing clears the mark", async () => {
+    vi.mocked(updateJob).mockRejectedValue(new ApiError(400, "not a Quartz expression", "schedule_conf"));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    await wrapper.find("form.editor").trigger("submit");
+    await flushPromises();
+    const conf = wrapper.find("input[name=schedule_conf]");
+    expect(wrapper.find("label.invalid input[name=schedule_conf]").exists()).toBe(true);
+    expect(wrapper.find("label.invalid .field-error").text()).toBe("not a Quartz expression");
+    expect(document.activeElement).toBe(conf.element);
+    await conf.setValue("0 0 3 * * ?");
+    await flushPromises();
+    expect(wrapper.find("label.invalid").exists()).toBe(false);
+  });
+
+  it("shows an error without a field above the form", async () => {
+    vi.mocked(updateJob).mockRejectedValue(new ApiError(403, "operator of group 4 required"));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    await wrapper.find("form.editor").trigger("submit");
+    await flushPromises();
+    expect(wrapper.find(".form-error").text()).toBe("Not permitted: operator of group 4 required");
+  });
+
+  it("previews the next fire times the API computes", async () => {
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/new" });
+    expect(previewSchedule).toHaveBeenCalledWith(expect.objectContaining({ schedule_type: "CRON", schedule_conf: "0 0 2 * * ?" }));
+    expect(wrapper.findAll("[data-testid=next-time]")).toHaveLength(1);
+  });
+
+  it("is read only for a viewer", async () => {
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" }, as: { role: "viewer" } });
+    expect(wrapper.find("input[name=job_desc]").element.closest("fieldset")!.disabled).toBe(true);
+    expect(wrapper.find("[data-testid=save-job]").exists()).toBe(false);
+  });
+});
+
+describe("TriggerDialog", () => {
+  beforeEach(() => {
+    vi.mocked(getGroup).mockResolvedValue(group({ online: [{ address: "http://127.0.0.1:9999", last_heartbeat: null }] }));
+  });
+
+  async function open() {
+    const wrapper = mount(TriggerDialog, { props: { job: job({ id: 4, executor_param: "p=1" }) }, attachTo: document.body });
+    await flushPromises();
+    return wrapper;
+  }
+
+  it("runs the job now on the chosen executor with the parameters", async () => {
+    vi.mocked(triggerJob).mockResolvedValue({ trigger_code: 200, trigger_msg: "", log_ids: [55] });
+    const wrapper = await open();
+    await wrapper.find("input[type=checkbox]").setValue(true);
+    await wrapper.find("#trigger-form").trigger("submit");
+    await flushPromises();
+    expect(triggerJob).toHaveBeenCalledWith(4, { executor_param: "p=1", addresses: ["http://127.0.0.1:9999"] });
+    expect(toastTexts("ok")[0]).toContain("55");
+    expect(wrapper.emitted("close")).toHaveLength(1);
+  });
+
+  it("schedules a run for later when a time is given", async () => {
+    vi.mocked(triggerJobAt).mockResolvedValue({
+      id: 1, job_id: 4, job_group: 1, fire_at: Date.UTC(2030, 0, 1), fire_at_iso: "2030-01-01T00:00:00Z", created_at: 0,
+      created_by: "admin", executor_param: "p=1", addresses: null, state: "pending",
+    });
+    const wrapper = await open();
+    await wrapper.find("input[name=run_at]").setValue("2030-01-01T08:00:00");
+    await wrapper.find("#trigger-form").trigger("submit");
+    await flushPromises();
+    expect(triggerJobAt).toHaveBeenCalledWith(4, expect.objectContaining({ executor_param: "p=1", at: expect.any(Number) }));
+  });
+
+  it("stays open on a refusal and shows it", async () => {
+    vi.mocked(triggerJob).mockRejectedValue(new ApiError(409, "no executor online"));
+    const wrapper = await open();
+    await wrapper.find("#trigger-form").trigger("submit");
+    await flushPromises();
+    expect(toastTexts("error")).toEqual(["no executor online"]);
+    expect(wrapper.emitted("close")).toBeUndefined();
+  });
+});
+
+describe("RunDetailView", () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval"] });
+    vi.mocked(listGroups).mockResolvedValue(page([group()]));
+  });
+  afterEach(() => vi.useRealTimers());
+
+  const log = (content: string, from: number, to: number, isEnd: boolean) => ({
+    log_content: content, from_line_num: from, to_line_num: to, is_end: isEnd,
+  });
+
+  it("shows a finished run and its whole log, then stops following", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({ id: 5, state: "failed", handle_msg: "exit 1" }));
+    vi.mocked(getRunLog).mockResolvedValue(log("one\ntwo\n", 1, 2, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(wrapper.find("h1 .badge").attributes("data-state")).toBe("failed");
+    expect(wrapper.findAll(".log-line").map((l) => l.text())).toEqual(["one", "two"]);
+    expect(wrapper.find("[data-testid=log-end]").exists()).toBe(true);
+    expect(wrapper.find("[data-testid=kill]").exists()).toBe(false);
+  });
+
+  it("follows a running run's log from the next line until it ends", async () => {
+    vi.mocked(getRun)
+      .mockResolvedValueOnce(run({ id: 6, state: "running", duration_ms: null }))
+      .mockResolvedValueOnce(run({ id: 6, state: "running", duration_ms: null }))
+      .mockResolvedValue(run({ id: 6, state: "success" }));
+    vi.mocked(getRunLog)
+      .mockResolvedValueOnce(log("start\n", 1, 1, false))
+      .mockResolvedValue(log("done\n", 2, 2, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/6", props: { id: "6" } });
+    expect(wrapper.find("[data-testid=kill]").exists()).toBe(true);
+    expect(wrapper.find("[data-testid=log-live]").exists()).toBe(true);
+    await vi.advanceTimersByTimeAsync(1000);
+    await flushPromises();
+    expect(getRunLog).toHaveBeenLastCalledWith(6, 2);
+    expect(wrapper.findAll(".log-line").map((l) => l.text())).toEqual(["start", "done"]);
+    expect(wrapper.find("h1 .badge").attributes("data-state")).toBe("success");
+    expect(wrapper.find("[data-testid=log-end]").exists()).toBe(true);
+  });
+
+  it("kills the run once confirmed and says when the executor refused", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({ id: 6, state: "running", duration_ms: null }));
+    vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, false));
+    vi.mocked(killRun).mockResolvedValue({ killed: false, msg: "job thread not running" });
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/6", props: { id: "6" } });
+    await clickAndConfirm(wrapper, wrapper.find("[data-testid=kill]"));
+    expect(killRun).toHaveBeenCalledWith(6);
+    expect(toastTexts("error")).toEqual(["job thread not running"]);
+  });
+
+  it("shows a run it may not read as an error toast", async () => {
+    vi.mocked(getRun).mockRejectedValue(new ApiError(404, "run 99 not found"));
+    await mountView(RunDetailView, { path: "/runs/99", props: { id: "99" } });
+    expect(toastTexts("error")).toEqual(["run 99 not found"]);
+    expect(getRunLog).not.toHaveBeenCalled();
+  });
+});
+
+describe("GlueView", () => {
+  // CodeMirror needs a real browser (the browser suite covers it): a textarea stands in.
+  const CodeEditor = defineComponent({
+    props: { modelValue: { type: String, required: true } },
+    emits: ["update:modelValue"],
+    setup: (props, { emit }) => () => h("textarea", {
+      class: "code-stub", value: props.modelValue,
+      onInput: (e: Event) => emit("update:modelValue", (e.target as HTMLTextAreaElement).value),
+    }),
+  });
+  const mountGlue = () => mountView(GlueView, { path: "/jobs/3/glue", props: { id: "3" }, stubs: { CodeEditor } });
+  const version = (id: number, remark: string, source: string) => ({
+    id, job_id: 3, glue_type: "GLUE_SHELL", glue_source: source, glue_remark: remark, add_time: null,
+  });
+
+  const glue = { job_id: 3, glue_type: "GLUE_SHELL", glue_source: "echo one\n", glue_remark: "first", glue_updatetime: null };
+
+  beforeEach(() => {
+    vi.mocked(getGlue).mockResolvedValue(glue);
+    vi.mocked(listGlueVersions).mockResolvedValue([version(21, "first", "echo zero\n")]);
+  });
+
+  it("loads the source and its versions, and saves an edit with a remark", async () => {
+    vi.mocked(saveGlue).mockResolvedValue(glue);
+    const { wrapper } = await mountGlue();
+    expect((wrapper.find(".code-stub").element as HTMLTextAreaElement).value).toBe("echo one\n");
+    expect(wrapper.find(".versions li").text()).toContain("first");
+    await wrapper.find(".code-stub").setValue("echo two\n");
+    await wrapper.find("input[name=glue_remark]").setValue("second");
+    await wrapper.find("form.card").trigger("submit");
+    await flushPromises();
+    expect(saveGlue).toHaveBeenCalledWith(3, { glue_source: "echo two\n", glue_remark: "second" });
+    expect(toastTexts("ok")).toHaveLength(1);
+  });
+
+  it("compares a version side by side and restores it once confirmed", async () => {
+    vi.mocked(restoreGlueVersion).mockResolvedValue(glue);
+    const { wrapper } = await mountGlue();
+    await wrapper.findAll(".versions button")[0]!.trigger("click");
+    expect(wrapper.find(".diff-row.changed").text()).toContain("echo zero");
+    await wrapper.find("dialog .icon-btn").trigger("click");
+    await clickAndConfirm(wrapper, wrapper.findAll(".versions button")[1]!);
+    expect(restoreGlueVersion).toHaveBeenCalledWith(3, 21);
+    expect(getGlue).toHaveBeenCalledTimes(2);
+  });
+
+  it("asks for nothing while GLUE is off", async () => {
+    session.glueEnabled = false;
+    const { wrapper } = await mountGlue();
+    expect(getGlue).not.toHaveBeenCalled();
+    expect(wrapper.find(".notice").exists()).toBe(true);
+  });
+
+  it("shows a refused save as an error toast", async () => {
+    vi.mocked(saveGlue).mockRejectedValue(new ApiError(403, "GLUE permission required"));
+    const { wrapper } = await mountGlue();
+    await wrapper.find("input[name=glue_remark]").setValue("x");
+    await wrapper.find("form.card").trigger("submit");
+    await flushPromises();
+    expect(toastTexts("error")).toEqual(["Not permitted: GLUE permission required"]);
+  });
+});

@@ -1,0 +1,238 @@
+// @vitest-environment happy-dom
+// Component tests of the listings: jobs, runs, audit, dashboard (the API modules mocked).
+import { flushPromises } from "@vue/test-utils";
+import { beforeEach, describe, expect, it, vi } from "vitest";
+import { listAudit } from "../../src/api/audit";
+import { ApiError, type Schemas } from "../../src/api/client";
+import { getDashboard } from "../../src/api/dashboard";
+import { listGroups } from "../../src/api/groups";
+import { deleteJob, listJobs, setJobStarted } from "../../src/api/jobs";
+import { clearRuns, killRun, listRuns } from "../../src/api/runs";
+import AuditView from "../../src/views/AuditView.vue";
+import DashboardView from "../../src/views/DashboardView.vue";
+import JobsView from "../../src/views/JobsView.vue";
+import RunsView from "../../src/views/RunsView.vue";
+import { auditEntry, group, job, page, run } from "./fixtures";
+import { clickAndConfirm, mountView, toastTexts } from "./harness";
+
+vi.mock("../../src/api/audit");
+vi.mock("../../src/api/dashboard");
+vi.mock("../../src/api/groups");
+vi.mock("../../src/api/jobs");
+vi.mock("../../src/api/runs");
+
+describe("JobsView", () => {
+  beforeEach(() => {
+    vi.mocked(listGroups).mockResolvedValue(page([group()]));
+    vi.mocked(listJobs).mockResolvedValue(page([job({ id: 1 }), job({ id: 2, job_desc: "cleanup", trigger_status: 1 })], { total: 45 }));
+  });
+
+  it("lists the jobs with the filters of the URL", async () => {
+    const { wrapper } = await mountView(JobsView, { path: "/jobs?group=1&desc=rep&offset=20" });
+    expect(listJobs).toHaveBeenCalledWith(expect.objectContaining({ job_group: 1, desc: "rep", offset: 20, limit: 20, sort: "id_desc" }));
+    expect(wrapper.findAll("tr[data-job-id]").map((r) => r.attributes("data-job-id"))).toEqual(["1", "2"]);
+    expect(wrapper.find("tr[data-job-id='1'] a.job-desc").text()).toBe("nightly report");
+    expect(wrapper.find(".pager").text()).toContain("21");
+  });
+
+  it("writes the filters into the URL and goes back to the first page on a search", async () => {
+    const { wrapper, router } = await mountView(JobsView, { path: "/jobs?offset=20" });
+    await wrapper.find("input[name=author]").setValue("alice");
+    await wrapper.find("form[role=search]").trigger("submit");
+    await flushPromises();
+    expect(listJobs).toHaveBeenLastCalledWith(expect.objectContaining({ author: "alice", offset: 0 }));
+    expect(router.currentRoute.value.query).toEqual({ author: "alice" });
+  });
+
+  it("pages on with the pager", async () => {
+    const { wrapper, router } = await mountView(JobsView, { path: "/jobs" });
+    await wrapper.findAll(".pager button").at(1)!.trigger("click");
+    await flushPromises();
+    expect(listJobs).toHaveBeenLastCalledWith(expect.objectContaining({ offset: 20 }));
+    expect(router.currentRoute.value.query).toEqual({ offset: "20" });
+  });
+
+  it("keeps the rows a page in the URL and resets the filters to their defaults", async () => {
+    const { wrapper, router } = await mountView(JobsView, { path: "/jobs?status=1&sort=desc" });
+    await wrapper.find(".pager select").setValue("50");
+    await flushPromises();
+    expect(listJobs).toHaveBeenLastCalledWith(expect.objectContaining({ trigger_status: 1, sort: "desc", limit: 50, offset: 0 }));
+    expect(router.currentRoute.value.query).toEqual({ status: "1", sort: "desc", limit: "50" });
+    await wrapper.findAll(".filter-actions button").filter((b) => b.text() === "Reset")[0]!.trigger("click");
+    await flushPromises();
+    expect(listJobs).toHaveBeenLastCalledWith(expect.objectContaining({ trigger_status: undefined, sort: "id_desc", limit: 50 }));
+    expect(router.currentRoute.value.query).toEqual({ limit: "50" });
+    await wrapper.find("select[name=sort]").setValue("next_time");
+    await flushPromises();
+    expect(listJobs).toHaveBeenLastCalledWith(expect.objectContaining({ sort: "next_time" }));
+  });
+
+  it("starts a stopped job with its switch", async () => {
+    vi.mocked(setJobStarted).mockResolvedValue(job({ id: 1, trigger_status: 1 }));
+    const { wrapper } = await mountView(JobsView, { path: "/jobs" });
+    await wrapper.find("tr[data-job-id='1'] [data-testid=toggle]").trigger("click");
+    await flushPromises();
+    expect(setJobStarted).toHaveBeenCalledWith(1, true);
+    expect(wrapper.find("tr[data-job-id='1'] [role=switch]").attributes("aria-checked")).toBe("true");
+  });
+
+  it("deletes a job once confirmed and reloads", async () => {
+    vi.mocked(deleteJob).mockResolvedValue(undefined);
+    const { wrapper } = await mountView(JobsView, { path: "/jobs" });
+    await clickAndConfirm(wrapper, wrapper.findAll("tr[data-job-id='2'] button").filter((b) => b.text() === "Delete")[0]!);
+    expect(deleteJob).toHaveBeenCalledWith(2);
+    expect(listJobs).toHaveBeenCalledTimes(2);
+  });
+
+  it("shows the API's refusal as an error toast", async () => {
+    vi.mocked(setJobStarted).mockRejectedValue(new ApiError(403, "operator of group 1 required"));
+    const { wrapper } = await mountView(JobsView, { path: "/jobs" });
+    await wrapper.find("tr[data-job-id='1'] [data-testid=toggle]").trigger("click");
+    await flushPromises();
+    expect(toastTexts("error")).toEqual(["Not permitted: operator of group 1 required"]);
+  });
+
+  it("offers no write action to a viewer", async () => {
+    const { wrapper } = await mountView(JobsView, { path: "/jobs", as: { role: "viewer" } });
+    expect(wrapper.find("[data-testid=toggle]").exists()).toBe(false);
+    expect(wrapper.find("[data-testid=new-job]").exists()).toBe(false);
+    expect(wrapper.find("[data-testid=run-once]").exists()).toBe(false);
+  });
+});
+
+describe("RunsView", () => {
+  beforeEach(() => {
+    vi.mocked(listGroups).mockResolvedValue(page([group()]));
+    vi.mocked(listJobs).mockResolvedValue(page([job({ id: 1, job_desc: "nightly report" })]));
+    vi.mocked(listRuns).mockResolvedValue(page([
+      run({ id: 11, state: "running", duration_ms: null, handle_code: 0 }),
+      run({ id: 12, state: "lost", handle_code: 500, handle_msg: "gone" }),
+    ], { total: 1000, total_exact: false, next_cursor: "c2" }));
+  });
+
+  it("shows each run with the state the API gives", async () => {
+    const { wrapper } = await mountView(RunsView, { path: "/runs?state=lost&job=1" });
+    expect(listRuns).toHaveBeenCalledWith(expect.objectContaining({ state: ["lost"], job_id: 1, cursor: undefined }));
+    expect(wrapper.find("tr[data-run-id='11'] .badge").attributes("data-state")).toBe("running");
+    expect(wrapper.find("tr[data-run-id='12'] .badge").attributes("data-state")).toBe("lost");
+    expect(wrapper.find("tr[data-run-id='12'] .job-desc").text()).toBe("nightly report");
+    expect(wrapper.find(".pager").text()).toContain("1000"); // an estimate: "about"
+    expect(wrapper.find(".pager").text()).toMatch(/about/i);
+  });
+
+  it("walks pages with the API's cursor and back", async () => {
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    const [prev, next] = wrapper.findAll(".pager button");
+    await next!.trigger("click");
+    await flushPromises();
+    expect(listRuns).toHaveBeenLastCalledWith(expect.objectContaining({ cursor: "c2" }));
+    await prev!.trigger("click");
+    await flushPromises();
+    expect(listRuns).toHaveBeenLastCalledWith(expect.objectContaining({ cursor: undefined }));
+  });
+
+  it("kills a running run once confirmed (only a running one has the button)", async () => {
+    vi.mocked(killRun).mockResolvedValue({ killed: true, msg: "" });
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    expect(wrapper.find("tr[data-run-id='12'] .danger-text").exists()).toBe(false);
+    await clickAndConfirm(wrapper, wrapper.find("tr[data-run-id='11'] .danger-text"));
+    expect(killRun).toHaveBeenCalledWith(11);
+    expect(toastTexts("ok")).toEqual(["Run killed."]);
+  });
+
+  it("clears the runs of a rule once confirmed", async () => {
+    vi.mocked(clearRuns).mockResolvedValue({ deleted: 7 });
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    await wrapper.findAll(".page-head button")[0]!.trigger("click");
+    await wrapper.find("select[name=clear_rule]").setValue("keep_last_1k");
+    await wrapper.find("#clear-form").trigger("submit");
+    await wrapper.find("[data-testid=confirm-yes]").trigger("click");
+    await flushPromises();
+    expect(clearRuns).toHaveBeenCalledWith({ rule: "keep_last_1k", job_group: undefined });
+    expect(toastTexts("ok")[0]).toContain("7");
+  });
+
+  it("shows a failed listing as an error toast", async () => {
+    vi.mocked(listRuns).mockRejectedValue(new ApiError(400, "trigger_from after trigger_to", "trigger_from"));
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    expect(toastTexts("error")).toEqual(["trigger_from after trigger_to"]);
+    expect(wrapper.find("td.empty").exists()).toBe(true);
+  });
+});
+
+describe("AuditView", () => {
+  beforeEach(() => {
+    vi.mocked(listAudit).mockResolvedValue(page([
+      auditEntry({ id: 1, details: { before: "a", after: "b" } }),
+      auditEntry({ id: 2, outcome: "failure", action: "user.delete" }),
+    ], { total: 120 }));
+  });
+
+  it("lists the entries 50 a page with the URL's filters", async () => {
+    const { wrapper } = await mountView(AuditView, { path: "/audit?outcome=failure" });
+    expect(listAudit).toHaveBeenCalledWith(expect.objectContaining({ outcome: "failure", offset: 0, limit: 50 }));
+    expect(wrapper.findAll("tbody .badge").map((b) => b.classes())).toEqual([
+      expect.arrayContaining(["st-success"]), expect.arrayContaining(["st-failed"]),
+    ]);
+  });
+
+  it("filters by actor from the search form (the filter goes into the URL)", async () => {
+    const { wrapper, router } = await mountView(AuditView, { path: "/audit" });
+    await wrapper.find("input[name=actor]").setValue("alice");
+    await wrapper.find("form[role=search]").trigger("submit");
+    await flushPromises();
+    expect(listAudit).toHaveBeenLastCalledWith(expect.objectContaining({ actor: "alice" }));
+    expect(router.currentRoute.value.query).toEqual({ actor: "alice" });
+  });
+
+  it("opens an entry's details", async () => {
+    const { wrapper } = await mountView(AuditView, { path: "/audit" });
+    expect(wrapper.find("pre.msg").exists()).toBe(false);
+    await wrapper.find("button[aria-expanded]").trigger("click");
+    expect(JSON.parse(wrapper.find("pre.msg").text())).toEqual({ before: "a", after: "b" });
+  });
+
+  it("shows a refused listing as an error toast", async () => {
+    vi.mocked(listAudit).mockRejectedValue(new ApiError(403, "admin only"));
+    await mountView(AuditView, { path: "/audit" });
+    expect(toastTexts("error")).toEqual(["Not permitted: admin only"]);
+  });
+});
+
+describe("DashboardView", () => {
+  const dashboard: Schemas["DashboardOut"] = {
+    job_count: 12, executor_count: 3, runs_today: 40, runs_today_success: 30, runs_today_fail: 4, runs_today_running: 2,
+    runs_today_scheduled: 4, chart: [{ day: "2026-01-01", success: 30, fail: 4, running: 2 }],
+    recent_failures: [run({ id: 77, state: "timed_out" })],
+    nodes: [{ node_id: "node-a", alive: true, held_jobs: 5, fires_last_hour: 60, lateness_avg_ms: 3.4, lateness_max_ms: null }],
+  };
+
+  beforeEach(() => {
+    vi.mocked(listGroups).mockResolvedValue(page([group()]));
+    vi.mocked(getDashboard).mockResolvedValue(dashboard);
+  });
+
+  it("shows the counts, the recent failures with their state and the nodes", async () => {
+    const { wrapper } = await mountView(DashboardView);
+    expect(getDashboard).toHaveBeenCalledWith({ days: 7 });
+    expect(wrapper.find("[data-testid=stat-jobs]").text()).toBe("12");
+    expect(wrapper.find(".fail-list .badge").attributes("data-state")).toBe("timed_out");
+    expect(wrapper.find("tbody tr").text()).toContain("node-a");
+    expect(wrapper.find("tbody tr").text()).toContain("3 ms");
+  });
+
+  it("asks for another span of days", async () => {
+    const { wrapper } = await mountView(DashboardView);
+    await wrapper.findAll(".seg button")[1]!.trigger("click");
+    await flushPromises();
+    expect(getDashboard).toHaveBeenLastCalledWith({ days: 30 });
+    expect(wrapper.findAll(".seg button")[1]!.attributes("aria-pressed")).toBe("true");
+  });
+
+  it("shows a failure as an error toast", async () => {
+    vi.mocked(getDashboard).mockRejectedValue(new ApiError(0, "Failed to fetch"));
+    const { wrapper } = await mountView(DashboardView);
+    expect(toastTexts("error")).toHaveLength(1);
+    expect(wrapper.find("[data-testid=stat-jobs]").exists()).toBe(false);
+  });
+});
