@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from itertools import pairwise
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobring.core.workflow import FailureRule, Join, NodeKind, WorkflowInvalid, parse_workflow
 from jobring.core.workflow.model import MAX_EDGES, MAX_NODES, MAX_PARALLELISM
@@ -106,6 +109,9 @@ REFUSALS: list[tuple[dict[str, Any] | Any, str, str | None, str]] = [
     (changed("nodes.0.params", "{{ day"), "nodes[0].params", "extract", "column 1: '{{' without its '}}'"),
     (changed("nodes.0.params", "x" * 513), "nodes[0].params", "extract", "longer than 512"),
     (changed("nodes.0.join", "some"), "nodes[0].join", "extract", "all_success, any_success, all_done"),
+    (changed("nodes.0.join", ["all_done"]), "nodes[0].join", "extract", "must be one of"),
+    (changed("nodes.0.on_failure", {}), "nodes[0].on_failure", "extract", "must be one of"),
+    (changed("nodes.0.kind", ["job"]), "nodes[0].kind", "extract", "must be one of"),
     (changed("nodes.0.on_failure", "retry"), "nodes[0].on_failure", "extract", "stop, skip_descendants"),
     (changed("nodes.1.job_id", 3), "nodes[1].job_id", "route", "not a field of a decision node"),
     (changed("nodes.1.on_failure", "continue"), "nodes[1].on_failure", "route", "cannot continue"),
@@ -196,3 +202,35 @@ def test_the_largest_wide_and_deep_graphs_parse() -> None:
     wide = parse_workflow({"nodes": nodes, "edges": wide_edges})
     assert wide.order[0] == keys[0] and wide.order[-1] == keys[-1]
     assert len(wide.parents[keys[-1]]) == MAX_NODES - 2
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**20) | st.floats() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+FIELDS = ["key", "kind", "job_id", "workflow_id", "params", "timeout_s", "retries", "join", "on_failure",
+          "result_json", "items", "parallelism", "from", "to", "when", "else", "x"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["nodes", "edges"]), st.integers(0, 6), st.sampled_from(FIELDS), JSON_VALUES)
+def test_any_json_is_parsed_or_refused_with_workflow_invalid(part: str, index: int, name: str,
+                                                           value: Any) -> None:
+    doc = copy.deepcopy(VALID)
+    items = doc[part]
+    if index < len(items):
+        items[index][name] = value
+    else:
+        items.append(value)
+    try:
+        parse_workflow(doc)
+    except WorkflowInvalid as exc:
+        assert exc.field and exc.message
+
+
+@settings(max_examples=100, deadline=None)
+@given(JSON_VALUES)
+def test_any_top_level_json_is_refused_cleanly(value: Any) -> None:
+    with contextlib.suppress(WorkflowInvalid):  # anything else fails the test
+        parse_workflow(value)

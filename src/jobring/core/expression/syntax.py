@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 __all__ = ["ExpressionError", "JsonValue", "Node", "Value", "parse_tree", "where"]
 
@@ -55,11 +53,10 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
 
 
-@dataclass(frozen=True, slots=True)
-class _Token:
+class _Token(NamedTuple):
     kind: str  # number, duration, string, name, keyword, op, end
-    text: str
-    value: Value
+    text: str  # for an op: the operator (``and`` is ``&&``)
+    value: Value  # a literal's value; for a word operator, the word
     pos: int
 
 
@@ -106,46 +103,53 @@ def _number(text: str, pos: int, word: str) -> _Token:
 
 def _tokens(text: str, start: int, embedded: bool) -> list[_Token]:
     out: list[_Token] = []
-    pos = start
-    while True:
-        if pos >= len(text):
-            if embedded:
-                raise ExpressionError("'{{' without its '}}'", start - 2, text)
-            out.append(_Token("end", "", None, pos))
-            return out
-        match = _TOKEN.match(text, pos)
+    append = out.append
+    match_at = _TOKEN.match
+    pos, size = start, len(text)
+    while pos < size:
+        match = match_at(text, pos)
         if match is None:
             raise ExpressionError(f"unexpected character {text[pos]!r}", pos, text)
-        kind, word = match.lastgroup or "", match.group()
-        if kind == "close" and embedded:
-            out.append(_Token("end", word, None, pos))
-            return out
-        if kind == "string":
+        kind = match.lastgroup
+        if kind == "space":
+            pos = match.end()
+            continue
+        word = match.group()
+        if kind == "name":
+            if word in _KEYWORDS:
+                append(_Token("keyword", word, _KEYWORDS[word], pos))
+            elif word in _WORD_OPS:
+                append(_Token("op", _WORD_OPS[word], word, pos))
+            else:
+                append(_Token("name", word, None, pos))
+        elif kind == "op":
+            append(_Token("op", word, None, pos))
+        elif kind == "string":
             value, end = _string(text, pos)
-            out.append(_Token("string", text[pos:end], value, pos))
+            append(_Token("string", text[pos:end], value, pos))
             pos = end
             continue
-        if kind == "number":
-            out.append(_number(text, pos, word))
-        elif kind == "name" and word in _KEYWORDS:
-            out.append(_Token("keyword", word, _KEYWORDS[word], pos))
-        elif kind == "name" and word in _WORD_OPS:
-            out.append(_Token("op", _WORD_OPS[word], word, pos))
-        elif kind in ("name", "op"):
-            out.append(_Token(kind, word, None, pos))
-        elif kind == "close":
+        elif kind == "number":
+            append(_number(text, pos, word))
+        elif embedded:  # "}}" closes the hole
+            append(_Token("end", word, None, pos))
+            return out
+        else:
             raise ExpressionError("unexpected '}}'", pos, text)
         pos = match.end()
+    if embedded:
+        raise ExpressionError("'{{' without its '}}'", start - 2, text)
+    append(_Token("end", "", None, pos))
+    return out
 
 
 # -- syntax tree ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
+class Node(NamedTuple):
     """One syntax-tree node, built only by the parser. ``op`` is literal, list, name, field,
     index, neg, not, a binary operator, or ``|name`` for a filter; ``args`` are its operands;
-    ``value`` is a literal's value or a name's or field's name."""
+    ``value`` is a literal's value or a name's or field's name; ``depth`` the tree's height."""
 
     op: str
     pos: int
@@ -154,26 +158,26 @@ class Node:
     depth: int = 1
 
 
-def _node(op: str, pos: int, args: tuple[Node, ...] = (), value: Value = None) -> Node:
-    return Node(op, pos, args, value, 1 + max((a.depth for a in args), default=0))
-
-
-_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">=", "in"})
+# Binding strength of infix operators (higher binds tighter). "!"/"not" takes an operand that
+# may hold a comparison but not and/or; unary "-" and field/index access bind tightest.
+_COMPARISON = 4
+_INFIX = {"||": 1, "&&": 2, "==": _COMPARISON, "!=": _COMPARISON, "<": _COMPARISON, "<=": _COMPARISON,
+          ">": _COMPARISON, ">=": _COMPARISON, "in": _COMPARISON, "|": 5, "+": 6, "-": 6}
+_NOT_OPERAND = 3
 
 
 class _Parser:
+    """Precedence climbing over the token list (one call per operator, not per level)."""
+
     def __init__(self, text: str, tokens: list[_Token]) -> None:
         self.text, self.tokens, self.i, self.nesting = text, tokens, 0, 0
 
     def error(self, message: str, token: _Token | None = None) -> ExpressionError:
-        return ExpressionError(message, (token or self.peek()).pos, self.text)
+        return ExpressionError(message, (token or self.tokens[self.i]).pos, self.text)
 
-    def peek(self) -> _Token:
-        return self.tokens[self.i]
-
-    def take(self, *ops: str) -> _Token | None:
+    def take(self, op: str) -> _Token | None:
         token = self.tokens[self.i]
-        if token.kind == "op" and token.text in ops:
+        if token.kind == "op" and token.text == op:
             self.i += 1
             return token
         return None
@@ -185,126 +189,113 @@ class _Parser:
         return token
 
     def _found(self) -> str:
-        token = self.peek()
+        token = self.tokens[self.i]
         return "the end" if token.kind == "end" and not token.text else repr(token.text)
 
-    def nest(self) -> None:
-        self.nesting += 1
-        if self.nesting > MAX_DEPTH:
-            raise self.error(f"nested more than {MAX_DEPTH} deep")
-
-    def checked(self, node: Node) -> Node:
-        if node.depth > 2 * MAX_DEPTH:
-            raise ExpressionError(f"expression deeper than {2 * MAX_DEPTH} operations", node.pos, self.text)
-        return node
+    def node(self, op: str, pos: int, args: tuple[Node, ...] = (), value: Value = None) -> Node:
+        depth = 1 + max(arg.depth for arg in args) if args else 1
+        if depth > 2 * MAX_DEPTH:
+            raise ExpressionError(f"expression deeper than {2 * MAX_DEPTH} operations", pos, self.text)
+        return Node(op, pos, args, value, depth)
 
     def whole(self) -> Node:
-        node = self.expr()
-        if self.peek().kind != "end":
+        node = self.nested()
+        if self.tokens[self.i].kind != "end":
             raise self.error(f"unexpected {self._found()}")
         return node
 
-    def expr(self) -> Node:
-        self.nest()
-        node = self.binary_chain(("||",), self.conjunction)
+    def nested(self, min_strength: int = 1) -> Node:
+        """An expression inside brackets, parentheses, arguments or after a prefix operator."""
+        self.nesting += 1
+        if self.nesting > MAX_DEPTH:
+            raise self.error(f"nested more than {MAX_DEPTH} deep")
+        node = self.expr(min_strength)
         self.nesting -= 1
         return node
 
-    def conjunction(self) -> Node:
-        return self.binary_chain(("&&",), self.negation)
-
-    def binary_chain(self, ops: tuple[str, ...], operand: Callable[[], Node]) -> Node:
-        node = operand()
-        while (token := self.take(*ops)) is not None:
-            node = self.checked(_node(token.text, token.pos, (node, operand())))
-        return node
-
-    def negation(self) -> Node:
-        token = self.take("!")
-        if token is None:
-            return self.comparison()
-        self.nest()
-        node = self.checked(_node("not", token.pos, (self.negation(),)))
-        self.nesting -= 1
-        return node
-
-    def comparison(self) -> Node:
-        node = self.pipe()
-        token = self.take(*_COMPARISONS)
-        if token is None:
-            return node
-        node = self.checked(_node(token.text, token.pos, (node, self.pipe())))
-        if (again := self.take(*_COMPARISONS)) is not None:
-            raise self.error("comparisons do not chain: use 'and'", again)
-        return node
-
-    def pipe(self) -> Node:
-        node = self.sum()
-        while (bar := self.take("|")) is not None:
-            name = self.peek()
-            if name.kind != "name" or name.text not in FILTER_NAMES:
-                raise self.error(f"unknown filter {name.text!r} (filters: {', '.join(sorted(FILTER_NAMES))})",
-                                 name)
-            self.i += 1
-            args = [node]
-            if self.take("("):
-                while self.peek().text != ")" and (len(args) == 1 or self.expect(",")):
-                    args.append(self.expr())
-                self.expect(")")
-            node = self.checked(_node("|" + name.text, bar.pos, tuple(args)))
-        return node
-
-    def sum(self) -> Node:
-        return self.binary_chain(("+", "-"), self.unary)
-
-    def unary(self) -> Node:
-        token = self.take("-")
-        if token is None:
-            return self.postfix()
-        self.nest()
-        node = self.checked(_node("neg", token.pos, (self.unary(),)))
-        self.nesting -= 1
-        return node
-
-    def postfix(self) -> Node:
-        node = self.primary()
+    def expr(self, min_strength: int) -> Node:
+        left = self.prefix()
+        tokens = self.tokens
         while True:
-            if (dot := self.take(".")) is not None:
-                name = self.peek()
-                is_word_op = name.kind == "op" and isinstance(name.value, str)
-                word = name.value if is_word_op and isinstance(name.value, str) else name.text
-                if name.kind not in ("name", "keyword") and not is_word_op:
-                    raise self.error(f"expected a field name after '.', found {self._found()}")
-                self.i += 1
-                node = self.checked(_node("field", dot.pos, (node,), word))
-            elif (bracket := self.take("[")) is not None:
-                index = self.expr()
-                self.expect("]")
-                node = self.checked(_node("index", bracket.pos, (node, index)))
-            else:
+            token = tokens[self.i]
+            strength = _INFIX.get(token.text) if token.kind == "op" else None
+            if strength is None or strength < min_strength:
+                return left
+            self.i += 1
+            if token.text == "|":
+                left = self.filter(left, token)
+                continue
+            left = self.node(token.text, token.pos, (left, self.expr(strength + 1)))
+            if strength == _COMPARISON:
+                after = tokens[self.i]
+                if after.kind == "op" and _INFIX.get(after.text) == _COMPARISON:
+                    raise self.error("comparisons do not chain: use 'and'", after)
+
+    def prefix(self) -> Node:
+        token = self.tokens[self.i]
+        if token.kind == "op" and token.text in ("!", "-"):
+            self.i += 1
+            if token.text == "!":
+                return self.node("not", token.pos, (self.nested(_NOT_OPERAND),))
+            self.nesting += 1
+            if self.nesting > MAX_DEPTH:
+                raise self.error(f"nested more than {MAX_DEPTH} deep")
+            operand = self.prefix()
+            self.nesting -= 1
+            return self.node("neg", token.pos, (operand,))
+        return self.postfix(self.primary())
+
+    def filter(self, operand: Node, bar: _Token) -> Node:
+        name = self.tokens[self.i]
+        if name.kind != "name" or name.text not in FILTER_NAMES:
+            known = ", ".join(sorted(FILTER_NAMES))
+            raise self.error(f"unknown filter {name.text!r} (filters: {known})", name)
+        self.i += 1
+        args = [operand]
+        if self.take("("):
+            while self.tokens[self.i].text != ")" and (len(args) == 1 or self.expect(",")):
+                args.append(self.nested())
+            self.expect(")")
+        return self.node("|" + name.text, bar.pos, tuple(args))
+
+    def postfix(self, node: Node) -> Node:
+        while True:
+            token = self.tokens[self.i]
+            if token.kind != "op" or token.text not in (".", "["):
                 return node
+            self.i += 1
+            if token.text == "[":
+                index = self.nested()
+                self.expect("]")
+                node = self.node("index", token.pos, (node, index))
+                continue
+            name = self.tokens[self.i]
+            is_word_op = name.kind == "op" and isinstance(name.value, str)
+            if name.kind not in ("name", "keyword") and not is_word_op:
+                raise self.error(f"expected a field name after '.', found {self._found()}")
+            self.i += 1
+            node = self.node("field", token.pos, (node,), name.value if is_word_op else name.text)
 
     def primary(self) -> Node:
-        token = self.peek()
-        if token.kind in ("number", "duration", "string", "keyword"):
+        token = self.tokens[self.i]
+        kind = token.kind
+        if kind == "name":
             self.i += 1
-            return _node("literal", token.pos, value=token.value)
-        if token.kind == "name":
+            return Node("name", token.pos, (), token.text)
+        if kind in ("number", "duration", "string", "keyword"):
             self.i += 1
-            return _node("name", token.pos, value=token.text)
+            return Node("literal", token.pos, (), token.value)
         if self.take("("):
-            node = self.expr()
+            node = self.nested()
             self.expect(")")
             return node
         if self.take("["):
             items: list[Node] = []
-            while self.peek().text != "]" and (not items or self.expect(",")):
-                items.append(self.expr())
+            while self.tokens[self.i].text != "]" and (not items or self.expect(",")):
+                items.append(self.nested())
             self.expect("]")
-            return self.checked(_node("list", token.pos, tuple(items)))
+            return self.node("list", token.pos, tuple(items))
         raise self.error(f"expected a value, found {self._found()}")
-
-
 
 
 def parse_tree(text: str, start: int = 0, *, embedded: bool = False) -> tuple[Node, int]:

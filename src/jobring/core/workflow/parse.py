@@ -62,6 +62,9 @@ _REQUIRED = {
     NodeKind.DECISION: (),
 }
 _EDGE_FIELDS = frozenset({"from", "to", "when", "else"})
+_KINDS: dict[str, NodeKind] = {kind.value: kind for kind in NodeKind}
+_JOINS: dict[str, Join] = {join.value: join for join in Join}
+_RULES: dict[str, FailureRule] = {rule.value: rule for rule in FailureRule}
 
 
 class _Fields:
@@ -93,14 +96,21 @@ class _Fields:
             raise self.invalid(name, "must be true or false")
         return value
 
-    def choice(self, name: str, enum: type[Join] | type[FailureRule], default: Join | FailureRule) -> str:
-        value = self.doc.get(name)
+    def join(self) -> Join:
+        value = self.doc.get("join")
         if value is None:
-            return default.value
-        allowed = [member.value for member in enum]
-        if value not in allowed:
-            raise self.invalid(name, f"must be one of {', '.join(allowed)}")
-        return str(value)
+            return Join.ALL_SUCCESS
+        if type(value) is not str or value not in _JOINS:
+            raise self.invalid("join", f"must be one of {', '.join(_JOINS)}")
+        return _JOINS[value]
+
+    def on_failure(self) -> FailureRule:
+        value = self.doc.get("on_failure")
+        if value is None:
+            return FailureRule.STOP
+        if type(value) is not str or value not in _RULES:
+            raise self.invalid("on_failure", f"must be one of {', '.join(_RULES)}")
+        return _RULES[value]
 
 
 def _object(value: object, field: str) -> Mapping[str, object]:
@@ -110,10 +120,10 @@ def _object(value: object, field: str) -> Mapping[str, object]:
 
 
 def _node_kind(doc: Mapping[str, object], field: str, key: str) -> NodeKind:
-    kind = doc.get("kind", NodeKind.JOB.value)
-    if kind not in [k.value for k in NodeKind]:
-        raise WorkflowInvalid(f"{field}.kind", key, f"must be one of {', '.join(k.value for k in NodeKind)}")
-    return NodeKind(str(kind))
+    kind = doc.get("kind", "job")
+    if type(kind) is not str or kind not in _KINDS:
+        raise WorkflowInvalid(f"{field}.kind", key, f"must be one of {', '.join(_KINDS)}")
+    return _KINDS[kind]
 
 
 def _parse_node(value: object, index: int) -> Node:
@@ -131,7 +141,7 @@ def _parse_node(value: object, index: int) -> Node:
     for name in _REQUIRED[kind]:
         if doc.get(name) is None:
             raise fields.invalid(name, f"required for a {kind.value} node")
-    on_failure = FailureRule(fields.choice("on_failure", FailureRule, FailureRule.STOP))
+    on_failure = fields.on_failure()
     if kind is NodeKind.DECISION and on_failure is FailureRule.CONTINUE:
         raise fields.invalid("on_failure", "a decision node cannot continue as if it succeeded (no branch "
                              "would be chosen); use stop or skip_descendants")
@@ -142,7 +152,7 @@ def _parse_node(value: object, index: int) -> Node:
         params=_params(fields),
         timeout_s=fields.integer("timeout_s", 0, MAX_TIMEOUT_S),
         retries=fields.integer("retries", 0, MAX_RETRIES),
-        join=Join(fields.choice("join", Join, Join.ALL_SUCCESS)),
+        join=fields.join(),
         on_failure=on_failure,
         result_json=fields.flag("result_json"),
         items=_items(fields),
