@@ -213,7 +213,7 @@ FIELDS = ["key", "kind", "job_id", "workflow_id", "params", "timeout_s", "retrie
           "result_json", "items", "parallelism", "from", "to", "when", "else", "x"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.sampled_from(["nodes", "edges"]), st.integers(0, 6), st.sampled_from(FIELDS), JSON_VALUES)
 def test_any_json_is_parsed_or_refused_with_workflow_invalid(part: str, index: int, name: str,
                                                            value: Any) -> None:

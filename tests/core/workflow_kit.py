@@ -119,25 +119,22 @@ class Driver:
         return self.send(NodeTimedOut(key, self.unit(key, item).attempt, self.tick(), item))
 
 
-def starts(step: Step) -> list[str]:
-    """``node`` or ``node#item`` of each start command of a step."""
-    out = []
+def _labels(step: Step, kinds: tuple[type, ...]) -> list[str]:
+    """``node`` or ``node#item`` of each command of these kinds."""
+    labels = []
     for command in step.commands:
-        if isinstance(command, StartJob):
-            out.append(command.node if command.item is None else f"{command.node}#{command.item}")
-        elif isinstance(command, StartSubworkflow):
-            out.append(command.node)
-    return out
+        if isinstance(command, kinds):
+            item = getattr(command, "item", None)
+            labels.append(command.node if item is None else f"{command.node}#{item}")
+    return labels
+
+
+def starts(step: Step) -> list[str]:
+    return _labels(step, (StartJob, StartSubworkflow))
 
 
 def kills(step: Step) -> list[str]:
-    out = []
-    for command in step.commands:
-        if isinstance(command, KillJob):
-            out.append(command.node if command.item is None else f"{command.node}#{command.item}")
-        elif isinstance(command, StopSubworkflow):
-            out.append(command.node)
-    return out
+    return _labels(step, (KillJob, StopSubworkflow))
 
 
 def finish_of(step: Step) -> FinishRun | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Mapping
+from typing import TypeVar
 
 from jobring.core.expression import Expression, ExpressionError, parse_expression
 from jobring.core.templating import Template, parse_template
@@ -62,6 +63,7 @@ _REQUIRED = {
     NodeKind.DECISION: (),
 }
 _EDGE_FIELDS = frozenset({"from", "to", "when", "else"})
+_Choice = TypeVar("_Choice", Join, FailureRule)
 _KINDS: dict[str, NodeKind] = {kind.value: kind for kind in NodeKind}
 _JOINS: dict[str, Join] = {join.value: join for join in Join}
 _RULES: dict[str, FailureRule] = {rule.value: rule for rule in FailureRule}
@@ -96,21 +98,13 @@ class _Fields:
             raise self.invalid(name, "must be true or false")
         return value
 
-    def join(self) -> Join:
-        value = self.doc.get("join")
+    def choice(self, name: str, table: Mapping[str, _Choice], default: _Choice) -> _Choice:
+        value = self.doc.get(name)
         if value is None:
-            return Join.ALL_SUCCESS
-        if type(value) is not str or value not in _JOINS:
-            raise self.invalid("join", f"must be one of {', '.join(_JOINS)}")
-        return _JOINS[value]
-
-    def on_failure(self) -> FailureRule:
-        value = self.doc.get("on_failure")
-        if value is None:
-            return FailureRule.STOP
-        if type(value) is not str or value not in _RULES:
-            raise self.invalid("on_failure", f"must be one of {', '.join(_RULES)}")
-        return _RULES[value]
+            return default
+        if type(value) is not str or value not in table:
+            raise self.invalid(name, f"must be one of {', '.join(table)}")
+        return table[value]
 
 
 def _object(value: object, field: str) -> Mapping[str, object]:
@@ -141,7 +135,7 @@ def _parse_node(value: object, index: int) -> Node:
     for name in _REQUIRED[kind]:
         if doc.get(name) is None:
             raise fields.invalid(name, f"required for a {kind.value} node")
-    on_failure = fields.on_failure()
+    on_failure = fields.choice("on_failure", _RULES, FailureRule.STOP)
     if kind is NodeKind.DECISION and on_failure is FailureRule.CONTINUE:
         raise fields.invalid("on_failure", "a decision node cannot continue as if it succeeded (no branch "
                              "would be chosen); use stop or skip_descendants")
@@ -152,7 +146,7 @@ def _parse_node(value: object, index: int) -> Node:
         params=_params(fields),
         timeout_s=fields.integer("timeout_s", 0, MAX_TIMEOUT_S),
         retries=fields.integer("retries", 0, MAX_RETRIES),
-        join=fields.join(),
+        join=fields.choice("join", _JOINS, Join.ALL_SUCCESS),
         on_failure=on_failure,
         result_json=fields.flag("result_json"),
         items=_items(fields),

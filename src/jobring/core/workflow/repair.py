@@ -8,6 +8,7 @@ their attempts (so commands stay unique) and get their full retries again.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from jobring.core.workflow.events import MarkSucceeded, RerunFrom, RetryFailed, Step, StopRun
@@ -38,10 +39,25 @@ def _fresh_record(record: NodeRun) -> NodeRun:
     return NodeRun(attempt=record.attempt, base=record.attempt)
 
 
-def _needs_retry(record: NodeRun) -> bool:
-    if record.status in (NodeStatus.FAILED, NodeStatus.STOPPED):
-        return True
+def _reset(tx: Transition, keys: Iterable[str], wanted: Callable[[NodeRun], bool],
+           again: Callable[[NodeRun], NodeRun]) -> None:
+    for key in keys:
+        record = tx.node(key)
+        if wanted(record):
+            tx.put(key, again(record))
+
+
+def _resume(tx: Transition) -> None:
+    tx.enqueue_waiting()
+    tx.settle()
+
+
+def _upstream_skipped(record: NodeRun) -> bool:
     return record.status is NodeStatus.SKIPPED and record.skip is SkipReason.UPSTREAM
+
+
+def _needs_retry(record: NodeRun) -> bool:
+    return record.status in (NodeStatus.FAILED, NodeStatus.STOPPED) or _upstream_skipped(record)
 
 
 def _stop(tx: Transition, event: StopRun) -> str | None:
@@ -55,13 +71,9 @@ def _stop(tx: Transition, event: StopRun) -> str | None:
 def _retry_failed(tx: Transition) -> str | None:
     if tx.status not in _ENDED:
         return f"only a failed or stopped run can be retried; this one is {tx.status.value}"
-    for key in tx.graph.order:
-        record = tx.node(key)
-        if _needs_retry(record):
-            tx.put(key, _retry_record(record))
+    _reset(tx, tx.graph.order, _needs_retry, _retry_record)
     tx.reopen()
-    tx.enqueue_waiting()
-    tx.settle()
+    _resume(tx)
     return None
 
 
@@ -76,19 +88,13 @@ def _mark_succeeded(tx: Transition, event: MarkSucceeded) -> str | None:
         return "a decision node cannot be marked succeeded (which branch?); re-run it instead"
     tx.put(node.key, replace(record, status=NodeStatus.SUCCESS, marked=True, message=event.note,
                              ended_ms=record.ended_ms if record.ended_ms is not None else tx.at))
-    for key in tx.graph.descendants(node.key):
-        below = tx.node(key)
-        if below.status is NodeStatus.SKIPPED and below.skip is SkipReason.UPSTREAM:
-            tx.put(key, _fresh_record(below))
+    _reset(tx, tx.graph.descendants(node.key), _upstream_skipped, _fresh_record)
     if tx.status in _ENDED:
-        for key in tx.graph.order:
-            if tx.node(key).status is NodeStatus.STOPPED:
-                tx.put(key, _retry_record(tx.node(key)))
+        _reset(tx, tx.graph.order, lambda record: record.status is NodeStatus.STOPPED, _retry_record)
         tx.reopen()
     else:
         tx.round += 1
-    tx.enqueue_waiting()
-    tx.settle()
+    _resume(tx)
     return None
 
 
@@ -98,12 +104,10 @@ def _rerun_from(tx: Transition, event: RerunFrom) -> str | None:
         return f"no node {event.node!r} in this workflow"
     if tx.status is RunStatus.RUNNING:
         return "the run is still running: stop it first"
-    for key in (node.key, *tx.graph.descendants(node.key)):
-        tx.put(key, _fresh_record(tx.node(key)))
+    _reset(tx, (node.key, *tx.graph.descendants(node.key)), lambda record: True, _fresh_record)
     tx.reopen()
     tx.start(node)
-    tx.enqueue_waiting()
-    tx.settle()
+    _resume(tx)
     return None
 
 
