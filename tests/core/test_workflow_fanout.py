@@ -77,6 +77,9 @@ def test_an_empty_list_succeeds_at_once_and_a_non_list_fails() -> None:
     d = Driver(fanout())
     d.ok("list", context={})
     assert "variable 'files' does not exist" in d.node("each").message
+    d = Driver(fanout(items="[ctx, ctx, ctx]"))
+    d.ok("list", context={"files": "x" * 30_000})
+    assert d.status("each") == "failed" and "items: larger than 65536 bytes" in d.node("each").message
 
 
 def test_items_retry_on_their_own() -> None:

@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from jobring.core.expression import ExpressionError, JsonValue
-from jobring.core.workflow.context import ContextError, merge_context, namespace, parse_result_message
+from jobring.core.workflow.context import (
+    CONTEXT_MAX_BYTES,
+    ContextError,
+    json_size,
+    merge_context,
+    namespace,
+    parse_result_message,
+)
 from jobring.core.workflow.events import (
     Command,
     FinishRun,
@@ -251,6 +258,9 @@ class Transition:
                 return
             if type(values) is not list or len(values) > MAX_FANOUT_ITEMS:
                 self.fail_node(node, f"items: expected a list of at most {MAX_FANOUT_ITEMS} items")
+                return
+            if json_size(values) > CONTEXT_MAX_BYTES:  # kept in the run's state, like the context
+                self.fail_node(node, f"items: larger than {CONTEXT_MAX_BYTES} bytes as JSON")
                 return
             running = replace(running, values=tuple(values), items=tuple(Unit() for _ in values))
         self.put(node.key, running)
