@@ -9,7 +9,8 @@ What the integrator calls:
   :class:`RunStarted` (``retries`` from :func:`inherited_retries`); store
   :func:`run_to_json` of ``step.run`` and carry out ``step.commands``; :func:`run_from_json`
   reads the stored run back;
-* context: :func:`context_changes` (what a sub-workflow run hands back to its parent).
+* context: :func:`context_changes` (what a sub-workflow run hands back to its parent);
+* schedule: :func:`on_fire` / :func:`on_run_end` (the overlap rule of a workflow's fires).
 
 The model (joins, failure rules, decisions, fan-out, context, repairs) is described in
 docs/workflows.md.
@@ -45,6 +46,7 @@ from jobring.core.workflow.events import (
     StopSubworkflow,
 )
 from jobring.core.workflow.model import FailureRule, Join, Node, NodeKind, WorkflowGraph, WorkflowInvalid
+from jobring.core.workflow.overlap import Overlap, OverlapAction, on_fire, on_run_end
 from jobring.core.workflow.parse import parse_workflow
 from jobring.core.workflow.state import (
     NodeRun,
@@ -78,6 +80,8 @@ __all__ = [
     "NodeStatus",
     "NodeTimedOut",
     "Outcome",
+    "Overlap",
+    "OverlapAction",
     "RerunFrom",
     "RetryFailed",
     "RunStarted",
@@ -97,6 +101,8 @@ __all__ = [
     "check_access",
     "context_changes",
     "inherited_retries",
+    "on_fire",
+    "on_run_end",
     "parse_workflow",
     "run_from_json",
     "run_to_json",
