@@ -6,7 +6,7 @@ Everything here steps through time minute by minute with ``datetime`` and ``zone
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
@@ -64,6 +64,21 @@ def instants_ms(draw: st.DrawFn, zone_name: str, spread_s: int = 6 * 3600) -> in
 def wall(zone: ZoneInfo, second: int) -> datetime:
     """The naive local reading of an instant."""
     return datetime.fromtimestamp(second, zone).replace(tzinfo=None)
+
+
+def minute_walls(zone: ZoneInfo, start: int, end: int) -> Iterator[tuple[int, datetime]]:
+    """(instant, naive local reading) for each whole minute in [start, end) (epoch seconds).
+
+    The offset is read once per UTC quarter hour: every transition of the zones in ZONES falls on
+    a quarter hour, so that is exact and keeps the walk cheap."""
+    second = start
+    while second < end:
+        block_end = min(end, (second // 900 + 1) * 900)
+        shift = timedelta(seconds=offset(zone, second))
+        base = datetime(1970, 1, 1) + shift
+        while second < block_end:
+            yield second, base + timedelta(seconds=second)
+            second += 60
 
 
 def occurrence(zone: ZoneInfo, second: int) -> tuple[bool, int]:
