@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -18,7 +16,7 @@ from jobring.core.timing.calendars import (
     parse_calendar,
 )
 from jobring.core.timing.errors import TimingError
-from tests.core.timing_reference import ZONES, instants_ms, local_date, minute_walls, wall
+from tests.core.timing_reference import ZONES, instants_ms, local_date, minute_walls, references
 
 
 def ms(zone: str, *parts: int) -> int:
@@ -159,93 +157,6 @@ def test_cron_error_suggests_the_fix() -> None:
 
 
 # -- property: against a minute walk -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A generated calendar spec and a predicate for the wall times it names."""
-
-    spec: dict[str, object]
-    names: Callable[[int, datetime], bool]
-
-    @property
-    def name(self) -> str:
-        return str(self.spec["name"])
-
-    @property
-    def zone(self) -> ZoneInfo:
-        return ZoneInfo(str(self.spec["zone"]))
-
-    def excluded_at(self, second: int, local: datetime) -> bool:
-        return self.names(second, local) != bool(self.spec.get("invert"))
-
-    def excluded(self, second: int) -> bool:
-        return self.excluded_at(second, wall(self.zone, second))
-
-
-def _clock(minute_of_day: int) -> str:
-    return f"{minute_of_day // 60:02d}:{minute_of_day % 60:02d}"
-
-
-@st.composite
-def references(draw: st.DrawFn, around: date, name: str) -> Reference:
-    zone = draw(st.sampled_from(ZONES))
-    near = st.integers(-4, 6).map(lambda d: around + timedelta(days=d))
-    dates = draw(st.lists(near, max_size=4))
-    ranges = [sorted((draw(near), draw(near))) for _ in range(draw(st.integers(0, 2)))]
-    use_workdays = draw(st.booleans())
-    workdays = (
-        sorted(set(draw(st.lists(st.integers(1, 7), min_size=1, max_size=6)))) if use_workdays else None
-    )
-    edges = st.one_of(st.sampled_from([0, 30, 60, 90, 120, 150, 180, 1380, 1440]), st.integers(0, 1440))
-    windows = []
-    for _ in range(draw(st.integers(0, 3))):
-        start, end = draw(edges) % 1440, draw(edges)
-        if start != end % 1440:
-            windows.append((start, end))
-    cron_hours = draw(st.one_of(st.none(), st.sets(st.integers(0, 23), min_size=1, max_size=3)))
-    cron_minutes = draw(st.sets(st.sampled_from([0, 15, 29, 30, 45, 59]), min_size=1, max_size=3))
-    periods = []
-    for _ in range(draw(st.integers(0, 2))):
-        start = datetime(around.year, around.month, around.day, tzinfo=UTC) + timedelta(
-            minutes=draw(st.integers(-6000, 9000))
-        )
-        periods.append((start, start + timedelta(minutes=draw(st.integers(1, 3000)))))
-    invert = not use_workdays and draw(st.booleans())
-    spec: dict[str, object] = {
-        "name": name,
-        "zone": zone,
-        "invert": invert,
-        "dates": [d.isoformat() for d in dates],
-        "date_ranges": [{"start": a.isoformat(), "end": b.isoformat()} for a, b in ranges],
-        "day_windows": [{"start": _clock(a), "end": _clock(b)} for a, b in windows],
-        "periods": [{"start": a.isoformat(), "end": b.isoformat()} for a, b in periods],
-    }
-    if workdays is not None:
-        spec["workdays"] = [["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"][d - 1] for d in workdays]
-    if cron_hours is not None:
-        spec["cron"] = (
-            f"* {','.join(map(str, sorted(cron_minutes)))} {','.join(map(str, sorted(cron_hours)))} * * ?"
-        )
-    listed = bool(dates or ranges or windows or periods or cron_hours is not None)
-    if invert and not listed:
-        spec["invert"] = invert = False
-
-    period_seconds = [(int(a.timestamp()), int(b.timestamp())) for a, b in periods]
-
-    def names(second: int, local: datetime) -> bool:
-        day = local.date()
-        minute = local.hour * 60 + local.minute
-        return (
-            day in dates
-            or any(a <= day <= b for a, b in ranges)
-            or (workdays is not None and day.isoweekday() not in workdays)
-            or any((a <= minute < b) if a < b else (minute >= a or minute < b) for a, b in windows)
-            or (cron_hours is not None and local.hour in cron_hours and local.minute in cron_minutes)
-            or any(a <= second < b for a, b in period_seconds)
-        )
-
-    return Reference(spec, names)
 
 
 @settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -21,15 +21,13 @@ from jobring.core.timing.errors import TimingError
 from tests.core.timing_reference import (
     ZONES,
     SimpleCron,
+    dst_fires,
     first_minute,
-    gap_walls,
     instants_ms,
     occurrence,
     offset,
     simple_crons,
-    transition_set,
     transitions,
-    wall,
 )
 
 NEW_YORK, LORD_HOWE, SANTIAGO = "America/New_York", "Australia/Lord_Howe", "America/Santiago"
@@ -188,13 +186,7 @@ def test_parse_dst_rules() -> None:
 
 
 def selected(cron: SimpleCron, zone: ZoneInfo, rules: DstRules, second: int) -> bool:
-    """Whether the rules fire at instant ``second`` (brute force, from the table's definitions)."""
-    if cron.matches(wall(zone, second)):
-        shown_twice, fold = occurrence(zone, second)
-        if not shown_twice or rules.repeat is BOTH or (fold == 0) == (rules.repeat is FIRST):
-            return True
-    at_transition = second in transition_set(zone.key)
-    return at_transition and rules.gap is NEXT and any(cron.matches(w) for w in gap_walls(zone, second))
+    return dst_fires(cron, zone, rules.gap.value, rules.repeat.value, second)
 
 
 RULES = st.builds(DstRules, st.sampled_from(list(DstGap)), st.sampled_from(list(DstRepeat)))

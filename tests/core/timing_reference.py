@@ -21,6 +21,11 @@ YEARS = range(2024, 2028)
 MINUTE = 60
 
 
+@lru_cache(maxsize=16)
+def _zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
 def offset(zone: ZoneInfo, second: int) -> int:
     delta = datetime.fromtimestamp(second, zone).utcoffset()
     assert delta is not None
@@ -61,9 +66,18 @@ def instants_ms(draw: st.DrawFn, zone_name: str, spread_s: int = 6 * 3600) -> in
     return draw(st.integers(low, high))
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
+@lru_cache(maxsize=65_536)
+def _quarter_offset(zone: ZoneInfo, quarter: int) -> int:
+    return offset(zone, quarter * 900)
+
+
 def wall(zone: ZoneInfo, second: int) -> datetime:
-    """The naive local reading of an instant."""
-    return datetime.fromtimestamp(second, zone).replace(tzinfo=None)
+    """The naive local reading of an instant (the offset read once per UTC quarter hour: every
+    transition of the zones in ZONES falls on one)."""
+    return _EPOCH + timedelta(seconds=second + _quarter_offset(zone, second // 900))
 
 
 def minute_walls(zone: ZoneInfo, start: int, end: int) -> Iterator[tuple[int, datetime]]:
@@ -142,6 +156,25 @@ def simple_crons(draw: st.DrawFn) -> SimpleCron:
     return SimpleCron(f"0 {minutes_text} {hours_text} * * ?", minutes, hours, None)
 
 
+def dst_fires(cron: SimpleCron, zone: ZoneInfo, gap: str, repeat: str, second: int) -> bool:
+    """Whether a cron fires at instant ``second`` under the DST rules (gap "skip"/"next_valid",
+    repeat "first"/"second"/"both"), straight from their definitions."""
+    if cron.matches(wall(zone, second)):
+        shown_twice, fold = occurrence(zone, second)
+        if not shown_twice or repeat == "both" or (fold == 0) == (repeat == "first"):
+            return True
+    at_transition = second in transition_set(zone.key)
+    return at_transition and gap == "next_valid" and any(cron.matches(w) for w in gap_walls(zone, second))
+
+
+def cron_instants(
+    cron: SimpleCron, zone: ZoneInfo, gap: str, repeat: str, after: int, end: int
+) -> Iterator[int]:
+    """The instants (epoch s) in (after, end) at which the cron fires, by a minute walk."""
+    start = (after // 60 + 1) * 60
+    return (s for s in range(start, end, 60) if dst_fires(cron, zone, gap, repeat, s))
+
+
 def first_minute(predicate: Callable[[int], bool], after_ms: int, window_s: int) -> tuple[int | None, int]:
     """The first whole-minute instant (ms) strictly after ``after_ms`` within ``window_s`` that
     satisfies ``predicate`` (given epoch seconds), and the end of the window scanned (ms)."""
@@ -156,3 +189,92 @@ def first_minute(predicate: Callable[[int], bool], after_ms: int, window_s: int)
 
 def local_date(zone: ZoneInfo, second: int) -> date:
     return datetime.fromtimestamp(second, zone).date()
+
+
+# -- calendars ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A generated calendar spec and a predicate for the wall times it names."""
+
+    spec: dict[str, object]
+    names: Callable[[int, datetime], bool]
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return _zone(str(self.spec["zone"]))
+
+    def excluded_at(self, second: int, local: datetime) -> bool:
+        return self.names(second, local) != bool(self.spec.get("invert"))
+
+    def excluded(self, second: int) -> bool:
+        return self.excluded_at(second, wall(self.zone, second))
+
+
+def _clock(minute_of_day: int) -> str:
+    return f"{minute_of_day // 60:02d}:{minute_of_day % 60:02d}"
+
+
+@st.composite
+def references(draw: st.DrawFn, around: date, name: str) -> Reference:
+    zone = draw(st.sampled_from(ZONES))
+    near = st.integers(-4, 6).map(lambda d: around + timedelta(days=d))
+    dates = draw(st.lists(near, max_size=4))
+    ranges = [sorted((draw(near), draw(near))) for _ in range(draw(st.integers(0, 2)))]
+    use_workdays = draw(st.booleans())
+    workdays = (
+        sorted(set(draw(st.lists(st.integers(1, 7), min_size=1, max_size=6)))) if use_workdays else None
+    )
+    edges = st.one_of(st.sampled_from([0, 30, 60, 90, 120, 150, 180, 1380, 1440]), st.integers(0, 1440))
+    windows: list[tuple[int, int]] = []
+    for _ in range(draw(st.integers(0, 3))):
+        start, end = draw(edges) % 1440, draw(edges)
+        if start != end % 1440:
+            windows.append((start, end))
+    cron_hours = draw(st.one_of(st.none(), st.sets(st.integers(0, 23), min_size=1, max_size=3)))
+    cron_minutes = draw(st.sets(st.sampled_from([0, 15, 29, 30, 45, 59]), min_size=1, max_size=3))
+    periods: list[tuple[datetime, datetime]] = []
+    midnight = datetime(around.year, around.month, around.day, tzinfo=UTC)
+    for _ in range(draw(st.integers(0, 2))):
+        begin = midnight + timedelta(minutes=draw(st.integers(-6000, 9000)))
+        periods.append((begin, begin + timedelta(minutes=draw(st.integers(1, 3000)))))
+    invert = not use_workdays and draw(st.booleans())
+    spec: dict[str, object] = {
+        "name": name,
+        "zone": zone,
+        "invert": invert,
+        "dates": [d.isoformat() for d in dates],
+        "date_ranges": [{"start": a.isoformat(), "end": b.isoformat()} for a, b in ranges],
+        "day_windows": [{"start": _clock(a), "end": _clock(b)} for a, b in windows],
+        "periods": [{"start": a.isoformat(), "end": b.isoformat()} for a, b in periods],
+    }
+    if workdays is not None:
+        spec["workdays"] = [["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"][d - 1] for d in workdays]
+    if cron_hours is not None:
+        spec["cron"] = (
+            f"* {','.join(map(str, sorted(cron_minutes)))} {','.join(map(str, sorted(cron_hours)))} * * ?"
+        )
+    listed = bool(dates or ranges or windows or periods or cron_hours is not None)
+    if invert and not listed:
+        spec["invert"] = invert = False
+
+    period_seconds = [(int(a.timestamp()), int(b.timestamp())) for a, b in periods]
+
+    def names(second: int, local: datetime) -> bool:
+        day = local.date()
+        minute = local.hour * 60 + local.minute
+        return (
+            day in dates
+            or any(a <= day <= b for a, b in ranges)
+            or (workdays is not None and day.isoweekday() not in workdays)
+            or any((a <= minute < b) if a < b else (minute >= a or minute < b) for a, b in windows)
+            or (cron_hours is not None and local.hour in cron_hours and local.minute in cron_minutes)
+            or any(a <= second < b for a, b in period_seconds)
+        )
+
+    return Reference(spec, names)

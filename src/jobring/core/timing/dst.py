@@ -25,13 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
 
 from jobring.core.cron import MAX_YEAR, MIN_YEAR, CronExpression
-from jobring.core.timing.errors import TimingError
+from jobring.core.timing.errors import TimingError, parse_choice
 from jobring.core.timing.zones import Segment, offset_at, segment_at, wall_offsets
-
-_E = TypeVar("_E", bound=StrEnum)
 
 # Every loop round either returns or moves past one transition (or one repeated range).
 _MAX_ROUNDS = 4 * (MAX_YEAR - MIN_YEAR + 2) + 8
@@ -72,19 +69,9 @@ def parse_dst_rules(spec: Mapping[str, object] | None, field: str = "dst") -> Ds
     unknown = sorted(set(spec) - {"gap", "repeat"})
     if unknown:
         raise TimingError(f"{field}.{unknown[0]}", "unknown key (expected 'gap' or 'repeat')")
-    gap = _enum(DstGap, spec.get("gap", DstGap.SKIP.value), f"{field}.gap")
-    repeat = _enum(DstRepeat, spec.get("repeat", DstRepeat.SECOND.value), f"{field}.repeat")
+    gap = parse_choice(DstGap, spec.get("gap", DstGap.SKIP.value), f"{field}.gap")
+    repeat = parse_choice(DstRepeat, spec.get("repeat", DstRepeat.SECOND.value), f"{field}.repeat")
     return DstRules(gap, repeat)
-
-
-def _enum(kind: type[_E], value: object, field: str) -> _E:
-    allowed = ", ".join(member.value for member in kind)
-    if not isinstance(value, str):
-        raise TimingError(field, f"must be one of {allowed}")
-    try:
-        return kind(value.strip().lower())
-    except ValueError:
-        raise TimingError(field, f"must be one of {allowed}, got {value!r}") from None
 
 
 class DstCron:
