@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -31,14 +31,10 @@ from jobring.core.timing import (
     timeline_for,
 )
 from jobring.core.timing.timeline import EmptyTimeline, GridTimeline
-from tests.core.timing_reference import ZONES, SimpleCron, cron_instants, instants_ms, simple_crons
+from tests.core.timing_reference import ZONES, SimpleCron, cron_instants, instants_ms, simple_crons, utc
 
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
 SHANGHAI = "Asia/Shanghai"
-
-
-def utc(*parts: int) -> int:
-    return int(datetime(*parts, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc, arg-type]
 
 
 DAILY_9 = timeline_for(parse_schedule("CRON", "0 0 9 * * ?", SHANGHAI))

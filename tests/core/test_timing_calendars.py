@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -16,16 +16,12 @@ from jobring.core.timing.calendars import (
     parse_calendar,
 )
 from jobring.core.timing.errors import TimingError
-from tests.core.timing_reference import ZONES, instants_ms, local_date, minute_walls, references
+from tests.core.timing_reference import ZONES, instants_ms, local_date, minute_walls, references, utc
 
 
 def ms(zone: str, *parts: int) -> int:
     """Epoch ms of a wall time in a zone (first occurrence)."""
     return int(datetime(*parts, tzinfo=ZoneInfo(zone)).timestamp() * 1000)  # type: ignore[misc, arg-type]
-
-
-def utc_ms(*parts: int) -> int:
-    return int(datetime(*parts, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc, arg-type]
 
 
 SHANGHAI = "Asia/Shanghai"
@@ -64,13 +60,13 @@ def test_cron_of_excluded_seconds_and_inversion() -> None:
     assert nights.next_allowed(ms("Europe/Berlin", 2026, 5, 4, 1)) == ms("Europe/Berlin", 2026, 5, 4, 7)
     # Excluding only second 0 of each minute: the next allowed time is one second later.
     second_zero = parse_calendar({"name": "s0", "cron": "0 * * * * ?"})
-    assert second_zero.next_allowed(utc_ms(2026, 1, 1, 10, 5)) == utc_ms(2026, 1, 1, 10, 5, 1)
+    assert second_zero.next_allowed(utc(2026, 1, 1, 10, 5)) == utc(2026, 1, 1, 10, 5, 1)
     # A Unix expression is accepted (stored as Quartz): minutes 0-9 of every hour.
     unix = parse_calendar({"name": "u", "cron": "0-9 * * * *"})
     assert unix.to_spec()["cron"] == "0 0-9 * * * ?"
     only = parse_calendar({"name": "only", "invert": True, "dates": ["2026-12-24"], "zone": "Europe/Berlin"})
-    assert only.is_excluded(utc_ms(2026, 1, 1)) == Exclusion("only", "invert (not a listed time)")
-    assert only.next_allowed(utc_ms(2026, 1, 1)) == ms("Europe/Berlin", 2026, 12, 24)
+    assert only.is_excluded(utc(2026, 1, 1)) == Exclusion("only", "invert (not a listed time)")
+    assert only.next_allowed(utc(2026, 1, 1)) == ms("Europe/Berlin", 2026, 12, 24)
     assert only.next_allowed(ms("Europe/Berlin", 2026, 12, 25)) is None  # nothing listed afterwards
 
 
@@ -87,12 +83,12 @@ def test_combined_calendars_name_the_excluding_one() -> None:
     weekend = parse_calendar({"name": "weekdays", "workdays": ["MON", "TUE", "WED", "THU", "FRI"]})
     lunch = parse_calendar({"name": "lunch", "day_windows": [{"start": "12:00", "end": "14:00"}]})
     both = CalendarSet((weekend, lunch))
-    assert both.is_excluded(utc_ms(2026, 5, 2, 13)) == Exclusion(
+    assert both.is_excluded(utc(2026, 5, 2, 13)) == Exclusion(
         "weekdays", "workdays (Saturday is not a workday)"
     )
-    assert both.is_excluded(utc_ms(2026, 5, 4, 13)) == Exclusion("lunch", "day_windows[0] (12:00-14:00)")
-    assert both.next_allowed(utc_ms(2026, 5, 2, 13)) == utc_ms(2026, 5, 4)
-    assert both.next_allowed(utc_ms(2026, 5, 4, 12)) == utc_ms(2026, 5, 4, 14)
+    assert both.is_excluded(utc(2026, 5, 4, 13)) == Exclusion("lunch", "day_windows[0] (12:00-14:00)")
+    assert both.next_allowed(utc(2026, 5, 2, 13)) == utc(2026, 5, 4)
+    assert both.next_allowed(utc(2026, 5, 4, 12)) == utc(2026, 5, 4, 14)
     assert not CalendarSet() and CalendarSet().next_allowed(5) == 5
 
 

@@ -3,7 +3,6 @@ are skipped and listed; against a brute-force walk."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -35,14 +34,11 @@ from tests.core.timing_reference import (
     local_date,
     references,
     simple_crons,
+    utc,
 )
 
 MINUTE, HOUR = 60_000, 3_600_000
 HOURLY = timeline_for(parse_schedule("CRON", "0 0 * * * ?", "UTC"))
-
-
-def utc(*parts: int) -> int:
-    return int(datetime(*parts, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc, arg-type]
 
 
 def rules(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -42,12 +42,8 @@ from tests.core.timing_reference import (
     local_date,
     references,
     simple_crons,
+    utc,
 )
-
-
-def utc(*parts: int) -> int:
-    return int(datetime(*parts, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc, arg-type]
-
 
 HOURLY = timeline_for(parse_schedule("CRON", "0 0 * * * ?", "UTC"))
 MINUTE = 60_000

@@ -26,6 +26,11 @@ def _zone(name: str) -> ZoneInfo:
     return ZoneInfo(name)
 
 
+def utc(*parts: int) -> int:
+    """Epoch ms of a UTC date-time."""
+    return int(datetime(*parts, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc, arg-type]
+
+
 def offset(zone: ZoneInfo, second: int) -> int:
     delta = datetime.fromtimestamp(second, zone).utcoffset()
     assert delta is not None

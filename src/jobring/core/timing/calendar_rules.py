@@ -187,38 +187,29 @@ class CronRule(WallRule):
         return whole and year in self._years and month in self._months
 
     def match_end(self, wall: int) -> int | None:
+        # Finest field first: the first value after the current one that the field lacks ends the
+        # match within the enclosing unit; a field that lacks some value ends it in the next unit;
+        # a full field passes the question to the coarser one.
+        levels = ((self._seconds, 60, 1), (self._minutes, 60, 60), (self._hours, 24, 3600))
         for _ in range(_MAX_CRON_STEPS):
             if self.next_match(wall) != wall:
                 return wall
-            day_start = wall - wall % DAY
-            hour_start = wall - wall % 3600
-            minute_start = wall - wall % 60
-            second, minute, hour = wall % 60, (wall % 3600) // 60, (wall % DAY) // 3600
-            free = _first_missing(self._seconds, second + 1, 60)
-            if free is not None:
-                return minute_start + free
-            if len(self._seconds) < 60:
-                wall = minute_start + 60
-                continue
-            free = _first_missing(self._minutes, minute + 1, 60)
-            if free is not None:
-                return hour_start + free * 60
-            if len(self._minutes) < 60:
-                wall = hour_start + 3600
-                continue
-            free = _first_missing(self._hours, hour + 1, 24)
-            if free is not None:
-                return day_start + free * 3600
-            if len(self._hours) < 24:
-                wall = day_start + DAY
-                continue
-            # Whole days are named: step a day, or a whole month when every day of it is.
-            today = date.fromordinal(_day(wall))
-            if self._whole_month(today.year, today.month):
-                following = date(today.year + today.month // 12, today.month % 12 + 1, 1)
-                wall = _day_start(following.toordinal())
+            for values, size, unit in levels:
+                block = wall - wall % (size * unit)
+                free = _first_missing(values, (wall - block) // unit + 1, size)
+                if free is not None:
+                    return block + free * unit
+                if len(values) < size:
+                    wall = block + size * unit
+                    break
             else:
-                wall = day_start + DAY
+                # Whole days are named: step a day, or a whole month when every day of it is.
+                today = date.fromordinal(_day(wall))
+                if self._whole_month(today.year, today.month):
+                    following = date(today.year + today.month // 12, today.month % 12 + 1, 1)
+                    wall = _day_start(following.toordinal())
+                else:
+                    wall = wall - wall % DAY + DAY
         raise RuntimeError(f"cron rule {self._label} did not end within the cron year range")
 
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from functools import lru_cache
 
+# The cron engine's bisection: smallest instant in (low, high] with the offset at ``high``.
+from jobring.core.cron.expression import _transition
+
 DAY = 86_400
 _EPOCH = datetime(1970, 1, 1)
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
@@ -115,7 +118,7 @@ def instant_of_wall(zone: tzinfo, wall: int) -> int:
     if found:
         return found[0]
     first, second = wall_offsets(zone, wall)
-    transition = _bisect(zone, wall - second, wall - first)
+    transition = _transition(zone, wall - second, wall - first)
     return transition
 
 
@@ -125,18 +128,6 @@ def _seconds(delta: timedelta | None) -> int:
 
 def _year_start(year: int) -> int:
     return (date(year, 1, 1).toordinal() - _EPOCH_ORDINAL) * DAY
-
-
-def _bisect(zone: tzinfo, low: int, high: int) -> int:
-    """Smallest instant in (low, high] whose offset equals the offset at ``high``."""
-    target = offset_at(zone, high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if offset_at(zone, middle) == target:
-            high = middle
-        else:
-            low = middle
-    return high
 
 
 @lru_cache(maxsize=8192)
@@ -152,7 +143,7 @@ def transitions_in_year(zone: tzinfo, year: int) -> tuple[Transition, ...]:
         following = min(probe + DAY, end - 1)
         next_offset = offset_at(zone, following)
         if next_offset != offset:
-            at = _bisect(zone, probe, following)
+            at = _transition(zone, probe, following)
             found.append(Transition(at, offset, next_offset))
         probe, offset = following, next_offset
     return tuple(found)
