@@ -52,6 +52,9 @@ zone, made exact):
   2021-11-07, not at 01:30 EDT; ``0 */15 * * * ?`` fires 00:45 EDT and then
   01:00, 01:15, 01:30, 01:45 EST (the daylight-time pass of the repeated hour
   fires nothing). Fire times are always strictly increasing in real time.
+
+Unix cron (5 fields, ``*/5 * * * *``) and the ``@daily``-style macros are accepted at the input
+boundary by :func:`to_quartz`, which returns the Quartz expression to store (see ``unix.py``).
 """
 
 from jobring.core.cron.expression import CronExpression, resolve_zone
@@ -65,6 +68,7 @@ from jobring.core.cron.parser import (
     DayOfWeekRule,
     parse_fields,
 )
+from jobring.core.cron.unix import to_quartz
 
 __all__ = [
     "FIELD_NAMES",
@@ -77,4 +81,5 @@ __all__ = [
     "DayOfWeekRule",
     "parse_fields",
     "resolve_zone",
+    "to_quartz",
 ]
