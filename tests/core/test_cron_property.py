@@ -249,7 +249,16 @@ def test_next_fire_matches_and_skips_nothing(generated: Generated, zone_name: st
     end = (
         floor_t + WINDOW_SECONDS if result is None else min(int(result.timestamp()), floor_t + WINDOW_SECONDS)
     )
-    skipped = [s for s in range(floor_t + 1, end) if fires_at(generated, zone, s)]
+    # Started inside the first pass of a repeated hour, Quartz walks the wall clock on from t's
+    # wall time: the second pass's earlier wall times are behind it and never fire.
+    start_wall = datetime.fromtimestamp(floor_t, zone)
+    in_first_pass = start_wall.fold == 0 and start_wall.replace(fold=1).utcoffset() != start_wall.utcoffset()
+    behind = start_wall.replace(tzinfo=None) if in_first_pass else None
+    skipped = [
+        s for s in range(floor_t + 1, end)
+        if fires_at(generated, zone, s)
+        and (behind is None or datetime.fromtimestamp(s, zone).replace(tzinfo=None) > behind)
+    ]
     assert not skipped, (generated.text, zone_name, t, result, datetime.fromtimestamp(skipped[0], zone))
 
 

@@ -263,7 +263,7 @@ class CronExpression:
             if offset_second > offset_first:
                 # Wall time in a spring-forward gap: it does not exist, so it never fires.
                 # Resume at the first wall time after the gap.
-                transition = _transition(zone, local - offset_second, local - offset_first)
+                transition = transition_instant(zone, local - offset_second, local - offset_first)
                 wall = self._next_wall_from_local(transition + offset_second)
                 continue
             # A wall time repeated by a fall-back fires once, at its second (standard-time)
@@ -296,7 +296,7 @@ def _local_seconds(wall: Wall) -> int:
     return (date(year, month, day).toordinal() - _EPOCH_ORDINAL) * _DAY + hour * 3600 + minute * 60 + second
 
 
-def _transition(zone: tzinfo, before: int, after: int) -> int:
+def transition_instant(zone: tzinfo, before: int, after: int) -> int:
     """Smallest instant in (before, after] whose UTC offset equals the offset at ``after``."""
     target = _offset_at(zone, after)
     low, high = before, after

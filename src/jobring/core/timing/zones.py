@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from functools import lru_cache
 
 # The cron engine's bisection: smallest instant in (low, high] with the offset at ``high``.
-from jobring.core.cron.expression import _transition
+from jobring.core.cron.expression import transition_instant
 
 DAY = 86_400
 _EPOCH = datetime(1970, 1, 1)
@@ -118,7 +118,7 @@ def instant_of_wall(zone: tzinfo, wall: int) -> int:
     if found:
         return found[0]
     first, second = wall_offsets(zone, wall)
-    transition = _transition(zone, wall - second, wall - first)
+    transition = transition_instant(zone, wall - second, wall - first)
     return transition
 
 
@@ -143,7 +143,7 @@ def transitions_in_year(zone: tzinfo, year: int) -> tuple[Transition, ...]:
         following = min(probe + DAY, end - 1)
         next_offset = offset_at(zone, following)
         if next_offset != offset:
-            at = _transition(zone, probe, following)
+            at = transition_instant(zone, probe, following)
             found.append(Transition(at, offset, next_offset))
         probe, offset = following, next_offset
     return tuple(found)
