@@ -565,7 +565,7 @@ export interface paths {
         /** API tokens: yours, or another user's (admin) */
         get: operations["list_tokens_tokens_get"];
         put?: never;
-        /** Create an API token for yourself (the token is shown only once) */
+        /** Create an API token for yourself (shown only once); one created with an API token cannot outlive that token and is revoked with it */
         post: operations["create_token_tokens_post"];
         delete?: never;
         options?: never;
@@ -583,7 +583,7 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Revoke an API token (yours; admins: any) */
+        /** Revoke an API token (yours; admins: any) and the tokens created with it */
         delete: operations["revoke_token_tokens__token_id__delete"];
         options?: never;
         head?: never;
@@ -617,7 +617,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Change your own password (needs the current one); ends every session, starts a new one */
+        /** Change your own password (needs the current one); ends every session and revokes every API token, then starts a new session for a session caller */
         post: operations["change_password_users_me_password_post"];
         delete?: never;
         options?: never;
@@ -1481,6 +1481,35 @@ export interface components {
             /** New Password */
             new_password: string;
         };
+        /** PasswordChangedOut */
+        PasswordChangedOut: {
+            /**
+             * Auth
+             * @description session or token
+             */
+            auth: string;
+            /**
+             * Csrf Token
+             * @description send it as X-CSRF-Token on unsafe methods
+             */
+            csrf_token?: string | null;
+            /** @description your sessions (this one too) and API tokens (the one used for this call too) that were ended; a session caller gets a new session with this answer */
+            revoked: components["schemas"]["RevokedOut"];
+            user: components["schemas"]["UserOut"];
+        };
+        /** RevokedOut */
+        RevokedOut: {
+            /**
+             * Sessions
+             * @description active sessions that were ended
+             */
+            sessions: number;
+            /**
+             * Tokens
+             * @description active API tokens that were revoked
+             */
+            tokens: number;
+        };
         /**
          * RouteStrategy
          * @enum {string}
@@ -1656,7 +1685,7 @@ export interface components {
             expires_at?: string | null;
             /**
              * Expires In Days
-             * @description the token stops working after this many days (default: never)
+             * @description the token stops working after this many days (default: never; created with an API token that expires: required, and not after that token)
              */
             expires_in_days?: number | null;
             /** Name */
@@ -1687,6 +1716,11 @@ export interface components {
             last_used_time: string | null;
             /** Name */
             name: string;
+            /**
+             * Parent Token Id
+             * @description the API token this one was created with (it is revoked with that one)
+             */
+            parent_token_id?: number | null;
             /** Revoked */
             revoked: boolean;
             /**
@@ -1712,6 +1746,11 @@ export interface components {
             last_used_time: string | null;
             /** Name */
             name: string;
+            /**
+             * Parent Token Id
+             * @description the API token this one was created with (it is revoked with that one)
+             */
+            parent_token_id?: number | null;
             /** Revoked */
             revoked: boolean;
             /** User Id */
@@ -1775,6 +1814,25 @@ export interface components {
             trigger_code: number;
             /** Trigger Msg */
             trigger_msg: string;
+        };
+        /** UserChangeOut */
+        UserChangeOut: {
+            /** Add Time */
+            add_time: string | null;
+            /** Glue Permission */
+            glue_permission: boolean;
+            /** Group Ids */
+            group_ids: number[];
+            /** Id */
+            id: number;
+            /** Must Change Password */
+            must_change_password: boolean;
+            /** @description a password reset or a change of role, groups or GLUE permission ends every session and revokes every API token of the user: how many (null: nothing changed that needs it) */
+            revoked?: components["schemas"]["RevokedOut"] | null;
+            /** Role */
+            role: string;
+            /** Username */
+            username: string;
         };
         /** UserCreate */
         UserCreate: {
@@ -6123,7 +6181,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MeOut"];
+                    "application/json": components["schemas"]["PasswordChangedOut"];
                 };
             };
             /** @description Bad request */
@@ -6407,7 +6465,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["UserOut"];
+                    "application/json": components["schemas"]["UserChangeOut"];
                 };
             };
             /** @description Bad request */

@@ -318,6 +318,14 @@ class ApiToken:
 
 
 @dataclass(frozen=True, slots=True)
+class RevokedAccess:
+    """How many active sessions and API tokens of a user a change ended."""
+
+    sessions: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class Session:
     """A row of ``jobring_session`` (instants in epoch ms); the id itself is never stored."""
 
