@@ -841,6 +841,11 @@ export interface components {
         ErrorBody: {
             /** Error */
             error: string;
+            /**
+             * Error Id
+             * @description 500 only: finds the details in the admin's log
+             */
+            error_id?: string | null;
             /** Field */
             field?: string | null;
         };
@@ -1081,6 +1086,11 @@ export interface components {
              * @description the job is declared in its executor's code (@executor.job(..., cron=...))
              */
             declared_by_executor: boolean;
+            /**
+             * Declared Retired At
+             * @description epoch ms the code stopped declaring it: stopped then, deleted after the grace period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again
+             */
+            declared_retired_at?: number | null;
             /** Executor Block Strategy */
             executor_block_strategy: string | null;
             /** Executor Fail Retry Count */
@@ -1107,6 +1117,11 @@ export interface components {
             job_desc: string;
             /** Job Group */
             job_group: number;
+            /**
+             * Managed By
+             * @description "code": its executor's declarations may change it (it created the job, or an admin handed it over); "console": only users may
+             */
+            managed_by: string;
             /** Misfire Strategy */
             misfire_strategy: string;
             /** Retry Backoff */
@@ -1183,6 +1198,11 @@ export interface components {
             job_desc?: string;
             /** Job Group */
             job_group?: number;
+            /**
+             * Managed By
+             * @description admin only: "code" lets the job's executor group manage it through the jobs its code declares; "console" takes it back (the code no longer touches it)
+             */
+            managed_by?: string | null;
             misfire_strategy?: components["schemas"]["MisfireStrategy"];
             /** Retry Backoff */
             retry_backoff?: string | null;
@@ -1222,6 +1242,11 @@ export interface components {
              * @description the job is declared in its executor's code (@executor.job(..., cron=...))
              */
             declared_by_executor: boolean;
+            /**
+             * Declared Retired At
+             * @description epoch ms the code stopped declaring it: stopped then, deleted after the grace period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again
+             */
+            declared_retired_at?: number | null;
             /** Executor Block Strategy */
             executor_block_strategy: string | null;
             /** Executor Fail Retry Count */
@@ -1248,6 +1273,11 @@ export interface components {
             job_desc: string;
             /** Job Group */
             job_group: number;
+            /**
+             * Managed By
+             * @description "code": its executor's declarations may change it (it created the job, or an admin handed it over); "console": only users may
+             */
+            managed_by: string;
             /** Misfire Strategy */
             misfire_strategy: string;
             /** Retry Backoff */
@@ -2010,6 +2040,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     login_auth_login_post: {
@@ -2099,6 +2138,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2196,6 +2244,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     me_auth_me_get: {
@@ -2281,6 +2338,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2387,6 +2453,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_groups_groups_get: {
@@ -2479,6 +2554,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2582,6 +2666,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     get_group_groups__group_id__get: {
@@ -2669,6 +2762,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2774,6 +2876,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     delete_group_groups__group_id__delete: {
@@ -2859,6 +2970,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2960,6 +3080,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     rotate_group_token_groups__group_id__access_token_rotate_post: {
@@ -3047,6 +3176,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3152,6 +3290,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     enable_address_groups__group_id__addresses_enable_post: {
@@ -3243,6 +3390,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3355,6 +3511,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     create_job_jobs_post: {
@@ -3444,6 +3609,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3545,6 +3719,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     delete_job_jobs__job_id__delete: {
@@ -3630,6 +3813,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3735,6 +3927,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     copy_job_jobs__job_id__copy_post: {
@@ -3822,6 +4023,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3923,6 +4133,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     cancel_delayed_jobs__job_id__delayed__fire_id__delete: {
@@ -4009,6 +4228,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4103,6 +4331,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4208,6 +4445,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     glue_versions_jobs__job_id__glue_versions_get: {
@@ -4295,6 +4541,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4397,6 +4652,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     start_job_jobs__job_id__start_post: {
@@ -4484,6 +4748,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4585,6 +4858,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     trigger_job_jobs__job_id__trigger_post: {
@@ -4676,6 +4958,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4790,6 +5081,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_runs_runs_get: {
@@ -4896,6 +5196,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     clear_runs_runs_clear_post: {
@@ -4985,6 +5294,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5086,6 +5404,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     kill_run_runs__run_id__kill_post: {
@@ -5173,6 +5500,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5294,6 +5630,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The executor failed to answer */
             502: {
                 headers: {
@@ -5408,6 +5753,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     settings_settings_get: {
@@ -5493,6 +5847,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5592,6 +5955,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     console_settings_settings_console_get: {
@@ -5677,6 +6049,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5771,6 +6152,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5874,6 +6264,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     revoke_token_tokens__token_id__delete: {
@@ -5959,6 +6358,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6064,6 +6472,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     create_user_users_post: {
@@ -6153,6 +6570,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6256,6 +6682,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     get_user_users__user_id__get: {
@@ -6343,6 +6778,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6442,6 +6886,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     update_user_users__user_id__patch: {
@@ -6533,6 +6986,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

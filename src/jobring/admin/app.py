@@ -38,9 +38,11 @@ from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, not_found
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
+from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.coexist import refuse_if_java_admin_alive
 from jobring.admin.console import console_routes
+from jobring.admin.declared_retirement import RetiredDeclaredJobsMonitor
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
@@ -212,6 +214,8 @@ async def start_runtime(
     monitors = Monitors.create(store, trigger, alarms, clock, settings, registry,
                                legacy_log_id_max=state.legacy_log_id_max,
                                hold_retention=state.adopted_from is not None)
+    monitors.add(RetiredDeclaredJobsMonitor(store, AuditLog(store, clock), clock,
+                                            settings.declared_jobs_retired_grace_days))
     callbacks = CallbackService(store, trigger, clock, alarms=alarms,
                                 fail_monitor=monitors.find("fail-monitor"))
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,

@@ -250,7 +250,7 @@ def _pair(
         return previous, current
     if not snapshot:
         return None, None
-    return (current, None) if action.value.endswith(".delete") else (None, current)
+    return (current, None) if action.value.endswith("delete") else (None, current)
 
 
 def _encoded(body: dict[str, Any]) -> str:

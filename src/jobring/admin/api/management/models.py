@@ -219,6 +219,9 @@ RetryBackoffKind = Annotated[str, Field(pattern="^(fixed|exponential)$")]
 DeadlineMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 
 
+ManagedByName = Annotated[str, Field(pattern="^(console|code)$")]
+
+
 class JobFields(Strict):
     """The writable fields of a job (the reference's names)."""
 
@@ -295,6 +298,9 @@ class JobUpdate(Strict):
     executor_fail_retry_interval_s: RetryIntervalSeconds | None = None
     retry_backoff: RetryBackoffKind | None = None
     retry_backoff_max_s: RetryIntervalSeconds | None = None
+    managed_by: ManagedByName | None = Field(
+        None, description="admin only: \"code\" lets the job's executor group manage it through the jobs "
+                          "its code declares; \"console\" takes it back (the code no longer touches it)")
 
 
 def targets_out(job: JobInfo) -> list[dict[str, Any]]:
@@ -342,6 +348,12 @@ class JobOut(BaseModel):
     declared_by_executor: bool = Field(
         description="the job is declared in its executor's code (@executor.job(..., cron=...))"
     )
+    managed_by: str = Field(
+        description="\"code\": its executor's declarations may change it (it created the job, or an admin "
+                    "handed it over); \"console\": only users may")
+    declared_retired_at: int | None = Field(
+        None, description="epoch ms the code stopped declaring it: stopped then, deleted after the grace "
+                          "period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again")
 
     @classmethod
     def of(cls, job: JobInfo) -> JobOut:
