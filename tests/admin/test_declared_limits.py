@@ -38,14 +38,17 @@ async def test_a_group_holds_at_most_the_cap_of_jobs_managed_by_code(sqlite_stor
         assert len(await env.store.jobs.in_group(env.group_a)) == 5
 
 
-async def test_jobs_created_beyond_the_cap_by_a_concurrent_declaration_are_removed(sqlite_store: Store) -> None:
+async def test_jobs_created_beyond_the_cap_by_a_concurrent_declaration_are_removed(
+    sqlite_store: Store,
+) -> None:
     from jobring.admin.api.management.declared import DeclarationError, DeclarationService
 
     settings = AdminSettings(glue_enabled=True, declared_jobs_max_per_group=2)
     async with api_env(sqlite_store, settings=settings) as env:
         assert (await declare(env, *_handlers("a", 2)))["code"] == 200
         # Another node created one more at the same instant: the last one made goes again.
-        extra = await env.add_job(env.group_a, executor_handler="x", managed_by="code", declared_by_executor=1)
+        extra = await env.add_job(env.group_a, executor_handler="x", managed_by="code",
+                                  declared_by_executor=1)
         service = DeclarationService(env.services)
         try:
             await service._keep_within_cap(env.group_a, [extra])
@@ -70,7 +73,8 @@ async def test_retired_declared_jobs_are_deleted_after_the_grace_period(sqlite_s
         retired = await env.store.jobs.get(jobs["a0"].id)
         assert retired is not None and (retired.trigger_status, retired.declared_retired_at) == (
             0, env.clock.now_ms())
-        monitor = RetiredDeclaredJobsMonitor(env.store, AuditLog(env.store, env.clock), env.clock, grace_days=7)
+        audit = AuditLog(env.store, env.clock)
+        monitor = RetiredDeclaredJobsMonitor(env.store, audit, env.clock, grace_days=7)
         env.clock.advance(7 * DAY_MS - 1)
         assert await monitor.delete_due() == 0
         # Declared again within the grace period: revived and kept (retired again right after).

@@ -80,7 +80,8 @@ async def test_jobs_managed_by_code_count_retire_and_conditional_writes(store: S
     with pytest.raises(Conflict):
         await store.jobs.update(replace(job, executor_param="x"), expect={"job_group": other})
     assert (await store.jobs.get(declared)) == job
-    await store.jobs.update(replace(job, executor_param="y"), expect={"managed_by": "code", "job_group": group})
+    ours = {"managed_by": "code", "job_group": group}
+    await store.jobs.update(replace(job, executor_param="y"), expect=ours)
     assert (await store.jobs.get(declared)).executor_param == "y"  # type: ignore[union-attr]
     with pytest.raises(NotFound):
         await store.jobs.update(replace(job, id=job.id + 1000), expect={"managed_by": "code"})

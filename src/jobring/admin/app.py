@@ -217,7 +217,8 @@ async def start_runtime(
     monitors.add(RetiredDeclaredJobsMonitor(store, AuditLog(store, clock), clock,
                                             settings.declared_jobs_retired_grace_days))
     callbacks = CallbackService(store, trigger, clock, alarms=alarms,
-                                fail_monitor=monitors.find("fail-monitor"))
+                                fail_monitor=monitors.find("fail-monitor"),
+                                child_fire_budget=settings.child_fire_budget)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
                            ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,

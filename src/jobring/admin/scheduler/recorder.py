@@ -119,6 +119,8 @@ class FireRecorder:
             # Only the first row of a broadcast carries the identity (the key is unique).
             planned_time=plan.req.planned_time if identity else None,
             admin_node=self.node_id,
+            root_run_id=plan.req.root_run_id,
+            child_depth=plan.req.child_depth,
         )
 
     async def _insert_identities(self, plans: list[FirePlan]) -> None:

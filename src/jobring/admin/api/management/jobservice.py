@@ -28,6 +28,7 @@ from jobring.admin.validation import (
     check_address,
     check_job,
     check_job_references,
+    check_no_cycle,
 )
 from jobring.core.enums import GlueType, ScheduleType, TriggerStatus, TriggerType
 from jobring.core.schedule import parse_schedule
@@ -179,6 +180,13 @@ async def create_job(services: ManagementServices, job: JobInfo, principal: Prin
     )
     await validate_job(services, job, principal)
     new_id = await services.store.jobs.create(job)
+    if job.child_job_ids:
+        try:
+            # A stored child list may name an id not used yet (an adopted XXL-JOB database).
+            await check_no_cycle(services.store, new_id, job.child_job_ids)
+        except FieldError:
+            await services.store.jobs.delete(new_id)
+            raise
     return await load_job(services, new_id)
 
 
@@ -221,7 +229,21 @@ async def update_job(
         else:
             new = replace(new, trigger_next_time=next_fire_after(services, new, services.now_ms()))
     await services.store.jobs.update(new, expect=expect)
+    if new.child_jobid != old.child_jobid and new.child_job_ids:
+        await _refuse_cycle_made_meanwhile(services, old, new)
     return await load_job(services, old.id)
+
+
+async def _refuse_cycle_made_meanwhile(services: ManagementServices, old: JobInfo, new: JobInfo) -> None:
+    """Checked again once written: two updates validated at once could close a cycle together
+    (A -> B while B -> A). The child list then goes back to what it was, and the update is
+    refused (both may be: a cycle is worse than a refused edit)."""
+    try:
+        await check_no_cycle(services.store, new.id, new.child_job_ids)
+    except FieldError:
+        current = await load_job(services, old.id)
+        await services.store.jobs.update(replace(current, child_jobid=old.child_jobid))
+        raise
 
 
 async def delete_job(services: ManagementServices, job: JobInfo) -> None:
