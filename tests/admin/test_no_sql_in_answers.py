@@ -29,8 +29,9 @@ async def _break_the_jobs_table(env: ApiEnv) -> None:
 
 
 def _client(app: Starlette, base: str = "") -> httpx.AsyncClient:
-    # As a server does: the app's answer is what counts, the exception goes to the log.
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    # raise_app_exceptions: an error raised on to the server would make it close the client's
+    # keep-alive connection; the apps answer it themselves.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
     return httpx.AsyncClient(transport=transport, base_url="http://admin.test" + base)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -161,12 +161,16 @@ async def test_revoking_a_token_revokes_the_tokens_made_with_it(store: Store) ->
 async def test_revoke_access_ends_sessions_and_tokens_of_one_user(store: Store) -> None:
     uid = await store.users.create(username="erin", role=0, now=NOW)
     other = await store.users.create(username="finn", role=0, now=NOW)
+    now_ms = int(NOW.replace(tzinfo=UTC).timestamp() * 1000)
     for n, owner in enumerate((uid, uid, other)):
         await store.tokens.create(owner, f"t{n}", str(n) * 64, NOW)
         await store.sessions.create(f"s{n}", owner, 0, 10**13)
+    await store.tokens.create(uid, "expired", "9" * 64, NOW, NOW - timedelta(seconds=1))
+    await store.sessions.create("s-expired", uid, 0, now_ms)
     await store.tokens.revoke((await store.tokens.list_for_user(uid))[0].id)
-    assert await store.users.revoke_access(uid, keep_session="s1") == RevokedAccess(sessions=1, tokens=1)
-    assert await store.users.revoke_access(uid) == RevokedAccess(sessions=1, tokens=0)
+    revoked = await store.users.revoke_access(uid, now_ms, keep_session="s1")
+    assert revoked == RevokedAccess(sessions=1, tokens=1)  # expired ones are not counted
+    assert await store.users.revoke_access(uid, now_ms) == RevokedAccess(sessions=1, tokens=0)
     assert [t.revoked for t in await store.tokens.list_for_user(other)] == [False]
     kept = await store.sessions.get("s2")
     assert kept is not None and not kept.revoked

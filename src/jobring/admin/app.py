@@ -26,6 +26,7 @@ from importlib import metadata
 from typing import Any, TextIO
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -35,7 +36,7 @@ from jobring.admin.adopt import resolve_database_state
 from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
 from jobring.admin.alarms.service import AlarmService
 from jobring.admin.api.executor_api import executor_api_app
-from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, not_found
+from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, InternalErrors, not_found
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.audit import AuditLog
@@ -352,4 +353,5 @@ def create_app(
     if base != "/":
         routes.append(Mount(base, app=executor_api))
     routes.append(Mount("", app=executor_api))
-    return AdminApp(routes=routes, lifespan=lifespan, exception_handlers=dict(JSON_ERROR_HANDLERS))
+    return AdminApp(routes=routes, lifespan=lifespan, exception_handlers=dict(JSON_ERROR_HANDLERS),
+                    middleware=[Middleware(InternalErrors)])

@@ -141,7 +141,7 @@ async def reset_password(url: str, username: str, *, keep_legacy: bool) -> tuple
         await store.users.set_password_hash(
             user.id, hash_password(password), must_change=True, clear_legacy=not keep_legacy
         )
-        revoked = await store.users.revoke_access(user.id)
+        revoked = await store.users.revoke_access(user.id, SystemClock().now_ms())
         audit = AuditLog(store, SystemClock())
         actor = Actor("cli (offline)", ActorKind.SYSTEM)
         await audit.record(

@@ -17,6 +17,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobring.admin.store.errors import public_reason
 
@@ -43,6 +44,35 @@ def internal_failure_message(exc: BaseException, what: str) -> str:
     failure: its kind and an error id, never its text; ``exc`` is logged under the id."""
     error_id = report_internal_error(exc, what)
     return f"admin error: {public_reason(exc)} (error id {error_id} in the admin's log)"
+
+
+class InternalErrors:
+    """ASGI middleware: an unexpected failure is answered here with the generic 500 (and
+    logged under its error id) instead of being raised on to the server, which would close
+    the client's keep-alive connection after the answer (its next request then fails). Put it
+    inside Starlette's ServerErrorMiddleware, i.e. as the outermost ``Middleware``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:
+                raise  # part of an answer went out: nothing better than closing the connection
+            what = f"answering {scope.get('method')} {scope.get('path')}"
+            await internal_error_response(exc, what)(scope, receive, send)
 
 
 def internal_error_response(exc: BaseException, what: str) -> JSONResponse:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import mysql as mysql_dialect
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -149,13 +149,18 @@ class UserRepository(Repository):
             )
             return int(result.rowcount)
 
-    async def revoke_access(self, user_id: int, *, keep_session: str | None = None) -> RevokedAccess:
+    async def revoke_access(
+        self, user_id: int, now_ms: int, *, keep_session: str | None = None
+    ) -> RevokedAccess:
         """End every session of the user (but ``keep_session``, a session id hash) and revoke
-        every API token, in one transaction; returns how many were active."""
-        sessions = [session.c.user_id == user_id, session.c.revoked.is_(False)]
+        every API token that has not expired by ``now_ms``, in one transaction; returns how
+        many (expired ones are dead already and not counted)."""
+        sessions = [session.c.user_id == user_id, session.c.revoked.is_(False), session.c.expires > now_ms]
         if keep_session is not None:
             sessions.append(session.c.id_hash != keep_session)
-        tokens = [api_token.c.user_id == user_id, api_token.c.revoked.is_(False)]
+        now = datetime.fromtimestamp(now_ms / 1000, UTC).replace(tzinfo=None)
+        tokens = [api_token.c.user_id == user_id, api_token.c.revoked.is_(False),
+                  or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > now)]
         async with self._db.write() as conn:
             ended = (await conn.execute(update(session).where(*sessions).values(revoked=True))).rowcount
             revoked = (await conn.execute(update(api_token).where(*tokens).values(revoked=True))).rowcount

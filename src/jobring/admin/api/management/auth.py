@@ -195,7 +195,7 @@ async def change_password(
     )
     # Every session ends, this one too (a new one is issued below), and every API token is
     # revoked, the one of this call too: a stolen cookie or token dies here.
-    revoked = await services.store.users.revoke_access(user.id)
+    revoked = await services.store.users.revoke_access(user.id, services.now_ms())
     updated = await services.store.users.get(user.id)
     if updated is None:
         raise ApiError(404, f"user {user.id} no longer exists")

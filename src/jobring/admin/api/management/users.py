@@ -163,7 +163,7 @@ async def update_user(
         # What the user may do (or who may act as them) changed: every session ends and every
         # API token is revoked, on every node at its next request. An admin changing their
         # own groups ends their own session too.
-        access = await services.store.users.revoke_access(user.id)
+        access = await services.store.users.revoke_access(user.id, services.now_ms())
         await services.audit.access_revoked(principal, user.id, access, ",".join(reasons))
         revoked = RevokedOut.of(access)
     after = await _load(services, user_id)
@@ -179,7 +179,7 @@ async def delete_user(user_id: UserId, services: Services, principal: Admin) -> 
     user = await _load(services, user_id)
     # Revoked first (and audited with the counts), so nothing of the user works even while
     # the delete below is under way; the delete then removes the rows.
-    access = await services.store.users.revoke_access(user_id)
+    access = await services.store.users.revoke_access(user_id, services.now_ms())
     await services.audit.access_revoked(principal, user_id, access, "user_delete")
     if not await services.store.users.delete(user_id):
         raise not_found("user", user_id)
@@ -216,6 +216,8 @@ async def create_token(body: TokenCreate, services: Services, principal: Reader)
         raise ApiError(409, f"you already have {MAX_TOKENS_PER_USER} active tokens; revoke some first")
     now = services.now_naive_utc()
     expires_at = body.expiry(now)
+    if expires_at is not None:
+        expires_at = expires_at.replace(microsecond=0)  # as the database keeps it: never later
     if principal.token_id is not None:
         parent = next((t for t in existing if t.id == principal.token_id), None)
         _check_within_parent(body, expires_at, parent)
