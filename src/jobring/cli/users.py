@@ -247,8 +247,9 @@ def register(sub: Any) -> None:
     edit.set_defaults(handler=_edit)
 
     reset = remote_parser(commands, "reset-password",
-                          f"set a new password the user must change (from ${USER_PASSWORD_ENV} or a prompt); "
-                          "--offline: a generated one-time password, set in the database directly")
+                          f"set a new password the user must change (from ${USER_PASSWORD_ENV} or a prompt) "
+                          "and revoke the user's sessions and API tokens; --offline: a generated one-time "
+                          "password, set in the database directly")
     reset.add_argument("target", metavar="USER", help="username or id (--offline: username)")
     reset.add_argument("--offline", action="store_true",
                        help="no admin needed (e.g. nobody can log in): write to the database named by "
