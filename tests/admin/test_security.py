@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from jobring.admin.security.passwords import PasswordWorkers
 from jobring.admin.security.roles import Role
@@ -340,3 +341,35 @@ async def test_changing_your_password_revokes_your_tokens(sqlite_store: Store) -
         assert (await script.get("/auth/me")).status_code == 401
         # The session that changed it goes on with the new session of the answer.
         assert (await http.get("/auth/me")).status_code == 200
+
+
+async def test_a_token_whose_ancestor_is_no_longer_valid_is_refused(sqlite_store: Store) -> None:
+    from jobring.admin.api.management.deps import MAX_TOKEN_CHAIN
+    from jobring.admin.security.tokens import generate_api_token, hash_api_token
+    from tests.admin.api_harness import at
+
+    async with api_env(sqlite_store) as env:
+        user = env.user_ids["op_in"]
+        chain: list[tuple[int, str]] = []
+        parent: int | None = None
+        for n in range(MAX_TOKEN_CHAIN + 1):
+            secret = generate_api_token()
+            parent = await sqlite_store.tokens.create(
+                user, f"t{n}", hash_api_token(secret), at(env.clock.now_ms()), parent_token_id=parent)
+            chain.append((parent, secret))
+        async with env.client() as http:
+            # The end of the longest chain allowed works, but may not make it longer.
+            http.headers["Authorization"] = f"Bearer {chain[-1][1]}"
+            assert (await http.get("/auth/me")).status_code == 200
+            assert (await http.post("/tokens", json={"name": "longer"})).status_code == 409
+            http.headers["Authorization"] = f"Bearer {chain[-2][1]}"
+            assert (await http.post("/tokens", json={"name": "sibling"})).status_code == 201
+            # An ancestor revoked without its descendants (a child made while it was revoked).
+            async with sqlite_store.engine.begin() as conn:
+                await conn.execute(text("UPDATE jobring_api_token SET revoked = 1 WHERE id = :id"),
+                                   {"id": chain[3][0]})
+            for _, secret in chain[4:]:
+                http.headers["Authorization"] = f"Bearer {secret}"
+                assert (await http.get("/auth/me")).status_code == 401
+            http.headers["Authorization"] = f"Bearer {chain[2][1]}"
+            assert (await http.get("/auth/me")).status_code == 200

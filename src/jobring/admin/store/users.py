@@ -200,6 +200,12 @@ class TokenRepository(Repository):
         except IntegrityError as exc:
             raise Conflict("a token with this hash already exists") from exc
 
+    async def get(self, token_id: int) -> ApiToken | None:
+        """The token with this id, revoked or not, or ``None``."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(api_token).where(api_token.c.id == token_id))).first()
+        return None if row is None else to_record(ApiToken, row)
+
     async def by_hash(self, token_hash: str) -> ApiToken | None:
         """The token with this hash, revoked or not (check ``revoked``), or ``None``."""
         async with self._db.read() as conn:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 
 from jobring.admin.api.management.auth import hash_new_password
-from jobring.admin.api.management.deps import Admin, Reader, Services
+from jobring.admin.api.management.deps import MAX_TOKEN_CHAIN, Admin, Reader, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import (
     MAX_INT32,
@@ -221,6 +221,9 @@ async def create_token(body: TokenCreate, services: Services, principal: Reader)
     if principal.token_id is not None:
         parent = next((t for t in existing if t.id == principal.token_id), None)
         _check_within_parent(body, expires_at, parent)
+        if await _chain_length(services, principal.token_id) >= MAX_TOKEN_CHAIN:
+            raise ApiError(409, f"this token ends a chain of {MAX_TOKEN_CHAIN} tokens created through "
+                                "tokens; create new tokens from a session")
     token = generate_api_token()
     token_id = await services.store.tokens.create(
         principal.user.id, body.name, hash_api_token(token), now, expires_at,
@@ -238,6 +241,16 @@ async def create_token(body: TokenCreate, services: Services, principal: Reader)
         t for t in await services.store.tokens.list_for_user(principal.user.id) if t.id == token_id
     )
     return TokenCreated(**TokenOut.of(created).model_dump(), token=token)
+
+
+async def _chain_length(services: ManagementServices, token_id: int) -> int:
+    """How many tokens the token ``token_id`` was created through (0: made from a session)."""
+    length = 0
+    token = await services.store.tokens.get(token_id)
+    while token is not None and token.parent_token_id is not None and length < MAX_TOKEN_CHAIN:
+        length += 1
+        token = await services.store.tokens.get(token.parent_token_id)
+    return length
 
 
 def _check_within_parent(body: TokenCreate, expires_at: datetime | None, parent: ApiToken | None) -> None:
