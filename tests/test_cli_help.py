@@ -73,6 +73,8 @@ async def test_password_changes_the_users_password(
     monkeypatch.setenv("JOBRING_NEW_PASSWORD", "A-brand-new-password-5")
     cli = Cli(capsys, app=env.app)
     changed = await cli("password", "--user", "admin")
-    assert (changed.code, changed.err) == (0, "password of admin changed\n")
+    # The CLI's login session ends with the change, and so does the admin's API token of the env.
+    assert (changed.code, changed.err) == (
+        0, "password of admin changed; 1 session ended and 1 API token revoked\n")
     again = await cli("password", "--user", "admin")  # the old password no longer works
     assert again.code == 2

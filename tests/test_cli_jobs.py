@@ -233,3 +233,19 @@ async def test_trigger_at_and_in_then_list_and_cancel(env: AdminEnv, cli: Cli) -
     assert bad.code == 2 and "duration" in bad.err
     both = await cli("jobs", "trigger", str(job["id"]), "--in", "1m", "--at", "2026-09-21T14:00:00")
     assert both.code == 2
+
+
+async def test_edit_hands_a_job_to_the_code_and_back(env: AdminEnv, cli: Cli) -> None:
+    job_id = (await env.job(await env.group(), job_desc="made by hand"))["id"]
+    handed = await cli("jobs", "edit", str(job_id), "--managed-by", "code")
+    assert handed.code == 0, handed.err
+    stored = await env.store.jobs.get(job_id)
+    assert stored is not None and stored.managed_by == "code"
+    listed = await cli("jobs", "list")
+    assert "handed over" in listed.out
+    back = await cli("jobs", "edit", str(job_id), "--managed-by", "console")
+    assert back.code == 0, back.err
+    stored = await env.store.jobs.get(job_id)
+    assert stored is not None and stored.managed_by == "console"
+    wrong = await cli("jobs", "edit", str(job_id), "--managed-by", "robots")
+    assert wrong.code == 2

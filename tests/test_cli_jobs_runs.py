@@ -217,3 +217,10 @@ async def test_tokens_create_with_expiry_and_list_shows_it(
     assert "never" not in row and token["expires_at"][:10] in row
     too_long = await cli("tokens", "create", "x", "--user", "admin", "--expires-in", "99999")
     assert too_long.code == 2 and "expires_in_days" in too_long.err
+    # Made with that token: no later than it, and said so when asked for more.
+    outliving = await cli("tokens", "create", "child", "--token", token["token"])
+    assert outliving.code == 2 and "cannot outlive" in outliving.err
+    child = await cli("tokens", "create", "child", "--token", token["token"], "--expires-at",
+                      token["expires_at"], "--json")
+    assert child.code == 0, child.err
+    assert json.loads(child.out)["parent_token_id"] == token["id"]

@@ -165,6 +165,14 @@ class AdminSettings(SettingsBase):
     # On a database with history beyond the retention, the first cleaning only reports what it
     # would delete and deletes a day later, unless this is true.
     log_retention_confirm: bool = False
+    # Jobs declared in executor code: at most this many jobs managed by code per executor group
+    # (retired ones count until deleted), deleted this many days after the code stopped
+    # declaring them (0: at the next cleaning, about every 10 minutes).
+    declared_jobs_max_per_group: Annotated[int, Field(ge=1, le=100_000)] = 500
+    declared_jobs_retired_grace_days: Annotated[int, Field(ge=0, le=3650)] = 7
+    # Child jobs: at most this many child fires descend from one root trigger (a chain or
+    # tree of children fired on success); beyond it children are not fired.
+    child_fire_budget: Annotated[int, Field(ge=1, le=1_000_000)] = 100
     # The scheduling loop's tunables: the [admin.loop] table, JOBRING_LOOP__<NAME>.
     loop: LoopSettings = Field(default_factory=LoopSettings)
 

@@ -249,9 +249,11 @@ async def test_offline_password_reset(tmp_path: Path) -> None:
     try:
         user_id = await _legacy_user(store, "ops", "old-xxl-pass", Role.OPERATOR, None)
         await store.sessions.create("h" * 64, user_id, 0, 10**13)
+        await store.tokens.create(user_id, "ci", "t" * 64, datetime(2026, 1, 1))
     finally:
         await store.close()
-    password = await reset_password(url, "ops", keep_legacy=False)
+    password, revoked = await reset_password(url, "ops", keep_legacy=False)
+    assert (revoked.sessions, revoked.tokens) == (1, 1)
     store = await Store.open(url, upgrade=False)
     try:
         user = await store.users.get(user_id)
@@ -259,8 +261,9 @@ async def test_offline_password_reset(tmp_path: Path) -> None:
         assert verify_password(user.password_hash, password)
         assert await _stored_md5(store, user_id) == ""
         assert (await store.sessions.get("h" * 64)).revoked  # type: ignore[union-attr]
+        assert (await store.tokens.by_hash("t" * 64)).revoked  # type: ignore[union-attr]
         events = (await store.audit.list()).items
-        assert [e.action for e in events] == ["user.password_reset"]
+        assert sorted(e.action for e in events) == ["user.access_revoke", "user.password_reset"]
     finally:
         await store.close()
     with pytest.raises(LookupError):

@@ -3,9 +3,14 @@ removal, the console-edit rule, validation with the management API's rules, the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from jobring.admin.store import Store
+import pytest
+
+from jobring.admin.api.management.declared import executor_principal
+from jobring.admin.audit import Actor, ActorKind
+from jobring.admin.store import Conflict, Store
 from jobring.admin.store.records import JobInfo
 from tests.admin.api_harness import ACCESS_TOKEN, ApiEnv, api_env
 
@@ -61,7 +66,7 @@ async def test_create_then_unchanged_declarations_change_nothing(sqlite_store: S
         again = await declare(
             env, {"handler": "nightly", "fields": NIGHTLY}, {"handler": "manual", "fields": {}}
         )
-        assert again["content"] == {"created": [], "updated": [], "stopped": []}
+        assert again["content"] == {"created": [], "updated": [], "stopped": [], "skipped": []}
         assert (await jobs_by_handler(env))["nightly"] == nightly
         audit = await env.store.audit.list(limit=20)
         kinds = {(e.action, e.actor_kind, e.actor) for e in audit.items}
@@ -148,19 +153,62 @@ async def test_removed_handlers_are_stopped_and_a_rename_creates_a_new_job(sqlit
         )
 
 
-async def test_a_console_job_with_the_handler_is_adopted(sqlite_store: Store) -> None:
+async def test_a_console_job_with_the_handler_is_not_adopted_until_an_admin_hands_it_over(
+    sqlite_store: Store,
+) -> None:
     async with api_env(sqlite_store) as env:
-        existing = await env.add_job(env.group_a, executor_handler="nightly", job_desc="made by hand")
+        existing = await env.add_job(env.group_a, executor_handler="nightly", job_desc="made by hand",
+                                     executor_param="keep", alarm_email="ops@example.com")
+        before = await env.store.jobs.get(existing)
+        hijack = {**NIGHTLY, "executor_param": "evil", "alarm_email": "attacker@example.com",
+                  "executor_fail_retry_count": 9}
+        answer = await declare(env, {"handler": "nightly", "fields": hijack})
+        assert answer["code"] == 200, answer
+        assert answer["content"]["created"] == answer["content"]["updated"] == []
+        assert [s["job_id"] for s in answer["content"]["skipped"]] == [existing]
+        assert await env.store.jobs.get(existing) == before
+        assert len(await env.store.jobs.in_group(env.group_a)) == 1
+        # Only an admin may hand the job to the code.
+        async with env.client("op_in") as http:
+            refused = await http.patch(f"/jobs/{existing}", json={"managed_by": "code"})
+            assert refused.status_code == 403 and refused.json()["field"] == "managed_by"
+        async with env.client("admin") as http:
+            handed = await http.patch(f"/jobs/{existing}", json={"managed_by": "code"})
+            assert handed.status_code == 200 and handed.json()["managed_by"] == "code"
         answer = await declare(env, {"handler": "nightly", "fields": NIGHTLY})
         assert answer["content"]["updated"] == [existing]
         job = (await jobs_by_handler(env))["nightly"]
         assert (job.id, job.job_desc, job.schedule_timezone, job.declared_by_executor) == (
-            existing,
-            "made by hand",
-            "Europe/Berlin",
-            1,
-        )
-        assert len(await env.store.jobs.in_group(env.group_a)) == 1
+            existing, "made by hand", "Europe/Berlin", 1)
+        # Taken back: the code no longer changes it, nor retires it.
+        async with env.client("admin") as http:
+            back = await http.patch(f"/jobs/{existing}", json={"managed_by": "console"})
+            assert back.json()["declared_by_executor"] is False
+        await declare(env, {"handler": "nightly", "fields": {**NIGHTLY, "executor_param": "evil"}})
+        await declare(env)
+        kept = await env.store.jobs.get(existing)
+        assert kept is not None and (kept.executor_param, kept.trigger_status, kept.declared_retired_at) == (
+            "keep", 1, None)
+
+
+async def test_a_declaration_cannot_write_a_job_taken_back_meanwhile(sqlite_store: Store) -> None:
+    from jobring.admin.api.management.declared import DeclarationService, parse_declarations
+
+    async with api_env(sqlite_store) as env:
+        await declare(env, {"handler": "nightly", "fields": NIGHTLY})
+        job = (await jobs_by_handler(env))["nightly"]
+        service = DeclarationService(env.services)
+        _, decls = parse_declarations({"appname": "app-a", "declarations": [
+            {"handler": "nightly", "fields": {**NIGHTLY, "executor_param": "late"}}]})
+        jobs = await env.store.jobs.in_group(env.group_a)
+        plan = await service._plan(env.group_a, jobs, decls, executor_principal(env.group_a, "app-a"))
+        # Between the plan and the write an admin takes the job back.
+        await env.store.jobs.update(replace(job, managed_by="console"))
+        with pytest.raises(Conflict):
+            await service._write(plan, Actor("executor:app-a", ActorKind.EXECUTOR),
+                                 executor_principal(env.group_a, "app-a"), env.group_a)
+        stored = await env.store.jobs.get(job.id)
+        assert stored is not None and stored.executor_param is None
 
 
 async def test_bad_declarations_name_handler_and_field_and_change_nothing(sqlite_store: Store) -> None:
@@ -207,6 +255,7 @@ async def test_other_groups_jobs_are_untouched(sqlite_store: Store) -> None:
             executor_handler="nightly",
             declared_by_executor=1,
             declared_spec="{}",
+            managed_by="code",
             trigger_status=1,
             trigger_next_time=1,
         )
@@ -244,9 +293,9 @@ async def test_of_two_jobs_created_at_once_for_a_handler_the_older_is_kept(sqlit
     async with api_env(sqlite_store) as env:
         # Another admin node created the handler's job a moment before this one did.
         first = await env.add_job(env.group_a, executor_handler="nightly", declared_by_executor=1,
-                                  declared_spec="{}")
+                                  declared_spec="{}", managed_by="code")
         second = await env.add_job(env.group_a, executor_handler="nightly", declared_by_executor=1,
-                                   declared_spec="{}")
+                                   declared_spec="{}", managed_by="code")
         service = DeclarationService(env.services)
         made = await env.store.jobs.get(second)
         assert made is not None and await service._keep_oldest(made) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from jobring.admin.security.passwords import PasswordWorkers
 from jobring.admin.security.roles import Role
@@ -105,28 +106,41 @@ async def test_the_database_keeps_only_a_hash_of_the_session_id(sqlite_store: St
         assert stored is not None and not stored.revoked
 
 
-async def test_role_permission_and_reset_changes_and_deletion_end_sessions(sqlite_store: Store) -> None:
+async def test_role_permission_glue_and_reset_changes_and_deletion_end_sessions_and_tokens(
+    sqlite_store: Store,
+) -> None:
     async with api_env(sqlite_store) as env, env.client("admin") as admin:
         alice = await _operator(env)
         password = PASSWORD
-        for change in ({"role": "viewer"}, {"group_ids": [env.group_b]},
+        for change in ({"role": "viewer"}, {"group_ids": [env.group_b]}, {"glue_permission": True},
                        {"password": "reset password 2026"}, None):
-            async with env.client() as http:
+            token = await env.add_token(alice)
+            async with env.client() as http, env.client() as script:
+                script.headers["Authorization"] = f"Bearer {token}"
                 assert (await _login(http, "alice", password)).status_code == 200
                 assert (await http.get("/auth/me")).status_code == 200
+                assert (await script.get("/auth/me")).status_code == 200
                 if change is None:
                     assert (await admin.delete(f"/users/{alice}")).status_code == 204
                 else:
-                    assert (await admin.patch(f"/users/{alice}", json=change)).status_code == 200
+                    answer = await admin.patch(f"/users/{alice}", json=change)
+                    assert answer.status_code == 200
+                    assert answer.json()["revoked"] == {"sessions": 1, "tokens": 1}, change
                     password = change.get("password", password)
                 assert (await http.get("/auth/me")).status_code == 401, change
+                assert (await script.get("/auth/me")).status_code == 401, change
+        revocations = [e for e in (await env.store.audit.list(limit=100)).items
+                       if e.action == "user.access_revoke"]
+        assert len(revocations) == 5
+        assert all(e.target_id == str(alice) and e.actor == "admin" for e in revocations)
 
 
-async def test_a_glue_permission_change_keeps_sessions(sqlite_store: Store) -> None:
+async def test_a_rename_keeps_sessions_and_tokens(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("admin") as admin, env.client() as http:
         alice = await _operator(env)
         await _login(http, "alice")
-        assert (await admin.patch(f"/users/{alice}", json={"glue_permission": True})).status_code == 200
+        answer = await admin.patch(f"/users/{alice}", json={"username": "alice2"})
+        assert answer.status_code == 200 and answer.json()["revoked"] is None
         assert (await http.get("/auth/me")).status_code == 200
 
 
@@ -274,3 +288,88 @@ async def test_token_last_use_is_recorded(sqlite_store: Store) -> None:
         assert (await http.get("/auth/me")).status_code == 200
         (token,) = await sqlite_store.tokens.list_for_user(env.user_ids["viewer"])
         assert token.last_used_time is not None
+
+
+async def test_a_token_cannot_create_a_token_that_outlives_it(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        # A token without expiry may create any token: here one that lives 4 s.
+        parent = await http.post("/tokens", json={"name": "short", "expires_at": "2026-01-01T00:00:04Z"})
+        assert parent.status_code == 201, parent.text
+        async with env.client() as short:
+            short.headers["Authorization"] = f"Bearer {parent.json()['token']}"
+            for outliving in ({}, {"expires_in_days": 1}, {"expires_at": "2026-01-01T00:00:05Z"}):
+                refused = await short.post("/tokens", json={"name": "longer", **outliving})
+                assert refused.status_code == 422, (outliving, refused.text)
+                assert refused.json()["field"] in ("expires_at", "expires_in_days")
+            child = await short.post("/tokens", json={"name": "child", "expires_at": "2026-01-01T00:00:04Z"})
+            assert child.status_code == 201, child.text
+            assert child.json()["parent_token_id"] == parent.json()["id"]
+            async with env.client() as grand:
+                grand.headers["Authorization"] = f"Bearer {child.json()['token']}"
+                assert (await grand.get("/auth/me")).status_code == 200
+                env.clock.advance(4_000)
+                assert (await grand.get("/auth/me")).status_code == 401
+                assert (await short.get("/auth/me")).status_code == 401
+        listed = {t["name"]: t for t in (await http.get("/tokens")).json()}
+        assert set(listed) == {"test", "short", "child"}
+
+
+async def test_revoking_a_token_revokes_what_it_created(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http, \
+            env.client() as first, env.client() as second:
+        made = (await http.post("/tokens", json={"name": "first"})).json()
+        first.headers["Authorization"] = f"Bearer {made['token']}"
+        child = (await first.post("/tokens", json={"name": "second"})).json()
+        second.headers["Authorization"] = f"Bearer {child['token']}"
+        assert (await second.get("/auth/me")).status_code == 200
+        assert (await http.delete(f"/tokens/{made['id']}")).status_code == 204
+        assert (await second.get("/auth/me")).status_code == 401
+        assert (await http.get("/auth/me")).status_code == 200  # the token of the call is not its child
+        record = next(e for e in (await env.store.audit.list(limit=50)).items if e.action == "token.revoke")
+        assert record.details is not None and str(child["id"]) in record.details
+
+
+async def test_changing_your_password_revokes_your_tokens(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client() as http, env.client() as script:
+        alice = await _operator(env)
+        script.headers["Authorization"] = f"Bearer {await env.add_token(alice)}"
+        csrf = (await _login(http, "alice")).json()["csrf_token"]
+        changed = await http.post("/users/me/password", headers={CSRF_HEADER: csrf}, json={
+            "current_password": PASSWORD, "new_password": "a fresh password 2027"})
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["revoked"] == {"sessions": 1, "tokens": 1}
+        assert (await script.get("/auth/me")).status_code == 401
+        # The session that changed it goes on with the new session of the answer.
+        assert (await http.get("/auth/me")).status_code == 200
+
+
+async def test_a_token_whose_ancestor_is_no_longer_valid_is_refused(sqlite_store: Store) -> None:
+    from jobring.admin.api.management.deps import MAX_TOKEN_CHAIN
+    from jobring.admin.security.tokens import generate_api_token, hash_api_token
+    from tests.admin.api_harness import at
+
+    async with api_env(sqlite_store) as env:
+        user = env.user_ids["op_in"]
+        chain: list[tuple[int, str]] = []
+        parent: int | None = None
+        for n in range(MAX_TOKEN_CHAIN + 1):
+            secret = generate_api_token()
+            parent = await sqlite_store.tokens.create(
+                user, f"t{n}", hash_api_token(secret), at(env.clock.now_ms()), parent_token_id=parent)
+            chain.append((parent, secret))
+        async with env.client() as http:
+            # The end of the longest chain allowed works, but may not make it longer.
+            http.headers["Authorization"] = f"Bearer {chain[-1][1]}"
+            assert (await http.get("/auth/me")).status_code == 200
+            assert (await http.post("/tokens", json={"name": "longer"})).status_code == 409
+            http.headers["Authorization"] = f"Bearer {chain[-2][1]}"
+            assert (await http.post("/tokens", json={"name": "sibling"})).status_code == 201
+            # An ancestor revoked without its descendants (a child made while it was revoked).
+            async with sqlite_store.engine.begin() as conn:
+                await conn.execute(text("UPDATE jobring_api_token SET revoked = 1 WHERE id = :id"),
+                                   {"id": chain[3][0]})
+            for _, secret in chain[4:]:
+                http.headers["Authorization"] = f"Bearer {secret}"
+                assert (await http.get("/auth/me")).status_code == 401
+            http.headers["Authorization"] = f"Bearer {chain[2][1]}"
+            assert (await http.get("/auth/me")).status_code == 200

@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 from sqlalchemy import event, text
 
-from jobring.admin.store import JobGroup, JobInfo, JobSort, NotFound, Store
+from jobring.admin.store import Conflict, JobGroup, JobInfo, JobSort, NotFound, Store
 from jobring.admin.store.jobs import due_statement
 from jobring.admin.store.tables import job_info
 
@@ -57,6 +57,34 @@ async def test_create_get_update_delete(store: Store) -> None:
     assert await store.jobs.delete(job_id) is False
     with pytest.raises(NotFound):
         await store.jobs.update(changed)
+
+
+async def test_jobs_managed_by_code_count_retire_and_conditional_writes(store: Store) -> None:
+    group, other = await _group(store), await _group(store, "other-app")
+    console = await store.jobs.create(_job(group))
+    declared = await store.jobs.create(_job(group, managed_by="code", declared_by_executor=1))
+    retired = await store.jobs.create(_job(group, managed_by="code", declared_retired_at=1_000))
+    late = await store.jobs.create(_job(group, managed_by="code", declared_retired_at=5_000))
+    await store.jobs.create(_job(other, managed_by="code", declared_retired_at=1_000))
+    assert await store.jobs.count_managed_by_code(group) == 3
+    assert [j.id for j in await store.jobs.retired_before(4_000) if j.job_group == group] == [retired]
+    assert await store.jobs.delete_retired(console, 4_000) is False
+    assert await store.jobs.delete_retired(late, 4_000) is False
+    assert await store.jobs.delete_retired(retired, 4_000) is True
+    assert await store.jobs.get(retired) is None
+    # A write that expects values the row no longer has changes nothing.
+    job = await store.jobs.get(declared)
+    assert job is not None
+    with pytest.raises(Conflict):
+        await store.jobs.update(replace(job, executor_param="x"), expect={"managed_by": "console"})
+    with pytest.raises(Conflict):
+        await store.jobs.update(replace(job, executor_param="x"), expect={"job_group": other})
+    assert (await store.jobs.get(declared)) == job
+    ours = {"managed_by": "code", "job_group": group}
+    await store.jobs.update(replace(job, executor_param="y"), expect=ours)
+    assert (await store.jobs.get(declared)).executor_param == "y"  # type: ignore[union-attr]
+    with pytest.raises(NotFound):
+        await store.jobs.update(replace(job, id=job.id + 1000), expect={"managed_by": "code"})
 
 
 async def test_update_does_not_touch_lease(store: Store) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,6 +21,7 @@ from jobring.admin.store import (
     RunCursor,
     Store,
     TriggerResult,
+    create_engine,
 )
 from jobring.admin.store.logs import unalarmed_failure_statements
 from jobring.admin.store.tables import job_log
@@ -331,3 +333,27 @@ async def test_fail_monitor_query_reads_by_index_not_by_id(store: Store) -> None
         assert any(index in plan for index in indexes), plan
         assert "Seq Scan" not in plan and "pkey" not in plan and "SCAN xxl_job_log" not in plan, plan
     assert len(await store.logs.failed_unalarmed(1000)) == 20
+
+
+async def test_child_fires_of_a_root_run_never_exceed_the_budget(store: Store) -> None:
+    group, job = await _job(store)
+    root = await store.logs.insert(_fire(group, job, None))
+    child = await store.logs.insert(_fire(group, job, None, root_run_id=root, child_depth=1))
+    stored = await store.logs.get(child)
+    assert stored is not None and (stored.root_run_id, stored.child_depth, stored.child_fires) == (root, 1, 0)
+    assert await store.logs.reserve_child_fires(root, 3, 5) == 3
+    assert await store.logs.reserve_child_fires(root, 3, 5) == 2
+    assert await store.logs.reserve_child_fires(root, 1, 5) == 0
+    assert await store.logs.reserve_child_fires(root + 1000, 1, 5) == 0  # no such root run
+    # Several nodes (separate engines) at once: together they get exactly what is left.
+    other = await store.logs.insert(_fire(group, job, None))
+    url = store.engine.url.render_as_string(hide_password=False)
+    stores = [Store(create_engine(url)) for _ in range(4)]
+    try:
+        granted = await asyncio.gather(*(s.logs.reserve_child_fires(other, 3, 10) for s in stores * 2))
+    finally:
+        for s in stores:
+            await s.close()
+    assert sum(granted) == 10
+    entry = await store.logs.get(other)
+    assert entry is not None and entry.child_fires == 10

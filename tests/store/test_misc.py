@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,6 +15,7 @@ from jobring.admin.store import (
     JobInfo,
     NotFound,
     ReportTotals,
+    RevokedAccess,
     Store,
     User,
     create_engine,
@@ -136,12 +137,43 @@ async def test_tokens(store: Store) -> None:
     touched = await store.tokens.by_hash("a" * 64)
     assert touched is not None and touched.last_used_time == NOW + timedelta(hours=1)
     assert [t.id for t in await store.tokens.list_for_user(uid)] == [tid, other]
-    assert await store.tokens.revoke(tid, user_id=uid + 1) is False  # not theirs
-    assert await store.tokens.revoke(tid, user_id=uid) is True
-    assert await store.tokens.revoke(tid) is False  # already revoked
+    assert await store.tokens.revoke(tid, user_id=uid + 1) is None  # not theirs
+    assert await store.tokens.revoke(tid, user_id=uid) == []
+    assert await store.tokens.revoke(tid) is None  # already revoked
     revoked = await store.tokens.by_hash("a" * 64)
     assert revoked is not None and revoked.revoked is True
     assert await store.tokens.by_hash("c" * 64) is None
+
+
+async def test_revoking_a_token_revokes_the_tokens_made_with_it(store: Store) -> None:
+    uid = await store.users.create(username="dora", role=0, now=NOW)
+    root = await store.tokens.create(uid, "root", "1" * 64, NOW)
+    child = await store.tokens.create(uid, "child", "2" * 64, NOW, parent_token_id=root)
+    grandchild = await store.tokens.create(uid, "grandchild", "3" * 64, NOW, parent_token_id=child)
+    sibling = await store.tokens.create(uid, "sibling", "4" * 64, NOW, parent_token_id=root)
+    unrelated = await store.tokens.create(uid, "unrelated", "5" * 64, NOW)
+    assert await store.tokens.revoke(child) == [grandchild]
+    assert sorted(await store.tokens.revoke(root) or []) == [sibling]
+    states = {t.id: t.revoked for t in await store.tokens.list_for_user(uid)}
+    assert states == {root: True, child: True, grandchild: True, sibling: True, unrelated: False}
+
+
+async def test_revoke_access_ends_sessions_and_tokens_of_one_user(store: Store) -> None:
+    uid = await store.users.create(username="erin", role=0, now=NOW)
+    other = await store.users.create(username="finn", role=0, now=NOW)
+    now_ms = int(NOW.replace(tzinfo=UTC).timestamp() * 1000)
+    for n, owner in enumerate((uid, uid, other)):
+        await store.tokens.create(owner, f"t{n}", str(n) * 64, NOW)
+        await store.sessions.create(f"s{n}", owner, 0, 10**13)
+    await store.tokens.create(uid, "expired", "9" * 64, NOW, NOW - timedelta(seconds=1))
+    await store.sessions.create("s-expired", uid, 0, now_ms)
+    await store.tokens.revoke((await store.tokens.list_for_user(uid))[0].id)
+    revoked = await store.users.revoke_access(uid, now_ms, keep_session="s1")
+    assert revoked == RevokedAccess(sessions=1, tokens=1)  # expired ones are not counted
+    assert await store.users.revoke_access(uid, now_ms) == RevokedAccess(sessions=1, tokens=0)
+    assert [t.revoked for t in await store.tokens.list_for_user(other)] == [False]
+    kept = await store.sessions.get("s2")
+    assert kept is not None and not kept.revoked
 
 
 async def test_settings(store: Store) -> None:

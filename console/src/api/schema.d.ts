@@ -565,7 +565,7 @@ export interface paths {
         /** API tokens: yours, or another user's (admin) */
         get: operations["list_tokens_tokens_get"];
         put?: never;
-        /** Create an API token for yourself (the token is shown only once) */
+        /** Create an API token for yourself (shown only once); one created with an API token cannot outlive that token and is revoked with it */
         post: operations["create_token_tokens_post"];
         delete?: never;
         options?: never;
@@ -583,7 +583,7 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Revoke an API token (yours; admins: any) */
+        /** Revoke an API token (yours; admins: any) and the tokens created with it */
         delete: operations["revoke_token_tokens__token_id__delete"];
         options?: never;
         head?: never;
@@ -617,7 +617,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Change your own password (needs the current one); ends every session, starts a new one */
+        /** Change your own password (needs the current one); ends every session and revokes every API token, then starts a new session for a session caller */
         post: operations["change_password_users_me_password_post"];
         delete?: never;
         options?: never;
@@ -841,6 +841,11 @@ export interface components {
         ErrorBody: {
             /** Error */
             error: string;
+            /**
+             * Error Id
+             * @description 500 only: finds the details in the admin's log
+             */
+            error_id?: string | null;
             /** Field */
             field?: string | null;
         };
@@ -1081,6 +1086,11 @@ export interface components {
              * @description the job is declared in its executor's code (@executor.job(..., cron=...))
              */
             declared_by_executor: boolean;
+            /**
+             * Declared Retired At
+             * @description epoch ms the code stopped declaring it: stopped then, deleted after the grace period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again
+             */
+            declared_retired_at?: number | null;
             /** Executor Block Strategy */
             executor_block_strategy: string | null;
             /** Executor Fail Retry Count */
@@ -1107,6 +1117,11 @@ export interface components {
             job_desc: string;
             /** Job Group */
             job_group: number;
+            /**
+             * Managed By
+             * @description "code": its executor's declarations may change it (it created the job, or an admin handed it over); "console": only users may
+             */
+            managed_by: string;
             /** Misfire Strategy */
             misfire_strategy: string;
             /** Retry Backoff */
@@ -1183,6 +1198,11 @@ export interface components {
             job_desc?: string;
             /** Job Group */
             job_group?: number;
+            /**
+             * Managed By
+             * @description admin only: "code" lets the job's executor group manage it through the jobs its code declares; "console" takes it back (the code no longer touches it)
+             */
+            managed_by?: string | null;
             misfire_strategy?: components["schemas"]["MisfireStrategy"];
             /** Retry Backoff */
             retry_backoff?: string | null;
@@ -1222,6 +1242,11 @@ export interface components {
              * @description the job is declared in its executor's code (@executor.job(..., cron=...))
              */
             declared_by_executor: boolean;
+            /**
+             * Declared Retired At
+             * @description epoch ms the code stopped declaring it: stopped then, deleted after the grace period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again
+             */
+            declared_retired_at?: number | null;
             /** Executor Block Strategy */
             executor_block_strategy: string | null;
             /** Executor Fail Retry Count */
@@ -1248,6 +1273,11 @@ export interface components {
             job_desc: string;
             /** Job Group */
             job_group: number;
+            /**
+             * Managed By
+             * @description "code": its executor's declarations may change it (it created the job, or an admin handed it over); "console": only users may
+             */
+            managed_by: string;
             /** Misfire Strategy */
             misfire_strategy: string;
             /** Retry Backoff */
@@ -1481,6 +1511,35 @@ export interface components {
             /** New Password */
             new_password: string;
         };
+        /** PasswordChangedOut */
+        PasswordChangedOut: {
+            /**
+             * Auth
+             * @description session or token
+             */
+            auth: string;
+            /**
+             * Csrf Token
+             * @description send it as X-CSRF-Token on unsafe methods
+             */
+            csrf_token?: string | null;
+            /** @description your sessions (this one too) and API tokens (the one used for this call too) that were ended; a session caller gets a new session with this answer */
+            revoked: components["schemas"]["RevokedOut"];
+            user: components["schemas"]["UserOut"];
+        };
+        /** RevokedOut */
+        RevokedOut: {
+            /**
+             * Sessions
+             * @description active sessions that were ended
+             */
+            sessions: number;
+            /**
+             * Tokens
+             * @description active API tokens that were revoked
+             */
+            tokens: number;
+        };
         /**
          * RouteStrategy
          * @enum {string}
@@ -1656,7 +1715,7 @@ export interface components {
             expires_at?: string | null;
             /**
              * Expires In Days
-             * @description the token stops working after this many days (default: never)
+             * @description the token stops working after this many days (default: never; created with an API token that expires: required, and not after that token)
              */
             expires_in_days?: number | null;
             /** Name */
@@ -1687,6 +1746,11 @@ export interface components {
             last_used_time: string | null;
             /** Name */
             name: string;
+            /**
+             * Parent Token Id
+             * @description the API token this one was created with (it is revoked with that one)
+             */
+            parent_token_id?: number | null;
             /** Revoked */
             revoked: boolean;
             /**
@@ -1712,6 +1776,11 @@ export interface components {
             last_used_time: string | null;
             /** Name */
             name: string;
+            /**
+             * Parent Token Id
+             * @description the API token this one was created with (it is revoked with that one)
+             */
+            parent_token_id?: number | null;
             /** Revoked */
             revoked: boolean;
             /** User Id */
@@ -1775,6 +1844,25 @@ export interface components {
             trigger_code: number;
             /** Trigger Msg */
             trigger_msg: string;
+        };
+        /** UserChangeOut */
+        UserChangeOut: {
+            /** Add Time */
+            add_time: string | null;
+            /** Glue Permission */
+            glue_permission: boolean;
+            /** Group Ids */
+            group_ids: number[];
+            /** Id */
+            id: number;
+            /** Must Change Password */
+            must_change_password: boolean;
+            /** @description a password reset or a change of role, groups or GLUE permission ends every session and revokes every API token of the user: how many (null: nothing changed that needs it) */
+            revoked?: components["schemas"]["RevokedOut"] | null;
+            /** Role */
+            role: string;
+            /** Username */
+            username: string;
         };
         /** UserCreate */
         UserCreate: {
@@ -1952,6 +2040,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     login_auth_login_post: {
@@ -2041,6 +2138,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2138,6 +2244,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     me_auth_me_get: {
@@ -2223,6 +2338,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2329,6 +2453,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_groups_groups_get: {
@@ -2421,6 +2554,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2524,6 +2666,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     get_group_groups__group_id__get: {
@@ -2611,6 +2762,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2716,6 +2876,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     delete_group_groups__group_id__delete: {
@@ -2801,6 +2970,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2902,6 +3080,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     rotate_group_token_groups__group_id__access_token_rotate_post: {
@@ -2989,6 +3176,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3094,6 +3290,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     enable_address_groups__group_id__addresses_enable_post: {
@@ -3185,6 +3390,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3297,6 +3511,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     create_job_jobs_post: {
@@ -3386,6 +3609,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3487,6 +3719,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     delete_job_jobs__job_id__delete: {
@@ -3572,6 +3813,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3677,6 +3927,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     copy_job_jobs__job_id__copy_post: {
@@ -3764,6 +4023,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3865,6 +4133,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     cancel_delayed_jobs__job_id__delayed__fire_id__delete: {
@@ -3951,6 +4228,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4045,6 +4331,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4150,6 +4445,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     glue_versions_jobs__job_id__glue_versions_get: {
@@ -4237,6 +4541,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4339,6 +4652,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     start_job_jobs__job_id__start_post: {
@@ -4426,6 +4748,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4527,6 +4858,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     trigger_job_jobs__job_id__trigger_post: {
@@ -4618,6 +4958,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4732,6 +5081,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_runs_runs_get: {
@@ -4838,6 +5196,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     clear_runs_runs_clear_post: {
@@ -4927,6 +5294,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5028,6 +5404,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     kill_run_runs__run_id__kill_post: {
@@ -5115,6 +5500,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5236,6 +5630,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The executor failed to answer */
             502: {
                 headers: {
@@ -5350,6 +5753,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     settings_settings_get: {
@@ -5435,6 +5847,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5534,6 +5955,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     console_settings_settings_console_get: {
@@ -5619,6 +6049,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5713,6 +6152,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5816,6 +6264,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     revoke_token_tokens__token_id__delete: {
@@ -5901,6 +6358,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6006,6 +6472,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     create_user_users_post: {
@@ -6102,6 +6577,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     change_password_users_me_password_post: {
@@ -6123,7 +6607,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MeOut"];
+                    "application/json": components["schemas"]["PasswordChangedOut"];
                 };
             };
             /** @description Bad request */
@@ -6191,6 +6675,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6292,6 +6785,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     delete_user_users__user_id__delete: {
@@ -6384,6 +6886,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     update_user_users__user_id__patch: {
@@ -6407,7 +6918,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["UserOut"];
+                    "application/json": components["schemas"]["UserChangeOut"];
                 };
             };
             /** @description Bad request */
@@ -6475,6 +6986,15 @@ export interface operations {
             };
             /** @description Too many attempts */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

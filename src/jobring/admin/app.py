@@ -26,6 +26,7 @@ from importlib import metadata
 from typing import Any, TextIO
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -35,12 +36,14 @@ from jobring.admin.adopt import resolve_database_state
 from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
 from jobring.admin.alarms.service import AlarmService
 from jobring.admin.api.executor_api import executor_api_app
-from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, not_found
+from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, InternalErrors, not_found
 from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
 from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
+from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.coexist import refuse_if_java_admin_alive
 from jobring.admin.console import console_routes
+from jobring.admin.declared_retirement import RetiredDeclaredJobsMonitor
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
@@ -212,8 +215,11 @@ async def start_runtime(
     monitors = Monitors.create(store, trigger, alarms, clock, settings, registry,
                                legacy_log_id_max=state.legacy_log_id_max,
                                hold_retention=state.adopted_from is not None)
+    monitors.add(RetiredDeclaredJobsMonitor(store, AuditLog(store, clock), clock,
+                                            settings.declared_jobs_retired_grace_days))
     callbacks = CallbackService(store, trigger, clock, alarms=alarms,
-                                fail_monitor=monitors.find("fail-monitor"))
+                                fail_monitor=monitors.find("fail-monitor"),
+                                child_fire_budget=settings.child_fire_budget)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
                            ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
@@ -347,4 +353,5 @@ def create_app(
     if base != "/":
         routes.append(Mount(base, app=executor_api))
     routes.append(Mount("", app=executor_api))
-    return AdminApp(routes=routes, lifespan=lifespan, exception_handlers=dict(JSON_ERROR_HANDLERS))
+    return AdminApp(routes=routes, lifespan=lifespan, exception_handlers=dict(JSON_ERROR_HANDLERS),
+                    middleware=[Middleware(InternalErrors)])

@@ -31,7 +31,7 @@ from jobring.admin.security.roles import Role
 from jobring.admin.store import Store
 from jobring.admin.store.audit import NewAuditEvent
 from jobring.admin.store.errors import is_transient
-from jobring.admin.store.records import JobGroup, JobInfo, User
+from jobring.admin.store.records import JobGroup, JobInfo, RevokedAccess, User
 from jobring.core.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class AuditAction(StrEnum):
     USER_UPDATE = "user.update"
     USER_DELETE = "user.delete"
     USER_PASSWORD_RESET = "user.password_reset"
+    USER_ACCESS_REVOKE = "user.access_revoke"  # a change ended the user's sessions and API tokens
     GROUP_CREATE = "group.create"
     GROUP_UPDATE = "group.update"
     GROUP_DELETE = "group.delete"
@@ -70,6 +71,7 @@ class AuditAction(StrEnum):
     JOB_TRIGGER_AT = "job.trigger_at"  # a delayed run asked for
     JOB_DELAYED_CANCEL = "job.delayed_cancel"
     JOB_DECLARED_STOP = "job.declared_stop"  # its executor no longer declares it
+    JOB_DECLARED_DELETE = "job.declared_delete"  # not declared for the grace period: deleted
     GLUE_SAVE = "glue.save"
     GLUE_RESTORE = "glue.restore"
     RUN_KILL = "run.kill"
@@ -248,7 +250,7 @@ def _pair(
         return previous, current
     if not snapshot:
         return None, None
-    return (current, None) if action.value.endswith(".delete") else (None, current)
+    return (current, None) if action.value.endswith("delete") else (None, current)
 
 
 def _encoded(body: dict[str, Any]) -> str:
@@ -312,6 +314,15 @@ class AuditLog:
             details=_encoded(body) if body else None,
         )
         await self._write(event)
+
+    async def access_revoked(
+        self, actor: Actor | Principal, user_id: int, revoked: RevokedAccess, reason: str
+    ) -> None:
+        """Record that ``reason`` (e.g. "password_reset") ended the user's sessions and tokens."""
+        await self.record(
+            actor, AuditAction.USER_ACCESS_REVOKE, target_type="user", target_id=user_id,
+            details={"reason": reason, "sessions": revoked.sessions, "tokens": revoked.tokens},
+        )
 
     async def _write(self, event: NewAuditEvent) -> None:
         for attempt in range(1, WRITE_ATTEMPTS + 1):

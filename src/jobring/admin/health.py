@@ -21,6 +21,7 @@ from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from jobring.admin.store.errors import public_reason
 from jobring.admin.store.migrate import current_revision, head_revision
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ async def _database(runtime: AdminRuntime, timeout_s: float) -> tuple[dict[str, 
         return failed, {"ok": False, "error": "database unavailable"}
     except Exception as exc:  # every driver's errors: reported, not raised
         log.warning("ready: database check failed: %s", exc)
-        failed = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        failed = {"ok": False, "error": public_reason(exc)}  # never the SQL; the log has the rest
         return failed, {"ok": False, "error": "database unavailable"}
     head = head_revision()
     schema: dict[str, Any] = {"ok": revision == head, "revision": revision, "expected": head}

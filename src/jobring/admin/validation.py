@@ -207,10 +207,12 @@ async def check_job_references(
     if missing:
         raise MissingReference("child_jobid", f"job {missing[0]} does not exist")
     if job.id:
-        await _check_no_cycle(store, job.id, children)
+        await check_no_cycle(store, job.id, children)
 
 
-async def _check_no_cycle(store: Store, job_id: int, children: list[int]) -> None:
+async def check_no_cycle(store: Store, job_id: int, children: list[int]) -> None:
+    """ConflictingValue when ``children`` of job ``job_id`` would lead back to it, through any
+    jobs (of any group: the caller sees only that a cycle exists)."""
     # Walk down from the new children; reaching the job itself means a cycle.
     seen: set[int] = set()
     frontier = list(children)

@@ -55,6 +55,10 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
     parser.add_argument("--child", type=_child_ids, action="append", metavar="JOB_IDS",
                         help="job(s) to trigger after a success: comma list, repeatable (edit: '' clears)")
     parser.add_argument("--author", help="who owns the job")
+    if not creating:
+        parser.add_argument("--managed-by", dest="managed_by", choices=("code", "console"),
+                            help="admin only: code lets the executor's declared jobs manage this job; "
+                                 "console takes it back")
 
 
 def schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -82,6 +86,7 @@ def job_fields(args: argparse.Namespace, group_id: int | None) -> dict[str, Any]
         "executor_route_strategy": args.route, "executor_block_strategy": args.block,
         "misfire_strategy": args.misfire, "executor_timeout": args.timeout,
         "executor_fail_retry_count": args.retries, "alarm_email": args.alarm_email, "author": args.author,
+        "managed_by": getattr(args, "managed_by", None),
     }
     fields.update({key: value for key, value in optional.items() if value is not None})
     if args.child is not None:

@@ -40,6 +40,14 @@ def _schedule(job: Mapping[str, Any]) -> str:
     return "none"
 
 
+def _declared(job: Mapping[str, Any]) -> str | None:
+    if job.get("declared_by_executor"):
+        return "in code"
+    if job.get("declared_retired_at"):
+        return "retired"  # the code no longer declares it: deleted after the grace period
+    return "handed over" if job.get("managed_by") == "code" else None  # to the code, not declared yet
+
+
 def _status(job: Mapping[str, Any]) -> str:
     return "running" if job.get("trigger_status") == 1 else "stopped"
 
@@ -51,7 +59,7 @@ _JOB_COLUMNS = (
     ("HANDLER", lambda job: job.get("executor_handler") or job.get("glue_type")),
     ("SCHEDULE", _schedule),
     ("STATUS", _status),
-    ("DECLARED", lambda job: "in code" if job.get("declared_by_executor") else None),
+    ("DECLARED", lambda job: _declared(job)),
     ("NEXT FIRE (UTC)", lambda job: epoch_ms_text(job.get("trigger_next_time")) if _status(job) == "running"
      else None),
 )

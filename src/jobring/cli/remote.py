@@ -150,6 +150,12 @@ def epoch_ms_text(value: Any) -> str | None:
     return datetime.fromtimestamp(value / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def revoked_text(sessions: int, tokens: int) -> str:
+    """What a change revoked, for people: "2 sessions ended and 1 API token revoked"."""
+    return (f"{sessions} session{'' if sessions == 1 else 's'} ended and "
+            f"{tokens} API token{'' if tokens == 1 else 's'} revoked")
+
+
 def instant_text(value: Any) -> str | None:
     """An ISO 8601 instant from the API as ``YYYY-MM-DD HH:MM:SS`` (UTC)."""
     if not isinstance(value, str) or not value:

@@ -17,6 +17,7 @@ from jobring.cli.remote import (
     positive_int,
     print_json,
     print_table,
+    revoked_text,
     run_remote,
 )
 from jobring.client import AdminClient
@@ -36,7 +37,7 @@ def _create(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         if args.user:
             admin.login(args.user, _password(args.user))
-        created = admin.tokens.create(args.name, expires_in_days=args.expires_in)
+        created = admin.tokens.create(args.name, expires_in_days=args.expires_in, expires_at=args.expires_at)
         if args.json:
             print_json(created)
         else:
@@ -81,8 +82,10 @@ def _change_password(args: argparse.Namespace) -> int:
         current = _password(args.user)
         new = _new_password()
         admin.login(args.user, current)
-        admin.auth.change_password(current, new)
-        print(f"password of {args.user} changed", file=sys.stderr)
+        changed = admin.auth.change_password(current, new)
+        revoked = changed.get("revoked") or {"sessions": 0, "tokens": 0}
+        print(f"password of {args.user} changed; {revoked_text(revoked['sessions'], revoked['tokens'])}",
+              file=sys.stderr)
         return 0
 
     return run_remote(args, action)
@@ -110,8 +113,12 @@ def register(sub: Any) -> None:
     create.add_argument("--user", metavar="USERNAME",
                         help=f"log in as USERNAME (password from ${PASSWORD_ENV} or a prompt) instead of "
                              "using --token")
-    create.add_argument("--expires-in", type=positive_int, metavar="DAYS",
+    expiry = create.add_mutually_exclusive_group()
+    expiry.add_argument("--expires-in", type=positive_int, metavar="DAYS",
                         help="the token stops working after DAYS days (default: never)")
+    expiry.add_argument("--expires-at", metavar="INSTANT",
+                        help="the token stops working at INSTANT (ISO 8601, UTC without an offset); "
+                             "a token created with a token that expires must expire no later")
     create.set_defaults(handler=_create)
 
     listing: argparse.ArgumentParser = commands.add_parser("list", help="list your API tokens")

@@ -8,7 +8,7 @@ import asyncio
 import getpass
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobring.cli.common import UsageError
 from jobring.cli.db import EXIT_DB_ERROR, add_database_args, database_url, shown_url
@@ -22,9 +22,13 @@ from jobring.cli.remote import (
     print_table,
     remote_parser,
     resolve_group,
+    revoked_text,
     run_remote,
 )
 from jobring.client import AdminClient
+
+if TYPE_CHECKING:
+    from jobring.admin.store.records import RevokedAccess
 
 ROLES = ("admin", "operator", "viewer")
 USER_PASSWORD_ENV = "JOBRING_USER_PASSWORD"
@@ -111,15 +115,16 @@ def _edit(args: argparse.Namespace) -> int:
         if args.json:
             print_json(user)
         else:
-            print(f"user {user['id']} updated ({user['username']}, {user['role']})")
+            print(f"user {user['id']} updated ({user['username']}, {user['role']}){_revoked_note(user)}")
         return 0
 
     return run_remote(args, action)
 
 
-async def reset_password(url: str, username: str, *, keep_legacy: bool) -> str:
+async def reset_password(url: str, username: str, *, keep_legacy: bool) -> tuple[str, RevokedAccess]:
     """Give ``username`` a generated one-time password (change forced at next login), end
-    its sessions, audit it; returns the password. LookupError when there is no such user."""
+    its sessions and revoke its API tokens, audit it; returns the password and what was
+    revoked. LookupError when there is no such user."""
     from jobring.admin.audit import Actor, ActorKind, AuditAction, AuditLog
     from jobring.admin.security.passwords import generate_password, hash_password
     from jobring.admin.store import Store, current_revision
@@ -136,15 +141,18 @@ async def reset_password(url: str, username: str, *, keep_legacy: bool) -> str:
         await store.users.set_password_hash(
             user.id, hash_password(password), must_change=True, clear_legacy=not keep_legacy
         )
-        await store.sessions.revoke_user(user.id)
-        await AuditLog(store, SystemClock()).record(
-            Actor("cli (offline)", ActorKind.SYSTEM),
+        revoked = await store.users.revoke_access(user.id, SystemClock().now_ms())
+        audit = AuditLog(store, SystemClock())
+        actor = Actor("cli (offline)", ActorKind.SYSTEM)
+        await audit.record(
+            actor,
             AuditAction.USER_PASSWORD_RESET,
             target_type="user",
             target_id=user.id,
             details={"username": username, "offline": True},
         )
-        return password
+        await audit.access_revoked(actor, user.id, revoked, "password_reset")
+        return password, revoked
     finally:
         await store.close()
 
@@ -160,7 +168,7 @@ def _reset_offline(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     try:
-        password = asyncio.run(reset_password(url, args.target, keep_legacy=keep))
+        password, revoked = asyncio.run(reset_password(url, args.target, keep_legacy=keep))
     except LookupError as exc:
         raise UsageError(str(exc)) from None
     except (SQLAlchemyError, OSError) as exc:
@@ -168,8 +176,16 @@ def _reset_offline(args: argparse.Namespace) -> int:
         return EXIT_DB_ERROR
     print(password)
     print(f"jobring: one-time password of {args.target!r} printed above (shown only once); "
-          "it must be changed at the next login; the user's sessions were ended", file=sys.stderr)
+          f"it must be changed at the next login; {revoked_text(revoked.sessions, revoked.tokens)}",
+          file=sys.stderr)
     return 0
+
+
+def _revoked_note(user: dict[str, Any]) -> str:
+    revoked = user.get("revoked")
+    if not revoked:
+        return ""
+    return f"; {revoked_text(int(revoked['sessions']), int(revoked['tokens']))}"
 
 
 def _reset_password(args: argparse.Namespace) -> int:
@@ -182,7 +198,8 @@ def _reset_password(args: argparse.Namespace) -> int:
         if args.json:
             print_json(user)
         else:
-            print(f"password of {user['username']} reset; they must change it at next login")
+            print(f"password of {user['username']} reset; they must change it at next login"
+                  f"{_revoked_note(user)}")
         return 0
 
     return run_remote(args, action)
@@ -230,8 +247,9 @@ def register(sub: Any) -> None:
     edit.set_defaults(handler=_edit)
 
     reset = remote_parser(commands, "reset-password",
-                          f"set a new password the user must change (from ${USER_PASSWORD_ENV} or a prompt); "
-                          "--offline: a generated one-time password, set in the database directly")
+                          f"set a new password the user must change (from ${USER_PASSWORD_ENV} or a prompt) "
+                          "and revoke the user's sessions and API tokens; --offline: a generated one-time "
+                          "password, set in the database directly")
     reset.add_argument("target", metavar="USER", help="username or id (--offline: username)")
     reset.add_argument("--offline", action="store_true",
                        help="no admin needed (e.g. nobody can log in): write to the database named by "

@@ -59,6 +59,13 @@ class TriggerType(StrEnum):
     DELAYED = "DELAYED"  # a one-shot run asked for a later instant (jobring)
 
 
+class ManagedBy(StrEnum):
+    """Who manages a job (jobring): users only, or also its executor's declarations."""
+
+    CONSOLE = "console"
+    CODE = "code"
+
+
 class HandleCode(IntEnum):
     """Result codes of a run (``handle_code`` / ``trigger_code``); 0 means not known yet."""
 

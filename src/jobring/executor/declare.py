@@ -5,8 +5,9 @@ extension ``api/jobring/declareJobs`` (the admin creates or updates the group's 
 ``jobring.admin.api.management.declared``). An admin without the extension (XXL-JOB)
 answers 404, a redirect to its login page or "uri-mapping not found": the address is
 remembered and not asked again. A refused declaration (e.g. a bad cron expression) is
-logged once as an error naming the handler and field; unreachable admins (and 5xx) are
-retried with backoff.
+logged once as an error naming the handler and field; a declaration the admin skipped
+(the handler's job is managed in the console) as a warning; unreachable admins (and 5xx)
+are retried with backoff.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ class Declarer:
             if answer.get("code") == 200:
                 self.outcome = "applied"
                 log.info("jobs declared at %s: %s", base, answer.get("content"))
+                _warn_skipped(answer.get("content"))
                 return True
             if "not found" in msg and "uri-mapping" in msg:  # XXL-JOB's unknown api/<uri>
                 self._mark_unsupported(base, msg)
@@ -159,3 +161,11 @@ class Declarer:
     def _mark_unsupported(self, base: str, why: str) -> None:
         self.unsupported.add(base)
         log.debug("admin %s does not take declared jobs (%s); not asked again", base, why)
+
+
+def _warn_skipped(content: Any) -> None:
+    """One warning per declaration the admin skipped (its handler's job is the console's)."""
+    skipped = content.get("skipped") if isinstance(content, dict) else None
+    for item in skipped if isinstance(skipped, list) else []:
+        if isinstance(item, dict):
+            log.warning("job of handler %s not declared: %s", item.get("handler"), item.get("reason"))

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS
+from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, internal_failure_message
 from jobring.admin.executor_tokens import TokenScope
 from jobring.admin.store.groups import EXECUTOR
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
@@ -94,6 +94,14 @@ class ExecutorApi:
 
     async def endpoint(self, request: Request) -> Response:
         uri: str = request.path_params.get("uri", "")
+        try:
+            return await self._answer_call(request, uri)
+        except Exception as exc:  # the executor keeps what it sent and retries later
+            # Never the error's text (a database error's SQL and parameters): its kind and an id.
+            message = internal_failure_message(exc, f"executor api {uri[:64]}")
+            return _answer(ReturnT.fail(message), status=500)
+
+    async def _answer_call(self, request: Request, uri: str) -> Response:
         if request.method != "POST":
             return _answer(ReturnT.fail(MSG_METHOD_NOT_SUPPORTED))
         if not uri.strip():
@@ -125,9 +133,6 @@ class ExecutorApi:
                 return _answer(await self._registry_call(body, scope, remove=True))
         except ProtocolError as exc:
             return _answer(ReturnT.fail(f"request error: {exc}"), status=400)
-        except Exception as exc:  # the executor keeps what it sent and retries later
-            log.exception("executor api %s failed", uri)
-            return _answer(ReturnT.fail(f"admin error: {type(exc).__name__}: {exc}"), status=500)
         return _answer(ReturnT.fail(msg_uri_not_found(uri)))
 
     async def _callback(self, body: bytes, scope: TokenScope) -> ReturnT:

@@ -6,6 +6,13 @@ log that already has a result is left unchanged (``log repeate callback.``), an 
 log id is skipped (``log item not found.``). A success fires the job's children (trigger
 type PARENT) in the background; the parent's handle message lists them as the reference
 does.
+
+Child fires are budgeted per root trigger: each child run records the run its tree started
+from (``root_run_id``) and its depth, and the root run counts the child fires of its whole
+tree (``child_fires``). Beyond ``child_fire_budget`` (``JOBRING_CHILD_FIRE_BUDGET``) further
+children are not fired and the parent's message says why, so a tree of children that fans
+out (or a cycle stored before cycles were refused) cannot multiply one trigger into
+thousands of runs.
 """
 
 from __future__ import annotations
@@ -40,12 +47,30 @@ MSG_NOT_FOUND = "log item not found."
 CHILD_HEADER = ">>>>>>>>>>> Trigger child job <<<<<<<<<<<"
 
 
+DEFAULT_CHILD_FIRE_BUDGET = 100
+
+
 @dataclass(frozen=True)
 class _ChildPlan:
-    """Children to fire when the parent's result is applied."""
+    """Children to fire when the parent's result is applied, and the tree they belong to."""
 
     children: list[JobInfo]
     summary: str
+    root_run_id: int
+    depth: int
+
+
+@dataclass(frozen=True)
+class _ParentRun:
+    job_id: int
+    root_run_id: int | None
+    child_depth: int
+
+
+def budget_refusal(root_run_id: int, budget: int) -> str:
+    """Why a child was not fired: its tree used up the child fires of its root trigger."""
+    return (f"not fired: the child jobs of root run {root_run_id} used up their budget of {budget} "
+            "child fires (JOBRING_CHILD_FIRE_BUDGET)")
 
 
 def parse_child_ids(child_jobid: str | None) -> list[str]:
@@ -53,15 +78,22 @@ def parse_child_ids(child_jobid: str | None) -> list[str]:
     return [p.strip() for p in (child_jobid or "").split(",") if p.strip()]
 
 
-def child_summary(entries: Sequence[str], known: dict[int, JobInfo]) -> str:
-    """The lines appended to a successful parent's handle message, one per child entry."""
+def child_summary(entries: Sequence[str], known: dict[int, JobInfo], granted: int | None = None,
+                  refusal: str = "") -> str:
+    """The lines appended to a successful parent's handle message, one per child entry; of
+    the existing children only the first ``granted`` (None: all) are fired, the others
+    are reported with ``refusal``."""
     lines = [CHILD_HEADER]
     total = len(entries)
+    fired = 0
     for n, entry in enumerate(entries, start=1):
         child = known.get(int(entry)) if entry.isdigit() else None
         if child is None:
             lines.append(f"{n}/{total} [Job ID={entry}], Trigger Fail, Trigger msg: Job ID is illegal")
+        elif granted is not None and fired >= granted:
+            lines.append(f"{n}/{total} [Job ID={entry}], Trigger Fail, Trigger msg: {refusal}")
         else:
+            fired += 1
             lines.append(f"{n}/{total} [Job ID={entry}], Trigger success, Trigger msg: submitted")
     return "\n".join(lines)
 
@@ -70,8 +102,10 @@ class CallbackService:
     """Handles ``api/callback`` batches."""
 
     def __init__(self, store: Store, trigger: TriggerService, clock: Clock, *,
-                 alarms: AlarmService | None = None, fail_monitor: Monitor | None = None) -> None:
+                 alarms: AlarmService | None = None, fail_monitor: Monitor | None = None,
+                 child_fire_budget: int = DEFAULT_CHILD_FIRE_BUDGET) -> None:
         self._store = store
+        self._child_fire_budget = child_fire_budget
         self._trigger = trigger
         self._clock = clock
         self._alarms = alarms  # recovery alarms
@@ -107,7 +141,8 @@ class CallbackService:
             elif outcome is ResultOutcome.NOT_FOUND:
                 log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id, extra={"run_id": item.log_id})
             elif (plan := plans.get(item.log_id)) is not None:
-                to_fire += [FireRequest(child, TriggerType.PARENT) for child in plan.children]
+                to_fire += [FireRequest(child, TriggerType.PARENT, root_run_id=plan.root_run_id,
+                                        child_depth=plan.depth) for child in plan.children]
         if to_fire:
             self._spawn_children(to_fire)
         applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
@@ -134,18 +169,33 @@ class CallbackService:
         successes = [i for i in items if i.handle_code == HandleCode.SUCCESS]
         if not successes:
             return {}
-        job_of_log = await self._unhandled_jobs_of([i.log_id for i in successes])
-        parents = await self._store.jobs.get_many(set(job_of_log.values()))
+        runs = await self._unhandled_runs_of([i.log_id for i in successes])
+        parents = await self._store.jobs.get_many({r.job_id for r in runs.values()})
         entries_of = {jid: parse_child_ids(job.child_jobid) for jid, job in parents.items()}
         wanted = {int(e) for entries in entries_of.values() for e in entries if e.isdigit()}
         known = await self._store.jobs.get_many(wanted) if wanted else {}
         plans: dict[int, _ChildPlan] = {}
-        for log_id, job_id in job_of_log.items():
-            entries = entries_of.get(job_id)
+        for log_id, run in runs.items():
+            entries = entries_of.get(run.job_id)
             if entries:
                 children = [known[int(e)] for e in entries if e.isdigit() and int(e) in known]
-                plans[log_id] = _ChildPlan(children, child_summary(entries, known))
+                plans[log_id] = await self._budgeted(log_id, run, entries, children, known)
         return plans
+
+    async def _budgeted(self, log_id: int, run: _ParentRun, entries: list[str], children: list[JobInfo],
+                        known: dict[int, JobInfo]) -> _ChildPlan:
+        """The plan of one parent run: as many children as its tree's budget still allows."""
+        root = run.root_run_id or log_id
+        budget = self._child_fire_budget
+        granted = await self._store.logs.reserve_child_fires(root, len(children), budget)
+        refusal = ""
+        if granted < len(children):
+            refusal = budget_refusal(root, budget)
+            log.warning("run %s of job %s: %d of %d child jobs not fired (root run %s, budget %d)", log_id,
+                        run.job_id, len(children) - granted, len(children), root, budget,
+                        extra={"run_id": log_id, "job_id": run.job_id})
+        summary = child_summary(entries, known, granted, refusal)
+        return _ChildPlan(children[:granted], summary, root, run.child_depth + 1)
 
     async def foreign_logs(
         self, items: Sequence[HandleCallbackParam], allowed: Callable[[int], bool]
@@ -163,19 +213,19 @@ class CallbackService:
                 foreign += [int(r.id) for r in rows if not allowed(int(r.job_group))]
         return sorted(foreign)
 
-    async def _unhandled_jobs_of(self, log_ids: list[int]) -> dict[int, int]:
-        """log id -> job id for the logs among ``log_ids`` that have no result yet."""
+    async def _unhandled_runs_of(self, log_ids: list[int]) -> dict[int, _ParentRun]:
+        """log id -> (job id, tree) for the logs among ``log_ids`` that have no result yet."""
         # One query for the whole batch (the store has no multi-get of logs yet).
-        found: dict[int, int] = {}
+        found: dict[int, _ParentRun] = {}
         async with self._store.db.read() as conn:
             for start in range(0, len(log_ids), 500):
                 part = log_ids[start:start + 500]
                 rows = await conn.execute(
-                    select(job_log.c.id, job_log.c.job_id).where(
-                        job_log.c.id.in_(part), job_log.c.handle_code == HandleCode.UNKNOWN
-                    )
+                    select(job_log.c.id, job_log.c.job_id, job_log.c.root_run_id, job_log.c.child_depth)
+                    .where(job_log.c.id.in_(part), job_log.c.handle_code == HandleCode.UNKNOWN)
                 )
-                found.update({int(r.id): int(r.job_id) for r in rows})
+                found.update({int(r.id): _ParentRun(int(r.job_id), r.root_run_id, int(r.child_depth))
+                              for r in rows})
         return found
 
     def _spawn_children(self, reqs: list[FireRequest]) -> None:

@@ -164,6 +164,9 @@ class FailMonitor(Monitor):
                     sharding=_sharding(entry.executor_sharding_param),
                     attempt=entry.attempt + 1,
                     preferred_address=entry.executor_address if entry.executor_sharding_param else None,
+                    # A child run's retry stays in its tree: its children use the same budget.
+                    root_run_id=entry.root_run_id,
+                    child_depth=entry.child_depth,
                 )
             )
             marked.append(

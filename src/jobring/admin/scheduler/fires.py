@@ -37,7 +37,8 @@ class FireRequest:
 
     ``planned_time`` (epoch ms) is set for scheduled fires: with ``job.id`` it is the fire's
     identity. ``address_override`` (MANUAL only) must be a subset of the group's addresses.
-    ``fail_retry_count`` None means the job's own count.
+    ``fail_retry_count`` None means the job's own count. A child fire (and a retry of a
+    child run) carries its tree's root run and its depth (1: a child of the root run).
     """
 
     job: JobInfo
@@ -49,6 +50,8 @@ class FireRequest:
     sharding: tuple[int, int] | None = None  # a retry re-runs one shard (index, total)
     attempt: int = 1  # 1 = first run, 2 = first retry, ...
     preferred_address: str | None = None  # a shard's retry goes back there while it is routable
+    root_run_id: int | None = None
+    child_depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)

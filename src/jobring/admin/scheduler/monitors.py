@@ -352,6 +352,10 @@ class Monitors:
         self.monitors = list(monitors)
         self.alarms = alarms
 
+    def add(self, monitor: Monitor) -> None:
+        """One more monitor, started and stopped with the others (one built outside this package)."""
+        self.monitors.append(monitor)
+
     def find(self, name: str) -> Monitor | None:
         return next((m for m in self.monitors if m.name == name), None)
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobring.admin.scheduler.fires import FirePlan, FireRequest, TriggerRejected
+from jobring.admin.store.errors import public_reason
 from jobring.admin.store.records import NewLog, TriggerResult
 from jobring.core.clock import Clock
 from jobring.core.enums import RouteStrategy, TriggerType
@@ -118,6 +119,8 @@ class FireRecorder:
             # Only the first row of a broadcast carries the identity (the key is unique).
             planned_time=plan.req.planned_time if identity else None,
             admin_node=self.node_id,
+            root_run_id=plan.req.root_run_id,
+            child_depth=plan.req.child_depth,
         )
 
     async def _insert_identities(self, plans: list[FirePlan]) -> None:
@@ -141,7 +144,7 @@ class FireRecorder:
             log.exception("recording the other shards of a broadcast failed")
             for plan, _ in owners:
                 plan.shards = plan.shards[:1]
-                plan.problem = f"the other shards could not be recorded: {type(exc).__name__}: {exc}"
+                plan.problem = f"the other shards could not be recorded: {public_reason(exc)}"
             return
         for (plan, _), log_id in zip(owners, ids, strict=True):
             if log_id is None:  # cannot happen without an identity; keep the count honest

@@ -23,6 +23,20 @@ class ReferencedError(StoreError):
     """The record cannot be deleted because other records still reference it."""
 
 
+def public_reason(exc: BaseException) -> str:
+    """What may be said about ``exc`` outside the admin's log: a store error's own message,
+    else only the error's class. A database error's text carries the SQL statement and its
+    parameters (and a driver's message may quote a value), so none of it is ever repeated."""
+    if isinstance(exc, StoreError):
+        return str(exc)
+    if isinstance(exc, sa_exc.DBAPIError):
+        driver = "" if exc.orig is None else f", {type(exc.orig).__name__}"
+        return f"database error ({type(exc).__name__}{driver})"
+    if isinstance(exc, sa_exc.SQLAlchemyError):
+        return f"database error ({type(exc).__name__})"
+    return type(exc).__name__
+
+
 # Driver error codes that mean "try again later" rather than "your statement is wrong".
 _PG_TRANSIENT_SQLSTATES = frozenset(
     {

@@ -21,9 +21,10 @@ from jobring.admin.store.base import (
     update_rows,
 )
 from jobring.admin.store.engine import utc_naive
-from jobring.admin.store.errors import NotFound
+from jobring.admin.store.errors import Conflict, NotFound
 from jobring.admin.store.records import HeldJobs, JobInfo, JobSort, Page
 from jobring.admin.store.tables import job_info
+from jobring.core.enums import ManagedBy
 
 _LEASE_FIELDS = ("id", "lease_owner", "lease_until", "add_time")
 # What changes on a job row without its update_time changing (the loop's own writes, start/
@@ -33,6 +34,16 @@ _signature = operator.attrgetter(*_SIGNATURE)
 _signature_select = select(job_info.c.id, *(job_info.c[name] for name in _SIGNATURE))
 _ADVANCE_SHAPES = (4, 8, 16, 32, 64, UPDATE_CHUNK)
 _DATETIME_FIELDS = ("add_time", "update_time", "glue_updatetime")
+_CODE = ManagedBy.CODE.value
+
+
+def _described(expect: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in expect.items())
+
+
+def _retired(cutoff_ms: int) -> tuple[ColumnElement[bool], ...]:
+    return (job_info.c.managed_by == _CODE, job_info.c.declared_by_executor == 0,
+            job_info.c.declared_retired_at.is_not(None), job_info.c.declared_retired_at <= cutoff_ms)
 
 
 def _values(job: JobInfo, exclude: Iterable[str]) -> dict[str, Any]:
@@ -77,11 +88,19 @@ class JobRepository(Repository):
             result = await conn.execute(insert(job_info).values(**values))
             return new_id(result)
 
-    async def update(self, job: JobInfo) -> None:
-        """Write every field of ``job`` except id, add_time and the lease; NotFound if absent."""
+    async def update(self, job: JobInfo, *, expect: Mapping[str, Any] | None = None) -> None:
+        """Write every field of ``job`` except id, add_time and the lease; NotFound if absent.
+        ``expect``: column values the stored row must still have (checked in the same
+        statement), else Conflict and nothing is written."""
         values = _values(job, _LEASE_FIELDS)
+        conditions = [job_info.c[name] == value for name, value in (expect or {}).items()]
         async with self._db.write() as conn:
-            result = await conn.execute(update(job_info).where(job_info.c.id == job.id).values(**values))
+            result = await conn.execute(
+                update(job_info).where(job_info.c.id == job.id, *conditions).values(**values))
+            if result.rowcount == 0 and conditions:
+                exists = (await conn.execute(select(job_info.c.id).where(job_info.c.id == job.id))).first()
+                if exists is not None:
+                    raise Conflict(f"job {job.id} changed meanwhile (no longer {_described(expect or {})})")
             if result.rowcount == 0:
                 raise NotFound(f"job {job.id} does not exist")
 
@@ -155,6 +174,27 @@ class JobRepository(Repository):
         """How many jobs belong to the group."""
         page = await self.list(group_ids=[group_id], limit=1)
         return page.total
+
+    async def count_managed_by_code(self, group_id: int) -> int:
+        """How many jobs of the group its executor's declarations manage (retired ones too)."""
+        stmt = select(func.count()).select_from(job_info).where(
+            job_info.c.job_group == group_id, job_info.c.managed_by == _CODE)
+        async with self._db.read() as conn:
+            return int((await conn.execute(stmt)).scalar_one())
+
+    async def retired_before(self, cutoff_ms: int, limit: int = 100) -> builtins.list[JobInfo]:
+        """Jobs managed by code that the code stopped declaring at or before ``cutoff_ms``."""
+        stmt = (select(job_info).where(*_retired(cutoff_ms))
+                .order_by(job_info.c.declared_retired_at, job_info.c.id).limit(limit))
+        async with self._db.read() as conn:
+            return [to_record(JobInfo, r) for r in (await conn.execute(stmt)).all()]
+
+    async def delete_retired(self, job_id: int, cutoff_ms: int) -> bool:
+        """Delete the job if it is still retired since ``cutoff_ms`` or earlier (not declared
+        again, not taken back by an admin in the meantime); True when deleted."""
+        async with self._db.write() as conn:
+            result = await conn.execute(delete(job_info).where(job_info.c.id == job_id, *_retired(cutoff_ms)))
+            return result.rowcount > 0
 
     async def children(self, job_id: int) -> builtins.list[JobInfo]:
         """The existing jobs listed in this job's ``child_jobid`` (in that order)."""

@@ -423,6 +423,25 @@ class LogRepository(Repository):
                     found[entry.id] = entry
         return [found[log_id] for log_id in sorted(found)[:limit]]
 
+    async def reserve_child_fires(self, root_run_id: int, wanted: int, budget: int) -> int:
+        """Take up to ``wanted`` child fires from the budget of the tree rooted at run
+        ``root_run_id`` (its ``child_fires`` stays at most ``budget``); returns how many were
+        granted, 0 when the budget is used up or the root run no longer exists. The root row
+        is locked for the read and the update, so admin nodes never grant more together."""
+        if wanted <= 0:
+            return 0
+        async with self._db.write() as conn:
+            used = (await conn.execute(
+                select(job_log.c.child_fires).where(job_log.c.id == root_run_id).with_for_update()
+            )).scalar()
+            if used is None:
+                return 0
+            granted = max(0, min(wanted, budget - int(used)))
+            if granted:
+                await conn.execute(update(job_log).where(job_log.c.id == root_run_id)
+                                   .values(child_fires=job_log.c.child_fires + granted))
+            return granted
+
     async def set_alarm_status(self, log_id: int, expected: int, new: int) -> bool:
         """Compare-and-set alarm_status; True when this call changed it."""
         async with self._db.write() as conn:

@@ -72,6 +72,8 @@ class JobInfo:
     retry_backoff_max_s: int = 3600
     declared_spec: str | None = None  # JSON: the fields an executor last declared
     declared_by_executor: int = 0  # 1 while the executor's code declares the job
+    managed_by: str = "console"  # "code": the executor's declarations may manage it
+    declared_retired_at: int | None = None  # epoch ms the code stopped declaring it
 
     @property
     def child_job_ids(self) -> list[int]:
@@ -108,6 +110,8 @@ class NewLog:
     dispatch_time: int | None = None
     admin_node: str | None = None
     attempt: int = 1
+    root_run_id: int | None = None  # a child run's root trigger (run id)
+    child_depth: int = 0  # 1: a direct child of the root run
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,9 @@ class LogEntry:
     admin_node: str | None
     handle_time_ms: int | None = None  # handle_time with its milliseconds
     attempt: int = 1
+    root_run_id: int | None = None
+    child_depth: int = 0
+    child_fires: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +314,15 @@ class ApiToken:
     last_used_time: datetime | None
     revoked: bool
     expires_at: datetime | None = None  # naive UTC; None: never
+    parent_token_id: int | None = None  # the token this one was created with
+
+
+@dataclass(frozen=True, slots=True)
+class RevokedAccess:
+    """How many active sessions and API tokens of a user a change ended."""
+
+    sessions: int
+    tokens: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,9 +93,15 @@ job_info = Table(
     # still declared (see jobring.admin.declarations).
     Column("declared_spec", Text, nullable=True),
     Column("declared_by_executor", SmallInteger, nullable=False, server_default="0"),
+    # "code": an executor's declarations may manage the job (it made it, or an admin handed it
+    # over); "console": only users may. When the code stopped declaring it (epoch ms): such a
+    # job is deleted after JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS.
+    Column("managed_by", String(16), nullable=False, server_default="console"),
+    Column("declared_retired_at", BigInteger, nullable=True),
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
+    Index("ix_job_info_retired", "declared_retired_at"),
     sqlite_autoincrement=True,
 )
 
@@ -126,6 +132,11 @@ job_log = Table(
     Column("admin_node", String(64), nullable=True),
     Column("handle_time_ms", BigInteger, nullable=True),  # handle_time to the ms (run durations)
     Column("attempt", Integer, nullable=False, server_default="1"),  # 1 = first run, 2 = first retry ...
+    # A child run: the run its tree started from and how deep it is (1: a direct child). On a
+    # root run: how many child fires its tree used of JOBRING_CHILD_FIRE_BUDGET.
+    Column("root_run_id", BigInteger, nullable=True),
+    Column("child_depth", Integer, nullable=False, server_default="0"),
+    Column("child_fires", Integer, nullable=False, server_default="0"),
     UniqueConstraint("job_id", "planned_time", name="ux_job_log_planned_fire"),
     Index("I_trigger_time", "trigger_time"),
     Index("I_handle_code", "handle_code"),
@@ -221,6 +232,7 @@ api_token = Table(
     Column("last_used_time", ZonedDateTime, nullable=True),
     Column("revoked", Boolean, nullable=False, server_default="0"),
     Column("expires_at", ZonedDateTime, nullable=True),  # naive UTC; None: never expires
+    Column("parent_token_id", Integer, nullable=True),  # the token it was created with, if any
     UniqueConstraint("token_hash", name="ux_api_token_hash"),
     Index("ix_api_token_user", "user_id"),
     sqlite_autoincrement=True,

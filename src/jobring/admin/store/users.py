@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import mysql as mysql_dialect
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from jobring.admin.store.base import Repository, fetch_page, like_pattern, new_id, to_record
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.errors import Conflict, NotFound
-from jobring.admin.store.records import ApiToken, Page, Session, User
+from jobring.admin.store.records import ApiToken, Page, RevokedAccess, Session, User
 from jobring.admin.store.tables import api_token, job_user, session, setting
 
 _USER_COLUMNS = (
@@ -149,6 +149,23 @@ class UserRepository(Repository):
             )
             return int(result.rowcount)
 
+    async def revoke_access(
+        self, user_id: int, now_ms: int, *, keep_session: str | None = None
+    ) -> RevokedAccess:
+        """End every session of the user (but ``keep_session``, a session id hash) and revoke
+        every API token that has not expired by ``now_ms``, in one transaction; returns how
+        many (expired ones are dead already and not counted)."""
+        sessions = [session.c.user_id == user_id, session.c.revoked.is_(False), session.c.expires > now_ms]
+        if keep_session is not None:
+            sessions.append(session.c.id_hash != keep_session)
+        now = datetime.fromtimestamp(now_ms / 1000, UTC).replace(tzinfo=None)
+        tokens = [api_token.c.user_id == user_id, api_token.c.revoked.is_(False),
+                  or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > now)]
+        async with self._db.write() as conn:
+            ended = (await conn.execute(update(session).where(*sessions).values(revoked=True))).rowcount
+            revoked = (await conn.execute(update(api_token).where(*tokens).values(revoked=True))).rowcount
+        return RevokedAccess(sessions=int(ended), tokens=int(revoked))
+
     async def delete(self, user_id: int) -> bool:
         """Delete the user, their API tokens and sessions; False when absent."""
         async with self._db.write() as conn:
@@ -161,9 +178,11 @@ class TokenRepository(Repository):
     """API tokens (only their sha256 hashes are stored)."""
 
     async def create(
-        self, user_id: int, name: str, token_hash: str, now: datetime, expires_at: datetime | None = None
+        self, user_id: int, name: str, token_hash: str, now: datetime, expires_at: datetime | None = None,
+        *, parent_token_id: int | None = None,
     ) -> int:
-        """Store a new token hash; returns its id. Conflict if the hash exists."""
+        """Store a new token hash; returns its id. Conflict if the hash exists.
+        ``parent_token_id``: the token it was created with (revoked with it)."""
         try:
             async with self._db.write() as conn:
                 result = await conn.execute(
@@ -174,11 +193,18 @@ class TokenRepository(Repository):
                         add_time=utc_naive(now),
                         revoked=False,
                         expires_at=None if expires_at is None else utc_naive(expires_at),
+                        parent_token_id=parent_token_id,
                     )
                 )
                 return new_id(result)
         except IntegrityError as exc:
             raise Conflict("a token with this hash already exists") from exc
+
+    async def get(self, token_id: int) -> ApiToken | None:
+        """The token with this id, revoked or not, or ``None``."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(api_token).where(api_token.c.id == token_id))).first()
+        return None if row is None else to_record(ApiToken, row)
 
     async def by_hash(self, token_hash: str) -> ApiToken | None:
         """The token with this hash, revoked or not (check ``revoked``), or ``None``."""
@@ -192,13 +218,30 @@ class TokenRepository(Repository):
         async with self._db.read() as conn:
             return [to_record(ApiToken, r) for r in (await conn.execute(stmt)).all()]
 
-    async def revoke(self, token_id: int, *, user_id: int | None = None) -> bool:
-        """Revoke a token (only the user's own when ``user_id`` is given); True if it changed."""
+    async def revoke(self, token_id: int, *, user_id: int | None = None) -> list[int] | None:
+        """Revoke a token (only the user's own when ``user_id`` is given) and every token
+        created with it, directly or through others; returns the ids of those descendants
+        that were still active, or None when the token was not active."""
         where = [api_token.c.id == token_id, api_token.c.revoked.is_(False)]
         if user_id is not None:
             where.append(api_token.c.user_id == user_id)
         async with self._db.write() as conn:
-            return (await conn.execute(update(api_token).where(*where).values(revoked=True))).rowcount > 0
+            if (await conn.execute(update(api_token).where(*where).values(revoked=True))).rowcount == 0:
+                return None
+            descendants: list[int] = []
+            frontier = [token_id]
+            while frontier:
+                children = (await conn.execute(
+                    select(api_token.c.id, api_token.c.revoked)
+                    .where(api_token.c.parent_token_id.in_(frontier))
+                )).all()
+                active = [int(c.id) for c in children if not c.revoked]
+                if active:
+                    await conn.execute(
+                        update(api_token).where(api_token.c.id.in_(active)).values(revoked=True))
+                descendants += active
+                frontier = [int(c.id) for c in children]
+            return descendants
 
     async def touch_last_used(self, token_id: int, now: datetime) -> None:
         """Record the token's last use."""
@@ -238,14 +281,6 @@ class SessionRepository(Repository):
         where = [session.c.id_hash == id_hash, session.c.revoked.is_(False)]
         async with self._db.write() as conn:
             return (await conn.execute(update(session).where(*where).values(revoked=True))).rowcount > 0
-
-    async def revoke_user(self, user_id: int, *, keep: str | None = None) -> int:
-        """End every session of the user, but ``keep`` (a session id hash); returns how many."""
-        where = [session.c.user_id == user_id, session.c.revoked.is_(False)]
-        if keep is not None:
-            where.append(session.c.id_hash != keep)
-        async with self._db.write() as conn:
-            return (await conn.execute(update(session).where(*where).values(revoked=True))).rowcount
 
 
 class SettingRepository(Repository):

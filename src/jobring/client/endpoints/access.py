@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from jobring.client.call import (
@@ -44,7 +45,8 @@ def me() -> Call[JsonObject]:
 
 
 def change_password(current_password: str, new_password: str) -> Call[JsonObject]:
-    """Change your own password (other sessions end); returns what :func:`me` returns."""
+    """Change your own password: every session ends (this client gets a new one) and every
+    API token is revoked; returns what :func:`me` returns plus ``revoked``."""
     return Call(
         "POST", "/users/me/password", as_object,
         body={"current_password": current_password, "new_password": new_password},
@@ -95,7 +97,9 @@ def create_user(
 
 def update_user(user_id: int, changes: Mapping[str, Any]) -> Call[JsonObject]:
     """Change some of ``username``, ``role``, ``group_ids``, ``glue_permission``,
-    ``password`` (a reset: the user must change it) (admin only)."""
+    ``password`` (a reset: the user must change it) (admin only). A reset or a change of
+    role, groups or GLUE permission ends the user's sessions and revokes their API tokens:
+    the answer's ``revoked`` says how many (``{"sessions": n, "tokens": m}``)."""
     return patch(_user(user_id), as_object, dict(changes))
 
 
@@ -119,12 +123,18 @@ def list_tokens(user_id: int | None = None) -> Call[list[JsonObject]]:
     return get("/tokens", as_list, user_id=user_id)
 
 
-def create_token(name: str, expires_in_days: int | None = None) -> Call[JsonObject]:
+def create_token(
+    name: str, expires_in_days: int | None = None, *, expires_at: datetime | str | None = None
+) -> Call[JsonObject]:
     """A new API token for yourself; the secret is in ``token``, shown only this once.
-    With ``expires_in_days`` it stops working after that many days."""
+    With ``expires_in_days`` it stops working after that many days, with ``expires_at`` (a
+    datetime, naive means UTC, or ISO 8601 text) at that instant. A token created while
+    authenticated with an API token cannot outlive that token (the admin refuses it)."""
     body: dict[str, Any] = {"name": name}
     if expires_in_days is not None:
         body["expires_in_days"] = expires_in_days
+    if expires_at is not None:
+        body["expires_at"] = expires_at.isoformat() if isinstance(expires_at, datetime) else expires_at
     return post("/tokens", as_object, body)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from jobring.admin.api.json_errors import InternalErrors
 from jobring.admin.api.management import audit, auth, dashboard, glue, groups, jobs, runs, users
 from jobring.admin.api.management.docs import install_docs
 from jobring.admin.api.management.errors import install_error_handlers
@@ -54,6 +55,7 @@ def management_app(services: ManagementServices) -> FastAPI:
     app.state.services = services
     app.add_middleware(RequestGuard, max_body_bytes=services.max_body_bytes)
     app.add_middleware(SourceCapture)
+    app.add_middleware(InternalErrors)  # outermost: just inside Starlette's ServerErrorMiddleware
     return app
 
 

@@ -9,7 +9,14 @@ from fastapi import APIRouter, Request, Response
 
 from jobring.admin.api.management.deps import AnyUser, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError
-from jobring.admin.api.management.models import LoginIn, MeOut, PasswordChange, UserOut
+from jobring.admin.api.management.models import (
+    LoginIn,
+    MeOut,
+    PasswordChange,
+    PasswordChangedOut,
+    RevokedOut,
+    UserOut,
+)
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import Actor, AuditAction, Outcome
 from jobring.admin.security.passwords import HashingBusy, hash_password, needs_rehash, password_problem
@@ -158,12 +165,13 @@ async def me(principal: AnyUser) -> MeOut:
 
 @router.post(
     "/users/me/password",
-    response_model=MeOut,
-    summary="Change your own password (needs the current one); ends every session, starts a new one",
+    response_model=PasswordChangedOut,
+    summary="Change your own password (needs the current one); ends every session and revokes every "
+            "API token, then starts a new session for a session caller",
 )
 async def change_password(
     body: PasswordChange, request: Request, response: Response, services: Services, principal: AnyUser
-) -> MeOut:
+) -> PasswordChangedOut:
     user = principal.user
     address = client_address(request)
     retry_after = services.limiter.retry_after_s(user.username, address)
@@ -185,16 +193,19 @@ async def change_password(
     await services.store.users.set_password_hash(
         user.id, new_hash, must_change=False, clear_legacy=not services.settings.keep_xxl_job_passwords
     )
-    # Every session ends, this one too (a new one is issued below): a stolen cookie dies here.
-    await services.store.sessions.revoke_user(user.id)
+    # Every session ends, this one too (a new one is issued below), and every API token is
+    # revoked, the one of this call too: a stolen cookie or token dies here.
+    revoked = await services.store.users.revoke_access(user.id, services.now_ms())
     updated = await services.store.users.get(user.id)
     if updated is None:
         raise ApiError(404, f"user {user.id} no longer exists")
     await services.audit.record(principal, AuditAction.PASSWORD_CHANGE, target_type="user", target_id=user.id)
+    await services.audit.access_revoked(principal, user.id, revoked, "password_change")
     csrf = None
     if principal.method is AuthMethod.SESSION:
         _, csrf = await start_session(services, response, updated)
-    return MeOut(user=UserOut.of(updated), auth=principal.method.value, csrf_token=csrf)
+    return PasswordChangedOut(user=UserOut.of(updated), auth=principal.method.value, csrf_token=csrf,
+                              revoked=RevokedOut.of(revoked))
 
 
 async def hash_new_password(services: ManagementServices, password: str) -> str:

@@ -7,15 +7,24 @@ A jobring executor sends, after it registered, the jobs its handlers declare
      "declarations": [{"handler": "nightly", "start": true,
                        "fields": {"schedule_type": "CRON", "schedule_conf": "0 0 2 * * ?", ...}}]}
 
+Ownership: a declaration manages only jobs *managed by code* (``managed_by = "code"``): the
+jobs declarations created, and jobs an admin handed to the code (``PATCH /jobs/{id}``
+``{"managed_by": "code"}``). A job made in the console is never adopted: a declaration
+whose handler only has such jobs is skipped and reported (``skipped``).
+
 Per (executor group, handler) the admin creates the job when it is missing, else applies
 only the fields whose *declared* value changed since the previous declaration (kept in
 ``declared_spec``): a field edited in the console keeps its value until the code changes
-that field. A previously declared handler that is no longer declared has its job stopped
-(not deleted) and marked as no longer declared. Fields are checked with the management
-API's rules (the ``JobUpdate`` model, then the job validation); one bad declaration
-refuses the whole request, naming the handler and field, and changes nothing. Answers are
-XXL-JOB ReturnT JSON with HTTP 200 (``code`` 500 and ``content: {"handler", "field"}``
-for a refused declaration).
+that field. A job whose handler is no longer declared is *retired*: stopped at once and
+deleted with its runs ``JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS`` later (by
+:mod:`jobring.admin.declared_retirement`) unless declared again. A group holds at most
+``JOBRING_DECLARED_JOBS_MAX_PER_GROUP`` jobs managed by code, retired ones included, and a
+request may declare no more handlers than that. Fields are checked with the management
+API's rules (the ``JobUpdate`` model, the alarm target rules, then the job validation); one
+bad declaration refuses the whole request, naming the handler and field, and changes
+nothing. Answers are XXL-JOB ReturnT JSON with HTTP 200 (``code`` 500 and ``content:
+{"handler", "field"}`` for a refused declaration); an unexpected failure is HTTP 500 with
+only its kind and an error id (never the error's text).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from jobring.admin.api.json_errors import internal_failure_message
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.errors import ApiError
 from jobring.admin.api.management.limits import RequestGuard
@@ -44,7 +54,7 @@ from jobring.admin.security.roles import Role
 from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo, User
 from jobring.admin.validation import FieldError, text_problem
-from jobring.core.enums import GlueType, ScheduleType, TriggerStatus
+from jobring.core.enums import GlueType, ManagedBy, ScheduleType, TriggerStatus
 from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_TOKEN_WRONG
 
 log = logging.getLogger(__name__)
@@ -53,7 +63,9 @@ DECLARE_PATH = "/api/jobring/declareJobs"
 MAX_DECLARATIONS = 1_000
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 # Fields a declaration may not set: the group and handler are its key, GLUE is not code.
-_NOT_DECLARABLE = frozenset({"job_group", "executor_handler", "glue_type", "glue_remark", "glue_source"})
+_NOT_DECLARABLE = frozenset({"job_group", "executor_handler", "glue_type", "glue_remark", "glue_source",
+                             "managed_by"})
+_CODE = ManagedBy.CODE.value
 _SCHEDULE = ("schedule_type", "schedule_conf")  # applied together: a conf means nothing alone
 START = "start"
 
@@ -76,16 +88,21 @@ def _answer(code: int, msg: str | None = None, content: Any = None) -> Response:
     return Response(orjson.dumps(body), status_code=200, media_type="application/json")
 
 
-def parse_declarations(data: Any) -> tuple[str, list[Declaration]]:
-    """The appname and the normalized declarations of a request body (DeclarationError)."""
+def parse_declarations(data: Any, max_count: int = MAX_DECLARATIONS) -> tuple[str, list[Declaration]]:
+    """The appname and the normalized declarations of a request body (DeclarationError);
+    at most ``max_count`` (and never more than MAX_DECLARATIONS) per request."""
     if not isinstance(data, dict):
         raise DeclarationError(None, None, "expected a JSON object")
     appname = data.get("appname")
     if not isinstance(appname, str) or not appname.strip() or len(appname) > 64:
         raise DeclarationError(None, "appname", "appname: a non-empty string is required")
     raw = data.get("declarations")
-    if not isinstance(raw, list) or len(raw) > MAX_DECLARATIONS:
-        raise DeclarationError(None, "declarations", f"declarations: a list of at most {MAX_DECLARATIONS}")
+    limit = min(max_count, MAX_DECLARATIONS)
+    if not isinstance(raw, list):
+        raise DeclarationError(None, "declarations", "declarations: a list is required")
+    if len(raw) > limit:
+        raise DeclarationError(None, "declarations", f"declarations: {len(raw)} handlers declared, at most "
+                               f"{limit} per executor group (JOBRING_DECLARED_JOBS_MAX_PER_GROUP)")
     found: dict[str, Declaration] = {}
     for item in raw:
         if not isinstance(item, dict) or not isinstance(item.get("handler"), str):
@@ -117,14 +134,17 @@ def parse_declarations(data: Any) -> tuple[str, list[Declaration]]:
     return appname.strip(), list(found.values())
 
 
-def _fields_of(spec: dict[str, Any], names: set[str]) -> dict[str, Any]:
-    """JobInfo values for the given spec names."""
+def _fields_of(spec: dict[str, Any], names: set[str], old: JobInfo | None = None) -> dict[str, Any]:
+    """JobInfo values for the given spec names (FieldError for bad alarm targets)."""
     out: dict[str, Any] = {}
     for name in names:
         if name == START:
             continue
         if name == "child_job_ids":
             out["child_jobid"] = ",".join(str(i) for i in dict.fromkeys(spec[name] or [])) or None
+        elif name == "alarm_targets":
+            # The management API's own target rules (and the address policy they apply).
+            out[name] = jobservice.alarm_targets_text(spec[name], old)
         else:
             out[name] = spec[name]
     return out
@@ -158,6 +178,7 @@ class _Plan:
     create: list[tuple[Declaration, JobInfo]]
     update: list[tuple[Declaration, JobInfo, JobInfo, set[str]]]  # (decl, old, new, changed)
     retire: list[JobInfo]
+    skipped: list[dict[str, Any]]  # handlers whose only jobs are the console's
 
 
 def executor_principal(group_id: int, appname: str) -> Principal:
@@ -174,6 +195,10 @@ class DeclarationService:
         self._services = services
         self._lock = asyncio.Lock()  # one declaration at a time per admin node
 
+    @property
+    def _cap(self) -> int:
+        return self._services.settings.declared_jobs_max_per_group
+
     async def apply(self, appname: str, declarations: list[Declaration]) -> dict[str, Any]:
         group = await self._services.store.groups.by_app_name(appname)
         # The exact name: a database whose collation ignores case would find "my-app" for "MY-APP".
@@ -184,48 +209,60 @@ class DeclarationService:
         async with self._lock:
             jobs = await self._services.store.jobs.in_group(group.id)
             plan = await self._plan(group.id, jobs, declarations, principal)
-            return await self._write(plan, actor, principal)
+            return await self._write(plan, actor, principal, group.id)
 
     async def _plan(
         self, group_id: int, jobs: list[JobInfo], declarations: list[Declaration], principal: Principal
     ) -> _Plan:
-        by_handler: dict[str, JobInfo] = {}
-        # The job a handler's declaration manages: the one declared before, else the oldest
-        # BEAN job with that handler (a job made in the console is adopted).
-        for job in sorted(jobs, key=lambda j: (j.declared_spec is None, j.id)):
-            handler = job.executor_handler
-            if job.glue_type == GlueType.BEAN and handler and handler not in by_handler:
-                by_handler[handler] = job
-        plan = _Plan([], [], [])
+        managed, console = _jobs_by_handler(jobs)
+        plan = _Plan([], [], [], [])
         declared = {d.handler for d in declarations}
         for decl in declarations:
-            old = by_handler.get(decl.handler)
+            old = managed.get(decl.handler)
             try:
-                if old is None:
-                    values: dict[str, Any] = {"job_desc": decl.handler[:255], "author": "executor"}
-                    values.update(_fields_of(decl.spec, set(decl.spec)))
-                    new = JobInfo(job_group=group_id, executor_handler=decl.handler,
-                                  declared_spec=_encode(decl.spec), declared_by_executor=1, **values)
-                    await jobservice.validate_job(self._services, new, principal)
-                    plan.create.append((decl, new))
-                    continue
-                changed = _changed(_spec_of(old), decl.spec)
-                new = replace(old, declared_spec=_encode(decl.spec), declared_by_executor=1,
-                              **_fields_of(decl.spec, changed))
-                if new != old:
-                    await jobservice.validate_job(self._services, new, principal, old)
-                    plan.update.append((decl, old, new, changed))
+                if old is None and decl.handler in console:
+                    plan.skipped.append(_skipped(decl.handler, console[decl.handler]))
+                elif old is None:
+                    plan.create.append((decl, await self._new_job(group_id, decl, principal)))
+                else:
+                    # A retired job declared again is revived with every declared field.
+                    changed = _changed(_spec_of(old), decl.spec)
+                    new = replace(old, declared_spec=_encode(decl.spec), declared_by_executor=1,
+                                  declared_retired_at=None, **_fields_of(decl.spec, changed, old))
+                    if new != old:
+                        await jobservice.validate_job(self._services, new, principal, old)
+                        plan.update.append((decl, old, new, changed))
             except FieldError as exc:
                 field = "child_job_ids" if exc.field == "child_jobid" else exc.field
                 raise DeclarationError(decl.handler, field, str(exc)) from None
             except ApiError as exc:
                 raise DeclarationError(decl.handler, exc.field, exc.error) from None
-        plan.retire = [j for j in jobs if j.declared_by_executor and j.executor_handler not in declared]
+        plan.retire = [j for j in jobs if j.managed_by == _CODE and j.declared_by_executor
+                       and j.executor_handler not in declared]
+        existing = sum(j.managed_by == _CODE for j in jobs)
+        if existing + len(plan.create) > self._cap:
+            raise DeclarationError(None, "declarations", self._cap_message(existing, len(plan.create)))
         return plan
 
-    async def _write(self, plan: _Plan, actor: Actor, principal: Principal) -> dict[str, Any]:
+    def _cap_message(self, existing: int, new: int) -> str:
+        grace = self._services.settings.declared_jobs_retired_grace_days
+        return (f"declarations: {new} new job(s) would make {existing + new} jobs managed by code in this "
+                f"executor group, at most {self._cap} (JOBRING_DECLARED_JOBS_MAX_PER_GROUP); jobs no longer "
+                f"declared count until they are deleted {grace} days after (or by an admin)")
+
+    async def _new_job(self, group_id: int, decl: Declaration, principal: Principal) -> JobInfo:
+        values: dict[str, Any] = {"job_desc": decl.handler[:255], "author": "executor"}
+        values.update(_fields_of(decl.spec, set(decl.spec)))
+        new = JobInfo(job_group=group_id, executor_handler=decl.handler, declared_spec=_encode(decl.spec),
+                      declared_by_executor=1, managed_by=_CODE, **values)
+        await jobservice.validate_job(self._services, new, principal)
+        return new
+
+    async def _write(self, plan: _Plan, actor: Actor, principal: Principal, group_id: int) -> dict[str, Any]:
         services = self._services
         audit = services.audit
+        # Checked again in each write: an admin may take a job back (or move it) meanwhile.
+        ours = {"managed_by": _CODE, "job_group": group_id}
         created, updated, stopped = [], [], []
         for decl, job in plan.create:
             kept = await self._keep_oldest(await jobservice.create_job(services, job, principal))
@@ -237,22 +274,23 @@ class DeclarationService:
                 made = await jobservice.start_job(services, made)
                 await audit.job_event(actor, AuditAction.JOB_START, made)
             created.append(made.id)
+        await self._keep_within_cap(group_id, created)
         for decl, old, new, changed in plan.update:
-            job = await jobservice.update_job(services, old, new, principal)
-            if _fields_of(decl.spec, changed):
+            job = await jobservice.update_job(services, old, new, principal, expect=ours)
+            if _fields_of(decl.spec, changed, old):
                 await audit.job_event(actor, AuditAction.JOB_UPDATE, job, before=old, declared=True)
             if START in changed:
                 job = await self._start_or_stop(job, decl.spec[START], actor)
             updated.append(job.id)
         for job in plan.retire:
             current = replace(job, declared_by_executor=0, declared_spec=None,
-                              update_time=services.now_naive_utc())
-            await services.store.jobs.update(current)
+                              declared_retired_at=services.now_ms(), update_time=services.now_naive_utc())
+            await services.store.jobs.update(current, expect=ours)
             if job.trigger_status == TriggerStatus.RUNNING:
                 current = await jobservice.stop_job(services, current)
             await audit.job_event(actor, AuditAction.JOB_DECLARED_STOP, current)
             stopped.append(job.id)
-        return {"created": created, "updated": updated, "stopped": stopped}
+        return {"created": created, "updated": updated, "stopped": stopped, "skipped": plan.skipped}
 
     async def _start_or_stop(self, job: JobInfo, start: bool, actor: Actor) -> JobInfo:
         running = job.trigger_status == TriggerStatus.RUNNING
@@ -268,7 +306,7 @@ class DeclarationService:
         """Two admin nodes declaring for the same group at once may both create a handler's
         job: the one with the higher id deletes its own (None)."""
         same = [j for j in await self._services.store.jobs.in_group(made.job_group)
-                if j.executor_handler == made.executor_handler and j.declared_by_executor
+                if j.executor_handler == made.executor_handler and j.managed_by == _CODE
                 and j.glue_type == GlueType.BEAN]
         if any(j.id < made.id for j in same):
             log.info("job for handler %s was declared concurrently; dropping duplicate %d",
@@ -276,6 +314,39 @@ class DeclarationService:
             await self._services.store.jobs.delete(made.id)
             return None
         return made
+
+    async def _keep_within_cap(self, group_id: int, created: list[int]) -> None:
+        """Declarations applied at once on two admin nodes may pass the cap together: the
+        jobs just created beyond it are deleted again and the declaration is refused."""
+        count = await self._services.store.jobs.count_managed_by_code(group_id)
+        over = count - self._cap
+        if over <= 0:
+            return
+        for job_id in sorted(created, reverse=True)[:over]:
+            await self._services.store.jobs.delete(job_id)
+        raise DeclarationError(None, "declarations", self._cap_message(count - len(created), len(created)))
+
+
+def _jobs_by_handler(jobs: list[JobInfo]) -> tuple[dict[str, JobInfo], dict[str, JobInfo]]:
+    """(the job each handler's declaration manages, the console's BEAN job per handler).
+    Of several jobs managed by code for one handler: the declared one, else the oldest."""
+    managed: dict[str, JobInfo] = {}
+    console: dict[str, JobInfo] = {}
+    for job in sorted(jobs, key=lambda j: (not j.declared_by_executor, j.id)):
+        handler = job.executor_handler
+        if job.glue_type != GlueType.BEAN or not handler:
+            continue
+        owner = managed if job.managed_by == _CODE else console
+        owner.setdefault(handler, job)
+    return managed, console
+
+
+def _skipped(handler: str, job: JobInfo) -> dict[str, Any]:
+    log.warning("declaration of handler %s skipped: job %d has that handler and is managed in the console",
+                handler, job.id)
+    return {"handler": handler, "job_id": job.id,
+            "reason": f"job {job.id} with this handler is managed in the console; an admin can hand it to "
+                      f"the code (PATCH /api/v1/jobs/{job.id} {{\"managed_by\": \"code\"}})"}
 
 
 class DeclareApi:
@@ -306,7 +377,8 @@ class DeclareApi:
         except orjson.JSONDecodeError as exc:
             return _answer(500, f"invalid request body: {exc}")
         try:
-            appname, declarations = parse_declarations(data)
+            cap = self._services.settings.declared_jobs_max_per_group
+            appname, declarations = parse_declarations(data, cap)
             if not await self._token_ok(given, appname):
                 return _answer(500, MSG_TOKEN_WRONG)
             with request_source(client_address(request.scope)):
@@ -314,11 +386,11 @@ class DeclareApi:
         except DeclarationError as exc:
             log.warning("declarations refused: %s", exc)
             return _answer(500, str(exc), {"handler": exc.handler, "field": exc.field})
-        except StoreError as exc:
+        except StoreError as exc:  # our own messages (e.g. a job changed meanwhile)
             return _answer(500, str(exc))
         except Exception as exc:  # the executor tries again later
-            log.exception("declarations of the executor failed")
-            body = orjson.dumps({"code": 500, "msg": f"admin error: {type(exc).__name__}: {exc}"})
+            # Never the error's text (a database error's SQL and parameters): its kind and an id.
+            body = orjson.dumps({"code": 500, "msg": internal_failure_message(exc, "declaring jobs")})
             return Response(body, status_code=500, media_type="application/json")
         log.info("declarations of %s applied: %s", appname, result)
         return _answer(200, None, result)

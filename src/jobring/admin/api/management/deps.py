@@ -9,7 +9,7 @@ A user flagged ``must_change_password`` may only use ``me``, change-password and
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -27,8 +27,10 @@ from jobring.admin.security.sessions import (
     looks_like_session_id,
 )
 from jobring.admin.security.tokens import hash_api_token, looks_like_api_token
+from jobring.admin.store.records import ApiToken
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+MAX_TOKEN_CHAIN = 16  # tokens created through tokens: at most this many ancestors
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 MUST_CHANGE_MESSAGE = "you must change your password first (POST /api/v1/users/me/password)"
 
@@ -56,12 +58,31 @@ async def principal_from_api_token(services: ManagementServices, token: str) -> 
     now = services.now_naive_utc()
     if record.expires_at is not None and now >= record.expires_at:
         raise _unauthenticated("API token expired")
+    if record.parent_token_id is not None and not await _ancestors_valid(services, record, now):
+        raise _unauthenticated("the API token this token was created with is no longer valid")
     user = await services.store.users.get(record.user_id)
     if user is None:
         raise _unauthenticated("the token's user no longer exists")
     if record.last_used_time is None or now - record.last_used_time >= TOKEN_TOUCH_INTERVAL:
         await services.store.tokens.touch_last_used(record.id, now)
     return Principal(user=user, method=AuthMethod.TOKEN, token_id=record.id)
+
+
+async def _ancestors_valid(services: ManagementServices, token: ApiToken, now: datetime) -> bool:
+    """Every token up the chain ``token`` was created through is still valid. Revoking a token
+    revokes its descendants, and a descendant never expires later; this check also holds when
+    a token was created while its parent was being revoked."""
+    parent_id = token.parent_token_id
+    hops = 0
+    while parent_id is not None:
+        hops += 1
+        if hops > MAX_TOKEN_CHAIN:
+            return False  # deeper than tokens can be created
+        parent = await services.store.tokens.get(parent_id)
+        if parent is None or parent.revoked or (parent.expires_at is not None and now >= parent.expires_at):
+            return False
+        parent_id = parent.parent_token_id
+    return True
 
 
 async def _from_session(services: ManagementServices, request: Request, cookie: str) -> Principal:

@@ -1,29 +1,30 @@
 """The management API's one error shape: ``{"error": "<message>", "field": "<name>"|null}``.
 
 Every 4xx/5xx answer of ``/api/v1`` has this body, including FastAPI's request validation
-errors (the first problem is reported, with the field's dotted location).
+errors (the first problem is reported, with the field's dotted location). A 500 says only
+``"internal error"`` and an ``error_id`` that finds the traceback in the admin's log: the
+text of an unexpected error (a database error's SQL and parameters) never leaves the admin.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from jobring.admin.api.json_errors import internal_error_response
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError
 from jobring.admin.validation import FieldError
-
-log = logging.getLogger(__name__)
 
 
 class ErrorBody(BaseModel):
     error: str
     field: str | None = None
+    error_id: str | None = Field(None, description="500 only: finds the details in the admin's log")
 
 
 class ApiError(Exception):
@@ -62,6 +63,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "Request body too large"),
         (422, "Invalid field"),
         (429, "Too many attempts"),
+        (500, "Internal error (the error_id finds it in the admin's log)"),
     )
 }
 
@@ -111,14 +113,11 @@ async def _on_store(_request: Request, exc: Exception) -> JSONResponse:
         return error_response(404, str(exc) or "not found")
     if isinstance(exc, Conflict | ReferencedError):
         return error_response(409, str(exc) or "conflict")
-    log.error("store error not mapped to an answer: %r", exc)
-    return error_response(500, "internal store error")
+    return internal_error_response(exc, "store error not mapped to an answer")
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-    # Starlette logs the traceback after this answer (it re-raises to the server).
-    log.error("unhandled error answering %s %s: %r", request.method, request.url.path, exc)
-    return error_response(500, "internal server error")
+    return internal_error_response(exc, f"answering {request.method} {request.url.path}")
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -8,10 +8,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
-from jobring.admin.alarms.targets import SECRET_MASK, AlarmTarget, TargetError, dump_targets, parse_targets
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
-from jobring.admin.api.management.errors import ERROR_RESPONSES, bad_request, not_found
+from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, bad_request, not_found
 from jobring.admin.api.management.models import (
     MAX_INT32,
     DelayedFireOut,
@@ -31,6 +30,7 @@ from jobring.admin.audit import AuditAction
 from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import JobInfo, JobSort
 from jobring.admin.validation import FieldError, check_schedule, check_timezone
+from jobring.core.enums import ManagedBy
 from jobring.core.schedule import next_fire_times, parse_schedule
 
 router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
@@ -53,37 +53,16 @@ def _child_list(ids: list[int] | None) -> str | None:
     return ",".join(str(i) for i in dict.fromkeys(ids or [])) or None
 
 
-def _targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = None) -> str | None:
-    """The stored JSON of a target list; a masked secret keeps the old target's secret."""
-    targets = parse_targets(raw or [])
-    if old is not None:
-        previous = [t for t in parse_targets(old.alarm_targets) if "secret" in t.config]
-        kept = []
-        for t in targets:
-            if t.config.get("secret") == SECRET_MASK:
-                same = next(
-                    (p for p in previous if p.kind == t.kind and p.config["url"] == t.config["url"]), None)
-                if same is None:
-                    raise FieldError("alarm_targets", "a masked secret must belong to an existing target")
-                t = AlarmTarget(t.kind, {**t.config, "secret": same.config["secret"]})
-            kept.append(t)
-        targets = kept
-    return dump_targets(targets)
-
-
 def job_from_create(body: JobCreate) -> JobInfo:
     data = body.model_dump(exclude={"child_job_ids", "alarm_targets"})
-    try:
-        targets = _targets_text(body.alarm_targets)
-    except TargetError as exc:
-        raise FieldError(exc.field, exc.message) from None
+    targets = jobservice.alarm_targets_text(body.alarm_targets)
     return JobInfo(**data, child_jobid=_child_list(body.child_job_ids), alarm_targets=targets)
 
 
 def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
     changes: dict[str, Any] = body.model_dump(exclude_unset=True)
     for name in (*_NOT_NULL, "alarm_on", "alarm_recovery", "executor_fail_retry_interval_s", "retry_backoff",
-                 "retry_backoff_max_s"):
+                 "retry_backoff_max_s", "managed_by"):
         if name in changes and changes[name] is None:
             raise FieldError(name, "must not be null")
     if changes.get("schedule_conf") is not None and "schedule_type" not in changes:
@@ -92,10 +71,10 @@ def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
     if "child_job_ids" in changes:
         changes["child_jobid"] = _child_list(changes.pop("child_job_ids"))
     if "alarm_targets" in changes:
-        try:
-            changes["alarm_targets"] = _targets_text(changes["alarm_targets"], old)
-        except TargetError as exc:
-            raise FieldError(exc.field, exc.message) from None
+        changes["alarm_targets"] = jobservice.alarm_targets_text(changes["alarm_targets"], old)
+    if changes.get("managed_by") == ManagedBy.CONSOLE:
+        # Taken back from the code: its declarations no longer touch (nor retire) the job.
+        changes.update(declared_by_executor=0, declared_spec=None, declared_retired_at=None)
     return replace(old, **changes)
 
 
@@ -155,6 +134,9 @@ async def get_job(job_id: JobId, services: Services, principal: Reader) -> JobOu
 async def update_job(job_id: JobId, body: JobUpdate, services: Services, principal: Writer) -> JobUpdateOut:
     old = await jobservice.load_job(services, job_id)
     ensure_group_write(principal, old.job_group)
+    if body.managed_by is not None and body.managed_by != old.managed_by and not principal.is_admin:
+        raise ApiError(403, "only an admin may hand a job to its executor's code or take it back",
+                       "managed_by")
     new = job_with_update(old, body)
     if new.job_group != old.job_group:
         ensure_group_write(principal, new.job_group)
@@ -182,7 +164,7 @@ async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     desc = (job.job_desc + " (copy)")[:255]
     # A copy is the console's: the executor's declaration keeps managing the original.
     copy = replace(job, job_desc=desc, lease_owner=None, lease_until=0, declared_spec=None,
-                   declared_by_executor=0)
+                   declared_by_executor=0, managed_by=ManagedBy.CONSOLE.value, declared_retired_at=None)
     created = await jobservice.create_job(services, copy, principal)
     await services.audit.job_event(
         principal, AuditAction.JOB_CREATE, created, snapshot=True, copied_from=job.id

@@ -8,11 +8,12 @@ the database as it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from jobring.admin.alarms.targets import SECRET_MASK, AlarmTarget, TargetError, dump_targets, parse_targets
 from jobring.admin.api.management.deps import ensure_group_write
 from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.models import MAX_DELAY_MS
@@ -20,12 +21,14 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerRejected
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.delayed import DelayedFire
-from jobring.admin.store.records import ClearRule, JobInfo
+from jobring.admin.store.records import JobInfo
+from jobring.admin.store.removal import remove_job_history
 from jobring.admin.validation import (
     FieldError,
     check_address,
     check_job,
     check_job_references,
+    check_no_cycle,
 )
 from jobring.core.enums import GlueType, ScheduleType, TriggerStatus, TriggerType
 from jobring.core.schedule import parse_schedule
@@ -40,6 +43,29 @@ def ensure_glue_allowed(services: ManagementServices, principal: Principal) -> N
         raise ApiError(403, GLUE_DISABLED)
     if not principal.can_edit_glue:
         raise ApiError(403, GLUE_NOT_PERMITTED)
+
+
+def alarm_targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = None) -> str | None:
+    """The stored JSON of a job's alarm target list, checked by each channel's rules (FieldError
+    naming the bad part); a masked secret keeps ``old``'s secret of the same target."""
+    try:
+        targets = parse_targets(raw or [])
+        if old is not None:
+            previous = [t for t in parse_targets(old.alarm_targets) if "secret" in t.config]
+            targets = [_keep_secret(t, previous) for t in targets]
+    except TargetError as exc:
+        raise FieldError(exc.field, exc.message) from None
+    return dump_targets(targets)
+
+
+def _keep_secret(target: AlarmTarget, previous: list[AlarmTarget]) -> AlarmTarget:
+    if target.config.get("secret") != SECRET_MASK:
+        return target
+    url = target.config["url"]
+    same = next((p for p in previous if p.kind == target.kind and p.config["url"] == url), None)
+    if same is None:
+        raise FieldError("alarm_targets", "a masked secret must belong to an existing target")
+    return AlarmTarget(target.kind, {**target.config, "secret": same.config["secret"]})
 
 
 async def load_job(services: ManagementServices, job_id: int) -> JobInfo:
@@ -154,16 +180,24 @@ async def create_job(services: ManagementServices, job: JobInfo, principal: Prin
     )
     await validate_job(services, job, principal)
     new_id = await services.store.jobs.create(job)
+    if job.child_job_ids:
+        try:
+            # A stored child list may name an id not used yet (an adopted XXL-JOB database).
+            await check_no_cycle(services.store, new_id, job.child_job_ids)
+        except FieldError:
+            await services.store.jobs.delete(new_id)
+            raise
     return await load_job(services, new_id)
 
 
 async def update_job(
     services: ManagementServices, old: JobInfo, new: JobInfo, principal: Principal,
-    warnings: list[str] | None = None,
+    warnings: list[str] | None = None, *, expect: Mapping[str, Any] | None = None,
 ) -> JobInfo:
     """Write ``new`` over ``old``; a running job gets its next fire time recomputed when its
     schedule changed (as the reference does). Legacy values the update does not change are
-    kept, with a line in ``warnings`` (when given; else they are refused like new values)."""
+    kept, with a line in ``warnings`` (when given; else they are refused like new values).
+    ``expect``: stored values checked in the write itself (store Conflict when changed)."""
     ensure_group_write(principal, old.job_group)
     if new.job_group != old.job_group:
         ensure_group_write(principal, new.job_group)
@@ -194,20 +228,30 @@ async def update_job(
             new = replace(new, trigger_status=int(TriggerStatus.STOPPED), trigger_next_time=0)
         else:
             new = replace(new, trigger_next_time=next_fire_after(services, new, services.now_ms()))
-    await services.store.jobs.update(new)
+    await services.store.jobs.update(new, expect=expect)
+    if new.child_jobid != old.child_jobid and new.child_job_ids:
+        await _refuse_cycle_made_meanwhile(services, old, new)
     return await load_job(services, old.id)
+
+
+async def _refuse_cycle_made_meanwhile(services: ManagementServices, old: JobInfo, new: JobInfo) -> None:
+    """Checked again once written: two updates validated at once could close a cycle together
+    (A -> B while B -> A). The child list then goes back to what it was, and the update is
+    refused (both may be: a cycle is worse than a refused edit)."""
+    try:
+        await check_no_cycle(services.store, new.id, new.child_job_ids)
+    except FieldError:
+        current = await load_job(services, old.id)
+        await services.store.jobs.update(replace(current, child_jobid=old.child_jobid))
+        raise
 
 
 async def delete_job(services: ManagementServices, job: JobInfo) -> None:
     """Delete the job, its runs, delayed runs and GLUE history (as the reference does), and
     drop it from its parents' child lists."""
-    await services.store.delayed.remove_for_job(job.id)
-    for parent in await services.store.jobs.parents(job.id):
-        kept = [c for c in parent.child_job_ids if c != job.id]
-        await services.store.jobs.update(replace(parent, child_jobid=",".join(map(str, kept)) or None))
+    await services.store.delayed.remove_for_job(job.id)  # none fires while the rest goes
     await services.store.jobs.delete(job.id)
-    await services.store.glue.delete_for_job(job.id)
-    await services.store.logs.clear(ClearRule.ALL, services.now_naive_utc(), job_id=job.id)
+    await remove_job_history(services.store, job.id, services.now_naive_utc())
 
 
 async def start_job(services: ManagementServices, job: JobInfo) -> JobInfo:

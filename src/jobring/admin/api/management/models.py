@@ -22,6 +22,7 @@ from jobring.admin.store.records import (
     JobInfo,
     LogEntry,
     RegistryEntry,
+    RevokedAccess,
     User,
 )
 from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldError, text_problem
@@ -218,6 +219,9 @@ RetryBackoffKind = Annotated[str, Field(pattern="^(fixed|exponential)$")]
 DeadlineMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 
 
+ManagedByName = Annotated[str, Field(pattern="^(console|code)$")]
+
+
 class JobFields(Strict):
     """The writable fields of a job (the reference's names)."""
 
@@ -294,6 +298,9 @@ class JobUpdate(Strict):
     executor_fail_retry_interval_s: RetryIntervalSeconds | None = None
     retry_backoff: RetryBackoffKind | None = None
     retry_backoff_max_s: RetryIntervalSeconds | None = None
+    managed_by: ManagedByName | None = Field(
+        None, description="admin only: \"code\" lets the job's executor group manage it through the jobs "
+                          "its code declares; \"console\" takes it back (the code no longer touches it)")
 
 
 def targets_out(job: JobInfo) -> list[dict[str, Any]]:
@@ -341,6 +348,12 @@ class JobOut(BaseModel):
     declared_by_executor: bool = Field(
         description="the job is declared in its executor's code (@executor.job(..., cron=...))"
     )
+    managed_by: str = Field(
+        description="\"code\": its executor's declarations may change it (it created the job, or an admin "
+                    "handed it over); \"console\": only users may")
+    declared_retired_at: int | None = Field(
+        None, description="epoch ms the code stopped declaring it: stopped then, deleted after the grace "
+                          "period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again")
 
     @classmethod
     def of(cls, job: JobInfo) -> JobOut:
@@ -672,6 +685,31 @@ class MeOut(BaseModel):
     csrf_token: str | None = Field(None, description="send it as X-CSRF-Token on unsafe methods")
 
 
+class RevokedOut(BaseModel):
+    sessions: int = Field(description="active sessions that were ended")
+    tokens: int = Field(description="active API tokens that were revoked")
+
+    @classmethod
+    def of(cls, revoked: RevokedAccess) -> RevokedOut:
+        return cls(sessions=revoked.sessions, tokens=revoked.tokens)
+
+
+class UserChangeOut(UserOut):
+    revoked: RevokedOut | None = Field(
+        None,
+        description="a password reset or a change of role, groups or GLUE permission ends every "
+                    "session and revokes every API token of the user: how many (null: nothing changed "
+                    "that needs it)",
+    )
+
+
+class PasswordChangedOut(MeOut):
+    revoked: RevokedOut = Field(
+        description="your sessions (this one too) and API tokens (the one used for this call too) "
+                    "that were ended; a session caller gets a new session with this answer"
+    )
+
+
 MAX_TOKEN_DAYS = 3650
 
 
@@ -680,7 +718,8 @@ class TokenCreate(Strict):
 
     name: Annotated[Text, Field(min_length=1, max_length=64)]
     expires_in_days: Annotated[int, Field(ge=1, le=MAX_TOKEN_DAYS)] | None = Field(
-        None, description="the token stops working after this many days (default: never)"
+        None, description="the token stops working after this many days (default: never; created with "
+                          "an API token that expires: required, and not after that token)"
     )
     expires_at: datetime | None = Field(
         None, description="ISO 8601 instant (UTC if no offset) after which the token stops working"
@@ -712,6 +751,9 @@ class TokenOut(BaseModel):
     last_used_time: datetime | None
     revoked: bool
     expires_at: datetime | None = Field(None, description="null: never expires")
+    parent_token_id: int | None = Field(
+        None, description="the API token this one was created with (it is revoked with that one)"
+    )
 
     @classmethod
     def of(cls, t: ApiToken) -> TokenOut:

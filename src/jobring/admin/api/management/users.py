@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
 from jobring.admin.api.management.auth import hash_new_password
-from jobring.admin.api.management.deps import Admin, Reader, Services
+from jobring.admin.api.management.deps import MAX_TOKEN_CHAIN, Admin, Reader, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import (
     MAX_INT32,
     PageOut,
+    RevokedOut,
     RoleName,
     Text,
     TokenCreate,
     TokenCreated,
     TokenOut,
+    UserChangeOut,
     UserCreate,
     UserOut,
     UserUpdate,
@@ -27,7 +30,7 @@ from jobring.admin.audit import AuditAction
 from jobring.admin.security.passwords import password_problem
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
-from jobring.admin.store.records import User
+from jobring.admin.store.records import ApiToken, User
 from jobring.admin.validation import (
     ConflictingValue,
     FieldError,
@@ -106,8 +109,22 @@ async def get_user(user_id: UserId, services: Services, principal: Admin) -> Use
     return UserOut.of(await _load(services, user_id))
 
 
-@router.patch("/users/{user_id}", response_model=UserOut, summary="Update a user (admin)")
-async def update_user(user_id: UserId, body: UserUpdate, services: Services, principal: Admin) -> UserOut:
+def _access_change_reasons(before: User, after: User, password_reset: bool) -> list[str]:
+    """Why a user update must end the user's sessions and tokens: what they may do changed."""
+    reasons = ["password_reset"] if password_reset else []
+    if after.role != before.role:
+        reasons.append("role_change")
+    if after.permitted_group_ids != before.permitted_group_ids:
+        reasons.append("group_permission_change")
+    if after.glue_permission != before.glue_permission:
+        reasons.append("glue_permission_change")
+    return reasons
+
+
+@router.patch("/users/{user_id}", response_model=UserChangeOut, summary="Update a user (admin)")
+async def update_user(
+    user_id: UserId, body: UserUpdate, services: Services, principal: Admin
+) -> UserChangeOut:
     user = await _load(services, user_id)
     changes = body.model_dump(exclude_unset=True)
     for name in ("username", "role", "group_ids", "glue_permission"):
@@ -140,13 +157,19 @@ async def update_user(user_id: UserId, body: UserUpdate, services: Services, pri
         await services.audit.record(
             principal, AuditAction.USER_PASSWORD_RESET, target_type="user", target_id=user.id
         )
-    if new_hash is not None or (updated.role, updated.permission) != (user.role, user.permission):
-        # What the user may do changed: their sessions end (on every node, at the next request).
-        await services.store.sessions.revoke_user(user.id)
+    revoked = None
+    reasons = _access_change_reasons(user, updated, new_hash is not None)
+    if reasons:
+        # What the user may do (or who may act as them) changed: every session ends and every
+        # API token is revoked, on every node at its next request. An admin changing their
+        # own groups ends their own session too.
+        access = await services.store.users.revoke_access(user.id, services.now_ms())
+        await services.audit.access_revoked(principal, user.id, access, ",".join(reasons))
+        revoked = RevokedOut.of(access)
     after = await _load(services, user_id)
     if changes.keys() - {"password"}:
         await services.audit.user_event(principal, AuditAction.USER_UPDATE, after, before=user)
-    return UserOut.of(after)
+    return UserChangeOut(**UserOut.of(after).model_dump(), revoked=revoked)
 
 
 @router.delete("/users/{user_id}", status_code=204, response_class=Response, summary="Delete a user (admin)")
@@ -154,6 +177,10 @@ async def delete_user(user_id: UserId, services: Services, principal: Admin) -> 
     if user_id == principal.user.id:
         raise ApiError(409, "you cannot delete yourself")
     user = await _load(services, user_id)
+    # Revoked first (and audited with the counts), so nothing of the user works even while
+    # the delete below is under way; the delete then removes the rows.
+    access = await services.store.users.revoke_access(user_id, services.now_ms())
+    await services.audit.access_revoked(principal, user_id, access, "user_delete")
     if not await services.store.users.delete(user_id):
         raise not_found("user", user_id)
     await services.audit.user_event(principal, AuditAction.USER_DELETE, user, snapshot=True)
@@ -180,7 +207,8 @@ async def list_tokens(
     response_model=TokenCreated,
     status_code=201,
     tags=["tokens"],
-    summary="Create an API token for yourself (the token is shown only once)",
+    summary="Create an API token for yourself (shown only once); one created with an API token "
+            "cannot outlive that token and is revoked with it",
 )
 async def create_token(body: TokenCreate, services: Services, principal: Reader) -> TokenCreated:
     existing = await services.store.tokens.list_for_user(principal.user.id)
@@ -188,13 +216,26 @@ async def create_token(body: TokenCreate, services: Services, principal: Reader)
         raise ApiError(409, f"you already have {MAX_TOKENS_PER_USER} active tokens; revoke some first")
     now = services.now_naive_utc()
     expires_at = body.expiry(now)
+    if expires_at is not None:
+        expires_at = expires_at.replace(microsecond=0)  # as the database keeps it: never later
+    if principal.token_id is not None:
+        parent = next((t for t in existing if t.id == principal.token_id), None)
+        _check_within_parent(body, expires_at, parent)
+        if await _chain_length(services, principal.token_id) >= MAX_TOKEN_CHAIN:
+            raise ApiError(409, f"this token ends a chain of {MAX_TOKEN_CHAIN} tokens created through "
+                                "tokens; create new tokens from a session")
     token = generate_api_token()
     token_id = await services.store.tokens.create(
-        principal.user.id, body.name, hash_api_token(token), now, expires_at
+        principal.user.id, body.name, hash_api_token(token), now, expires_at,
+        parent_token_id=principal.token_id,
     )
+    details: dict[str, Any] = {"name": body.name}
+    if expires_at is not None:
+        details["expires_at"] = expires_at.isoformat()
+    if principal.token_id is not None:
+        details["parent_token_id"] = principal.token_id
     await services.audit.record(
-        principal, AuditAction.TOKEN_CREATE, target_type="token", target_id=token_id,
-        details={"name": body.name},
+        principal, AuditAction.TOKEN_CREATE, target_type="token", target_id=token_id, details=details
     )
     created = next(
         t for t in await services.store.tokens.list_for_user(principal.user.id) if t.id == token_id
@@ -202,16 +243,46 @@ async def create_token(body: TokenCreate, services: Services, principal: Reader)
     return TokenCreated(**TokenOut.of(created).model_dump(), token=token)
 
 
+async def _chain_length(services: ManagementServices, token_id: int) -> int:
+    """How many tokens the token ``token_id`` was created through (0: made from a session)."""
+    length = 0
+    token = await services.store.tokens.get(token_id)
+    while token is not None and token.parent_token_id is not None and length < MAX_TOKEN_CHAIN:
+        length += 1
+        token = await services.store.tokens.get(token.parent_token_id)
+    return length
+
+
+def _check_within_parent(body: TokenCreate, expires_at: datetime | None, parent: ApiToken | None) -> None:
+    """A token made with a token may not outlive it (nor be made with one that is gone)."""
+    if parent is None or parent.revoked:
+        raise ApiError(401, "the API token used for this call is no longer valid")
+    if parent.expires_at is None:
+        return
+    field = "expires_in_days" if body.expires_in_days is not None else "expires_at"
+    limit = parent.expires_at.replace(tzinfo=UTC).isoformat().replace("+00:00", "Z")
+    if expires_at is None:
+        raise FieldError(field, f"a token created with an API token cannot outlive it: give expires_at "
+                                f"at or before {limit} (when the token used for this call expires)")
+    if expires_at > parent.expires_at:
+        raise FieldError(field, f"must be at or before {limit}: a token created with an API token "
+                                "cannot outlive it")
+
+
 @router.delete(
     "/tokens/{token_id}",
     status_code=204,
     response_class=Response,
     tags=["tokens"],
-    summary="Revoke an API token (yours; admins: any)",
+    summary="Revoke an API token (yours; admins: any) and the tokens created with it",
 )
 async def revoke_token(token_id: TokenId, services: Services, principal: Reader) -> Response:
     owner = None if principal.is_admin else principal.user.id
-    if not await services.store.tokens.revoke(token_id, user_id=owner):
+    descendants = await services.store.tokens.revoke(token_id, user_id=owner)
+    if descendants is None:
         raise not_found("active token", token_id)
-    await services.audit.record(principal, AuditAction.TOKEN_REVOKE, target_type="token", target_id=token_id)
+    await services.audit.record(
+        principal, AuditAction.TOKEN_REVOKE, target_type="token", target_id=token_id,
+        details={"also_revoked": descendants} if descendants else None,
+    )
     return Response(status_code=204)

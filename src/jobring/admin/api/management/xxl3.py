@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from jobring.admin.api.json_errors import internal_failure_message
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import MUST_CHANGE_MESSAGE, principal_from_api_token
 from jobring.admin.api.management.errors import ApiError
@@ -128,6 +129,13 @@ class Xxl3Api:
 
     async def endpoint(self, request: Request) -> Response:
         name = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            return await self._answer_call(request, name)
+        except Exception as exc:
+            # Never the error's text (a database error's SQL and parameters): its kind and an id.
+            return _answer(500, internal_failure_message(exc, f"api/{name[:32]}"))
+
+    async def _answer_call(self, request: Request, name: str) -> Response:
         if request.method != "POST":
             return _answer(500, MSG_METHOD_NOT_SUPPORTED)
         given = _presented_token(request)
