@@ -66,7 +66,7 @@ describe("signing in", () => {
   describe("PasswordView", () => {
     it("changes the forced password and goes on", async () => {
       session.user = user({ must_change_password: true });
-      vi.mocked(changeOwnPassword).mockResolvedValue({ auth: "session", user: user() });
+      vi.mocked(changeOwnPassword).mockResolvedValue({ auth: "session", revoked: { sessions: 0, tokens: 0 }, user: user() });
       const { wrapper, router } = await mountView(PasswordView, { path: "/password?next=/groups" });
       expect(wrapper.find(".notice").exists()).toBe(true);
       for (const [name, value] of [["current_password", "generated"], ["new_password", "mine now"], ["repeat_password", "mine now"]]) {
@@ -118,7 +118,7 @@ describe("ProfileView", () => {
   });
 
   it("changes the password, checking the repeat first", async () => {
-    vi.mocked(changeOwnPassword).mockResolvedValue({ auth: "session", user: user({ username: "admin" }) });
+    vi.mocked(changeOwnPassword).mockResolvedValue({ auth: "session", revoked: { sessions: 0, tokens: 0 }, user: user({ username: "admin" }) });
     const { wrapper } = await mountView(ProfileView, { path: "/profile" });
     await fill(wrapper, {
       current_password: "old password", new_password: "new password 1", repeat_password: "new password 2",

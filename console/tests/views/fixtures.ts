@@ -10,7 +10,7 @@ export function page<T>(items: T[], more: Partial<PageOut<T>> = {}): PageOut<T> 
 export function job(over: Partial<Job> = {}): Job {
   return {
     id: 1, job_group: 1, job_desc: "nightly report", author: "ops", alarm_email: null, alarm_on: "failure",
-    alarm_recovery: false, alarm_targets: [], child_job_ids: [], deadline_minutes: null, declared_by_executor: false,
+    alarm_recovery: false, alarm_targets: [], child_job_ids: [], deadline_minutes: null, declared_by_executor: false, managed_by: "console",
     executor_block_strategy: "SERIAL_EXECUTION", executor_fail_retry_count: 0, executor_fail_retry_interval_s: 0,
     executor_handler: "report", executor_param: null, executor_route_strategy: "FIRST", executor_timeout: 0,
     glue_remark: null, glue_type: "BEAN", glue_updatetime: null, misfire_strategy: "DO_NOTHING", retry_backoff: "fixed",
