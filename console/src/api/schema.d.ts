@@ -1065,7 +1065,7 @@ export interface components {
             alarm_recovery: boolean;
             /**
              * Alarm Targets
-             * @description signing secrets are shown masked
+             * @description signing secrets are shown masked (send the mask back to keep them); the path and query values of URLs (a robot's credential) are masked too for readers who may not edit the job
              */
             alarm_targets: {
                 [key: string]: unknown;
@@ -1206,7 +1206,7 @@ export interface components {
             alarm_recovery: boolean;
             /**
              * Alarm Targets
-             * @description signing secrets are shown masked
+             * @description signing secrets are shown masked (send the mask back to keep them); the path and query values of URLs (a robot's credential) are masked too for readers who may not edit the job
              */
             alarm_targets: {
                 [key: string]: unknown;

@@ -44,6 +44,15 @@ class HostUnresolved(Exception):
     """The host name of an alarm URL did not resolve (now)."""
 
 
+class RefusedAnswer(AddressRefused):
+    """A host name that resolves to a refused address; the message names the address (for
+    the admin's log), :attr:`public` does not (for the operator: no internal DNS oracle)."""
+
+    def __init__(self, host: str, problem: str) -> None:
+        super().__init__(f"{host} resolves to a refused address: {problem}")
+        self.public = f"{host} resolves to an address alarms may not be sent to"
+
+
 async def system_resolve(host: str, port: int) -> list[str]:
     """The addresses ``host`` resolves to (the system resolver, off the event loop)."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -70,7 +79,7 @@ async def pinned_address(
         # Any refused answer refuses the name: which one a later connection would use is not ours.
         problem = alarm_ip_problem(ip, policy, name_allowed=checked.name_allowed)
         if problem:
-            raise AddressRefused(f"{checked.host} resolves to a refused address: {problem}")
+            raise RefusedAnswer(checked.host, problem)
     return checked, addresses[0]
 
 

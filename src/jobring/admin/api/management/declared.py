@@ -125,6 +125,8 @@ def _fields_of(spec: dict[str, Any], names: set[str]) -> dict[str, Any]:
             continue
         if name == "child_job_ids":
             out["child_jobid"] = ",".join(str(i) for i in dict.fromkeys(spec[name] or [])) or None
+        elif name == "alarm_targets":  # stored as JSON text, like the API stores it
+            out[name] = orjson.dumps(spec[name]).decode() if spec[name] else None
         else:
             out[name] = spec[name]
     return out

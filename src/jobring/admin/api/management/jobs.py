@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
-from jobring.admin.alarms.targets import SECRET_MASK, AlarmTarget, TargetError, dump_targets, parse_targets
+from jobring.admin.alarms.targets import TargetError, dump_targets, parse_targets, restore_masked
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, bad_request, not_found
@@ -28,6 +28,7 @@ from jobring.admin.api.management.models import (
     TriggerOut,
 )
 from jobring.admin.audit import AuditAction
+from jobring.admin.security.principal import Principal
 from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import JobInfo, JobSort
 from jobring.admin.validation import FieldError, check_schedule, check_timezone
@@ -54,21 +55,15 @@ def _child_list(ids: list[int] | None) -> str | None:
 
 
 def _targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = None) -> str | None:
-    """The stored JSON of a target list; a masked secret keeps the old target's secret."""
-    targets = parse_targets(raw or [])
-    if old is not None:
-        previous = [t for t in parse_targets(old.alarm_targets) if "secret" in t.config]
-        kept = []
-        for t in targets:
-            if t.config.get("secret") == SECRET_MASK:
-                same = next(
-                    (p for p in previous if p.kind == t.kind and p.config["url"] == t.config["url"]), None)
-                if same is None:
-                    raise FieldError("alarm_targets", "a masked secret must belong to an existing target")
-                t = AlarmTarget(t.kind, {**t.config, "secret": same.config["secret"]})
-            kept.append(t)
-        targets = kept
-    return dump_targets(targets)
+    """The stored JSON of a target list; a masked value sent back keeps the stored one."""
+    stored = parse_targets(old.alarm_targets) if old is not None else []
+    return dump_targets(restore_masked(parse_targets(raw or []), stored))
+
+
+def _out(principal: Principal, job: JobInfo) -> JobOut:
+    """The job as ``principal`` sees it: the credential parts of its alarm URLs only for those
+    who may edit it (they could set them anyway); signing secrets for nobody."""
+    return JobOut.of(job, reveal_urls=principal.can_write_group(job.job_group))
 
 
 def job_from_create(body: JobCreate) -> JobInfo:
@@ -128,7 +123,7 @@ async def list_jobs(
         sort=sort,
     )
     return PageOut[JobOut](
-        items=[JobOut.of(j) for j in page.items], total=page.total, offset=offset, limit=limit
+        items=[_out(principal, j) for j in page.items], total=page.total, offset=offset, limit=limit
     )
 
 
@@ -137,14 +132,14 @@ async def create_job(body: JobCreate, services: Services, principal: Writer) -> 
     ensure_group_write(principal, body.job_group)
     job = await jobservice.create_job(services, job_from_create(body), principal)
     await services.audit.job_event(principal, AuditAction.JOB_CREATE, job, snapshot=True)
-    return JobOut.of(job)
+    return _out(principal, job)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="Get a job")
 async def get_job(job_id: JobId, services: Services, principal: Reader) -> JobOut:
     job = await jobservice.load_job(services, job_id)
     ensure_group_read(principal, job.job_group)
-    return JobOut.of(job)
+    return _out(principal, job)
 
 
 @router.patch(
@@ -161,7 +156,7 @@ async def update_job(job_id: JobId, body: JobUpdate, services: Services, princip
     warnings: list[str] = []
     updated = await jobservice.update_job(services, old, new, principal, warnings)
     await services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)
-    return JobUpdateOut(**JobOut.of(updated).model_dump(), warnings=warnings)
+    return JobUpdateOut(**_out(principal, updated).model_dump(), warnings=warnings)
 
 
 @router.delete("/jobs/{job_id}", status_code=204, response_class=Response, summary="Delete a job")
@@ -187,7 +182,7 @@ async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     await services.audit.job_event(
         principal, AuditAction.JOB_CREATE, created, snapshot=True, copied_from=job.id
     )
-    return JobOut.of(created)
+    return _out(principal, created)
 
 
 @router.post(
@@ -200,7 +195,7 @@ async def start_job(job_id: JobId, services: Services, principal: Writer) -> Job
     ensure_group_write(principal, job.job_group)
     started = await jobservice.start_job(services, job)
     await services.audit.job_event(principal, AuditAction.JOB_START, started)
-    return JobOut.of(started)
+    return _out(principal, started)
 
 
 @router.post("/jobs/{job_id}/stop", response_model=JobOut, summary="Stop scheduling a job")
@@ -209,7 +204,7 @@ async def stop_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     ensure_group_write(principal, job.job_group)
     stopped = await jobservice.stop_job(services, job)
     await services.audit.job_event(principal, AuditAction.JOB_STOP, stopped)
-    return JobOut.of(stopped)
+    return _out(principal, stopped)
 
 
 @router.post(

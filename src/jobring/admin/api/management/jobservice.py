@@ -13,6 +13,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from jobring.admin.alarms.outbound import HostUnresolved, RefusedAnswer, pinned_address
+from jobring.admin.alarms.targets import TargetError, parse_targets
 from jobring.admin.api.management.deps import ensure_group_write
 from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.models import MAX_DELAY_MS
@@ -27,6 +29,7 @@ from jobring.admin.validation import (
     check_job,
     check_job_references,
 )
+from jobring.core.addresses import AddressRefused, target_urls
 from jobring.core.enums import GlueType, ScheduleType, TriggerStatus, TriggerType
 from jobring.core.schedule import parse_schedule
 
@@ -73,6 +76,39 @@ async def validate_job(
     Children already on ``old`` stay (an admin may have chained across groups)."""
     check_job(job, services.settings.timezone or "UTC")
     await check_job_references(services.store, job, _child_usable(principal, old))
+    await check_alarm_targets(services, job, old)
+
+
+SAVE_RESOLVE_TIMEOUT_S = 2.0
+
+
+def _target_urls(targets: str | list[Any] | None) -> list[tuple[str, str]]:
+    """(field, URL) of every URL of a job's alarm targets; FieldError when they do not parse."""
+    try:
+        parsed = parse_targets(targets)
+    except TargetError as exc:
+        raise FieldError(exc.field, exc.message) from None
+    return [(f"alarm_targets.{i}.{key}", url)
+            for i, target in enumerate(parsed) for key, url in target_urls(target.config)]
+
+
+async def check_alarm_targets(services: ManagementServices, job: JobInfo, old: JobInfo | None = None) -> None:
+    """Every alarm URL the job adds passes the alarm address policy; a host name is also
+    resolved now and refused when an address it resolves to is (one that does not resolve
+    now is checked at each send, like every name). URLs already stored are not re-checked
+    here (they are at each send)."""
+    kept = {url for _, url in _target_urls(old.alarm_targets)} if old is not None else set()
+    for field, url in _target_urls(job.alarm_targets):
+        if url in kept:
+            continue
+        try:
+            await pinned_address(url, services.alarm_policy, services.alarm_resolve, SAVE_RESOLVE_TIMEOUT_S)
+        except RefusedAnswer as exc:
+            raise FieldError(field, f"not an allowed alarm target: {exc.public}") from None
+        except AddressRefused as exc:
+            raise FieldError(field, f"not an allowed alarm target: {exc}") from None
+        except HostUnresolved:
+            continue
 
 
 # Valid stand-ins for stored values checked only when a request changes them, so the check
@@ -107,6 +143,7 @@ async def validate_job_update(
     """Check what the update changes (and the rules those fields take part in); stored values
     it leaves alone are kept even when a new job could not have them. Returns one warning per
     such legacy value; FieldError for a changed field."""
+    await check_alarm_targets(services, new, old)
     strict = _strict_fields(old, new)
     warnings: list[str] = []
     candidate = new

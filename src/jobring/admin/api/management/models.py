@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Generic, TypeVar
 
+import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from jobring.admin.security.passwords import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
@@ -26,6 +27,7 @@ from jobring.admin.store.records import (
 )
 from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldError, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
+from jobring.core.masking import masked
 from jobring.core.runstate import RunState, duration_ms, run_state
 
 MAX_INT32 = 2_147_483_647
@@ -296,14 +298,15 @@ class JobUpdate(Strict):
     retry_backoff_max_s: RetryIntervalSeconds | None = None
 
 
-def targets_out(job: JobInfo) -> list[dict[str, Any]]:
-    """The job's alarm targets for output, signing secrets masked."""
-    from jobring.admin.alarms.targets import TargetError, parse_targets
-
+def targets_out(job: JobInfo, *, reveal_urls: bool = False) -> list[dict[str, Any]]:
+    """The job's alarm targets for output: secrets masked, and the credential parts of URLs
+    too unless ``reveal_urls`` (for those who may edit the job)."""
     try:
-        return [t.as_dict(mask_secrets=True) for t in parse_targets(job.alarm_targets)]
-    except TargetError:
+        targets = orjson.loads(job.alarm_targets) if job.alarm_targets else []
+    except orjson.JSONDecodeError:
         return []
+    return [t for t in masked(targets, urls=not reveal_urls) if isinstance(t, dict)] if isinstance(
+        targets, list) else []
 
 
 class JobOut(BaseModel):
@@ -331,7 +334,9 @@ class JobOut(BaseModel):
     trigger_next_time: int = Field(description="epoch ms")
     add_time: datetime | None
     update_time: datetime | None
-    alarm_targets: list[dict[str, Any]] = Field(description="signing secrets are shown masked")
+    alarm_targets: list[dict[str, Any]] = Field(description=(
+        "signing secrets are shown masked (send the mask back to keep them); the path and query "
+        "values of URLs (a robot's credential) are masked too for readers who may not edit the job"))
     alarm_on: str
     alarm_recovery: bool
     deadline_minutes: int | None
@@ -343,8 +348,9 @@ class JobOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, job: JobInfo) -> JobOut:
-        return cls(**record_fields(cls, job, alarm_targets=targets_out(job),
+    def of(cls, job: JobInfo, *, reveal_urls: bool = False) -> JobOut:
+        """``job`` as answered; ``reveal_urls`` for a reader who may edit it."""
+        return cls(**record_fields(cls, job, alarm_targets=targets_out(job, reveal_urls=reveal_urls),
                                    declared_by_executor=bool(job.declared_by_executor)))
 
 
