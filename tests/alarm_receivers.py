@@ -73,6 +73,7 @@ class AlarmHttpReceiver:
         self.host = host
         self.port = port
         self.fail_next = 0  # answer this many requests with 503 first
+        self.connections = 0  # TCP connections accepted, with or without a request
         self._server: asyncio.Server | None = None
         self.arrived = asyncio.Event()
 
@@ -102,6 +103,7 @@ class AlarmHttpReceiver:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
