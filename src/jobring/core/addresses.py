@@ -75,13 +75,15 @@ class AddressPolicy:
     allow: tuple[IPNetwork, ...] | None = None
 
 
+def _items(text: str | None) -> list[str]:
+    """The non-empty items of a comma list, stripped."""
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
 def parse_networks(text: str | None) -> tuple[IPNetwork, ...]:
     """A comma list of CIDRs or single IPs (``10.0.0.0/8, ::1``); ValueError names a bad one."""
     networks: list[IPNetwork] = []
-    for item in (text or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
+    for item in _items(text):
         try:
             networks.append(ipaddress.ip_network(item, strict=False))
         except ValueError:
@@ -275,10 +277,7 @@ def alarm_policy_from_text(deny: str | None, allow: str | None) -> AlarmTargetPo
     CIDRs, IPs and host names); ValueError names a bad entry."""
     networks: list[IPNetwork] = []
     names: set[str] = set()
-    for item in (allow or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
+    for item in _items(allow):
         try:
             networks.append(ipaddress.ip_network(item, strict=False))
             continue
