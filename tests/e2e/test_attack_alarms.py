@@ -142,9 +142,14 @@ async def test_the_admin_wide_webhook_passes_the_policy_and_the_allow_list_admit
     database = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
     env = {**FAST_ALARMS, "JOBRING_ALARM_WEBHOOK_URL": f"{gateway.base}/webhook"}
     try:
-        with pytest.raises(AssertionError, match="exited 2") as stopped:
-            await start_admin(database, "refused", tmp_path, env=env)
-        assert "alarm_webhook_url" in str(stopped.value) and "alarm_target_allow" in str(stopped.value)
+        try:
+            started = await start_admin(database, "refused", tmp_path, env=env)
+        except AssertionError as exc:  # start_admin's report of the process's exit, with its log
+            stopped = str(exc)
+        else:
+            await kill(started)
+            raise AssertionError("an admin-wide webhook at an internal address was accepted")
+        assert "exited 2" in stopped and "alarm_webhook_url" in stopped and "alarm_target_allow" in stopped
         # Allowed, the same listener is reached: the refusals of the other test are the policy's.
         allowed = {**env, "JOBRING_ALARM_TARGET_ALLOW": RECEIVERS_ALLOW}
         node = await start_admin(database, "allowed", tmp_path, env=allowed)
