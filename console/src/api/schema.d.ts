@@ -984,7 +984,7 @@ export interface components {
             alarm_recovery: boolean;
             /**
              * Alarm Targets
-             * @description alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}
+             * @description alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}; a URL must not reach an internal address (loopback, private, link-local, metadata) unless the admin allows it (JOBRING_ALARM_TARGET_ALLOW)
              */
             alarm_targets?: {
                 [key: string]: unknown;

@@ -212,7 +212,8 @@ ChildJobIds = Annotated[list[Id32], Field(max_length=20)]
 GlueSource = Annotated[Text, Field(max_length=1_000_000)]
 AlarmTargets = Annotated[list[dict[str, Any]], Field(max_length=20, description=(
     'alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, '
-    'or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}'))]
+    'or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}; a URL must not reach an internal address '
+    '(loopback, private, link-local, metadata) unless the admin allows it (JOBRING_ALARM_TARGET_ALLOW)'))]
 AlarmOnRule = Annotated[str, Field(pattern="^(failure_final|every_failure)$",
                                    description="failure_final: only when no retry follows; every_failure")]
 RetryIntervalSeconds = Annotated[int, Field(ge=0, le=24 * 3600)]
