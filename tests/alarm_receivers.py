@@ -3,6 +3,8 @@ Feishu and a generic webhook (checking each robot's signature as the vendor does
 SMTP server (aiosmtpd) that keeps the messages it receives.
 
 Both run on loopback ports in the test's event loop; ``received`` lists what arrived.
+Loopback is an internal address that alarms never reach by default: a test sending to these
+receivers admits it with the alarm allow list (:data:`RECEIVERS_ALLOW`, :data:`RECEIVERS_POLICY`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from urllib.parse import parse_qs, unquote_plus, urlsplit
 import orjson
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from jobring.core.addresses import alarm_policy_from_text
+
+RECEIVERS_ALLOW = "127.0.0.1"  # JOBRING_ALARM_TARGET_ALLOW of a test sending to these receivers
+RECEIVERS_POLICY = alarm_policy_from_text(None, RECEIVERS_ALLOW)
 DINGTALK_SECRET = "SECtest-dingtalk-secret"
 FEISHU_SECRET = "test-feishu-secret"
 
@@ -31,6 +37,7 @@ class Received:
     body: dict[str, Any]
     signature_ok: bool | None = None  # None: the channel has no signature
     at: float = field(default_factory=time.monotonic)
+    host_header: str | None = None
 
 
 def _dingtalk_ok(query: dict[str, list[str]]) -> bool:
@@ -61,16 +68,18 @@ def _feishu_ok(body: dict[str, Any]) -> bool:
 class AlarmHttpReceiver:
     """POST /slack, /dingtalk, /wecom, /feishu, /webhook; answers like each service."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.received: list[Received] = []
-        self.port = 0
+        self.host = host
+        self.port = port
         self.fail_next = 0  # answer this many requests with 503 first
+        self.connections = 0  # TCP connections accepted, with or without a request
         self._server: asyncio.Server | None = None
         self.arrived = asyncio.Event()
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def targets(self) -> list[dict[str, Any]]:
         return [
@@ -85,7 +94,7 @@ class AlarmHttpReceiver:
         return [r for r in self.received if r.kind == kind]
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
@@ -94,6 +103,7 @@ class AlarmHttpReceiver:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -104,7 +114,7 @@ class AlarmHttpReceiver:
                     for k, v in (line.split(":", 1) for line in lines[1:] if ":" in line)
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                status, answer = self._answer(method, target, body)
+                status, answer = self._answer(method, target, body, headers.get("host"))
                 writer.write(
                     f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: "
                     f"{len(answer)}\r\n\r\n".encode()
@@ -116,7 +126,7 @@ class AlarmHttpReceiver:
         finally:
             writer.close()
 
-    def _answer(self, method: str, target: str, raw: bytes) -> tuple[int, bytes]:
+    def _answer(self, method: str, target: str, raw: bytes, host: str | None) -> tuple[int, bytes]:
         parts = urlsplit(target)
         kind = parts.path.strip("/")
         if self.fail_next > 0:
@@ -134,7 +144,7 @@ class AlarmHttpReceiver:
             ok = body.get("msgtype") == "markdown" and "content" in body.get("markdown", {})
         elif kind == "slack":
             ok = isinstance(body.get("text"), str) and isinstance(body.get("blocks"), list)
-        self.received.append(Received(kind, body, ok))
+        self.received.append(Received(kind, body, ok, host_header=host))
         self.arrived.set()
         if ok is False:
             return 200, b'{"errcode":310000,"code":19021,"errmsg":"sign not match"}'

@@ -9,6 +9,7 @@ listed in docs/configuration.md.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Self
@@ -18,7 +19,15 @@ from pydantic_settings import SettingsConfigDict
 
 from jobring.configbase import ConfigError as ConfigError  # where callers import it from
 from jobring.configbase import SettingsBase, check_known, read_toml_table
-from jobring.core.addresses import AddressPolicy, policy_from_text
+from jobring.core.addresses import (
+    AddressPolicy,
+    AddressRefused,
+    AlarmTargetPolicy,
+    alarm_policy_from_text,
+    check_alarm_url,
+    policy_from_text,
+    target_urls,
+)
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
 ENV_PREFIX = "JOBRING_"
@@ -144,6 +153,10 @@ class AdminSettings(SettingsBase):
     smtp_ssl: bool = False
     alarm_webhook_url: str | None = None
     alarm_timeout: float = 10.0
+    # Alarm targets (webhook, chat) never reach internal addresses (loopback, RFC 1918, CGNAT,
+    # ULA, internal names) unless listed here: a comma list of CIDRs, IPs and host names of
+    # internal chat gateways. Metadata and other always-refused ranges stay refused.
+    alarm_target_allow: str | None = None
     # Operations: /metrics needs "Authorization: Bearer <metrics_token>" when set; logs as
     # plain text or JSON lines; /ready's database check time limit (s).
     metrics_token: str | None = None
@@ -230,6 +243,7 @@ def load_settings(
         environ=env, file_values=file_values, file_name=str(path), explicit=overrides
     )
     address_policy(settings)  # a bad CIDR stops the start here
+    check_alarm_settings(settings)
     return settings
 
 
@@ -239,6 +253,30 @@ def address_policy(settings: AdminSettings) -> AddressPolicy:
         return policy_from_text(settings.executor_address_deny, settings.executor_address_allow)
     except ValueError as exc:
         raise ConfigError(f"executor_address_deny/_allow: {exc}") from None
+
+
+def alarm_policy(settings: AdminSettings) -> AlarmTargetPolicy:
+    """The alarm target policy of ``settings``; ConfigError names a bad entry."""
+    try:
+        return alarm_policy_from_text(settings.executor_address_deny, settings.alarm_target_allow)
+    except ValueError as exc:
+        raise ConfigError(f"alarm_target_allow: {exc}") from None
+
+
+def check_alarm_settings(settings: AdminSettings) -> None:
+    """The admin-wide alarm URLs (``alarm_webhook_url``, ``alarm_default_targets``) pass the
+    alarm target policy like an operator's; ConfigError names the one that does not."""
+    policy = alarm_policy(settings)
+    urls = [("alarm_webhook_url", settings.alarm_webhook_url)] if settings.alarm_webhook_url else []
+    defaults = json.loads(settings.alarm_default_targets) if settings.alarm_default_targets else []
+    for i, target in enumerate(defaults if isinstance(defaults, list) else []):
+        if isinstance(target, dict):
+            urls += [(f"alarm_default_targets.{i}.{key}", url) for key, url in target_urls(target)]
+    for where, url in urls:
+        try:
+            check_alarm_url(url, policy)
+        except AddressRefused as exc:
+            raise ConfigError(f"{where}: {exc}") from None
 
 
 def check_log_settings(log_format: str, log_level: str) -> None:

@@ -13,7 +13,7 @@ from jobring.admin.alarms.targets import dump_targets, job_targets
 from jobring.admin.store.records import JobGroup, JobInfo, LogEntry
 from jobring.config import AdminSettings, ConfigError, load_settings
 from jobring.core.enums import AlarmStatus
-from tests.alarm_receivers import AlarmHttpReceiver, SmtpReceiver
+from tests.alarm_receivers import RECEIVERS_POLICY, AlarmHttpReceiver, SmtpReceiver
 
 NOW = datetime(2026, 11, 23, 12, 0, 0)
 
@@ -77,7 +77,8 @@ async def test_each_chat_channel_sends_its_documented_shape_with_valid_signature
     job = JobInfo(
         id=5, job_group=1, job_desc="nightly export", alarm_targets=dump_targets(parse_targets(targets))
     )
-    factory = ChannelFactory(smtp=SmtpConfig(host="127.0.0.1", port=smtp.port, sender="jobring@example.com"))
+    factory = ChannelFactory(smtp=SmtpConfig(host="127.0.0.1", port=smtp.port, sender="jobring@example.com"),
+                             policy=RECEIVERS_POLICY)
     alarmer = Alarmer(for_job=factory.for_job, retries=0)
     assert await alarmer.alarm(_ctx(job)) is AlarmStatus.SENT
     assert sorted(r.kind for r in http.received) == ["dingtalk", "feishu", "slack", "webhook", "wecom"]
@@ -110,7 +111,7 @@ async def test_a_bad_signature_is_a_failed_alarm(http: AlarmHttpReceiver) -> Non
             parse_targets([{"kind": "dingtalk", "url": f"{http.base}/dingtalk", "secret": "SECwrong"}])
         ),
     )
-    alarmer = Alarmer(for_job=ChannelFactory().for_job, retries=0)
+    alarmer = Alarmer(for_job=ChannelFactory(policy=RECEIVERS_POLICY).for_job, retries=0)
     assert await alarmer.alarm(_ctx(job)) is AlarmStatus.FAILED
     assert http.received[0].signature_ok is False
 
@@ -120,7 +121,7 @@ async def test_transient_failures_are_retried_then_sent(http: AlarmHttpReceiver)
     job = JobInfo(
         id=5, alarm_targets=dump_targets(parse_targets([{"kind": "slack", "url": f"{http.base}/slack"}]))
     )
-    alarmer = Alarmer(for_job=ChannelFactory().for_job, retries=2, backoff_s=0.01)
+    alarmer = Alarmer(for_job=ChannelFactory(policy=RECEIVERS_POLICY).for_job, retries=2, backoff_s=0.01)
     assert await alarmer.alarm(_ctx(job, AlarmKind.RECOVERY)) is AlarmStatus.SENT
     assert len(http.of("slack")) == 1 and "Recovered" in http.of("slack")[0].body["text"]
 
@@ -129,7 +130,8 @@ async def test_unreachable_channel_fails_within_its_timeout() -> None:
     job = JobInfo(
         id=5, alarm_targets=dump_targets(parse_targets([{"kind": "webhook", "url": "http://127.0.0.1:9/x"}]))
     )
-    alarmer = Alarmer(for_job=ChannelFactory(timeout=0.5).for_job, retries=1, backoff_s=0.01, timeout=1.0)
+    factory = ChannelFactory(timeout=0.5, policy=RECEIVERS_POLICY)  # loopback admitted: nothing listens
+    alarmer = Alarmer(for_job=factory.for_job, retries=1, backoff_s=0.01, timeout=1.0)
     assert await alarmer.alarm(_ctx(job)) is AlarmStatus.FAILED
 
 
@@ -152,7 +154,7 @@ def test_target_validation_names_the_bad_part() -> None:
 
 def test_default_targets_from_env_json_or_toml(tmp_path: object) -> None:
     settings = load_settings(
-        environ={"JOBRING_ALARM_DEFAULT_TARGETS": '[{"kind": "slack", "url": "https://h/s"}]'}
+        environ={"JOBRING_ALARM_DEFAULT_TARGETS": '[{"kind": "slack", "url": "https://hooks.slack.com/s"}]'}
     )
     assert parse_targets(settings.alarm_default_targets)[0].kind == "slack"
     from pathlib import Path
@@ -160,7 +162,8 @@ def test_default_targets_from_env_json_or_toml(tmp_path: object) -> None:
     assert isinstance(tmp_path, Path)
     config = tmp_path / "jobring.toml"
     config.write_text(
-        '[[admin.alarm_default_targets]]\nkind = "wecom"\nurl = "https://q/w"\n', encoding="utf-8"
+        '[[admin.alarm_default_targets]]\nkind = "wecom"\nurl = "https://qyapi.weixin.qq.com/w"\n',
+        encoding="utf-8",
     )
     settings = load_settings(config, environ={})
     assert parse_targets(settings.alarm_default_targets)[0].kind == "wecom"

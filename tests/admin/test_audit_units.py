@@ -48,10 +48,12 @@ def test_redact_hides_secret_names_at_any_depth_and_digests_glue() -> None:
 
 
 def test_changes_keep_only_what_differs() -> None:
-    before = {"a": 1, "b": [1], "password": "old", "gone": "x"}
-    after = {"a": 1, "b": [1, 2], "password": "new", "added": None}
+    before = {"a": 1, "b": [1], "password": "old", "gone": "x", "token": "same"}
+    after = {"a": 1, "b": [1, 2], "password": "new", "added": None, "token": "same"}
+    # A changed secret is listed, masked on both sides: the real values were compared.
     assert changes(before, after) == {
         "b": {"before": [1], "after": [1, 2]},
+        "password": {"before": REDACTED, "after": REDACTED, "secret_changed": True},
         "gone": {"before": "x", "after": None},
     }
 

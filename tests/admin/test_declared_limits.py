@@ -101,7 +101,7 @@ async def test_declared_alarm_targets_are_stored_and_checked_like_the_apis(sqlit
         answer = await declare(env, {"handler": "nightly", "fields": {**RATE, "alarm_targets": targets}})
         assert answer["code"] == 200, answer
         job = (await jobs_by_handler(env))["nightly"]
-        async with env.client("viewer") as http:
+        async with env.client("admin") as http:
             shown = (await http.get(f"/jobs/{job.id}")).json()
         assert shown["alarm_targets"] == targets
         for bad, field in (([{"kind": "webhook", "url": "ftp://example.com/"}], "alarm_targets.0.url"),

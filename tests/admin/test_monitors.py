@@ -14,6 +14,7 @@ import pytest
 from jobring.admin.alarms import AlarmContext, Alarmer, AlarmOutcome, AlarmService, EmailAlarm, WebhookAlarm
 from jobring.admin.alarms.base import alarmer_from_settings
 from jobring.admin.alarms.mail import SmtpConfig, recipients
+from jobring.admin.alarms.outbound import AlarmHttp
 from jobring.admin.scheduler.failures import FailMonitor
 from jobring.admin.scheduler.monitors import (
     MSG_RESULT_LOST,
@@ -337,7 +338,13 @@ async def test_webhook_alarm_posts_json_and_reports_failures() -> None:
         seen.append(orjson.loads(request.content))
         return httpx.Response(204 if len(seen) == 1 else 503)
 
-    alarm = WebhookAlarm("http://hooks/alarm", transport=httpx.MockTransport(handler))
+    async def public(host: str, port: int) -> list[str]:
+        return ["93.184.215.14"]
+
+    def http(transport: httpx.MockTransport) -> AlarmHttp:
+        return AlarmHttp(transport=transport, resolve=public)
+
+    alarm = WebhookAlarm("http://hooks.example.com/alarm", http(httpx.MockTransport(handler)))
     assert await alarm.send(_ctx()) is AlarmOutcome.SENT
     assert seen[0]["logId"] == 9 and seen[0]["jobId"] == 4 and seen[0]["triggerCode"] == 500
     assert "Alarm Job LogId=9" in seen[0]["text"]
@@ -346,8 +353,8 @@ async def test_webhook_alarm_posts_json_and_reports_failures() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused")
 
-    assert await WebhookAlarm("http://hooks/", transport=httpx.MockTransport(refuse)).send(_ctx()) is (
-        AlarmOutcome.TRANSIENT)
+    unreachable = WebhookAlarm("http://hooks.example.com/", http(httpx.MockTransport(refuse)))
+    assert await unreachable.send(_ctx()) is AlarmOutcome.TRANSIENT
 
 
 def test_alarmer_from_settings() -> None:

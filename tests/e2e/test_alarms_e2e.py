@@ -29,7 +29,7 @@ import pytest
 from jobring.admin.store import Store
 from jobring.admin.store.records import LogEntry, NewLog
 from jobring.client import AsyncAdminClient
-from tests.alarm_receivers import AlarmHttpReceiver, SmtpReceiver
+from tests.alarm_receivers import RECEIVERS_ALLOW, AlarmHttpReceiver, SmtpReceiver
 from tests.dbs import (
     BackendUnavailable,
     acreate_test_database,
@@ -115,6 +115,7 @@ async def test_retries_alarms_deadline_and_lost_runs(pg_url: str, tmp_path: Path
         "JOBRING_ALARM_DEFAULT_TARGETS": orjson.dumps(
             [*receiver.targets(), {"kind": "email", "to": ["ops@example.com"]}]
         ).decode(),
+        "JOBRING_ALARM_TARGET_ALLOW": RECEIVERS_ALLOW,  # the receivers listen on loopback
         "JOBRING_SMTP_HOST": "127.0.0.1",
         "JOBRING_SMTP_PORT": str(smtp.port),
         "JOBRING_PUBLIC_URL": "https://jobring.example.com",

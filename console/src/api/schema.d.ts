@@ -989,7 +989,7 @@ export interface components {
             alarm_recovery: boolean;
             /**
              * Alarm Targets
-             * @description alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}
+             * @description alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}; a URL must not reach an internal address (loopback, private, link-local, metadata) unless the admin allows it (JOBRING_ALARM_TARGET_ALLOW)
              */
             alarm_targets?: {
                 [key: string]: unknown;
@@ -1070,7 +1070,7 @@ export interface components {
             alarm_recovery: boolean;
             /**
              * Alarm Targets
-             * @description signing secrets are shown masked
+             * @description signing secrets are shown masked (send the mask back to keep them); the path and query values of URLs (a robot's credential) are masked too for readers who may not edit the job
              */
             alarm_targets: {
                 [key: string]: unknown;
@@ -1226,7 +1226,7 @@ export interface components {
             alarm_recovery: boolean;
             /**
              * Alarm Targets
-             * @description signing secrets are shown masked
+             * @description signing secrets are shown masked (send the mask back to keep them); the path and query values of URLs (a robot's credential) are masked too for readers who may not edit the job
              */
             alarm_targets: {
                 [key: string]: unknown;

@@ -4,8 +4,11 @@ Endpoints record an action with one call once it has happened::
 
     await services.audit.job_event(principal, AuditAction.JOB_UPDATE, new, before=old)
 
-Edits keep only the fields that changed (before/after); secrets (passwords, tokens, hashes)
-are never stored, and GLUE sources only as their sha256 and length. The record is written
+Edits keep only the fields that changed (before/after); secrets are never stored: passwords,
+tokens, hashes, alarm signing secrets and the credential parts of webhook URLs are masked at
+any depth (:mod:`jobring.core.masking`, the same walk as the API's answers; a JSON column
+such as ``alarm_targets`` is walked as data), and GLUE sources kept only as their sha256
+and length. The record is written
 right after the change; a failed write is retried when transient and otherwise logged as
 an error with the whole record, never dropped silently.
 """
@@ -33,10 +36,11 @@ from jobring.admin.store.audit import NewAuditEvent
 from jobring.admin.store.errors import is_transient
 from jobring.admin.store.records import JobGroup, JobInfo, RevokedAccess, User
 from jobring.core.clock import Clock
+from jobring.core.masking import MASK, masked
 
 log = logging.getLogger(__name__)
 
-REDACTED = "[redacted]"
+REDACTED = MASK  # what a secret is recorded as
 WRITE_ATTEMPTS = 3
 RETRY_BASE_S = 0.05
 MAX_DETAILS_CHARS = 1_000_000  # MEDIUMTEXT holds 16 MiB; this keeps a record readable
@@ -161,16 +165,6 @@ class SourceCapture:
 # -- what changed, without secrets ------------------------------------------------------------
 
 
-_NOT_SECRET = frozenset({"must_change_password"})
-
-
-def _is_secret(key: str) -> bool:
-    key = key.lower()
-    if key in _NOT_SECRET:
-        return False
-    return key in ("password", "token", "secret") or key.endswith(("password", "_token", "_secret", "_hash"))
-
-
 def source_digest(source: str | None) -> dict[str, Any] | None:
     """A GLUE source as its sha256 and length: scripts may embed credentials."""
     if source is None:
@@ -179,32 +173,34 @@ def source_digest(source: str | None) -> dict[str, Any] | None:
     return {"sha256": hashlib.sha256(data).hexdigest(), "length": len(source)}
 
 
-def redact(value: Any) -> Any:
-    """``value`` with every secret-named entry replaced and GLUE sources digested."""
+def _digested(value: Any) -> Any:
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            name = str(key)
-            if _is_secret(name):
-                out[name] = REDACTED
-            elif name == "glue_source":
-                out[name] = source_digest(item)
-            else:
-                out[name] = redact(item)
-        return out
+        return {str(k): source_digest(v) if str(k) == "glue_source" and (v is None or isinstance(v, str))
+                else _digested(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact(item) for item in value]
+        return [_digested(item) for item in value]
     return value
 
 
+def redact(value: Any) -> Any:
+    """``value`` with every secret masked at any depth (secret-named keys and the credential
+    parts of URLs, by :func:`jobring.core.masking.masked`) and GLUE sources digested."""
+    return masked(_digested(value))
+
+
 def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The fields whose value differs: ``{name: {"before": b, "after": a}}`` (redacted)."""
-    old, new = redact(before), redact(after)
-    return {
-        key: {"before": old.get(key), "after": new.get(key)}
-        for key in dict.fromkeys([*old, *new])
-        if old.get(key) != new.get(key)
-    }
+    """The fields whose value differs: ``{name: {"before": b, "after": a}}``, redacted. The
+    comparison is of the real values, so a changed secret is listed (masked both sides,
+    with ``"secret_changed": true``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys([*before, *after]):
+        if before.get(key) == after.get(key):
+            continue
+        old, new = redact({key: before.get(key)})[key], redact({key: after.get(key)})[key]
+        out[key] = {"before": old, "after": new}
+        if old == new:
+            out[key]["secret_changed"] = True
+    return out
 
 
 # Volatile or scheduler-owned job fields: not what a person edits.
@@ -214,8 +210,21 @@ _JOB_SKIPPED = frozenset(
 )
 
 
+def _structured(text: Any) -> Any:
+    """A JSON column as data, so that the secrets inside it are masked like any other;
+    text that does not parse is kept only as a mask (it may hold anything)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return MASK
+
+
 def job_snapshot(job: JobInfo) -> dict[str, Any]:
-    return {k: v for k, v in asdict(job).items() if k not in _JOB_SKIPPED}
+    snapshot = {k: v for k, v in asdict(job).items() if k not in _JOB_SKIPPED}
+    snapshot["alarm_targets"] = _structured(snapshot["alarm_targets"])
+    return snapshot
 
 
 def user_snapshot(user: User) -> dict[str, Any]:

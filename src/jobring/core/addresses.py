@@ -10,6 +10,13 @@ before the check, and the returned address carries the normalised host.
 
 Host names are accepted as written (resolving them here would be I/O and could change
 later); with an allow list only IP addresses inside it are accepted.
+
+Alarm targets (webhook and chat URLs, chosen by operators) pass a stricter policy,
+:func:`check_alarm_url`: the executor policy (always-refused ranges, the executor deny list)
+plus every internal range (loopback, RFC 1918, CGNAT, ULA, ...), internal host names and
+single-label names, unless the admin's alarm allow list names the network or host (an
+internal chat gateway). A query is allowed there (robots carry their key in it). Host names
+are checked again where they are resolved: :func:`alarm_ip_problem` judges each address.
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -46,6 +54,7 @@ REFUSED_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.goo
                            "instance-data.ec2.internal"})
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 MAX_ADDRESS_LENGTH = 255
+MAX_ALARM_URL_LENGTH = 1000
 _PATH = re.compile(r"^(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*$")
 _LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
@@ -66,13 +75,15 @@ class AddressPolicy:
     allow: tuple[IPNetwork, ...] | None = None
 
 
+def _items(text: str | None) -> list[str]:
+    """The non-empty items of a comma list, stripped."""
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
 def parse_networks(text: str | None) -> tuple[IPNetwork, ...]:
     """A comma list of CIDRs or single IPs (``10.0.0.0/8, ::1``); ValueError names a bad one."""
     networks: list[IPNetwork] = []
-    for item in (text or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
+    for item in _items(text):
         try:
             networks.append(ipaddress.ip_network(item, strict=False))
         except ValueError:
@@ -203,3 +214,174 @@ def refused_addresses(addresses: Iterable[str], policy: AddressPolicy) -> list[s
         except AddressRefused:
             out.append(address)
     return out
+
+
+# -- alarm targets ---------------------------------------------------------------------------
+
+# Fine for an executor, never for an alarm target unless the alarm allow list admits it.
+INTERNAL: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "127.0.0.0/8",  # loopback
+        "10.0.0.0/8",  # RFC 1918
+        "172.16.0.0/12",  # RFC 1918
+        "192.168.0.0/16",  # RFC 1918
+        "100.64.0.0/10",  # carrier-grade NAT (cloud metadata such as 100.100.100.200 lives here)
+        "192.0.0.0/24",  # IETF protocol assignments (DS-Lite, NAT64 gateways)
+        "198.18.0.0/15",  # benchmarking, used inside data centres
+        "::1/128",  # loopback
+        "fc00::/7",  # unique local
+        "100::/64",  # discard-only
+        "64:ff9b:1::/48",  # local-use NAT64
+        "2001::/32",  # Teredo: tunnels to an IPv4 address
+        "2002::/16",  # 6to4: embeds an IPv4 address
+    )
+)
+# Names that only an internal resolver answers (RFC 6761, RFC 8375, ICANN's .internal).
+INTERNAL_SUFFIXES = ("localhost", "internal", "local", "localdomain", "home.arpa")
+_URL_TEXT = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@/?%\[\]-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmTargetPolicy:
+    """Refused networks on top of :data:`ALWAYS_REFUSED` (the executor deny list), and the
+    networks and host names admitted although internal (``alarm_target_allow``)."""
+
+    deny: tuple[IPNetwork, ...] = ()
+    allow_networks: tuple[IPNetwork, ...] = ()
+    allow_names: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmUrl:
+    """An alarm URL that passed :func:`check_alarm_url`. ``ip`` is None for a host name
+    (to be resolved, and each address judged by :func:`alarm_ip_problem`)."""
+
+    scheme: str
+    host: str  # an IP in canonical form (no brackets), or the lower-case name without a final dot
+    port: int  # the port to connect to (the scheme's default when none is written)
+    target: str  # path and query, at least "/"
+    netloc: str  # what the Host header says: the host as written, and the port if written
+    ip: IPAddress | None
+    name: str | None  # the host name (lower case, no final dot) when the URL names one
+    name_allowed: bool  # the host name is in the allow list
+
+    def url_for(self, ip: IPAddress) -> str:
+        """This URL with ``ip`` in place of the host: where the request is actually sent."""
+        host = f"[{ip}]" if ip.version == 6 else str(ip)
+        return f"{self.scheme}://{host}:{self.port}{self.target}"
+
+
+def alarm_policy_from_text(deny: str | None, allow: str | None) -> AlarmTargetPolicy:
+    """The policy of ``executor_address_deny`` and ``alarm_target_allow`` (a comma list of
+    CIDRs, IPs and host names); ValueError names a bad entry."""
+    networks: list[IPNetwork] = []
+    names: set[str] = set()
+    for item in _items(allow):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+            continue
+        except ValueError:
+            pass
+        name = item.rstrip(".").lower()
+        if name in REFUSED_NAMES:
+            raise ValueError(f"{item!r} is a metadata service")
+        if _looks_numeric(name) or not _NAME.match(name):
+            raise ValueError(f"{item!r} is neither an IP network nor a host name (10.1.2.0/24, chat.corp)")
+        names.add(name)
+    return AlarmTargetPolicy(parse_networks(deny), tuple(networks), frozenset(names))
+
+
+def _in(ip: IPAddress, networks: Iterable[IPNetwork]) -> IPNetwork | None:
+    return next((n for n in networks if ip.version == n.version and ip in n), None)
+
+
+def alarm_ip_problem(ip: IPAddress, policy: AlarmTargetPolicy, *, name_allowed: bool = False) -> str | None:
+    """Why an alarm may not be sent to ``ip`` (None: it may). The allow list admits internal
+    addresses, never an always-refused or denied one."""
+    ip = normalise_ip(str(ip)) or ip
+    refused = _in(ip, ALWAYS_REFUSED + policy.deny)
+    if refused is not None:
+        return f"{ip} is in a refused range ({refused})"
+    if name_allowed or _in(ip, policy.allow_networks) is not None:
+        return None
+    internal = _in(ip, INTERNAL)
+    if internal is not None:
+        return f"{ip} is an internal address ({internal}); alarm_target_allow admits internal gateways"
+    return None
+
+
+def _alarm_name_problem(name: str, policy: AlarmTargetPolicy) -> str | None:
+    if name in REFUSED_NAMES:
+        return f"{name} is a metadata service"
+    if name in policy.allow_names:
+        return None
+    if name.endswith(tuple("." + s for s in INTERNAL_SUFFIXES)) or name in INTERNAL_SUFFIXES:
+        return f"{name} is an internal host name; alarm_target_allow admits internal gateways"
+    if "." not in name:
+        return f"{name} is a single-label (internal) host name; alarm_target_allow admits internal gateways"
+    return None
+
+
+def _alarm_split(text: str) -> tuple[SplitResult, int | None, str]:
+    if not text or len(text) > MAX_ALARM_URL_LENGTH:
+        raise AddressRefused(f"an alarm URL must have 1-{MAX_ALARM_URL_LENGTH} characters")
+    if not _URL_TEXT.match(text):
+        raise AddressRefused("must be plain ASCII without spaces, backslashes or fragments")
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise AddressRefused("is not a valid URL") from None
+    if parts.scheme not in ("http", "https"):
+        raise AddressRefused("must be an http(s) URL")
+    if "@" in parts.netloc:
+        raise AddressRefused("must not contain user info (user:password@)")
+    if port is not None and not 0 < port < 65536:
+        raise AddressRefused("has an invalid port")
+    host = parts.hostname or ""
+    if not host:
+        raise AddressRefused("has no host")
+    if parts.netloc.startswith("[") and "%" in host:
+        raise AddressRefused("IPv6 zone ids are not accepted")
+    return parts, port, host
+
+
+def _alarm_host(host: str, bracketed: bool, policy: AlarmTargetPolicy) -> tuple[IPAddress | None, str | None]:
+    """(IP, name) of an acceptable alarm URL host: the IP is None for a name to resolve."""
+    ip = normalise_ip(host)
+    name = None
+    if ip is None:
+        name = host.rstrip(".").lower()
+        if bracketed or _looks_numeric(name) or not _NAME.match(name):
+            raise AddressRefused("does not have a valid host")
+        if name not in LOOPBACK_NAMES or name in policy.allow_names:
+            problem = _alarm_name_problem(name, policy)
+            if problem:
+                raise AddressRefused(problem)
+            return None, name
+        ip = ipaddress.ip_address("127.0.0.1")  # judged, and later reached, as that address
+    problem = alarm_ip_problem(ip, policy)
+    if problem:
+        raise AddressRefused(problem)
+    return ip, name
+
+
+def check_alarm_url(url: str, policy: AlarmTargetPolicy | None = None) -> AlarmUrl:
+    """``url`` as an :class:`AlarmUrl` when an alarm may be sent there; AddressRefused (whose
+    message says why, without the URL: it may hold a credential) otherwise."""
+    policy = policy or AlarmTargetPolicy()
+    parts, port, written = _alarm_split(url)
+    ip, name = _alarm_host(written, parts.netloc.startswith("["), policy)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    default_port = 443 if parts.scheme == "https" else 80
+    host = str(ip) if ip is not None else str(name)
+    return AlarmUrl(parts.scheme, host, port or default_port, target, parts.netloc, ip, name,
+                    name is not None and name in policy.allow_names)
+
+
+def target_urls(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The (key, URL) pairs of an alarm target's settings the admin calls: ``url`` and every
+    key ending in ``_url``."""
+    return [(k, v) for k, v in config.items()
+            if (k == "url" or k.endswith("_url")) and isinstance(v, str)]

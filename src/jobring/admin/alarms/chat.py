@@ -1,71 +1,29 @@
 """Chat alarm channels: Slack, DingTalk, WeCom and Feishu/Lark webhooks, each in its
-documented message shape (and signature, where the robot has a signing secret)."""
+documented message shape (and signature, where the robot has a signing secret), POSTed
+through :class:`~jobring.admin.alarms.outbound.AlarmHttp` (the alarm address policy)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
-import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
-import httpx
-import orjson
-
 from jobring.admin.alarms.base import AlarmContext, AlarmOutcome
+from jobring.admin.alarms.outbound import AlarmHttp
 from jobring.admin.alarms.registry import register_channel, url_config
 
 if TYPE_CHECKING:
     from jobring.admin.alarms.targets import ChannelFactory
-
-log = logging.getLogger(__name__)
 
 NowMs = Callable[[], int]
 
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-async def post_json(
-    name: str,
-    url: str,
-    body: dict[str, Any],
-    *,
-    timeout: float,  # noqa: ASYNC109 - the HTTP client's own per-request timeout
-    transport: httpx.AsyncBaseTransport | None,
-    error_key: str | None = None,
-) -> AlarmOutcome:
-    """POST ``body``; connection errors, timeouts, 429 and 5xx are transient, other non-2xx
-    answers permanent. ``error_key``: the JSON field whose non-zero value means refused."""
-    try:
-        async with httpx.AsyncClient(timeout=timeout, transport=transport) as http:
-            response = await http.post(
-                url, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
-            )
-    except httpx.HTTPError as exc:
-        log.warning("alarm %s: %s: %s", name, type(exc).__name__, exc)
-        return AlarmOutcome.TRANSIENT
-    if response.status_code == 429 or response.status_code >= 500:
-        log.warning("alarm %s answered HTTP %s", name, response.status_code)
-        return AlarmOutcome.TRANSIENT
-    if not response.is_success:
-        log.error("alarm %s answered HTTP %s: %s", name, response.status_code, response.text[:200])
-        return AlarmOutcome.FAILED
-    if error_key is not None:
-        try:
-            answer = orjson.loads(response.content)
-        except orjson.JSONDecodeError:
-            log.error("alarm %s answered non-JSON: %s", name, response.text[:200])
-            return AlarmOutcome.FAILED
-        code = answer.get(error_key, answer.get("StatusCode", 0)) if isinstance(answer, dict) else None
-        if code not in (0, None):
-            log.error("alarm %s refused the message: %s", name, response.text[:200])
-            return AlarmOutcome.FAILED
-    return AlarmOutcome.SENT
 
 
 def _markdown(ctx: AlarmContext) -> str:
@@ -79,17 +37,12 @@ def _markdown(ctx: AlarmContext) -> str:
 class _HttpChannel:
     name = "http"
 
-    def __init__(
-        self, url: str, *, timeout: float = 10.0, transport: httpx.AsyncBaseTransport | None = None
-    ) -> None:
+    def __init__(self, url: str, http: AlarmHttp | None = None) -> None:
         self.url = url
-        self._timeout = timeout
-        self._transport = transport
+        self._http = http or AlarmHttp()
 
     async def _post(self, url: str, body: dict[str, Any], error_key: str | None = None) -> AlarmOutcome:
-        return await post_json(
-            self.name, url, body, timeout=self._timeout, transport=self._transport, error_key=error_key
-        )
+        return await self._http.post_json(self.name, url, body, error_key=error_key)
 
 
 class SlackAlarm(_HttpChannel):
@@ -131,15 +84,9 @@ class _SignedChannel(_HttpChannel):
     """A robot whose messages are signed with a secret and the current time."""
 
     def __init__(
-        self,
-        url: str,
-        secret: str | None = None,
-        *,
-        now_ms: NowMs = _wall_ms,
-        timeout: float = 10.0,
-        transport: httpx.AsyncBaseTransport | None = None,
+        self, url: str, secret: str | None = None, *, now_ms: NowMs = _wall_ms, http: AlarmHttp | None = None
     ) -> None:
-        super().__init__(url, timeout=timeout, transport=transport)
+        super().__init__(url, http)
         self._secret = secret
         self._now_ms = now_ms
 
@@ -205,21 +152,19 @@ class FeishuAlarm(_SignedChannel):
 
 @register_channel("slack", required={"url"}, check=url_config)
 def _slack(config: Mapping[str, Any], factory: ChannelFactory) -> SlackAlarm:
-    return SlackAlarm(config["url"], timeout=factory.timeout, transport=factory.transport)
+    return SlackAlarm(config["url"], factory.http)
 
 
 @register_channel("dingtalk", required={"url"}, optional={"secret"}, check=url_config)
 def _dingtalk(config: Mapping[str, Any], factory: ChannelFactory) -> DingTalkAlarm:
-    return DingTalkAlarm(config["url"], config.get("secret"), now_ms=factory.now_ms,
-                         timeout=factory.timeout, transport=factory.transport)
+    return DingTalkAlarm(config["url"], config.get("secret"), now_ms=factory.now_ms, http=factory.http)
 
 
 @register_channel("wecom", required={"url"}, check=url_config)
 def _wecom(config: Mapping[str, Any], factory: ChannelFactory) -> WeComAlarm:
-    return WeComAlarm(config["url"], timeout=factory.timeout, transport=factory.transport)
+    return WeComAlarm(config["url"], factory.http)
 
 
 @register_channel("feishu", required={"url"}, optional={"secret"}, check=url_config)
 def _feishu(config: Mapping[str, Any], factory: ChannelFactory) -> FeishuAlarm:
-    return FeishuAlarm(config["url"], config.get("secret"), now_ms=factory.now_ms,
-                       timeout=factory.timeout, transport=factory.transport)
+    return FeishuAlarm(config["url"], config.get("secret"), now_ms=factory.now_ms, http=factory.http)

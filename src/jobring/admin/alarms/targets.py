@@ -27,9 +27,13 @@ import orjson
 from jobring.admin.alarms.base import AlarmChannel
 from jobring.admin.alarms.chat import NowMs, _wall_ms
 from jobring.admin.alarms.mail import SmtpConfig, recipients
+from jobring.admin.alarms.outbound import AlarmHttp, Resolver, system_resolve
 from jobring.admin.alarms.registry import TargetError as TargetError  # where callers import it from
 from jobring.admin.alarms.registry import channel_kind, channel_kinds
 from jobring.admin.store.records import JobInfo
+from jobring.config import alarm_policy
+from jobring.core.addresses import AlarmTargetPolicy
+from jobring.core.masking import MASK, is_secret_key, is_url_key, mask_url
 
 if TYPE_CHECKING:
     from jobring.config import AdminSettings
@@ -37,7 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_TARGETS = 20
-SECRET_MASK = "******"
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,8 @@ class AlarmTarget:
     kind: str
     config: Mapping[str, Any] = field(default_factory=dict)
 
-    def as_dict(self, *, mask_secrets: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, **self.config}
-        if mask_secrets and "secret" in out:
-            out["secret"] = SECRET_MASK
-        return out
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self.config}
 
 
 def _check_target(where: str, raw: Any) -> AlarmTarget:
@@ -90,6 +90,39 @@ def dump_targets(targets: Sequence[AlarmTarget]) -> str | None:
     return orjson.dumps([t.as_dict() for t in targets]).decode() if targets else None
 
 
+def _masked_keys(target: AlarmTarget) -> list[str]:
+    """The keys of ``target`` whose value is a mask sent back (a secret, a masked URL)."""
+    return [k for k, v in target.config.items() if isinstance(v, str) and MASK in v
+            and ((is_secret_key(k) and v == MASK) or (is_url_key(k) and mask_url(v) == v))]
+
+
+def _same_target(sent: AlarmTarget, stored: AlarmTarget) -> bool:
+    if sent.kind != stored.kind:
+        return False
+    return all(isinstance(stored.config.get(k), str) and v in (stored.config[k], mask_url(stored.config[k]))
+               for k, v in sent.config.items() if is_url_key(k))
+
+
+def restore_masked(sent: Sequence[AlarmTarget], stored: Sequence[AlarmTarget],
+                   where: str = "alarm_targets") -> list[AlarmTarget]:
+    """``sent`` (a list a client got masked and sends back) with each masked value replaced by
+    the stored target's real one, so that an edit never overwrites a secret with its mask.
+    A sent target matches the stored one at its index, else the first of its kind with the same
+    (or same masked) URLs; TargetError for a masked value that belongs to no stored target."""
+    out: list[AlarmTarget] = []
+    for i, target in enumerate(sent):
+        keys = _masked_keys(target)
+        if keys:
+            ordered = [stored[i]] if i < len(stored) else []
+            match = next((s for s in [*ordered, *stored] if _same_target(target, s)), None)
+            if match is None:
+                raise TargetError(f"{where}.{i}.{keys[0]}", "a masked value must belong to a stored "
+                                  "target of this job (send the real value)")
+            target = AlarmTarget(target.kind, {**target.config, **{k: match.config[k] for k in keys}})
+        out.append(target)
+    return out
+
+
 def job_targets(job: JobInfo) -> list[AlarmTarget]:
     """The job's targets: ``alarm_targets`` plus ``alarm_email`` as one email target. A stored
     list that no longer parses is logged and skipped (it was validated when written)."""
@@ -106,13 +139,21 @@ def job_targets(job: JobInfo) -> list[AlarmTarget]:
 
 @dataclass
 class ChannelFactory:
-    """Makes channels from targets; shared settings (SMTP, timeouts, clock) come from here."""
+    """Makes channels from targets; shared settings (SMTP, timeouts, clock, the alarm address
+    policy) come from here. ``transport`` and ``resolve`` are for tests."""
 
     smtp: SmtpConfig | None = None
     timeout: float = 10.0
     transport: httpx.AsyncBaseTransport | None = None
     now_ms: NowMs = _wall_ms
     smtp_connect: Callable[[SmtpConfig], Any] | None = None
+    policy: AlarmTargetPolicy = field(default_factory=AlarmTargetPolicy)
+    resolve: Resolver = system_resolve
+
+    @property
+    def http(self) -> AlarmHttp:
+        """The HTTP client of webhook-like channels: checks and pins every target's address."""
+        return AlarmHttp(self.policy, self.timeout, self.transport, self.resolve)
 
     @classmethod
     def from_settings(cls, settings: AdminSettings) -> ChannelFactory:
@@ -128,7 +169,7 @@ class ChannelFactory:
                 ssl=settings.smtp_ssl,
                 timeout=settings.alarm_timeout,
             )
-        return cls(smtp=smtp, timeout=settings.alarm_timeout)
+        return cls(smtp=smtp, timeout=settings.alarm_timeout, policy=alarm_policy(settings))
 
     def channel_of(self, kind: str, config: Mapping[str, Any]) -> AlarmChannel | None:
         return self.channel(_check_target("target", {"kind": kind, **config}))

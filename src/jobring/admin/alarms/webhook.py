@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from jobring.admin.alarms.base import ALARM_TITLE, AlarmContext, AlarmOutcome
-from jobring.admin.alarms.chat import post_json
+from jobring.admin.alarms.outbound import AlarmHttp
 from jobring.admin.alarms.registry import register_channel, url_config
 
 if TYPE_CHECKING:
@@ -41,19 +39,14 @@ def payload(ctx: AlarmContext) -> dict[str, Any]:
 class WebhookAlarm:
     name = "webhook"
 
-    def __init__(
-        self, url: str, *, timeout: float = 10.0, transport: httpx.AsyncBaseTransport | None = None
-    ) -> None:
+    def __init__(self, url: str, http: AlarmHttp | None = None) -> None:
         self.url = url
-        self._timeout = timeout
-        self._transport = transport
+        self._http = http or AlarmHttp()
 
     async def send(self, ctx: AlarmContext) -> AlarmOutcome:
-        return await post_json(
-            self.name, self.url, payload(ctx), timeout=self._timeout, transport=self._transport
-        )
+        return await self._http.post_json(self.name, self.url, payload(ctx))
 
 
 @register_channel("webhook", required={"url"}, check=url_config)
 def _webhook(config: Mapping[str, Any], factory: ChannelFactory) -> WebhookAlarm:
-    return WebhookAlarm(config["url"], timeout=factory.timeout, transport=factory.transport)
+    return WebhookAlarm(config["url"], factory.http)

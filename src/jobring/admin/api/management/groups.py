@@ -175,7 +175,7 @@ async def get_group_token(group_id: GroupId, services: Services, principal: Admi
     if not group.access_token:
         raise ApiError(404, f"executor group {group_id} has no token of its own; rotate to create one")
     await services.audit.record(principal, AuditAction.SECRET_READ, target_type="group",
-                                target_id=group_id, group_id=group_id, details={"secret": "access_token"})
+                                target_id=group_id, group_id=group_id, details={"read": "access_token"})
     return GroupTokenOut(group_id=group.id, app_name=group.app_name, access_token=group.access_token)
 
 

@@ -27,6 +27,7 @@ from jobring.admin.api.management.models import (
     TriggerOut,
 )
 from jobring.admin.audit import AuditAction
+from jobring.admin.security.principal import Principal
 from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import JobInfo, JobSort
 from jobring.admin.validation import FieldError, check_schedule, check_timezone
@@ -51,6 +52,12 @@ _NOT_NULL = (
 
 def _child_list(ids: list[int] | None) -> str | None:
     return ",".join(str(i) for i in dict.fromkeys(ids or [])) or None
+
+
+def _out(principal: Principal, job: JobInfo) -> JobOut:
+    """The job as ``principal`` sees it: the credential parts of its alarm URLs only for those
+    who may edit it (they could set them anyway); signing secrets for nobody."""
+    return JobOut.of(job, reveal_urls=principal.can_write_group(job.job_group))
 
 
 def job_from_create(body: JobCreate) -> JobInfo:
@@ -107,7 +114,7 @@ async def list_jobs(
         sort=sort,
     )
     return PageOut[JobOut](
-        items=[JobOut.of(j) for j in page.items], total=page.total, offset=offset, limit=limit
+        items=[_out(principal, j) for j in page.items], total=page.total, offset=offset, limit=limit
     )
 
 
@@ -116,14 +123,14 @@ async def create_job(body: JobCreate, services: Services, principal: Writer) -> 
     ensure_group_write(principal, body.job_group)
     job = await jobservice.create_job(services, job_from_create(body), principal)
     await services.audit.job_event(principal, AuditAction.JOB_CREATE, job, snapshot=True)
-    return JobOut.of(job)
+    return _out(principal, job)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="Get a job")
 async def get_job(job_id: JobId, services: Services, principal: Reader) -> JobOut:
     job = await jobservice.load_job(services, job_id)
     ensure_group_read(principal, job.job_group)
-    return JobOut.of(job)
+    return _out(principal, job)
 
 
 @router.patch(
@@ -143,7 +150,7 @@ async def update_job(job_id: JobId, body: JobUpdate, services: Services, princip
     warnings: list[str] = []
     updated = await jobservice.update_job(services, old, new, principal, warnings)
     await services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)
-    return JobUpdateOut(**JobOut.of(updated).model_dump(), warnings=warnings)
+    return JobUpdateOut(**_out(principal, updated).model_dump(), warnings=warnings)
 
 
 @router.delete("/jobs/{job_id}", status_code=204, response_class=Response, summary="Delete a job")
@@ -169,7 +176,7 @@ async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     await services.audit.job_event(
         principal, AuditAction.JOB_CREATE, created, snapshot=True, copied_from=job.id
     )
-    return JobOut.of(created)
+    return _out(principal, created)
 
 
 @router.post(
@@ -182,7 +189,7 @@ async def start_job(job_id: JobId, services: Services, principal: Writer) -> Job
     ensure_group_write(principal, job.job_group)
     started = await jobservice.start_job(services, job)
     await services.audit.job_event(principal, AuditAction.JOB_START, started)
-    return JobOut.of(started)
+    return _out(principal, started)
 
 
 @router.post("/jobs/{job_id}/stop", response_model=JobOut, summary="Stop scheduling a job")
@@ -191,7 +198,7 @@ async def stop_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     ensure_group_write(principal, job.job_group)
     stopped = await jobservice.stop_job(services, job)
     await services.audit.job_event(principal, AuditAction.JOB_STOP, stopped)
-    return JobOut.of(stopped)
+    return _out(principal, stopped)
 
 
 @router.post(

@@ -13,7 +13,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from jobring.admin.alarms.targets import SECRET_MASK, AlarmTarget, TargetError, dump_targets, parse_targets
+from jobring.admin.alarms.outbound import HostUnresolved, RefusedAnswer, pinned_address
+from jobring.admin.alarms.targets import TargetError, dump_targets, parse_targets, restore_masked
 from jobring.admin.api.management.deps import ensure_group_write
 from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.models import MAX_DELAY_MS
@@ -30,6 +31,7 @@ from jobring.admin.validation import (
     check_job_references,
     check_no_cycle,
 )
+from jobring.core.addresses import AddressRefused, target_urls
 from jobring.core.enums import GlueType, ScheduleType, TriggerStatus, TriggerType
 from jobring.core.schedule import parse_schedule
 
@@ -47,25 +49,12 @@ def ensure_glue_allowed(services: ManagementServices, principal: Principal) -> N
 
 def alarm_targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = None) -> str | None:
     """The stored JSON of a job's alarm target list, checked by each channel's rules (FieldError
-    naming the bad part); a masked secret keeps ``old``'s secret of the same target."""
+    naming the bad part); a masked value sent back keeps ``old``'s real one."""
     try:
-        targets = parse_targets(raw or [])
-        if old is not None:
-            previous = [t for t in parse_targets(old.alarm_targets) if "secret" in t.config]
-            targets = [_keep_secret(t, previous) for t in targets]
+        stored = parse_targets(old.alarm_targets) if old is not None else []
+        return dump_targets(restore_masked(parse_targets(raw or []), stored))
     except TargetError as exc:
         raise FieldError(exc.field, exc.message) from None
-    return dump_targets(targets)
-
-
-def _keep_secret(target: AlarmTarget, previous: list[AlarmTarget]) -> AlarmTarget:
-    if target.config.get("secret") != SECRET_MASK:
-        return target
-    url = target.config["url"]
-    same = next((p for p in previous if p.kind == target.kind and p.config["url"] == url), None)
-    if same is None:
-        raise FieldError("alarm_targets", "a masked secret must belong to an existing target")
-    return AlarmTarget(target.kind, {**target.config, "secret": same.config["secret"]})
 
 
 async def load_job(services: ManagementServices, job_id: int) -> JobInfo:
@@ -99,6 +88,39 @@ async def validate_job(
     Children already on ``old`` stay (an admin may have chained across groups)."""
     check_job(job, services.settings.timezone or "UTC")
     await check_job_references(services.store, job, _child_usable(principal, old))
+    await check_alarm_targets(services, job, old)
+
+
+SAVE_RESOLVE_TIMEOUT_S = 2.0
+
+
+def _target_urls(targets: str | list[Any] | None) -> list[tuple[str, str]]:
+    """(field, URL) of every URL of a job's alarm targets; FieldError when they do not parse."""
+    try:
+        parsed = parse_targets(targets)
+    except TargetError as exc:
+        raise FieldError(exc.field, exc.message) from None
+    return [(f"alarm_targets.{i}.{key}", url)
+            for i, target in enumerate(parsed) for key, url in target_urls(target.config)]
+
+
+async def check_alarm_targets(services: ManagementServices, job: JobInfo, old: JobInfo | None = None) -> None:
+    """Every alarm URL the job adds passes the alarm address policy; a host name is also
+    resolved now and refused when an address it resolves to is (one that does not resolve
+    now is checked at each send, like every name). URLs already stored are not re-checked
+    here (they are at each send)."""
+    kept = {url for _, url in _target_urls(old.alarm_targets)} if old is not None else set()
+    for field, url in _target_urls(job.alarm_targets):
+        if url in kept:
+            continue
+        try:
+            await pinned_address(url, services.alarm_policy, services.alarm_resolve, SAVE_RESOLVE_TIMEOUT_S)
+        except RefusedAnswer as exc:
+            raise FieldError(field, f"not an allowed alarm target: {exc.public}") from None
+        except AddressRefused as exc:
+            raise FieldError(field, f"not an allowed alarm target: {exc}") from None
+        except HostUnresolved:
+            continue
 
 
 # Valid stand-ins for stored values checked only when a request changes them, so the check
@@ -133,6 +155,7 @@ async def validate_job_update(
     """Check what the update changes (and the rules those fields take part in); stored values
     it leaves alone are kept even when a new job could not have them. Returns one warning per
     such legacy value; FieldError for a changed field."""
+    await check_alarm_targets(services, new, old)
     strict = _strict_fields(old, new)
     warnings: list[str] = []
     candidate = new

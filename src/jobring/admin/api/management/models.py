@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Generic, TypeVar
 
+import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from jobring.admin.security.passwords import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
@@ -27,6 +28,7 @@ from jobring.admin.store.records import (
 )
 from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldError, text_problem
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
+from jobring.core.masking import masked
 from jobring.core.runstate import RunState, duration_ms, run_state
 
 MAX_INT32 = 2_147_483_647
@@ -211,7 +213,8 @@ ChildJobIds = Annotated[list[Id32], Field(max_length=20)]
 GlueSource = Annotated[Text, Field(max_length=1_000_000)]
 AlarmTargets = Annotated[list[dict[str, Any]], Field(max_length=20, description=(
     'alarm targets: {"kind": "email", "to": [...]}, or {"kind": "webhook"|"slack"|"wecom", "url": ...}, '
-    'or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}'))]
+    'or {"kind": "dingtalk"|"feishu", "url": ..., "secret": ...}; a URL must not reach an internal address '
+    '(loopback, private, link-local, metadata) unless the admin allows it (JOBRING_ALARM_TARGET_ALLOW)'))]
 AlarmOnRule = Annotated[str, Field(pattern="^(failure_final|every_failure)$",
                                    description="failure_final: only when no retry follows; every_failure")]
 RetryIntervalSeconds = Annotated[int, Field(ge=0, le=24 * 3600)]
@@ -303,14 +306,15 @@ class JobUpdate(Strict):
                           "its code declares; \"console\" takes it back (the code no longer touches it)")
 
 
-def targets_out(job: JobInfo) -> list[dict[str, Any]]:
-    """The job's alarm targets for output, signing secrets masked."""
-    from jobring.admin.alarms.targets import TargetError, parse_targets
-
+def targets_out(job: JobInfo, *, reveal_urls: bool = False) -> list[dict[str, Any]]:
+    """The job's alarm targets for output: secrets masked, and the credential parts of URLs
+    too unless ``reveal_urls`` (for those who may edit the job)."""
     try:
-        return [t.as_dict(mask_secrets=True) for t in parse_targets(job.alarm_targets)]
-    except TargetError:
+        targets = orjson.loads(job.alarm_targets) if job.alarm_targets else []
+    except orjson.JSONDecodeError:
         return []
+    return [t for t in masked(targets, urls=not reveal_urls) if isinstance(t, dict)] if isinstance(
+        targets, list) else []
 
 
 class JobOut(BaseModel):
@@ -338,7 +342,9 @@ class JobOut(BaseModel):
     trigger_next_time: int = Field(description="epoch ms")
     add_time: datetime | None
     update_time: datetime | None
-    alarm_targets: list[dict[str, Any]] = Field(description="signing secrets are shown masked")
+    alarm_targets: list[dict[str, Any]] = Field(description=(
+        "signing secrets are shown masked (send the mask back to keep them); the path and query "
+        "values of URLs (a robot's credential) are masked too for readers who may not edit the job"))
     alarm_on: str
     alarm_recovery: bool
     deadline_minutes: int | None
@@ -356,8 +362,9 @@ class JobOut(BaseModel):
                           "period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again")
 
     @classmethod
-    def of(cls, job: JobInfo) -> JobOut:
-        return cls(**record_fields(cls, job, alarm_targets=targets_out(job),
+    def of(cls, job: JobInfo, *, reveal_urls: bool = False) -> JobOut:
+        """``job`` as answered; ``reveal_urls`` for a reader who may edit it."""
+        return cls(**record_fields(cls, job, alarm_targets=targets_out(job, reveal_urls=reveal_urls),
                                    declared_by_executor=bool(job.declared_by_executor)))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from jobring.admin.alarms.outbound import Resolver, system_resolve
 from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets
 from jobring.admin.executor_tokens import ExecutorTokens
@@ -15,8 +16,8 @@ from jobring.admin.security.passwords import PasswordWorkers, shared_password_wo
 from jobring.admin.security.ratelimit import LoginRateLimiter
 from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S
 from jobring.admin.store import Store
-from jobring.config import AdminSettings, address_policy
-from jobring.core.addresses import AddressPolicy
+from jobring.config import AdminSettings, address_policy, alarm_policy
+from jobring.core.addresses import AddressPolicy, AlarmTargetPolicy
 from jobring.core.clock import Clock, SystemClock
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -42,14 +43,17 @@ class ManagementServices:
     passwords: PasswordWorkers = field(default_factory=shared_password_workers)
     executor_tokens: ExecutorTokens | None = None
     delayed: DelayedFireRunner | None = None  # woken when a delayed fire is added
+    alarm_resolve: Resolver = system_resolve  # host names of alarm targets checked on save
     audit: AuditLog = field(init=False)
     address_policy: AddressPolicy = field(init=False)
+    alarm_policy: AlarmTargetPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.secrets.session_secret:
             raise ValueError("the session secret must not be empty")
         self.audit = AuditLog(self.store, self.clock)
         self.address_policy = address_policy(self.settings)
+        self.alarm_policy = alarm_policy(self.settings)
         if self.login_limiter is None:
             self.login_limiter = LoginRateLimiter(clock=self.clock)
 
