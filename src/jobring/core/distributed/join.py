@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 
+from jobring.core.fielderror import FieldError
+
 __all__ = [
     "FailureTolerance",
     "JoinError",
@@ -50,12 +52,8 @@ __all__ = [
 ]
 
 
-class JoinError(ValueError):
-    """Invalid join input; ``field`` names the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+class JoinError(FieldError):
+    """Invalid join or retry input; ``field`` names the offending field."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from jobring.core.fielderror import FieldError
+
 __all__ = [
     "MAX_ITEM_BYTES",
     "MAX_MAP_CALL_BYTES",
@@ -65,14 +67,13 @@ _TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _KEY = re.compile(r"^r(/\d+\.\d+)*$")
 
 
-class MapLimitError(ValueError):
-    """A ``map`` call refused: ``limit`` is the constant's name (or the field at fault for a
-    malformed call), ``field`` the request field for the API's error body."""
+class MapLimitError(FieldError):
+    """A ``map`` call refused: ``limit`` is the constant's name (or what is malformed),
+    ``field`` the request field at fault."""
 
     def __init__(self, limit: str, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+        super().__init__(field, message)
         self.limit = limit
-        self.field = field
 
 
 @dataclass(frozen=True, slots=True)

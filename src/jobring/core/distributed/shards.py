@@ -29,6 +29,7 @@ from collections.abc import Collection, Mapping, Sequence
 from enum import StrEnum
 
 from jobring.core.enums import RouteStrategy
+from jobring.core.fielderror import FieldError
 from jobring.core.routing import VIRTUAL_NODES, md5_hash
 
 __all__ = [
@@ -44,12 +45,8 @@ __all__ = [
 MAX_SHARDS = 10_000
 
 
-class ShardError(ValueError):
+class ShardError(FieldError):
     """Invalid sharding input; ``field`` names the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 class Spread(StrEnum):

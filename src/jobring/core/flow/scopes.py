@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from jobring.core.fielderror import FieldError
+
 __all__ = [
     "DEFAULT_PRIORITY",
     "MAX_CONCURRENCY",
@@ -36,12 +38,8 @@ PRIORITIES = (1, 2, 3)
 DEFAULT_PRIORITY = 2
 
 
-class FlowError(ValueError):
-    """Invalid flow-control input; ``field`` names the offending field for the API's error body."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+class FlowError(FieldError):
+    """Invalid flow-control input; ``field`` names the offending field."""
 
 
 class ScopeKind(StrEnum):
