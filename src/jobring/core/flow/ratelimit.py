@@ -108,8 +108,9 @@ def take(rate: RateLimit, state: BucketState | None, now_ms: int, tokens: int = 
 
 
 def ready_at(rate: RateLimit, state: BucketState | None, now_ms: int, tokens: int = 1) -> int | None:
-    """The first instant at which the bucket holds ``tokens`` (``now_ms`` when it already
-    does), or None when it never can (more tokens than its capacity)."""
+    """An instant at which taking ``tokens`` succeeds (``now_ms`` when it already does): the
+    first one counted from the state refilled at ``now_ms``, which a refill from an older stamp
+    may beat by a rounding step. None when it never can (more tokens than the capacity)."""
     need = tokens * TOKEN_UNITS
     if need > rate.capacity:
         return None
