@@ -1,0 +1,133 @@
+"""Distributed jobs: sharded runs with any count, map / map-reduce, broadcast with hooks, and
+the parent's join (pure decisions; the admin stores the rows and carries out the actions).
+
+- :mod:`.shards`: which executor runs which shard; moving a dead executor's unfinished ones.
+- :mod:`.join`: progress -> the parent's outcome (failure tolerance), reduce exactly once.
+- :mod:`.subtasks`: a child's attempts, retries, losses, and "retry only the failed ones".
+- :mod:`.mapping`: ``map`` limits, sub-task keys, how the reduce receives results.
+- :mod:`.broadcast`: pre hook -> every executor -> post hook.
+
+The model is described in ``docs/distributed-jobs.md``.
+"""
+
+from jobring.core.distributed.broadcast import (
+    Broadcast,
+    BroadcastPhase,
+    ExecutorDone,
+    Finish,
+    Hook,
+    HookDone,
+    RunHook,
+    RunOnExecutors,
+    on_broadcast_event,
+    start_broadcast,
+)
+from jobring.core.distributed.join import (
+    FailureTolerance,
+    JoinError,
+    JoinOutcome,
+    JoinVerdict,
+    ParentPhase,
+    Progress,
+    after_join,
+    after_reduce,
+    join,
+    reduce_due,
+    reduce_key,
+)
+from jobring.core.distributed.mapping import (
+    MAX_ITEM_BYTES,
+    MAX_MAP_CALL_BYTES,
+    MAX_MAP_DEPTH,
+    MAX_MAP_ITEMS,
+    MAX_SUBTASKS,
+    ROOT_KEY,
+    MapLimitError,
+    SubTask,
+    call_batches,
+    depth_of,
+    plan_map,
+    reduce_pages,
+    subtask_key,
+)
+from jobring.core.distributed.shards import (
+    MAX_SHARDS,
+    ShardError,
+    Spread,
+    assign_shards,
+    check_shard_total,
+    reassign_shards,
+    spread_for,
+)
+from jobring.core.distributed.subtasks import (
+    CancelRequested,
+    Dispatched,
+    Finished,
+    Lost,
+    RetryPlan,
+    RetryRequested,
+    Task,
+    TaskPolicy,
+    TaskState,
+    apply_event,
+    plan_retry,
+    progress_after,
+    progress_of,
+)
+
+__all__ = [
+    "MAX_ITEM_BYTES",
+    "MAX_MAP_CALL_BYTES",
+    "MAX_MAP_DEPTH",
+    "MAX_MAP_ITEMS",
+    "MAX_SHARDS",
+    "MAX_SUBTASKS",
+    "ROOT_KEY",
+    "Broadcast",
+    "BroadcastPhase",
+    "CancelRequested",
+    "Dispatched",
+    "ExecutorDone",
+    "FailureTolerance",
+    "Finish",
+    "Finished",
+    "Hook",
+    "HookDone",
+    "JoinError",
+    "JoinOutcome",
+    "JoinVerdict",
+    "Lost",
+    "MapLimitError",
+    "ParentPhase",
+    "Progress",
+    "RetryPlan",
+    "RetryRequested",
+    "RunHook",
+    "RunOnExecutors",
+    "ShardError",
+    "Spread",
+    "SubTask",
+    "Task",
+    "TaskPolicy",
+    "TaskState",
+    "after_join",
+    "after_reduce",
+    "apply_event",
+    "assign_shards",
+    "call_batches",
+    "check_shard_total",
+    "depth_of",
+    "join",
+    "on_broadcast_event",
+    "plan_map",
+    "plan_retry",
+    "progress_after",
+    "progress_of",
+    "reassign_shards",
+    "reduce_due",
+    "reduce_key",
+    "reduce_pages",
+    "spread_for",
+    "start_broadcast",
+    "subtask_key",
+]

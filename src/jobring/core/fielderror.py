@@ -1,0 +1,14 @@
+"""A bad value in a request, with the field it came from (for the API's ``{"error", "field"}``
+body and the CLI's message)."""
+
+from __future__ import annotations
+
+__all__ = ["FieldError"]
+
+
+class FieldError(ValueError):
+    """Invalid input; ``field`` names the offending field, and the message starts with it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
