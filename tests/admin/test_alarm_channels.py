@@ -170,3 +170,33 @@ def test_default_targets_from_env_json_or_toml(tmp_path: object) -> None:
     with pytest.raises(ConfigError, match="alarm_default_targets"):
         load_settings(environ={"JOBRING_ALARM_DEFAULT_TARGETS": '[{"kind": "x"}]'})
     assert AdminSettings().alarm_default_targets is None
+
+
+@pytest.mark.parametrize("brk", ["\r\n", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"])
+async def test_a_line_break_in_stored_values_neither_injects_a_header_nor_stops_the_mail(
+    smtp: SmtpReceiver, brk: str
+) -> None:
+    # Values an adopted XXL-JOB database may hold: the API refuses them on new writes.
+    job = JobInfo(id=5, job_group=1, job_desc=f"nightly{brk}Bcc: evil@example.com",
+                  alarm_email=f"ops@example.com, dev@example.com{brk}Bcc: evil@example.com,  ,")
+    config = SmtpConfig(host="127.0.0.1", port=smtp.port, sender=f"jobring@example.com{brk}X: y")
+    factory = ChannelFactory(smtp=config)
+    alarmer = Alarmer(for_job=factory.for_job, retries=0)
+    assert await alarmer.alarm(_ctx(job)) is AlarmStatus.SENT
+    (message,) = smtp.messages  # the recipient with a line break is skipped
+    assert message["To"] == "ops@example.com"
+    names = {name.lower() for name in message}
+    assert "bcc" not in names and "x" not in names  # no header injected by the subject or sender
+    assert "(nightly Bcc: evil@example.com)" in " ".join(message["Subject"].split())
+
+
+def test_email_targets_and_urls_must_be_on_one_line() -> None:
+    for bad in ("ops@example.com\nBcc: evil@example.com", "ops @example.com", "ops@\u2028example.com"):
+        with pytest.raises(TargetError) as refused:
+            parse_targets([{"kind": "email", "to": [bad]}])
+        assert refused.value.field == "alarm_targets.0.to"
+    with pytest.raises(TargetError) as bad_url:
+        parse_targets([{"kind": "slack", "url": "https://hooks.example.com/x\r\nHost: evil"}])
+    assert bad_url.value.field == "alarm_targets.0.url"
+    padded = parse_targets([{"kind": "email", "to": [" ops@example.com "]}])
+    assert padded[0].config["to"] == ["ops@example.com"]

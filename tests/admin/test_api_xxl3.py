@@ -97,11 +97,16 @@ async def test_user_token_obeys_role_group_and_glue(sqlite_store: Store) -> None
     async with api_env(sqlite_store, glue_enabled=True) as env:
         job_b = await env.add_job(env.group_b)
         body = {"jobGroup": env.group_b, "jobDesc": "x", "executorHandler": "h"}
-        for role in ("op_in", "viewer"):
-            assert (await _call(env, "addJob", body, role=role, status=403))["code"] == 403
-            for name in ("updateJob", "triggerJob", "startJob", "stopJob", "removeJob"):
-                answer = await _call(env, name, {"id": job_b, "jobDesc": "mine"}, role=role, status=403)
-                assert answer["code"] == 403, (role, name)
+        # The viewer role may write nothing; for the operator of A, B's group and job are missing.
+        assert (await _call(env, "addJob", body, role="viewer", status=403))["code"] == 403
+        missing_group = {"code": 500, "msg": f"job_group: executor group {env.group_b} does not exist",
+                         "content": None, "data": None}
+        assert await _call(env, "addJob", body, role="op_in") == missing_group
+        missing_job = {"code": 500, "msg": f"job {job_b} not found", "content": None, "data": None}
+        for name in ("updateJob", "triggerJob", "startJob", "stopJob", "removeJob"):
+            answer = await _call(env, name, {"id": job_b, "jobDesc": "mine"}, role="viewer", status=403)
+            assert answer["code"] == 403, name
+            assert await _call(env, name, {"id": job_b, "jobDesc": "mine"}, role="op_in") == missing_job, name
         # Bearer works as well; the operator of B may manage B's jobs.
         bearer = {"Authorization": f"Bearer {env.tokens['op_out']}"}
         assert (await _call(env, "addJob", body, headers=bearer))["code"] == 200

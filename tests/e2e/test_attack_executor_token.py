@@ -234,13 +234,18 @@ async def test_operator_cannot_turn_an_executor_token_into_other_groups_runs(wor
         ("triggerJob", {"id": job_b}),
     ]
     for name, body in attempts:
-        for headers, status in ((exec_auth, 401), ({"Authorization": f"Bearer {world.token_a}"}, 401),
-                                (user_auth, 403)):
+        for headers, status in ((exec_auth, 401), ({"Authorization": f"Bearer {world.token_a}"}, 401)):
             response = await world.raw(f"/xxl-job-admin/api/{name}", body, headers)
             assert response.status_code == status and response.json()["code"] == status, (name, response.text)
+        # Group B and its job are not hers to see: they answer as missing ones.
+        response = await world.raw(f"/xxl-job-admin/api/{name}", body, user_auth)
+        answer = response.json()
+        assert response.status_code == 200 and answer["code"] == 500, (name, response.text)
+        assert answer["msg"] in (f"job {job_b} not found",
+                                 f"job_group: executor group {world.group_b} does not exist"), answer
     with pytest.raises(AdminApiError) as refused:
         await world.mallory.jobs.trigger(job_b)
-    assert refused.value.status == 403
+    assert refused.value.status == 404
 
     # 4. What should happen still happens: B's job reaches B's executor (and only it), once.
     triggered = await world.admin.jobs.trigger(job_b)

@@ -82,8 +82,11 @@ async def test_a_deleted_group_never_lends_its_permissions_to_a_new_group(tmp_pa
             new = (await http.post("/groups", json={"app_name": "new-app", "title": "new"})).json()
             assert new["id"] != old["id"]
         async with logged_in(node, "val", "val-password-2026") as val:
-            # The attack: the new group inherited the deleted one's id and so its viewers.
-            assert (await val.get(f"/groups/{new['id']}")).status_code == 403
+            # The attack: the new group inherited the deleted one's id and so its viewers. It
+            # answers as a missing group does.
+            hidden = await val.get(f"/groups/{new['id']}")
+            assert (hidden.status_code, hidden.json()) == (
+                404, {"error": f"executor group {new['id']} not found", "field": None})
             assert [g["id"] for g in (await val.get("/groups")).json()["items"]] == []
     finally:
         await kill(node)

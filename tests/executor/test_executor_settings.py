@@ -40,6 +40,10 @@ def test_every_setting_comes_from_env_and_explicit_arguments_win() -> None:
         ({"JOBRING_EXECUTOR_APP_NAME": "a", "JOBRING_EXECUTOR_ADMIN_ADDRESSES": "admin:8080"}, "http(s) URL"),
         ({"JOBRING_EXECUTOR_APP_NAME": "a", "JOBRING_EXECUTOR_ALLOW_OPEN": "maybe"}, "true/false"),
         ({"JOBRING_EXECUTOR_APP_NAME": "a", "JOBRING_EXECUTOR_BEAT_INTERVAL_S": "0"}, "beat_interval_s"),
+        ({"JOBRING_EXECUTOR_APP_NAME": "a", "JOBRING_EXECUTOR_MAX_CONNECTIONS": "100"},
+         "max_unauthenticated_connections (256) must be below max_connections (100)"),
+        ({"JOBRING_EXECUTOR_APP_NAME": "a", "JOBRING_EXECUTOR_UNAUTHENTICATED_IDLE_TIMEOUT_S": "0"},
+         "unauthenticated_idle_timeout_s"),
     ],
 )
 def test_bad_settings_are_refused_with_a_clear_message(env: dict[str, str], needle: str) -> None:

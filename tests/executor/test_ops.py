@@ -92,8 +92,14 @@ async def test_status_ready_and_metrics_mounted(admin: FakeAdmin, tmp_path: Path
             await admin.stop()
             await client.post("/run", json=trigger(3, 3, "ok"), headers=HEADERS)
             await poll(lambda: client.get("/ready"), lambda r: r.status_code == 503)
+            not_ready = await client.get("/ready")
             down = ex.status()
             assert down.admin_reachable is False and down.last_error and "callback" in down.last_error
+            # Without the token, booleans only: the error names the admin's addresses.
+            assert not_ready.json() == {"ready": False, "checks": {
+                "started": {"ok": True}, "registered": {"ok": True}, "admin_reachable": {"ok": False}}}
+            shown_ready = (await client.get("/ready", headers=HEADERS)).json()
+            assert "callback" in shown_ready["checks"]["admin_reachable"]["error"]
             assert down.spool_size + down.callback_backlog >= 1
             spooled = _samples((await client.get("/metrics")).text)
             assert spooled["jobring_executor_callback_spool_size"] + spooled[

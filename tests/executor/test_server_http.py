@@ -100,8 +100,6 @@ async def test_answers_are_http_200_json_with_length_and_keep_alive(
         assert head.startswith(b"HTTP/1.1 200 OK\r\n")
         assert b"content-type: application/json" in head.lower()
         assert body == b'{"code":500,"msg":"invalid request, uri-mapping(/nope) not found."}'
-        writer.write(request("/beat", b"", token=b"wrong"))
-        assert (await read_answer(reader))[1] == b'{"code":500,"msg":"The access token is wrong."}'
         writer.write(request("/beat", b"", method=b"GET"))
         answer = orjson.loads((await read_answer(reader))[1])
         assert answer["msg"] == "invalid request, HttpMethod not support."
@@ -111,6 +109,27 @@ async def test_answers_are_http_200_json_with_length_and_keep_alive(
         assert await asyncio.wait_for(reader.read(), 5) == b""  # the server closed it
     finally:
         writer.close()
+
+
+async def test_a_wrong_token_is_answered_from_the_head_and_the_connection_closed(
+    served: tuple[int, SlowFirstService],
+) -> None:
+    port, service = served
+    for token in (b"wrong", None):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            # The head announces a body that never comes: the answer does not wait for it.
+            head = (b"POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                    + (b"XXL-JOB-ACCESS-TOKEN: " + token + b"\r\n" if token else b"") + b"\r\n")
+            writer.write(head + b'{"jobId":1')
+            answer_head, body = await read_answer(reader)
+            assert body == b'{"code":500,"msg":"The access token is wrong."}'
+            assert b"connection: close" in answer_head.lower()
+            writer.write(b"x" * 990)  # the rest of the body is dropped
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+        finally:
+            writer.close()
+    assert service.order == []
 
 
 async def test_expect_100_continue_and_chunked_bodies(served: tuple[int, SlowFirstService]) -> None:

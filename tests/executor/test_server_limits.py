@@ -5,63 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 import pytest
 
-from jobring.executor.http.app import ExecutorEndpoints
 from jobring.executor.http.limits import ServerLimits
 from jobring.executor.http.protocol import ExecutorHttpServer
 from jobring.protocol.edge import HeadLimits
-from jobring.protocol.models import LogResult, ReturnT, TriggerParam
-
-
-class Service:
-    def __init__(self) -> None:
-        self.ran: list[int] = []
-
-    async def run(self, param: TriggerParam) -> ReturnT:
-        self.ran.append(param.job_id)
-        return ReturnT.success()
-
-    def is_idle(self, job_id: int) -> bool:
-        return True
-
-    async def kill(self, job_id: int) -> ReturnT:
-        return ReturnT.success()
-
-
-def read_log(log_date_time: int, log_id: int, from_line: int) -> LogResult:
-    raise AssertionError("no log reads in these tests")
-
+from tests.executor.server_kit import Service, listening, started_servers
 
 Serve = Callable[..., Awaitable[tuple[int, ExecutorHttpServer]]]
 
 
 @pytest.fixture
 async def serve(service: Service) -> AsyncIterator[Serve]:
-    started: list[tuple[ExecutorHttpServer, socket.socket]] = []
+    async with started_servers() as started:
 
-    async def start(*, limits: ServerLimits | None = None, head_timeout_s: float = 10.0
-                    ) -> tuple[int, ExecutorHttpServer]:
-        endpoints = ExecutorEndpoints(None)
-        endpoints.bind(service, read_log)
-        head_limits = HeadLimits(head_timeout_s=head_timeout_s)
-        server = ExecutorHttpServer(endpoints, limits=limits, head_limits=head_limits)
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        sock.setblocking(False)
-        await server.start(sock)
-        started.append((server, sock))
-        return sock.getsockname()[1], server
+        async def start(*, limits: ServerLimits | None = None, head_timeout_s: float = 10.0
+                        ) -> tuple[int, ExecutorHttpServer]:
+            head_limits = HeadLimits(head_timeout_s=head_timeout_s)
+            server, sock = await listening(service, limits=limits, head_limits=head_limits)
+            started.append((server, sock))
+            return sock.getsockname()[1], server
 
-    yield start
-    for server, sock in started:
-        await server.stop(grace_s=1)
-        sock.close()
+        yield start
 
 
 @pytest.fixture

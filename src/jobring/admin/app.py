@@ -37,7 +37,13 @@ from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
 from jobring.admin.alarms.service import AlarmService
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, InternalErrors, not_found
-from jobring.admin.api.management import XXL3_API_NAMES, ManagementServices, management_app, xxl3_api_app
+from jobring.admin.api.management import (
+    API_PREFIX,
+    XXL3_API_NAMES,
+    ManagementServices,
+    management_app,
+    xxl3_api_app,
+)
 from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets, bootstrap
@@ -64,7 +70,7 @@ from jobring.config import AdminSettings, address_policy
 from jobring.core.bounded import within
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule
-from jobring.protocol.edge import SecurityHeaders
+from jobring.protocol.edge import NoStore, SecurityHeaders
 
 log = logging.getLogger(__name__)
 
@@ -294,10 +300,11 @@ class _ApiDispatch:
 
 
 class AdminApp(Starlette):
-    """Starlette with the security headers outside everything, server errors included."""
+    """Starlette with the security headers outside everything, server errors included, and
+    ``Cache-Control: no-store`` on every answer of the management API."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return SecurityHeaders(super().build_middleware_stack())
+        return SecurityHeaders(NoStore(super().build_middleware_stack(), API_PREFIX))
 
 
 def create_app(
@@ -347,8 +354,8 @@ def create_app(
         Route("/metrics", metrics, methods=["GET"]),
     ]
     # "/api/v1" itself would otherwise reach the executor API's "api/<uri>" below.
-    routes.append(Route("/api/v1", not_found, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]))
-    routes.append(Mount("/api/v1", app=management_api))
+    routes.append(Route(API_PREFIX, not_found, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]))
+    routes.append(Mount(API_PREFIX, app=management_api))
     routes += console_routes()
     if base != "/":
         routes.append(Mount(base, app=executor_api))

@@ -17,6 +17,7 @@ from jobring.admin.store.records import JobInfo
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.schedule import parse_schedule
+from jobring.core.text import one_line_problem
 
 # Column widths of xxl_job_info / xxl_job_group / xxl_job_user (tables.py).
 JOB_LIMITS = {
@@ -32,10 +33,17 @@ JOB_LIMITS = {
 }
 MAX_EXECUTOR_TIMEOUT_S = 7 * 24 * 3600
 MAX_RETRY_COUNT = 100
+# Job fields that hold one line (names, addresses, a cron expression): a line break in one
+# would reach e-mail headers and logs. Parameters and GLUE remarks may span lines.
+ONE_LINE_JOB_FIELDS = frozenset({
+    "job_desc", "author", "alarm_email", "schedule_conf", "executor_handler", "child_jobid",
+    "schedule_timezone",
+})
 MAX_CHILD_DEPTH = 1000
-APP_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$")
-USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@\-]{0,49}$")
-HANDLER_PATTERN = re.compile(r"^\S(.*\S)?$")
+# Matched with fullmatch: "$" would also match before a final line break ("admin\n").
+APP_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}")
+USERNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@\-]{0,49}")
+HANDLER_PATTERN = re.compile(r"\S(.*\S)?")
 
 
 class FieldError(ValueError):
@@ -73,15 +81,18 @@ def text_problem(value: str) -> str | None:
     return None
 
 
-def check_text(field: str, value: str | None, max_len: int, *, required: bool = False) -> None:
-    """Length within the column, no NUL or other control characters except tab/newline."""
+def check_text(
+    field: str, value: str | None, max_len: int, *, required: bool = False, one_line: bool = False
+) -> None:
+    """Length within the column, no NUL or other control characters except tab/newline (with
+    ``one_line``: none at all, see :mod:`jobring.core.text`)."""
     if value is None or value == "":
         if required:
             raise FieldError(field, "must not be empty")
         return
     if len(value) > max_len:
         raise FieldError(field, f"must have at most {max_len} characters, got {len(value)}")
-    problem = text_problem(value)
+    problem = (one_line_problem(value) if one_line else None) or text_problem(value)
     if problem:
         raise FieldError(field, problem)
     if required and not value.strip():
@@ -144,7 +155,8 @@ def check_schedule(schedule_type: str, conf: str | None, tz: str, field_prefix: 
 def check_job(job: JobInfo, default_tz: str) -> None:
     """Every field of ``job`` on its own (no store access)."""
     for name, limit in JOB_LIMITS.items():
-        check_text(name, getattr(job, name), limit, required=name == "job_desc")
+        check_text(name, getattr(job, name), limit, required=name == "job_desc",
+                   one_line=name in ONE_LINE_JOB_FIELDS)
     if job.job_group <= 0:
         raise FieldError("job_group", "must be a positive group id")
     _check_enum("misfire_strategy", job.misfire_strategy, [m.value for m in MisfireStrategy])
@@ -157,7 +169,7 @@ def check_job(job: JobInfo, default_tz: str) -> None:
         raise FieldError("executor_fail_retry_count", f"must be between 0 and {MAX_RETRY_COUNT}")
     if job.glue_type == GlueType.BEAN and not (job.executor_handler or "").strip():
         raise FieldError("executor_handler", "is required for BEAN jobs")
-    if job.executor_handler and not HANDLER_PATTERN.match(job.executor_handler):
+    if job.executor_handler and not HANDLER_PATTERN.fullmatch(job.executor_handler):
         raise FieldError("executor_handler", "must not start or end with white space")
     if job.alarm_email:
         for address in job.alarm_email.split(","):
@@ -192,13 +204,19 @@ def _check_alarms_and_retries(job: JobInfo) -> None:
         raise FieldError("deadline_minutes", f"must be between 1 and {MAX_DEADLINE_MINUTES} (or null)")
 
 
+def missing_group(field: str, group_id: int) -> MissingReference:
+    """What a request naming group ``group_id`` in ``field`` answers when it does not exist
+    (or the caller may not see it)."""
+    return MissingReference(field, f"executor group {group_id} does not exist")
+
+
 async def check_job_references(
     store: Store, job: JobInfo, usable: Callable[[JobInfo], bool] | None = None
 ) -> None:
     """The group exists; child jobs exist (a child ``usable`` refuses is reported exactly as
     a missing one); the child links would form no cycle."""
     if await store.groups.get(job.job_group) is None:
-        raise MissingReference("job_group", f"executor group {job.job_group} does not exist")
+        raise missing_group("job_group", job.job_group)
     children = parse_child_ids("child_jobid", job.child_jobid)
     if not children:
         return
@@ -247,9 +265,9 @@ def check_address(field: str, address: str, policy: AddressPolicy | None = None)
 
 def check_group(fields: GroupFields, policy: AddressPolicy | None = None) -> str | None:
     """Validate a group; returns the stored address_list (comma list) for manual groups."""
-    if not APP_NAME_PATTERN.match(fields.app_name):
+    if not APP_NAME_PATTERN.fullmatch(fields.app_name):
         raise FieldError("app_name", "must be 1-64 letters, digits or _ . : -, starting alphanumeric")
-    check_text("title", fields.title, 64, required=True)
+    check_text("title", fields.title, 64, required=True, one_line=True)
     if fields.address_type not in (0, 1):
         raise FieldError("address_type", "must be 0 (automatic) or 1 (manual)")
     if fields.address_type == 0:
@@ -264,7 +282,7 @@ def check_group(fields: GroupFields, policy: AddressPolicy | None = None) -> str
 
 
 def check_username(username: str) -> None:
-    if not USERNAME_PATTERN.match(username):
+    if not USERNAME_PATTERN.fullmatch(username):
         raise FieldError("username", "must be 1-50 letters, digits or _ . @ -, starting alphanumeric")
 
 

@@ -21,14 +21,14 @@ from jobring.cli.remote import (
 )
 from jobring.client import AdminClient
 
-_RELATIVE = re.compile(r"^(\d{1,6})([smhdw])$")
+_RELATIVE = re.compile(r"(\d{1,6})([smhdw])")  # fullmatch
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 def parse_when(text: str, now: datetime | None = None) -> str:
     """``7d``, ``12h``, ``30m`` ago, or an ISO 8601 date/instant (UTC when no offset), as the
     ISO 8601 UTC instant the API takes; argparse error otherwise."""
-    relative = _RELATIVE.match(text.strip())
+    relative = _RELATIVE.fullmatch(text.strip())
     if relative:
         amount, unit = int(relative.group(1)), relative.group(2)
         instant = (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: amount})

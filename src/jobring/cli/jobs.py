@@ -165,12 +165,12 @@ def _describe_state(job: Mapping[str, Any]) -> str:
     return f"running, next fire {next_fire} UTC" if next_fire else "running"
 
 
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")  # fullmatch
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def _duration(text: str) -> timedelta:
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if not match or int(match.group(1)) == 0:
         raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 10m, 2h or 1d, got {text!r}")
     return timedelta(milliseconds=int(match.group(1)) * _UNIT_MS[match.group(2)])

@@ -55,10 +55,11 @@ REFUSED_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.goo
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 MAX_ADDRESS_LENGTH = 255
 MAX_ALARM_URL_LENGTH = 1000
-_PATH = re.compile(r"^(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*$")
+# Matched with fullmatch ("$" would also match before a final line break).
+_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*")
 _LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
-_NUMERIC_HOST = re.compile(r"^[0-9a-fA-FxX.]+$")
+_NAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*")
+_NUMERIC_HOST = re.compile(r"[0-9a-fA-FxX.]+")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
@@ -102,12 +103,12 @@ def normalise_ip(host: str) -> IPAddress | None:
     """``host`` as an IP address when it is one in any notation inet_aton accepts (decimal,
     octal, hex, 1-4 parts) or IPv6; None for a host name. Embedded IPv4 (mapped, NAT64,
     compatible) is returned as the IPv4 address it reaches."""
-    text = host[:-1] if host.endswith(".") and _NUMERIC_HOST.match(host[:-1] or "x.") else host
+    text = host[:-1] if host.endswith(".") and _NUMERIC_HOST.fullmatch(host[:-1] or "x.") else host
     ip: IPAddress
     try:
         ip = ipaddress.ip_address(text)
     except ValueError:
-        if not _NUMERIC_HOST.match(text) or not any(c.isdigit() for c in text):
+        if not _NUMERIC_HOST.fullmatch(text) or not any(c.isdigit() for c in text):
             return None
         try:
             ip = ipaddress.IPv4Address(socket.inet_aton(text))
@@ -127,7 +128,7 @@ def normalise_ip(host: str) -> IPAddress | None:
 def _looks_numeric(host: str) -> bool:
     """A host made of digits and dots only (or hex parts) that is no valid IP: refused
     rather than left to the resolver, which might read it as a number."""
-    return bool(_NUMERIC_HOST.match(host)) and all(p.isdigit() or p.lower().startswith("0x")
+    return bool(_NUMERIC_HOST.fullmatch(host)) and all(p.isdigit() or p.lower().startswith("0x")
                                                    for p in host.rstrip(".").split("."))
 
 
@@ -157,7 +158,7 @@ def _split(text: str) -> tuple[str, str, int | None, str, bool]:
         raise AddressRefused(f"{text!r} must not contain user info (user:password@)")
     if parts.query or parts.fragment or "?" in text or "#" in text:
         raise AddressRefused(f"{text!r} must not have a query or fragment")
-    if not _PATH.match(parts.path) or any(seg in (".", "..") for seg in parts.path.split("/")):
+    if not _PATH.fullmatch(parts.path) or any(seg in (".", "..") for seg in parts.path.split("/")):
         raise AddressRefused(f"{text!r} has a path that is not a plain path")
     if port is not None and not 0 < port < 65536:
         raise AddressRefused(f"{text!r} has an invalid port")
@@ -173,7 +174,7 @@ def _split(text: str) -> tuple[str, str, int | None, str, bool]:
 def _name_as_ip(text: str, host: str, bracketed: bool, policy: AddressPolicy) -> IPAddress | None:
     """For a host name: the loopback address for a local host name, None for another
     acceptable name; AddressRefused for a refused one."""
-    if bracketed or _looks_numeric(host) or not _NAME.match(host.rstrip(".")):
+    if bracketed or _looks_numeric(host) or not _NAME.fullmatch(host.rstrip(".")):
         raise AddressRefused(f"{text!r} does not have a valid host")
     name = host.rstrip(".").lower()
     if name in REFUSED_NAMES:
@@ -239,7 +240,7 @@ INTERNAL: tuple[IPNetwork, ...] = tuple(
 )
 # Names that only an internal resolver answers (RFC 6761, RFC 8375, ICANN's .internal).
 INTERNAL_SUFFIXES = ("localhost", "internal", "local", "localdomain", "home.arpa")
-_URL_TEXT = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@/?%\[\]-]*$")
+_URL_TEXT = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/?%\[\]-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +287,7 @@ def alarm_policy_from_text(deny: str | None, allow: str | None) -> AlarmTargetPo
         name = item.rstrip(".").lower()
         if name in REFUSED_NAMES:
             raise ValueError(f"{item!r} is a metadata service")
-        if _looks_numeric(name) or not _NAME.match(name):
+        if _looks_numeric(name) or not _NAME.fullmatch(name):
             raise ValueError(f"{item!r} is neither an IP network nor a host name (10.1.2.0/24, chat.corp)")
         names.add(name)
     return AlarmTargetPolicy(parse_networks(deny), tuple(networks), frozenset(names))
@@ -326,7 +327,7 @@ def _alarm_name_problem(name: str, policy: AlarmTargetPolicy) -> str | None:
 def _alarm_split(text: str) -> tuple[SplitResult, int | None, str]:
     if not text or len(text) > MAX_ALARM_URL_LENGTH:
         raise AddressRefused(f"an alarm URL must have 1-{MAX_ALARM_URL_LENGTH} characters")
-    if not _URL_TEXT.match(text):
+    if not _URL_TEXT.fullmatch(text):
         raise AddressRefused("must be plain ASCII without spaces, backslashes or fragments")
     try:
         parts = urlsplit(text)
@@ -353,7 +354,7 @@ def _alarm_host(host: str, bracketed: bool, policy: AlarmTargetPolicy) -> tuple[
     name = None
     if ip is None:
         name = host.rstrip(".").lower()
-        if bracketed or _looks_numeric(name) or not _NAME.match(name):
+        if bracketed or _looks_numeric(name) or not _NAME.fullmatch(name):
             raise AddressRefused("does not have a valid host")
         if name not in LOOPBACK_NAMES or name in policy.allow_names:
             problem = _alarm_name_problem(name, policy)

@@ -22,7 +22,7 @@ _NOT_SECRET = frozenset({"must_change_password"})
 _SECRET_NAMES = frozenset({"password", "passwd", "token", "secret", "api_key", "apikey", "key", "sign",
                            "signature", "credentials", "authorization"})
 _SECRET_ENDINGS = ("password", "_token", "_secret", "_hash", "_key")
-_QUERY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+_QUERY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 
 
 def is_secret_key(key: str) -> bool:
@@ -57,7 +57,7 @@ def mask_url(url: str) -> str:
         names = []
         for pair in parts.query.split("&"):
             name, equals, _ = pair.partition("=")
-            names.append(f"{name}={MASK}" if equals and _QUERY_NAME.match(name) else MASK)
+            names.append(f"{name}={MASK}" if equals and _QUERY_NAME.fullmatch(name) else MASK)
         out += "?" + "&".join(names)
     return out
 

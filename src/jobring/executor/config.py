@@ -67,6 +67,13 @@ class ExecutorSettings(SettingsBase):
     max_request_line_bytes: PositiveInt = 8 * 1024
     max_header_bytes: PositiveInt = 64 * 1024
     header_timeout_s: PositiveFloat = 10.0
+    # Connections of the standalone server. Those that have not presented the access token yet
+    # are capped in total and per client address (the oldest is closed for a newcomer) and
+    # closed after unauthenticated_idle_timeout_s idle; the admin's (with the token) are not.
+    max_connections: PositiveInt = 1024
+    max_unauthenticated_connections: PositiveInt = 256
+    max_unauthenticated_per_address: PositiveInt = 32
+    unauthenticated_idle_timeout_s: PositiveFloat = 5.0
     # XXL-JOB protocol of the admin: "auto" (found out from its answers), "2", "3" (3.0-3.4)
     # or "3.5". Only callback bodies differ; the server answers every dialect.
     protocol: str = "auto"
@@ -175,4 +182,9 @@ def load_executor_settings(
     if not settings.app_name.strip():
         raise ConfigError("executor app_name is required (JOBRING_EXECUTOR_APP_NAME)")
     check_metrics_token(settings.metrics_token)
+    if settings.max_unauthenticated_connections >= settings.max_connections:
+        # Else nothing would be left for the admin's connections once others fill the budget.
+        raise ConfigError(
+            f"max_unauthenticated_connections ({settings.max_unauthenticated_connections}) must be "
+            f"below max_connections ({settings.max_connections})")
     return settings

@@ -30,7 +30,7 @@ from jobring.executor.context import JobHandler
 from jobring.executor.declare import Declarer, declaration, declaration_body
 from jobring.executor.ops import ExecutorMetrics, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.registry import Registrar, detect_ipv4
-from jobring.executor.server import ExecutorEndpoints, ExecutorHttpServer
+from jobring.executor.server import ExecutorEndpoints, ExecutorHttpServer, ServerLimits
 from jobring.protocol.edge import HeadLimits
 
 if TYPE_CHECKING:
@@ -393,6 +393,10 @@ class Executor:
         server = ExecutorHttpServer(self.asgi_app(), head_limits=HeadLimits(
             max_request_line=s.max_request_line_bytes, max_header_bytes=s.max_header_bytes,
             head_timeout_s=s.header_timeout_s,
+        ), limits=ServerLimits(
+            max_connections=s.max_connections, max_unauthenticated=s.max_unauthenticated_connections,
+            max_unauthenticated_per_address=s.max_unauthenticated_per_address,
+            unauthenticated_idle_timeout_s=s.unauthenticated_idle_timeout_s,
         ))
         try:
             await self.startup(port=self.bound_port)

@@ -3,7 +3,8 @@ endpoints that serve them next to the XXL-JOB ones.
 
 - ``GET /health``: the process answers (200, also before the executor started);
 - ``GET /ready``: 200 once started, registered with an admin and the admin reachable, else
-  503 (JSON ``{"ready": bool, "checks": {...}}``);
+  503 (JSON ``{"ready": bool, "checks": {...}}``: booleans only, plus the last error with the
+  access token);
 - ``GET /status``: :class:`ExecutorStatus` as JSON; it names admin addresses and errors, so
   it needs the executor's access token (``XXL-JOB-ACCESS-TOKEN`` header) like ``/run``;
 - ``GET /metrics``: Prometheus text; open unless ``metrics_token`` is set (then
@@ -144,8 +145,10 @@ def ops_answer(
         checks: dict[str, dict[str, Any]] = {
             "started": {"ok": now.started},
             "registered": {"ok": now.registered},
-            "admin_reachable": {"ok": bool(now.admin_reachable), "error": now.last_error},
+            "admin_reachable": {"ok": bool(now.admin_reachable)},
         }
+        if token_ok:  # the error names admin addresses: for token holders only, as /status
+            checks["admin_reachable"]["error"] = now.last_error
         ready = all(c["ok"] for c in checks.values())
         return _json(200 if ready else 503, {"ready": ready, "checks": checks})
     if path == "/status":

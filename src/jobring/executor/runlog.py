@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 MSG_LOG_FILE_NOT_EXISTS = "readLog fail, logFile not exists"
 GLUE_SOURCE_DIR = "gluesource"
 MIN_RETENTION_DAYS = 3
-_DAY_DIR = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DAY_DIR = re.compile(r"\d{4}-\d{2}-\d{2}")  # fullmatch
 _CHUNK = 1 << 20
 _COALESCE_S = 0.01
 _APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
@@ -382,7 +382,7 @@ class RunLog:
         today = (now.astimezone(self.tz) if now.tzinfo else now).date()
         removed = 0
         for entry in self.base.iterdir():
-            if not _DAY_DIR.match(entry.name) or not entry.is_dir() or entry.is_symlink():
+            if not _DAY_DIR.fullmatch(entry.name) or not entry.is_dir() or entry.is_symlink():
                 continue
             try:
                 day = date.fromisoformat(entry.name)

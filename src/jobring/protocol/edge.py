@@ -1,5 +1,6 @@
 """What every HTTP answer of the admin and the executor shares at the edge, before routing:
-security headers on every answer, and limits on the request head (line and headers).
+security headers on every answer (``no-store`` on the admin's API answers), and limits on the
+request head (line and headers).
 
 ``SecurityHeaders`` is a pure ASGI middleware. ``HeadMeter`` and ``feed_head`` are used by the
 two HTTP servers (uvicorn's httptools protocol for the admin, the executor's own protocol):
@@ -58,6 +59,32 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class NoStore:
+    """Adds ``Cache-Control: no-store`` to every HTTP answer under ``prefix`` (all with ""):
+    answers that may carry secrets or session data are kept by no cache, errors included."""
+
+    def __init__(self, app: ASGIApp, prefix: str = "") -> None:
+        self.app = app
+        self.prefix = prefix.rstrip("/")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or (self.prefix and path != self.prefix
+                                       and not path.startswith(self.prefix + "/")):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(name, value) for name, value in message.get("headers", ())
+                           if bytes(name).lower() != b"cache-control"]
+                headers.append((b"cache-control", b"no-store"))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
 
 
 @dataclass(frozen=True, slots=True)

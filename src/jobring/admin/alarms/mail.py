@@ -1,5 +1,10 @@
 """Email alarms: one message per recipient (an email target's ``to``, else the job's
-``alarm_email``), sent by smtplib in a thread."""
+``alarm_email``), sent by smtplib in a thread.
+
+Header values never carry a line break: the subject (with the job's description) is put on
+one line, and a recipient that is not one address on one line is skipped. Values stored
+before single-line fields were enforced (adopted XXL-JOB databases) neither inject a header
+nor stop the job's alarms."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobring.admin.alarms.base import ALARM_TITLE, AlarmContext, AlarmOutcome
 from jobring.admin.alarms.registry import TargetError, register_channel
+from jobring.core.text import one_line, one_line_problem
 
 if TYPE_CHECKING:
     from jobring.admin.alarms.targets import ChannelFactory
@@ -59,6 +65,12 @@ def recipients(alarm_email: str | None) -> list[str]:
     return list(seen)
 
 
+def is_one_address(value: str) -> bool:
+    """``value`` can be a recipient: an address with an "@", no white space, on one line."""
+    return "@" in value and len(value) <= 254 and one_line_problem(value) is None and not any(
+        ch.isspace() for ch in value)
+
+
 class EmailAlarm:
     name = "email"
 
@@ -71,12 +83,9 @@ class EmailAlarm:
 
     def _message(self, ctx: AlarmContext, to: str) -> EmailMessage:
         msg = EmailMessage()
-        msg["Subject"] = (
-            ctx.title
-            if ctx.kind.value != "failure"
-            else (f"{ALARM_TITLE}: job {ctx.job.id} ({ctx.job.job_desc})")
-        )
-        msg["From"] = self._config.sender
+        failure = f"{ALARM_TITLE}: job {ctx.job.id} ({ctx.job.job_desc})"
+        msg["Subject"] = one_line(ctx.title if ctx.kind.value != "failure" else failure)
+        msg["From"] = one_line(self._config.sender)
         msg["To"] = to
         msg.set_content("\n".join(ctx.summary_lines()))
         return msg
@@ -91,7 +100,11 @@ class EmailAlarm:
                 smtp.send_message(message)
 
     async def send(self, ctx: AlarmContext) -> AlarmOutcome:
-        to = self._to if self._to is not None else recipients(ctx.job.alarm_email)
+        given = self._to if self._to is not None else recipients(ctx.job.alarm_email)
+        to = [address for address in given if is_one_address(address)]
+        if len(to) < len(given):
+            log.warning("alarm email for log %s: skipped %d recipient(s) that are not one address on one "
+                        "line: %r", ctx.log.id, len(given) - len(to), [a for a in given if a not in to])
         if not to:
             return AlarmOutcome.NOT_APPLICABLE
         messages = [self._message(ctx, address) for address in to]
@@ -110,7 +123,9 @@ def _email_config(where: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     to = raw["to"]
     if isinstance(to, str):
         to = recipients(to)
-    valid = isinstance(to, list) and to and all(isinstance(a, str) and "@" in a and len(a) <= 254 for a in to)
+    elif isinstance(to, list) and all(isinstance(a, str) for a in to):
+        to = [a.strip() for a in to]
+    valid = isinstance(to, list) and to and all(isinstance(a, str) and is_one_address(a) for a in to)
     if not valid:
         raise TargetError(f"{where}.to", "must be a non-empty list of email addresses")
     return {"to": to}

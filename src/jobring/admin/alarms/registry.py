@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from jobring.core.text import one_line_problem
+
 if TYPE_CHECKING:
     from jobring.admin.alarms.base import AlarmChannel
     from jobring.admin.alarms.targets import ChannelFactory
@@ -85,6 +87,8 @@ def check_url(where: str, value: Any) -> str:
     """``value`` as an http(s) URL of at most 1000 characters; TargetError otherwise."""
     if not isinstance(value, str) or len(value) > 1000:
         raise TargetError(where, "must be a URL of at most 1000 characters")
+    if one_line_problem(value) or any(ch.isspace() for ch in value):
+        raise TargetError(where, "must be a URL on one line, without spaces")
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise TargetError(where, "must be an http(s) URL")

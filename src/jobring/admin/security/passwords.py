@@ -63,7 +63,7 @@ def common_passwords() -> frozenset[str]:
     )
 
 
-_DECORATION = re.compile(r"[\d\W_]+$")
+_DECORATION = re.compile(r"[\d\W_]+\Z")
 
 
 def is_common_password(password: str) -> bool:

@@ -19,7 +19,7 @@ CSRF_COOKIE = "jobring_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 DEFAULT_SESSION_MAX_AGE_S = 12 * 3600
 SESSION_TOUCH_INTERVAL_MS = 60_000
-_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{32,100}$")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{32,100}")  # fullmatch: "$" would take a final "\n"
 
 
 def new_session_id() -> str:
@@ -33,7 +33,7 @@ def hash_session_id(session_id: str) -> str:
 
 
 def looks_like_session_id(value: str) -> bool:
-    return bool(_SESSION_ID.match(value))
+    return bool(_SESSION_ID.fullmatch(value))
 
 
 def csrf_token_for(secret: str, session_id: str) -> str:

@@ -63,8 +63,8 @@ REDUCE_PAGE_SIZE = 1_000
 
 ROOT_KEY = "r"
 RESERVED_TASK_NAMES = frozenset({"root", "reduce"})
-_TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
-_KEY = re.compile(r"^r(/\d+\.\d+)*$")
+_TASK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+_KEY = re.compile(r"r(/\d+\.\d+)*")
 
 
 class MapLimitError(FieldError):
@@ -88,7 +88,7 @@ class SubTask:
 
 def depth_of(key: str) -> int:
     """A task key's depth (the root task is 0)."""
-    if not _KEY.match(key):
+    if not _KEY.fullmatch(key):
         raise MapLimitError("key", "parent_key", f"not a task key: {key!r}")
     return key.count("/")
 
@@ -113,7 +113,7 @@ def plan_map(
 ) -> tuple[SubTask, ...]:
     """Check one ``map`` call of the task ``parent_key`` against every limit and give the
     sub-tasks it creates. ``subtasks_so_far`` is the run's count before this call."""
-    if not _TASK_NAME.match(task_name) or task_name in RESERVED_TASK_NAMES:
+    if not _TASK_NAME.fullmatch(task_name) or task_name in RESERVED_TASK_NAMES:
         raise MapLimitError("task_name", "task_name", f"{task_name!r} is not a usable task name "
                             "(a letter, then up to 63 letters, digits, '_', '.', '-'; not root or reduce)")
     if call_seq < 0:

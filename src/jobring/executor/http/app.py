@@ -146,15 +146,20 @@ class ExecutorEndpoints:
         return False
 
     async def _answer(self, scope: Scope, receive: Receive) -> bytes:
-        try:
-            body = await read_body(receive)
-        except ProtocolError as exc:
-            return ReturnT.fail(f"request error:{exc}").encode()
         path: str = scope["path"]
         root: str = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root):] or "/"
-        return await self.handle(scope["method"], path, self._token_ok(scope), body)
+        method: str = scope["method"]
+        token_ok = self._token_ok(scope)
+        if method != "POST" or not token_ok:
+            # The answer does not depend on the body: never read (and buffer) it.
+            return await self.handle(method, path, token_ok, b"")
+        try:
+            body = await read_body(receive)
+        except ProtocolError as exc:
+            return ReturnT.fail(f"request error:{exc}").encode()
+        return await self.handle(method, path, token_ok, body)
 
     def token_ok(self, token: bytes | None) -> bool:
         """Whether a request carrying this access token header value may pass."""

@@ -2,7 +2,8 @@
 
 The request head has its own limits (:class:`jobring.protocol.edge.HeadLimits`, shared with
 the admin); these cover the rest: the body, slow clients, clients that do not read their
-answers, and how many connections are served at once.
+answers, and how many connections are served at once (and kept for clients that have not
+presented the access token).
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ class ServerLimits:
     # From the end of the head to the end of the body (a trickled body is answered 408).
     body_timeout_s: float = 30.0
     max_connections: int = 1024
+    # Connections that have not presented the access token yet (see .admission): in total, per
+    # client address, and how long one may stay idle.
+    max_unauthenticated: int = 256
+    max_unauthenticated_per_address: int = 32
+    unauthenticated_idle_timeout_s: float = 5.0
     # Answers owed on one connection (pipelined requests) before it stops reading more.
     max_pipelined: int = 32
     # Answers written but not yet taken by the client: above high, stop reading requests
@@ -34,6 +40,10 @@ class ServerLimits:
             raise ValueError("max_body_bytes >= 0, body_timeout_s > 0 and max_connections >= 1")
         if self.max_pipelined < 1 or not 0 <= self.write_low_water <= self.write_high_water:
             raise ValueError("max_pipelined >= 1 and 0 <= write_low_water <= write_high_water")
+        if (self.max_unauthenticated < 1 or self.max_unauthenticated_per_address < 1
+                or self.unauthenticated_idle_timeout_s <= 0):
+            raise ValueError("max_unauthenticated >= 1, max_unauthenticated_per_address >= 1 and "
+                             "unauthenticated_idle_timeout_s > 0")
 
 
 BODY_TIMED_OUT = "request body not received in time"

@@ -9,7 +9,13 @@ past its limits is answered 414/431, a body past ``max_body_bytes`` 413 (declare
 while a chunked body arrives), a head or body not complete in time 408, unparsable input 400;
 each of these closes the connection. Reading stops while the client leaves too many answers
 untaken (the transport's write buffer above the high-water mark) or owes too many pipelined
-answers, and resumes once they drain. Connections past ``max_connections`` get 503.
+answers, and resumes once they drain.
+
+With an access token configured, a request head without the right token is answered as soon
+as the head is complete (the answer does not depend on the body), its body is never read, and
+the connection is closed. Connections that have not presented the token are budgeted per
+client address and in total and closed after a short idle time (:mod:`.admission`); only when
+``max_connections`` connections have all presented it does a newcomer get 503.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import socket
 from typing import cast
 
 from jobring.executor.eager import first_step, resume
+from jobring.executor.http.admission import Admission
 from jobring.executor.http.app import ExecutorEndpoints
 from jobring.executor.http.limits import BAD_REQUEST, ServerLimits, error_answer, refusal_reason
 from jobring.executor.ops import OpsAnswer
@@ -35,15 +42,22 @@ KEEP_ALIVE_TIMEOUT_S = 75.0
 # After refusing a request, what the client still sends is read and dropped this long, so
 # that it reads the answer rather than a connection reset.
 LINGER_S = 2.0
+# Closing unauthenticated connections for newcomers is logged at most this often.
+EVICTION_LOG_INTERVAL_S = 60.0
+# How long after a connection arrives the unauthenticated budgets are enforced: connections
+# accepted together get their first read (where the admin's presents its token) first.
+TRIM_DELAY_S = 0.1
 
 
 class _Request:
-    __slots__ = ("url", "token", "authorization", "expect_continue", "chunks", "size", "declared_size")
+    __slots__ = ("url", "token", "token_ok", "authorization", "expect_continue", "chunks", "size",
+                 "declared_size")
 
     def __init__(self) -> None:
         self.url = b""
         self.declared_size = 0
         self.token: bytes | None = None
+        self.token_ok = False  # judged once the head is complete
         self.authorization: bytes | None = None
         self.expect_continue = False
         self.chunks: list[bytes] = []
@@ -81,33 +95,35 @@ class HttpConnection(asyncio.Protocol):
         self._owed = 0  # requests parsed whose answer is not written yet
         self._write_paused = False
         self._read_paused = False
+        self._authenticated = False  # a request head of this connection carried the token
 
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         limits = self._limits
-        connections = self._server.connections
-        if len(connections) >= limits.max_connections:
-            connections.add(self)  # until the linger ends: it still holds a socket
+        self._server.connections.add(self)  # until closed (a refused one lingers, holding a socket)
+        if not self._server.admit(self, _peer_host(self._transport)):
             self._refuse(503)
             return
-        connections.add(self)
         self._transport.set_write_buffer_limits(limits.write_high_water, limits.write_low_water)
-        self._arm_idle_timer()
+        # The first check comes at the shorter of the two idle timeouts: the connection may
+        # present the token before then.
+        self._arm_idle_timer(min(self._server.keep_alive_timeout_s, limits.unauthenticated_idle_timeout_s))
         self._arm_read_timer(self._server.head_limits.head_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         # A request still being received (an early close mid-body) is dropped unanswered.
         self._closing = True
         self._server.connections.discard(self)
+        self._server.admission.forget(self)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         self._cancel_read_timer()
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return  # lingering after a refusal: drop what the client still sends
+        if self._refused or self._closing:
+            return  # lingering after a refusal, or closed for room: drop what the client still sends
         self._last_activity = self._loop.time()
         if self._meter.in_head and self._head_started is None:
             self._head_started = self._last_activity
@@ -164,6 +180,13 @@ class HttpConnection(asyncio.Protocol):
         if self._request.declared_size > self._limits.max_body_bytes:
             self._refuse(413)
             raise _Refused
+        self._request.token_ok = self._server.endpoints.token_ok(self._request.token)
+        if not self._request.token_ok:
+            self._answer_at_head()
+            raise _Refused  # the body (and anything after it) is read and dropped, never kept
+        if not self._authenticated:
+            self._authenticated = True
+            self._server.admission.authenticated(self)
         self._body_started = self._last_activity
         if self._read_timer is None:
             self._arm_read_timer(self._limits.body_timeout_s)
@@ -181,9 +204,16 @@ class HttpConnection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self._meter.message_done()
         self._body_started = None
-        request = self._request
         method = self._parser.get_method().decode("latin-1")
-        keep_alive = self._parser.should_keep_alive()
+        self._start_answer(method, self._request, self._parser.should_keep_alive())
+
+    def _answer_at_head(self) -> None:
+        """Answer a request without the right token from its head alone, then close."""
+        self._cancel_read_timer()
+        self._refused = True  # what the client still sends is dropped
+        self._start_answer(self._parser.get_method().decode("latin-1"), self._request, False)
+
+    def _start_answer(self, method: str, request: _Request, keep_alive: bool) -> None:
         path = request.url.split(b"?", 1)[0].decode("utf-8", "replace")
         self._owed += 1
         # Most answers need no waiting (a /run is accepted or refused at once): answer now,
@@ -219,7 +249,7 @@ class HttpConnection(asyncio.Protocol):
                 self._write_ops(ops, keep_alive)
                 return
             body = request.chunks[0] if len(request.chunks) == 1 else b"".join(request.chunks)
-            answer = await endpoints.handle(method, path, endpoints.token_ok(request.token), body)
+            answer = await endpoints.handle(method, path, request.token_ok, body)
             if previous is not None and not previous.done():
                 await previous  # answers leave in request order
             transport = self._transport
@@ -229,8 +259,7 @@ class HttpConnection(asyncio.Protocol):
             transport.write(head + (b"\r\n\r\n" if keep_alive else b"\r\nConnection: close\r\n\r\n") + answer)
             self._last_activity = self._loop.time()
             if not keep_alive:
-                self._closing = True
-                transport.close()
+                self._end(transport)
         finally:
             self._owed -= 1
             if self._read_paused:
@@ -246,8 +275,19 @@ class HttpConnection(asyncio.Protocol):
         transport.write(head + (b"\r\n" if keep_alive else b"Connection: close\r\n\r\n") + ops.body)
         self._last_activity = self._loop.time()
         if not keep_alive:
-            self._closing = True
+            self._end(transport)
+
+    def _end(self, transport: asyncio.Transport) -> None:
+        """Close after the last answer; with a request left unread, linger first."""
+        self._closing = True
+        if not self._refused:
             transport.close()
+            return
+        if self._read_paused:
+            transport.resume_reading()  # lingering reads (and drops) what the client sends
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._loop.call_later(LINGER_S, transport.close)
 
     # flow control and timers
 
@@ -270,9 +310,14 @@ class HttpConnection(asyncio.Protocol):
         if self._body_started is not None:
             self._body_started = now
 
+    def _idle_timeout_s(self) -> float:
+        if self._authenticated:
+            return self._server.keep_alive_timeout_s
+        return self._limits.unauthenticated_idle_timeout_s
+
     def _arm_idle_timer(self, delay_s: float | None = None) -> None:
         # One timer per idle period, not one per request: it re-arms itself while busy.
-        timeout = self._server.keep_alive_timeout_s
+        timeout = self._idle_timeout_s()
         self._idle_timer = self._loop.call_later(timeout if delay_s is None else delay_s, self._check_idle)
 
     def _check_idle(self) -> None:
@@ -280,8 +325,9 @@ class HttpConnection(asyncio.Protocol):
             return
         idle_for = self._loop.time() - self._last_activity
         busy = self._last is not None and not self._last.done()
-        if busy or idle_for < self._server.keep_alive_timeout_s:
-            self._arm_idle_timer(None if busy else self._server.keep_alive_timeout_s - idle_for)
+        timeout = self._idle_timeout_s()
+        if busy or idle_for < timeout:
+            self._arm_idle_timer(None if busy else timeout - idle_for)
         else:
             self._abort(None)  # idle, or not taking its answers for that long
 
@@ -357,8 +403,39 @@ class ExecutorHttpServer:
         self.head_limits = head_limits or HeadLimits()
         self.limits = limits or ServerLimits()
         self.connections: set[HttpConnection] = set()
+        self.admission: Admission[HttpConnection] = Admission(
+            self.limits.max_connections, self.limits.max_unauthenticated,
+            self.limits.max_unauthenticated_per_address)
         self.in_flight: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
+        self._trim_timer: asyncio.TimerHandle | None = None
+        self._evicted = 0  # since the last log line about it
+        self._eviction_logged_at: float | None = None
+
+    def admit(self, connection: HttpConnection, address: str) -> bool:
+        """Whether a new connection is served; closes the ones that make room for it."""
+        admitted, evicted = self.admission.admit(connection, address)
+        if evicted is not None:
+            self._close_for_room([evicted])
+        if self.admission.needs_trim and self._trim_timer is None:
+            self._trim_timer = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._trim)
+        return admitted
+
+    def _trim(self) -> None:
+        self._trim_timer = None
+        self._close_for_room(self.admission.trim())
+
+    def _close_for_room(self, evicted: list[HttpConnection]) -> None:
+        for old in evicted:
+            old.abort()
+        if not evicted:
+            return
+        self._evicted += len(evicted)
+        now = asyncio.get_running_loop().time()
+        if self._eviction_logged_at is None or now - self._eviction_logged_at >= EVICTION_LOG_INTERVAL_S:
+            log.warning("closed %d connection(s) that had not presented the access token, to make "
+                        "room for new ones (too many from one address or in total)", self._evicted)
+            self._evicted, self._eviction_logged_at = 0, now
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -368,6 +445,9 @@ class ExecutorHttpServer:
         """Stop accepting, let answers in progress finish (up to grace_s), close connections."""
         if self._server is not None:
             self._server.close()
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+            self._trim_timer = None
         if self.in_flight:
             await asyncio.wait(set(self.in_flight), timeout=grace_s)
         for connection in list(self.connections):
@@ -375,3 +455,8 @@ class ExecutorHttpServer:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+
+
+def _peer_host(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""

@@ -18,6 +18,7 @@ from jobring.admin.api.management.errors import install_error_handlers
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import SourceCapture
+from jobring.protocol.edge import NoStore
 
 API_PREFIX = "/api/v1"
 
@@ -55,6 +56,9 @@ def management_app(services: ManagementServices) -> FastAPI:
     app.state.services = services
     app.add_middleware(RequestGuard, max_body_bytes=services.max_body_bytes)
     app.add_middleware(SourceCapture)
+    # Sessions, tokens and job data: no answer is kept by a cache (the admin app adds it
+    # outside everything too, for server errors).
+    app.add_middleware(NoStore)
     app.add_middleware(InternalErrors)  # outermost: just inside Starlette's ServerErrorMiddleware
     return app
 

@@ -30,6 +30,10 @@ from jobring.admin.store.zones import zone_named
 router = APIRouter(tags=["dashboard"], responses=ERROR_RESPONSES)
 
 MAX_CHART_DAYS = 90
+# The days a chart may show: run times are stored from the epoch on, and a day past the last
+# one would have no end to count to.
+FIRST_CHART_DAY = date(1970, 1, 1)
+LAST_CHART_DAY = date(9999, 12, 30)
 LATENESS_WINDOW_MS = 3_600_000
 RECENT_FAILURES = 8
 
@@ -40,7 +44,10 @@ def _range(
     """The chart's first and last day (midnights, UTC)."""
     midnight = datetime.min.time()
     last = today if to_day is None else datetime.combine(to_day, midnight)
-    first = last - timedelta(days=days - 1) if from_day is None else datetime.combine(from_day, midnight)
+    if from_day is None:  # the days before the first chart day are not shown
+        first = max(datetime.combine(FIRST_CHART_DAY, midnight), last - timedelta(days=days - 1))
+    else:
+        first = datetime.combine(from_day, midnight)
     if first > last:
         raise ApiError(422, "from_day must not be after to_day", "from_day")
     if (last - first).days + 1 > MAX_CHART_DAYS:
@@ -83,8 +90,10 @@ async def dashboard(
     services: Services,
     principal: Reader,
     days: Annotated[int, Query(ge=1, le=MAX_CHART_DAYS, description="chart length in days")] = 7,
-    from_day: Annotated[date | None, Query(description="first chart day (UTC); overrides days")] = None,
-    to_day: Annotated[date | None, Query(description="last chart day (UTC); default today")] = None,
+    from_day: Annotated[date | None, Query(ge=FIRST_CHART_DAY, le=LAST_CHART_DAY,
+                                           description="first chart day (UTC); overrides days")] = None,
+    to_day: Annotated[date | None, Query(ge=FIRST_CHART_DAY, le=LAST_CHART_DAY,
+                                         description="last chart day (UTC); default today")] = None,
 ) -> DashboardOut:
     now = services.now_naive_utc()
     # Days are calendar days of the scheduling zone (XXL-JOB's report rows count them so).

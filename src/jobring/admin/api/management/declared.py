@@ -55,6 +55,7 @@ from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo, User
 from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import GlueType, ManagedBy, ScheduleType, TriggerStatus
+from jobring.core.text import one_line_problem
 from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_TOKEN_WRONG
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def parse_declarations(data: Any, max_count: int = MAX_DECLARATIONS) -> tuple[st
         if not isinstance(item, dict) or not isinstance(item.get("handler"), str):
             raise DeclarationError(None, "handler", "each declaration needs a handler name")
         handler = item["handler"]
-        if not handler.strip() or len(handler) > 255 or text_problem(handler):
+        if not handler.strip() or len(handler) > 255 or text_problem(handler) or one_line_problem(handler):
             raise DeclarationError(handler, "handler", "handler: not a valid handler name")
         if handler in found:
             raise DeclarationError(handler, "handler", "handler: declared twice")

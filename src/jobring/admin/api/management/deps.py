@@ -14,7 +14,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from jobring.admin.api.management.errors import ApiError
+from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import AuthMethod, Principal
 from jobring.admin.security.sessions import (
@@ -149,16 +149,19 @@ Writer = Annotated[Principal, Depends(writer_principal)]
 Admin = Annotated[Principal, Depends(admin_principal)]
 
 
-def ensure_group_read(principal: Principal, group_id: int) -> None:
+def ensure_group_read(principal: Principal, group_id: int, hidden: Exception | None = None) -> None:
+    """Pass when the caller may see the group; else raise ``hidden``, what the request answers
+    when the thing it names does not exist (default: the group not found). A thing the caller
+    may not see is never told apart from a missing one (no probing of ids or of their groups)."""
     if not principal.can_read_group(group_id):
-        raise ApiError(403, f"no permission for executor group {group_id}")
+        raise hidden if hidden is not None else not_found("executor group", group_id)
 
 
-def ensure_group_write(principal: Principal, group_id: int) -> None:
+def ensure_group_write(principal: Principal, group_id: int, hidden: Exception | None = None) -> None:
+    """:func:`ensure_group_read`, then 403 for the viewer role."""
+    ensure_group_read(principal, group_id, hidden)
     if not principal.can_write:
         raise ApiError(403, "the viewer role is read-only")
-    if not principal.can_read_group(group_id):
-        raise ApiError(403, f"no permission for executor group {group_id}")
 
 
 def service_unavailable(what: str) -> ApiError:

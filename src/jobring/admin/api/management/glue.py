@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from jobring.admin.api.management import jobservice
-from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
+from jobring.admin.api.management.deps import Reader, Services, Writer
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32, GlueOut, GlueSave, GlueVersionOut, aware
 from jobring.admin.audit import AuditAction
@@ -43,16 +43,14 @@ def _require_glue_job(job: JobInfo) -> None:
 @router.get("/jobs/{job_id}/glue", response_model=GlueOut, summary="The job's GLUE source")
 async def get_glue(job_id: JobId, services: Services, principal: Reader) -> GlueOut:
     jobservice.ensure_glue_allowed(services, principal)
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_read(principal, job.job_group)
+    job = await jobservice.load_job_for_read(services, principal, job_id)
     return _out(job)
 
 
 @router.put("/jobs/{job_id}/glue", response_model=GlueOut, summary="Save a new GLUE source version")
 async def save_glue(job_id: JobId, body: GlueSave, services: Services, principal: Writer) -> GlueOut:
     jobservice.ensure_glue_allowed(services, principal)
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     _require_glue_job(job)
     await services.store.glue.save(
         job.id,
@@ -74,8 +72,7 @@ async def save_glue(job_id: JobId, body: GlueSave, services: Services, principal
 )
 async def glue_versions(job_id: JobId, services: Services, principal: Reader) -> list[GlueVersionOut]:
     jobservice.ensure_glue_allowed(services, principal)
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_read(principal, job.job_group)
+    job = await jobservice.load_job_for_read(services, principal, job_id)
     return [GlueVersionOut.of(v) for v in await services.store.glue.history(job.id)]
 
 
@@ -88,8 +85,7 @@ async def restore_glue(
     job_id: JobId, version_id: VersionId, services: Services, principal: Writer
 ) -> GlueOut:
     jobservice.ensure_glue_allowed(services, principal)
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     version = await services.store.glue.get_version(version_id)
     if version is None or version.job_id != job.id:
         raise not_found("GLUE version", version_id)

@@ -30,7 +30,7 @@ from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import JobInfo, JobSort
-from jobring.admin.validation import FieldError, check_schedule, check_timezone
+from jobring.admin.validation import FieldError, check_schedule, check_timezone, missing_group
 from jobring.core.enums import ManagedBy
 from jobring.core.schedule import next_fire_times, parse_schedule
 
@@ -120,7 +120,7 @@ async def list_jobs(
 
 @router.post("/jobs", response_model=JobOut, status_code=201, summary="Create a job (stopped)")
 async def create_job(body: JobCreate, services: Services, principal: Writer) -> JobOut:
-    ensure_group_write(principal, body.job_group)
+    ensure_group_write(principal, body.job_group, missing_group("job_group", body.job_group))
     job = await jobservice.create_job(services, job_from_create(body), principal)
     await services.audit.job_event(principal, AuditAction.JOB_CREATE, job, snapshot=True)
     return _out(principal, job)
@@ -128,8 +128,7 @@ async def create_job(body: JobCreate, services: Services, principal: Writer) -> 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="Get a job")
 async def get_job(job_id: JobId, services: Services, principal: Reader) -> JobOut:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_read(principal, job.job_group)
+    job = await jobservice.load_job_for_read(services, principal, job_id)
     return _out(principal, job)
 
 
@@ -139,14 +138,13 @@ async def get_job(job_id: JobId, services: Services, principal: Reader) -> JobOu
     summary="Update some fields of a job (only the fields sent are validated)",
 )
 async def update_job(job_id: JobId, body: JobUpdate, services: Services, principal: Writer) -> JobUpdateOut:
-    old = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, old.job_group)
+    old = await jobservice.load_job_for_write(services, principal, job_id)
     if body.managed_by is not None and body.managed_by != old.managed_by and not principal.is_admin:
         raise ApiError(403, "only an admin may hand a job to its executor's code or take it back",
                        "managed_by")
     new = job_with_update(old, body)
     if new.job_group != old.job_group:
-        ensure_group_write(principal, new.job_group)
+        ensure_group_write(principal, new.job_group, missing_group("job_group", new.job_group))
     warnings: list[str] = []
     updated = await jobservice.update_job(services, old, new, principal, warnings)
     await services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)
@@ -155,8 +153,7 @@ async def update_job(job_id: JobId, body: JobUpdate, services: Services, princip
 
 @router.delete("/jobs/{job_id}", status_code=204, response_class=Response, summary="Delete a job")
 async def delete_job(job_id: JobId, services: Services, principal: Writer) -> Response:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     await jobservice.delete_job(services, job)
     await services.audit.job_event(principal, AuditAction.JOB_DELETE, job, snapshot=True)
     return Response(status_code=204)
@@ -166,8 +163,7 @@ async def delete_job(job_id: JobId, services: Services, principal: Writer) -> Re
     "/jobs/{job_id}/copy", response_model=JobOut, status_code=201, summary="Copy a job (the copy is stopped)"
 )
 async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     desc = (job.job_desc + " (copy)")[:255]
     # A copy is the console's: the executor's declaration keeps managing the original.
     copy = replace(job, job_desc=desc, lease_owner=None, lease_until=0, declared_spec=None,
@@ -185,8 +181,7 @@ async def copy_job(job_id: JobId, services: Services, principal: Writer) -> JobO
     summary="Start scheduling a job (computes its next fire time)",
 )
 async def start_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     started = await jobservice.start_job(services, job)
     await services.audit.job_event(principal, AuditAction.JOB_START, started)
     return _out(principal, started)
@@ -194,8 +189,7 @@ async def start_job(job_id: JobId, services: Services, principal: Writer) -> Job
 
 @router.post("/jobs/{job_id}/stop", response_model=JobOut, summary="Stop scheduling a job")
 async def stop_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     stopped = await jobservice.stop_job(services, job)
     await services.audit.job_event(principal, AuditAction.JOB_STOP, stopped)
     return _out(principal, stopped)
@@ -210,8 +204,7 @@ async def stop_job(job_id: JobId, services: Services, principal: Writer) -> JobO
 async def trigger_job(
     job_id: JobId, services: Services, principal: Writer, body: TriggerIn | None = None
 ) -> TriggerOut:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     body = body or TriggerIn(executor_param=None, addresses=None)
     result = await jobservice.trigger_job(services, job, body.executor_param, body.addresses)
     await services.audit.trigger_event(principal, job, result, body.executor_param, body.addresses)
@@ -238,8 +231,7 @@ def _delayed_out(fire: DelayedFire) -> DelayedFireOut:
 async def trigger_job_at(
     job_id: JobId, body: TriggerAtIn, services: Services, principal: Writer
 ) -> DelayedFireOut:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     if (body.at is None) == (body.delay_ms is None):
         raise FieldError("at", "give either at or delay_ms")
     if body.at is not None:
@@ -261,8 +253,7 @@ async def trigger_job_at(
     "/jobs/{job_id}/delayed", response_model=list[DelayedFireOut], summary="A job's pending delayed runs"
 )
 async def list_delayed(job_id: JobId, services: Services, principal: Reader) -> list[DelayedFireOut]:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_read(principal, job.job_group)
+    job = await jobservice.load_job_for_read(services, principal, job_id)
     return [_delayed_out(f) for f in await services.store.delayed.for_job(job.id)]
 
 
@@ -273,8 +264,7 @@ async def list_delayed(job_id: JobId, services: Services, principal: Reader) -> 
 async def cancel_delayed(
     job_id: JobId, fire_id: Annotated[int, Path(ge=1, le=MAX_INT32)], services: Services, principal: Writer
 ) -> Response:
-    job = await jobservice.load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    job = await jobservice.load_job_for_write(services, principal, job_id)
     fire = await services.store.delayed.get(fire_id)
     if fire is None or fire.job_id != job.id or not await services.store.delayed.remove([fire.id]):
         raise not_found("delayed run", fire_id)

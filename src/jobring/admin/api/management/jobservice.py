@@ -1,9 +1,9 @@
 """Job operations shared by the REST routers and the XXL-JOB 3.x aliases.
 
-Callers check the caller's role and group with ``ensure_group_write`` (the ``*_for``
-loaders do it); GLUE and child-job permissions are checked here, from the principal every
-write takes. Everything is validated first and then written, so a refused request leaves
-the database as it was.
+Callers check the caller's role and group with ``ensure_group_read``/``ensure_group_write``
+(the ``*_for`` loaders do it: a job the caller may not see is not found); GLUE and child-job
+permissions are checked here, from the principal every write takes. Everything is validated
+first and then written, so a refused request leaves the database as it was.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from jobring.admin.alarms.outbound import HostUnresolved, RefusedAnswer, pinned_address
 from jobring.admin.alarms.targets import TargetError, dump_targets, parse_targets, restore_masked
-from jobring.admin.api.management.deps import ensure_group_write
+from jobring.admin.api.management.deps import ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.models import MAX_DELAY_MS
 from jobring.admin.api.management.services import ManagementServices
@@ -30,6 +30,7 @@ from jobring.admin.validation import (
     check_job,
     check_job_references,
     check_no_cycle,
+    missing_group,
 )
 from jobring.core.addresses import AddressRefused, target_urls
 from jobring.core.enums import GlueType, ScheduleType, TriggerStatus, TriggerType
@@ -64,10 +65,17 @@ async def load_job(services: ManagementServices, job_id: int) -> JobInfo:
     return job
 
 
-async def load_job_for_write(services: ManagementServices, principal: Principal, job_id: int) -> JobInfo:
-    """The job, when the caller may operate its group (403 otherwise, 404 when missing)."""
+async def load_job_for_read(services: ManagementServices, principal: Principal, job_id: int) -> JobInfo:
+    """The job, when the caller may see its group (404 when missing or hidden)."""
     job = await load_job(services, job_id)
-    ensure_group_write(principal, job.job_group)
+    ensure_group_read(principal, job.job_group, not_found("job", job_id))
+    return job
+
+
+async def load_job_for_write(services: ManagementServices, principal: Principal, job_id: int) -> JobInfo:
+    """The job, when the caller may operate its group (404 when missing or hidden, 403 for a viewer)."""
+    job = await load_job(services, job_id)
+    ensure_group_write(principal, job.job_group, not_found("job", job_id))
     return job
 
 
@@ -187,7 +195,7 @@ def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -
 
 
 async def create_job(services: ManagementServices, job: JobInfo, principal: Principal) -> JobInfo:
-    ensure_group_write(principal, job.job_group)
+    ensure_group_write(principal, job.job_group, missing_group("job_group", job.job_group))
     if job.glue_type != GlueType.BEAN:
         ensure_glue_allowed(services, principal)
     now = services.now_naive_utc()
@@ -221,9 +229,9 @@ async def update_job(
     schedule changed (as the reference does). Legacy values the update does not change are
     kept, with a line in ``warnings`` (when given; else they are refused like new values).
     ``expect``: stored values checked in the write itself (store Conflict when changed)."""
-    ensure_group_write(principal, old.job_group)
+    ensure_group_write(principal, old.job_group, not_found("job", old.id))
     if new.job_group != old.job_group:
-        ensure_group_write(principal, new.job_group)
+        ensure_group_write(principal, new.job_group, missing_group("job_group", new.job_group))
     if new.glue_type != GlueType.BEAN and (
         new.glue_type != old.glue_type or new.glue_source != old.glue_source
     ):

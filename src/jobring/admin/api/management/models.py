@@ -30,6 +30,7 @@ from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldEr
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.masking import masked
 from jobring.core.runstate import RunState, duration_ms, run_state
+from jobring.core.text import ONE_LINE_EXCLUDED, one_line_problem
 
 MAX_INT32 = 2_147_483_647
 MAX_INT64 = 9_223_372_036_854_775_807
@@ -45,23 +46,31 @@ def _storable_text(value: str) -> str:
     return value
 
 
+def _one_line_text(value: str) -> str:
+    problem = one_line_problem(value) or text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 # What _storable_text enforces, told to schema readers (clients, fuzzers): no control
 # characters other than tab and line breaks.
 STORABLE_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
-# HANDLER_PATTERN (no padding, one line) within what Text allows. U+0085 is named: Python's
-# \s (the server's) includes it, a JavaScript-style \s (a schema reader's) does not.
-HANDLER_NAME_PATTERN = (
-    "^[^\\s\\u0000-\\u001f\\u0085](?:[^\\n\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*"
-    "[^\\s\\u0000-\\u001f\\u0085])?$"
-)
-# The same, with at least one character that is not white space (a required text).
+# What _one_line_text enforces (names, titles, addresses): no line break or control character.
+ONE_LINE_PATTERN = f"^[^{ONE_LINE_EXCLUDED}]*$"
+# HANDLER_PATTERN (no padding) on one line. U+0085 is named: Python's \s (the server's)
+# includes it, a JavaScript-style \s (a schema reader's) does not.
+HANDLER_NAME_PATTERN = f"^[^\\s{ONE_LINE_EXCLUDED}](?:[^{ONE_LINE_EXCLUDED}]*[^\\s{ONE_LINE_EXCLUDED}])?$"
+# A required text: at least one character that is not white space.
 NON_BLANK_TEXT = (
     "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*[^\\s\\u0000-\\u001f\\u0085]"
     "[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*$"
 )
+NON_BLANK_LINE = f"^[^{ONE_LINE_EXCLUDED}]*[^\\s{ONE_LINE_EXCLUDED}][^{ONE_LINE_EXCLUDED}]*$"
 Text = Annotated[
     str, AfterValidator(_storable_text), Field(json_schema_extra={"pattern": STORABLE_TEXT_PATTERN})
 ]
+Line = Annotated[str, AfterValidator(_one_line_text), Field(json_schema_extra={"pattern": ONE_LINE_PATTERN})]
 Id32 = Annotated[int, Field(ge=1, le=MAX_INT32)]
 Id64 = Annotated[int, Field(ge=1, le=MAX_INT64)]
 EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)]
@@ -122,13 +131,13 @@ class PageOut(BaseModel, Generic[T]):
 
 
 # A job's field limits, shared by creation, partial update and the calls that take one field.
-JobDesc = Annotated[Text, Field(min_length=1, max_length=255, json_schema_extra={"pattern": NON_BLANK_TEXT})]
-Author = Annotated[Text, Field(max_length=64)]
-# A comma list whose non-blank items each hold an "@" (what check_job accepts).
-_EMAIL_CHARS = "[^,\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f]*"
-_EMAIL_ITEM = f"(?:[\\t\\n\\r ]*|{_EMAIL_CHARS}@{_EMAIL_CHARS})"
+JobDesc = Annotated[Line, Field(min_length=1, max_length=255, json_schema_extra={"pattern": NON_BLANK_LINE})]
+Author = Annotated[Line, Field(max_length=64)]
+# A comma list whose non-blank items each hold an "@" (what check_job accepts), on one line.
+_EMAIL_CHARS = f"[^,{ONE_LINE_EXCLUDED}]*"
+_EMAIL_ITEM = f"(?: *|{_EMAIL_CHARS}@{_EMAIL_CHARS})"
 AlarmEmail = Annotated[
-    Text, Field(max_length=255, json_schema_extra={"pattern": f"^{_EMAIL_ITEM}(?:,{_EMAIL_ITEM})*$"})
+    Line, Field(max_length=255, json_schema_extra={"pattern": f"^{_EMAIL_ITEM}(?:,{_EMAIL_ITEM})*$"})
 ]
 # Executor addresses check_address accepts: http(s) URLs with a host name or IPv4 address (a
 # valid port), without user info, query, fragment or spaces (IPv6 literals are accepted too
@@ -148,11 +157,11 @@ def manual_addresses_rule(schema: dict[str, Any]) -> None:
             "type": "array", "minItems": 1, "maxItems": 200,
             "items": {"type": "string", "maxLength": 255, "pattern": EXECUTOR_URL_PATTERN}}}},
     }]
-ScheduleConf = Annotated[Text, Field(max_length=128)]
+ScheduleConf = Annotated[Line, Field(max_length=128)]
 # Formats a client (or a fuzzer) must know: "iana-time-zone" is a name of the IANA time zone
 # database (Europe/Paris, UTC); "quartz-cron" is a Quartz cron expression with seconds
 # (6 or 7 fields, e.g. "0 */5 * * * ?") that fires at least once more.
-ZoneName = Annotated[Text, Field(max_length=64, json_schema_extra={"format": "iana-time-zone"})]
+ZoneName = Annotated[Line, Field(max_length=64, json_schema_extra={"format": "iana-time-zone"})]
 # FIX_RATE intervals: a whole number of seconds, 1 to 31,536,000 (a year).
 FIX_RATE_PATTERN = (
     "^(?:[1-9][0-9]{0,6}|[12][0-9]{7}|30[0-9]{6}|31[0-4][0-9]{5}|315[0-2][0-9]{4}|3153[0-5][0-9]{3}|31536000)$"
@@ -203,7 +212,7 @@ def _with(*edits: Callable[[dict[str, Any]], None], examples: list[dict[str, Any
             schema["examples"] = examples
     return edit
 HandlerName = Annotated[
-    Text, Field(max_length=255, json_schema_extra={"pattern": f"^(?:{HANDLER_NAME_PATTERN[1:-1]})?$"})
+    Line, Field(max_length=255, json_schema_extra={"pattern": f"^(?:{HANDLER_NAME_PATTERN[1:-1]})?$"})
 ]
 ExecutorParam = Annotated[Text, Field(max_length=512)]
 TimeoutSeconds = Annotated[int, Field(ge=0, le=7 * 24 * 3600)]
@@ -381,7 +390,7 @@ class TriggerIn(Strict):
     executor_param: ExecutorParam | None = Field(
         None, description="replaces the job's params for this run"
     )
-    addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
+    addresses: Annotated[list[Annotated[Line, Field(max_length=255)]], Field(max_length=100)] | None = Field(
         None, description="run on these addresses only; each must be one of the group's addresses"
     )
 
@@ -397,7 +406,7 @@ class TriggerAtIn(Strict):
         None, description="or: run this many ms from now"
     )
     executor_param: ExecutorParam | None = Field(None, description="replaces the job's params for this run")
-    addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=100)] | None = Field(
+    addresses: Annotated[list[Annotated[Line, Field(max_length=255)]], Field(max_length=100)] | None = Field(
         None, description="run on these addresses only; each must be one of the group's addresses"
     )
 
@@ -558,6 +567,10 @@ class ClearOut(BaseModel):
 # -- groups ----------------------------------------------------------------------------------
 
 
+# What check_group enforces (a full match), told to schema readers.
+APP_NAME_SCHEMA_PATTERN = f"^{APP_NAME_PATTERN.pattern}$"
+
+
 class GroupIn(Strict):
     model_config = ConfigDict(json_schema_extra=_with(manual_addresses_rule, examples=[
         {"app_name": "billing", "title": "Billing and invoicing"},
@@ -565,11 +578,11 @@ class GroupIn(Strict):
     ]))
 
     app_name: Annotated[
-        Text, Field(min_length=1, max_length=64, json_schema_extra={"pattern": APP_NAME_PATTERN.pattern})
+        Line, Field(min_length=1, max_length=64, json_schema_extra={"pattern": APP_NAME_SCHEMA_PATTERN})
     ]
-    title: Annotated[Text, Field(min_length=1, max_length=64, json_schema_extra={"pattern": NON_BLANK_TEXT})]
+    title: Annotated[Line, Field(min_length=1, max_length=64, json_schema_extra={"pattern": NON_BLANK_LINE})]
     address_type: Annotated[int, Field(ge=0, le=1, description="0 automatic (registry), 1 manual")] = 0
-    addresses: Annotated[list[Annotated[Text, Field(max_length=255)]], Field(max_length=200)] = Field(
+    addresses: Annotated[list[Annotated[Line, Field(max_length=255)]], Field(max_length=200)] = Field(
         default_factory=list, description="manual groups: http(s) URLs of the executors"
     )
 
@@ -608,7 +621,7 @@ class GroupTokenOut(BaseModel):
 
 
 class AddressIn(Strict):
-    address: Annotated[Text, Field(min_length=1, max_length=255)]
+    address: Annotated[Line, Field(min_length=1, max_length=255)]
 
 
 # -- users, tokens, auth ---------------------------------------------------------------------
@@ -629,7 +642,7 @@ NewPassword = Annotated[
 ]
 # What check_username enforces.
 Username = Annotated[
-    Text, Field(min_length=1, max_length=50, json_schema_extra={"pattern": USERNAME_PATTERN.pattern})
+    Line, Field(min_length=1, max_length=50, json_schema_extra={"pattern": f"^{USERNAME_PATTERN.pattern}$"})
 ]
 
 
@@ -682,7 +695,7 @@ class LoginIn(Strict):
         {"username": "admin", "password": "correct horse battery staple"},
     ]})
 
-    username: Annotated[Text, Field(min_length=1, max_length=50)]
+    username: Annotated[Line, Field(min_length=1, max_length=50)]
     password: Password
 
 
@@ -723,7 +736,7 @@ MAX_TOKEN_DAYS = 3650
 class TokenCreate(Strict):
     model_config = ConfigDict(json_schema_extra={"examples": [{"name": "laptop"}]})
 
-    name: Annotated[Text, Field(min_length=1, max_length=64)]
+    name: Annotated[Line, Field(min_length=1, max_length=64)]
     expires_in_days: Annotated[int, Field(ge=1, le=MAX_TOKEN_DAYS)] | None = Field(
         None, description="the token stops working after this many days (default: never; created with "
                           "an API token that expires: required, and not after that token)"

@@ -77,7 +77,7 @@ async def _load_run(services: ManagementServices, principal: Principal, run_id: 
     entry = await services.store.logs.get(run_id)
     if entry is None:
         raise not_found("run", run_id)
-    ensure_group_read(principal, entry.job_group)
+    ensure_group_read(principal, entry.job_group, not_found("run", run_id))
     return entry
 
 
@@ -218,7 +218,7 @@ async def _executor_token(services: ManagementServices, group_id: int) -> str | 
 )
 async def kill_run(run_id: RunId, services: Services, principal: Writer) -> KillOut:
     entry = await _load_run(services, principal, run_id)
-    ensure_group_write(principal, entry.job_group)
+    ensure_group_write(principal, entry.job_group, not_found("run", run_id))
     if entry.trigger_code != HandleCode.SUCCESS or entry.handle_code != HandleCode.UNKNOWN:
         raise ApiError(409, f"run {run_id} is not running")
     if services.executors is None:
@@ -252,7 +252,7 @@ async def clear_runs(body: ClearIn, services: Services, principal: Writer) -> Cl
     group_id = body.job_group
     if body.job_id is not None:
         job = await services.store.jobs.get(body.job_id)
-        if job is not None:
+        if job is not None and principal.can_read_group(job.job_group):  # else: as a missing job
             if group_id is not None and group_id != job.job_group:
                 raise ApiError(422, "job_id: the job is not in job_group", "job_id")
             group_id = job.job_group
