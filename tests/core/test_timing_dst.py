@@ -147,6 +147,16 @@ TABLE = [
         [at(-180, 2026, 9, 7, 0, 30)],
     ),
     ("0 30 0 * * ?", SANTIAGO, DstRules(NEXT, SECOND), at(-240, 2026, 9, 5, 12), [at(-180, 2026, 9, 6, 1)]),
+    # A search from the last second (or millisecond) before a gap still fires at its transition.
+    (
+        "0 */4 * * * ?",
+        LORD_HOWE,
+        DstRules(NEXT, FIRST),
+        at(630, 2026, 10, 4, 1, 59, 59),
+        [at(660, 2026, 10, 4, 2, 30), at(660, 2026, 10, 4, 2, 32)],
+    ),
+    ("0 30 0 * * ?", SANTIAGO, DstRules(NEXT, SECOND), at(-240, 2026, 9, 5, 23, 59, 59), [at(-180, 2026, 9, 6, 1)]),
+    ("0 30 0 * * ?", SANTIAGO, DstRules(NEXT, SECOND), at(-180, 2026, 9, 6, 1) - 1, [at(-180, 2026, 9, 6, 1)]),
     (
         "0 30 23 * * ?",
         SANTIAGO,

@@ -108,6 +108,8 @@ class DstCron:
         start = after + 1
         for _ in range(_MAX_ROUNDS):
             segment = segment_at(zone, start)
+            if start == segment.start and self._gap_fires_at(segment.start, segment.offset):
+                return start  # a search from just before a transition: the gap fires at it
             wall = self._match_from(start + segment.offset)
             if wall is None:
                 return None
@@ -119,13 +121,21 @@ class DstCron:
                 start = resume
                 continue
             # Nothing left in this segment; a gap at its end may fire at the transition.
-            after_offset = offset_at(zone, segment.end)
-            if self.rules.gap is DstGap.NEXT_VALID and after_offset > segment.offset:
-                in_gap = self._match_from(segment.end + segment.offset)
-                if in_gap is not None and in_gap < segment.end + after_offset:
-                    return segment.end
+            if self._gap_fires_at(segment.end, offset_at(zone, segment.end)):
+                return segment.end
             start = segment.end
         raise RuntimeError(f"DST search for {self.expression!r} did not settle after {after}")
+
+    def _gap_fires_at(self, transition: int, offset_after: int) -> bool:
+        """Whether, under ``next_valid``, a wall time skipped by a gap ending at ``transition``
+        fires there."""
+        if self.rules.gap is not DstGap.NEXT_VALID:
+            return False
+        offset_before = offset_at(self.expression.zone, transition - 1)
+        if offset_after <= offset_before:
+            return False
+        in_gap = self._match_from(transition + offset_before)
+        return in_gap is not None and in_gap < transition + offset_after
 
     def _repeat_resume(self, wall: int, segment: Segment) -> int | None:
         """None when the wall time fires in this segment; else the instant to resume from."""
