@@ -24,9 +24,7 @@ from tests.admin.executor_double import ExecutorDouble
 
 T0 = 1_790_000_000_000
 TOKEN = "t0k"
-FIXTURES = Path("/work/shared/spec/fixtures")
-if not FIXTURES.exists():  # the repository copy, when the shared folder is not mounted
-    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "spec" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "xxl-job-2.4.1"
 
 
 @dataclass

@@ -23,9 +23,7 @@ from jobring import Executor, JobContext
 
 from .fake_admin import FakeAdmin
 
-FIXTURES = Path("/work/shared/spec/fixtures")
-if not FIXTURES.is_dir():  # the repo's copy, when the shared folder is not mounted
-    FIXTURES = Path(__file__).resolve().parents[2] / "spec" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "xxl-job-2.4.1"
 CASES: list[dict[str, Any]] = json.loads((FIXTURES / "reference_executor_answers.json").read_text())
 REQUESTS: list[dict[str, Any]] = json.loads((FIXTURES / "reference_executor_requests.json").read_text())
 LINE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} \[[^\]]+#[^\]]+\]-\[\d+\]-\[[^\]]+\] (.*)$")
