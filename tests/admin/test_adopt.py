@@ -3,6 +3,7 @@ monitors that leave XXL-JOB's history alone, and the live-Java-admin check."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from datetime import UTC, datetime, timedelta
@@ -355,6 +356,10 @@ async def test_a_live_java_admin_stops_the_start_until_takeover(store: Store) ->
         async with store.lock.schedule_lock():  # as XXL-JOB's scheduler holds it
             signs = await java_admin_signs(store, now_ms, 10**9)
         assert signs == ["xxl_job_lock 'schedule_lock' is held by another connection right now"]
+        # jobring nodes starting together probe the row at once: none may see the others' probes.
+        for _ in range(5):
+            together = await asyncio.gather(*(java_admin_signs(store, now_ms, 10**9) for _ in range(6)))
+            assert together == [[]] * 6
     async with store.db.write() as conn:
         await conn.execute(text("UPDATE xxl_job_log SET admin_node = 'n1'"))
     assert await java_admin_signs(store, now_ms, legacy) == []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from jobring.admin.store import Store
@@ -59,11 +59,23 @@ async def java_admin_signs(store: Store, now_ms: int, legacy_log_id_max: int) ->
 _LOCKED_CODES = frozenset({1205, 3572})
 
 
+# jobring nodes probe one at a time: two nodes starting together would otherwise each find the
+# row locked by the other's probe and take it for a Java admin.
+_PROBE_GATE = "jobring_coexist_probe"
+_PROBE_GATE_WAIT_S = 10
+
+
 async def _lock_is_held(store: Store) -> bool:
     try:
         async with store.db.write() as conn:
-            stmt = select(job_lock.c.lock_name).where(job_lock.c.lock_name == SCHEDULE_LOCK)
-            await conn.execute(stmt.with_for_update(nowait=True))
+            gate = text("SELECT GET_LOCK(:name, :wait)")
+            if (await conn.execute(gate, {"name": _PROBE_GATE, "wait": _PROBE_GATE_WAIT_S})).scalar() != 1:
+                log.warning("another jobring node probed for %d s; probing anyway", _PROBE_GATE_WAIT_S)
+            try:
+                stmt = select(job_lock.c.lock_name).where(job_lock.c.lock_name == SCHEDULE_LOCK)
+                await conn.execute(stmt.with_for_update(nowait=True))
+            finally:
+                await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _PROBE_GATE})
     except DBAPIError as exc:
         code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
         if code in _LOCKED_CODES:
