@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck install clean bench console console-types screenshots
+.PHONY: run test fuzz lint typecheck install clean bench console console-types screenshots
 
 # The web console (console/, Vue + Vite): rebuilt when its sources or lockfile change.
 # Needs node 20+ and npm; the build lands in src/jobring/admin/console/dist (shipped in the wheel).
@@ -54,6 +54,10 @@ typecheck: $(STAMP_TEST)
 test: $(STAMP_TEST) console lint typecheck
 	cd console && npm test
 	$(BIN)/python -m pytest
+
+# A deeper OpenAPI fuzz run than make test's bounded one (200 generated requests per operation).
+fuzz: $(STAMP_TEST)
+	JOBRING_FUZZ_EXAMPLES=$${JOBRING_FUZZ_EXAMPLES:-200} $(BIN)/python -m pytest -o timeout=3600 tests/admin/test_fuzz_openapi.py
 
 clean:
 	rm -rf $(VENV) src/jobring/admin/console/dist jobring.db .pytest_cache .mypy_cache .ruff_cache
