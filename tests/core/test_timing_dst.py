@@ -52,6 +52,7 @@ def fires(expression: str, zone: str, rules: DstRules, after_ms: int, count: int
 
 SKIP, NEXT = DstGap.SKIP, DstGap.NEXT_VALID
 FIRST, SECOND, BOTH = DstRepeat.FIRST, DstRepeat.SECOND, DstRepeat.BOTH
+NEXT_SECOND = DstRules(NEXT, SECOND)
 EDT, EST = -240, -300
 
 TABLE = [
@@ -155,8 +156,8 @@ TABLE = [
         at(630, 2026, 10, 4, 1, 59, 59),
         [at(660, 2026, 10, 4, 2, 30), at(660, 2026, 10, 4, 2, 32)],
     ),
-    ("0 30 0 * * ?", SANTIAGO, DstRules(NEXT, SECOND), at(-240, 2026, 9, 5, 23, 59, 59), [at(-180, 2026, 9, 6, 1)]),
-    ("0 30 0 * * ?", SANTIAGO, DstRules(NEXT, SECOND), at(-180, 2026, 9, 6, 1) - 1, [at(-180, 2026, 9, 6, 1)]),
+    ("0 30 0 * * ?", SANTIAGO, NEXT_SECOND, at(-240, 2026, 9, 5, 23, 59, 59), [at(-180, 2026, 9, 6, 1)]),
+    ("0 30 0 * * ?", SANTIAGO, NEXT_SECOND, at(-180, 2026, 9, 6, 1) - 1, [at(-180, 2026, 9, 6, 1)]),
     (
         "0 30 23 * * ?",
         SANTIAGO,
