@@ -67,15 +67,20 @@ _PROBE_GATE_WAIT_S = 10
 
 async def _lock_is_held(store: Store) -> bool:
     try:
-        async with store.db.write() as conn:
+        async with store.db.engine.connect() as conn:
             gate = text("SELECT GET_LOCK(:name, :wait)")
             if (await conn.execute(gate, {"name": _PROBE_GATE, "wait": _PROBE_GATE_WAIT_S})).scalar() != 1:
                 log.warning("another jobring node probed for %d s; probing anyway", _PROBE_GATE_WAIT_S)
+            await conn.commit()
             try:
                 stmt = select(job_lock.c.lock_name).where(job_lock.c.lock_name == SCHEDULE_LOCK)
-                await conn.execute(stmt.with_for_update(nowait=True))
+                try:
+                    await conn.execute(stmt.with_for_update(nowait=True))
+                finally:
+                    await conn.rollback()  # frees the row before the next node may probe
             finally:
                 await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _PROBE_GATE})
+                await conn.commit()
     except DBAPIError as exc:
         code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
         if code in _LOCKED_CODES:
