@@ -669,7 +669,10 @@ export interface components {
         ActorKind: "session" | "api_token" | "executor" | "system" | "anonymous";
         /** AddressIn */
         AddressIn: {
-            /** Address */
+            /**
+             * Address
+             * @description one of the group's executor addresses
+             */
             address: string;
         };
         /** AuditOut */
@@ -1165,10 +1168,13 @@ export interface components {
         JobUpdate: {
             /** Alarm Email */
             alarm_email?: string | null;
-            /** Alarm On */
-            alarm_on?: string | null;
+            /**
+             * Alarm On
+             * @description failure_final: only when no retry follows; every_failure
+             */
+            alarm_on?: string;
             /** Alarm Recovery */
-            alarm_recovery?: boolean | null;
+            alarm_recovery?: boolean;
             /** Alarm Targets */
             alarm_targets?: {
                 [key: string]: unknown;
@@ -1183,7 +1189,7 @@ export interface components {
             /** Executor Fail Retry Count */
             executor_fail_retry_count?: number;
             /** Executor Fail Retry Interval S */
-            executor_fail_retry_interval_s?: number | null;
+            executor_fail_retry_interval_s?: number;
             /** Executor Handler */
             executor_handler?: string | null;
             /** Executor Param */
@@ -1202,12 +1208,12 @@ export interface components {
              * Managed By
              * @description admin only: "code" lets the job's executor group manage it through the jobs its code declares; "console" takes it back (the code no longer touches it)
              */
-            managed_by?: string | null;
+            managed_by?: string;
             misfire_strategy?: components["schemas"]["MisfireStrategy"];
             /** Retry Backoff */
-            retry_backoff?: string | null;
+            retry_backoff?: string;
             /** Retry Backoff Max S */
-            retry_backoff_max_s?: number | null;
+            retry_backoff_max_s?: number;
             /** Schedule Conf */
             schedule_conf?: string | null;
             /** Schedule Timezone */

@@ -12,6 +12,7 @@ from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, bad_request, not_found
 from jobring.admin.api.management.models import (
+    JOB_UPDATE_NOT_NULL,
     MAX_INT32,
     DelayedFireOut,
     JobCreate,
@@ -37,17 +38,6 @@ from jobring.core.schedule import next_fire_times, parse_schedule
 router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
 
 JobId = Annotated[int, Path(ge=1, le=MAX_INT32)]
-_NOT_NULL = (
-    "job_group",
-    "job_desc",
-    "schedule_type",
-    "misfire_strategy",
-    "executor_route_strategy",
-    "executor_block_strategy",
-    "executor_timeout",
-    "executor_fail_retry_count",
-    "glue_type",
-)
 
 
 def _child_list(ids: list[int] | None) -> str | None:
@@ -68,8 +58,7 @@ def job_from_create(body: JobCreate) -> JobInfo:
 
 def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
     changes: dict[str, Any] = body.model_dump(exclude_unset=True)
-    for name in (*_NOT_NULL, "alarm_on", "alarm_recovery", "executor_fail_retry_interval_s", "retry_backoff",
-                 "retry_backoff_max_s", "managed_by"):
+    for name in JOB_UPDATE_NOT_NULL:
         if name in changes and changes[name] is None:
             raise FieldError(name, "must not be null")
     if changes.get("schedule_conf") is not None and "schedule_type" not in changes:

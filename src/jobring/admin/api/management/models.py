@@ -145,7 +145,8 @@ AlarmEmail = Annotated[
 EXECUTOR_URL_PATTERN = (
     "^https?://[A-Za-z0-9.-]+"
     "(?::(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
-    "(?:/[^\\s?#\\u0000-\\u001f\\u0085]*)?$"
+    # The path: printable ASCII without a backslash, '?' or '#'.
+    '(?:/[!"$->@-\\[\\]-~]*)?$'
 )
 
 
@@ -276,14 +277,21 @@ class JobCreate(JobFields):
     }]))
 
 
+# Fields a job update may leave out but not set to null (told to schema readers too).
+JOB_UPDATE_NOT_NULL = (
+    "job_group", "job_desc", "schedule_type", "misfire_strategy", "executor_route_strategy",
+    "executor_block_strategy", "executor_timeout", "executor_fail_retry_count", "glue_type",
+    "alarm_on", "alarm_recovery", "executor_fail_retry_interval_s", "retry_backoff",
+    "retry_backoff_max_s", "managed_by",
+)
+
+
 class JobUpdate(Strict):
     """A partial update: only the fields sent change."""
 
     # schedule_conf is checked with the schedule_type sent along, so it needs one.
-    model_config = ConfigDict(json_schema_extra=_with(not_nullable(
-        "job_group", "job_desc", "schedule_type", "misfire_strategy", "executor_route_strategy",
-        "executor_block_strategy", "executor_timeout", "executor_fail_retry_count", "glue_type",
-    ), schedule_rules, partial_handler_rule,
+    model_config = ConfigDict(json_schema_extra=_with(not_nullable(*JOB_UPDATE_NOT_NULL),
+        schedule_rules, partial_handler_rule,
         lambda schema: schema.update(dependentRequired={"schedule_conf": ["schedule_type"]})))
 
     job_group: Id32 | None = None
@@ -621,7 +629,9 @@ class GroupTokenOut(BaseModel):
 
 
 class AddressIn(Strict):
-    address: Annotated[Line, Field(min_length=1, max_length=255)]
+    address: Annotated[
+        Line, Field(min_length=1, max_length=255, json_schema_extra={"pattern": EXECUTOR_URL_PATTERN})
+    ] = Field(description="one of the group's executor addresses")
 
 
 # -- users, tokens, auth ---------------------------------------------------------------------

@@ -57,6 +57,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LISTED_BY_DEFAULT = frozenset(RunState) - {RunState.SCHEDULED}
 
 
+_STATE_NAME = "(?:" + "|".join(s.value for s in RunState) + ")"
+# What _states accepts, for schema readers: state names separated by commas, spaces around.
+_STATES_PATTERN = f"^ *(?:{_STATE_NAME} *)?(?:, *(?:{_STATE_NAME} *)?)*$"
+
+
 def _states(given: list[str] | None) -> frozenset[RunState] | None:
     """``state`` query values (repeated and/or comma separated) as states; None when absent."""
     if not given:
@@ -91,7 +96,8 @@ async def list_runs(
     state: Annotated[
         list[str] | None,
         Query(description="run states, repeated or comma separated; without `state` and `status`, "
-              "every state but `scheduled`"),
+              "every state but `scheduled`",
+              json_schema_extra={"items": {"type": "string", "pattern": _STATES_PATTERN}}),
     ] = None,
     trigger_from: Annotated[int | None, Query(ge=0, le=MAX_EPOCH_MS, description="epoch ms")] = None,
     trigger_to: Annotated[int | None, Query(ge=0, le=MAX_EPOCH_MS, description="epoch ms")] = None,
