@@ -35,7 +35,7 @@ def test_no_tracked_file_names_a_path_of_this_machine() -> None:
     needles = machine_paths()
     offenders = []
     for path in tracked_files():
-        if not path.is_file():
+        if not path.is_file() or path == Path(__file__).resolve():  # this file names them
             continue
         text = path.read_bytes().decode("utf-8", errors="replace")
         offenders += [f"{path.relative_to(REPO)}: {n}" for n in needles if n in text]

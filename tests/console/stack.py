@@ -3,11 +3,13 @@ free loopback ports, for the console's browser tests and the screenshot script."
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,15 @@ CLI = [sys.executable, "-c", "import sys; from jobring.cli import main; sys.exit
 def ensure_chromium() -> str:
     """Debian's chromium (and a CJK font), installed with apt when missing (never a browser
     download)."""
+    if CHROMIUM.exists() and CJK_FONT.exists():
+        return str(CHROMIUM)
+    # Parallel test workers install at most once at a time (apt holds dpkg's lock).
+    with open(tempfile.gettempdir() + "/jobring-apt.lock", "w") as gate:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        return _install_chromium()
+
+
+def _install_chromium() -> str:
     if not CHROMIUM.exists() or not CJK_FONT.exists():
         if os.geteuid() != 0:
             if not CHROMIUM.exists():
