@@ -26,7 +26,7 @@ from tests.chaos.lanes import ScenarioLanes
 from tests.chaos.scenarios import PAUSE_LATE_MS, SHORT
 from tests.dbs import BackendUnavailable, must_fail_when_unavailable
 
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(170)]
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timing, pytest.mark.timeout(170)]
 
 # Test -> scenario; the scenarios run in the background two at a time (see lanes.py), in
 # this order, longest first.

@@ -37,7 +37,7 @@ from tests.e2e.admin_nodes import (
     stop,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timing, pytest.mark.timeout(240)]
 
 
 async def _database(backend: str, tmp_path: Path) -> str:

@@ -12,7 +12,7 @@ import pytest
 from tests.e2e.databases import server_database
 from tests.e2e.takeover_kit import run_takeover
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timing, pytest.mark.timeout(240)]
 
 
 # PostgreSQL here; the chaos suite (tests/chaos) kills and pauses nodes on both backends.
