@@ -67,6 +67,7 @@ async def test_refused_token_is_said_once_then_retried_quietly_until_accepted(
     errors = [text for level, text in lines if level == logging.ERROR]
     assert len(errors) == 1 and "refused the access token" in errors[0]
     assert "JOBRING_EXECUTOR_ACCESS_TOKEN" in errors[0]
+    assert "`jobring groups token my-app`" in errors[0]  # the group's token, the one a newcomer has
     assert not [text for level, text in lines if level == logging.WARNING]
     infos = [text for level, text in lines if level == logging.INFO]
     assert infos == [f"registered as http://127.0.0.1:9998/ with {admin.base_url} (app my-app)"]
@@ -140,3 +141,4 @@ def test_a_script_calling_run_on_a_taken_port_prints_one_line_and_exits_2(
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"port {taken_port} is in use" in lines[0], done.stderr
+

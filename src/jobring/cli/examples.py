@@ -57,7 +57,8 @@ EXAMPLES: dict[str, str] = {
     "password": "jobring password --user admin",
     "settings": "jobring settings",
     "settings show": "jobring settings show --json",
-    "settings token": "export JOBRING_EXECUTOR_ACCESS_TOKEN=$(jobring settings token)",
+    # Not `export X=$(...)`: export would succeed with an empty value when the command fails.
+    "settings token": "T=$(jobring settings token) && export JOBRING_EXECUTOR_ACCESS_TOKEN=\"$T\"",
     "dashboard": "jobring dashboard --days 14",
     "audit": "jobring audit list --action auth.login_failed --since 24h",
     "audit list": "jobring audit list --target job:12 --json",

@@ -54,7 +54,7 @@ def _status(job: Mapping[str, Any]) -> str:
 
 _JOB_COLUMNS = (
     ("ID", "id"),
-    ("GROUP", "job_group"),
+    ("GROUP", lambda job: job.get("group_app_name") or job.get("job_group")),
     ("DESCRIPTION", "job_desc"),
     ("HANDLER", lambda job: job.get("executor_handler") or job.get("glue_type")),
     ("SCHEDULE", _schedule),
@@ -74,13 +74,24 @@ def _list(args: argparse.Namespace) -> int:
         if args.json:
             print_page_json(page)
             return 0
-        print_table(page.items, _JOB_COLUMNS)
+        names = _app_names(admin) if page.items else {}
+        print_table([{**job, "group_app_name": names.get(job.get("job_group"))} for job in page.items],
+                    _JOB_COLUMNS)
         shown = len(page.items)
         if page.total > page.offset + shown:
             print(f"({shown} of {page.total} jobs shown; use --offset/--limit for more)")
         return 0
 
     return run_remote(args, action)
+
+
+def _app_names(admin: AdminClient) -> dict[Any, str]:
+    """Group id -> appname, for the table (ids shown when the groups cannot be listed)."""
+    try:
+        groups = admin.groups.list(limit=500).items
+    except AdminApiError:
+        return {}
+    return {group["id"]: str(group["app_name"]) for group in groups}
 
 
 def _never_fires(admin: AdminClient, fields: dict[str, Any]) -> bool:

@@ -380,8 +380,9 @@ class Executor:
 
     # --- standalone server -------------------------------------------------------------
 
-    async def serve(self, *, ready: Callable[[str], None] | None = None) -> None:
-        """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`)."""
+    async def serve(self, *, ready: Callable[[str], None] | None = None, announce: bool = True) -> None:
+        """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`);
+        ``announce=False`` leaves the "listening on" line to the caller (``ready``)."""
         s = self.settings
         check_security(s, binds=True)
         sock = _bind(s.host, s.port)
@@ -401,7 +402,8 @@ class Executor:
         try:
             await self.startup(port=self.bound_port)
             await server.start(sock)
-            log.info("executor %s listening on %s:%s", s.app_name, s.host, self.bound_port)
+            if announce:
+                log.info("executor %s listening on %s:%s", s.app_name, s.host, self.bound_port)
             if ready is not None:
                 ready(self.address or "")
             await stop_requested.wait()
@@ -415,26 +417,29 @@ class Executor:
                 sock.close()
                 self._stop_serving = self._server_loop = None
 
-    def run(self, *, ready: Callable[[str], None] | None = None, exit_on_error: bool = True) -> None:
+    def run(
+        self, *, ready: Callable[[str], None] | None = None, exit_on_error: bool = True, announce: bool = True
+    ) -> None:
         """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly.
 
         A port in use or a bad setting is printed as one line and exits with code 2
         (``exit_on_error=False``: raises :class:`~jobring.config.ConfigError` instead).
         Logs startup and registration at INFO to stderr unless logging is configured.
-        Uses uvloop when it is installed.
+        Uses uvloop when it is installed. ``announce=False``: no "listening on" log line
+        (``ready`` prints its own, as ``jobring executor`` does).
         """
         with _default_logging():
             try:
-                self._run(ready)
+                self._run(ready, announce)
             except ConfigError as exc:
                 if not exit_on_error:
                     raise
                 print(f"jobring executor: error: {exc}", file=sys.stderr, flush=True)
                 raise SystemExit(2) from None
 
-    def _run(self, ready: Callable[[str], None] | None) -> None:
+    def _run(self, ready: Callable[[str], None] | None, announce: bool = True) -> None:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(self.serve(ready=ready))
+            runner.run(self.serve(ready=ready, announce=announce))
 
     def start_in_thread(self) -> None:
         """Serve from a background thread (for Flask, Django, scripts); returns once serving."""
