@@ -19,7 +19,9 @@ EXAMPLES: dict[str, str] = {
     "jobs list": "jobring jobs list --group my-app --status running",
     "jobs add": 'jobring jobs add --group my-app --desc "nightly report" --handler report '
                 '--cron "0 0 2 * * ?" --timezone Europe/Berlin --timeout 600 --retries 2 --start',
-    "jobs edit": 'jobring jobs edit 12 --cron "0 30 2 * * ?" --alarm-email ops@example.com',
+    "jobs edit": 'jobring jobs edit 12 --cron "0 30 2 * * ?" --retry-interval 60 --retry-backoff exponential '
+                 "--alarm-target webhook:https://hooks.example.com/jobs --deadline 30",
+    "jobs glue": "jobring jobs glue 12 --set cleanup.sh --remark \"keep 7 days\"",
     "jobs show": "jobring jobs show 12",
     "jobs copy": "jobring jobs copy 12",
     "jobs delete": "jobring jobs delete 12",

@@ -11,6 +11,7 @@ from typing import Any
 
 from jobring.cli.common import UsageError
 from jobring.cli.jobfields import add_job_options, job_fields, non_negative_int, schedule_fields
+from jobring.cli.jobglue import register_glue
 from jobring.cli.remote import (
     EXIT_FAILURE,
     epoch_ms_text,
@@ -368,6 +369,8 @@ def register(sub: Any) -> None:
     delayed = _job_command(commands, "delayed", "the job's pending delayed runs (trigger --at/--in)",
                            _delayed)
     delayed.add_argument("--cancel", type=positive_int, metavar="DELAYED_ID", help="cancel this delayed run")
+
+    register_glue(commands)
 
     upcoming = _job_command(commands, "next", "the job's next fire times (exit 1 when it never fires)", _next)
     upcoming.add_argument("--count", type=positive_int, default=5, metavar="N", help="how many (default 5)")
