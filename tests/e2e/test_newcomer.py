@@ -44,7 +44,7 @@ def readme_block(text: str, after: str, language: str) -> str:
 
 def readme_commands(text: str) -> list[str]:
     """Every command line of the quick start's sh blocks (comments dropped)."""
-    quick_start = text[text.index("## Quick start"):text.index("## Configuration")]
+    quick_start = text[text.index("## Quick start"):text.index("## Production")]
     lines: list[str] = []
     for block in re.findall(r"^```sh\n(.*?)^```", quick_start, re.S | re.M):
         lines += [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
