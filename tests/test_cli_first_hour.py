@@ -191,6 +191,7 @@ def test_jobring_admin_logs_where_it_listens_once(
 ) -> None:
     served: list[Any] = []
     monkeypatch.setattr("jobring.logsetup.setup_logging", lambda *args: None)  # keep caplog's handler
+    monkeypatch.setattr("jobring.logsetup.set_log_node", lambda node: None)  # a process-wide default
 
     def serve(settings: Any, *, sock: socket.socket, **kw: Any) -> int:
         served.append(settings)
