@@ -41,7 +41,7 @@ async def test_add_then_list_as_table_and_json(env: AdminEnv, cli: Cli) -> None:
     header, row = listed.out.splitlines()
     assert header.split() == ["ID", "GROUP", "DESCRIPTION", "HANDLER", "SCHEDULE", "STATUS", "DECLARED",
                               "NEXT", "FIRE", "(UTC)"]
-    assert row.split()[:2] == [str(job_id), str(group)] and "nightly report" in row
+    assert row.split()[:2] == [str(job_id), "demo-app"] and "nightly report" in row  # the appname
     assert "cron 0 0 2 * * ? (Europe/Paris)" in row and "stopped" in row
     # Columns line up: every cell starts where its heading starts.
     assert row.index("nightly report") == header.index("DESCRIPTION")

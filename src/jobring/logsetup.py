@@ -99,7 +99,8 @@ def log_settings_from_env(environ: Mapping[str, str] | None = None) -> tuple[str
 def setup_logging(log_format: str = "plain", level: str = "INFO", stream: TextIO | None = None) -> None:
     """Send every logger's records to ``stream`` (stderr) in ``log_format`` from ``level`` on.
 
-    Replaces the root logger's handlers; httpx's one line per request is kept at WARNING.
+    Replaces the root logger's handlers; httpx's one line per request and Alembic's lines per
+    migration check are kept at WARNING.
     """
     if log_format not in LOG_FORMATS or level.upper() not in LOG_LEVELS:
         raise ConfigError(f"log format {log_format!r} / level {level!r} unknown")
@@ -110,4 +111,8 @@ def setup_logging(log_format: str = "plain", level: str = "INFO", stream: TextIO
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
+    quiet = max(logging.WARNING, logging.getLevelName(level.upper()))
+    logging.getLogger("httpx").setLevel(quiet)
+    # Alembic's two lines per migration check, and a start checks several times: the store
+    # logs one line itself when the schema changes (jobring.admin.store.migrate).
+    logging.getLogger("alembic").setLevel(quiet)

@@ -126,9 +126,9 @@ async def test_fires_each_instant_once_records_it_and_advances(world: World) -> 
     await loop.start()
     await world.cycles(loop, 1)
     await world.step_to([loop], T0 + 3_000)
-    rows = await world.fired_rows()
+    rows = await world.fired_rows()  # a fixed-rate job: its runs say FIX_RATE
     assert [(r[0], r[1], r[2]) for r in rows] == [
-        (job_id, T0 + 1_000, "CRON"), (job_id, T0 + 2_000, "CRON"), (job_id, T0 + 3_000, "CRON")]
+        (job_id, T0 + 1_000, "FIX_RATE"), (job_id, T0 + 2_000, "FIX_RATE"), (job_id, T0 + 3_000, "FIX_RATE")]
     assert len(world.double.runs()) == 3
     # The next instants are recorded ahead (not sent); a stop withdraws them.
     assert [r[1] for r in await world.fired_rows(dispatched=False)] == [T0 + 4_000, T0 + 5_000]

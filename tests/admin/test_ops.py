@@ -16,7 +16,7 @@ from jobring.admin.metrics import ADMIN_METRICS
 from jobring.config import AdminSettings, ConfigError, load_settings
 
 TOKEN = "ops-test-token-0123456"
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def _settings(tmp_path: Path, **more: object) -> AdminSettings:
@@ -80,8 +80,8 @@ async def test_metrics_are_exposed_and_documented(running: tuple[Starlette, http
     assert samples['jobring_admin_db_statement_ms_count{operation="update"}'] >= 1
 
 
-def test_readme_documents_exactly_the_admin_metrics() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_docs_list_exactly_the_admin_metrics() -> None:
+    text = OPERATIONS.read_text(encoding="utf-8")
     section = text[text.index("### Admin metrics"):text.index("### Executor metrics")]
     documented = set(re.findall(r"^\| `(jobring_admin_\w+)` \|", section, re.M))
     assert documented == set(ADMIN_METRICS)

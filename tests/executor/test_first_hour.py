@@ -67,6 +67,7 @@ async def test_refused_token_is_said_once_then_retried_quietly_until_accepted(
     errors = [text for level, text in lines if level == logging.ERROR]
     assert len(errors) == 1 and "refused the access token" in errors[0]
     assert "JOBRING_EXECUTOR_ACCESS_TOKEN" in errors[0]
+    assert "`jobring groups token my-app`" in errors[0]  # the group's token, the one a newcomer has
     assert not [text for level, text in lines if level == logging.WARNING]
     infos = [text for level, text in lines if level == logging.INFO]
     assert infos == [f"registered as http://127.0.0.1:9998/ with {admin.base_url} (app my-app)"]
@@ -140,3 +141,55 @@ def test_a_script_calling_run_on_a_taken_port_prints_one_line_and_exits_2(
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"port {taken_port} is in use" in lines[0], done.stderr
+
+
+# -- arguments and the environment (issue 25, item 20) ------------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_jobs_py() -> str:
+    text = README.read_text()
+    start = text.index("Save as `jobs.py`")
+    block = text.index("```python\n", start) + len("```python\n")
+    return text[block:text.index("```", block)]
+
+
+def test_the_quick_start_jobs_py_takes_port_and_admin_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOBRING_EXECUTOR_PORT", "9123")
+    monkeypatch.setenv("JOBRING_EXECUTOR_ADMIN_ADDRESSES", "http://10.0.0.1:8080/xxl-job-admin/")
+    monkeypatch.setenv("JOBRING_EXECUTOR_ACCESS_TOKEN", "a-group-token-of-the-quick-start")
+    scope: dict[str, object] = {"__name__": "readme_jobs"}  # not __main__: nothing starts
+    exec(compile(_readme_jobs_py(), "README.md:jobs.py", "exec"), scope)  # noqa: S102 - the repo's README
+    executor = scope["executor"]
+    assert isinstance(executor, Executor)
+    s = executor.settings
+    assert (s.port, s.host) == (9123, "127.0.0.1")
+    assert s.admin_addresses == ("http://10.0.0.1:8080/xxl-job-admin/",)
+    assert s.access_token == "a-group-token-of-the-quick-start"
+
+
+def test_an_argument_wins_over_the_environment_only_when_given() -> None:
+    environ = {"JOBRING_EXECUTOR_PORT": "9123", "JOBRING_EXECUTOR_APP_NAME": "from-env"}
+    assert Executor(environ=environ).settings.port == 9123
+    assert Executor(port=None, environ=environ).settings.port == 9123  # None: not given
+    given = Executor(app_name="from-code", port=9000, environ=environ)
+    assert (given.settings.port, given.settings.app_name) == (9000, "from-code")
+    given.configure(port=9001)  # a `jobring executor --port` flag wins over the code
+    assert given.settings.port == 9001
+
+
+async def test_a_taken_port_given_in_the_code_says_to_change_it_there(
+    taken_port: int, tmp_path: Path
+) -> None:
+    common: dict[str, object] = {"app_name": "a", "access_token": "t", "host": "127.0.0.1",
+                                 "log_path": str(tmp_path)}
+    in_code = Executor(port=taken_port, environ={}, **common)  # type: ignore[arg-type]
+    with pytest.raises(ExecutorError, match=rf"port={taken_port} is given to Executor\(\.\.\.\) in the code, "
+                       "which wins over JOBRING_EXECUTOR_PORT"):
+        await asyncio.to_thread(in_code.start_in_thread)
+    from_env = Executor(environ={"JOBRING_EXECUTOR_PORT": str(taken_port)}, **common)  # type: ignore[arg-type]
+    with pytest.raises(ExecutorError, match=f"port {taken_port} is in use .*: set JOBRING_EXECUTOR_PORT"):
+        await asyncio.to_thread(from_env.start_in_thread)

@@ -17,7 +17,7 @@ from jobring.executor.ops import EXECUTOR_METRICS
 from .fake_admin import FakeAdmin
 from .test_executor_lifecycle import HEADERS, TOKEN, poll, trigger
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def _executor(admin: FakeAdmin, log_path: Path, **kw: object) -> Executor:
@@ -132,8 +132,8 @@ async def test_standalone_server_answers_ops_with_a_metrics_token(admin: FakeAdm
         await task
 
 
-def test_readme_documents_exactly_the_executor_metrics() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_docs_list_exactly_the_executor_metrics() -> None:
+    text = OPERATIONS.read_text(encoding="utf-8")
     section = text[text.index("### Executor metrics"):]
     section = section[:section.index("\n## ")] if "\n## " in section else section
     documented = set(re.findall(r"^\| `(jobring_executor_\w+)` \|", section, re.M))

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one admin node (``GET /metrics``), each documented in the README.
+"""Prometheus metrics of one admin node (``GET /metrics``), each documented in docs/operations.md.
 
 The fire path only bumps plain integers and bucket counts (see :mod:`jobring.core.buckets`)
 that the scheduling components keep anyway; this module turns them into metric families
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ADMIN_METRICS", "AdminMetrics", "metrics_response"]
 
-# name -> (type, help): the README's table lists exactly these (a test keeps both equal).
+# name -> (type, help): docs/operations.md's table lists exactly these (a test keeps both equal).
 ADMIN_METRICS: dict[str, tuple[str, str]] = {
     "jobring_admin_fires_total": (
         "counter", "Scheduled fires handled by this node, by outcome: fired (on time), misfire_fired "

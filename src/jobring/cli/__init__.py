@@ -33,11 +33,35 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jobring",
         description="jobring: distributed job scheduling, XXL-JOB compatible.",
     )
+    # Also before the command (`jobring --url X runs list`): own dests, because a subcommand's
+    # defaults (None) would overwrite a value parsed here under the same name.
+    parser.add_argument("--url", dest="global_url", metavar="URL",
+                        help="the admin's address, for commands that talk to one (also after the command)")
+    parser.add_argument("--token", dest="global_token", metavar="TOKEN", help="API token (as --url)")
+    parser.add_argument("--json", dest="global_json", action="store_true",
+                        help="machine-readable output (as --url)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in _GROUPS:
         group.register(sub)
     add_examples(parser)
     return parser
+
+
+_GLOBAL_OPTIONS = (("global_url", "url", "--url"), ("global_token", "token", "--token"),
+                   ("global_json", "json", "--json"))
+
+
+def apply_global_options(args: argparse.Namespace) -> None:
+    """Hand the options given before the command to it; the ones after it win. UsageError
+    when the command does not take such an option (`jobring --url X cron next ...`)."""
+    for global_dest, dest, option in _GLOBAL_OPTIONS:
+        value = getattr(args, global_dest, None)
+        if not value:
+            continue
+        if not hasattr(args, dest):
+            raise UsageError(f"{option} does not apply to this command (see its --help)")
+        if not getattr(args, dest):
+            setattr(args, dest, value)
 
 
 def _stdout_closed() -> int:
@@ -60,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        apply_global_options(args)
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
         return code

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import sys
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from jobring.cli.common import UsageError
+from jobring.cli.common import UsageError, add_log_options
 
 if TYPE_CHECKING:  # pydantic is imported only by the commands that read settings
     from jobring.config import AdminSettings
 
 # Not the executors' default 9999: one's own first executor must not collide with the demo.
 DEMO_PORT = 9990
+DEMO_PORT_ENV = "JOBRING_DEMO_PORT"
 
 
 def register(sub: Any) -> None:
@@ -33,8 +35,8 @@ def register(sub: Any) -> None:
     _add_options(run)
     run.add_argument("--no-demo", action="store_true",
                      help="do not seed the demo jobs nor start the demo executor")
-    run.add_argument("--demo-port", type=int, default=DEMO_PORT,
-                     help=f"port of the demo executor on 127.0.0.1 (default {DEMO_PORT})")
+    run.add_argument("--demo-port", type=int, default=None,
+                     help=f"the demo executor's port on 127.0.0.1 (default: ${DEMO_PORT_ENV} or {DEMO_PORT})")
     run.set_defaults(handler=_run)
 
 
@@ -50,10 +52,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--takeover", action="store_true",
                         help="schedule even though XXL-JOB's admin seems alive on the database "
                              "(JOBRING_TAKEOVER; stop it first: both would fire every job)")
-    parser.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"),
-                        help="log level (default: JOBRING_LOG_LEVEL, else info)")
-    parser.add_argument("--log-format", default=None, choices=("plain", "json"),
-                        help="log lines as plain text or JSON (default: JOBRING_LOG_FORMAT, else plain)")
+    add_log_options(parser)
 
 
 def validate_settings(settings: AdminSettings) -> None:
@@ -101,7 +100,7 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
             auto_upgrade=False if args.no_upgrade else None,
             insecure=True if args.insecure else None,
             takeover=True if args.takeover else None,
-            log_level=args.log_level.upper() if args.log_level else None,
+            log_level=args.log_level,
             log_format=args.log_format,
         )
         validate_settings(settings)
@@ -121,8 +120,10 @@ def _bind(settings: AdminSettings) -> socket.socket:
         raise UsageError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
 
 
-def _serve(settings: AdminSettings, sock: socket.socket) -> int:
+def _serve(settings: AdminSettings, sock: socket.socket, *, log_address: bool = False) -> int:
     # Imported here so `jobring --help` and the other commands stay light.
+    import logging
+
     from jobring.admin.app import make_node_id
     from jobring.admin.node import serve
     from jobring.logsetup import set_log_node, setup_logging
@@ -132,27 +133,44 @@ def _serve(settings: AdminSettings, sock: socket.socket) -> int:
         settings = settings.model_copy(update={"node_id": make_node_id(settings)})
     setup_logging(settings.log_format, settings.log_level)
     set_log_node(settings.node_id)
+    if log_address:
+        # Uvicorn says nothing of a socket it is handed: the node's one line about where it is.
+        logging.getLogger("jobring.admin").info("%s", _where(settings))
     return serve(settings, log_level=settings.log_level.lower(), sock=sock)
 
 
 def _admin(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    return _serve(settings, _bind(settings))
+    return _serve(settings, _bind(settings), log_address=True)
+
+
+def _where(settings: AdminSettings) -> str:
+    from sqlalchemy.engine import make_url
+
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return (f"admin at http://{host}:{settings.port}/ "
+            "(health: /health, /ready, metrics: /metrics, API docs: /api/v1/docs), database "
+            f"{make_url(settings.database_url).render_as_string(hide_password=True)}")
 
 
 def _banner(settings: AdminSettings) -> None:
-    from sqlalchemy.engine import make_url
+    print(f"jobring: {_where(settings)}; Ctrl-C to stop", file=sys.stderr, flush=True)
 
-    print(f"jobring: admin at http://{settings.host}:{settings.port}/ (health: /health, "
-          f"/ready, metrics: /metrics, API docs: /api/v1/docs), database "
-          f"{make_url(settings.database_url).render_as_string(hide_password=True)}; "
-          "Ctrl-C to stop", file=sys.stderr, flush=True)
+
+def demo_port(given: int | None) -> int:
+    """The demo executor's port: --demo-port, else $JOBRING_DEMO_PORT, else 9990."""
+    source, text = ("--demo-port", str(given)) if given is not None else (
+        DEMO_PORT_ENV, os.environ.get(DEMO_PORT_ENV, "").strip())
+    if not text:
+        return DEMO_PORT
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise UsageError(f"{source}: must be a port 1-65535, got {text!r}")
+    return int(text)
 
 
 def _run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    if not 1 <= args.demo_port <= 65535:
-        raise UsageError(f"--demo-port: must be 1-65535, got {args.demo_port}")
+    args.demo_port = demo_port(args.demo_port)
     # Both ports first: a taken one stops the start before any password is printed.
     sock = _bind(settings)
     try:
@@ -168,8 +186,8 @@ def _run_with_demo(args: argparse.Namespace, settings: AdminSettings, sock: sock
     from jobring.cli.local import DemoFailed, demo_port_free, prepare_local, start_demo_executor, stop_process
 
     if not demo_port_free(args.demo_port):
-        raise UsageError(f"port {args.demo_port} (the demo executor's) is in use: pass --demo-port, "
-                         "or --no-demo to start without the demo")
+        raise UsageError(f"port {args.demo_port} (the demo executor's) is in use: pass --demo-port "
+                         f"(or set {DEMO_PORT_ENV}), or --no-demo to start without the demo")
     try:
         # Bootstrap here (idempotent; the node repeats it) so the demo executor gets the token.
         token = asyncio.run(prepare_local(settings, args.demo_port))

@@ -9,6 +9,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from jobring.cli.common import UsageError
+from jobring.cli.remote import add_json_arg, group_parser, print_json
 from jobring.core.cron import CronExpression, CronParseError, resolve_zone
 
 DEFAULT_COUNT = 5
@@ -17,9 +18,7 @@ MAX_COUNT = 1000
 
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
-    parser: argparse.ArgumentParser = sub.add_parser("cron", help="inspect Quartz cron expressions")
-    parser.set_defaults(handler=None)
-    commands = parser.add_subparsers(dest="cron_command", metavar="COMMAND")
+    _, commands = group_parser(sub, "cron", "inspect Quartz cron expressions")
     next_parser = commands.add_parser(
         "next",
         help="print the next fire times of a cron expression",
@@ -35,6 +34,7 @@ def register(sub: Any) -> None:
     next_parser.add_argument(
         "--count", default=str(DEFAULT_COUNT), help=f"how many fire times (1-{MAX_COUNT}, default 5)"
     )
+    add_json_arg(next_parser)
     next_parser.set_defaults(handler=_next)
 
 
@@ -73,11 +73,17 @@ def _next(args: argparse.Namespace) -> int:
     except CronParseError as exc:
         raise UsageError(f"invalid cron expression {args.expression!r}: {exc}") from None
     current = after
+    times: list[str] = []
     for _ in range(count):
         fire = expression.next_after(current)
         if fire is None:
             print(f"jobring: no further fire time after {current.isoformat()}", file=sys.stderr)
             break
-        print(fire.isoformat())
+        if args.json:
+            times.append(fire.isoformat())
+        else:
+            print(fire.isoformat())
         current = fire
+    if args.json:
+        print_json({"expression": args.expression, "timezone": args.tz, "times": times})
     return 0

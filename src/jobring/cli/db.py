@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from jobring.cli.common import UsageError
+from jobring.cli.remote import add_json_arg, group_parser, print_json
 
 EXIT_DB_ERROR = 1
 
@@ -24,15 +25,17 @@ def add_database_args(command: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
-    parser: argparse.ArgumentParser = sub.add_parser("db", help="database schema: upgrade, adopt, revision")
-    parser.set_defaults(handler=None)
-    commands = parser.add_subparsers(dest="db_command", metavar="COMMAND")
+    _, commands = group_parser(sub, "db", "the database schema: upgrade (creates the database too), "
+                               "current (its revision), adopt (an XXL-JOB database)")
     for name, handler, text in (
-        ("upgrade", _upgrade, "create or upgrade the schema (for an XXL-JOB database prefer `db adopt`)"),
+        ("upgrade", _upgrade, "create or upgrade the schema; a missing PostgreSQL or MySQL/MariaDB "
+                              "database is created when the user may (for an XXL-JOB database prefer "
+                              "`db adopt`)"),
         ("current", _current, "show the database's schema revision"),
     ):
         command = commands.add_parser(name, help=text, description=text)
         add_database_args(command)
+        add_json_arg(command)
         command.set_defaults(handler=handler)
     text = ("adopt an XXL-JOB 2.1-2.5 database: report what it holds, record its time zone, "
             "upgrade the schema (additive; XXL-JOB keeps working on it). Safe to run again.")
@@ -91,17 +94,24 @@ def _upgrade(args: argparse.Namespace) -> int:
 
     from jobring.admin.adopt import AdoptionRefused
     from jobring.admin.store import upgrade_database
+    from jobring.admin.store.createdb import DatabaseMissing, create_missing_database
 
     url = _database_url(args)
     try:
+        created = asyncio.run(create_missing_database(url))
+        if created and not args.json:
+            print(f"{_shown(url)}: created the database")
         result = asyncio.run(upgrade_database(url))
-    except AdoptionRefused as exc:
+    except (AdoptionRefused, DatabaseMissing) as exc:
         print(f"jobring: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
     except (SQLAlchemyError, OSError) as exc:
         print(f"jobring: database upgrade failed for {_shown(url)}: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
-    if result.changed:
+    if args.json:
+        print_json({"database": _shown(url), "created": created, "before": result.before,
+                    "after": result.after, "changed": result.changed})
+    elif result.changed:
         print(f"{_shown(url)}: upgraded schema from {result.before or 'none'} to {result.after}")
     else:
         print(f"{_shown(url)}: schema already at {result.after} (nothing to do)")
@@ -137,6 +147,10 @@ def _current(args: argparse.Namespace) -> int:
         print(f"jobring: cannot read the schema revision of {_shown(url)}: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
     head = head_revision()
+    if args.json:
+        print_json({"database": _shown(url), "revision": revision, "head": head,
+                    "up_to_date": revision == head})
+        return 0
     state = "up to date" if revision == head else f"behind head {head}; run `jobring db upgrade`"
     print(f"{_shown(url)}: revision {revision or 'none'} ({state})")
     return 0

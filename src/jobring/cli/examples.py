@@ -19,7 +19,9 @@ EXAMPLES: dict[str, str] = {
     "jobs list": "jobring jobs list --group my-app --status running",
     "jobs add": 'jobring jobs add --group my-app --desc "nightly report" --handler report '
                 '--cron "0 0 2 * * ?" --timezone Europe/Berlin --timeout 600 --retries 2 --start',
-    "jobs edit": 'jobring jobs edit 12 --cron "0 30 2 * * ?" --alarm-email ops@example.com',
+    "jobs edit": 'jobring jobs edit 12 --cron "0 30 2 * * ?" --retry-interval 60 --retry-backoff exponential '
+                 "--alarm-target webhook:https://hooks.example.com/jobs --deadline 30",
+    "jobs glue": "jobring jobs glue 12 --set cleanup.sh --remark \"keep 7 days\"",
     "jobs show": "jobring jobs show 12",
     "jobs copy": "jobring jobs copy 12",
     "jobs delete": "jobring jobs delete 12",
@@ -57,7 +59,8 @@ EXAMPLES: dict[str, str] = {
     "password": "jobring password --user admin",
     "settings": "jobring settings",
     "settings show": "jobring settings show --json",
-    "settings token": "export JOBRING_EXECUTOR_ACCESS_TOKEN=$(jobring settings token)",
+    # Not `export X=$(...)`: export would succeed with an empty value when the command fails.
+    "settings token": "T=$(jobring settings token) && export JOBRING_EXECUTOR_ACCESS_TOKEN=\"$T\"",
     "dashboard": "jobring dashboard --days 14",
     "audit": "jobring audit list --action auth.login_failed --since 24h",
     "audit list": "jobring audit list --target job:12 --json",

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from jobring.cli.common import UsageError
+from jobring.cli.common import UsageError, add_log_options
 
 
 def register(sub: Any) -> None:
@@ -37,10 +37,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--allow-open", dest="allow_open", action="store_const", const=True,
                         help="allow running without a token (loopback only)")
     parser.add_argument("--beat-interval", dest="beat_interval_s", type=float, metavar="SECONDS")
-    parser.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="default: JOBRING_LOG_LEVEL, else INFO")
-    parser.add_argument("--log-format", default=None, choices=["plain", "json"],
-                        help="log lines as plain text or JSON (default: JOBRING_LOG_FORMAT, else plain)")
+    add_log_options(parser)
     parser.set_defaults(handler=run_executor)
 
 
@@ -96,12 +93,14 @@ def run_executor(args: argparse.Namespace) -> int:
 
     def announce(address: str) -> None:
         # Registration is logged once the admin accepts it ("registered as ..."), not here.
+        # On stdout: scripts read the bound port (--port 0) from this line.
         s = executor.settings
         print(f"jobring executor {s.app_name} listening on {s.host}:{executor.bound_port}, "
               f"registering as {address}", flush=True)
 
     try:
-        executor.run(ready=announce, exit_on_error=False)
+        # The line above is the one "listening on" line: the executor does not log its own.
+        executor.run(ready=announce, exit_on_error=False, announce=False)
     except ConfigError as exc:
         raise UsageError(str(exc)) from exc
     print("jobring executor stopped", file=sys.stderr, flush=True)

@@ -95,7 +95,10 @@ def _token(args: argparse.Namespace) -> int:
             token = admin.groups.rotate_access_token(group_id)
         else:
             token = admin.groups.access_token(group_id)
-        print(token)  # only the token: `export T=$(jobring groups token my-app)`
+        if args.json:
+            print_json({"group": group_id, "access_token": token})
+        else:
+            print(token)  # only the token: `export T=$(jobring groups token my-app)`
         return 0
 
     return run_remote(args, action)
@@ -187,7 +190,7 @@ def register(sub: Any) -> None:
     delete.set_defaults(handler=_delete)
 
     token = remote_parser(commands, "token", "print the group's executor access token (admin); --rotate "
-                          "makes a new one", json_output=False)
+                          "makes a new one")
     token.add_argument("group", type=group_ref, metavar="GROUP", help="appname or id")
     token.add_argument("--rotate", action="store_true",
                        help="replace the token first (executors with the old one are refused)")

@@ -1,18 +1,25 @@
 """The job fields as command-line options, shared by `jobs add` (create) and `jobs edit`
-(a partial update: only the options given change)."""
+(a partial update: only the options given change). Every writable field of the API's job
+is an option here (tests/test_cli_job_fields.py holds the two lists side by side); the GLUE
+source of an existing job has its own command, `jobs glue`."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from typing import Any
 
 from jobring.cli.common import UsageError
 from jobring.cli.remote import group_ref, positive_int
-from jobring.core.enums import BlockStrategy, MisfireStrategy, RouteStrategy
+from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy
 
 ROUTES = [r.value for r in RouteStrategy]
 BLOCKS = [b.value for b in BlockStrategy]
 MISFIRES = [m.value for m in MisfireStrategy]
+GLUE_TYPES = [g.value for g in GlueType]
+ALARM_ON = ("failure_final", "every_failure")
+BACKOFFS = ("fixed", "exponential")
 
 
 def non_negative_int(text: str) -> int:
@@ -24,14 +31,38 @@ def _child_ids(text: str) -> list[int]:
     return [positive_int(part.strip()) for part in text.split(",") if part.strip()]
 
 
+def alarm_target(text: str) -> dict[str, Any] | None:
+    """argparse type of --alarm-target: ``email:a@x.org,b@x.org``, ``KIND:URL`` (webhook,
+    slack, wecom, dingtalk, feishu, ...), or the target as a JSON object (for a signing
+    secret: ``{"kind": "dingtalk", "url": ..., "secret": ...}``); '' is None (clears)."""
+    value = text.strip()
+    if not value:
+        return None
+    if value.startswith("{"):
+        try:
+            target = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"not a JSON object: {exc}") from None
+        if not isinstance(target, dict) or not isinstance(target.get("kind"), str):
+            raise argparse.ArgumentTypeError('a JSON target is an object with a "kind"')
+        return target
+    kind, sep, rest = value.partition(":")
+    if not sep or not kind or not rest.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected email:ADDRESS[,ADDRESS...], KIND:URL or a JSON object, got {text!r}")
+    if kind == "email":
+        return {"kind": "email", "to": [a.strip() for a in rest.split(",") if a.strip()]}
+    return {"kind": kind, "url": rest.strip()}
+
+
 def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
     """Every writable job field as an option; on create the group, description, handler
     and schedule are required."""
     parser.add_argument("--group", type=group_ref, required=creating, metavar="GROUP",
                         help="executor group: its appname or id")
     parser.add_argument("--desc", required=creating, help="what the job does")
-    parser.add_argument("--handler", dest="executor_handler", required=creating, metavar="NAME",
-                        help="the executor's handler name (@executor.job(NAME))")
+    parser.add_argument("--handler", dest="executor_handler", metavar="NAME",
+                        help="the executor's handler name (@executor.job(NAME)); required for BEAN jobs")
     schedule = parser.add_mutually_exclusive_group(required=creating)
     schedule.add_argument("--cron", metavar="EXPR",
                           help='Quartz cron expression, seconds first: "0 */5 * * * ?"')
@@ -50,12 +81,36 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
     parser.add_argument("--timeout", type=non_negative_int, metavar="SECONDS",
                         help="stop a run after SECONDS (0: no timeout)")
     parser.add_argument("--retries", type=non_negative_int, metavar="N", help="retry a failed run N times")
+    parser.add_argument("--retry-interval", type=non_negative_int, metavar="SECONDS",
+                        help="wait before a retry (default 0: at once)")
+    parser.add_argument("--retry-backoff", choices=BACKOFFS,
+                        help="fixed: every retry waits --retry-interval; exponential: doubling each time")
+    parser.add_argument("--retry-backoff-max", type=non_negative_int, metavar="SECONDS",
+                        help="longest wait of an exponential back-off (default 3600)")
     parser.add_argument("--alarm-email", metavar="ADDRESSES",
-                        help="comma-separated e-mails alarmed on failure")
+                        help="comma-separated e-mails alarmed on failure (XXL-JOB's field)")
+    parser.add_argument("--alarm-target", type=alarm_target, action="append", metavar="TARGET",
+                        help="where failures are alarmed (repeatable): email:ADDRESS[,ADDRESS], KIND:URL "
+                             "(webhook, slack, wecom, dingtalk, feishu) or a JSON object (with a secret); "
+                             "edit: replaces the list, '' clears it")
+    parser.add_argument("--alarm-on", choices=ALARM_ON,
+                        help="failure_final: only when no retry follows (default); every_failure")
+    parser.add_argument("--alarm-recovery", action=argparse.BooleanOptionalAction, default=None,
+                        help="also alarm when the job succeeds again after a failure alarm")
+    parser.add_argument("--deadline", type=non_negative_int, metavar="MINUTES",
+                        help="alarm when a run is not finished MINUTES after its planned time "
+                             "(edit: 0 removes the deadline)")
     parser.add_argument("--child", type=_child_ids, action="append", metavar="JOB_IDS",
                         help="job(s) to trigger after a success: comma list, repeatable (edit: '' clears)")
     parser.add_argument("--author", help="who owns the job")
-    if not creating:
+    parser.add_argument("--glue-type", choices=GLUE_TYPES, metavar="TYPE",
+                        help=f"{', '.join(GLUE_TYPES)} (default BEAN: a handler in the executor's code)")
+    parser.add_argument("--glue-remark", metavar="TEXT", help="note on the GLUE source's version")
+    if creating:
+        parser.add_argument("--glue-source", metavar="FILE",
+                            help="the GLUE script, read from FILE ('-': standard input); "
+                                 "later versions: jobring jobs glue ID --set FILE")
+    else:
         parser.add_argument("--managed-by", dest="managed_by", choices=("code", "console"),
                             help="admin only: code lets the executor's declared jobs manage this job; "
                                  "console takes it back")
@@ -74,21 +129,46 @@ def schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
+def read_source(path: str) -> str:
+    """A GLUE script from a file, or standard input for '-'."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as source:
+            return source.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read the GLUE source {path!r}: {exc.strerror or exc}") from None
+
+
 def job_fields(args: argparse.Namespace, group_id: int | None) -> dict[str, Any]:
     """The API job fields the options set (group already resolved to its id)."""
     for option, value in (("--desc", args.desc), ("--handler", args.executor_handler)):
         if value is not None and not value.strip():
             raise UsageError(f"{option} must not be empty")
+    creating = hasattr(args, "glue_source")
+    if creating and args.executor_handler is None and args.glue_type in (None, GlueType.BEAN.value):
+        raise UsageError("--handler is required for a BEAN job (or give --glue-type for a GLUE script job)")
     fields: dict[str, Any] = schedule_fields(args)
     optional = {
         "job_group": group_id, "job_desc": args.desc, "executor_handler": args.executor_handler,
         "schedule_timezone": args.timezone, "executor_param": args.param,
         "executor_route_strategy": args.route, "executor_block_strategy": args.block,
         "misfire_strategy": args.misfire, "executor_timeout": args.timeout,
-        "executor_fail_retry_count": args.retries, "alarm_email": args.alarm_email, "author": args.author,
+        "executor_fail_retry_count": args.retries, "executor_fail_retry_interval_s": args.retry_interval,
+        "retry_backoff": args.retry_backoff, "retry_backoff_max_s": args.retry_backoff_max,
+        "alarm_email": args.alarm_email, "alarm_on": args.alarm_on, "alarm_recovery": args.alarm_recovery,
+        "author": args.author, "glue_type": args.glue_type, "glue_remark": args.glue_remark,
         "managed_by": getattr(args, "managed_by", None),
     }
     fields.update({key: value for key, value in optional.items() if value is not None})
+    if args.deadline is not None:
+        if args.deadline == 0 and creating:
+            raise UsageError("--deadline: give the minutes (at least 1); without it the job has none")
+        fields["deadline_minutes"] = args.deadline or None  # 0 on edit: remove it
     if args.child is not None:
         fields["child_job_ids"] = [job_id for ids in args.child for job_id in ids]
+    if args.alarm_target is not None:
+        fields["alarm_targets"] = [target for target in args.alarm_target if target is not None]
+    if creating and args.glue_source is not None:
+        fields["glue_source"] = read_source(args.glue_source)
     return fields

@@ -11,6 +11,7 @@ from typing import Any
 
 from jobring.cli.common import UsageError
 from jobring.cli.jobfields import add_job_options, job_fields, non_negative_int, schedule_fields
+from jobring.cli.jobglue import register_glue
 from jobring.cli.remote import (
     EXIT_FAILURE,
     epoch_ms_text,
@@ -54,7 +55,7 @@ def _status(job: Mapping[str, Any]) -> str:
 
 _JOB_COLUMNS = (
     ("ID", "id"),
-    ("GROUP", "job_group"),
+    ("GROUP", lambda job: job.get("group_app_name") or job.get("job_group")),
     ("DESCRIPTION", "job_desc"),
     ("HANDLER", lambda job: job.get("executor_handler") or job.get("glue_type")),
     ("SCHEDULE", _schedule),
@@ -74,13 +75,24 @@ def _list(args: argparse.Namespace) -> int:
         if args.json:
             print_page_json(page)
             return 0
-        print_table(page.items, _JOB_COLUMNS)
+        names = _app_names(admin) if page.items else {}
+        print_table([{**job, "group_app_name": names.get(job.get("job_group"))} for job in page.items],
+                    _JOB_COLUMNS)
         shown = len(page.items)
         if page.total > page.offset + shown:
             print(f"({shown} of {page.total} jobs shown; use --offset/--limit for more)")
         return 0
 
     return run_remote(args, action)
+
+
+def _app_names(admin: AdminClient) -> dict[Any, str]:
+    """Group id -> appname, for the table (ids shown when the groups cannot be listed)."""
+    try:
+        groups = admin.groups.list(limit=500).items
+    except AdminApiError:
+        return {}
+    return {group["id"]: str(group["app_name"]) for group in groups}
 
 
 def _never_fires(admin: AdminClient, fields: dict[str, Any]) -> bool:
@@ -357,6 +369,8 @@ def register(sub: Any) -> None:
     delayed = _job_command(commands, "delayed", "the job's pending delayed runs (trigger --at/--in)",
                            _delayed)
     delayed.add_argument("--cancel", type=positive_int, metavar="DELAYED_ID", help="cancel this delayed run")
+
+    register_glue(commands)
 
     upcoming = _job_command(commands, "next", "the job's next fire times (exit 1 when it never fires)", _next)
     upcoming.add_argument("--count", type=positive_int, default=5, metavar="N", help="how many (default 5)")

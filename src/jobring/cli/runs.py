@@ -90,6 +90,8 @@ def _list(args: argparse.Namespace) -> int:
         page = admin.runs.list(group=resolve_group(admin, args.group), job=args.job, status=args.status,
                                state=args.state,
                                limit=args.limit)
+        if args.job is not None and page.total == 0:
+            admin.jobs.get(args.job)  # a job that does not exist is an error (404: exit 2), not "no runs"
         if args.json:
             print_page_json(page)
             return 0

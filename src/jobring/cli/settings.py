@@ -45,7 +45,7 @@ def _token(args: argparse.Namespace) -> int:
         if args.json:
             print_json({"access_token": token})
         else:
-            # Alone on stdout: `export JOBRING_EXECUTOR_ACCESS_TOKEN=$(jobring settings token)`.
+            # Alone on stdout: `T=$(jobring settings token) && export JOBRING_EXECUTOR_ACCESS_TOKEN="$T"`.
             print(token)
         return 0
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 import sys
 from typing import Any
 
-from jobring.cli.common import UsageError
+from jobring.cli.common import UsageError, ask_password
 from jobring.cli.remote import (
     add_connection_args,
     add_json_arg,
@@ -27,10 +26,7 @@ NEW_PASSWORD_ENV = "JOBRING_NEW_PASSWORD"
 
 
 def _password(username: str) -> str:
-    from_env = os.environ.get(PASSWORD_ENV)
-    if from_env:
-        return from_env
-    return getpass.getpass(f"password of {username}: ")
+    return ask_password(f"password of {username}: ", PASSWORD_ENV)
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -71,8 +67,8 @@ def _new_password() -> str:
     from_env = os.environ.get(NEW_PASSWORD_ENV)
     if from_env:
         return from_env
-    first = getpass.getpass("new password: ")
-    if getpass.getpass("new password again: ") != first:
+    first = ask_password("new password: ", NEW_PASSWORD_ENV)
+    if ask_password("new password again: ", NEW_PASSWORD_ENV) != first:
         raise UsageError("the two new passwords differ")
     return first
 

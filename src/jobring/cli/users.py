@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from jobring.cli.common import UsageError
+from jobring.cli.common import UsageError, ask_password
 from jobring.cli.db import EXIT_DB_ERROR, add_database_args, database_url, shown_url
 from jobring.cli.remote import (
     group_parser,
@@ -47,8 +46,8 @@ def _password_for(username: str) -> str:
     from_env = os.environ.get(USER_PASSWORD_ENV)
     if from_env:
         return from_env
-    first = getpass.getpass(f"password for {username}: ")
-    if getpass.getpass("again: ") != first:
+    first = ask_password(f"password for {username}: ", USER_PASSWORD_ENV)
+    if ask_password("again: ", USER_PASSWORD_ENV) != first:
         raise UsageError("the two passwords differ")
     return first
 

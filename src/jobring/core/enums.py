@@ -52,6 +52,7 @@ class RouteStrategy(StrEnum):
 class TriggerType(StrEnum):
     MANUAL = "MANUAL"
     CRON = "CRON"
+    FIX_RATE = "FIX_RATE"  # a fixed-rate schedule's fire (jobring; XXL-JOB records these as CRON)
     RETRY = "RETRY"
     PARENT = "PARENT"
     API = "API"

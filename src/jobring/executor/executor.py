@@ -58,9 +58,14 @@ class ExecutorError(RuntimeError):
 class PortInUse(ConfigError):
     """The executor's port is taken by another process."""
 
-    def __init__(self, host: str, port: int) -> None:
-        super().__init__(f"port {port} is in use (listening on {host}): pass port=... to Executor, "
-                         "--port to `jobring executor`, or set JOBRING_EXECUTOR_PORT")
+    def __init__(self, host: str, port: int, *, in_code: bool = False) -> None:
+        if in_code:  # the environment cannot help: an argument wins over it
+            advice = (f"port={port} is given to Executor(...) in the code, which wins over "
+                      "JOBRING_EXECUTOR_PORT: change or remove it there "
+                      "(or pass --port to `jobring executor`)")
+        else:
+            advice = "set JOBRING_EXECUTOR_PORT, pass --port to `jobring executor`, or port=... to Executor"
+        super().__init__(f"port {port} is in use (listening on {host}): {advice}")
         self.port = port
 
 
@@ -68,7 +73,9 @@ class Executor:
     """An XXL-JOB compatible executor that runs the handlers registered with :meth:`job`.
 
     Every argument may also come from a ``JOBRING_EXECUTOR_<NAME>`` environment
-    variable (``admin_addresses`` comma separated); explicit arguments win. Without
+    variable (``admin_addresses`` comma separated). An argument given here wins over the
+    environment, one left out (None) does not: leave out what each deployment sets
+    (``admin_addresses``, ``port``, ``access_token``) so that the environment can. Without
     an ``access_token`` the executor refuses to start unless ``allow_open=True`` and
     it binds to loopback only.
 
@@ -110,6 +117,8 @@ class Executor:
         }
         self._environ = environ
         self.settings: ExecutorSettings = load_executor_settings(environ, **self._explicit)
+        # The settings the code itself gives (they win over JOBRING_EXECUTOR_*), for messages.
+        self._in_code = {name for name, value in self._explicit.items() if value is not None}
         self._handlers: dict[str, JobHandler] = {}
         self._declarations: dict[str, dict[str, Any]] = {}
         self._declarer: Declarer | None = None
@@ -138,6 +147,7 @@ class Executor:
         explicit = {**self._explicit, **{k: v for k, v in overrides.items() if v is not None}}
         self.settings = load_executor_settings(self._environ, **explicit)  # raises before any change
         self._explicit = explicit
+        self._in_code -= {name for name, value in overrides.items() if value is not None}
         self._endpoints = None
 
     def job(
@@ -380,11 +390,12 @@ class Executor:
 
     # --- standalone server -------------------------------------------------------------
 
-    async def serve(self, *, ready: Callable[[str], None] | None = None) -> None:
-        """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`)."""
+    async def serve(self, *, ready: Callable[[str], None] | None = None, announce: bool = True) -> None:
+        """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`);
+        ``announce=False`` leaves the "listening on" line to the caller (``ready``)."""
         s = self.settings
         check_security(s, binds=True)
-        sock = _bind(s.host, s.port)
+        sock = _bind(s.host, s.port, in_code="port" in self._in_code)
         self.bound_port = sock.getsockname()[1]
         stop_requested = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -401,7 +412,8 @@ class Executor:
         try:
             await self.startup(port=self.bound_port)
             await server.start(sock)
-            log.info("executor %s listening on %s:%s", s.app_name, s.host, self.bound_port)
+            if announce:
+                log.info("executor %s listening on %s:%s", s.app_name, s.host, self.bound_port)
             if ready is not None:
                 ready(self.address or "")
             await stop_requested.wait()
@@ -415,26 +427,29 @@ class Executor:
                 sock.close()
                 self._stop_serving = self._server_loop = None
 
-    def run(self, *, ready: Callable[[str], None] | None = None, exit_on_error: bool = True) -> None:
+    def run(
+        self, *, ready: Callable[[str], None] | None = None, exit_on_error: bool = True, announce: bool = True
+    ) -> None:
         """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly.
 
         A port in use or a bad setting is printed as one line and exits with code 2
         (``exit_on_error=False``: raises :class:`~jobring.config.ConfigError` instead).
         Logs startup and registration at INFO to stderr unless logging is configured.
-        Uses uvloop when it is installed.
+        Uses uvloop when it is installed. ``announce=False``: no "listening on" log line
+        (``ready`` prints its own, as ``jobring executor`` does).
         """
         with _default_logging():
             try:
-                self._run(ready)
+                self._run(ready, announce)
             except ConfigError as exc:
                 if not exit_on_error:
                     raise
                 print(f"jobring executor: error: {exc}", file=sys.stderr, flush=True)
                 raise SystemExit(2) from None
 
-    def _run(self, ready: Callable[[str], None] | None) -> None:
+    def _run(self, ready: Callable[[str], None] | None, announce: bool = True) -> None:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(self.serve(ready=ready))
+            runner.run(self.serve(ready=ready, announce=announce))
 
     def start_in_thread(self) -> None:
         """Serve from a background thread (for Flask, Django, scripts); returns once serving."""
@@ -488,7 +503,7 @@ def _with_port(s: ExecutorSettings, detected_ip: str, port: int) -> str:
     return s.model_copy(update={"port": port}).base_address(detected_ip)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, *, in_code: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -497,7 +512,7 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise PortInUse(host, port) from exc
+            raise PortInUse(host, port, in_code=in_code) from exc
         raise ConfigError(f"executor cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.listen(2048)
     sock.setblocking(False)

@@ -33,7 +33,7 @@ __all__ = ["EXECUTOR_METRICS", "ExecutorMetrics", "ExecutorStatus", "OpsAnswer",
 OPS_PATHS = frozenset({"/health", "/ready", "/status", "/metrics"})
 _JSON = b"application/json"
 
-# name -> (type, help): the README's table lists exactly these (a test keeps both equal).
+# name -> (type, help): docs/operations.md's table lists exactly these (a test keeps both equal).
 EXECUTOR_METRICS: dict[str, tuple[str, str]] = {
     "jobring_executor_runs_total": (
         "counter", "Runs ended on this executor, by outcome (success, failed, killed, timed_out)"),

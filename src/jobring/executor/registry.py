@@ -110,9 +110,11 @@ class Registrar:
         if kind == previous:
             log.debug("registry beat failed (%s); retry in %.1f s", exc, retry_s)
         elif kind == "token":
-            log.error("the admin refused the access token: check JOBRING_EXECUTOR_ACCESS_TOKEN "
-                      "(access_token=...) against the admin's executor token (`jobring settings token`); "
-                      "retrying quietly")
+            # The group's token is what a jobring admin hands out; the global one only when enabled.
+            log.error("the admin refused the access token: set JOBRING_EXECUTOR_ACCESS_TOKEN (or "
+                      "access_token=...) to the token of group %s, printed on the admin by `jobring groups "
+                      "token %s` (or to its global executor token, `jobring settings token`, when "
+                      "enabled); retrying quietly", self._app_name, self._app_name)
         else:
             log.warning("cannot register with the admin (%s); retrying quietly", exc)
 

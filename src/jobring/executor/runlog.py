@@ -1,7 +1,7 @@
 """Per-run log files: ``<base>/<yyyy-mm-dd>/<logId>-<trigger second>.log``, written by line,
 read by line range.
 
-Choices (documented for the README):
+Choices (documented in docs/executor.md):
 
 - A file is keyed by the run's ``logId`` AND its trigger time (``logDateTime`` of ``/run``,
   ``logDateTim`` of ``/log``) in whole epoch seconds, so an admin that reuses a log id (e.g. a

@@ -9,6 +9,7 @@ from jobring.admin.scheduler.ports import PlannedFire
 from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
 from jobring.admin.store import NotFound, Store
 from jobring.admin.store.records import HeldJobs, JobInfo
+from jobring.core.enums import ScheduleType, TriggerType
 
 log = logging.getLogger(__name__)
 
@@ -124,5 +125,12 @@ class TriggerFirePort:
 
 
 def _requests(fires: Sequence[PlannedFire]) -> list[FireRequest]:
-    return [FireRequest(f.job, f.trigger_type, planned_time=f.planned_ms) for f in fires]
+    return [FireRequest(f.job, _recorded_type(f), planned_time=f.planned_ms) for f in fires]
+
+
+def _recorded_type(fire: PlannedFire) -> TriggerType:
+    """What the run records: a schedule's on-time fire says which schedule (cron or fixed rate)."""
+    if fire.trigger_type is TriggerType.CRON and fire.job.schedule_type == ScheduleType.FIX_RATE:
+        return TriggerType.FIX_RATE
+    return fire.trigger_type
 

@@ -17,6 +17,7 @@ from jobring.protocol.models import FAIL_CODE
 TRIGGER_TYPE_TITLES = {
     TriggerType.MANUAL: "Manual trigger",
     TriggerType.CRON: "Cron trigger",
+    TriggerType.FIX_RATE: "Fixed-rate trigger",
     TriggerType.RETRY: "Fail retry trigger",
     TriggerType.PARENT: "Parent job trigger",
     TriggerType.API: "Api trigger",

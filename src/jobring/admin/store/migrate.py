@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store.engine import create_engine
 
+log = logging.getLogger("jobring.admin.store")
 VERSION_TABLE = "jobring_alembic_version"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
@@ -62,7 +64,10 @@ def _upgrade(connection: Connection) -> UpgradeResult:
         # However it is adopted (db adopt, db upgrade, an admin's start), XXL-JOB's history is
         # marked so that monitors and retention leave it alone.
         mark_xxl_job_history(connection, finding)
-    return UpgradeResult(before, _current(connection))
+    result = UpgradeResult(before, _current(connection))
+    if result.changed:
+        log.info("database schema upgraded from %s to %s", result.before or "none", result.after)
+    return result
 
 
 async def _with_engine(url_or_engine: str | AsyncEngine) -> tuple[AsyncEngine, bool]:

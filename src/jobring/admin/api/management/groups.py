@@ -202,8 +202,11 @@ async def _set_disabled(
 ) -> GroupOut:
     group = await _load(services, group_id)
     address = check_address("address", body.address)
-    if disabled and address not in group.addresses and address not in {
-            e.registry_value for e in await services.store.registry.entries(group.app_name)}:
+    # Both ways the same rule: an address of the group (fixed or registered); enabling also
+    # takes one still on the disabled list (its executor may be gone since).
+    known = address in group.addresses or (not disabled and address in group.disabled) or address in {
+        e.registry_value for e in await services.store.registry.entries(group.app_name)}
+    if not known:
         raise ApiError(422, f"address {address!r} is not an address of executor group {group_id}", "address")
     await services.store.groups.set_address_disabled(group_id, address, disabled, services.now_naive_utc())
     action = AuditAction.GROUP_ADDRESS_DISABLE if disabled else AuditAction.GROUP_ADDRESS_ENABLE
