@@ -27,6 +27,9 @@ from jobring.core.schedule import parse_schedule
 from tests.admin.executor_double import ExecutorDouble
 from tests.admin.loop_fakes import T0, fix_rate_job
 
+# The harness lets real time pass (20 ms) for a woken loop's database work: on a loaded
+# machine that is too short, so these run in make test's quiet phase.
+pytestmark = pytest.mark.timing
 
 async def eventually(check: Callable[[], object], limit_s: float = 10.0) -> None:
     """Wait until ``check()`` is truthy (async or not), failing after ``limit_s`` seconds."""
