@@ -31,6 +31,7 @@ from tests.admin.loop_fakes import T0, fix_rate_job
 # machine that is too short, so these run in make test's quiet phase.
 pytestmark = pytest.mark.timing
 
+
 async def eventually(check: Callable[[], object], limit_s: float = 10.0) -> None:
     """Wait until ``check()`` is truthy (async or not), failing after ``limit_s`` seconds."""
     async with asyncio.timeout(limit_s):
