@@ -171,7 +171,22 @@ class ResultOutcome(StrEnum):
 
     APPLIED = "applied"
     REPEAT = "repeat"  # the log already had a result: ignored
-    NOT_FOUND = "not_found"
+    NOT_FOUND = "not_found"  # no such run, or (with a GroupGuard) a run of a group not allowed
+
+
+@dataclass(frozen=True, slots=True)
+class GroupGuard:
+    """The executor groups whose runs a write may touch: ``only`` these (a group token's
+    groups), or every group but ``excluded`` (the global token: not the groups that have a
+    token of their own). Part of the write's own statement, not a check before it."""
+
+    only: frozenset[int] | None = None
+    excluded: frozenset[int] = frozenset()
+
+    def allows(self, group_id: int) -> bool:
+        if self.only is not None:
+            return group_id in self.only
+        return group_id not in self.excluded
 
 
 class LogStatus(StrEnum):
