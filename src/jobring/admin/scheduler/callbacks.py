@@ -162,8 +162,8 @@ class CallbackService:
             messages = {i.log_id: f"{i.handle_msg}\n\n{plan.summary}" if i.handle_msg else plan.summary
                         for i in applied if (plan := plans.get(i.log_id)) is not None}
             await self._store.logs.append_handle_msgs(messages)
-            to_fire = [FireRequest(child, TriggerType.PARENT, root_run_id=plan.root_run_id, child_depth=plan.depth)
-                       for plan in plans.values() for child in plan.children]
+            to_fire = [FireRequest(child, TriggerType.PARENT, root_run_id=p.root_run_id, child_depth=p.depth)
+                       for p in plans.values() for child in p.children]
             if to_fire:
                 self._spawn_children(to_fire)
         if self._fail_monitor is not None and any(i.handle_code != HandleCode.SUCCESS for i in applied):

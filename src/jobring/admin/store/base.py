@@ -205,8 +205,8 @@ def _unnest_update(
 
 @functools.lru_cache(maxsize=512)
 def _case_update(
-    table: Table, columns: tuple[str, ...], size: int, keep_when_null: tuple[str, ...], match: tuple[str, ...],
-    member: tuple[str, bool] | None = None,
+    table: Table, columns: tuple[str, ...], size: int, keep_when_null: tuple[str, ...],
+    match: tuple[str, ...], member: tuple[str, bool] | None = None,
 ) -> Update:
     # Built once per shape with named parameters, so SQLAlchemy's compiled cache applies.
     key = table.c.id
