@@ -246,7 +246,8 @@ async def test_started_at_header_reaches_the_registry_and_bad_values_are_ignored
                 response = await http.post("/api/registry", content=json.dumps(REGISTRY).encode(), headers={
                     "XXL-JOB-ACCESS-TOKEN": TOKEN, "X-Jobring-Started-At": started})
                 assert response.json()["code"] == 200
-        assert registry.restarts_due(T0 + 60_000) == [(REGISTRY["registryValue"], T0 - 5000)]
+        assert registry.restarts_due(T0 + 60_000) == [
+            (REGISTRY["registryKey"], REGISTRY["registryValue"], T0 - 5000)]
     finally:
         await callbacks.close()
         await trigger.close()

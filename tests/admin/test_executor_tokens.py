@@ -318,13 +318,13 @@ async def test_a_group_token_cannot_take_another_groups_executor_out_of_routing(
 async def test_registry_remove_of_an_address_not_under_that_appname_leaves_routing_alone(
     sqlite_store: Store,
 ) -> None:
-    gone: list[str] = []
+    gone: list[tuple[str, str]] = []
 
     class Routing:
-        def address_gone(self, address: str) -> None:
-            gone.append(address)
+        def address_gone(self, app_name: str, address: str) -> None:
+            gone.append((app_name, address))
 
-        def address_back(self, address: str, app_name: str | None = None) -> None:
+        def address_back(self, app_name: str, address: str, *, v35: bool = False) -> None:
             pass
 
     registry = RegistryService(sqlite_store, ManualClock(T0), Routing())  # type: ignore[arg-type]
@@ -332,4 +332,4 @@ async def test_registry_remove_of_an_address_not_under_that_appname_leaves_routi
     await registry.remove(RegistryParam("EXECUTOR", "app-a", "http://10.0.0.9:9999/"))
     assert gone == []
     await registry.remove(RegistryParam("EXECUTOR", "app-b", "http://10.0.0.9:9999/"))
-    assert gone == ["http://10.0.0.9:9999/"]
+    assert gone == [("app-b", "http://10.0.0.9:9999/")]

@@ -10,12 +10,17 @@ Mount ``executor_api_routes(...)`` (or the app from ``executor_api_app(...)``) a
 
 The token is an executor group's own token or the global one (opt-in, see
 :mod:`jobring.admin.executor_tokens`): a group token registers only under its group's
-appname and reports only results of its group's runs. Registered addresses must pass the
-same address policy as manual ones (:mod:`jobring.core.addresses`).
+appname and reports only results of its group's runs (the token's groups are a condition
+of the result's write itself; a result for an unknown run is refused, never kept). What a
+beat teaches the admin (an address left, the executor speaks 3.5, it restarted) is kept
+per (appname, address). Registered addresses must pass the same address policy as manual
+ones (:mod:`jobring.core.addresses`) and are stored in its canonical form. A callback
+request carries at most ``MAX_CALLBACK_ITEMS`` results.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 import unicodedata
@@ -180,17 +185,22 @@ class ExecutorApi:
             return ReturnT.fail(f"access token not valid for appname {param.registry_key!r}")
         if param.registry_group == EXECUTOR:
             try:
-                check_executor_address(param.registry_value, self._policy)
+                # Stored in canonical form: one executor is one address whatever the spelling
+                # (disabling http://127.0.0.1:9999 also disables http://0x7f.0.0.1:9999).
+                canonical = check_executor_address(param.registry_value, self._policy)
             except AddressRefused as exc:
                 log.warning("registry of %s refused: %s", param.registry_key[:64], exc)
                 return ReturnT.fail(f"executor address refused: {exc}")
+            param = dataclasses.replace(param, registry_value=canonical)
         if app_header is not None and app_header != param.registry_key:
             return ReturnT.fail(f"{APPNAME_HEADER} header does not match registryKey")
         if remove:
             await self._registry.remove(param)
         else:
             # An executor that names its app in the header speaks 3.5: it is triggered at
-            # /trigger with that header (re-learned on every heartbeat).
+            # /trigger with that header (re-learned on every heartbeat). Learned for this
+            # appname only, from a beat with a token of this appname (checked above): a beat
+            # under another appname never changes how this appname's executors are called.
             await self._registry.register(param, started_at_ms=started_at_ms,
                                           v35_app=app_header if param.registry_group == EXECUTOR else None)
         return ReturnT.success()

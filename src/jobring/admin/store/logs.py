@@ -58,7 +58,7 @@ from jobring.admin.store.records import (
     RunCursor,
     TriggerResult,
 )
-from jobring.admin.store.tables import job_log
+from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
     DISCARD_MARK,
     KILLED_BY_USER,
@@ -514,13 +514,18 @@ class LogRepository(Repository):
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
 
     async def running_on(
-        self, address: str, dispatched_before_ms: int, limit: int = 1000
+        self, address: str, dispatched_before_ms: int, limit: int = 1000, *, app_name: str | None = None
     ) -> builtins.list[LogEntry]:
-        """Runs without result on ``address`` dispatched before the instant (epoch ms)."""
+        """Runs without result on ``address`` dispatched before the instant (epoch ms); with
+        ``app_name`` only the runs of that appname's groups."""
         before = datetime.fromtimestamp(dispatched_before_ms / 1000, tz=UTC)
+        of_app: builtins.list[ColumnElement[bool]] = []
+        if app_name is not None:
+            groups_of_app = select(job_group.c.id).where(job_group.c.app_name == app_name)
+            of_app.append(job_log.c.job_group.in_(groups_of_app))
         stmt = (
             select(job_log)
-            .where(job_log.c.handle_code == 0, job_log.c.trigger_code == 200,
+            .where(*of_app, job_log.c.handle_code == 0, job_log.c.trigger_code == 200,
                    job_log.c.executor_address == address,
                    or_(job_log.c.dispatch_time < dispatched_before_ms,
                        and_(job_log.c.dispatch_time.is_(None), job_log.c.trigger_time < utc_naive(before))))

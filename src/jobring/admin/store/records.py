@@ -11,6 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Generic, TypeVar
 
+from jobring.core.addresses import address_key
+
 T = TypeVar("T")
 
 
@@ -269,9 +271,10 @@ class JobGroup:
 
     @property
     def routable_addresses(self) -> list[str]:
-        """``addresses`` without the disabled ones: what a fire may be routed to."""
-        off = set(self.disabled)
-        return [a for a in self.addresses if a not in off]
+        """``addresses`` without the disabled ones (in any spelling of them, see
+        ``address_key``): what a fire may be routed to."""
+        off = {address_key(a) for a in self.disabled}
+        return [a for a in self.addresses if address_key(a) not in off]
 
 
 @dataclass(frozen=True, slots=True)
