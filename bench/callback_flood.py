@@ -44,10 +44,10 @@ from fire_precision import (  # noqa: E402
     stop_processes,
 )
 from sqlalchemy import insert  # noqa: E402
+from tests.dbs import acreate_test_database, adrop_test_database  # noqa: E402
 
 from jobring.admin.store import Store, create_engine, upgrade_database  # noqa: E402
 from jobring.admin.store.tables import job_group  # noqa: E402
-from tests.dbs import acreate_test_database, adrop_test_database  # noqa: E402
 
 FLOOD_TOKEN = "bench-flood-group-token-0123456789abcdef"
 BATCH = 1_000
