@@ -134,7 +134,7 @@ async def test_executor_requests_are_taken(admin: Admin) -> None:
     entries = await admin.store.registry.entries(spec["app_name"])
     assert [e.registry_value for e in entries] == [spec["executor_address"]]
     address = spec["executor_address"]
-    assert admin.client.dialect_of(address) == ("3.5" if spec["version"] == "3.5" else "2")
+    assert admin.client.dialect_of(address, spec["app_name"]) == ("3.5" if spec["version"] == "3.5" else "2")
 
     callback = exchange(spec, "executor_to_admin", "callback")
     ids = {old: await new_log(admin.store) for old in callback["logs"]}
@@ -166,7 +166,7 @@ async def test_a_35_registration_must_name_the_app_of_its_token(admin: Admin) ->
 async def test_admin_calls_match_the_version(admin: Admin) -> None:
     spec = admin.executor.spec
     v35 = spec["version"] == "3.5"
-    address, token = spec["executor_address"], spec["token"]
+    address, token, app = spec["executor_address"], spec["token"], spec["app_name"]
     assert (await admin.send(exchange(spec, "executor_to_admin", "registry")["request"]))["code"] == 200
     client = admin.client
 
@@ -174,20 +174,20 @@ async def test_admin_calls_match_the_version(admin: Admin) -> None:
         recorded = exchange(spec, "admin_to_executor", case)
         param = TriggerParam.decode(recorded["request"]["body"].encode())
         want = json.loads(recorded["response"]["body"])
-        answer = await client.run(address, param, token)
+        answer = await client.run(address, param, token, app)
         assert (answer.code, answer.msg) == (want["code"], want["msg"]), case
-        answer = await client.run_now(address, param, token)
+        answer = await client.run_now(address, param, token, app)
         assert answer.code == want["code"], case
     assert {path for path, _h, _b in admin.executor.seen} == {"/trigger" if v35 else "/run"}
 
-    assert (await client.beat(address, token)).ok
-    assert (await client.idle_beat(address, 7, token)).ok
-    kill = await client.kill(address, 9, token)
+    assert (await client.beat(address, token, app)).ok
+    assert (await client.idle_beat(address, 7, token, app)).ok
+    kill = await client.kill(address, 9, token, app)
     assert kill.ok and kill.content == json.loads(
         exchange(spec, "admin_to_executor", "kill_idle")["response"]["body"]).get("data")
     recorded = json.loads(exchange(spec, "admin_to_executor", "log")["request"]["body"])
     log_date = recorded.get("logDateTime", recorded.get("logDateTim"))
-    answer = await client.log(address, LogParam(log_date, recorded["logId"], 1), token)
+    answer = await client.log(address, LogParam(log_date, recorded["logId"], 1), token, app)
     assert answer.ok and answer.content == json.loads(
         exchange(spec, "admin_to_executor", "log")["response"]["body"])["data"]
     for path, headers, _body in admin.executor.seen:
@@ -202,7 +202,7 @@ async def test_a_heartbeat_without_the_appname_header_goes_back_to_run(admin: Ad
     await admin.send(registry["request"])
     plain = {k: v for k, v in registry["request"]["headers"].items() if k != "XXL-JOB-APPNAME"}
     await admin.send({**registry["request"], "headers": plain})
-    assert admin.client.dialect_of(address) == "2"
+    assert admin.client.dialect_of(address, spec["app_name"]) == "2"
 
 
 @pytest.mark.timeout(30)
@@ -225,7 +225,7 @@ async def test_a_fire_reaches_an_executor_whose_heartbeat_went_to_another_node(a
     paths = [(path, headers.get("xxl-job-appname")) for path, headers, _b in admin.executor.seen]
     if v35:  # refused without the appname, learned, sent again to /trigger
         assert paths == [("/run", None), ("/trigger", spec["app_name"])]
-        assert admin.client.dialect_of(spec["executor_address"]) == "3.5"
+        assert admin.client.dialect_of(spec["executor_address"], spec["app_name"]) == "3.5"
     else:
         assert paths == [("/run", None)]
 
@@ -237,4 +237,4 @@ async def test_a_probe_refused_for_want_of_the_appname_teaches_the_dialect(admin
     assert (await idle_beat(address, 7)).ok
     assert (await beat(address, 7)).ok
     want = "3.5" if spec["version"] == "3.5" else "2"
-    assert admin.client.dialect_of(address) == want
+    assert admin.client.dialect_of(address, spec["app_name"]) == want

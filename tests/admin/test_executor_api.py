@@ -179,7 +179,10 @@ async def test_callback_records_each_item_alone(api: Api) -> None:
         {"logId": ok_id, "logDateTim": T0, "handleCode": 500, "handleMsg": "late repeat"},
     ]
     response = await api.post("/xxl-job-admin/api/callback", body)
-    assert response.content == b'{"code":200}'
+    # The unknown run is refused by name (and never kept for later); the others are recorded.
+    assert response.status_code == 400
+    answer = response.json()
+    assert answer["code"] == 500 and "runs [999999]" in answer["msg"]
     ok, failed = await api.store.logs.get(ok_id), await api.store.logs.get(fail_id)
     assert ok is not None and ok.handle_code == 200 and ok.handle_msg is None
     assert ok.handle_time == datetime.fromtimestamp(T0 // 1000, tz=UTC).replace(tzinfo=None)
@@ -198,6 +201,14 @@ async def test_reference_executor_requests_are_accepted(api: Api) -> None:
     """Every request XXL-JOB's Java executor made in the recorded session gets {"code":200}."""
     requests = json.loads((FIXTURES / "reference_executor_requests.json").read_text())
     assert requests
+    # The runs the recorded callbacks report exist here too (a result for an unknown run is
+    # refused).
+    reported = sorted({item["logId"] for r in requests if r["path"].endswith("/callback")
+                       for item in json.loads(r["body"])})
+    now = datetime.fromtimestamp(T0 / 1000, tz=UTC)
+    ids = await api.store.logs.insert_fires([NewLog(job_group=1, job_id=1, trigger_time=now, trigger_code=200)
+                                             for _ in range(reported[-1])])
+    assert set(reported) <= set(ids)
     for req in requests:
         response = await api.http.request(req["method"], req["path"], content=req["body"].encode(),
                                           headers=req["headers"])
@@ -235,7 +246,8 @@ async def test_started_at_header_reaches_the_registry_and_bad_values_are_ignored
                 response = await http.post("/api/registry", content=json.dumps(REGISTRY).encode(), headers={
                     "XXL-JOB-ACCESS-TOKEN": TOKEN, "X-Jobring-Started-At": started})
                 assert response.json()["code"] == 200
-        assert registry.restarts_due(T0 + 60_000) == [(REGISTRY["registryValue"], T0 - 5000)]
+        assert registry.restarts_due(T0 + 60_000) == [
+            (REGISTRY["registryKey"], REGISTRY["registryValue"], T0 - 5000)]
     finally:
         await callbacks.close()
         await trigger.close()

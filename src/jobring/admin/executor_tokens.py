@@ -21,6 +21,7 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jobring.admin.store.records import GroupGuard
 from jobring.core.clock import Clock
 
 if TYPE_CHECKING:
@@ -54,6 +55,13 @@ class TokenScope:
         if self.is_global:
             return group_id not in self.group_ids
         return group_id in self.group_ids
+
+    def guard(self) -> GroupGuard:
+        """The groups whose runs this token may report, as the condition the result's write
+        carries (checked inside the write, never before it)."""
+        if self.is_global:
+            return GroupGuard(excluded=self.group_ids)
+        return GroupGuard(only=self.group_ids)
 
 
 def _same(expected: str, given: str) -> bool:

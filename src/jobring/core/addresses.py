@@ -187,7 +187,10 @@ def _name_as_ip(text: str, host: str, bracketed: bool, policy: AddressPolicy) ->
 
 
 def check_executor_address(address: str, policy: AddressPolicy | None = None) -> str:
-    """``address`` trimmed, with an IP host in its canonical form; AddressRefused otherwise."""
+    """``address`` in its canonical form (trimmed, scheme and host name in lower case, an IP
+    host written the one standard way, so ``http://0x7f.0.0.1:9999`` is
+    ``http://127.0.0.1:9999``); AddressRefused otherwise. The path is kept as written
+    (XXL-JOB admins append ``run`` to a registered address)."""
     policy = policy or AddressPolicy()
     text = address.strip()
     scheme, host, port, path, bracketed = _split(text)
@@ -195,15 +198,32 @@ def check_executor_address(address: str, policy: AddressPolicy | None = None) ->
     literal = ip is not None
     if ip is None:
         ip = _name_as_ip(text, host, bracketed, policy)
-        if ip is None:
-            return text
-    problem = _refused_ip(ip, policy)
-    if problem:
-        raise AddressRefused(f"{text!r}: {problem}")
-    if not literal:
-        return text
-    canonical = f"[{ip}]" if ip.version == 6 else str(ip)
+    if ip is not None:
+        problem = _refused_ip(ip, policy)
+        if problem:
+            raise AddressRefused(f"{text!r}: {problem}")
+    canonical = host.lower()  # urlsplit's hostname: already lower case, without brackets
+    if literal and ip is not None:
+        canonical = f"[{ip}]" if ip.version == 6 else str(ip)
     return f"{scheme}://{canonical if port is None else f'{canonical}:{port}'}{path}"
+
+
+def address_key(address: str) -> str:
+    """What two spellings of one executor address share: the canonical form (whatever the
+    policy), without a default port and a final ``/``. Addresses are compared by it (a
+    disabled address is disabled in every spelling); text that is no address is its own key."""
+    try:
+        canonical = check_executor_address(address, _ANY_POLICY)
+    except AddressRefused:
+        return address.strip()
+    parts = urlsplit(canonical)
+    netloc = parts.netloc
+    if parts.port == {"http": 80, "https": 443}[parts.scheme]:
+        netloc = netloc.rsplit(":", 1)[0]
+    return f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+
+
+_ANY_POLICY = AddressPolicy(deny=(), allow=None)
 
 
 def refused_addresses(addresses: Iterable[str], policy: AddressPolicy) -> list[str]:

@@ -240,16 +240,32 @@ class HandleCallbackParam:
         return orjson.dumps([item.to_dict() for item in batch])
 
     @classmethod
-    def decode_batch(cls, body: bytes) -> list[HandleCallbackParam]:
+    def decode_batch(cls, body: bytes, max_items: int | None = None) -> list[HandleCallbackParam]:
+        """The items of a callback body; TooManyItems (before any item is decoded) when
+        there are more than ``max_items``."""
         try:
             data = orjson.loads(body) if body.strip() else []
         except orjson.JSONDecodeError as exc:
             raise ProtocolError(str(exc)) from exc
         if isinstance(data, dict) and "callbackList" in data:  # 3.x wraps the batch
             data = data["callbackList"]
-        if not isinstance(data, list) or not all(isinstance(i, dict) for i in data):
+        if not isinstance(data, list):
+            raise ProtocolError("callback body must be a JSON array of objects")
+        if max_items is not None and len(data) > max_items:
+            raise TooManyItems(len(data), max_items)
+        if not all(isinstance(i, dict) for i in data):
             raise ProtocolError("callback body must be a JSON array of objects")
         return [cls.decode(item) for item in data]
+
+
+class TooManyItems(ProtocolError):
+    """A callback batch with more items than an admin takes in one request."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(f"callback batch of {count} items refused: at most {limit} items per request "
+                         "(send the rest in further requests)")
+        self.count = count
+        self.limit = limit
 
 
 # jobring extension: the executor process's start (epoch ms), sent as a header with

@@ -10,12 +10,17 @@ Mount ``executor_api_routes(...)`` (or the app from ``executor_api_app(...)``) a
 
 The token is an executor group's own token or the global one (opt-in, see
 :mod:`jobring.admin.executor_tokens`): a group token registers only under its group's
-appname and reports only results of its group's runs. Registered addresses must pass the
-same address policy as manual ones (:mod:`jobring.core.addresses`).
+appname and reports only results of its group's runs (the token's groups are a condition
+of the result's write itself; a result for an unknown run is refused, never kept). What a
+beat teaches the admin (an address left, the executor speaks 3.5, it restarted) is kept
+per (appname, address). Registered addresses must pass the same address policy as manual
+ones (:mod:`jobring.core.addresses`) and are stored in its canonical form. A callback
+request carries at most ``MAX_CALLBACK_ITEMS`` results.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 import unicodedata
@@ -29,6 +34,7 @@ from starlette.routing import BaseRoute, Route
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, internal_failure_message
 from jobring.admin.executor_tokens import TokenScope
 from jobring.admin.store.groups import EXECUTOR
+from jobring.admin.store.records import ResultOutcome
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
@@ -40,6 +46,7 @@ from jobring.protocol.models import (
     ProtocolError,
     RegistryParam,
     ReturnT,
+    TooManyItems,
     msg_uri_not_found,
 )
 
@@ -53,6 +60,8 @@ MSG_ILLEGAL_ARGUMENT = "Illegal Argument."
 MSG_APP_TOKEN_INVALID = "invalid request, accessToken or appname invalid."
 # A callback batch of thousands of results is a few MB; anything far larger is refused.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# Items per callback request: XXL-JOB executors (and jobring's) send at most 1,000.
+MAX_CALLBACK_ITEMS = 1_000
 # Column sizes of xxl_job_registry (registry_group, registry_key, registry_value).
 _REGISTRY_LIMITS = (50, 255, 255)
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
@@ -123,7 +132,7 @@ class ExecutorApi:
             return _answer(ReturnT.fail(f"request body larger than {MAX_BODY_BYTES} bytes"), status=413)
         try:
             if uri == "callback":
-                return _answer(await self._callback(body, scope))
+                return await self._callback(body, scope)
             if uri == "registry":
                 started = request.headers.get(STARTED_AT_HEADER, "")
                 started_at = int(started) if started.isdigit() and len(started) <= 15 else None
@@ -135,19 +144,27 @@ class ExecutorApi:
             return _answer(ReturnT.fail(f"request error: {exc}"), status=400)
         return _answer(ReturnT.fail(msg_uri_not_found(uri)))
 
-    async def _callback(self, body: bytes, scope: TokenScope) -> ReturnT:
-        items = HandleCallbackParam.decode_batch(body)
-        # The global token has no say over groups with their own token (scope.group_ids).
-        if not scope.is_global or scope.group_ids:
-            foreign = await self._callbacks.foreign_logs(items, scope.allows_group)
-            if foreign:
-                # The whole batch is refused (nothing recorded): results are reported only
-                # with the token of the run's own group.
-                log.warning("callback refused: logs %s are not runs the token may report",
-                            foreign[:10])
-                return ReturnT.fail(f"access token not valid for the runs {foreign[:10]}")
-        await self._callbacks.handle(items)
-        return ReturnT.success()
+    async def _callback(self, body: bytes, scope: TokenScope) -> Response:
+        try:
+            items = HandleCallbackParam.decode_batch(body, MAX_CALLBACK_ITEMS)
+        except TooManyItems as exc:
+            log.warning("callback refused: %d items in one request (at most %d)", exc.count, exc.limit)
+            return _answer(ReturnT.fail(str(exc)), status=413)
+        # The token's groups are a condition of the write itself (a run inserted while the
+        # batch is handled cannot be written by another group's token).
+        outcomes = await self._callbacks.handle(items, scope.guard())
+        refused = sorted({i.log_id for i, o in zip(items, outcomes, strict=True)
+                          if o is ResultOutcome.NOT_FOUND})
+        if refused:
+            # Not kept for later either: a run that does not exist now is never reported by
+            # this batch. HTTP 400: sending the same items again cannot succeed (an executor
+            # re-sends the others alone and drops these).
+            log.warning("callback: runs %s refused: unknown, or not runs the token may report", refused[:10])
+            shown = ", ".join(str(i) for i in refused[:20]) + (", ..." if len(refused) > 20 else "")
+            return _answer(ReturnT.fail(f"results refused for runs [{shown}]: no such runs of the access "
+                                        "token's executor groups (unknown run ids are not kept for later)"),
+                           status=400)
+        return _answer(ReturnT.success())
 
     async def _registry_call(
         self, body: bytes, scope: TokenScope, *, remove: bool, started_at_ms: int | None = None,
@@ -168,17 +185,22 @@ class ExecutorApi:
             return ReturnT.fail(f"access token not valid for appname {param.registry_key!r}")
         if param.registry_group == EXECUTOR:
             try:
-                check_executor_address(param.registry_value, self._policy)
+                # Stored in canonical form: one executor is one address whatever the spelling
+                # (disabling http://127.0.0.1:9999 also disables http://0x7f.0.0.1:9999).
+                canonical = check_executor_address(param.registry_value, self._policy)
             except AddressRefused as exc:
                 log.warning("registry of %s refused: %s", param.registry_key[:64], exc)
                 return ReturnT.fail(f"executor address refused: {exc}")
+            param = dataclasses.replace(param, registry_value=canonical)
         if app_header is not None and app_header != param.registry_key:
             return ReturnT.fail(f"{APPNAME_HEADER} header does not match registryKey")
         if remove:
             await self._registry.remove(param)
         else:
             # An executor that names its app in the header speaks 3.5: it is triggered at
-            # /trigger with that header (re-learned on every heartbeat).
+            # /trigger with that header (re-learned on every heartbeat). Learned for this
+            # appname only, from a beat with a token of this appname (checked above): a beat
+            # under another appname never changes how this appname's executors are called.
             await self._registry.register(param, started_at_ms=started_at_ms,
                                           v35_app=app_header if param.registry_group == EXECUTOR else None)
         return ReturnT.success()

@@ -3,9 +3,12 @@
 A batch is recorded before it is answered, so a 200 means the results are stored (an
 executor whose call fails keeps them in its retry spool). Each item is judged alone: a
 log that already has a result is left unchanged (``log repeate callback.``), an unknown
-log id is skipped (``log item not found.``). A success fires the job's children (trigger
-type PARENT) in the background; the parent's handle message lists them as the reference
-does.
+log id (or, with a token's ``GroupGuard``, a run of a group the token may not report) is
+not found and never written (``log item not found.``; the executor API refuses it). The
+guard is part of the UPDATE itself, so a run created after the batch was read can never
+be written by it. A success fires the job's children (trigger type PARENT) in the
+background, once its result is written; the parent's handle message lists them as the
+reference does.
 
 Child fires are budgeted per root trigger: each child run records the run its tree started
 from (``root_run_id``) and its depth, and the root run counts the child fires of its whole
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -28,7 +31,7 @@ from sqlalchemy import select
 
 from jobring.admin.scheduler.failures import alarm_recoveries
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
-from jobring.admin.store.records import HandleResult, JobInfo, ResultOutcome
+from jobring.admin.store.records import GroupGuard, HandleResult, JobInfo, ResultOutcome
 from jobring.admin.store.tables import job_log
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
@@ -48,6 +51,8 @@ CHILD_HEADER = ">>>>>>>>>>> Trigger child job <<<<<<<<<<<"
 
 
 DEFAULT_CHILD_FIRE_BUDGET = 100
+# Items per transaction of a callback batch (the executors send up to 1,000 per request).
+CALLBACK_CHUNK = 200
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,7 @@ class CallbackService:
 
     def __init__(self, store: Store, trigger: TriggerService, clock: Clock, *,
                  alarms: AlarmService | None = None, fail_monitor: Monitor | None = None,
-                 child_fire_budget: int = DEFAULT_CHILD_FIRE_BUDGET) -> None:
+                 child_fire_budget: int = DEFAULT_CHILD_FIRE_BUDGET, concurrency: int = 2) -> None:
         self._store = store
         self._child_fire_budget = child_fire_budget
         self._trigger = trigger
@@ -111,41 +116,56 @@ class CallbackService:
         self._alarms = alarms  # recovery alarms
         self._fail_monitor = fail_monitor  # woken by a failed result: retry/alarm without waiting
         self._children_tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(concurrency)
         # For metrics (read at scrape time): callback items received, runs ended by state.
         self.received = 0
         self.ended: dict[str, int] = {}
 
-    async def handle(self, items: Sequence[HandleCallbackParam]) -> list[ResultOutcome]:
-        """Record a batch of callbacks; returns one outcome per item."""
-        if not items:
-            return []
+    async def handle(
+        self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None = None
+    ) -> list[ResultOutcome]:
+        """Record a batch of callbacks; returns one outcome per item. ``guard``: the groups
+        whose runs the caller's token may report (see ``LogRepository.record_results``).
+
+        The batch is worked through in chunks, each its own short transaction, at most
+        ``concurrency`` chunks of all callers at a time and a yield to the event loop between
+        chunks: a flood of callbacks neither holds the database nor the loop for long."""
+        outcomes: list[ResultOutcome] = []
+        for start in range(0, len(items), CALLBACK_CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            async with self._slots:
+                outcomes += await self._handle_chunk(items[start:start + CALLBACK_CHUNK], guard)
+        return outcomes
+
+    async def _handle_chunk(
+        self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None
+    ) -> list[ResultOutcome]:
         now = datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=UTC)
-        plans = await self._child_plans(items)
-        results = []
-        for item in items:
-            msg = item.handle_msg
-            plan = plans.get(item.log_id)
-            if plan is not None:
-                msg = f"{msg}\n\n{plan.summary}" if msg else plan.summary
-            results.append(HandleResult(item.log_id, item.handle_code, msg, now))
-        outcomes = await self._store.logs.record_results(results)
+        results = [HandleResult(i.log_id, i.handle_code, i.handle_msg, now) for i in items]
+        outcomes = await self._store.logs.record_results(results, guard=guard)
         self.received += len(items)
-        to_fire: list[FireRequest] = []
+        applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
         for item, outcome in zip(items, outcomes, strict=True):
-            if outcome is ResultOutcome.APPLIED:
-                state = run_state(trigger_code=200, handle_code=item.handle_code, handle_msg=item.handle_msg,
-                                  now_ms=0).value
-                self.ended[state] = self.ended.get(state, 0) + 1
             if outcome is ResultOutcome.REPEAT:
                 log.info("%s logId=%s", MSG_REPEAT, item.log_id, extra={"run_id": item.log_id})
             elif outcome is ResultOutcome.NOT_FOUND:
                 log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id, extra={"run_id": item.log_id})
-            elif (plan := plans.get(item.log_id)) is not None:
-                to_fire += [FireRequest(child, TriggerType.PARENT, root_run_id=plan.root_run_id,
-                                        child_depth=plan.depth) for child in plan.children]
-        if to_fire:
-            self._spawn_children(to_fire)
-        applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
+        for item in applied:
+            state = run_state(trigger_code=200, handle_code=item.handle_code, handle_msg=item.handle_msg,
+                              now_ms=0).value
+            self.ended[state] = self.ended.get(state, 0) + 1
+        # What follows a result (children, retry wake-up, recovery alarms) follows only the
+        # rows this node's write really changed.
+        plans = await self._child_plans([i for i in applied if i.handle_code == HandleCode.SUCCESS])
+        if plans:
+            messages = {i.log_id: f"{i.handle_msg}\n\n{plan.summary}" if i.handle_msg else plan.summary
+                        for i in applied if (plan := plans.get(i.log_id)) is not None}
+            await self._store.logs.append_handle_msgs(messages)
+            to_fire = [FireRequest(child, TriggerType.PARENT, root_run_id=p.root_run_id, child_depth=p.depth)
+                       for p in plans.values() for child in p.children]
+            if to_fire:
+                self._spawn_children(to_fire)
         if self._fail_monitor is not None and any(i.handle_code != HandleCode.SUCCESS for i in applied):
             self._fail_monitor.wake()
         recovered = [i.log_id for i in applied if i.handle_code == HandleCode.SUCCESS]
@@ -165,11 +185,11 @@ class CallbackService:
         self._children_tasks.add(task)
         task.add_done_callback(self._children_tasks.discard)
 
-    async def _child_plans(self, items: Sequence[HandleCallbackParam]) -> dict[int, _ChildPlan]:
-        successes = [i for i in items if i.handle_code == HandleCode.SUCCESS]
+    async def _child_plans(self, successes: Sequence[HandleCallbackParam]) -> dict[int, _ChildPlan]:
+        """The children of the runs whose success was just recorded (their budget taken)."""
         if not successes:
             return {}
-        runs = await self._unhandled_runs_of([i.log_id for i in successes])
+        runs = await self._runs_of(sorted({i.log_id for i in successes}))
         parents = await self._store.jobs.get_many({r.job_id for r in runs.values()})
         entries_of = {jid: parse_child_ids(job.child_jobid) for jid, job in parents.items()}
         wanted = {int(e) for entries in entries_of.values() for e in entries if e.isdigit()}
@@ -197,24 +217,8 @@ class CallbackService:
         summary = child_summary(entries, known, granted, refusal)
         return _ChildPlan(children[:granted], summary, root, run.child_depth + 1)
 
-    async def foreign_logs(
-        self, items: Sequence[HandleCallbackParam], allowed: Callable[[int], bool]
-    ) -> list[int]:
-        """The log ids among ``items`` whose run belongs to a group ``allowed`` refuses
-        (unknown ids are not foreign: they are skipped as "not found" anyway)."""
-        log_ids = sorted({i.log_id for i in items})
-        foreign: list[int] = []
-        async with self._store.db.read() as conn:
-            for start in range(0, len(log_ids), 500):
-                part = log_ids[start:start + 500]
-                rows = await conn.execute(
-                    select(job_log.c.id, job_log.c.job_group).where(job_log.c.id.in_(part))
-                )
-                foreign += [int(r.id) for r in rows if not allowed(int(r.job_group))]
-        return sorted(foreign)
-
-    async def _unhandled_runs_of(self, log_ids: list[int]) -> dict[int, _ParentRun]:
-        """log id -> (job id, tree) for the logs among ``log_ids`` that have no result yet."""
+    async def _runs_of(self, log_ids: list[int]) -> dict[int, _ParentRun]:
+        """log id -> (job id, tree) of the logs ``log_ids``."""
         # One query for the whole batch (the store has no multi-get of logs yet).
         found: dict[int, _ParentRun] = {}
         async with self._store.db.read() as conn:
@@ -222,7 +226,7 @@ class CallbackService:
                 part = log_ids[start:start + 500]
                 rows = await conn.execute(
                     select(job_log.c.id, job_log.c.job_id, job_log.c.root_run_id, job_log.c.child_depth)
-                    .where(job_log.c.id.in_(part), job_log.c.handle_code == HandleCode.UNKNOWN)
+                    .where(job_log.c.id.in_(part))
                 )
                 found.update({int(r.id): _ParentRun(int(r.job_id), r.root_run_id, int(r.child_depth))
                               for r in rows})

@@ -211,10 +211,11 @@ class ExecutorClient:
     ) -> None:
         headers = dict(_JSON_HEADERS)
         self._default_token = access_token or None
-        # Executors that registered speaking XXL-JOB 3.5 (address -> appname): they are
-        # triggered at /trigger and every call carries XXL-JOB-APPNAME. Learned per node
-        # from the heartbeats it receives; an address missing here speaks 2.x-3.4.
-        self._v35: dict[str, str] = {}
+        # (appname, address) of executors that registered under that appname speaking
+        # XXL-JOB 3.5: calls for that appname's groups go to /trigger with XXL-JOB-APPNAME.
+        # Learned per node from the heartbeats it receives (with a token of that appname),
+        # so one group's token cannot change how another group's executor is called.
+        self._v35: set[tuple[str, str]] = set()
         self._http: _Http
         if transport is not None:
             self._http = _HttpxHttp(headers, connect_timeout, read_timeout, max_connections, transport)
@@ -225,38 +226,47 @@ class ExecutorClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def learn_dialect(self, address: str, app_name: str | None) -> None:
-        """Record how ``address`` spoke in its last heartbeat: ``app_name`` when it sent
-        XXL-JOB-APPNAME (3.5), None for 2.x-3.4."""
-        if app_name:
-            self._v35[address] = app_name
+    def learn_dialect(self, app_name: str, address: str, *, v35: bool) -> None:
+        """Record how ``address`` spoke in its last heartbeat under ``app_name``: ``v35`` when
+        it sent XXL-JOB-APPNAME (3.5), else 2.x-3.4."""
+        if v35:
+            self._v35.add((app_name, address))
         else:
-            self._v35.pop(address, None)
+            self._v35.discard((app_name, address))
 
-    def dialect_of(self, address: str) -> str:
-        """"3.5" or "2" (2.x-3.4 share the executor side), as learned for ``address``."""
-        return "3.5" if address in self._v35 else "2"
+    def dialect_of(self, address: str, app_name: str) -> str:
+        """"3.5" or "2" (2.x-3.4 share the executor side), as learned for ``address`` under
+        ``app_name``."""
+        return "3.5" if (app_name, address) in self._v35 else "2"
+
+    def _app(self, address: str, app_name: str | None) -> str | None:
+        """The XXL-JOB-APPNAME to send on a call for ``app_name``'s group, None for 2.x-3.4."""
+        return app_name if app_name is not None and (app_name, address) in self._v35 else None
 
     async def call(
-        self, address: str, path: str, body: dict[str, Any] | None, token: str | None = None
+        self, address: str, path: str, body: dict[str, Any] | None, token: str | None = None,
+        app_name: str | None = None,
     ) -> ReturnT:
-        """POST ``body`` to ``address``/``path``; the executor's answer or a failed ReturnT."""
-        app = self._v35.get(address)
+        """POST ``body`` to ``address``/``path`` for a group of ``app_name``; the executor's
+        answer or a failed ReturnT."""
+        app = self._app(address, app_name)
         if app is not None and path == "run":
             path = "trigger"
         url = executor_url(address, path)
         payload = dumps(body) if body is not None else b""
         return await self._answer(url, self._http.post(url, payload, token or self._default_token, app))
 
-    def run_now(self, address: str, param: TriggerParam, token: str | None = None) -> Awaitable[ReturnT]:
+    def run_now(self, address: str, param: TriggerParam, token: str | None = None,
+                app_name: str | None = None) -> Awaitable[ReturnT]:
         """/run (/trigger for a 3.5 executor), written at once when a keep-alive connection to
         the executor is idle (see ``Http1Client.post_now``); the awaitable gives the answer,
         as :meth:`run` does."""
-        return self.run_body_now(address, dumps(param.to_dict()), token)
+        return self.run_body_now(address, dumps(param.to_dict()), token, app_name)
 
-    def run_body_now(self, address: str, body: bytes, token: str | None = None) -> Awaitable[ReturnT]:
+    def run_body_now(self, address: str, body: bytes, token: str | None = None,
+                     app_name: str | None = None) -> Awaitable[ReturnT]:
         """:meth:`run_now` with the TriggerParam already encoded as JSON (``body``)."""
-        app = self._v35.get(address)
+        app = self._app(address, app_name)
         url = executor_url(address, "run" if app is None else "trigger")
         return self._answer(url, self._http.post_now(url, body, token or self._default_token, app))
 
@@ -275,8 +285,9 @@ class ExecutorClient:
         except ProtocolError as exc:
             return ReturnT.fail(f"executor {url} answered something that is not a ReturnT: {exc}")
 
-    async def run(self, address: str, param: TriggerParam, token: str | None = None) -> ReturnT:
-        return await self.call(address, "run", param.to_dict(), token)
+    async def run(self, address: str, param: TriggerParam, token: str | None = None,
+                  app_name: str | None = None) -> ReturnT:
+        return await self.call(address, "run", param.to_dict(), token, app_name)
 
     async def rerun_if_35(
         self, address: str, param: TriggerParam, token: str | None, app_name: str | None, answer: ReturnT
@@ -284,27 +295,30 @@ class ExecutorClient:
         """``answer`` to a /run, unless it is a 3.5 executor's refusal of a call without
         XXL-JOB-APPNAME (this node has not had its heartbeat yet): then the address is
         learned as 3.5 and the run sent again, once, to /trigger."""
-        if answer.msg != MSG_V35_APP_MISSING or not app_name or address in self._v35:
+        if answer.msg != MSG_V35_APP_MISSING or not app_name or (app_name, address) in self._v35:
             return answer
         log.info("executor %s speaks XXL-JOB 3.5: triggering it at /trigger", address)
-        self.learn_dialect(address, app_name)
-        return await self.run(address, param, token)
+        self.learn_dialect(app_name, address, v35=True)
+        return await self.run(address, param, token, app_name)
 
-    async def beat(self, address: str, token: str | None = None) -> ReturnT:
-        return await self.call(address, "beat", None, token)
+    async def beat(self, address: str, token: str | None = None, app_name: str | None = None) -> ReturnT:
+        return await self.call(address, "beat", None, token, app_name)
 
-    async def idle_beat(self, address: str, job_id: int, token: str | None = None) -> ReturnT:
-        return await self.call(address, "idleBeat", IdleBeatParam(job_id).to_dict(), token)
+    async def idle_beat(self, address: str, job_id: int, token: str | None = None,
+                        app_name: str | None = None) -> ReturnT:
+        return await self.call(address, "idleBeat", IdleBeatParam(job_id).to_dict(), token, app_name)
 
-    async def kill(self, address: str, job_id: int, token: str | None = None) -> ReturnT:
-        return await self.call(address, "kill", KillParam(job_id).to_dict(), token)
+    async def kill(self, address: str, job_id: int, token: str | None = None,
+                   app_name: str | None = None) -> ReturnT:
+        return await self.call(address, "kill", KillParam(job_id).to_dict(), token, app_name)
 
-    async def log(self, address: str, param: LogParam, token: str | None = None) -> ReturnT:
+    async def log(self, address: str, param: LogParam, token: str | None = None,
+                  app_name: str | None = None) -> ReturnT:
         """The run's log; ``content`` is the LogResult dict when the call succeeded."""
         body = param.to_dict()
-        if address in self._v35:  # 3.5 spells it in full
+        if self._app(address, app_name) is not None:  # 3.5 spells it in full
             body["logDateTime"] = body.pop("logDateTim")
-        return await self.call(address, "log", body, token)
+        return await self.call(address, "log", body, token, app_name)
 
     # Probes for the routing strategies (same signature as core.routing.Probe).
     async def beat_probe(self, address: str, job_id: int) -> ReturnT:
@@ -319,18 +333,20 @@ class ExecutorClient:
         (as in :meth:`rerun_if_35`) and the probe is sent again."""
 
         def learned(address: str, answer: ReturnT) -> bool:
-            if answer.msg != MSG_V35_APP_MISSING or not app_name or address in self._v35:
+            if answer.msg != MSG_V35_APP_MISSING or not app_name or (app_name, address) in self._v35:
                 return False
             log.info("executor %s speaks XXL-JOB 3.5 (answer to a probe)", address)
-            self.learn_dialect(address, app_name)
+            self.learn_dialect(app_name, address, v35=True)
             return True
 
         async def beat(address: str, job_id: int) -> ReturnT:
-            answer = await self.beat(address, token)
-            return await self.beat(address, token) if learned(address, answer) else answer
+            answer = await self.beat(address, token, app_name)
+            return await self.beat(address, token, app_name) if learned(address, answer) else answer
 
         async def idle_beat(address: str, job_id: int) -> ReturnT:
-            answer = await self.idle_beat(address, job_id, token)
-            return await self.idle_beat(address, job_id, token) if learned(address, answer) else answer
+            answer = await self.idle_beat(address, job_id, token, app_name)
+            if learned(address, answer):
+                return await self.idle_beat(address, job_id, token, app_name)
+            return answer
 
         return beat, idle_beat

@@ -27,7 +27,7 @@ from jobring.admin.scheduler.fires import (
 )
 from jobring.admin.scheduler.lanes import DispatchLanes, Lane
 from jobring.admin.store.records import JobGroup, TriggerResult
-from jobring.core.addresses import AddressPolicy, refused_addresses
+from jobring.core.addresses import AddressPolicy, address_key, refused_addresses
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy
 from jobring.core.routing import Router, RouteResult
@@ -78,9 +78,12 @@ class FireDispatcher:
         # every address override check, read the group fresh.
         self._group_cache_ms = group_cache_ms
         self._group_cache: dict[int, tuple[int, GroupView | None]] = {}
-        # Addresses that unregistered (api/registryRemove) on this node: never routed to,
-        # even by fires prepared before they left, until they register again.
-        self._gone: set[str] = set()
+        # (appname, address key) of the addresses that unregistered (api/registryRemove)
+        # from an appname on this node: never routed to for that appname's groups, even by
+        # fires prepared before they left, until they register there again. Per appname: a
+        # token of one group registering and removing another group's executor under its
+        # own appname takes nothing from the other group.
+        self._gone: set[tuple[str, str]] = set()
         # Per job: the fields its /run head was encoded from, and the head.
         self._bodies: dict[int, tuple[tuple[object, ...], bytes]] = {}
         # For metrics (read at scrape time): failed dispatches by reason.
@@ -88,16 +91,19 @@ class FireDispatcher:
 
     # -- executor groups ----------------------------------------------------------------------
 
-    def address_gone(self, address: str) -> None:
-        """An executor unregistered: route nothing more to it, and re-read groups."""
-        self._gone.add(address)
+    def address_gone(self, app_name: str, address: str) -> None:
+        """An executor unregistered from ``app_name``: route nothing more of that appname's
+        groups to it, and re-read groups."""
+        self._gone.add((app_name, address_key(address)))
         self._group_cache.clear()
 
-    def address_back(self, address: str, app_name: str | None = None) -> None:
-        """An executor (re)registered; ``app_name`` when it spoke XXL-JOB 3.5."""
-        self._client.learn_dialect(address, app_name)
-        if address in self._gone:
-            self._gone.discard(address)
+    def address_back(self, app_name: str, address: str, *, v35: bool = False) -> None:
+        """An executor (re)registered under ``app_name`` with a token of that appname;
+        ``v35`` when it spoke XXL-JOB 3.5 (learned for that appname only)."""
+        self._client.learn_dialect(app_name, address, v35=v35)
+        key = (app_name, address_key(address))
+        if key in self._gone:
+            self._gone.discard(key)
             self._group_cache.clear()
 
     def forget_groups(self) -> None:
@@ -148,7 +154,8 @@ class FireDispatcher:
                 plan.problem = f"refused executor addresses not called: {', '.join(view.refused)}"
         if req.address_override:
             override = [a.strip() for a in req.address_override if a.strip()]
-            disabled = sorted(set(override) & set(view.group.disabled if view else []))
+            off = {address_key(a) for a in (view.group.disabled if view else [])}
+            disabled = sorted(a for a in set(override) if address_key(a) in off)
             if disabled:
                 raise TriggerRejected(
                     f"addresses disabled in the job's executor group: {', '.join(disabled)}")
@@ -190,7 +197,8 @@ class FireDispatcher:
         """The plan's addresses without those that unregistered since it was prepared."""
         if not self._gone or plan.manual_addresses:
             return plan.addresses
-        return [a for a in plan.addresses if a not in self._gone]
+        app = plan.app_name or ""
+        return [a for a in plan.addresses if (app, address_key(a)) not in self._gone]
 
     def _route_now(self, plan: FirePlan, shard: tuple[int, int], now_ms: int) -> RouteResult | None:
         """The route, or why there is none, when no probe is needed; None for the strategies
@@ -228,7 +236,7 @@ class FireDispatcher:
         else:
             body = self._run_body(plan, shard, log_id)
             dispatch_time = self._clock.now_ms()
-            answer = await self._client.run_body_now(address, body, plan.token)
+            answer = await self._client.run_body_now(address, body, plan.token, plan.app_name)
             if not answer.ok:
                 answer = await self._client.rerun_if_35(
                     address, self._run_param(plan, shard, log_id), plan.token, plan.app_name, answer)
@@ -250,7 +258,7 @@ class FireDispatcher:
             route = self._route_now(plan, shard, now)
             assert route is not None and route.address is not None
             body = self._run_body(plan, shard, log_id)
-            pending = self._client.run_body_now(route.address, body, plan.token)
+            pending = self._client.run_body_now(route.address, body, plan.token, plan.app_name)
         except BaseException:
             self.lanes.leave(lane, job_id, 0)
             raise

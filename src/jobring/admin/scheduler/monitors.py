@@ -126,17 +126,20 @@ class RegistryService:
         self._clock = clock
         self._trigger = trigger
         self._dead_after_s = dead_after_s
-        self._started: dict[str, int] = {}  # address -> start instant its executor reported
-        self._restarts: dict[str, tuple[int, int]] = {}  # address -> (started at, seen at), pending
+        # Per (appname, address), as every registry state: a beat with one group's token
+        # tells nothing about another group's executor at the same address.
+        self._started: dict[tuple[str, str], int] = {}  # start instant its executor reported
+        self._restarts: dict[tuple[str, str], tuple[int, int]] = {}  # (started at, seen at), pending
 
-    def restarts_due(self, now_ms: int, grace_ms: int = RESTART_GRACE_MS) -> list[tuple[str, int]]:
-        """Executors seen (re)started at least ``grace_ms`` ago: (address, started at). Each is
-        handed out once. The grace lets a restarted executor deliver spooled results first."""
+    def restarts_due(self, now_ms: int, grace_ms: int = RESTART_GRACE_MS) -> list[tuple[str, str, int]]:
+        """Executors seen (re)started at least ``grace_ms`` ago: (appname, address, started
+        at). Each is handed out once. The grace lets a restarted executor deliver spooled
+        results first."""
         # The executor's clock may run ahead: never later than when this node first saw it.
-        due = [(a, min(s, seen)) for a, (s, seen) in self._restarts.items() if now_ms - seen >= grace_ms]
-        for address, _ in due:
-            del self._restarts[address]
-        return due
+        due = [(k, min(s, seen)) for k, (s, seen) in self._restarts.items() if now_ms - seen >= grace_ms]
+        for key, _ in due:
+            del self._restarts[key]
+        return [(app, address, started) for (app, address), started in due]
 
     async def _needs_refresh(self, app_name: str, address: str) -> bool:
         group = await self._store.groups.by_app_name(app_name)
@@ -148,14 +151,15 @@ class RegistryService:
                        v35_app: str | None = None) -> None:
         """A heartbeat; ``v35_app``: the appname header of an executor speaking XXL-JOB 3.5."""
         now = _utc(self._clock.now_ms())
-        if started_at_ms is not None and self._started.get(param.registry_value) != started_at_ms:
-            self._started[param.registry_value] = started_at_ms
-            self._restarts[param.registry_value] = (started_at_ms, self._clock.now_ms())
+        key = (param.registry_key, param.registry_value)
+        if started_at_ms is not None and self._started.get(key) != started_at_ms:
+            self._started[key] = started_at_ms
+            self._restarts[key] = (started_at_ms, self._clock.now_ms())
         await self._store.registry.beat(param.registry_group, param.registry_key, param.registry_value, now)
         if param.registry_group != EXECUTOR:
             return
         if self._trigger is not None:
-            self._trigger.address_back(param.registry_value, v35_app)
+            self._trigger.address_back(param.registry_key, param.registry_value, v35=v35_app is not None)
         if await self._needs_refresh(param.registry_key, param.registry_value):
             await refresh_group_addresses(self._store, now, self._dead_after_s)
 
@@ -164,12 +168,13 @@ class RegistryService:
         removed = await self._store.registry.remove(
             param.registry_group, param.registry_key, param.registry_value
         )
-        # Only an address that was registered under this appname leaves routing: a token of
-        # one group must not take another group's executors out.
+        # Only an address that was registered under this appname leaves routing, and only
+        # for this appname's groups: a token of one group must not take another group's
+        # executors out.
         if removed and param.registry_group == EXECUTOR:
             if self._trigger is not None:
                 # Before the group lists are refreshed: a fire prepared ahead must not go there.
-                self._trigger.address_gone(param.registry_value)
+                self._trigger.address_gone(param.registry_key, param.registry_value)
             await refresh_group_addresses(self._store, now, self._dead_after_s)
 
 
@@ -239,10 +244,10 @@ class LostRunMonitor(Monitor):
         results: dict[int, HandleResult] = {}
         if self._registry is None:
             return results
-        for address, started in self._registry.restarts_due(self._clock.now_ms()):
+        for app, address, started in self._registry.restarts_due(self._clock.now_ms()):
             since = datetime.fromtimestamp(started / 1000, tz=UTC).isoformat(timespec="seconds")
             msg = f"{LOST_PREFIX} executor {address} restarted at {since} and no longer knows this run"
-            for entry in await self._store.logs.running_on(address, started - CLOCK_SKEW_MS):
+            for entry in await self._store.logs.running_on(address, started - CLOCK_SKEW_MS, app_name=app):
                 if entry.id > self._legacy_log_id_max:
                     results[entry.id] = HandleResult(entry.id, HandleCode.FAIL, msg, now)
         return results

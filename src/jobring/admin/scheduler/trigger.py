@@ -88,14 +88,15 @@ class TriggerService:
         """Failed dispatches by reason (see ``dispatch_error_reason``)."""
         return self.dispatcher.dispatch_errors
 
-    def address_gone(self, address: str) -> None:
-        """An executor unregistered: route nothing more to it, and re-read groups."""
-        self.dispatcher.address_gone(address)
+    def address_gone(self, app_name: str, address: str) -> None:
+        """An executor unregistered from ``app_name``: route nothing more of that appname's
+        groups to it, and re-read groups."""
+        self.dispatcher.address_gone(app_name, address)
 
-    def address_back(self, address: str, app_name: str | None = None) -> None:
-        """An executor (re)registered; ``app_name`` when it spoke XXL-JOB 3.5 (see
-        ``ExecutorClient.learn_dialect``)."""
-        self.dispatcher.address_back(address, app_name)
+    def address_back(self, app_name: str, address: str, *, v35: bool = False) -> None:
+        """An executor (re)registered under ``app_name``; ``v35`` when it spoke XXL-JOB 3.5
+        (see ``ExecutorClient.learn_dialect``)."""
+        self.dispatcher.address_back(app_name, address, v35=v35)
 
     def forget_groups(self) -> None:
         """Drop the cached executor groups (an address was disabled, a group edited)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -113,6 +114,15 @@ class Repository:
         self._db = db
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A ``column IN (values)`` (``inside``) or ``NOT IN`` condition of :func:`update_rows`."""
+
+    column: str
+    values: tuple[int, ...]
+    inside: bool = True
+
+
 # Rows per CASE-UPDATE: at most 100 x 15,000 characters of message, well under MySQL's
 # default max_allowed_packet (16 MiB) even at 4 bytes per character.
 UPDATE_CHUNK = 100
@@ -125,15 +135,17 @@ async def update_rows(
     *,
     keep_when_null: tuple[str, ...] = (),
     match: dict[str, Any] | None = None,
+    member: Member | None = None,
 ) -> int:
     """Give each row (by ``id``) its own values: on PostgreSQL one ``UPDATE ... FROM
     unnest(arrays)`` for all rows; elsewhere (or for decorated column types) one ``UPDATE ...
     SET c = CASE WHEN id = ... END`` per chunk, one round trip per 100 rows (executemany of
     UPDATE is a loop on aiomysql and slow on asyncpg). Columns in ``keep_when_null`` keep
-    their value where the new one is None; ``match`` adds ``column = value`` conditions.
-    Returns rows matched."""
+    their value where the new one is None; ``match`` adds ``column = value`` conditions;
+    ``member`` adds ``column [NOT] IN (values)``. Returns rows matched."""
     matched = 0
     extra = match or {}
+    member_shape = None if member is None else (member.column, member.inside)
     ids = list(rows)
     if not ids:
         return 0
@@ -143,15 +155,20 @@ async def update_rows(
         # One statement for all rows, whatever their number: the values travel as arrays.
         # A flush of thousands of rows is then one round trip (not one per 100 rows, each
         # waiting for a busy event loop) and no CASE of 100 branches to plan per chunk.
-        unnest = _unnest_update(table, columns, keep_when_null, tuple(extra), conn.dialect)
+        unnest = _unnest_update(table, columns, keep_when_null, tuple(extra), conn.dialect,
+                                member_shape)
         arrays: dict[str, Any] = {f"m_{name}": value for name, value in extra.items()}
+        if member is not None:
+            arrays["g_set"] = list(member.values)
         arrays["ids"] = ids
         for n, name in enumerate(columns):
             arrays[f"v{n}"] = [rows[row_id][name] for row_id in ids]
         return int((await conn.execute(unnest, arrays)).rowcount)
     for part in chunks(ids, UPDATE_CHUNK):
-        stmt = _case_update(table, columns, len(part), keep_when_null, tuple(extra))
+        stmt = _case_update(table, columns, len(part), keep_when_null, tuple(extra), member_shape)
         params: dict[str, Any] = {f"m_{name}": value for name, value in extra.items()}
+        if member is not None:
+            params["g_set"] = list(member.values)
         for k, row_id in enumerate(part):
             params[f"i{k}"] = row_id
             for n, name in enumerate(columns):
@@ -163,7 +180,7 @@ async def update_rows(
 @functools.lru_cache(maxsize=64)
 def _unnest_update(
     table: Table, columns: tuple[str, ...], keep_when_null: tuple[str, ...], match: tuple[str, ...],
-    dialect: Dialect,
+    dialect: Dialect, member: tuple[str, bool] | None = None,
 ) -> TextClause:
     # UPDATE t SET c = v.c FROM unnest(ids, values...) AS v(id, c...) WHERE t.id = v.id
     quote = dialect.identifier_preparer.quote
@@ -178,13 +195,18 @@ def _unnest_update(
         value = f"coalesce(v.v{n}, t.{quote(name)})" if name in keep_when_null else f"v.v{n}"
         sets.append(f"{quote(name)} = {value}")
     where = ["t.id = v.id"] + [f"t.{quote(name)} = :m_{name}" for name in match]
+    if member is not None:
+        name, inside = member
+        array = f"CAST(:g_set AS {table.c[name].type.compile(dialect=dialect)}[])"
+        where.append(f"t.{quote(name)} = ANY({array})" if inside else f"t.{quote(name)} <> ALL({array})")
     return text(f"UPDATE {quote(table.name)} AS t SET {', '.join(sets)} "
                 f"FROM unnest({', '.join(arrays)}) AS v({', '.join(names)}) WHERE {' AND '.join(where)}")
 
 
 @functools.lru_cache(maxsize=512)
 def _case_update(
-    table: Table, columns: tuple[str, ...], size: int, keep_when_null: tuple[str, ...], match: tuple[str, ...]
+    table: Table, columns: tuple[str, ...], size: int, keep_when_null: tuple[str, ...],
+    match: tuple[str, ...], member: tuple[str, bool] | None = None,
 ) -> Update:
     # Built once per shape with named parameters, so SQLAlchemy's compiled cache applies.
     key = table.c.id
@@ -199,4 +221,8 @@ def _case_update(
         values[name] = func.coalesce(new, column) if name in keep_when_null else new
     where: list[ColumnElement[bool]] = [key.in_(ids)]
     where.extend(table.c[name] == bindparam(f"m_{name}", type_=table.c[name].type) for name in match)
+    if member is not None:
+        name, inside = member
+        values_set = bindparam("g_set", expanding=True, type_=table.c[name].type)
+        where.append(table.c[name].in_(values_set) if inside else table.c[name].not_in(values_set))
     return update(table).where(*where).values(**values)

@@ -13,6 +13,7 @@ from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.errors import NotFound, ReferencedError
 from jobring.admin.store.records import JobGroup, Page, RegistryEntry
 from jobring.admin.store.tables import job_group, job_info, job_registry, job_user
+from jobring.core.addresses import address_key
 
 EXECUTOR = "EXECUTOR"  # the registry_group of executors
 
@@ -165,14 +166,16 @@ class GroupRepository(Repository):
                 .where(job_group.c.id == group_id).with_for_update())).first()
             if row is None:
                 raise NotFound(f"executor group {group_id} does not exist")
+            # Compared by address_key: an address is one address in every spelling of it.
+            key = address_key(address)
             off = _split(row.disabled_addresses)
-            if (address in off) == disabled:
+            if any(address_key(a) == key for a in off) == disabled:
                 return False
-            off = [*off, address] if disabled else [a for a in off if a != address]
+            off = [*off, address] if disabled else [a for a in off if address_key(a) != key]
             values: dict[str, object] = {"disabled_addresses": ",".join(sorted(off)) or None,
                                          "update_time": utc_naive(now)}
             if disabled and row.address_type == 0:
-                kept = [a for a in _split(row.address_list) if a != address]
+                kept = [a for a in _split(row.address_list) if address_key(a) != key]
                 values["address_list"] = _join_addresses(kept)
             await conn.execute(update(job_group).where(job_group.c.id == group_id).values(**values))
             return True
@@ -189,8 +192,8 @@ class GroupRepository(Repository):
                 )
             ).all()
             for row in rows:
-                off = set(_split(row.disabled_addresses))
-                new = _join_addresses([a for a in mapping.get(row.app_name, ()) if a not in off])
+                off = {address_key(a) for a in _split(row.disabled_addresses)}
+                new = _join_addresses([a for a in mapping.get(row.app_name, ()) if address_key(a) not in off])
                 if new != row.address_list:
                     await conn.execute(
                         update(job_group)

@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import (
     UPDATE_CHUNK,
+    Member,
     Repository,
     chunks,
     fetch_page,
@@ -47,6 +48,7 @@ from jobring.admin.store.errors import Conflict
 from jobring.admin.store.records import (
     ClearRule,
     DayCount,
+    GroupGuard,
     HandleResult,
     LogEntry,
     LogStatus,
@@ -56,7 +58,7 @@ from jobring.admin.store.records import (
     RunCursor,
     TriggerResult,
 )
-from jobring.admin.store.tables import job_log
+from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
     DISCARD_MARK,
     KILLED_BY_USER,
@@ -323,25 +325,42 @@ class LogRepository(Repository):
             return await update_rows(conn, job_log, rows,
                                      keep_when_null=("dispatch_time", "executor_sharding_param"))
 
-    async def record_results(self, results: Sequence[HandleResult]) -> list[ResultOutcome]:
+    async def record_results(
+        self, results: Sequence[HandleResult], *, guard: GroupGuard | None = None
+    ) -> list[ResultOutcome]:
         """Record executor callbacks, each only if the log has no result yet (handle_code 0).
 
         Messages are capped at 15,000 characters. Returns one outcome per input item: a
         second result for the same log (in the table or earlier in ``results``) is a repeat.
+
+        ``guard`` (an executor token's groups): a log of another group is answered as not
+        found, and the guard is part of the UPDATE itself, so no row the token may not
+        report is ever written, whenever it was created. A log that does not exist when the
+        batch is read is not found for good: it is never written by this call, even when a
+        fire inserts it a moment later.
         """
         if not results:
             return []
+        wanted = [r.log_id for r in results]
+        if guard is not None:
+            # Without the write lock first: a flood of unknown (or other groups') ids costs a
+            # read, never a write transaction that the scheduler's inserts would wait for.
+            async with self._db.read() as conn:
+                seen = await _existing_ids(conn, wanted, lock=False)
+            wanted = [i for i, (_, group) in seen.items() if guard.allows(group)]
+        if not wanted:
+            return [ResultOutcome.NOT_FOUND] * len(results)
         outcomes: list[ResultOutcome] = []
         rows: dict[int, dict[str, Any]] = {}
         async with self._db.write() as conn:
             # Lock the rows first (in id order, so concurrent batches cannot deadlock): the
             # decision below then holds until commit.
-            codes = await _existing_ids(conn, [r.log_id for r in results], lock=self._db.backend != "sqlite")
+            found = await _existing_ids(conn, wanted, lock=self._db.backend != "sqlite")
             for r in results:
-                code = codes.get(r.log_id)
-                if code is None:
+                row = found.get(r.log_id)
+                if row is None or (guard is not None and not guard.allows(row[1])):
                     outcomes.append(ResultOutcome.NOT_FOUND)
-                elif code != 0 or r.log_id in rows:
+                elif row[0] != 0 or r.log_id in rows:
                     outcomes.append(ResultOutcome.REPEAT)
                 else:
                     outcomes.append(ResultOutcome.APPLIED)
@@ -351,8 +370,24 @@ class LogRepository(Repository):
                         "handle_time": utc_naive(r.handle_time),
                         "handle_time_ms": _epoch_ms(r.handle_time),
                     }
-            await _update_by_id(conn, rows, only_unhandled=True)
+            updated = await update_rows(conn, job_log, rows, match={"handle_code": 0},
+                                        member=_guard_condition(guard)) if rows else 0
+            if updated != len(rows):
+                # Not expected with the rows locked; still, what follows a result (children,
+                # retries, alarms) must only follow a row this statement really wrote.
+                written = await _written_ids(conn, rows)
+                outcomes = [ResultOutcome.NOT_FOUND if o is ResultOutcome.APPLIED and r.log_id not in written
+                            else o for r, o in zip(results, outcomes, strict=True)]
         return outcomes
+
+    async def append_handle_msgs(self, messages: dict[int, str]) -> None:
+        """Set the handle message of runs whose result this node just recorded (the child
+        jobs' summary appended to the executor's message)."""
+        if not messages:
+            return
+        async with self._db.write() as conn:
+            rows = {i: {"handle_msg": m[:HANDLE_MSG_MAX]} for i, m in messages.items()}
+            await update_rows(conn, job_log, rows)
 
     async def get(self, log_id: int) -> LogEntry | None:
         """The log row, or ``None``."""
@@ -479,13 +514,18 @@ class LogRepository(Repository):
             return [to_record(LogEntry, r) for r in (await conn.execute(stmt)).all()]
 
     async def running_on(
-        self, address: str, dispatched_before_ms: int, limit: int = 1000
+        self, address: str, dispatched_before_ms: int, limit: int = 1000, *, app_name: str | None = None
     ) -> builtins.list[LogEntry]:
-        """Runs without result on ``address`` dispatched before the instant (epoch ms)."""
+        """Runs without result on ``address`` dispatched before the instant (epoch ms); with
+        ``app_name`` only the runs of that appname's groups."""
         before = datetime.fromtimestamp(dispatched_before_ms / 1000, tz=UTC)
+        of_app: builtins.list[ColumnElement[bool]] = []
+        if app_name is not None:
+            groups_of_app = select(job_group.c.id).where(job_group.c.app_name == app_name)
+            of_app.append(job_log.c.job_group.in_(groups_of_app))
         stmt = (
             select(job_log)
-            .where(job_log.c.handle_code == 0, job_log.c.trigger_code == 200,
+            .where(*of_app, job_log.c.handle_code == 0, job_log.c.trigger_code == 200,
                    job_log.c.executor_address == address,
                    or_(job_log.c.dispatch_time < dispatched_before_ms,
                        and_(job_log.c.dispatch_time.is_(None), job_log.c.trigger_time < utc_naive(before))))
@@ -678,28 +718,43 @@ def _pad_to_shape(rows: dict[int, dict[str, Any]]) -> None:
         rows[-k] = filler
 
 
-async def _update_by_id(
-    conn: AsyncConnection,
-    rows: dict[int, dict[str, Any]],
-    *,
-    keep_when_null: tuple[str, ...] = (),
-    only_unhandled: bool = False,
-) -> None:
-    match = {"handle_code": 0} if only_unhandled else {}
-    await update_rows(conn, job_log, rows, keep_when_null=keep_when_null, match=match)
-
-
-async def _existing_ids(conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool) -> dict[int, int]:
-    """log id -> handle_code for the ids that exist; ``lock``: SELECT ... FOR UPDATE."""
-    found: dict[int, int] = {}
+async def _existing_ids(
+    conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool
+) -> dict[int, tuple[int, int]]:
+    """log id -> (handle_code, job_group) for the ids that exist; ``lock``: SELECT ... FOR UPDATE."""
+    found: dict[int, tuple[int, int]] = {}
     for part in chunks(sorted(set(log_ids))):
         stmt = (
-            select(job_log.c.id, job_log.c.handle_code).where(job_log.c.id.in_(part)).order_by(job_log.c.id)
+            select(job_log.c.id, job_log.c.handle_code, job_log.c.job_group)
+            .where(job_log.c.id.in_(part)).order_by(job_log.c.id)
         )
         if lock:
             stmt = stmt.with_for_update()
-        found.update({int(i): int(c) for i, c in (await conn.execute(stmt)).all()})
+        found.update({int(i): (int(c), int(g)) for i, c, g in (await conn.execute(stmt)).all()})
     return found
+
+
+async def _written_ids(conn: AsyncConnection, rows: dict[int, dict[str, Any]]) -> set[int]:
+    """The ids of ``rows`` that hold the values just written (same transaction)."""
+    written: set[int] = set()
+    for part in chunks(sorted(rows)):
+        stmt = (select(job_log.c.id, job_log.c.handle_code, job_log.c.handle_time_ms)
+                .where(job_log.c.id.in_(part)))
+        for i, code, ms in (await conn.execute(stmt)).all():
+            row = rows[int(i)]
+            if code == row["handle_code"] and ms == row["handle_time_ms"]:
+                written.add(int(i))
+    return written
+
+
+def _guard_condition(guard: GroupGuard | None) -> Member | None:
+    if guard is None:
+        return None
+    if guard.only is not None:
+        return Member("job_group", tuple(sorted(guard.only)))
+    if not guard.excluded:
+        return None
+    return Member("job_group", tuple(sorted(guard.excluded)), inside=False)
 
 
 async def _insert_one_ignoring_duplicate(conn: AsyncConnection, row: NewLog) -> int | None:

@@ -11,6 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Generic, TypeVar
 
+from jobring.core.addresses import address_key
+
 T = TypeVar("T")
 
 
@@ -171,7 +173,22 @@ class ResultOutcome(StrEnum):
 
     APPLIED = "applied"
     REPEAT = "repeat"  # the log already had a result: ignored
-    NOT_FOUND = "not_found"
+    NOT_FOUND = "not_found"  # no such run, or (with a GroupGuard) a run of a group not allowed
+
+
+@dataclass(frozen=True, slots=True)
+class GroupGuard:
+    """The executor groups whose runs a write may touch: ``only`` these (a group token's
+    groups), or every group but ``excluded`` (the global token: not the groups that have a
+    token of their own). Part of the write's own statement, not a check before it."""
+
+    only: frozenset[int] | None = None
+    excluded: frozenset[int] = frozenset()
+
+    def allows(self, group_id: int) -> bool:
+        if self.only is not None:
+            return group_id in self.only
+        return group_id not in self.excluded
 
 
 class LogStatus(StrEnum):
@@ -254,9 +271,10 @@ class JobGroup:
 
     @property
     def routable_addresses(self) -> list[str]:
-        """``addresses`` without the disabled ones: what a fire may be routed to."""
-        off = set(self.disabled)
-        return [a for a in self.addresses if a not in off]
+        """``addresses`` without the disabled ones (in any spelling of them, see
+        ``address_key``): what a fire may be routed to."""
+        off = {address_key(a) for a in self.disabled}
+        return [a for a in self.addresses if address_key(a) not in off]
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,8 +190,8 @@ async def run_log(
     if services.executors is None:
         raise ApiError(503, "executor calls are not available on this node")
     param = LogParam(log_date_tim=_epoch_ms(entry.trigger_time), log_id=entry.id, from_line_num=from_line)
-    answer = await services.executors.log(entry.executor_address, param,
-                                          await _executor_token(services, entry.job_group))
+    token, app_name = await _executor_token(services, entry.job_group)
+    answer = await services.executors.log(entry.executor_address, param, token, app_name)
     if not answer.ok or not isinstance(answer.content, dict):
         raise ApiError(
             502, f"executor {entry.executor_address} did not return the log: {answer.msg or 'no content'}"
@@ -210,10 +210,12 @@ async def run_log(
     )
 
 
-async def _executor_token(services: ManagementServices, group_id: int) -> str | None:
-    """The token the run's executor expects: its group's own, else the global one."""
+async def _executor_token(services: ManagementServices, group_id: int) -> tuple[str | None, str | None]:
+    """The token the run's executor expects (its group's own, else the global one), and the
+    group's appname (how that appname's executor at the address speaks was learned)."""
     group = await services.store.groups.get(group_id)
-    return (group.access_token if group else None) or services.secrets.access_token
+    token = (group.access_token if group else None) or services.secrets.access_token
+    return token, group.app_name if group else None
 
 
 @router.post(
@@ -231,8 +233,8 @@ async def kill_run(run_id: RunId, services: Services, principal: Writer) -> Kill
         raise ApiError(503, "executor calls are not available on this node")
     if not entry.executor_address:
         raise ApiError(409, f"run {run_id} has no executor address")
-    answer = await services.executors.kill(entry.executor_address, entry.job_id,
-                                           await _executor_token(services, entry.job_group))
+    token, app_name = await _executor_token(services, entry.job_group)
+    answer = await services.executors.kill(entry.executor_address, entry.job_id, token, app_name)
     await services.audit.record(
         principal, AuditAction.RUN_KILL, target_type="run", target_id=entry.id, group_id=entry.job_group,
         outcome=Outcome.SUCCESS if answer.ok else Outcome.FAILURE, details={"job_id": entry.job_id},

@@ -1,0 +1,117 @@
+"""Contract tests of the guarded result write (``logs.record_results(guard=...)``) on every
+backend: an executor token's groups are a condition of the UPDATE itself (issue 19, 1.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from jobring.admin.store import GroupGuard, HandleResult, JobGroup, JobInfo, NewLog, ResultOutcome, Store
+from jobring.admin.store import logs as logs_module
+
+NOW = datetime(2026, 3, 10, 12, 0, 0)
+WHEN = datetime(2026, 3, 10, 12, 0, 5, tzinfo=UTC)
+
+
+async def _groups(store: Store) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(group, job) of app A and of app B."""
+    out = []
+    for app in ("guard-a", "guard-b"):
+        group = await store.groups.create(JobGroup(app_name=app, title=app), NOW)
+        job = await store.jobs.create(JobInfo(job_group=group, job_desc=app, executor_handler="h"))
+        out.append((group, job))
+    return out[0], out[1]
+
+
+async def _run(store: Store, group: int, job: int) -> int:
+    (log_id,) = await store.logs.insert_fires([NewLog(group, job, NOW, executor_handler="h",
+                                                      trigger_type="CRON", trigger_code=200)])
+    assert log_id is not None
+    return log_id
+
+
+def _done(log_id: int, msg: str) -> HandleResult:
+    return HandleResult(log_id, 200, msg, WHEN)
+
+
+async def test_a_token_writes_only_its_groups_runs(store: Store) -> None:
+    (ga, ja), (gb, jb) = await _groups(store)
+    run_a, run_b = await _run(store, ga, ja), await _run(store, gb, jb)
+    for guard in (GroupGuard(only=frozenset({ga})), GroupGuard(excluded=frozenset({gb}))):
+        outcomes = await store.logs.record_results(
+            [_done(run_b, "forged"), _done(run_a, "own"), _done(run_b + 1000, "unknown")], guard=guard)
+        assert outcomes[0] is ResultOutcome.NOT_FOUND and outcomes[2] is ResultOutcome.NOT_FOUND
+        entry_b = await store.logs.get(run_b)
+        assert entry_b is not None and entry_b.handle_code == 0 and entry_b.handle_msg is None
+    entry_a = await store.logs.get(run_a)
+    assert entry_a is not None and (entry_a.handle_code, entry_a.handle_msg) == (200, "own")
+    # The first guard applied A's result, the second found it a repeat.
+    assert await store.logs.record_results([_done(run_a, "again")], guard=GroupGuard(only=frozenset({ga}))) \
+        == [ResultOutcome.REPEAT]
+
+
+async def test_a_run_created_after_the_batch_was_read_is_never_written(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race of the second attack: the batch names the next run ids; B's fire inserts one
+    of them between the batch's read and its write."""
+    (ga, ja), (gb, jb) = await _groups(store)
+    newest = await _run(store, gb, jb)
+    real = logs_module._existing_ids
+    created: list[int] = []
+
+    async def read_then_fire(conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool) -> Any:
+        found = await real(conn, log_ids, lock=lock)
+        if not lock and not created:
+            created.append(await _run(store, gb, jb))  # committed before the write begins
+        return found
+
+    monkeypatch.setattr(logs_module, "_existing_ids", read_then_fire)
+    forged = [_done(newest + k, "forged by A") for k in range(1, 30)]
+    outcomes = await store.logs.record_results(forged, guard=GroupGuard(only=frozenset({ga})))
+    assert created and created[0] in {r.log_id for r in forged}
+    assert set(outcomes) == {ResultOutcome.NOT_FOUND}
+    entry = await store.logs.get(created[0])
+    assert entry is not None and entry.handle_code == 0 and entry.handle_msg is None
+    # The global token is refused the same way for a group with its own token.
+    outcomes = await store.logs.record_results(forged, guard=GroupGuard(excluded=frozenset({gb})))
+    assert set(outcomes) == {ResultOutcome.NOT_FOUND}
+
+
+async def test_the_guard_is_part_of_the_update_itself(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even when the check before the write is fooled (here: it sees B's run as A's), the
+    UPDATE's own condition keeps B's run unwritten, and the outcome says it was not
+    applied (so no children, retries or alarms follow it)."""
+    (ga, ja), (gb, jb) = await _groups(store)
+    run_a, run_b = await _run(store, ga, ja), await _run(store, gb, jb)
+    real = logs_module._existing_ids
+
+    async def fooled(conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool) -> Any:
+        return {i: (code, ga) for i, (code, _) in (await real(conn, log_ids, lock=lock)).items()}
+
+    monkeypatch.setattr(logs_module, "_existing_ids", fooled)
+    outcomes = await store.logs.record_results([_done(run_b, "forged"), _done(run_a, "own")],
+                                               guard=GroupGuard(only=frozenset({ga})))
+    assert outcomes == [ResultOutcome.NOT_FOUND, ResultOutcome.APPLIED]
+    entry_b, entry_a = await store.logs.get(run_b), await store.logs.get(run_a)
+    assert entry_b is not None and entry_b.handle_code == 0
+    assert entry_a is not None and entry_a.handle_code == 200
+
+
+async def test_a_flood_of_unknown_ids_takes_no_write_transaction(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    (ga, _), _ = await _groups(store)
+    writes: list[bool] = []
+    real_write = store.db.write
+
+    def counting_write(**kwargs: Any) -> Any:
+        writes.append(True)
+        return real_write(**kwargs)
+
+    monkeypatch.setattr(store.db, "write", counting_write)
+    outcomes = await store.logs.record_results([_done(10_000 + k, "x") for k in range(1000)],
+                                               guard=GroupGuard(only=frozenset({ga})))
+    assert set(outcomes) == {ResultOutcome.NOT_FOUND} and writes == []
