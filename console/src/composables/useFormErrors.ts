@@ -13,13 +13,22 @@ export function useFormErrors<F extends object>(form: F) {
     formError.value = "";
   }
 
-  /** Shows the error by the field it names (`executor.param` -> `executor`), else above the form. */
+  /** Shows the error at the field it names (`alarm_targets.0.url` -> `alarm_targets`) and focuses
+   * that field; when no control of the form shows that field, above the form (never lost). */
   async function show(exc: unknown): Promise<void> {
     clear();
     if (exc instanceof ApiError && exc.field) {
-      fields[exc.field.split(".")[0] ?? exc.field] = exc.message;
+      const name = exc.field.split(".")[0] ?? exc.field;
+      const prefix = `${exc.field}: `;
+      fields[name] = exc.message.startsWith(prefix) ? exc.message.slice(prefix.length) : exc.message;
       await nextTick();
-      document.querySelector<HTMLElement>("[aria-invalid='true']")?.focus();
+      const marked = document.querySelector<HTMLElement>("[aria-invalid='true']");
+      if (marked) {
+        marked.focus();
+        return;
+      }
+      delete fields[name];
+      formError.value = errorText(exc);
     } else if (exc instanceof ApiError && exc.status !== 401) {
       formError.value = errorText(exc);
     } else notifyError(exc); // a 401 returns to the sign-in page

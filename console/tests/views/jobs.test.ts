@@ -3,6 +3,7 @@
 import { flushPromises, mount } from "@vue/test-utils";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { defineComponent, h } from "vue";
+import openapi from "../../openapi.json";
 import { ApiError } from "../../src/api/client";
 import { getGlue, listGlueVersions, restoreGlueVersion, saveGlue } from "../../src/api/glue";
 import { getGroup, listGroups } from "../../src/api/groups";
@@ -60,6 +61,30 @@ describe("JobEditView", () => {
     await conf.setValue("0 0 3 * * ?");
     await flushPromises();
     expect(wrapper.find("label.invalid").exists()).toBe(false);
+  });
+
+  it("shows every field the API may refuse at its control, or above the form when it has none", async () => {
+    const schema = openapi.components.schemas.JobUpdate.properties as Record<string, unknown>;
+    const atField: string[] = [];
+    for (const field of Object.keys(schema)) {
+      vi.mocked(updateJob).mockRejectedValueOnce(new ApiError(422, `${field}: refused here`, `${field}.0`));
+      const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+      await wrapper.find("form.editor").trigger("submit");
+      await flushPromises();
+      const marked = wrapper.find(`[aria-invalid=true][name=${field}]`);
+      if (marked.exists()) {
+        atField.push(field);
+        expect(document.activeElement).toBe(marked.element);
+        expect(marked.element.closest("label")!.querySelector(".field-error")!.textContent).toBe(`${field}: refused here`);
+      } else {
+        expect(wrapper.find(".form-error").text(), field).toBe(`${field}: refused here`);
+      }
+      wrapper.unmount();
+    }
+    for (const shown of ["job_desc", "alarm_email", "schedule_conf", "schedule_timezone", "executor_handler", "executor_timeout",
+      "executor_fail_retry_count", "child_job_ids", "misfire_strategy", "executor_route_strategy", "executor_block_strategy"]) {
+      expect(atField).toContain(shown);
+    }
   });
 
   it("shows an error without a field above the form", async () => {

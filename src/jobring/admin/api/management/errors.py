@@ -84,9 +84,24 @@ async def _on_api_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status, exc.error, exc.field, exc.headers)
 
 
+# Checks shared with the XXL-JOB-compatible paths name a few fields by their column; this API's
+# bodies name them differently, and an error must name the field the caller sent.
+API_FIELD_NAMES = {"child_jobid": "child_job_ids"}
+
+
+def api_field(field: str) -> str:
+    """``field`` (dotted) as this API's bodies name it."""
+    head, dot, rest = field.partition(".")
+    return API_FIELD_NAMES.get(head, head) + dot + rest
+
+
 async def _on_field_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, FieldError)
-    return error_response(exc.status, str(exc), exc.field)
+    field = api_field(exc.field)
+    message = str(exc)
+    if field != exc.field and message.startswith(exc.field):
+        message = field + message[len(exc.field):]
+    return error_response(exc.status, message, field)
 
 
 async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:

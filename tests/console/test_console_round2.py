@@ -1,0 +1,46 @@
+"""The console in a real browser, second round (issue 25): refusals reach their fields,
+missing things are not found, bulk results, filters, delayed runs, dialogs, logs."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.console.conftest import PageErrors, login
+from tests.console.stack import Stack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def _job(stack: Stack, desc: str, **fields: object) -> int:
+    with stack.api() as http:
+        body = {"job_group": stack.group_id(), "job_desc": desc, "executor_handler": "hello",
+                "schedule_type": "NONE", **fields}
+        r = http.post("/jobs", json=body)
+        r.raise_for_status()
+        return int(r.json()["id"])
+
+
+def test_every_refused_job_field_is_marked_at_its_control(page: Page, stack: Stack, errors: PageErrors) -> None:
+    errors.allowed += ["422 (Unprocessable Entity)", "404 (Not Found)", "409 (Conflict)"]  # the refusals below
+    job = _job(stack, "refusals", schedule_type="CRON", schedule_conf="0 0 2 * * ?")
+    login(page, stack, path=f"/jobs/{job}")
+    refusals = [
+        ("input[name=job_desc]", ""), ("input[name=alarm_email]", "not-an-address"),
+        ("input[name=schedule_conf]", "0 15 10 ? * 6 1999 x"), ("input[name=schedule_timezone]", "Mars/Olympus"),
+        ("input[name=executor_handler]", " padded"), ("input[name=executor_timeout]", "-1"),
+        ("input[name=executor_fail_retry_count]", "101"), ("input[name=child_job_ids]", "999999"),
+        ("input[name=child_job_ids]", str(job)), ("input[name=child_job_ids]", "abc"),
+    ]
+    for selector, bad in refusals:
+        control = page.locator(selector)
+        good = control.input_value()
+        control.fill(bad)
+        page.get_by_test_id("save-job").click()
+        expect(page.locator(f"label.invalid {selector}"), f"{selector} = {bad!r}").to_be_visible()
+        expect(control).to_be_focused()
+        expect(page.locator(".form-error")).to_have_count(0)
+        control.fill(good)
+        expect(page.locator(f"label.invalid {selector}")).to_have_count(0)  # editing clears the mark
+    page.get_by_test_id("save-job").click()
+    expect(page.get_by_text("Saved")).to_be_visible()
