@@ -44,3 +44,20 @@ def test_every_refused_job_field_is_marked_at_its_control(page: Page, stack: Sta
         expect(page.locator(f"label.invalid {selector}")).to_have_count(0)  # editing clears the mark
     page.get_by_test_id("save-job").click()
     expect(page.get_by_text("Saved")).to_be_visible()
+
+
+def test_missing_jobs_runs_and_paths_are_not_found(page: Page, stack: Stack, errors: PageErrors) -> None:
+    errors.allowed.append("404 (Not Found)")  # the refused loads below
+    bean = _job(stack, "a bean job")
+    login(page, stack, path="/jobs/99999")
+    expect(page.get_by_test_id("not-found")).to_contain_text("Job #99999 does not exist")
+    expect(page.locator("input[name=job_desc]")).to_have_count(0)
+    page.goto(stack.url + "/runs/99999999")
+    expect(page.get_by_test_id("not-found")).to_contain_text("Run #99999999 does not exist")
+    expect(page.get_by_test_id("log-live")).to_have_count(0)
+    page.goto(f"{stack.url}/jobs/{bean}/glue")
+    expect(page.get_by_test_id("bean-job")).to_be_visible()
+    expect(page.locator(".cm-content")).to_have_count(0)
+    answer = page.goto(stack.url + "/foo")
+    assert answer is not None and answer.status == 404
+    expect(page.get_by_test_id("not-found")).to_contain_text("Page not found.")

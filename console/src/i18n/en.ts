@@ -317,6 +317,11 @@ export const en = {
   "route.FAILOVER": "Failover",
   "route.BUSYOVER": "Busy over",
   "route.SHARDING_BROADCAST": "Sharding broadcast",
+  "error.missing": "{what} does not exist, or you may not see it.",
+  "error.jobN": "Job #{id}",
+  "error.runN": "Run #{id}",
+  "common.retry": "Try again",
+  "glue.toJob": "Back to the job",
 } as const;
 
 export type MessageKey = keyof typeof en;

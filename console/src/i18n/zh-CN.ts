@@ -319,4 +319,9 @@ export const zhCN: Messages = {
   "route.FAILOVER": "故障转移",
   "route.BUSYOVER": "忙碌转移",
   "route.SHARDING_BROADCAST": "分片广播",
+  "error.missing": "{what}不存在，或您无权查看。",
+  "error.jobN": "任务 #{id}",
+  "error.runN": "调度日志 #{id}",
+  "common.retry": "重试",
+  "glue.toJob": "返回任务",
 };

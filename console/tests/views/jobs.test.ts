@@ -101,6 +101,13 @@ describe("JobEditView", () => {
     expect(wrapper.findAll("[data-testid=next-time]")).toHaveLength(1);
   });
 
+  it("shows a missing or hidden job as not found, not as an empty form", async () => {
+    vi.mocked(getJob).mockRejectedValue(new ApiError(404, "job 99999 not found"));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/99999", props: { id: "99999" } });
+    expect(wrapper.find("[data-testid=not-found]").text()).toContain("Job #99999 does not exist");
+    expect(wrapper.find("form").exists()).toBe(false);
+  });
+
   it("is read only for a viewer", async () => {
     const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" }, as: { role: "viewer" } });
     expect(wrapper.find("input[name=job_desc]").element.closest("fieldset")!.disabled).toBe(true);
@@ -202,11 +209,22 @@ describe("RunDetailView", () => {
     expect(toastTexts("error")).toEqual(["job thread not running"]);
   });
 
-  it("shows a run it may not read as an error toast", async () => {
+  it("shows a missing or hidden run as not found, and follows no log", async () => {
     vi.mocked(getRun).mockRejectedValue(new ApiError(404, "run 99 not found"));
-    await mountView(RunDetailView, { path: "/runs/99", props: { id: "99" } });
-    expect(toastTexts("error")).toEqual(["run 99 not found"]);
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/99", props: { id: "99" } });
+    expect(wrapper.find("[data-testid=not-found]").text()).toContain("Run #99 does not exist");
+    expect(wrapper.find("[data-testid=log-live]").exists()).toBe(false);
     expect(getRunLog).not.toHaveBeenCalled();
+  });
+
+  it("offers to try again when the run could not be loaded", async () => {
+    vi.mocked(getRun).mockRejectedValueOnce(new ApiError(0, "Failed to fetch")).mockResolvedValue(run({ id: 5 }));
+    vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(wrapper.find("[data-testid=load-failure]").text()).toContain("Cannot reach the admin.");
+    await wrapper.find("[data-testid=load-failure] button").trigger("click");
+    await flushPromises();
+    expect(wrapper.find("h1 .badge").attributes("data-state")).toBe("success");
   });
 });
 
@@ -254,6 +272,18 @@ describe("GlueView", () => {
     await clickAndConfirm(wrapper, wrapper.findAll(".versions button")[1]!);
     expect(restoreGlueVersion).toHaveBeenCalledWith(3, 21);
     expect(getGlue).toHaveBeenCalledTimes(2);
+  });
+
+  it("has no editor for a BEAN job, and shows a missing job as not found", async () => {
+    vi.mocked(getGlue).mockResolvedValueOnce({ ...glue, glue_type: "BEAN", glue_source: null });
+    const { wrapper } = await mountGlue();
+    expect(wrapper.find("[data-testid=bean-job]").exists()).toBe(true);
+    expect(wrapper.find(".code-stub").exists()).toBe(false);
+    expect(listGlueVersions).not.toHaveBeenCalled();
+    wrapper.unmount();
+    vi.mocked(getGlue).mockRejectedValueOnce(new ApiError(404, "job 3 not found"));
+    const missing = await mountGlue();
+    expect(missing.wrapper.find("[data-testid=not-found]").exists()).toBe(true);
   });
 
   it("asks for nothing while GLUE is off", async () => {
