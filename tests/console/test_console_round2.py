@@ -21,13 +21,17 @@ def _job(stack: Stack, desc: str, **fields: object) -> int:
         return int(r.json()["id"])
 
 
-def test_every_refused_job_field_is_marked_at_its_control(page: Page, stack: Stack, errors: PageErrors) -> None:
-    errors.allowed += ["422 (Unprocessable Entity)", "404 (Not Found)", "409 (Conflict)"]  # the refusals below
+def test_every_refused_job_field_is_marked_at_its_control(
+    page: Page, stack: Stack, errors: PageErrors
+) -> None:
+    # The refusals below, as the browser logs them.
+    errors.allowed += ["422 (Unprocessable Entity)", "404 (Not Found)", "409 (Conflict)"]
     job = _job(stack, "refusals", schedule_type="CRON", schedule_conf="0 0 2 * * ?")
     login(page, stack, path=f"/jobs/{job}")
     refusals = [
         ("input[name=job_desc]", ""), ("input[name=alarm_email]", "not-an-address"),
-        ("input[name=schedule_conf]", "0 15 10 ? * 6 1999 x"), ("input[name=schedule_timezone]", "Mars/Olympus"),
+        ("input[name=schedule_conf]", "0 15 10 ? * 6 1999 x"),
+        ("input[name=schedule_timezone]", "Mars/Olympus"),
         ("input[name=executor_handler]", " padded"), ("input[name=executor_timeout]", "-1"),
         ("input[name=executor_fail_retry_count]", "101"), ("input[name=child_job_ids]", "999999"),
         ("input[name=child_job_ids]", str(job)), ("input[name=child_job_ids]", "abc"),
