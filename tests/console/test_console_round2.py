@@ -65,3 +65,27 @@ def test_missing_jobs_runs_and_paths_are_not_found(page: Page, stack: Stack, err
     answer = page.goto(stack.url + "/foo")
     assert answer is not None and answer.status == 404
     expect(page.get_by_test_id("not-found")).to_contain_text("Page not found.")
+
+
+def test_bulk_start_says_what_it_did_and_a_refused_filter_shows_no_stale_runs(
+    page: Page, stack: Stack, errors: PageErrors
+) -> None:
+    errors.allowed.append("422 (Unprocessable Entity)")  # the refused filter below
+    manual = _job(stack, "bulk manual")
+    cron = _job(stack, "bulk cron", schedule_type="CRON", schedule_conf="0 0 3 * * ?")
+    login(page, stack, path="/jobs?desc=bulk%20")
+    expect(page.locator(f"tr[data-job-id='{manual}'] [data-testid=toggle]")).to_be_disabled()
+    page.get_by_label("Select all on this page").check()
+    page.get_by_role("button", name="Start selected").click()
+    result = page.get_by_test_id("bulk-result")
+    expect(result).to_contain_text("Started 1 of 2 jobs.")
+    expect(result).to_contain_text(f"#{manual} bulk manual: Manual only")
+    expect(page.locator(f"tr[data-job-id='{cron}'] [role=switch]")).to_have_attribute("aria-checked", "true")
+    expect(page.locator(".bulk-bar")).to_contain_text("1 selected")  # the refused one stays selected
+
+    page.goto(stack.url + "/runs")
+    page.fill("input[name=job]", "abc")
+    page.get_by_role("button", name="Search").click()
+    expect(page.get_by_test_id("list-error")).to_contain_text("job_id")
+    expect(page.locator("label.invalid input[name=job]")).to_be_visible()
+    expect(page.locator("tr[data-run-id]")).to_have_count(0)

@@ -322,6 +322,10 @@ export const en = {
   "error.runN": "Run #{id}",
   "common.retry": "Try again",
   "glue.toJob": "Back to the job",
+  "jobs.bulkStarted": "Started {done} of {total} jobs.",
+  "jobs.bulkStopped": "Stopped {done} of {total} jobs.",
+  "jobs.bulkRefused": "Not changed (still selected):",
+  "jobs.manualOnly": "Manual only (schedule type None): use Run once",
 } as const;
 
 export type MessageKey = keyof typeof en;

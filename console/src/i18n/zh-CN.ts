@@ -324,4 +324,8 @@ export const zhCN: Messages = {
   "error.runN": "调度日志 #{id}",
   "common.retry": "重试",
   "glue.toJob": "返回任务",
+  "jobs.bulkStarted": "已启动 {done}/{total} 个任务。",
+  "jobs.bulkStopped": "已停止 {done}/{total} 个任务。",
+  "jobs.bulkRefused": "未更改（仍保持选中）：",
+  "jobs.manualOnly": "仅手动触发（调度类型为“无”）：请使用“执行一次”",
 };

@@ -76,6 +76,29 @@ describe("JobsView", () => {
     expect(wrapper.find("tr[data-job-id='1'] [role=switch]").attributes("aria-checked")).toBe("true");
   });
 
+  it("says how many jobs a bulk start changed and why the others did not; keeps those selected", async () => {
+    vi.mocked(listJobs).mockResolvedValue(page([
+      job({ id: 1 }), job({ id: 2, job_desc: "manual", schedule_type: "NONE", schedule_conf: null }), job({ id: 3, job_desc: "odd" }),
+    ]));
+    vi.mocked(setJobStarted).mockImplementation(async (id) => {
+      if (id === 3) throw new ApiError(400, "the schedule of job 3 never fires again", "schedule_conf");
+      return job({ id, trigger_status: 1 });
+    });
+    const { wrapper } = await mountView(JobsView, { path: "/jobs" });
+    expect(wrapper.find("tr[data-job-id='2'] [data-testid=toggle]").attributes("disabled")).toBeDefined();
+    expect(wrapper.find("tr[data-job-id='1'] [data-testid=toggle]").attributes("disabled")).toBeUndefined();
+    await wrapper.find("input[aria-label='Select all on this page']").setValue(true);
+    await wrapper.findAll(".bulk-bar button")[0]!.trigger("click");
+    await flushPromises();
+    expect(setJobStarted).toHaveBeenCalledTimes(2); // the manual-only job is not asked
+    const result = wrapper.find("[data-testid=bulk-result]");
+    expect(result.text()).toContain("Started 1 of 3 jobs.");
+    expect(result.findAll("li").map((li) => li.text())).toEqual([
+      "#2 manual: Manual only (schedule type None): use Run once", "#3 odd: the schedule of job 3 never fires again",
+    ]);
+    expect(wrapper.find(".bulk-bar").text()).toContain("2 selected");
+  });
+
   it("deletes a job once confirmed and reloads", async () => {
     vi.mocked(deleteJob).mockResolvedValue(undefined);
     const { wrapper } = await mountView(JobsView, { path: "/jobs" });
@@ -108,6 +131,25 @@ describe("RunsView", () => {
       run({ id: 11, state: "running", duration_ms: null, handle_code: 0 }),
       run({ id: 12, state: "lost", handle_code: 500, handle_msg: "gone" }),
     ], { total: 1000, total_exact: false, next_cursor: "c2" }));
+  });
+
+  it("shows a refused filter at the filter and no stale rows under it", async () => {
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(2);
+    vi.mocked(listRuns).mockRejectedValueOnce(new ApiError(422, "job_id: Input should be a valid integer", "job_id"));
+    await wrapper.find("input[name=job]").setValue("abc");
+    await wrapper.find("form[role=search]").trigger("submit");
+    await flushPromises();
+    expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(0);
+    expect(wrapper.find("[data-testid=list-error]").text()).toBe("job_id: Input should be a valid integer");
+    expect(wrapper.find("label.invalid input[name=job]").exists()).toBe(true);
+    expect(wrapper.find("td.empty").exists()).toBe(false);
+    expect(toastTexts("error")).toEqual([]);
+    await wrapper.find("input[name=job]").setValue("1");
+    await wrapper.find("form[role=search]").trigger("submit");
+    await flushPromises();
+    expect(wrapper.find("[data-testid=list-error]").exists()).toBe(false);
+    expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(2);
   });
 
   it("shows each run with the state the API gives", async () => {
@@ -152,11 +194,13 @@ describe("RunsView", () => {
     expect(toastTexts("ok")[0]).toContain("7");
   });
 
-  it("shows a failed listing as an error toast", async () => {
-    vi.mocked(listRuns).mockRejectedValue(new ApiError(400, "trigger_from after trigger_to", "trigger_from"));
+  it("shows a listing it could not reach above the rows it had", async () => {
     const { wrapper } = await mountView(RunsView, { path: "/runs" });
-    expect(toastTexts("error")).toEqual(["trigger_from after trigger_to"]);
-    expect(wrapper.find("td.empty").exists()).toBe(true);
+    vi.mocked(listRuns).mockRejectedValueOnce(new ApiError(0, "Failed to fetch"));
+    await wrapper.findAll(".filter-actions button").filter((b) => b.text() === "Refresh")[0]!.trigger("click");
+    await flushPromises();
+    expect(wrapper.find("[data-testid=list-error]").text()).toBe("Cannot reach the admin.");
+    expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(2);
   });
 });
 
@@ -192,10 +236,10 @@ describe("AuditView", () => {
     expect(JSON.parse(wrapper.find("pre.msg").text())).toEqual({ before: "a", after: "b" });
   });
 
-  it("shows a refused listing as an error toast", async () => {
+  it("shows a refused listing above the table", async () => {
     vi.mocked(listAudit).mockRejectedValue(new ApiError(403, "admin only"));
-    await mountView(AuditView, { path: "/audit" });
-    expect(toastTexts("error")).toEqual(["Not permitted: admin only"]);
+    const { wrapper } = await mountView(AuditView, { path: "/audit" });
+    expect(wrapper.find("[data-testid=list-error]").text()).toBe("Not permitted: admin only");
   });
 });
 
