@@ -89,3 +89,24 @@ def test_bulk_start_says_what_it_did_and_a_refused_filter_shows_no_stale_runs(
     expect(page.get_by_test_id("list-error")).to_contain_text("job_id")
     expect(page.locator("label.invalid input[name=job]")).to_be_visible()
     expect(page.locator("tr[data-run-id]")).to_have_count(0)
+
+
+def test_delayed_runs_are_listed_on_the_job_and_in_runs_and_can_be_cancelled(
+    page: Page, stack: Stack
+) -> None:
+    job = _job(stack, "run later")
+    with stack.api() as http:
+        ask = {"delay_ms": 3_600_000, "executor_param": "p-later"}
+        later = http.post(f"/jobs/{job}/trigger-at", json=ask)
+        later.raise_for_status()
+        fire = later.json()["id"]
+    login(page, stack, path=f"/runs?state=scheduled&job={job}")
+    expect(page.locator(f"[data-testid=delayed-runs] tr[data-fire-id='{fire}']")).to_contain_text("run later")
+    page.goto(f"{stack.url}/jobs/{job}")
+    row = page.locator(f"[data-testid=delayed-runs] tr[data-fire-id='{fire}']")
+    expect(row).to_contain_text("p-later")
+    row.get_by_role("button", name="Cancel run").click()
+    page.get_by_test_id("confirm-yes").click()
+    expect(page.get_by_test_id("delayed-runs")).to_contain_text("No delayed run is pending.")
+    with stack.api() as http:
+        assert http.get(f"/jobs/{job}/delayed").json() == []

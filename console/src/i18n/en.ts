@@ -326,6 +326,13 @@ export const en = {
   "jobs.bulkStopped": "Stopped {done} of {total} jobs.",
   "jobs.bulkRefused": "Not changed (still selected):",
   "jobs.manualOnly": "Manual only (schedule type None): use Run once",
+  "delayed.title": "Delayed runs (Run at)",
+  "delayed.at": "Runs at",
+  "delayed.by": "Asked by",
+  "delayed.none": "No delayed run is pending.",
+  "delayed.cancel": "Cancel run",
+  "delayed.confirmCancel": "Cancel the run of job #{job} planned for {at}?",
+  "delayed.cancelled": "Delayed run cancelled.",
 } as const;
 
 export type MessageKey = keyof typeof en;

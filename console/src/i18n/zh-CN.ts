@@ -328,4 +328,11 @@ export const zhCN: Messages = {
   "jobs.bulkStopped": "已停止 {done}/{total} 个任务。",
   "jobs.bulkRefused": "未更改（仍保持选中）：",
   "jobs.manualOnly": "仅手动触发（调度类型为“无”）：请使用“执行一次”",
+  "delayed.title": "延迟执行（指定时间运行）",
+  "delayed.at": "执行时间",
+  "delayed.by": "创建人",
+  "delayed.none": "没有待执行的延迟任务。",
+  "delayed.cancel": "取消执行",
+  "delayed.confirmCancel": "取消任务 #{job} 计划于 {at} 的执行？",
+  "delayed.cancelled": "已取消延迟执行。",
 };

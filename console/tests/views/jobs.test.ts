@@ -7,14 +7,16 @@ import openapi from "../../openapi.json";
 import { ApiError } from "../../src/api/client";
 import { getGlue, listGlueVersions, restoreGlueVersion, saveGlue } from "../../src/api/glue";
 import { getGroup, listGroups } from "../../src/api/groups";
-import { createJob, getJob, previewSchedule, triggerJob, triggerJobAt, updateJob } from "../../src/api/jobs";
+import {
+  cancelDelayed, createJob, getJob, listDelayed, previewSchedule, triggerJob, triggerJobAt, updateJob,
+} from "../../src/api/jobs";
 import { getRun, getRunLog, killRun } from "../../src/api/runs";
 import TriggerDialog from "../../src/components/TriggerDialog.vue";
 import { session } from "../../src/stores/session";
 import GlueView from "../../src/views/GlueView.vue";
 import JobEditView from "../../src/views/JobEditView.vue";
 import RunDetailView from "../../src/views/RunDetailView.vue";
-import { group, job, page, run } from "./fixtures";
+import { delayed, group, job, page, run } from "./fixtures";
 import { clickAndConfirm, fill, mountView, toastTexts } from "./harness";
 
 vi.mock("../../src/api/glue");
@@ -27,6 +29,20 @@ describe("JobEditView", () => {
     vi.mocked(listGroups).mockResolvedValue(page([group({ id: 4, title: "Reports" })]));
     vi.mocked(previewSchedule).mockResolvedValue({ times: [Date.UTC(2026, 0, 2, 2)], times_iso: [], timezone: "UTC" });
     vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, job_desc: "weekly", schedule_conf: "0 15 10 ? * 6" }));
+    vi.mocked(listDelayed).mockResolvedValue([]);
+  });
+
+  it("lists the job's delayed runs and cancels one once confirmed", async () => {
+    vi.mocked(listDelayed).mockResolvedValueOnce([delayed({ id: 3, job_id: 7, executor_param: "late" })]).mockResolvedValue([]);
+    vi.mocked(cancelDelayed).mockResolvedValue(undefined);
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(listDelayed).toHaveBeenCalledWith({ job_id: 7 });
+    const row = wrapper.find("[data-testid=delayed-runs] tr[data-fire-id='3']");
+    expect(row.text()).toContain("late");
+    await clickAndConfirm(wrapper, row.find("button"));
+    expect(cancelDelayed).toHaveBeenCalledWith(7, 3);
+    expect(wrapper.find("[data-testid=delayed-runs]").text()).toContain("No delayed run is pending.");
+    expect(toastTexts("ok")).toEqual(["Delayed run cancelled."]);
   });
 
   it("loads the job into the form", async () => {

@@ -6,13 +6,13 @@ import { listAudit } from "../../src/api/audit";
 import { ApiError, type Schemas } from "../../src/api/client";
 import { getDashboard } from "../../src/api/dashboard";
 import { listGroups } from "../../src/api/groups";
-import { deleteJob, listJobs, setJobStarted } from "../../src/api/jobs";
+import { deleteJob, listDelayed, listJobs, setJobStarted } from "../../src/api/jobs";
 import { clearRuns, killRun, listRuns } from "../../src/api/runs";
 import AuditView from "../../src/views/AuditView.vue";
 import DashboardView from "../../src/views/DashboardView.vue";
 import JobsView from "../../src/views/JobsView.vue";
 import RunsView from "../../src/views/RunsView.vue";
-import { auditEntry, group, job, page, run } from "./fixtures";
+import { auditEntry, delayed, group, job, page, run } from "./fixtures";
 import { clickAndConfirm, mountView, toastTexts } from "./harness";
 
 vi.mock("../../src/api/audit");
@@ -131,6 +131,13 @@ describe("RunsView", () => {
       run({ id: 11, state: "running", duration_ms: null, handle_code: 0 }),
       run({ id: 12, state: "lost", handle_code: 500, handle_msg: "gone" }),
     ], { total: 1000, total_exact: false, next_cursor: "c2" }));
+  });
+
+  it("lists the delayed runs too when the state filter is scheduled", async () => {
+    vi.mocked(listDelayed).mockResolvedValue([delayed({ id: 8, job_id: 1 })]);
+    const { wrapper } = await mountView(RunsView, { path: "/runs?state=scheduled&group=1" });
+    expect(listDelayed).toHaveBeenCalledWith({ job_group: 1, job_id: undefined });
+    expect(wrapper.find("[data-testid=delayed-runs] tr[data-fire-id='8']").text()).toContain("nightly report");
   });
 
   it("shows a refused filter at the filter and no stale rows under it", async () => {
