@@ -110,3 +110,28 @@ def test_delayed_runs_are_listed_on_the_job_and_in_runs_and_can_be_cancelled(
     expect(page.get_by_test_id("delayed-runs")).to_contain_text("No delayed run is pending.")
     with stack.api() as http:
         assert http.get(f"/jobs/{job}/delayed").json() == []
+
+
+def test_dialogs_focus_their_first_field_and_return_it_and_escape_closes_the_user_menu(
+    page: Page, stack: Stack
+) -> None:
+    job = _job(stack, "focus check")
+    login(page, stack, path="/jobs?desc=focus%20check")
+    opener = page.locator(f"tr[data-job-id='{job}'] [data-testid=run-once]")
+    opener.click()
+    expect(page.locator("dialog textarea[name=executor_param]")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("dialog")).to_have_count(0)
+    expect(opener).to_be_focused()
+    page.goto(stack.url + "/groups")
+    page.get_by_test_id("new-group").click()
+    expect(page.locator("dialog input[name=app_name]")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.get_by_test_id("new-group")).to_be_focused()
+    menu = page.locator("details.user-menu")
+    page.get_by_test_id("user-menu").click()
+    expect(menu).to_have_attribute("open", "")
+    page.evaluate("document.activeElement.blur()")  # wherever the focus went
+    page.keyboard.press("Escape")
+    expect(menu).not_to_have_attribute("open", "")
+    expect(page.get_by_test_id("user-menu")).to_be_focused()

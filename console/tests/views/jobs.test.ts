@@ -101,7 +101,7 @@ describe("JobEditView", () => {
       "executor_fail_retry_count", "child_job_ids", "misfire_strategy", "executor_route_strategy", "executor_block_strategy"]) {
       expect(atField).toContain(shown);
     }
-  });
+  }, 20_000); // one mount per field of the API
 
   it("shows an error without a field above the form", async () => {
     vi.mocked(updateJob).mockRejectedValue(new ApiError(403, "operator of group 4 required"));
