@@ -333,6 +333,7 @@ export const en = {
   "delayed.cancel": "Cancel run",
   "delayed.confirmCancel": "Cancel the run of job #{job} planned for {at}?",
   "delayed.cancelled": "Delayed run cancelled.",
+  "runs.logZone": "Times in the log are the executor's own clock; times above are in {zone}.",
 } as const;
 
 export type MessageKey = keyof typeof en;

@@ -335,4 +335,5 @@ export const zhCN: Messages = {
   "delayed.cancel": "取消执行",
   "delayed.confirmCancel": "取消任务 #{job} 计划于 {at} 的执行？",
   "delayed.cancelled": "已取消延迟执行。",
+  "runs.logZone": "日志中的时间为执行器本机时间；上方时间为 {zone}。",
 };

@@ -196,6 +196,19 @@ describe("RunDetailView", () => {
     expect(wrapper.find("[data-testid=kill]").exists()).toBe(false);
   });
 
+  it("shows XXL-JOB's <br> as lines and its markers as section titles, never as markup", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({
+      id: 5, state: "failed", handle_msg: null,
+      trigger_msg: "Trigger type: Cron\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\nmsg: refused\n\n>>>>>>>>>>> Fail retry trigger <<<<<<<<<<<",
+    }));
+    vi.mocked(getRunLog).mockResolvedValue(log("<br>----------- start<br>----------- Param:<b>x</b>\n", 1, 1, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(wrapper.findAll(".log-line").map((l) => l.text())).toEqual(["", "----------- start", "----------- Param:<b>x</b>"]);
+    expect(wrapper.findAll("[data-testid=trigger-msg] .msg-section").map((s) => s.text())).toEqual(["Trigger Job", "Fail retry trigger"]);
+    expect(wrapper.find("[data-testid=trigger-msg]").text()).not.toContain(">>>");
+    expect(wrapper.find("[data-testid=log-zone]").text()).toContain("UTC");
+  });
+
   it("follows a running run's log from the next line until it ends", async () => {
     vi.mocked(getRun)
       .mockResolvedValueOnce(run({ id: 6, state: "running", duration_ms: null }))

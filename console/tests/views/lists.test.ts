@@ -133,6 +133,15 @@ describe("RunsView", () => {
     ], { total: 1000, total_exact: false, next_cursor: "c2" }));
   });
 
+  it("shows a failed trigger's reason in the message column, not the retry marker", async () => {
+    vi.mocked(listRuns).mockResolvedValue(page([run({
+      id: 13, state: "failed", handle_code: 0, handle_msg: null,
+      trigger_msg: "Trigger type: Cron\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\nmsg: refused\n\n>>>>>>>>>>> Fail retry trigger <<<<<<<<<<<",
+    })]));
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    expect(wrapper.find("tr[data-run-id='13'] .msg-cell").text()).toBe("msg: refused");
+  });
+
   it("lists the delayed runs too when the state filter is scheduled", async () => {
     vi.mocked(listDelayed).mockResolvedValue([delayed({ id: 8, job_id: 1 })]);
     const { wrapper } = await mountView(RunsView, { path: "/runs?state=scheduled&group=1" });
