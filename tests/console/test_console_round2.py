@@ -135,3 +135,26 @@ def test_dialogs_focus_their_first_field_and_return_it_and_escape_closes_the_use
     page.keyboard.press("Escape")
     expect(menu).not_to_have_attribute("open", "")
     expect(page.get_by_test_id("user-menu")).to_be_focused()
+
+
+def test_glue_editor_with_long_lines_keeps_the_csp(page: Page, stack: Stack) -> None:
+    long_line = "echo " + "x" * 30_000  # beyond what CodeMirror draws at once
+    job = _job(stack, "long glue", executor_handler=None, glue_type="GLUE_SHELL",
+               glue_source=f"#!/bin/bash\n{long_line}\necho short\n")
+    login(page, stack, path=f"/jobs/{job}/glue")
+    editor = page.locator(".cm-content")
+    expect(editor).to_contain_text("echo xxx")
+    for width in (390, 1440):
+        page.set_viewport_size({"width": width, "height": 844})
+        editor.click()
+        page.keyboard.press("Control+End")
+        page.keyboard.insert_text("echo " + "y" * 5000 + "\n")
+        page.keyboard.press("Shift+Home")
+        page.locator(".cm-scroller").evaluate("e => { e.scrollLeft = 100000; }")
+        page.mouse.wheel(0, 400)
+    page.fill("input[name=glue_remark]", "long lines")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".versions li").first).to_contain_text("long lines")
+    page.get_by_role("button", name="Compare").first.click()  # long lines side by side
+    expect(page.locator(".diff-row").first).to_be_visible()
+    # The page fixture fails the test on any CSP violation the editor or the diff caused.
