@@ -158,3 +158,19 @@ def test_glue_editor_with_long_lines_keeps_the_csp(page: Page, stack: Stack) -> 
     page.get_by_role("button", name="Compare").first.click()  # long lines side by side
     expect(page.locator(".diff-row").first).to_be_visible()
     # The page fixture fails the test on any CSP violation the editor or the diff caused.
+
+
+def test_with_the_admin_unreachable_a_page_not_loaded_yet_says_so_once(
+    page: Page, stack: Stack, errors: PageErrors
+) -> None:
+    errors.allowed.append("net::ERR_FAILED")  # the refused fetches below
+    login(page, stack, path="/")
+    expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+    page.route("**/assets/**", lambda route: route.abort())  # as if the admin went down
+    page.route("**/api/v1/**", lambda route: route.abort())
+    for _ in range(2):
+        page.get_by_role("link", name="Audit log").click()
+    toast = page.locator(".toast.error")
+    expect(toast).to_have_count(1)
+    expect(toast).to_contain_text("This page could not be loaded")
+    expect(page).to_have_url(stack.url + "/")  # stayed where it was

@@ -334,6 +334,7 @@ export const en = {
   "delayed.confirmCancel": "Cancel the run of job #{job} planned for {at}?",
   "delayed.cancelled": "Delayed run cancelled.",
   "runs.logZone": "Times in the log are the executor's own clock; times above are in {zone}.",
+  "error.pageLoad": "This page could not be loaded: the admin is not reachable (or was upgraded: reload the page).",
 } as const;
 
 export type MessageKey = keyof typeof en;

@@ -336,4 +336,5 @@ export const zhCN: Messages = {
   "delayed.confirmCancel": "取消任务 #{job} 计划于 {at} 的执行？",
   "delayed.cancelled": "已取消延迟执行。",
   "runs.logZone": "日志中的时间为执行器本机时间；上方时间为 {zone}。",
+  "error.pageLoad": "无法加载此页面：管理端无法访问（或已升级：请刷新页面）。",
 };

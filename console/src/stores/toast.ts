@@ -11,13 +11,21 @@ export interface Toast {
 export const toasts = reactive<Toast[]>([]);
 let next = 1;
 
+const timers = new Map<number, ReturnType<typeof setTimeout>>();
+
+/** Shows a toast; the same message again (e.g. every poll while the admin is down) does not
+ * stack up: the one shown stays longer instead. */
 export function notify(text: string, kind: Toast["kind"] = "ok"): void {
-  const toast = { id: next++, kind, text };
-  toasts.push(toast);
-  setTimeout(() => dismiss(toast.id), kind === "error" ? 8000 : 3500);
+  const shown = toasts.find((x) => x.kind === kind && x.text === text);
+  const toast = shown ?? { id: next++, kind, text };
+  if (!shown) toasts.push(toast);
+  clearTimeout(timers.get(toast.id));
+  timers.set(toast.id, setTimeout(() => dismiss(toast.id), kind === "error" ? 8000 : 3500));
 }
 
 export function dismiss(id: number): void {
+  clearTimeout(timers.get(id));
+  timers.delete(id);
   const i = toasts.findIndex((x) => x.id === id);
   if (i >= 0) toasts.splice(i, 1);
 }
