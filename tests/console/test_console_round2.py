@@ -83,11 +83,9 @@ def test_bulk_start_says_what_it_did_and_a_refused_filter_shows_no_stale_runs(
     expect(page.locator(f"tr[data-job-id='{cron}'] [role=switch]")).to_have_attribute("aria-checked", "true")
     expect(page.locator(".bulk-bar")).to_contain_text("1 selected")  # the refused one stays selected
 
-    page.goto(stack.url + "/runs")
-    page.fill("input[name=job]", "abc")
-    page.get_by_role("button", name="Search").click()
+    page.goto(stack.url + "/runs?job=abc")  # e.g. an edited link
     expect(page.get_by_test_id("list-error")).to_contain_text("job_id")
-    expect(page.locator("label.invalid input[name=job]")).to_be_visible()
+    expect(page.locator("label.invalid select[name=job]")).to_be_visible()
     expect(page.locator("tr[data-run-id]")).to_have_count(0)
 
 
@@ -174,3 +172,49 @@ def test_with_the_admin_unreachable_a_page_not_loaded_yet_says_so_once(
     expect(toast).to_have_count(1)
     expect(toast).to_contain_text("This page could not be loaded")
     expect(page).to_have_url(stack.url + "/")  # stayed where it was
+
+
+def test_alarm_and_retry_settings_address_disabling_and_searches(
+    page: Page, stack: Stack, errors: PageErrors
+) -> None:
+    errors.allowed.append("422 (Unprocessable Entity)")  # the internal alarm URL refused below
+    job = _job(stack, "alarmed job")
+    login(page, stack, path=f"/jobs/{job}")
+    page.get_by_test_id("add-alarm-target").click()
+    target = page.get_by_test_id("alarm-target").first
+    target.get_by_label("URL").fill("http://127.0.0.1:9/hook")  # an internal address: refused
+    page.get_by_test_id("save-job").click()
+    expect(page.locator(".alarm-targets.invalid .field-error")).to_contain_text("not an allowed alarm target")
+    target.get_by_label("URL").fill("https://hooks.example.invalid/jobring")
+    page.select_option("select[name=alarm_on]", "every_failure")
+    page.fill("input[name=deadline_minutes]", "45")
+    page.fill("input[name=executor_fail_retry_interval_s]", "30")
+    page.select_option("select[name=retry_backoff]", "exponential")
+    page.fill("input[name=retry_backoff_max_s]", "900")
+    page.get_by_test_id("save-job").click()
+    expect(page.get_by_text("Saved")).to_be_visible()
+    with stack.api() as http:
+        saved = http.get(f"/jobs/{job}").json()
+    assert saved["alarm_targets"] == [{"kind": "webhook", "url": "https://hooks.example.invalid/jobring"}]
+    names = ("alarm_on", "deadline_minutes", "executor_fail_retry_interval_s", "retry_backoff",
+             "retry_backoff_max_s")
+    assert [saved[n] for n in names] == ["every_failure", 45, 30, "exponential", 900]
+
+    page.goto(stack.url + "/runs")
+    expect(page.locator(f"select[name=job] option[value='{job}']")).to_have_text(f"#{job} alarmed job")
+    page.goto(stack.url + "/users")
+    page.fill("input[name=search_username]", "no-such-user")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("tr[data-user]")).to_have_count(0)
+
+    group = stack.group_id()
+    stack.wait_executor_online(group)
+    page.goto(stack.url + "/groups")
+    page.fill("input[name=group_search]", "console-e2e")
+    row = page.locator("tr[data-group='console-e2e']")
+    row.get_by_test_id("disable-address").first.click()
+    page.get_by_test_id("confirm-yes").click()
+    expect(row.get_by_test_id("disabled-address")).to_contain_text("127.0.0.1")
+    # Back into routing for the other tests.
+    row.get_by_test_id("disabled-address").get_by_role("button", name="Enable").click()
+    expect(row.get_by_test_id("disabled-address")).to_have_count(0)

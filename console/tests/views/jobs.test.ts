@@ -98,10 +98,36 @@ describe("JobEditView", () => {
       wrapper.unmount();
     }
     for (const shown of ["job_desc", "alarm_email", "schedule_conf", "schedule_timezone", "executor_handler", "executor_timeout",
-      "executor_fail_retry_count", "child_job_ids", "misfire_strategy", "executor_route_strategy", "executor_block_strategy"]) {
+      "executor_fail_retry_count", "child_job_ids", "misfire_strategy", "executor_route_strategy", "executor_block_strategy",
+      "alarm_on", "deadline_minutes", "executor_fail_retry_interval_s", "retry_backoff"]) {
       expect(atField).toContain(shown);
     }
   }, 20_000); // one mount per field of the API
+
+  it("edits the alarm targets, alarm rule, deadline and retry back-off the API has", async () => {
+    vi.mocked(getJob).mockResolvedValue(job({
+      id: 7, job_group: 4, alarm_targets: [{ kind: "dingtalk", url: "https://oapi.example/robot", secret: "****" }],
+    }));
+    vi.mocked(updateJob).mockResolvedValue({ ...job({ id: 7 }), warnings: [] });
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(wrapper.findAll("[data-testid=alarm-target]")).toHaveLength(1);
+    await wrapper.find("[data-testid=add-alarm-target]").trigger("click");
+    const added = wrapper.findAll("[data-testid=alarm-target]")[1]!;
+    await added.find("select").setValue("email");
+    await added.find("input").setValue("a@example.com, b@example.com");
+    await fill(wrapper, { alarm_on: "every_failure", deadline_minutes: "30", executor_fail_retry_interval_s: "10", retry_backoff: "exponential" });
+    await fill(wrapper, { retry_backoff_max_s: "600" });
+    await wrapper.find("input[name=alarm_recovery]").setValue(true);
+    await wrapper.find("form.editor").trigger("submit");
+    await flushPromises();
+    expect(updateJob).toHaveBeenCalledWith(7, expect.objectContaining({
+      alarm_targets: [
+        { kind: "dingtalk", url: "https://oapi.example/robot", secret: "****" }, { kind: "email", to: ["a@example.com", "b@example.com"] },
+      ],
+      alarm_on: "every_failure", alarm_recovery: true, deadline_minutes: 30, executor_fail_retry_interval_s: 10,
+      retry_backoff: "exponential", retry_backoff_max_s: 600,
+    }));
+  });
 
   it("shows an error without a field above the form", async () => {
     vi.mocked(updateJob).mockRejectedValue(new ApiError(403, "operator of group 4 required"));
@@ -194,6 +220,14 @@ describe("RunDetailView", () => {
     expect(wrapper.findAll(".log-line").map((l) => l.text())).toEqual(["one", "two"]);
     expect(wrapper.find("[data-testid=log-end]").exists()).toBe(true);
     expect(wrapper.find("[data-testid=kill]").exists()).toBe(false);
+  });
+
+  it("shows the run's attempt and shard", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({ id: 5, attempt: 3, executor_sharding_param: "1/4" }));
+    vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(wrapper.find("[data-testid=run-attempt]").text()).toBe("3");
+    expect(wrapper.find("[data-testid=run-shard]").text()).toBe("1/4");
   });
 
   it("shows XXL-JOB's <br> as lines and its markers as section titles, never as markup", async () => {

@@ -150,20 +150,18 @@ describe("RunsView", () => {
   });
 
   it("shows a refused filter at the filter and no stale rows under it", async () => {
-    const { wrapper } = await mountView(RunsView, { path: "/runs" });
-    expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(2);
     vi.mocked(listRuns).mockRejectedValueOnce(new ApiError(422, "job_id: Input should be a valid integer", "job_id"));
-    await wrapper.find("input[name=job]").setValue("abc");
-    await wrapper.find("form[role=search]").trigger("submit");
-    await flushPromises();
+    const { wrapper } = await mountView(RunsView, { path: "/runs?job=abc" });
     expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(0);
     expect(wrapper.find("[data-testid=list-error]").text()).toBe("job_id: Input should be a valid integer");
-    expect(wrapper.find("label.invalid input[name=job]").exists()).toBe(true);
+    expect(wrapper.find("label.invalid select[name=job]").exists()).toBe(true);
     expect(wrapper.find("td.empty").exists()).toBe(false);
     expect(toastTexts("error")).toEqual([]);
-    await wrapper.find("input[name=job]").setValue("1");
+    await wrapper.find("select[name=job]").setValue("1"); // the job selector offers the jobs by name
+    expect(wrapper.find("select[name=job] option[value='1']").text()).toBe("#1 nightly report");
     await wrapper.find("form[role=search]").trigger("submit");
     await flushPromises();
+    expect(listRuns).toHaveBeenLastCalledWith(expect.objectContaining({ job_id: 1 }));
     expect(wrapper.find("[data-testid=list-error]").exists()).toBe(false);
     expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(2);
   });
