@@ -3,6 +3,8 @@ missing things are not found, bulk results, filters, delayed runs, dialogs, logs
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -218,3 +220,30 @@ def test_alarm_and_retry_settings_address_disabling_and_searches(
     # Back into routing for the other tests.
     row.get_by_test_id("disabled-address").get_by_role("button", name="Enable").click()
     expect(row.get_by_test_id("disabled-address")).to_have_count(0)
+
+
+def test_a_job_page_runs_the_job_links_the_run_and_lists_it(page: Page, stack: Stack) -> None:
+    job = _job(stack, "job page run")
+    stack.wait_executor_online(stack.group_id())
+    login(page, stack, path=f"/jobs/{job}")
+    expect(page.get_by_test_id("recent-runs")).to_contain_text("This job has not run yet.")
+    page.get_by_test_id("job-run-once").click()
+    page.fill("textarea[name=executor_param]", "from-the-job-page")
+    page.get_by_test_id("trigger-submit").click()
+    page.locator(".toast").get_by_role("link", name="Open the run").click()
+    expect(page).to_have_url(re.compile(r"/runs/\d+$"))
+    log = page.get_by_test_id("run-log")
+    expect(log).to_contain_text("params=from-the-job-page", timeout=20_000)
+    expect(page.get_by_test_id("log-end")).to_be_visible(timeout=20_000)
+    # The executor's XXL-JOB markers: <br> as line breaks, >>> markers as section titles.
+    expect(log).to_contain_text("jobring job execute start")
+    expect(log).not_to_contain_text("<br>")
+    expect(page.get_by_test_id("trigger-msg").locator(".msg-section")).to_have_text(["Trigger Job"])
+    expect(page.get_by_test_id("trigger-msg")).not_to_contain_text(">>>")
+    page.goto(f"{stack.url}/jobs/{job}")
+    expect(page.get_by_test_id("last-result").locator(".badge")).to_have_attribute("data-state", "success")
+    page.goto(f"{stack.url}/runs?job={job}")
+    expect(page.locator("tr[data-run-id]")).to_have_count(1)
+    page.wait_for_timeout(500)  # the first listing's calls are done
+    with page.expect_request(re.compile(r"/api/v1/runs\?"), timeout=12_000):
+        pass  # the list refreshes itself while idle

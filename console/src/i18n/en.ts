@@ -368,6 +368,12 @@ export const en = {
   "runs.shard": "Shard",
   "runs.anyJob": "All jobs",
   "runs.clearJob": "Job (empty: every job of the group)",
+  "jobs.openRun": "Open the run",
+  "jobs.openRuns": "Open the runs",
+  "job.recentRuns": "Recent runs",
+  "job.lastResult": "Last result",
+  "job.noRuns": "This job has not run yet.",
+  "job.allRuns": "All runs of this job",
 } as const;
 
 export type MessageKey = keyof typeof en;

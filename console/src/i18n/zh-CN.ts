@@ -370,4 +370,10 @@ export const zhCN: Messages = {
   "runs.shard": "分片",
   "runs.anyJob": "全部任务",
   "runs.clearJob": "任务（留空为该执行器的全部任务）",
+  "jobs.openRun": "查看该次执行",
+  "jobs.openRuns": "查看执行记录",
+  "job.recentRuns": "最近执行",
+  "job.lastResult": "最近结果",
+  "job.noRuns": "该任务尚未执行。",
+  "job.allRuns": "该任务的全部执行记录",
 };

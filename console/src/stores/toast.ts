@@ -6,6 +6,8 @@ export interface Toast {
   id: number;
   kind: "ok" | "error";
   text: string;
+  /** a page the toast is about (e.g. the run just started) */
+  link?: { to: string; label: string } | undefined;
 }
 
 export const toasts = reactive<Toast[]>([]);
@@ -15,9 +17,9 @@ const timers = new Map<number, ReturnType<typeof setTimeout>>();
 
 /** Shows a toast; the same message again (e.g. every poll while the admin is down) does not
  * stack up: the one shown stays longer instead. */
-export function notify(text: string, kind: Toast["kind"] = "ok"): void {
+export function notify(text: string, kind: Toast["kind"] = "ok", link?: Toast["link"]): void {
   const shown = toasts.find((x) => x.kind === kind && x.text === text);
-  const toast = shown ?? { id: next++, kind, text };
+  const toast = shown ?? { id: next++, kind, text, link };
   if (!shown) toasts.push(toast);
   clearTimeout(timers.get(toast.id));
   timers.set(toast.id, setTimeout(() => dismiss(toast.id), kind === "error" ? 8000 : 3500));

@@ -8,11 +8,12 @@ import { ApiError } from "../../src/api/client";
 import { getGlue, listGlueVersions, restoreGlueVersion, saveGlue } from "../../src/api/glue";
 import { getGroup, listGroups } from "../../src/api/groups";
 import {
-  cancelDelayed, createJob, getJob, listDelayed, previewSchedule, triggerJob, triggerJobAt, updateJob,
+  cancelDelayed, createJob, getJob, listDelayed, previewSchedule, setJobStarted, triggerJob, triggerJobAt, updateJob,
 } from "../../src/api/jobs";
-import { getRun, getRunLog, killRun } from "../../src/api/runs";
+import { getRun, getRunLog, killRun, listRuns } from "../../src/api/runs";
 import TriggerDialog from "../../src/components/TriggerDialog.vue";
 import { session } from "../../src/stores/session";
+import { toasts } from "../../src/stores/toast";
 import GlueView from "../../src/views/GlueView.vue";
 import JobEditView from "../../src/views/JobEditView.vue";
 import RunDetailView from "../../src/views/RunDetailView.vue";
@@ -30,6 +31,29 @@ describe("JobEditView", () => {
     vi.mocked(previewSchedule).mockResolvedValue({ times: [Date.UTC(2026, 0, 2, 2)], times_iso: [], timezone: "UTC" });
     vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, job_desc: "weekly", schedule_conf: "0 15 10 ? * 6" }));
     vi.mocked(listDelayed).mockResolvedValue([]);
+    vi.mocked(listRuns).mockResolvedValue(page([run({ id: 31, job_id: 7, state: "failed", handle_msg: "exit 1" })]));
+  });
+
+  it("shows the job's recent runs and last result, and runs, starts and stops it", async () => {
+    vi.mocked(getGroup).mockResolvedValue(group({ id: 4 }));
+    vi.mocked(setJobStarted).mockResolvedValue(job({ id: 7, job_group: 4, trigger_status: 1 }));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(listRuns).toHaveBeenCalledWith({ job_id: 7, limit: 10 });
+    expect(wrapper.find("[data-testid=last-result] .badge").attributes("data-state")).toBe("failed");
+    expect(wrapper.find("[data-testid=recent-runs] tr[data-run-id='31']").text()).toContain("exit 1");
+    await wrapper.find("[data-testid=job-toggle]").trigger("click");
+    await flushPromises();
+    expect(setJobStarted).toHaveBeenCalledWith(7, true);
+    expect(wrapper.find("[data-testid=job-status]").text()).toBe("Running");
+    await wrapper.find("[data-testid=job-run-once]").trigger("click");
+    await flushPromises();
+    expect(wrapper.find("#trigger-form").exists()).toBe(true);
+  });
+
+  it("offers no start for a manual-only job", async () => {
+    vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, schedule_type: "NONE", schedule_conf: null }));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(wrapper.find("[data-testid=job-toggle]").attributes("disabled")).toBeDefined();
   });
 
   it("lists the job's delayed runs and cancels one once confirmed", async () => {
@@ -176,6 +200,7 @@ describe("TriggerDialog", () => {
     await flushPromises();
     expect(triggerJob).toHaveBeenCalledWith(4, { executor_param: "p=1", addresses: ["http://127.0.0.1:9999"] });
     expect(toastTexts("ok")[0]).toContain("55");
+    expect(toasts[0]!.link).toEqual({ to: "/runs/55", label: "Open the run" });
     expect(wrapper.emitted("close")).toHaveLength(1);
   });
 

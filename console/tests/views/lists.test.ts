@@ -99,6 +99,22 @@ describe("JobsView", () => {
     expect(wrapper.find(".bulk-bar").text()).toContain("2 selected");
   });
 
+  it("refreshes itself every 10 s, but not while a dialog is open", async () => {
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
+    try {
+      const { wrapper } = await mountView(JobsView, { path: "/jobs" });
+      expect(listJobs).toHaveBeenCalledTimes(1);
+      vi.advanceTimersByTime(10_000);
+      await flushPromises();
+      expect(listJobs).toHaveBeenCalledTimes(2);
+      await wrapper.findAll("tr[data-job-id='2'] button").filter((b) => b.text() === "Delete")[0]!.trigger("click");
+      vi.advanceTimersByTime(10_000);
+      expect(listJobs).toHaveBeenCalledTimes(2);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it("deletes a job once confirmed and reloads", async () => {
     vi.mocked(deleteJob).mockResolvedValue(undefined);
     const { wrapper } = await mountView(JobsView, { path: "/jobs" });
