@@ -247,3 +247,35 @@ def test_a_job_page_runs_the_job_links_the_run_and_lists_it(page: Page, stack: S
     page.wait_for_timeout(500)  # the first listing's calls are done
     with page.expect_request(re.compile(r"/api/v1/runs\?"), timeout=12_000):
         pass  # the list refreshes itself while idle
+
+
+SQUEEZED_CELLS = """() => [...document.querySelectorAll('main td')]
+    .filter(td => td.offsetParent && td.textContent.trim())
+    .map(td => [td.textContent.trim().slice(0, 40), td.getBoundingClientRect()])
+    .filter(([, box]) => box.width < 40 && box.height > 80)
+    .map(([text, box]) => `${text}: ${Math.round(box.width)}x${Math.round(box.height)}`)"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_every_page_at_desktop_and_phone_width(
+    page: Page, stack: Stack, errors: PageErrors, lang: str
+) -> None:
+    errors.allowed.append("404 (Not Found)")  # the unknown path's page itself
+    job = _job(stack, f"every page {lang}", schedule_type="CRON", schedule_conf="0 0 4 * * ?")
+    with stack.api() as http:
+        runs = http.get("/runs", params={"limit": 1}).json()["items"]
+    paths = ["/", "/jobs", "/jobs/new", f"/jobs/{job}", "/runs", "/runs?state=scheduled", "/groups", "/users",
+             "/audit", "/settings", "/profile", "/nothing-here"] + [f"/runs/{r['id']}" for r in runs]
+    login(page, stack, path="/")
+    page.evaluate(f"localStorage.setItem('jobring.locale', '{lang}')")
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        for path in paths:
+            page.goto(stack.url + path)
+            expect(page.locator("main h1")).to_be_visible()
+            expect(page.locator("html")).to_have_attribute("lang", lang)
+            expect(page.locator("[aria-busy=true]")).to_have_count(0)  # the listing is in
+            overflow = page.evaluate("document.documentElement.scrollWidth")
+            assert overflow <= width, f"{path} at {width} px scrolls sideways ({overflow} px)"
+            if width < 760:
+                assert page.evaluate(SQUEEZED_CELLS) == [], f"{path}: squeezed table cells at {width} px"
