@@ -426,7 +426,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List runs, newest first */
+        /** List runs, newest (or oldest) first */
         get: operations["list_runs_runs_get"];
         put?: never;
         post?: never;
@@ -1428,7 +1428,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1450,7 +1450,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1472,7 +1472,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1494,7 +1494,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1516,7 +1516,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -5230,6 +5230,8 @@ export interface operations {
                 limit?: number;
                 /** @description the `next_cursor` of the previous page: list the runs after it (then `offset` skips from there); cheaper than a large offset */
                 cursor?: string | null;
+                /** @description newest first (by trigger time, then id), or oldest first: the last page of the other order */
+                order?: "newest" | "oldest";
             };
             header?: never;
             path?: never;

@@ -374,6 +374,8 @@ export const en = {
   "job.lastResult": "Last result",
   "job.noRuns": "This job has not run yet.",
   "job.allRuns": "All runs of this job",
+  "runs.newest": "Newest first",
+  "runs.oldest": "Oldest first (the last pages)",
 } as const;
 
 export type MessageKey = keyof typeof en;

@@ -376,4 +376,6 @@ export const zhCN: Messages = {
   "job.lastResult": "最近结果",
   "job.noRuns": "该任务尚未执行。",
   "job.allRuns": "该任务的全部执行记录",
+  "runs.newest": "最新在前",
+  "runs.oldest": "最早在前（即最后几页）",
 };

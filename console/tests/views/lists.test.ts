@@ -158,6 +158,13 @@ describe("RunsView", () => {
     expect(wrapper.find("tr[data-run-id='13'] .msg-cell").text()).toBe("msg: refused");
   });
 
+  it("reaches the oldest runs by listing them oldest first", async () => {
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    await wrapper.find("select[name=order]").setValue("oldest");
+    await flushPromises();
+    expect(listRuns).toHaveBeenLastCalledWith(expect.objectContaining({ order: "oldest", cursor: undefined }));
+  });
+
   it("lists the delayed runs too when the state filter is scheduled", async () => {
     vi.mocked(listDelayed).mockResolvedValue([delayed({ id: 8, job_id: 1 })]);
     const { wrapper } = await mountView(RunsView, { path: "/runs?state=scheduled&group=1" });
@@ -188,7 +195,7 @@ describe("RunsView", () => {
     expect(wrapper.find("tr[data-run-id='11'] .badge").attributes("data-state")).toBe("running");
     expect(wrapper.find("tr[data-run-id='12'] .badge").attributes("data-state")).toBe("lost");
     expect(wrapper.find("tr[data-run-id='12'] .job-desc").text()).toBe("nightly report");
-    expect(wrapper.find(".pager").text()).toContain("1000"); // an estimate: "about"
+    expect(wrapper.find(".pager").text()).toContain("of about 1,000"); // an estimate, with digit grouping
     expect(wrapper.find(".pager").text()).toMatch(/about/i);
   });
 

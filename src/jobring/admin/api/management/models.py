@@ -119,7 +119,8 @@ class PageOut(BaseModel, Generic[T]):
     offset: int
     limit: int
     total_exact: bool = Field(
-        default=True, description="false: counting stopped early and `total` is an estimate"
+        default=True, description="false: counting stopped early and `total` is an estimate (for runs: "
+        "extrapolated from the time the newest runs span, two significant digits)"
     )
     next_cursor: str | None = Field(
         default=None, description="where a full page ended: pass it as `cursor` for the next page "
