@@ -376,6 +376,21 @@ export const en = {
   "job.allRuns": "All runs of this job",
   "runs.newest": "Newest first",
   "runs.oldest": "Oldest first (the last pages)",
+  "runs.underASecond": "< 1 s",
+  "trigger.type.MANUAL": "Manual",
+  "trigger.type.CRON": "Schedule",
+  "trigger.type.RETRY": "Retry after failure",
+  "trigger.type.PARENT": "Parent job",
+  "trigger.type.API": "API call",
+  "trigger.type.MISFIRE": "Misfire (run late)",
+  "trigger.type.DELAYED": "Delayed (Run at)",
+  "glue.type.BEAN": "BEAN (executor handler)",
+  "glue.type.GLUE_GROOVY": "GLUE script (Groovy)",
+  "glue.type.GLUE_SHELL": "GLUE script (Shell)",
+  "glue.type.GLUE_PYTHON": "GLUE script (Python)",
+  "glue.type.GLUE_PHP": "GLUE script (PHP)",
+  "glue.type.GLUE_NODEJS": "GLUE script (Node.js)",
+  "glue.type.GLUE_POWERSHELL": "GLUE script (PowerShell)",
 } as const;
 
 export type MessageKey = keyof typeof en;

@@ -12,6 +12,7 @@ import {
 } from "../../src/api/jobs";
 import { getRun, getRunLog, killRun, listRuns } from "../../src/api/runs";
 import TriggerDialog from "../../src/components/TriggerDialog.vue";
+import { locale } from "../../src/i18n";
 import { session } from "../../src/stores/session";
 import { toasts } from "../../src/stores/toast";
 import GlueView from "../../src/views/GlueView.vue";
@@ -247,12 +248,20 @@ describe("RunDetailView", () => {
     expect(wrapper.find("[data-testid=kill]").exists()).toBe(false);
   });
 
-  it("shows the run's attempt and shard", async () => {
-    vi.mocked(getRun).mockResolvedValue(run({ id: 5, attempt: 3, executor_sharding_param: "1/4" }));
+  it("shows the run's attempt and shard, and in Chinese its trigger type and duration", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({ id: 5, attempt: 3, executor_sharding_param: "1/4", trigger_type: "RETRY", duration_ms: 65_000 }));
     vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, true));
     const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
     expect(wrapper.find("[data-testid=run-attempt]").text()).toBe("3");
     expect(wrapper.find("[data-testid=run-shard]").text()).toBe("1/4");
+    locale.value = "zh-CN";
+    try {
+      await flushPromises();
+      expect(wrapper.find(".facts").text()).toContain("失败重试");
+      expect(wrapper.find(".facts").text()).toContain("1 分 05 秒");
+    } finally {
+      locale.value = "en";
+    }
   });
 
   it("shows XXL-JOB's <br> as lines and its markers as section titles, never as markup", async () => {
