@@ -182,6 +182,9 @@ def test_alarm_and_retry_settings_address_disabling_and_searches(
     errors.allowed.append("422 (Unprocessable Entity)")  # the internal alarm URL refused below
     job = _job(stack, "alarmed job")
     login(page, stack, path=f"/jobs/{job}")
+    page.fill("input[name=alarm_email]", "ops@example.com")  # this admin has no SMTP server
+    expect(page.get_by_test_id("no-smtp")).to_contain_text("JOBRING_SMTP_HOST")
+    page.fill("input[name=alarm_email]", "")
     page.get_by_test_id("add-alarm-target").click()
     target = page.get_by_test_id("alarm-target").first
     target.get_by_label("URL").fill("http://127.0.0.1:9/hook")  # an internal address: refused
@@ -204,6 +207,8 @@ def test_alarm_and_retry_settings_address_disabling_and_searches(
 
     page.goto(stack.url + "/runs")
     expect(page.locator(f"select[name=job] option[value='{job}']")).to_have_text(f"#{job} alarmed job")
+    page.goto(stack.url + "/settings")
+    expect(page.get_by_test_id("email-alarms")).to_contain_text("no SMTP server is configured")
     page.goto(stack.url + "/users")
     page.fill("input[name=search_username]", "no-such-user")
     page.get_by_role("button", name="Search").click()

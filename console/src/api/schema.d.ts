@@ -562,7 +562,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** What every signed-in user's console needs: GLUE on or off, the default zone */
+        /** What every signed-in user's console needs: GLUE on or off, the default zone, e-mail alarms */
         get: operations["console_settings_settings_console_get"];
         put?: never;
         post?: never;
@@ -767,6 +767,11 @@ export interface components {
         ClearRule: "older_than_1_day" | "older_than_1_week" | "older_than_1_month" | "older_than_3_months" | "older_than_6_months" | "older_than_1_year" | "keep_last_1k" | "keep_last_10k" | "keep_last_30k" | "keep_last_100k" | "all";
         /** ConsoleSettingsOut */
         ConsoleSettingsOut: {
+            /**
+             * Email Alarms
+             * @description an SMTP server is configured (JOBRING_SMTP_HOST); without one e-mail alarms are not sent
+             */
+            email_alarms: boolean;
             /** Glue Enabled */
             glue_enabled: boolean;
             /**
@@ -1703,6 +1708,11 @@ export interface components {
              * @description sqlite, postgresql or mysql
              */
             database_backend: string;
+            /**
+             * Email Alarms
+             * @description an SMTP server is configured (JOBRING_SMTP_HOST)
+             */
+            email_alarms: boolean;
             /**
              * Global Access Token
              * @description the global executor token (JOBRING_ACCESS_TOKEN) is on: executors of groups without a token of their own present it

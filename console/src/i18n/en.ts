@@ -391,6 +391,15 @@ export const en = {
   "glue.type.GLUE_PHP": "GLUE script (PHP)",
   "glue.type.GLUE_NODEJS": "GLUE script (Node.js)",
   "glue.type.GLUE_POWERSHELL": "GLUE script (PowerShell)",
+  "settings.emailAlarms": "E-mail alarms",
+  "settings.noSmtp": "Off: no SMTP server is configured (JOBRING_SMTP_HOST), e-mail alarms are not sent",
+  "edit.noSmtp": "No SMTP server is configured on this admin (JOBRING_SMTP_HOST): e-mail alarms of this job are not sent.",
+  "runs.alarm": "Alarm",
+  "runs.alarm.0": "Not handled yet",
+  "runs.alarm.-1": "Being sent",
+  "runs.alarm.1": "None needed",
+  "runs.alarm.2": "Sent",
+  "runs.alarm.3": "Sending failed",
 } as const;
 
 export type MessageKey = keyof typeof en;

@@ -393,4 +393,13 @@ export const zhCN: Messages = {
   "glue.type.GLUE_PHP": "GLUE 脚本（PHP）",
   "glue.type.GLUE_NODEJS": "GLUE 脚本（Node.js）",
   "glue.type.GLUE_POWERSHELL": "GLUE 脚本（PowerShell）",
+  "settings.emailAlarms": "邮件告警",
+  "settings.noSmtp": "未启用：未配置 SMTP 服务器（JOBRING_SMTP_HOST），不会发送邮件告警",
+  "edit.noSmtp": "此管理端未配置 SMTP 服务器（JOBRING_SMTP_HOST）：该任务的邮件告警不会发送。",
+  "runs.alarm": "告警",
+  "runs.alarm.0": "尚未处理",
+  "runs.alarm.-1": "发送中",
+  "runs.alarm.1": "无需告警",
+  "runs.alarm.2": "已发送",
+  "runs.alarm.3": "发送失败",
 };

@@ -22,7 +22,7 @@ vi.mock("../../src/api/users");
 describe("signing in", () => {
   beforeEach(() => {
     session.user = null;
-    vi.mocked(getConsoleSettings).mockResolvedValue({ glue_enabled: true, timezone: "Europe/Berlin" });
+    vi.mocked(getConsoleSettings).mockResolvedValue({ glue_enabled: true, timezone: "Europe/Berlin", email_alarms: true });
   });
 
   async function signIn(path: string) {

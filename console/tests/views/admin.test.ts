@@ -165,7 +165,7 @@ describe("SettingsView", () => {
   beforeEach(() => {
     vi.mocked(getSettings).mockResolvedValue({
       version: "1.2.3", database_backend: "sqlite", timezone: "Asia/Shanghai", base_path: "/", glue_enabled: false,
-      global_access_token: true,
+      global_access_token: true, email_alarms: false,
     });
     vi.mocked(getAccessToken).mockResolvedValue({ enabled: true, access_token: "s3cret" });
   });
@@ -173,6 +173,7 @@ describe("SettingsView", () => {
   it("shows the settings with the token hidden until revealed", async () => {
     const { wrapper } = await mountView(SettingsView);
     expect(wrapper.text()).toContain("Asia/Shanghai");
+    expect(wrapper.find("[data-testid=email-alarms]").text()).toContain("no SMTP server is configured");
     expect(wrapper.find("[data-testid=access-token]").text()).not.toContain("s3cret");
     await wrapper.find("button[aria-pressed]").trigger("click");
     await flushPromises();

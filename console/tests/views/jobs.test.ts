@@ -51,6 +51,19 @@ describe("JobEditView", () => {
     expect(wrapper.find("#trigger-form").exists()).toBe(true);
   });
 
+  it("says e-mail alarms are not sent when the admin has no SMTP server, and shows a run's alarm status", async () => {
+    session.emailAlarms = false;
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(wrapper.find("[data-testid=no-smtp]").exists()).toBe(false);
+    await wrapper.find("input[name=alarm_email]").setValue("ops@example.com");
+    expect(wrapper.find("[data-testid=no-smtp]").text()).toContain("JOBRING_SMTP_HOST");
+    wrapper.unmount();
+    vi.mocked(getRun).mockResolvedValue(run({ id: 5, state: "failed", alarm_status: 3 }));
+    vi.mocked(getRunLog).mockResolvedValue({ log_content: "", from_line_num: 1, to_line_num: 0, is_end: true });
+    const detail = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(detail.wrapper.find("[data-testid=run-alarm]").text()).toBe("Sending failed");
+  });
+
   it("offers no start for a manual-only job", async () => {
     vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, schedule_type: "NONE", schedule_conf: null }));
     const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });

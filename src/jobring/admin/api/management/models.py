@@ -825,6 +825,9 @@ class DashboardOut(BaseModel):
 class ConsoleSettingsOut(BaseModel):
     glue_enabled: bool
     timezone: str = Field(description="the admin's default schedule zone")
+    email_alarms: bool = Field(
+        description="an SMTP server is configured (JOBRING_SMTP_HOST); without one e-mail alarms are not sent"
+    )
 
 
 class AccessTokenOut(BaseModel):
@@ -841,6 +844,7 @@ class SettingsOut(BaseModel):
     timezone: str = Field(description="zone of cron schedules without their own")
     base_path: str = Field(description="executor API path prefix")
     glue_enabled: bool
+    email_alarms: bool = Field(description="an SMTP server is configured (JOBRING_SMTP_HOST)")
     global_access_token: bool = Field(
         description="the global executor token (JOBRING_ACCESS_TOKEN) is on: executors of groups "
         "without a token of their own present it"
