@@ -400,6 +400,8 @@ export const en = {
   "runs.alarm.1": "None needed",
   "runs.alarm.2": "Sent",
   "runs.alarm.3": "Sending failed",
+  "dash.counts": "Runs",
+  "dash.ratio": "Success ratio",
 } as const;
 
 export type MessageKey = keyof typeof en;

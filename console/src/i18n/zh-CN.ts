@@ -402,4 +402,6 @@ export const zhCN: Messages = {
   "runs.alarm.1": "无需告警",
   "runs.alarm.2": "已发送",
   "runs.alarm.3": "发送失败",
+  "dash.counts": "执行次数",
+  "dash.ratio": "成功率",
 };

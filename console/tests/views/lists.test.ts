@@ -302,6 +302,15 @@ describe("DashboardView", () => {
     expect(wrapper.find("tbody tr").text()).toContain("3 ms");
   });
 
+  it("labels a large axis compactly and shows the success ratio on request", async () => {
+    vi.mocked(getDashboard).mockResolvedValue({ ...dashboard, chart: [{ day: "2026-01-01", success: 10_188, fail: 0, running: 0 }] });
+    const { wrapper } = await mountView(DashboardView);
+    expect(wrapper.findAll("[data-testid=y-tick]").map((x) => x.text())).toEqual(["0", "5K", "10K", "15K"]);
+    await wrapper.find("[data-testid=chart-ratio]").trigger("click");
+    expect(wrapper.findAll("[data-testid=y-tick]").map((x) => x.text())).toEqual(["0%", "25%", "50%", "75%", "100%"]);
+    expect(wrapper.find("svg title").text()).toContain("(100.0%)");
+  });
+
   it("asks for another span of days", async () => {
     const { wrapper } = await mountView(DashboardView);
     await wrapper.findAll(".seg button")[1]!.trigger("click");
