@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.console.conftest import PageErrors, login
+from tests.console.conftest import PageErrors, login, sign_in
 from tests.console.stack import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -284,3 +284,19 @@ def test_every_page_at_desktop_and_phone_width(
             assert overflow <= width, f"{path} at {width} px scrolls sideways ({overflow} px)"
             if width < 760:
                 assert page.evaluate(SQUEEZED_CELLS) == [], f"{path}: squeezed table cells at {width} px"
+
+
+def test_unsaved_edits_survive_an_ended_session(page: Page, stack: Stack, errors: PageErrors) -> None:
+    errors.allowed.append("401 (Unauthorized)")  # the refused save
+    job = _job(stack, "draft kept")
+    login(page, stack, path=f"/jobs/{job}")
+    page.fill("input[name=job_desc]", "draft kept, edited")
+    page.context.clear_cookies(name="jobring_session")
+    page.get_by_test_id("save-job").click()
+    expect(page).to_have_url(re.compile(r"/login\?next=.*expired=1"))
+    sign_in(page, stack)
+    expect(page).to_have_url(f"{stack.url}/jobs/{job}")
+    expect(page.locator("input[name=job_desc]")).to_have_value("draft kept, edited")
+    expect(page.locator(".toast")).to_contain_text("Your unsaved edits were kept")
+    page.get_by_test_id("save-job").click()
+    expect(page.get_by_text("Saved")).to_be_visible()

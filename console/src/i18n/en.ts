@@ -402,6 +402,7 @@ export const en = {
   "runs.alarm.3": "Sending failed",
   "dash.counts": "Runs",
   "dash.ratio": "Success ratio",
+  "edit.draftRestored": "Your unsaved edits were kept while you signed in again: check them and save.",
 } as const;
 
 export type MessageKey = keyof typeof en;

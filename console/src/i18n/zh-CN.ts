@@ -404,4 +404,5 @@ export const zhCN: Messages = {
   "runs.alarm.3": "发送失败",
   "dash.counts": "执行次数",
   "dash.ratio": "成功率",
+  "edit.draftRestored": "重新登录期间已保留您未保存的修改：请检查后保存。",
 };
