@@ -234,3 +234,18 @@ async def test_delete_removes_the_jobs_runs_and_glue_history(sqlite_store: Store
         assert (await http.delete(f"/jobs/{job}")).status_code == 204
         assert await sqlite_store.glue.history(job) == []
         assert [r.id for r in (await sqlite_store.logs.list()).items] == [kept_run]
+
+
+async def test_a_refused_body_lists_every_problem_with_codes(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        r = await http.post("/jobs", json=job_body(env.group_a, job_desc="", executor_timeout=-1,
+                                                   child_job_ids=["x"]))
+        assert r.status_code == 422
+        body = r.json()
+        assert (body["field"], body["code"], body["params"]["min_length"]) == ("job_desc", "invalid.too_short", 1)
+        assert body["error"].startswith("job_desc: ")  # the English text stays (the CLI prints it)
+        listed = {(p["field"], p["code"]) for p in body["errors"]}
+        assert listed == {("job_desc", "invalid.too_short"),
+                          ("executor_timeout", "invalid.greater_than_equal"),
+                          ("child_job_ids.0", "invalid.int_parsing")}
+        assert next(p for p in body["errors"] if p["field"] == "executor_timeout")["params"] == {"ge": 0}

@@ -861,6 +861,11 @@ export interface components {
         };
         /** ErrorBody */
         ErrorBody: {
+            /**
+             * Code
+             * @description a stable name of the error, for clients that translate it
+             */
+            code?: string | null;
             /** Error */
             error: string;
             /**
@@ -868,8 +873,33 @@ export interface components {
              * @description 500 only: finds the details in the admin's log
              */
             error_id?: string | null;
+            /**
+             * Errors
+             * @description 422 of a request body: every problem in it
+             */
+            errors?: components["schemas"]["FieldProblem"][] | null;
             /** Field */
             field?: string | null;
+            /**
+             * Params
+             * @description the values `code` refers to
+             */
+            params?: {
+                [key: string]: string | number | boolean;
+            } | null;
+        };
+        /** FieldProblem */
+        FieldProblem: {
+            /** Code */
+            code: string;
+            /** Error */
+            error: string;
+            /** Field */
+            field: string | null;
+            /** Params */
+            params?: {
+                [key: string]: string | number | boolean;
+            };
         };
         /** GlueOut */
         GlueOut: {

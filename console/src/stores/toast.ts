@@ -1,6 +1,6 @@
 import { reactive } from "vue";
-import { ApiError } from "../api/client";
-import { t } from "../i18n";
+import { ApiError, type ErrorParams } from "../api/client";
+import { format, t, tMaybe } from "../i18n";
 
 export interface Toast {
   id: number;
@@ -32,12 +32,23 @@ export function dismiss(id: number): void {
   if (i >= 0) toasts.splice(i, 1);
 }
 
-/** An error as a message for people: 403 names the missing permission. */
+/** A coded API message in the console's language (params filled in); null for a code it does
+ * not know (the API's English text is shown then). `withField`: prefixed by the field's name. */
+export function codedText(code: string | null, params: ErrorParams, field: string | null, withField: boolean): string | null {
+  if (!code) return null;
+  const template = tMaybe(`apiError.${code}`, "");
+  if (!template) return null;
+  const text = format(template, params as Record<string, string | number>);
+  return withField && field ? `${field}: ${text}` : text;
+}
+
+/** An error as a message for people: 403 names the missing permission; coded errors in the
+ * console's language. */
 export function errorText(exc: unknown): string {
   if (exc instanceof ApiError) {
     if (exc.status === 403) return t("error.forbidden", { msg: exc.message });
     if (exc.status === 0) return t("error.network");
-    return exc.message;
+    return codedText(exc.code, exc.params, exc.field, true) ?? exc.message;
   }
   return exc instanceof Error ? exc.message : String(exc);
 }

@@ -167,6 +167,28 @@ describe("JobEditView", () => {
     }));
   });
 
+  it("marks every field a 422 lists, in the console's language", async () => {
+    vi.mocked(updateJob).mockRejectedValue(new ApiError(422, "job_desc: String should have at least 1 character", "job_desc",
+      "invalid.string_too_short", { min_length: 1 }, [
+        { field: "job_desc", message: "job_desc: String should have at least 1 character", code: "invalid.string_too_short", params: { min_length: 1 } },
+        { field: "executor_timeout", message: "executor_timeout: Input should be greater than or equal to 0", code: "invalid.greater_than_equal", params: { ge: 0 } },
+        { field: "glue_source", message: "glue_source: String should have at most 1000000 characters", code: "invalid.string_too_long", params: { max_length: 1000000 } },
+      ]));
+    locale.value = "zh-CN";
+    try {
+      const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+      await wrapper.find("form.editor").trigger("submit");
+      await flushPromises();
+      expect(wrapper.find("label.invalid input[name=job_desc]").exists()).toBe(true);
+      expect(wrapper.find("input[name=job_desc]").element.closest("label")!.querySelector(".field-error")!.textContent).toBe("至少需要 1 个字符");
+      expect(wrapper.find("input[name=executor_timeout]").element.closest("label")!.querySelector(".field-error")!.textContent).toBe("不能小于 0");
+      expect(wrapper.find(".form-error").text()).toBe("glue_source: 最多 1000000 个字符"); // no control of its own
+      expect(document.activeElement).toBe(wrapper.find("input[name=job_desc]").element);
+    } finally {
+      locale.value = "en";
+    }
+  });
+
   it("shows an error without a field above the form", async () => {
     vi.mocked(updateJob).mockRejectedValue(new ApiError(403, "operator of group 4 required"));
     const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
