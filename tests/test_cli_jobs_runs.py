@@ -74,6 +74,14 @@ async def test_runs_log_prints_from_a_line(env: AdminEnv, cli: Cli) -> None:
     assert asked["fromLineNum"] == 2 and asked["logId"] == run_id
 
 
+async def test_runs_log_prints_xxl_jobs_br_markers_as_line_breaks(env: AdminEnv, cli: Cli) -> None:
+    _, run_id = await _run_of_new_job(env)
+    chunk = (["<br>----------- jobring job execute start -----------<br>----------- Param:x", "work"], True)
+    env.executors.answer(env.executors.address(0), "log", _log_chunks(chunk))
+    result = await cli("runs", "log", str(run_id))
+    assert result.out == "\n----------- jobring job execute start -----------\n----------- Param:x\nwork\n"
+
+
 async def test_runs_log_follow_polls_until_the_log_ends(env: AdminEnv, cli: Cli) -> None:
     _, run_id = await _run_of_new_job(env)
     env.executors.answer(env.executors.address(0), "log", _log_chunks(

@@ -1,6 +1,8 @@
 import { createRouter, createWebHistory, type RouteRecordRaw } from "vue-router";
 import { setUnauthenticatedHandler } from "./api/client";
+import { t } from "./i18n";
 import { isAdmin, loadSession, session } from "./stores/session";
+import { notify, notifyError } from "./stores/toast";
 
 declare module "vue-router" {
   interface RouteMeta {
@@ -51,4 +53,12 @@ setUnauthenticatedHandler(() => {
   if (current.meta.public) return;
   session.user = null;
   void router.push({ path: "/login", query: { next: current.fullPath, expired: "1" } });
+});
+
+// A page not loaded yet whose code cannot be fetched (the admin is down, or was upgraded and no
+// longer has this build's files): the navigation stops where it is and says so.
+const CHUNK_FAILURE = /dynamically imported module|Importing a module script failed|Failed to fetch/i;
+router.onError((error: unknown) => {
+  if (error instanceof Error && CHUNK_FAILURE.test(error.message)) notify(t("error.pageLoad"), "error");
+  else notifyError(error);
 });

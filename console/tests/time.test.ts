@@ -39,3 +39,12 @@ describe("formatDuration", () => {
     expect(formatDuration(null)).toBe("—");
   });
 });
+
+describe("durations in Chinese", () => {
+  it("uses Chinese units", () => {
+    expect(formatDuration(850, "zh-CN")).toBe("850 毫秒");
+    expect(formatDuration(60_000, "zh-CN")).toBe("1 分 00 秒");
+    expect(formatDuration(3_900_000, "zh-CN")).toBe("1 小时 05 分");
+    expect(formatDuration(60_000)).toBe("1 min 00 s");
+  });
+});

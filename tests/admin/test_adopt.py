@@ -226,6 +226,7 @@ async def test_an_xxl_job_password_works_once_then_must_change(sqlite_store: Sto
         user_id = await _legacy_user(sqlite_store, "legacy", "old-xxl-pass", Role.OPERATOR, str(api.group_a))
         wrong = await http.post("/auth/login", json={"username": "legacy", "password": "wrong"})
         assert wrong.status_code == 401
+        assert wrong.json()["code"] == "auth.wrong_login"  # for the console to say in its language
         login = await http.post("/auth/login", json={"username": "legacy", "password": "old-xxl-pass"})
         assert login.status_code == 200, login.text
         me = login.json()["user"]

@@ -61,7 +61,7 @@ async def test_invalid_job_is_refused_with_its_field_and_not_written(
         body = r.json()
         if field == "job_group":  # a well-formed id of a group that does not exist
             assert r.status_code == 404
-        assert body["field"] is not None and body["field"].split(".")[0] in (field, "child_jobid"), body
+        assert body["field"] is not None and body["field"].split(".")[0] == field, body
         assert body["error"]
         assert (await sqlite_store.jobs.list()).total == 0
 
@@ -234,3 +234,19 @@ async def test_delete_removes_the_jobs_runs_and_glue_history(sqlite_store: Store
         assert (await http.delete(f"/jobs/{job}")).status_code == 204
         assert await sqlite_store.glue.history(job) == []
         assert [r.id for r in (await sqlite_store.logs.list()).items] == [kept_run]
+
+
+async def test_a_refused_body_lists_every_problem_with_codes(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        r = await http.post("/jobs", json=job_body(env.group_a, job_desc="", executor_timeout=-1,
+                                                   child_job_ids=["x"]))
+        assert r.status_code == 422
+        body = r.json()
+        expected = ("job_desc", "invalid.too_short", 1)
+        assert (body["field"], body["code"], body["params"]["min_length"]) == expected
+        assert body["error"].startswith("job_desc: ")  # the English text stays (the CLI prints it)
+        listed = {(p["field"], p["code"]) for p in body["errors"]}
+        assert listed == {("job_desc", "invalid.too_short"),
+                          ("executor_timeout", "invalid.greater_than_equal"),
+                          ("child_job_ids.0", "invalid.int_parsing")}
+        assert next(p for p in body["errors"] if p["field"] == "executor_timeout")["params"] == {"ge": 0}

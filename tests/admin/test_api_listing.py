@@ -104,6 +104,12 @@ async def test_run_cursor_paging_and_estimated_totals(
             assert answer.status_code == 422, bad
             assert answer.json()["field"] == "cursor"
 
+        oldest = (await http.get("/runs", params={"limit": 2, "order": "oldest"})).json()
+        assert [r["id"] for r in oldest["items"]] == expected[::-1][:2]
+        after = (await http.get("/runs", params={"order": "oldest", "cursor": oldest["next_cursor"]})).json()
+        assert [r["id"] for r in after["items"]] == expected[::-1][2:]
+        assert (await http.get("/runs", params={"order": "sideways"})).json()["field"] == "order"
+
         monkeypatch.setattr(runs_api, "RUNS_COUNT_CAP", 4)
         capped = (await http.get("/runs", params={"limit": 2})).json()
         assert capped["total_exact"] is False and capped["total"] >= 5

@@ -11,6 +11,7 @@ from jobring.admin.security.roles import Role
 from jobring.admin.store import Store
 from jobring.admin.store.records import NewLog
 from jobring.admin.store.tables import job_info
+from jobring.config import AdminSettings
 from tests.admin.api_harness import ACCESS_TOKEN, T0, api_env, at
 
 
@@ -300,7 +301,13 @@ async def test_settings_for_the_console(sqlite_store: Store) -> None:
     async with api_env(sqlite_store, glue_enabled=False) as env, env.client("viewer") as http:
         r = await http.get("/settings/console")
         assert r.status_code == 200
-        assert r.json() == {"glue_enabled": False, "timezone": "UTC"}
+        assert r.json() == {"glue_enabled": False, "timezone": "UTC", "email_alarms": False}
+
+
+async def test_the_console_knows_whether_email_alarms_can_be_sent(sqlite_store: Store) -> None:
+    smtp = AdminSettings(smtp_host="mail.example.com")
+    async with api_env(sqlite_store, settings=smtp) as env, env.client("viewer") as http:
+        assert (await http.get("/settings/console")).json()["email_alarms"] is True
 
 
 async def test_access_token_is_visible_to_admins(sqlite_store: Store) -> None:

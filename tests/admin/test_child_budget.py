@@ -129,7 +129,7 @@ async def test_cycles_are_refused_through_several_jobs_and_hidden_groups(sqlite_
             assert (await admin.patch(f"/jobs/{b}", json={"child_job_ids": [hidden]})).status_code == 200
         async with env.client("op_in") as http:
             refused = await http.patch(f"/jobs/{a}", json={"child_job_ids": [b]})
-            assert refused.status_code == 409 and refused.json()["field"] == "child_jobid", refused.text
+            assert refused.status_code == 409 and refused.json()["field"] == "child_job_ids", refused.text
             assert str(hidden) not in refused.text  # the hidden job is not named
         stored = await env.store.jobs.get(a)
         assert stored is not None and stored.child_jobid is None
@@ -169,5 +169,5 @@ async def test_a_new_job_named_by_a_stored_child_list_cannot_close_a_cycle(sqlit
         async with env.client("op_in") as http:
             made = await http.post("/jobs", json={"job_group": env.group_a, "job_desc": "new",
                                                   "executor_handler": "h", "child_job_ids": [parent]})
-        assert made.status_code == 409 and made.json()["field"] == "child_jobid", made.text
+        assert made.status_code == 409 and made.json()["field"] == "child_job_ids", made.text
         assert await env.store.jobs.get(probe + 2) is None

@@ -8,9 +8,12 @@ from pathlib import Path
 import httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Mount
+from starlette.types import Receive, Scope, Send
 
 from jobring.admin.app import create_app
-from jobring.admin.console import CONTENT_SECURITY_POLICY, console_routes
+from jobring.admin.console import CONTENT_SECURITY_POLICY, DIST, HtmlNotFound, console_routes
 from jobring.config import AdminSettings
 
 INDEX = '<!doctype html><script type="module" src="/assets/index-abc123.js"></script>'
@@ -83,3 +86,24 @@ async def test_the_admin_app_serves_the_console_without_shadowing_its_apis() -> 
             assert r.status_code == 503, path
         assert (await http.get("/api/v1/auth/me")).status_code == 503
         assert (await http.get("/health")).status_code == 503
+        page = await http.get("/foo", headers={"Accept": "text/html"})
+        built = (DIST / "index.html").is_file()  # unbuilt: the executor API's own answer ("starting")
+        assert page.status_code == (404 if built else 503)
+
+
+async def test_a_browser_gets_the_apps_not_found_page_for_a_path_nothing_owns(dist: Path) -> None:
+    async def executor_api(scope: Scope, receive: Receive, send: Send) -> None:
+        await JSONResponse({"error": "no such path", "field": None}, status_code=404)(scope, receive, send)
+
+    app = Starlette(routes=[Mount("/xxl-job-admin", app=HtmlNotFound(executor_api, dist)),
+                            Mount("", app=HtmlNotFound(executor_api, dist))])
+    html = {"Accept": "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"}
+    async with _client(app) as http:
+        for path in ("/foo", "/foo/bar", "/xxl-job-admin/nothing"):
+            page = await http.get(path, headers=html)
+            assert page.status_code == 404 and page.text == INDEX, path
+            assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+            assert (await http.get(path)).json()["error"] == "no such path"  # not a browser: JSON
+        for path in ("/api/registry", "/xxl-job-admin/api/registry", "/api"):
+            assert (await http.get(path, headers=html)).json()["error"] == "no such path", path
+        assert (await http.post("/foo", headers=html)).json()["error"] == "no such path"

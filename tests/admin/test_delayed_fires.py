@@ -42,6 +42,23 @@ async def test_trigger_at_records_a_pending_run_fired_once_at_its_instant(sqlite
         assert await runner.tick() is None and len(env.double.runs()) == 1
 
 
+async def test_pending_runs_are_listed_across_jobs_for_the_callers_groups(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env:
+        a1, a2 = await env.add_job(env.group_a), await env.add_job(env.group_a)
+        b = await env.add_job(env.group_b)
+        async with env.client("admin") as admin:
+            ids = [(await admin.post(f"/jobs/{job}/trigger-at", json={"delay_ms": delay})).json()["id"]
+                   for job, delay in ((a1, 90_000), (b, 10_000), (a2, 30_000))]
+            listed = (await admin.get("/delayed-runs")).json()
+            assert [f["id"] for f in listed] == [ids[1], ids[2], ids[0]]  # soonest first, every group
+            one = (await admin.get("/delayed-runs", params={"job_id": a2})).json()
+            assert [(f["id"], f["job_id"], f["state"]) for f in one] == [(ids[2], a2, "scheduled")]
+        async with env.client("op_in") as http:  # operator of group A only
+            assert [f["id"] for f in (await http.get("/delayed-runs")).json()] == [ids[2], ids[0]]
+            assert (await http.get("/delayed-runs", params={"job_id": b})).json() == []
+            assert (await http.get("/delayed-runs", params={"limit": 1})).json()[0]["id"] == ids[2]
+
+
 async def test_a_fire_recorded_by_one_node_is_not_sent_by_another(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("op_in") as http:
         job = await env.add_job(env.group_a)

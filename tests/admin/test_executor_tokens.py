@@ -294,7 +294,7 @@ async def test_child_jobs_outside_the_callers_groups_look_missing(sqlite_store: 
             missing = await http.post("/jobs", json=base | {"child_job_ids": [4242]})
             assert hidden.status_code == missing.status_code == 404
             assert hidden.json() == {"error": missing.json()["error"].replace("4242", str(job_b)),
-                                     "field": "child_jobid"}
+                                     "field": "child_job_ids"}
             parent = (await http.post("/jobs", json=base)).json()["id"]
             patched = await http.patch(f"/jobs/{parent}", json={"child_job_ids": [job_b]})
             assert patched.status_code == 404

@@ -128,6 +128,8 @@ ROWS = [
     Row("POST", "/jobs/{job}/trigger", WRITE, body=lambda e, v: {"executor_param": "x"}, setup=_job),
     Row("POST", "/jobs/{job}/trigger-at", CREATE, body=lambda e, v: {"delay_ms": 60_000}, setup=_job),
     Row("GET", "/jobs/{job}/delayed", READ, setup=_job),
+    Row("GET", "/delayed-runs", READ_ALL),
+    Row("GET", "/delayed-runs?job_group={group_a}", READ),
     Row("DELETE", "/jobs/{job}/delayed/{fire}", (204, 204, 404, 403, 401), setup=_delayed),
     Row(
         "POST",

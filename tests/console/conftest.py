@@ -21,6 +21,13 @@ from playwright.sync_api import (
 from tests.console.stack import Stack, ensure_chromium, ensure_console_built
 
 VIEWPORT = {"width": 1440, "height": 900}
+# Every CSP violation as a console error naming its directive and sample (the browser's own
+# message does not always reach the console, e.g. for style attributes set by scripts).
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (e) => {
+  console.error(`CSP violation: ${e.effectiveDirective} ${e.blockedURI} ${e.sample || ""}`);
+}, true);
+"""
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +87,7 @@ def errors() -> PageErrors:
 def context(browser: Browser) -> Iterator[BrowserContext]:
     context = browser.new_context(viewport=VIEWPORT, locale="en-US", timezone_id="Europe/Berlin")
     context.set_default_timeout(15_000)
+    context.add_init_script(REPORT_CSP_VIOLATIONS)
     yield context
     context.close()
 

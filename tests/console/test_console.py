@@ -264,6 +264,6 @@ def test_a_refused_action_names_the_missing_permission(page: Page, stack: Stack,
             http.post("/users", json=operator).raise_for_status()
     # A link to a job's GLUE source, opened by an operator without the GLUE permission.
     login(page, stack, username="operator1", password="Operator-passw0rd!", path=f"/jobs/{job}/glue")
-    expect(page.locator(".toast.error")).to_contain_text("Not permitted: ")
-    expect(page.locator(".toast.error")).to_contain_text("GLUE")
+    expect(page.get_by_test_id("load-failure")).to_contain_text("Not permitted: ")
+    expect(page.get_by_test_id("load-failure")).to_contain_text("GLUE")
     expect(page.locator(".cm-content")).to_have_count(0)

@@ -301,7 +301,7 @@ async def test_item7b_one_trigger_of_a_child_tree_fires_at_most_the_budget(tmp_p
             # Cycles are refused, also through several jobs (root -> top -> middle -> root).
             async with logged_in(node, "olga", "olga-password-2026") as olga:
                 cycle = await olga.patch(f"/jobs/{middles[0]}", json={"child_job_ids": [root]})
-                assert cycle.status_code == 409 and cycle.json()["field"] == "child_jobid", cycle.text
+                assert cycle.status_code == 409 and cycle.json()["field"] == "child_job_ids", cycle.text
             async with _demo_executor(node, token, tmp_path):
 
                 async def online() -> bool | None:

@@ -24,6 +24,7 @@ from jobring.admin.store import (
     create_engine,
 )
 from jobring.admin.store.logs import unalarmed_failure_statements
+from jobring.admin.store.run_estimate import round_estimate
 from jobring.admin.store.tables import job_log
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
@@ -357,3 +358,22 @@ async def test_child_fires_of_a_root_run_never_exceed_the_budget(store: Store) -
     assert sum(granted) == 10
     entry = await store.logs.get(other)
     assert entry is not None and entry.child_fires == 10
+
+
+async def test_an_estimated_total_is_extrapolated_from_time_and_oldest_first_pages_back(store: Store) -> None:
+    group, job = await _job(store)
+    # 600 runs a minute apart: the newest 11 span 10 minutes, all of them 599.
+    await store.logs.insert_fires([_fire(group, job, None, NOW - timedelta(minutes=m)) for m in range(600)])
+    capped = await store.logs.list(limit=5, count_cap=10)
+    assert not capped.total_exact and capped.total == 660  # 11 x 599 / 10 = 658.9, two digits
+    newest = await store.logs.list(limit=600)
+    oldest = await store.logs.list(limit=3, oldest_first=True)
+    assert [e.id for e in oldest.items] == [e.id for e in reversed(newest.items)][:3]
+    last = oldest.items[-1]
+    assert last.trigger_time is not None
+    more = await store.logs.list(limit=3, oldest_first=True, before=RunCursor(last.trigger_time, last.id))
+    assert [e.id for e in more.items] == [e.id for e in reversed(newest.items)][3:6]
+
+
+def test_estimates_keep_two_significant_digits() -> None:
+    assert [round_estimate(v) for v in (7, 99, 1234, 50_191, 999_999)] == [7, 99, 1200, 50_000, 1_000_000]

@@ -25,17 +25,34 @@ export interface Page<T> {
 const CSRF_COOKIE = "jobring_csrf";
 const UNSAFE = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 
-/** The API's error body as a thrown error: status, message and the field it names. */
+export type ErrorParams = Record<string, string | number | boolean>;
+
+/** One problem of a refused request (a 422 lists every one). */
+export interface FieldProblem {
+  field: string | null;
+  message: string;
+  code: string | null;
+  params: ErrorParams;
+}
+
+/** The API's error body as a thrown error: status, message (English), the field it names, and
+ * when the API gives them, a code with its params (the console's own words) and every problem. */
 export class ApiError extends Error {
   constructor(
     readonly status: number,
     message: string,
     readonly field: string | null = null,
+    readonly code: string | null = null,
+    readonly params: ErrorParams = {},
+    readonly problems: FieldProblem[] = [],
   ) {
     super(message);
     this.name = "ApiError";
   }
 }
+
+const asParams = (v: unknown): ErrorParams => (v && typeof v === "object" ? (v as ErrorParams) : {});
+const asText = (v: unknown): string | null => (typeof v === "string" ? v : null);
 
 export function csrfToken(): string | null {
   for (const part of document.cookie.split(";")) {
@@ -88,8 +105,10 @@ export async function ok<T>(call: Promise<Answer<T>>): Promise<T> {
     throw new ApiError(0, exc instanceof Error ? exc.message : String(exc));
   }
   if (answer.response.ok) return answer.data as T;
-  const body = answer.error as { error?: unknown; field?: unknown; detail?: unknown } | undefined;
-  const message = typeof body?.error === "string" ? body.error : answer.response.statusText || "error";
-  const field = typeof body?.field === "string" ? body.field : null;
-  throw new ApiError(answer.response.status, message, field);
+  const body = answer.error as { error?: unknown; field?: unknown; code?: unknown; params?: unknown; errors?: unknown } | undefined;
+  const message = asText(body?.error) ?? (answer.response.statusText || "error");
+  const problems = (Array.isArray(body?.errors) ? body.errors : []).map((p: Record<string, unknown>) => ({
+    field: asText(p.field), message: asText(p.error) ?? "", code: asText(p.code), params: asParams(p.params),
+  }));
+  throw new ApiError(answer.response.status, message, asText(body?.field), asText(body?.code), asParams(body?.params), problems);
 }

@@ -11,3 +11,7 @@ export const deleteGroup = (groupId: number) => ok(api.DELETE("/groups/{group_id
 export const getGroupToken = (groupId: number) => ok(api.GET("/groups/{group_id}/access-token", path(groupId)));
 export const rotateGroupToken = (groupId: number) =>
   ok(api.POST("/groups/{group_id}/access-token/rotate", path(groupId)));
+/** Takes an executor address out of routing (or puts it back); the group as it is then. */
+export const setAddressDisabled = (groupId: number, address: string, disabled: boolean) => (disabled
+  ? ok(api.POST("/groups/{group_id}/addresses/disable", { ...path(groupId), body: { address } }))
+  : ok(api.POST("/groups/{group_id}/addresses/enable", { ...path(groupId), body: { address } })));

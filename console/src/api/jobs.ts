@@ -23,3 +23,9 @@ export const triggerJobAt = (jobId: number, body: Schemas["TriggerAtIn"]) =>
 
 /** The next fire times of a schedule (for the job editor's preview). */
 export const previewSchedule = (body: Schemas["SchedulePreviewIn"]) => ok(api.POST("/schedules/preview", { body }));
+
+export type DelayedQuery = QueryOf<"/delayed-runs">;
+/** Pending delayed runs ("Run at") of the user's groups, of one group or of one job; soonest first. */
+export const listDelayed = (query: DelayedQuery) => ok(api.GET("/delayed-runs", { params: { query } }));
+export const cancelDelayed = (jobId: number, fireId: number) =>
+  ok(api.DELETE("/jobs/{job_id}/delayed/{fire_id}", { params: { path: { job_id: jobId, fire_id: fireId } } }));

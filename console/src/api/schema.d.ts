@@ -89,6 +89,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/delayed-runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Pending delayed runs of the caller's groups (or of one group or job), soonest first */
+        get: operations["list_all_delayed_delayed_runs_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/groups": {
         parameters: {
             query?: never;
@@ -409,7 +426,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List runs, newest first */
+        /** List runs, newest (or oldest) first */
         get: operations["list_runs_runs_get"];
         put?: never;
         post?: never;
@@ -545,7 +562,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** What every signed-in user's console needs: GLUE on or off, the default zone */
+        /** What every signed-in user's console needs: GLUE on or off, the default zone, e-mail alarms */
         get: operations["console_settings_settings_console_get"];
         put?: never;
         post?: never;
@@ -753,6 +770,11 @@ export interface components {
         ClearRule: "older_than_1_day" | "older_than_1_week" | "older_than_1_month" | "older_than_3_months" | "older_than_6_months" | "older_than_1_year" | "keep_last_1k" | "keep_last_10k" | "keep_last_30k" | "keep_last_100k" | "all";
         /** ConsoleSettingsOut */
         ConsoleSettingsOut: {
+            /**
+             * Email Alarms
+             * @description an SMTP server is configured (JOBRING_SMTP_HOST); without one e-mail alarms are not sent
+             */
+            email_alarms: boolean;
             /** Glue Enabled */
             glue_enabled: boolean;
             /**
@@ -842,6 +864,11 @@ export interface components {
         };
         /** ErrorBody */
         ErrorBody: {
+            /**
+             * Code
+             * @description a stable name of the error, for clients that translate it
+             */
+            code?: string | null;
             /** Error */
             error: string;
             /**
@@ -849,8 +876,33 @@ export interface components {
              * @description 500 only: finds the details in the admin's log
              */
             error_id?: string | null;
+            /**
+             * Errors
+             * @description 422 of a request body: every problem in it
+             */
+            errors?: components["schemas"]["FieldProblem"][] | null;
             /** Field */
             field?: string | null;
+            /**
+             * Params
+             * @description the values `code` refers to
+             */
+            params?: {
+                [key: string]: string | number | boolean;
+            } | null;
+        };
+        /** FieldProblem */
+        FieldProblem: {
+            /** Code */
+            code: string;
+            /** Error */
+            error: string;
+            /** Field */
+            field: string | null;
+            /** Params */
+            params?: {
+                [key: string]: string | number | boolean;
+            };
         };
         /** GlueOut */
         GlueOut: {
@@ -1417,7 +1469,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1439,7 +1491,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1461,7 +1513,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1483,7 +1535,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1505,7 +1557,7 @@ export interface components {
             total: number;
             /**
              * Total Exact
-             * @description false: counting stopped early and `total` is an estimate
+             * @description false: counting stopped early and `total` is an estimate (for runs: extrapolated from the time the newest runs span, two significant digits)
              * @default true
              */
             total_exact: boolean;
@@ -1692,6 +1744,11 @@ export interface components {
              * @description sqlite, postgresql or mysql
              */
             database_backend: string;
+            /**
+             * Email Alarms
+             * @description an SMTP server is configured (JOBRING_SMTP_HOST)
+             */
+            email_alarms: boolean;
             /**
              * Global Access Token
              * @description the global executor token (JOBRING_ACCESS_TOKEN) is on: executors of groups without a token of their own present it
@@ -2385,6 +2442,111 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DashboardOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_all_delayed_delayed_runs_get: {
+        parameters: {
+            query?: {
+                job_group?: number | null;
+                job_id?: number | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DelayedFireOut"][];
                 };
             };
             /** @description Bad request */
@@ -5114,6 +5276,8 @@ export interface operations {
                 limit?: number;
                 /** @description the `next_cursor` of the previous page: list the runs after it (then `offset` skips from there); cheaper than a large offset */
                 cursor?: string | null;
+                /** @description newest first (by trigger time, then id), or oldest first: the last page of the other order */
+                order?: "newest" | "oldest";
             };
             header?: never;
             path?: never;

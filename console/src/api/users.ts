@@ -1,8 +1,9 @@
-import { api, ok, type Schemas } from "./client";
+import { api, ok, type QueryOf, type Schemas } from "./client";
 
 const path = (userId: number) => ({ params: { path: { user_id: userId } } });
 
-export const listUsers = (limit: number) => ok(api.GET("/users", { params: { query: { limit } } }));
+export type UserQuery = QueryOf<"/users">;
+export const listUsers = (query: UserQuery) => ok(api.GET("/users", { params: { query } }));
 export const createUser = (body: Schemas["UserCreate"]) => ok(api.POST("/users", { body }));
 export const updateUser = (userId: number, body: Schemas["UserUpdate"]) =>
   ok(api.PATCH("/users/{user_id}", { ...path(userId), body }));

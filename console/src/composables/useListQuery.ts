@@ -1,7 +1,7 @@
 import { computed, onMounted, reactive, ref, type Ref } from "vue";
 import { useRoute, useRouter, type LocationQuery } from "vue-router";
-import type { Page } from "../api/client";
-import { notifyError } from "../stores/toast";
+import { ApiError, type Page } from "../api/client";
+import { errorText } from "../stores/toast";
 
 /** What one page asks for: `cursor` walks the API's keyset pages, `offset` numbers the rows. */
 export interface PageAsk {
@@ -18,6 +18,8 @@ export interface ListQueryOptions<F extends Record<string, string>, T> {
   limit?: number;
   /** walk pages with the API's `next_cursor` (cheap at any depth) instead of an offset */
   cursor?: boolean;
+  /** the filter each API query parameter comes from, to mark the filter a refusal names */
+  fields?: Record<string, keyof F & string>;
 }
 
 /** What the pager shows and does (see PagerBar). */
@@ -56,7 +58,11 @@ export function useListQuery<F extends Record<string, string>, T>(options: ListQ
   // With a cursor the pages walked so far are a stack of cursors (the first page has none).
   const cursors: (string | undefined)[] = [undefined];
   const nextCursor = ref<string | null>(null);
-  const empty = computed(() => !loading.value && items.value.length === 0);
+  // A refused listing shows its error instead of rows: rows of other filters would mislead.
+  // A listing that could not be reached keeps the rows it had, under the error.
+  const error = ref("");
+  const errorField = ref("");
+  const empty = computed(() => !loading.value && !error.value && items.value.length === 0);
   const hasMore = computed(() => (options.cursor ? nextCursor.value !== null : offset.value + limit.value < total.value));
 
   function urlQuery(): Record<string, string> {
@@ -81,8 +87,18 @@ export function useListQuery<F extends Record<string, string>, T>(options: ListQ
       total.value = page.total;
       totalExact.value = page.total_exact;
       nextCursor.value = page.next_cursor ?? null;
+      error.value = "";
+      errorField.value = "";
     } catch (exc) {
-      notifyError(exc);
+      if (exc instanceof ApiError && exc.status === 401) return; // the sign-in page takes over
+      error.value = errorText(exc);
+      const field = exc instanceof ApiError && exc.field ? exc.field.split(".")[0] ?? "" : "";
+      errorField.value = options.fields?.[field] ?? "";
+      if (exc instanceof ApiError && exc.status >= 400 && exc.status < 500) {
+        items.value = [];
+        total.value = 0;
+        nextCursor.value = null;
+      }
     } finally {
       loading.value = false;
     }
@@ -116,5 +132,5 @@ export function useListQuery<F extends Record<string, string>, T>(options: ListQ
   }
 
   onMounted(() => void load());
-  return reactive({ filters, items, total, totalExact, loading, empty, offset, limit, hasMore, load, search, reset, goPage, setLimit });
+  return reactive({ filters, items, total, totalExact, loading, empty, error, errorField, offset, limit, hasMore, load, search, reset, goPage, setLimit });
 }

@@ -22,8 +22,10 @@ export function runDuration(run: Timed, nowMs: number): number | null {
 }
 
 /** The duration as text; a running run's time (counted from whole seconds) shows "< 1 s" for under a second. */
-export function runDurationText(run: Timed, nowMs: number, format: (ms: number | null) => string): string {
+export function runDurationText(
+  run: Timed, nowMs: number, format: (ms: number | null) => string, underASecond = "< 1 s",
+): string {
   const ms = runDuration(run, nowMs);
-  if (ms !== null && run.duration_ms === null && ms < 1000) return "< 1 s";
+  if (ms !== null && run.duration_ms === null && ms < 1000) return underASecond;
   return format(ms);
 }

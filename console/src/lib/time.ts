@@ -41,15 +41,21 @@ export function formatInstant(
 }
 
 /** A duration in ms as "850 ms", "12.3 s", "4 min 05 s", "2 h 03 min". */
-export function formatDuration(ms: number | null | undefined): string {
+const UNITS: Record<Locale, { ms: string; s: string; min: string; h: string }> = {
+  en: { ms: "ms", s: "s", min: "min", h: "h" },
+  "zh-CN": { ms: "毫秒", s: "秒", min: "分", h: "小时" },
+};
+
+export function formatDuration(ms: number | null | undefined, lang: Locale = "en"): string {
+  const u = UNITS[lang];
   if (ms === null || ms === undefined || ms < 0) return "—";
-  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 1000) return `${Math.round(ms)} ${u.ms}`;
   const s = ms / 1000;
-  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 60) return `${s.toFixed(1)} ${u.s}`;
   const m = Math.floor(s / 60);
-  if (m < 60) return `${m} min ${String(Math.floor(s % 60)).padStart(2, "0")} s`;
+  if (m < 60) return `${m} ${u.min} ${String(Math.floor(s % 60)).padStart(2, "0")} ${u.s}`;
   const h = Math.floor(m / 60);
-  return `${h} h ${String(m % 60).padStart(2, "0")} min`;
+  return `${h} ${u.h} ${String(m % 60).padStart(2, "0")} ${u.min}`;
 }
 
 /** Is `zone` a time zone this browser knows? */

@@ -8,12 +8,14 @@ interface SessionState {
   loaded: boolean;
   glueEnabled: boolean;
   adminZone: string;
+  /** an SMTP server is configured: e-mail alarms can be sent */
+  emailAlarms: boolean;
   /** the session cookies were there but the admin refused them (expired or ended) */
   expired: boolean;
 }
 
 export const session = reactive<SessionState>({
-  user: null, loaded: false, glueEnabled: false, adminZone: "UTC", expired: false,
+  user: null, loaded: false, glueEnabled: false, adminZone: "UTC", emailAlarms: true, expired: false,
 });
 
 export function isAdmin(): boolean {
@@ -49,6 +51,7 @@ export async function loadSettings(): Promise<void> {
   const settings = await getConsoleSettings();
   session.glueEnabled = settings.glue_enabled;
   session.adminZone = settings.timezone;
+  session.emailAlarms = settings.email_alarms;
 }
 
 export async function logout(): Promise<void> {

@@ -3,6 +3,7 @@
 import { flushPromises, type VueWrapper } from "@vue/test-utils";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import { login } from "../../src/api/auth";
+import { locale } from "../../src/i18n";
 import { ApiError } from "../../src/api/client";
 import { getConsoleSettings } from "../../src/api/settings";
 import { createToken, listTokens, revokeToken } from "../../src/api/tokens";
@@ -22,7 +23,7 @@ vi.mock("../../src/api/users");
 describe("signing in", () => {
   beforeEach(() => {
     session.user = null;
-    vi.mocked(getConsoleSettings).mockResolvedValue({ glue_enabled: true, timezone: "Europe/Berlin" });
+    vi.mocked(getConsoleSettings).mockResolvedValue({ glue_enabled: true, timezone: "Europe/Berlin", email_alarms: true });
   });
 
   async function signIn(path: string) {
@@ -60,6 +61,17 @@ describe("signing in", () => {
       vi.mocked(login).mockRejectedValue(new ApiError(401, "wrong username or password"));
       const { wrapper } = await signIn("/login");
       expect(wrapper.find(".form-error").text()).toBe("wrong username or password");
+    });
+
+    it("says a refused sign-in in the console's language when the API gives its code", async () => {
+      vi.mocked(login).mockRejectedValue(new ApiError(401, "wrong username or password", null, "auth.wrong_login"));
+      locale.value = "zh-CN";
+      try {
+        const { wrapper } = await signIn("/login");
+        expect(wrapper.find(".form-error").text()).toBe("用户名或密码错误。");
+      } finally {
+        locale.value = "en";
+      }
     });
   });
 

@@ -3,7 +3,7 @@
 import { flushPromises } from "@vue/test-utils";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import { ApiError } from "../../src/api/client";
-import { createGroup, getGroupToken, listGroups, rotateGroupToken, updateGroup } from "../../src/api/groups";
+import { createGroup, getGroupToken, listGroups, rotateGroupToken, setAddressDisabled, updateGroup } from "../../src/api/groups";
 import { getAccessToken, getSettings } from "../../src/api/settings";
 import { createUser, deleteUser, listUsers, updateUser } from "../../src/api/users";
 import GroupsView from "../../src/views/GroupsView.vue";
@@ -24,8 +24,13 @@ describe("UsersView", () => {
 
   it("lists the users with their groups", async () => {
     const { wrapper } = await mountView(UsersView, { path: "/users" });
-    expect(listUsers).toHaveBeenCalledWith(500);
+    expect(listUsers).toHaveBeenCalledWith({ username: undefined, role: undefined, offset: 0, limit: 20 });
     expect(wrapper.find("tr[data-user=bob]").text()).toContain("Billing");
+    await wrapper.find("input[name=search_username]").setValue("bo");
+    await wrapper.find("select[name=search_role]").setValue("operator");
+    await wrapper.find("form[role=search]").trigger("submit");
+    await flushPromises();
+    expect(listUsers).toHaveBeenLastCalledWith({ username: "bo", role: "operator", offset: 0, limit: 20 });
     // nobody deletes themselves
     expect(wrapper.find("tr[data-user=admin] .danger-text").exists()).toBe(false);
   });
@@ -99,6 +104,25 @@ describe("GroupsView", () => {
     expect(wrapper.find("tr[data-group=billing] .addr-list").text()).toContain("http://10.0.0.5:9999");
   });
 
+  it("narrows the groups by a search and takes an address out of routing once confirmed", async () => {
+    vi.mocked(setAddressDisabled).mockResolvedValue(manual);
+    const { wrapper } = await mountView(GroupsView, { path: "/groups" });
+    await wrapper.find("input[name=group_search]").setValue("bill");
+    expect(wrapper.findAll("tr[data-group]").map((r) => r.attributes("data-group"))).toEqual(["billing"]);
+    await clickAndConfirm(wrapper, wrapper.find("tr[data-group=billing] [data-testid=disable-address]"));
+    expect(setAddressDisabled).toHaveBeenCalledWith(2, "http://10.0.0.5:9999", true);
+    vi.mocked(listGroups).mockResolvedValue(page([group(), { ...manual, disabled_addresses: ["http://10.0.0.5:9999"] }]));
+    await wrapper.find("input[name=group_search]").setValue("");
+    vi.mocked(setAddressDisabled).mockClear();
+    const { wrapper: again } = await mountView(GroupsView, { path: "/groups" });
+    const disabled = again.find("tr[data-group=billing] [data-testid=disabled-address]");
+    expect(disabled.text()).toContain("http://10.0.0.5:9999");
+    expect(again.find("tr[data-group=billing] [data-testid=disable-address]").exists()).toBe(false);
+    await disabled.find("button").trigger("click");
+    await flushPromises();
+    expect(setAddressDisabled).toHaveBeenCalledWith(2, "http://10.0.0.5:9999", false);
+  });
+
   it("creates a manual group from the addresses typed one a line", async () => {
     vi.mocked(createGroup).mockResolvedValue(group({ id: 3 }));
     const { wrapper } = await mountView(GroupsView, { path: "/groups" });
@@ -141,7 +165,7 @@ describe("SettingsView", () => {
   beforeEach(() => {
     vi.mocked(getSettings).mockResolvedValue({
       version: "1.2.3", database_backend: "sqlite", timezone: "Asia/Shanghai", base_path: "/", glue_enabled: false,
-      global_access_token: true,
+      global_access_token: true, email_alarms: false,
     });
     vi.mocked(getAccessToken).mockResolvedValue({ enabled: true, access_token: "s3cret" });
   });
@@ -149,6 +173,7 @@ describe("SettingsView", () => {
   it("shows the settings with the token hidden until revealed", async () => {
     const { wrapper } = await mountView(SettingsView);
     expect(wrapper.text()).toContain("Asia/Shanghai");
+    expect(wrapper.find("[data-testid=email-alarms]").text()).toContain("no SMTP server is configured");
     expect(wrapper.find("[data-testid=access-token]").text()).not.toContain("s3cret");
     await wrapper.find("button[aria-pressed]").trigger("click");
     await flushPromises();

@@ -52,3 +52,10 @@ export function auditEntry(over: Partial<Schemas["AuditOut"]> = {}): Schemas["Au
     target_type: "job", target_id: "1", group_id: 1, outcome: "success", source: "127.0.0.1", details: null, token_id: null, ...over,
   };
 }
+
+export function delayed(over: Partial<Schemas["DelayedFireOut"]> = {}): Schemas["DelayedFireOut"] {
+  return {
+    id: 1, job_id: 1, job_group: 1, fire_at: Date.UTC(2030, 0, 1), fire_at_iso: "2030-01-01T00:00:00Z", executor_param: null,
+    addresses: null, created_by: "admin", created_at: 0, state: "scheduled", ...over,
+  };
+}

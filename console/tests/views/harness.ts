@@ -11,7 +11,7 @@ import { user } from "./fixtures";
 enableAutoUnmount(afterEach);
 beforeEach(() => {
   toasts.splice(0);
-  Object.assign(session, { user: user(), loaded: true, glueEnabled: true, adminZone: "UTC", expired: false });
+  Object.assign(session, { user: user(), loaded: true, glueEnabled: true, adminZone: "UTC", emailAlarms: true, expired: false });
 });
 
 const Root = defineComponent({ render: () => h(RouterView) });

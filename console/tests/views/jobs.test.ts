@@ -3,17 +3,22 @@
 import { flushPromises, mount } from "@vue/test-utils";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { defineComponent, h } from "vue";
+import openapi from "../../openapi.json";
 import { ApiError } from "../../src/api/client";
 import { getGlue, listGlueVersions, restoreGlueVersion, saveGlue } from "../../src/api/glue";
 import { getGroup, listGroups } from "../../src/api/groups";
-import { createJob, getJob, previewSchedule, triggerJob, triggerJobAt, updateJob } from "../../src/api/jobs";
-import { getRun, getRunLog, killRun } from "../../src/api/runs";
+import {
+  cancelDelayed, createJob, getJob, listDelayed, previewSchedule, setJobStarted, triggerJob, triggerJobAt, updateJob,
+} from "../../src/api/jobs";
+import { getRun, getRunLog, killRun, listRuns } from "../../src/api/runs";
 import TriggerDialog from "../../src/components/TriggerDialog.vue";
+import { locale } from "../../src/i18n";
 import { session } from "../../src/stores/session";
+import { toasts } from "../../src/stores/toast";
 import GlueView from "../../src/views/GlueView.vue";
 import JobEditView from "../../src/views/JobEditView.vue";
 import RunDetailView from "../../src/views/RunDetailView.vue";
-import { group, job, page, run } from "./fixtures";
+import { delayed, group, job, page, run } from "./fixtures";
 import { clickAndConfirm, fill, mountView, toastTexts } from "./harness";
 
 vi.mock("../../src/api/glue");
@@ -26,6 +31,56 @@ describe("JobEditView", () => {
     vi.mocked(listGroups).mockResolvedValue(page([group({ id: 4, title: "Reports" })]));
     vi.mocked(previewSchedule).mockResolvedValue({ times: [Date.UTC(2026, 0, 2, 2)], times_iso: [], timezone: "UTC" });
     vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, job_desc: "weekly", schedule_conf: "0 15 10 ? * 6" }));
+    vi.mocked(listDelayed).mockResolvedValue([]);
+    vi.mocked(listRuns).mockResolvedValue(page([run({ id: 31, job_id: 7, state: "failed", handle_msg: "exit 1" })]));
+  });
+
+  it("shows the job's recent runs and last result, and runs, starts and stops it", async () => {
+    vi.mocked(getGroup).mockResolvedValue(group({ id: 4 }));
+    vi.mocked(setJobStarted).mockResolvedValue(job({ id: 7, job_group: 4, trigger_status: 1 }));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(listRuns).toHaveBeenCalledWith({ job_id: 7, limit: 10 });
+    expect(wrapper.find("[data-testid=last-result] .badge").attributes("data-state")).toBe("failed");
+    expect(wrapper.find("[data-testid=recent-runs] tr[data-run-id='31']").text()).toContain("exit 1");
+    await wrapper.find("[data-testid=job-toggle]").trigger("click");
+    await flushPromises();
+    expect(setJobStarted).toHaveBeenCalledWith(7, true);
+    expect(wrapper.find("[data-testid=job-status]").text()).toBe("Running");
+    await wrapper.find("[data-testid=job-run-once]").trigger("click");
+    await flushPromises();
+    expect(wrapper.find("#trigger-form").exists()).toBe(true);
+  });
+
+  it("says e-mail alarms are not sent when the admin has no SMTP server, and shows a run's alarm status", async () => {
+    session.emailAlarms = false;
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(wrapper.find("[data-testid=no-smtp]").exists()).toBe(false);
+    await wrapper.find("input[name=alarm_email]").setValue("ops@example.com");
+    expect(wrapper.find("[data-testid=no-smtp]").text()).toContain("JOBRING_SMTP_HOST");
+    wrapper.unmount();
+    vi.mocked(getRun).mockResolvedValue(run({ id: 5, state: "failed", alarm_status: 3 }));
+    vi.mocked(getRunLog).mockResolvedValue({ log_content: "", from_line_num: 1, to_line_num: 0, is_end: true });
+    const detail = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(detail.wrapper.find("[data-testid=run-alarm]").text()).toBe("Sending failed");
+  });
+
+  it("offers no start for a manual-only job", async () => {
+    vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, schedule_type: "NONE", schedule_conf: null }));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(wrapper.find("[data-testid=job-toggle]").attributes("disabled")).toBeDefined();
+  });
+
+  it("lists the job's delayed runs and cancels one once confirmed", async () => {
+    vi.mocked(listDelayed).mockResolvedValueOnce([delayed({ id: 3, job_id: 7, executor_param: "late" })]).mockResolvedValue([]);
+    vi.mocked(cancelDelayed).mockResolvedValue(undefined);
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(listDelayed).toHaveBeenCalledWith({ job_id: 7 });
+    const row = wrapper.find("[data-testid=delayed-runs] tr[data-fire-id='3']");
+    expect(row.text()).toContain("late");
+    await clickAndConfirm(wrapper, row.find("button"));
+    expect(cancelDelayed).toHaveBeenCalledWith(7, 3);
+    expect(wrapper.find("[data-testid=delayed-runs]").text()).toContain("No delayed run is pending.");
+    expect(toastTexts("ok")).toEqual(["Delayed run cancelled."]);
   });
 
   it("loads the job into the form", async () => {
@@ -62,6 +117,78 @@ describe("JobEditView", () => {
     expect(wrapper.find("label.invalid").exists()).toBe(false);
   });
 
+  it("shows every field the API may refuse at its control, or above the form when it has none", async () => {
+    const schema = openapi.components.schemas.JobUpdate.properties as Record<string, unknown>;
+    const atField: string[] = [];
+    for (const field of Object.keys(schema)) {
+      vi.mocked(updateJob).mockRejectedValueOnce(new ApiError(422, `${field}: refused here`, `${field}.0`));
+      const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+      await wrapper.find("form.editor").trigger("submit");
+      await flushPromises();
+      const marked = wrapper.find(`[aria-invalid=true][name=${field}]`);
+      if (marked.exists()) {
+        atField.push(field);
+        expect(document.activeElement).toBe(marked.element);
+        expect(marked.element.closest("label")!.querySelector(".field-error")!.textContent).toBe(`${field}: refused here`);
+      } else {
+        expect(wrapper.find(".form-error").text(), field).toBe(`${field}: refused here`);
+      }
+      wrapper.unmount();
+    }
+    for (const shown of ["job_desc", "alarm_email", "schedule_conf", "schedule_timezone", "executor_handler", "executor_timeout",
+      "executor_fail_retry_count", "child_job_ids", "misfire_strategy", "executor_route_strategy", "executor_block_strategy",
+      "alarm_on", "deadline_minutes", "executor_fail_retry_interval_s", "retry_backoff"]) {
+      expect(atField).toContain(shown);
+    }
+  }, 20_000); // one mount per field of the API
+
+  it("edits the alarm targets, alarm rule, deadline and retry back-off the API has", async () => {
+    vi.mocked(getJob).mockResolvedValue(job({
+      id: 7, job_group: 4, alarm_targets: [{ kind: "dingtalk", url: "https://oapi.example/robot", secret: "****" }],
+    }));
+    vi.mocked(updateJob).mockResolvedValue({ ...job({ id: 7 }), warnings: [] });
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect(wrapper.findAll("[data-testid=alarm-target]")).toHaveLength(1);
+    await wrapper.find("[data-testid=add-alarm-target]").trigger("click");
+    const added = wrapper.findAll("[data-testid=alarm-target]")[1]!;
+    await added.find("select").setValue("email");
+    await added.find("input").setValue("a@example.com, b@example.com");
+    await fill(wrapper, { alarm_on: "every_failure", deadline_minutes: "30", executor_fail_retry_interval_s: "10", retry_backoff: "exponential" });
+    await fill(wrapper, { retry_backoff_max_s: "600" });
+    await wrapper.find("input[name=alarm_recovery]").setValue(true);
+    await wrapper.find("form.editor").trigger("submit");
+    await flushPromises();
+    expect(updateJob).toHaveBeenCalledWith(7, expect.objectContaining({
+      alarm_targets: [
+        { kind: "dingtalk", url: "https://oapi.example/robot", secret: "****" }, { kind: "email", to: ["a@example.com", "b@example.com"] },
+      ],
+      alarm_on: "every_failure", alarm_recovery: true, deadline_minutes: 30, executor_fail_retry_interval_s: 10,
+      retry_backoff: "exponential", retry_backoff_max_s: 600,
+    }));
+  });
+
+  it("marks every field a 422 lists, in the console's language", async () => {
+    vi.mocked(updateJob).mockRejectedValue(new ApiError(422, "job_desc: String should have at least 1 character", "job_desc",
+      "invalid.string_too_short", { min_length: 1 }, [
+        { field: "job_desc", message: "job_desc: String should have at least 1 character", code: "invalid.string_too_short", params: { min_length: 1 } },
+        { field: "executor_timeout", message: "executor_timeout: Input should be greater than or equal to 0", code: "invalid.greater_than_equal", params: { ge: 0 } },
+        { field: "glue_source", message: "glue_source: String should have at most 1000000 characters", code: "invalid.string_too_long", params: { max_length: 1000000 } },
+      ]));
+    locale.value = "zh-CN";
+    try {
+      const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+      await wrapper.find("form.editor").trigger("submit");
+      await flushPromises();
+      expect(wrapper.find("label.invalid input[name=job_desc]").exists()).toBe(true);
+      expect(wrapper.find("input[name=job_desc]").element.closest("label")!.querySelector(".field-error")!.textContent).toBe("至少需要 1 个字符");
+      expect(wrapper.find("input[name=executor_timeout]").element.closest("label")!.querySelector(".field-error")!.textContent).toBe("不能小于 0");
+      expect(wrapper.find(".form-error").text()).toBe("glue_source: 最多 1000000 个字符"); // no control of its own
+      expect(document.activeElement).toBe(wrapper.find("input[name=job_desc]").element);
+    } finally {
+      locale.value = "en";
+    }
+  });
+
   it("shows an error without a field above the form", async () => {
     vi.mocked(updateJob).mockRejectedValue(new ApiError(403, "operator of group 4 required"));
     const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
@@ -74,6 +201,13 @@ describe("JobEditView", () => {
     const { wrapper } = await mountView(JobEditView, { path: "/jobs/new" });
     expect(previewSchedule).toHaveBeenCalledWith(expect.objectContaining({ schedule_type: "CRON", schedule_conf: "0 0 2 * * ?" }));
     expect(wrapper.findAll("[data-testid=next-time]")).toHaveLength(1);
+  });
+
+  it("shows a missing or hidden job as not found, not as an empty form", async () => {
+    vi.mocked(getJob).mockRejectedValue(new ApiError(404, "job 99999 not found"));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/99999", props: { id: "99999" } });
+    expect(wrapper.find("[data-testid=not-found]").text()).toContain("Job #99999 does not exist");
+    expect(wrapper.find("form").exists()).toBe(false);
   });
 
   it("is read only for a viewer", async () => {
@@ -102,6 +236,7 @@ describe("TriggerDialog", () => {
     await flushPromises();
     expect(triggerJob).toHaveBeenCalledWith(4, { executor_param: "p=1", addresses: ["http://127.0.0.1:9999"] });
     expect(toastTexts("ok")[0]).toContain("55");
+    expect(toasts[0]!.link).toEqual({ to: "/runs/55", label: "Open the run" });
     expect(wrapper.emitted("close")).toHaveLength(1);
   });
 
@@ -148,6 +283,35 @@ describe("RunDetailView", () => {
     expect(wrapper.find("[data-testid=kill]").exists()).toBe(false);
   });
 
+  it("shows the run's attempt and shard, and in Chinese its trigger type and duration", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({ id: 5, attempt: 3, executor_sharding_param: "1/4", trigger_type: "RETRY", duration_ms: 65_000 }));
+    vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(wrapper.find("[data-testid=run-attempt]").text()).toBe("3");
+    expect(wrapper.find("[data-testid=run-shard]").text()).toBe("1/4");
+    locale.value = "zh-CN";
+    try {
+      await flushPromises();
+      expect(wrapper.find(".facts").text()).toContain("失败重试");
+      expect(wrapper.find(".facts").text()).toContain("1 分 05 秒");
+    } finally {
+      locale.value = "en";
+    }
+  });
+
+  it("shows XXL-JOB's <br> as lines and its markers as section titles, never as markup", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({
+      id: 5, state: "failed", handle_msg: null,
+      trigger_msg: "Trigger type: Cron\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\nmsg: refused\n\n>>>>>>>>>>> Fail retry trigger <<<<<<<<<<<",
+    }));
+    vi.mocked(getRunLog).mockResolvedValue(log("<br>----------- start<br>----------- Param:<b>x</b>\n", 1, 1, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(wrapper.findAll(".log-line").map((l) => l.text())).toEqual(["", "----------- start", "----------- Param:<b>x</b>"]);
+    expect(wrapper.findAll("[data-testid=trigger-msg] .msg-section").map((s) => s.text())).toEqual(["Trigger Job", "Fail retry trigger"]);
+    expect(wrapper.find("[data-testid=trigger-msg]").text()).not.toContain(">>>");
+    expect(wrapper.find("[data-testid=log-zone]").text()).toContain("UTC");
+  });
+
   it("follows a running run's log from the next line until it ends", async () => {
     vi.mocked(getRun)
       .mockResolvedValueOnce(run({ id: 6, state: "running", duration_ms: null }))
@@ -177,11 +341,22 @@ describe("RunDetailView", () => {
     expect(toastTexts("error")).toEqual(["job thread not running"]);
   });
 
-  it("shows a run it may not read as an error toast", async () => {
+  it("shows a missing or hidden run as not found, and follows no log", async () => {
     vi.mocked(getRun).mockRejectedValue(new ApiError(404, "run 99 not found"));
-    await mountView(RunDetailView, { path: "/runs/99", props: { id: "99" } });
-    expect(toastTexts("error")).toEqual(["run 99 not found"]);
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/99", props: { id: "99" } });
+    expect(wrapper.find("[data-testid=not-found]").text()).toContain("Run #99 does not exist");
+    expect(wrapper.find("[data-testid=log-live]").exists()).toBe(false);
     expect(getRunLog).not.toHaveBeenCalled();
+  });
+
+  it("offers to try again when the run could not be loaded", async () => {
+    vi.mocked(getRun).mockRejectedValueOnce(new ApiError(0, "Failed to fetch")).mockResolvedValue(run({ id: 5 }));
+    vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(wrapper.find("[data-testid=load-failure]").text()).toContain("Cannot reach the admin.");
+    await wrapper.find("[data-testid=load-failure] button").trigger("click");
+    await flushPromises();
+    expect(wrapper.find("h1 .badge").attributes("data-state")).toBe("success");
   });
 });
 
@@ -229,6 +404,18 @@ describe("GlueView", () => {
     await clickAndConfirm(wrapper, wrapper.findAll(".versions button")[1]!);
     expect(restoreGlueVersion).toHaveBeenCalledWith(3, 21);
     expect(getGlue).toHaveBeenCalledTimes(2);
+  });
+
+  it("has no editor for a BEAN job, and shows a missing job as not found", async () => {
+    vi.mocked(getGlue).mockResolvedValueOnce({ ...glue, glue_type: "BEAN", glue_source: null });
+    const { wrapper } = await mountGlue();
+    expect(wrapper.find("[data-testid=bean-job]").exists()).toBe(true);
+    expect(wrapper.find(".code-stub").exists()).toBe(false);
+    expect(listGlueVersions).not.toHaveBeenCalled();
+    wrapper.unmount();
+    vi.mocked(getGlue).mockRejectedValueOnce(new ApiError(404, "job 3 not found"));
+    const missing = await mountGlue();
+    expect(missing.wrapper.find("[data-testid=not-found]").exists()).toBe(true);
   });
 
   it("asks for nothing while GLUE is off", async () => {

@@ -6,13 +6,13 @@ import { listAudit } from "../../src/api/audit";
 import { ApiError, type Schemas } from "../../src/api/client";
 import { getDashboard } from "../../src/api/dashboard";
 import { listGroups } from "../../src/api/groups";
-import { deleteJob, listJobs, setJobStarted } from "../../src/api/jobs";
+import { deleteJob, listDelayed, listJobs, setJobStarted } from "../../src/api/jobs";
 import { clearRuns, killRun, listRuns } from "../../src/api/runs";
 import AuditView from "../../src/views/AuditView.vue";
 import DashboardView from "../../src/views/DashboardView.vue";
 import JobsView from "../../src/views/JobsView.vue";
 import RunsView from "../../src/views/RunsView.vue";
-import { auditEntry, group, job, page, run } from "./fixtures";
+import { auditEntry, delayed, group, job, page, run } from "./fixtures";
 import { clickAndConfirm, mountView, toastTexts } from "./harness";
 
 vi.mock("../../src/api/audit");
@@ -76,6 +76,45 @@ describe("JobsView", () => {
     expect(wrapper.find("tr[data-job-id='1'] [role=switch]").attributes("aria-checked")).toBe("true");
   });
 
+  it("says how many jobs a bulk start changed and why the others did not; keeps those selected", async () => {
+    vi.mocked(listJobs).mockResolvedValue(page([
+      job({ id: 1 }), job({ id: 2, job_desc: "manual", schedule_type: "NONE", schedule_conf: null }), job({ id: 3, job_desc: "odd" }),
+    ]));
+    vi.mocked(setJobStarted).mockImplementation(async (id) => {
+      if (id === 3) throw new ApiError(400, "the schedule of job 3 never fires again", "schedule_conf");
+      return job({ id, trigger_status: 1 });
+    });
+    const { wrapper } = await mountView(JobsView, { path: "/jobs" });
+    expect(wrapper.find("tr[data-job-id='2'] [data-testid=toggle]").attributes("disabled")).toBeDefined();
+    expect(wrapper.find("tr[data-job-id='1'] [data-testid=toggle]").attributes("disabled")).toBeUndefined();
+    await wrapper.find("input[aria-label='Select all on this page']").setValue(true);
+    await wrapper.findAll(".bulk-bar button")[0]!.trigger("click");
+    await flushPromises();
+    expect(setJobStarted).toHaveBeenCalledTimes(2); // the manual-only job is not asked
+    const result = wrapper.find("[data-testid=bulk-result]");
+    expect(result.text()).toContain("Started 1 of 3 jobs.");
+    expect(result.findAll("li").map((li) => li.text())).toEqual([
+      "#2 manual: Manual only (schedule type None): use Run once", "#3 odd: the schedule of job 3 never fires again",
+    ]);
+    expect(wrapper.find(".bulk-bar").text()).toContain("2 selected");
+  });
+
+  it("refreshes itself every 10 s, but not while a dialog is open", async () => {
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
+    try {
+      const { wrapper } = await mountView(JobsView, { path: "/jobs" });
+      expect(listJobs).toHaveBeenCalledTimes(1);
+      vi.advanceTimersByTime(10_000);
+      await flushPromises();
+      expect(listJobs).toHaveBeenCalledTimes(2);
+      await wrapper.findAll("tr[data-job-id='2'] button").filter((b) => b.text() === "Delete")[0]!.trigger("click");
+      vi.advanceTimersByTime(10_000);
+      expect(listJobs).toHaveBeenCalledTimes(2);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it("deletes a job once confirmed and reloads", async () => {
     vi.mocked(deleteJob).mockResolvedValue(undefined);
     const { wrapper } = await mountView(JobsView, { path: "/jobs" });
@@ -110,13 +149,53 @@ describe("RunsView", () => {
     ], { total: 1000, total_exact: false, next_cursor: "c2" }));
   });
 
+  it("shows a failed trigger's reason in the message column, not the retry marker", async () => {
+    vi.mocked(listRuns).mockResolvedValue(page([run({
+      id: 13, state: "failed", handle_code: 0, handle_msg: null,
+      trigger_msg: "Trigger type: Cron\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\nmsg: refused\n\n>>>>>>>>>>> Fail retry trigger <<<<<<<<<<<",
+    })]));
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    expect(wrapper.find("tr[data-run-id='13'] .msg-cell").text()).toBe("msg: refused");
+  });
+
+  it("reaches the oldest runs by listing them oldest first", async () => {
+    const { wrapper } = await mountView(RunsView, { path: "/runs" });
+    await wrapper.find("select[name=order]").setValue("oldest");
+    await flushPromises();
+    expect(listRuns).toHaveBeenLastCalledWith(expect.objectContaining({ order: "oldest", cursor: undefined }));
+  });
+
+  it("lists the delayed runs too when the state filter is scheduled", async () => {
+    vi.mocked(listDelayed).mockResolvedValue([delayed({ id: 8, job_id: 1 })]);
+    const { wrapper } = await mountView(RunsView, { path: "/runs?state=scheduled&group=1" });
+    expect(listDelayed).toHaveBeenCalledWith({ job_group: 1, job_id: undefined });
+    expect(wrapper.find("[data-testid=delayed-runs] tr[data-fire-id='8']").text()).toContain("nightly report");
+  });
+
+  it("shows a refused filter at the filter and no stale rows under it", async () => {
+    vi.mocked(listRuns).mockRejectedValueOnce(new ApiError(422, "job_id: Input should be a valid integer", "job_id"));
+    const { wrapper } = await mountView(RunsView, { path: "/runs?job=abc" });
+    expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(0);
+    expect(wrapper.find("[data-testid=list-error]").text()).toBe("job_id: Input should be a valid integer");
+    expect(wrapper.find("label.invalid select[name=job]").exists()).toBe(true);
+    expect(wrapper.find("td.empty").exists()).toBe(false);
+    expect(toastTexts("error")).toEqual([]);
+    await wrapper.find("select[name=job]").setValue("1"); // the job selector offers the jobs by name
+    expect(wrapper.find("select[name=job] option[value='1']").text()).toBe("#1 nightly report");
+    await wrapper.find("form[role=search]").trigger("submit");
+    await flushPromises();
+    expect(listRuns).toHaveBeenLastCalledWith(expect.objectContaining({ job_id: 1 }));
+    expect(wrapper.find("[data-testid=list-error]").exists()).toBe(false);
+    expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(2);
+  });
+
   it("shows each run with the state the API gives", async () => {
     const { wrapper } = await mountView(RunsView, { path: "/runs?state=lost&job=1" });
     expect(listRuns).toHaveBeenCalledWith(expect.objectContaining({ state: ["lost"], job_id: 1, cursor: undefined }));
     expect(wrapper.find("tr[data-run-id='11'] .badge").attributes("data-state")).toBe("running");
     expect(wrapper.find("tr[data-run-id='12'] .badge").attributes("data-state")).toBe("lost");
     expect(wrapper.find("tr[data-run-id='12'] .job-desc").text()).toBe("nightly report");
-    expect(wrapper.find(".pager").text()).toContain("1000"); // an estimate: "about"
+    expect(wrapper.find(".pager").text()).toContain("of about 1,000"); // an estimate, with digit grouping
     expect(wrapper.find(".pager").text()).toMatch(/about/i);
   });
 
@@ -152,11 +231,13 @@ describe("RunsView", () => {
     expect(toastTexts("ok")[0]).toContain("7");
   });
 
-  it("shows a failed listing as an error toast", async () => {
-    vi.mocked(listRuns).mockRejectedValue(new ApiError(400, "trigger_from after trigger_to", "trigger_from"));
+  it("shows a listing it could not reach above the rows it had", async () => {
     const { wrapper } = await mountView(RunsView, { path: "/runs" });
-    expect(toastTexts("error")).toEqual(["trigger_from after trigger_to"]);
-    expect(wrapper.find("td.empty").exists()).toBe(true);
+    vi.mocked(listRuns).mockRejectedValueOnce(new ApiError(0, "Failed to fetch"));
+    await wrapper.findAll(".filter-actions button").filter((b) => b.text() === "Refresh")[0]!.trigger("click");
+    await flushPromises();
+    expect(wrapper.find("[data-testid=list-error]").text()).toBe("Cannot reach the admin.");
+    expect(wrapper.findAll("tr[data-run-id]")).toHaveLength(2);
   });
 });
 
@@ -192,10 +273,10 @@ describe("AuditView", () => {
     expect(JSON.parse(wrapper.find("pre.msg").text())).toEqual({ before: "a", after: "b" });
   });
 
-  it("shows a refused listing as an error toast", async () => {
+  it("shows a refused listing above the table", async () => {
     vi.mocked(listAudit).mockRejectedValue(new ApiError(403, "admin only"));
-    await mountView(AuditView, { path: "/audit" });
-    expect(toastTexts("error")).toEqual(["Not permitted: admin only"]);
+    const { wrapper } = await mountView(AuditView, { path: "/audit" });
+    expect(wrapper.find("[data-testid=list-error]").text()).toBe("Not permitted: admin only");
   });
 });
 
@@ -219,6 +300,15 @@ describe("DashboardView", () => {
     expect(wrapper.find(".fail-list .badge").attributes("data-state")).toBe("timed_out");
     expect(wrapper.find("tbody tr").text()).toContain("node-a");
     expect(wrapper.find("tbody tr").text()).toContain("3 ms");
+  });
+
+  it("labels a large axis compactly and shows the success ratio on request", async () => {
+    vi.mocked(getDashboard).mockResolvedValue({ ...dashboard, chart: [{ day: "2026-01-01", success: 10_188, fail: 0, running: 0 }] });
+    const { wrapper } = await mountView(DashboardView);
+    expect(wrapper.findAll("[data-testid=y-tick]").map((x) => x.text())).toEqual(["0", "5K", "10K", "15K"]);
+    await wrapper.find("[data-testid=chart-ratio]").trigger("click");
+    expect(wrapper.findAll("[data-testid=y-tick]").map((x) => x.text())).toEqual(["0%", "25%", "50%", "75%", "100%"]);
+    expect(wrapper.find("svg title").text()).toContain("(100.0%)");
   });
 
   it("asks for another span of days", async () => {

@@ -48,7 +48,7 @@ from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets, bootstrap
 from jobring.admin.coexist import refuse_if_java_admin_alive
-from jobring.admin.console import console_routes
+from jobring.admin.console import HtmlNotFound, console_routes
 from jobring.admin.declared_retirement import RetiredDeclaredJobsMonitor
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
@@ -358,7 +358,7 @@ def create_app(
     routes.append(Mount(API_PREFIX, app=management_api))
     routes += console_routes()
     if base != "/":
-        routes.append(Mount(base, app=executor_api))
-    routes.append(Mount("", app=executor_api))
+        routes.append(Mount(base, app=HtmlNotFound(executor_api)))
+    routes.append(Mount("", app=HtmlNotFound(executor_api)))
     return AdminApp(routes=routes, lifespan=lifespan, exception_handlers=dict(JSON_ERROR_HANDLERS),
                     middleware=[Middleware(InternalErrors)])

@@ -25,6 +25,7 @@ from jobring.cli.remote import (
 )
 from jobring.client import AdminClient
 from jobring.core.runstate import RunState
+from jobring.core.runtext import log_text, message_lines, message_summary
 from jobring.core.timefmt import iso_ms
 
 STATUSES = ("all", "success", "fail", "running")
@@ -66,10 +67,8 @@ def run_summary(run: Mapping[str, Any]) -> str | None:
     if run.get("state") in ("scheduled", "dispatching") and run.get("planned_time"):
         return f"planned for {iso_ms(int(run['planned_time']))}"
     if run.get("trigger_code") == 200 or run.get("handle_code"):
-        lines = str(run.get("handle_msg") or "").strip().splitlines()
-        return lines[0] if lines else None
-    lines = [line for line in str(run.get("trigger_msg") or "").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else None
+        return message_summary(run.get("handle_msg"), last=False)
+    return message_summary(run.get("trigger_msg"), last=True)
 
 
 _RUN_COLUMNS = (
@@ -118,10 +117,10 @@ def _log(args: argparse.Namespace) -> int:
                     announced = True
                 time.sleep(args.interval)
                 continue
-            content = str(chunk.get("log_content") or "")
+            content = log_text(str(chunk.get("log_content") or ""))
             if args.json:
                 # One JSON object per chunk (JSON lines when following).
-                print(json.dumps(chunk, ensure_ascii=False), flush=True)
+                print(json.dumps(chunk, ensure_ascii=False), flush=True)  # as the admin gave it
             elif content:
                 sys.stdout.write(content if content.endswith("\n") else content + "\n")
                 sys.stdout.flush()
@@ -164,9 +163,9 @@ def _show(args: argparse.Namespace) -> int:
             if run.get(key):
                 print(f"{label}: {run[key]}")
         for label, key in (("trigger message", "trigger_msg"), ("result message", "handle_msg")):
-            text = str(run.get(key) or "").strip()
-            if text:
-                print(f"{label}:\n  " + "\n  ".join(text.splitlines()))
+            lines = message_lines(str(run.get(key) or "").strip())
+            if lines:
+                print(f"{label}:\n  " + "\n  ".join(lines))
         return 0
 
     return run_remote(args, action)

@@ -5,6 +5,8 @@ Vite into ``dist/`` next to this module and shipped in the wheel), served by the
 cached, so a new release is picked up at once); ``/assets/*`` are content-hashed files,
 cached for a year. Every answer carries the console's Content-Security-Policy. Paths of the
 executor API, ``/api/v1``, ``/health`` and the like are not the console's and pass through.
+A browser's GET of a path nothing owns (``/foo``) answers ``index.html`` with status 404, so
+the app shows its own not-found page; other clients keep the JSON 404.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobring.protocol.edge import CONTENT_SECURITY_POLICY
 
 DIST = Path(__file__).parent / "dist"
-__all__ = ["CONTENT_SECURITY_POLICY", "DIST", "console_routes"]
+__all__ = ["CONTENT_SECURITY_POLICY", "DIST", "HtmlNotFound", "console_routes"]
 
 # The client-side routes' first path segments (the router in console/src/router.ts).
 APP_SECTIONS = ("login", "password", "jobs", "runs", "groups", "users", "settings", "profile", "audit")
@@ -81,3 +84,28 @@ def console_routes(dist: Path = DIST) -> list[BaseRoute]:
         routes.append(Route(f"/{section}", console.index, methods=["GET", "HEAD"]))
         routes.append(Route(f"/{section}/{{rest:path}}", console.index, methods=["GET", "HEAD"]))
     return routes
+
+
+class HtmlNotFound:
+    """In front of the executor API's catch-all mount: a browser page load (GET or HEAD asking
+    for ``text/html``) of a path outside ``api/`` gets the console's page with status 404,
+    which shows the app's not-found page. The executor API's own paths, and every client that
+    does not ask for HTML, reach the wrapped app unchanged."""
+
+    def __init__(self, app: ASGIApp, dist: Path = DIST) -> None:
+        self.app = app
+        self.page = dist / "index.html"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and self.page.is_file():
+            path: str = scope["path"]
+            root: str = scope.get("root_path", "")
+            if root and path.startswith(root):  # under a Mount: the path relative to it
+                path = path[len(root):]
+            accept = b",".join(v for k, v in scope.get("headers", []) if k == b"accept")
+            if b"text/html" in accept and path != "/api" and not path.startswith("/api/"):
+                response = FileResponse(self.page, status_code=404, media_type="text/html; charset=utf-8",
+                                        headers=_headers(NO_CACHE))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

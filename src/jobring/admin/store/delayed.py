@@ -66,6 +66,19 @@ class DelayedFireRepository(Repository):
         async with self._db.read() as conn:
             return [_record(r) for r in (await conn.execute(stmt)).all()]
 
+    async def pending(
+        self, group_ids: Sequence[int] | None = None, job_id: int | None = None, limit: int = 500
+    ) -> builtins.list[DelayedFire]:
+        """Pending fires of these groups (None: every group) or of one job, soonest first."""
+        stmt = select(delayed_fire)
+        if group_ids is not None:
+            stmt = stmt.where(delayed_fire.c.job_group.in_(list(group_ids)))
+        if job_id is not None:
+            stmt = stmt.where(delayed_fire.c.job_id == job_id)
+        stmt = stmt.order_by(delayed_fire.c.fire_at, delayed_fire.c.id).limit(limit)
+        async with self._db.read() as conn:
+            return [_record(r) for r in (await conn.execute(stmt)).all()]
+
     async def count_for_job(self, job_id: int) -> int:
         stmt = select(func.count()).select_from(delayed_fire).where(delayed_fire.c.job_id == job_id)
         async with self._db.read() as conn:

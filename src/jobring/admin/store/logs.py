@@ -58,6 +58,7 @@ from jobring.admin.store.records import (
     RunCursor,
     TriggerResult,
 )
+from jobring.admin.store.run_estimate import estimate_runs
 from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
     DISCARD_MARK,
@@ -409,12 +410,14 @@ class LogRepository(Repository):
         limit: int = 20,
         before: RunCursor | None = None,
         count_cap: int | None = None,
+        oldest_first: bool = False,
     ) -> Page[LogEntry]:
         """A page of logs, newest first (trigger time, then id), filtered like the console's
         log page; ``states`` keeps the runs in one of these states at ``now_ms`` (see
         ``state_condition``). ``before``: only the rows after that one in this order (keyset
         paging: no rows skipped by reading, ties on trigger time broken by id); ``count_cap``:
-        count at most that many rows, then estimate (``Page.total_exact``)."""
+        count at most that many rows, then estimate (``Page.total_exact``, see run_estimate);
+        ``oldest_first``: the other way round (``before`` then means "after that row")."""
         where: builtins.list[ColumnElement[bool]] = []
         if group_ids is not None:
             where.append(job_log.c.job_group.in_(list(group_ids)))
@@ -429,23 +432,32 @@ class LogRepository(Repository):
         if trigger_to is not None:
             where.append(job_log.c.trigger_time <= utc_naive(trigger_to))
         after: builtins.list[ColumnElement[bool]] = []
+        t, i = job_log.c.trigger_time, job_log.c.id
+        order = (t.asc(), i.asc()) if oldest_first else (t.desc(), i.desc())
         if before is not None:
             at = utc_naive(before.trigger_time)
-            # The plain "<=" lets every backend range-scan the trigger_time index.
-            after += [job_log.c.trigger_time <= at,
-                      or_(job_log.c.trigger_time < at, job_log.c.id < before.id)]
+            # The plain "<=" (">=") lets every backend range-scan the trigger_time index.
+            if oldest_first:
+                after += [t >= at, or_(t > at, i > before.id)]
+            else:
+                after += [t <= at, or_(t < at, i < before.id)]
         async with self._db.read() as conn:
-            return await fetch_page(
+            page = await fetch_page(
                 conn,
                 job_log,
                 LogEntry,
                 where,
-                (job_log.c.trigger_time.desc(), job_log.c.id.desc()),
+                order,
                 offset,
                 limit,
                 count_cap=count_cap,
                 after=after,
             )
+            if not page.total_exact and count_cap is not None:
+                estimate = await estimate_runs(conn, where, count_cap)
+                if estimate is not None:
+                    page = Page(page.items, estimate, False)
+            return page
 
     async def failed_unalarmed(self, limit: int = 1000, *, after_id: int = 0) -> builtins.list[LogEntry]:
         """Failed logs (trigger or handle code not 0/200) whose alarm_status is still 0, with

@@ -132,7 +132,7 @@ async def login(body: LoginIn, request: Request, response: Response, services: S
     if user is None or not ok:
         services.limiter.record_failure(body.username, address)
         await services.audit.login_failed(body.username, user)
-        raise ApiError(401, WRONG_LOGIN)
+        raise ApiError(401, WRONG_LOGIN, code="auth.wrong_login")
     services.limiter.record_success(body.username, address)
     user = await _rehash_if_needed(services, user, body.password)
     _, csrf = await start_session(services, response, user)

@@ -155,11 +155,12 @@ async def dashboard(
     "/settings/console",
     response_model=ConsoleSettingsOut,
     tags=["settings"],
-    summary="What every signed-in user's console needs: GLUE on or off, the default zone",
+    summary="What every signed-in user's console needs: GLUE on or off, the default zone, e-mail alarms",
 )
 async def console_settings(services: Services, principal: Reader) -> ConsoleSettingsOut:
     return ConsoleSettingsOut(
-        glue_enabled=services.settings.glue_enabled, timezone=services.settings.timezone or "UTC"
+        glue_enabled=services.settings.glue_enabled, timezone=services.settings.timezone or "UTC",
+        email_alarms=bool(services.settings.smtp_host),
     )
 
 
@@ -190,5 +191,6 @@ async def settings(services: Services, principal: Admin) -> SettingsOut:
         timezone=configured.timezone or "UTC",
         base_path=configured.base_path,
         glue_enabled=configured.glue_enabled,
+        email_alarms=bool(configured.smtp_host),
         global_access_token=services.secrets.access_token is not None,
     )

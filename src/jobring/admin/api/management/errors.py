@@ -1,7 +1,11 @@
 """The management API's one error shape: ``{"error": "<message>", "field": "<name>"|null}``.
 
 Every 4xx/5xx answer of ``/api/v1`` has this body, including FastAPI's request validation
-errors (the first problem is reported, with the field's dotted location). A 500 says only
+errors (the first problem is reported, with the field's dotted location; ``errors`` lists
+every problem of the request, so a form can mark all its fields at once). Errors a client
+may want to say in its own words carry a ``code`` and its ``params`` (validation problems:
+``invalid.<pydantic type>`` with the rule's limits; a refused login: ``auth.wrong_login``);
+``error`` stays the English text (what the CLI prints). A 500 says only
 ``"internal error"`` and an ``error_id`` that finds the traceback in the admin's log: the
 text of an unexpected error (a database error's SQL and parameters) never leaves the admin.
 """
@@ -21,23 +25,37 @@ from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, Stor
 from jobring.admin.validation import FieldError
 
 
+class FieldProblem(BaseModel):
+    field: str | None
+    error: str
+    code: str
+    params: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
 class ErrorBody(BaseModel):
     error: str
     field: str | None = None
     error_id: str | None = Field(None, description="500 only: finds the details in the admin's log")
+    code: str | None = Field(None, description="a stable name of the error, for clients that translate it")
+    params: dict[str, str | int | float | bool] | None = Field(
+        None, description="the values `code` refers to"
+    )
+    errors: list[FieldProblem] | None = Field(None, description="422 of a request body: every problem in it")
 
 
 class ApiError(Exception):
     """An answer other than success, with the status and the uniform body."""
 
     def __init__(
-        self, status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None
+        self, status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None,
+        *, code: str | None = None,
     ) -> None:
         super().__init__(error)
         self.status = status
         self.error = error
         self.field = field
         self.headers = headers
+        self.code = code
 
 
 def bad_request(error: str, field: str | None = None) -> ApiError:
@@ -69,9 +87,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def error_response(
-    status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None
+    status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None,
+    **more: Any,
 ) -> JSONResponse:
-    return JSONResponse({"error": error, "field": field}, status_code=status, headers=headers)
+    """The error body; ``more`` (code, params, errors) only when given."""
+    body: dict[str, Any] = {"error": error, "field": field}
+    body.update({k: v for k, v in more.items() if v is not None})
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _location(loc: tuple[Any, ...] | list[Any]) -> str | None:
@@ -81,12 +103,45 @@ def _location(loc: tuple[Any, ...] | list[Any]) -> str | None:
 
 async def _on_api_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.error, exc.field, exc.headers)
+    return error_response(exc.status, exc.error, exc.field, exc.headers, code=exc.code)
+
+
+# Checks shared with the XXL-JOB-compatible paths name a few fields by their column; this API's
+# bodies name them differently, and an error must name the field the caller sent.
+API_FIELD_NAMES = {"child_jobid": "child_job_ids"}
+
+
+def api_field(field: str) -> str:
+    """``field`` (dotted) as this API's bodies name it."""
+    head, dot, rest = field.partition(".")
+    return API_FIELD_NAMES.get(head, head) + dot + rest
 
 
 async def _on_field_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, FieldError)
-    return error_response(exc.status, str(exc), exc.field)
+    field = api_field(exc.field)
+    message = str(exc)
+    if field != exc.field and message.startswith(exc.field):
+        message = field + message[len(exc.field):]
+    return error_response(exc.status, message, field)
+
+
+MAX_PROBLEMS = 50
+
+
+def _params(ctx: object) -> dict[str, str | int | float | bool]:
+    """A validation rule's limits (min_length, ge, pattern ...) as plain JSON values."""
+    if not isinstance(ctx, dict):
+        return {}
+    return {str(k): v if isinstance(v, str | int | float | bool) else str(v) for k, v in ctx.items()}
+
+
+def _problem(raw: Any) -> dict[str, Any]:
+    field = _location(raw.get("loc", ()))
+    field = api_field(field) if field else None
+    message = str(raw.get("msg", "invalid value"))
+    return {"field": field, "error": f"{field}: {message}" if field else message,
+            "code": f"invalid.{raw.get('type', 'value')}", "params": _params(raw.get("ctx"))}
 
 
 async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
@@ -95,12 +150,12 @@ async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
     if not problems:
         return error_response(422, "invalid request")
     first = problems[0]
-    field = _location(first.get("loc", ()))
-    message = str(first.get("msg", "invalid value"))
     if first.get("type") == "json_invalid":
-        return error_response(400, f"request body is not valid JSON: {message}", None)
-    text = f"{field}: {message}" if field else message
-    return error_response(422, text, field)
+        return error_response(400, f"request body is not valid JSON: {first.get('msg', '')}", None)
+    listed = [_problem(p) for p in problems[:MAX_PROBLEMS]]
+    head = listed[0]
+    return error_response(422, head["error"], head["field"], code=head["code"], params=head["params"],
+                          errors=listed)
 
 
 async def _on_http(_request: Request, exc: Exception) -> JSONResponse:

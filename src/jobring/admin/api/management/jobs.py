@@ -246,6 +246,26 @@ async def list_delayed(job_id: JobId, services: Services, principal: Reader) -> 
     return [_delayed_out(f) for f in await services.store.delayed.for_job(job.id)]
 
 
+@router.get(
+    "/delayed-runs", response_model=list[DelayedFireOut],
+    summary="Pending delayed runs of the caller's groups (or of one group or job), soonest first",
+)
+async def list_all_delayed(
+    services: Services,
+    principal: Reader,
+    job_group: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
+    job_id: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> list[DelayedFireOut]:
+    if job_group is not None:
+        ensure_group_read(principal, job_group)
+        group_ids: list[int] | None = [job_group]
+    else:
+        group_ids = principal.readable_group_ids()
+    fires = await services.store.delayed.pending(group_ids, job_id, limit)
+    return [_delayed_out(f) for f in fires]
+
+
 @router.delete(
     "/jobs/{job_id}/delayed/{fire_id}", status_code=204, response_class=Response,
     summary="Cancel a pending delayed run",

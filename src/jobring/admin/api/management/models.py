@@ -119,7 +119,8 @@ class PageOut(BaseModel, Generic[T]):
     offset: int
     limit: int
     total_exact: bool = Field(
-        default=True, description="false: counting stopped early and `total` is an estimate"
+        default=True, description="false: counting stopped early and `total` is an estimate (for runs: "
+        "extrapolated from the time the newest runs span, two significant digits)"
     )
     next_cursor: str | None = Field(
         default=None, description="where a full page ended: pass it as `cursor` for the next page "
@@ -834,6 +835,9 @@ class DashboardOut(BaseModel):
 class ConsoleSettingsOut(BaseModel):
     glue_enabled: bool
     timezone: str = Field(description="the admin's default schedule zone")
+    email_alarms: bool = Field(
+        description="an SMTP server is configured (JOBRING_SMTP_HOST); without one e-mail alarms are not sent"
+    )
 
 
 class AccessTokenOut(BaseModel):
@@ -850,6 +854,7 @@ class SettingsOut(BaseModel):
     timezone: str = Field(description="zone of cron schedules without their own")
     base_path: str = Field(description="executor API path prefix")
     glue_enabled: bool
+    email_alarms: bool = Field(description="an SMTP server is configured (JOBRING_SMTP_HOST)")
     global_access_token: bool = Field(
         description="the global executor token (JOBRING_ACCESS_TOKEN) is on: executors of groups "
         "without a token of their own present it"

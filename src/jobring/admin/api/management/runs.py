@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 
@@ -47,8 +47,9 @@ def _epoch_ms(value: datetime | None) -> int:
     return 0 if value is None else int(value.replace(tzinfo=UTC).timestamp() * 1000)
 
 
-# Beyond this many matching runs the total is estimated: counting a million rows exactly
-# costs more than the page itself (bench/console_api.py).
+# Beyond this many matching runs the total is estimated (from the time the newest of them span,
+# store/run_estimate.py): counting a million rows exactly costs more than the page itself
+# (bench/console_api.py).
 RUNS_COUNT_CAP = 1_000
 _CURSOR = re.compile(r"([0-9]{1,17})-([0-9]{1,19})")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -86,7 +87,7 @@ async def _load_run(services: ManagementServices, principal: Principal, run_id: 
     return entry
 
 
-@router.get("/runs", response_model=PageOut[RunOut], summary="List runs, newest first")
+@router.get("/runs", response_model=PageOut[RunOut], summary="List runs, newest (or oldest) first")
 async def list_runs(
     services: Services,
     principal: Reader,
@@ -108,6 +109,11 @@ async def list_runs(
         Query(max_length=48, description="the `next_cursor` of the previous page: list the runs after "
               "it (then `offset` skips from there); cheaper than a large offset"),
     ] = None,
+    order: Annotated[
+        Literal["newest", "oldest"],
+        Query(description="newest first (by trigger time, then id), or oldest first: the last page of the "
+              "other order"),
+    ] = "newest",
 ) -> PageOut[RunOut]:
     if job_group is not None:
         ensure_group_read(principal, job_group)
@@ -130,6 +136,7 @@ async def list_runs(
         limit=limit,
         before=_cursor(cursor),
         count_cap=RUNS_COUNT_CAP,
+        oldest_first=order == "oldest",
     )
     next_cursor = None
     last = page.items[-1] if len(page.items) == limit else None
