@@ -40,3 +40,10 @@ describe("buildCron", () => {
     }
   });
 });
+
+describe("cron text in Chinese", () => {
+  it("uses Chinese commas and single spaces", () => {
+    expect(describeCron("0 0 2 1,15 * ?", "zh-CN")).toBe("在02:00，限每月 1 号 和 15 号");
+    expect(describeCron("0 0/30 9-17 ? * MON-FRI", "zh-CN")).toBe("每隔 30 分钟，在 09:00 和 17:59 之间，星期一至星期五");
+  });
+});

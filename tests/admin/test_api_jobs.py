@@ -242,8 +242,8 @@ async def test_a_refused_body_lists_every_problem_with_codes(sqlite_store: Store
                                                    child_job_ids=["x"]))
         assert r.status_code == 422
         body = r.json()
-        expected = ("job_desc", "invalid.too_short", 1)
-        assert (body["field"], body["code"], body["params"]["min_length"]) == expected
+        head = (body["field"], body["code"], body["params"]["min_length"])
+        assert head == ("job_desc", "invalid.too_short", 1)
         assert body["error"].startswith("job_desc: ")  # the English text stays (the CLI prints it)
         listed = {(p["field"], p["code"]) for p in body["errors"]}
         assert listed == {("job_desc", "invalid.too_short"),

@@ -11,13 +11,15 @@ export function describeCron(expression: string, lang: Locale): string | null {
   const fields = text.split(/\s+/);
   if (fields.length < 6 || fields.length > 7) return null;
   try {
-    return cronstrue.toString(text, {
+    const described = cronstrue.toString(text, {
       locale: lang === "zh-CN" ? "zh_CN" : "en",
       dayOfWeekStartIndexZero: false,
       use24HourTimeFormat: true,
       throwExceptionOnParseError: true,
       verbose: false,
     });
+    // cronstrue's Chinese keeps English commas and doubled spaces: Chinese punctuation instead.
+    return lang === "zh-CN" ? described.replace(/\s*,\s*/g, "，").replace(/\s{2,}/g, " ") : described;
   } catch {
     return null;
   }
