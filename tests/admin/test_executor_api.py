@@ -251,3 +251,20 @@ async def test_started_at_header_reaches_the_registry_and_bad_values_are_ignored
     finally:
         await callbacks.close()
         await trigger.close()
+
+
+async def test_callback_batch_is_capped_at_1000_items_and_recorded_in_chunks(api: Api) -> None:
+    over = [{"logId": 5_000_000 + k, "logDateTim": T0, "handleCode": 200} for k in range(1001)]
+    response = await api.post("/api/callback", over)
+    assert response.status_code == 413 and "at most 1000 items per request" in response.json()["msg"]
+    ids = [await _log(api.store) for _ in range(3)]
+    # Past the chunk size (200 per transaction): every item still gets its own outcome.
+    body = [{"logId": 6_000_000 + k, "logDateTim": T0, "handleCode": 200} for k in range(450)]
+    body[7] = {"logId": ids[0], "logDateTim": T0, "handleCode": 200}
+    body[260] = {"logId": ids[1], "logDateTim": T0, "handleCode": 500, "handleMsg": "late chunk"}
+    body[449] = {"logId": ids[2], "logDateTim": T0, "handleCode": 200}
+    response = await api.post("/api/callback", body)
+    assert response.status_code == 400 and "refused for runs [6000000, " in response.json()["msg"]
+    entries = [await api.store.logs.get(i) for i in ids]
+    assert [(e.handle_code if e else None) for e in entries] == [200, 500, 200]
+    assert api.callbacks.received >= 450
