@@ -49,7 +49,7 @@ def test_every_refused_job_field_is_marked_at_its_control(
         control.fill(good)
         expect(page.locator(f"label.invalid {selector}")).to_have_count(0)  # editing clears the mark
     page.get_by_test_id("save-job").click()
-    expect(page.get_by_text("Saved")).to_be_visible()
+    expect(page.get_by_text("Saved", exact=True)).to_be_visible()
 
 
 def test_missing_jobs_runs_and_paths_are_not_found(page: Page, stack: Stack, errors: PageErrors) -> None:
@@ -197,7 +197,7 @@ def test_alarm_and_retry_settings_address_disabling_and_searches(
     page.select_option("select[name=retry_backoff]", "exponential")
     page.fill("input[name=retry_backoff_max_s]", "900")
     page.get_by_test_id("save-job").click()
-    expect(page.get_by_text("Saved")).to_be_visible()
+    expect(page.get_by_text("Saved", exact=True)).to_be_visible()
     with stack.api() as http:
         saved = http.get(f"/jobs/{job}").json()
     assert saved["alarm_targets"] == [{"kind": "webhook", "url": "https://hooks.example.invalid/jobring"}]
@@ -299,4 +299,4 @@ def test_unsaved_edits_survive_an_ended_session(page: Page, stack: Stack, errors
     expect(page.locator("input[name=job_desc]")).to_have_value("draft kept, edited")
     expect(page.locator(".toast")).to_contain_text("Your unsaved edits were kept")
     page.get_by_test_id("save-job").click()
-    expect(page.get_by_text("Saved")).to_be_visible()
+    expect(page.get_by_text("Saved", exact=True)).to_be_visible()

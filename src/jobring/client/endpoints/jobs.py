@@ -119,6 +119,14 @@ def delayed_runs(job_id: int) -> Call[list[JsonObject]]:
     return get(_job(job_id) + "/delayed", as_list)
 
 
+def all_delayed_runs(
+    *, group: int | None = None, job_id: int | None = None, limit: int = 100
+) -> Call[list[JsonObject]]:
+    """Pending delayed runs of every job the caller may see (or of one group or job), soonest
+    first."""
+    return get("/delayed-runs", as_list, job_group=group, job_id=job_id, limit=limit)
+
+
 def cancel_delayed(job_id: int, delayed_id: int) -> Call[None]:
     """Cancel a pending delayed run."""
     return delete(f"{_job(job_id)}/delayed/{path_part(delayed_id)}", as_nothing)
@@ -154,6 +162,7 @@ class JobsApi(ApiGroup[M]):
     trigger = Endpoint(trigger_job)
     trigger_at = Endpoint(trigger_job_at)
     delayed = Endpoint(delayed_runs)
+    all_delayed = Endpoint(all_delayed_runs)
     cancel_delayed = Endpoint(cancel_delayed)
     preview = Endpoint(preview_schedule)
 
