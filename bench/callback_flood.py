@@ -71,14 +71,15 @@ async def _flood(port: int, clients: int, seconds: float) -> None:
     body = orjson.dumps([{"logId": 2_000_000_000 + k, "logDateTim": 0, "handleCode": 200,
                           "handleMsg": "flood"} for k in range(BATCH)])
     headers = {"XXL-JOB-ACCESS-TOKEN": FLOOD_TOKEN, "Content-Type": "application/json"}
-    statuses: dict[int, int] = {}
+    statuses: dict[str, int] = {}
     deadline = time.monotonic() + seconds
 
     async def client() -> None:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             while time.monotonic() < deadline:
                 response = await http.post("/xxl-job-admin/api/callback", content=body, headers=headers)
-                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                key = str(response.status_code)
+                statuses[key] = statuses.get(key, 0) + 1
 
     started = time.monotonic()
     await asyncio.gather(*(client() for _ in range(clients)))
