@@ -243,6 +243,12 @@ class HandleCallbackParam:
     def decode_batch(cls, body: bytes, max_items: int | None = None) -> list[HandleCallbackParam]:
         """The items of a callback body; TooManyItems (before any item is decoded) when
         there are more than ``max_items``."""
+        return [cls.decode(item) for item in cls.batch_objects(body, max_items)]
+
+    @staticmethod
+    def batch_objects(body: bytes, max_items: int | None = None) -> list[dict[str, Any]]:
+        """The JSON objects of a callback body, not decoded yet (a caller may decode them a
+        part at a time); TooManyItems when there are more than ``max_items``."""
         try:
             data = orjson.loads(body) if body.strip() else []
         except orjson.JSONDecodeError as exc:
@@ -255,7 +261,7 @@ class HandleCallbackParam:
             raise TooManyItems(len(data), max_items)
         if not all(isinstance(i, dict) for i in data):
             raise ProtocolError("callback body must be a JSON array of objects")
-        return [cls.decode(item) for item in data]
+        return data
 
 
 class TooManyItems(ProtocolError):

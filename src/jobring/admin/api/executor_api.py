@@ -20,6 +20,7 @@ request carries at most ``MAX_CALLBACK_ITEMS`` results.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import logging
@@ -62,6 +63,8 @@ MSG_APP_TOKEN_INVALID = "invalid request, accessToken or appname invalid."
 MAX_BODY_BYTES = 16 * 1024 * 1024
 # Items per callback request: XXL-JOB executors (and jobring's) send at most 1,000.
 MAX_CALLBACK_ITEMS = 1_000
+CALLBACK_REQUESTS_AT_ONCE = 2  # per admin node; more wait (their bodies are already read)
+DECODE_STEP = 200  # callback items decoded per event-loop step
 # Column sizes of xxl_job_registry (registry_group, registry_key, registry_value).
 _REGISTRY_LIMITS = (50, 255, 255)
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
@@ -100,6 +103,7 @@ class ExecutorApi:
         self._callbacks = callbacks
         self._tokens: TokenChecker = GlobalToken(tokens) if isinstance(tokens, str) else tokens
         self._policy = policy or AddressPolicy()
+        self._callback_gate = asyncio.Semaphore(CALLBACK_REQUESTS_AT_ONCE)
 
     async def endpoint(self, request: Request) -> Response:
         uri: str = request.path_params.get("uri", "")
@@ -145,14 +149,23 @@ class ExecutorApi:
         return _answer(ReturnT.fail(msg_uri_not_found(uri)))
 
     async def _callback(self, body: bytes, scope: TokenScope) -> Response:
-        try:
-            items = HandleCallbackParam.decode_batch(body, MAX_CALLBACK_ITEMS)
-        except TooManyItems as exc:
-            log.warning("callback refused: %d items in one request (at most %d)", exc.count, exc.limit)
-            return _answer(ReturnT.fail(str(exc)), status=413)
-        # The token's groups are a condition of the write itself (a run inserted while the
-        # batch is handled cannot be written by another group's token).
-        outcomes = await self._callbacks.handle(items, scope.guard())
+        # At most CALLBACK_REQUESTS_AT_ONCE batches are worked on at a time, each decoded a
+        # part per event-loop step: however many arrive, a fire due now waits for a few short
+        # steps only.
+        async with self._callback_gate:
+            try:
+                objects = HandleCallbackParam.batch_objects(body, MAX_CALLBACK_ITEMS)
+            except TooManyItems as exc:
+                log.warning("callback refused: %d items in one request (at most %d)", exc.count, exc.limit)
+                return _answer(ReturnT.fail(str(exc)), status=413)
+            items: list[HandleCallbackParam] = []
+            for start in range(0, len(objects), DECODE_STEP):
+                if start:
+                    await asyncio.sleep(0)
+                items += [HandleCallbackParam.decode(o) for o in objects[start:start + DECODE_STEP]]
+            # The token's groups are a condition of the write itself (a run inserted while
+            # the batch is handled cannot be written by another group's token).
+            outcomes = await self._callbacks.handle(items, scope.guard())
         refused = sorted({i.log_id for i, o in zip(items, outcomes, strict=True)
                           if o is ResultOutcome.NOT_FOUND})
         if refused:

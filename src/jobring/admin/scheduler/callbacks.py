@@ -146,10 +146,14 @@ class CallbackService:
         outcomes = await self._store.logs.record_results(results, guard=guard)
         self.received += len(items)
         applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
+        missing = [i.log_id for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.NOT_FOUND]
+        if len(missing) > 1:
+            # One line for a chunk of unknown ids (a flood must not become a flood of log lines).
+            log.info("%s logIds=%s (%d)", MSG_NOT_FOUND, missing[:10], len(missing))
         for item, outcome in zip(items, outcomes, strict=True):
             if outcome is ResultOutcome.REPEAT:
                 log.info("%s logId=%s", MSG_REPEAT, item.log_id, extra={"run_id": item.log_id})
-            elif outcome is ResultOutcome.NOT_FOUND:
+            elif outcome is ResultOutcome.NOT_FOUND and len(missing) == 1:
                 log.info("%s logId=%s", MSG_NOT_FOUND, item.log_id, extra={"run_id": item.log_id})
         for item in applied:
             state = run_state(trigger_code=200, handle_code=item.handle_code, handle_msg=item.handle_msg,
