@@ -127,7 +127,7 @@ def run_backend(backend: str, jobs: int, seconds: float, warmup: float, clients:
         for name, (a, b) in (("quiet", (t1, t2)), ("flood", (f1, f2))):
             fired, missed, p50, p99, worst = _window(url, starts, a, b)
             traffic = "-" if name == "quiet" else (
-                f"{rate:.1f} req/s ({rate * BATCH:,.0f} items/s), answers {report['statuses']}")
+                f"{rate:.1f} req/s ({rate * BATCH:,.0f} items/s sent), answers {report['statuses']}")
             lines.append(f"| {backend} | {name} | {fired} | {missed} | {p50:.0f} | {p99:.0f} | {worst:.0f} | "
                          f"{traffic} |")
         return lines

@@ -13,6 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 from jobring.admin.api.executor_api import executor_api_routes
+from jobring.admin.api.refusals import REFUSED_BURST, RefusalBudget
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -44,10 +45,12 @@ class ExecApi:
     group_b: int
 
     async def post(self, path: str, body: object, token: str | None) -> dict[str, object]:
-        headers = {"XXL-JOB-ACCESS-TOKEN": token} if token else {}
-        response = await self.http.post(path, content=json.dumps(body).encode(), headers=headers)
-        answer: dict[str, object] = response.json()
+        answer: dict[str, object] = (await self.post_raw(path, body, token)).json()
         return answer
+
+    async def post_raw(self, path: str, body: object, token: str | None) -> httpx.Response:
+        headers = {"XXL-JOB-ACCESS-TOKEN": token} if token else {}
+        return await self.http.post(path, content=json.dumps(body).encode(), headers=headers)
 
 
 async def _exec_api(store: Store, global_token: str | None) -> AsyncIterator[ExecApi]:
@@ -60,7 +63,7 @@ async def _exec_api(store: Store, global_token: str | None) -> AsyncIterator[Exe
     group_b = await store.groups.create(JobGroup(app_name="app-b", title="B", access_token=TOKEN_B), NOW)
     tokens = ExecutorTokens(store, global_token, clock)
     routes = executor_api_routes(RegistryService(store, clock), callbacks, tokens,
-                                 policy_from_text("127.0.0.0/8", None))
+                                 policy_from_text("127.0.0.0/8", None), RefusalBudget(clock.now_ms))
     app = Starlette(routes=routes)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as http:
         yield ExecApi(http, store, clock, group_a, group_b)
@@ -124,6 +127,51 @@ async def test_callback_only_for_runs_of_the_tokens_group(exec_api: ExecApi) -> 
     entry = await exec_api.store.logs.get(run_a)
     assert entry is not None and entry.handle_code == 200 and entry.handle_msg == "ok"
     assert (await exec_api.post("/api/callback", forged[1:], TOKEN_A))["code"] == 200  # a repeat
+
+
+async def test_a_token_flooding_unknown_runs_is_answered_429_before_its_body_is_read(
+        exec_api: ExecApi) -> None:
+    def unknown(first: int, count: int) -> list[dict[str, object]]:
+        return [{"logId": first + i, "logDateTim": T0, "handleCode": 200, "handleMsg": "x"}
+                for i in range(count)]
+
+    # The burst is spent on refused items (each batch answered 400, as before) ...
+    for n in range(REFUSED_BURST // 1_000):
+        assert (await exec_api.post_raw("/api/callback", unknown(10**9 + n * 1_000, 1_000), TOKEN_A)).status_code \
+            == 400
+    # ... and then the token waits, however good its next batch is.
+    run_a = await _run_of(exec_api.store, exec_api.group_a)
+    honest = [{"logId": run_a, "logDateTim": T0, "handleCode": 200, "handleMsg": "ok"}]
+    answer = await exec_api.post_raw("/api/callback", honest, TOKEN_A)
+    assert answer.status_code == 429 and answer.headers["retry-after"] == "1"
+    assert "too many results for unknown runs" in answer.json()["msg"]
+    entry = await exec_api.store.logs.get(run_a)
+    assert entry is not None and entry.handle_code == 0  # not read, not recorded
+    # Another group's token is not held up, and registration beats still get through.
+    run_b = await _run_of(exec_api.store, exec_api.group_b)
+    assert (await exec_api.post("/api/callback", [{**honest[0], "logId": run_b}], TOKEN_B))["code"] == 200
+    assert (await exec_api.post("/api/registry", _beat("app-a"), TOKEN_A))["code"] == 200
+    # Once the debt is paid (1,000 refused items a second), the result the executor kept is taken.
+    exec_api.clock.advance(1_000)
+    assert (await exec_api.post("/api/callback", honest, TOKEN_A))["code"] == 200
+    entry = await exec_api.store.logs.get(run_a)
+    assert entry is not None and entry.handle_code == 200
+
+
+def test_refusal_budget_goes_into_debt_and_says_how_long_to_wait() -> None:
+    clock = ManualClock(0)
+    budget = RefusalBudget(clock.now_ms)
+    assert budget.retry_after_s("t") == 0
+    budget.charge("t", REFUSED_BURST - 1)
+    assert budget.retry_after_s("t") == 0  # one item left
+    budget.charge("t", 1 + 2_500)  # 2,500 in debt: 2.5 s at 1,000 a second
+    assert budget.retry_after_s("t") == 3 and budget.retry_after_s("other") == 0
+    clock.advance(2_500)
+    assert budget.retry_after_s("t") == 1  # level 0 is not yet positive
+    clock.advance(1)
+    assert budget.retry_after_s("t") == 0
+    budget.charge("t", 0)
+    assert budget.retry_after_s("t") == 0
 
 
 async def test_global_token_acts_for_every_group_without_its_own(sqlite_store: Store) -> None:

@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import hmac
 import logging
+import time
 import unicodedata
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,6 +34,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, internal_failure_message
+from jobring.admin.api.refusals import RefusalBudget
 from jobring.admin.executor_tokens import TokenScope
 from jobring.admin.store.groups import EXECUTOR
 from jobring.admin.store.records import ResultOutcome
@@ -97,13 +99,14 @@ class ExecutorApi:
 
     def __init__(
         self, registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
-        policy: AddressPolicy | None = None,
+        policy: AddressPolicy | None = None, refusals: RefusalBudget | None = None,
     ) -> None:
         self._registry = registry
         self._callbacks = callbacks
         self._tokens: TokenChecker = GlobalToken(tokens) if isinstance(tokens, str) else tokens
         self._policy = policy or AddressPolicy()
         self._callback_gate = asyncio.Semaphore(CALLBACK_REQUESTS_AT_ONCE)
+        self._refusals = refusals or RefusalBudget(lambda: time.monotonic_ns() // 1_000_000)
 
     async def endpoint(self, request: Request) -> Response:
         uri: str = request.path_params.get("uri", "")
@@ -131,6 +134,13 @@ class ExecutorApi:
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             return _answer(ReturnT.fail(f"request body larger than {MAX_BODY_BYTES} bytes"), status=413)
+        if uri == "callback" and (wait_s := self._refusals.retry_after_s(scope)):
+            # Answered before the body is read: a flood of batches for unknown runs costs
+            # the admin almost nothing once its token is in debt (see admin/api/refusals.py).
+            response = _answer(ReturnT.fail(f"too many results for unknown runs from this access token; "
+                                            f"send again in {wait_s} s"), status=429)
+            response.headers["Retry-After"] = str(wait_s)
+            return response
         body = await request.body()
         if len(body) > MAX_BODY_BYTES:
             return _answer(ReturnT.fail(f"request body larger than {MAX_BODY_BYTES} bytes"), status=413)
@@ -168,6 +178,7 @@ class ExecutorApi:
             outcomes = await self._callbacks.handle(items, scope.guard())
         refused = sorted({i.log_id for i, o in zip(items, outcomes, strict=True)
                           if o is ResultOutcome.NOT_FOUND})
+        self._refusals.charge(scope, len(refused))
         if refused:
             # Not kept for later either: a run that does not exist now is never reported by
             # this batch. HTTP 400: sending the same items again cannot succeed (an executor
@@ -234,11 +245,11 @@ def _registry_ok(param: RegistryParam) -> bool:
 
 def executor_api_routes(
     registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
-    policy: AddressPolicy | None = None,
+    policy: AddressPolicy | None = None, refusals: RefusalBudget | None = None,
 ) -> list[BaseRoute]:
     """Routes serving ``/api/<uri>``; include them at ``/`` and under the base path.
     ``tokens``: the checker, or one token valid for every group."""
-    api = ExecutorApi(registry, callbacks, tokens, policy)
+    api = ExecutorApi(registry, callbacks, tokens, policy, refusals)
     return [
         Route("/api/{uri:path}", api.endpoint, methods=_ALL_METHODS),
         Route("/api", api.endpoint, methods=_ALL_METHODS),
