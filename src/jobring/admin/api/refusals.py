@@ -25,6 +25,7 @@ __all__ = ["REFUSED_BURST", "REFUSED_PER_S", "RefusalBudget"]
 
 REFUSED_PER_S = 1_000
 REFUSED_BURST = 2_000
+REFUSED_RATE = RateLimit(REFUSED_PER_S, 1_000, REFUSED_BURST)
 # Distinct tokens remembered; only tokens the admin accepted get an entry, so this is a
 # safety bound, not a limit a real set-up meets.
 _MAX_TOKENS = 10_000
@@ -33,8 +34,7 @@ _MAX_TOKENS = 10_000
 class RefusalBudget:
     """Per key (a token's scope): how many refused items it may still cause."""
 
-    def __init__(self, now_ms: Callable[[], int],
-                 rate: RateLimit = RateLimit(REFUSED_PER_S, 1_000, REFUSED_BURST)) -> None:
+    def __init__(self, now_ms: Callable[[], int], rate: RateLimit = REFUSED_RATE) -> None:
         self._now_ms = now_ms
         self._rate = rate
         self._states: dict[Hashable, BucketState] = {}
