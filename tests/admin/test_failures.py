@@ -16,7 +16,7 @@ from jobring.admin.scheduler.monitors import LOST_PREFIX, LostRunMonitor, Regist
 from jobring.admin.scheduler.retention import ARMED_SETTING, RetentionMonitor
 from jobring.admin.scheduler.trigger import FireRequest
 from jobring.admin.store import Store
-from jobring.admin.store.records import HandleResult, JobGroup, LogEntry
+from jobring.admin.store.records import HandleResult, JobGroup, LogEntry, TriggerResult
 from jobring.config import AdminSettings
 from jobring.core.enums import AddressType, AlarmStatus, TriggerType
 from jobring.core.retry import retry_delay_ms
@@ -101,6 +101,27 @@ async def test_a_pending_retry_survives_a_restart(env: Env) -> None:
     assert len(env.double.runs()) == 1
     entry = await env.store.logs.get(failed)
     assert entry is not None and entry.alarm_status == AlarmStatus.NOT_NEEDED
+
+
+async def test_the_retry_mark_keeps_a_dispatch_confirmed_after_the_failed_run_was_read(env: Env) -> None:
+    """The executor's failure can arrive before the admin records that the run was sent: the
+    monitor then reads trigger code 0, and the confirmation lands while it works."""
+    job = await env.job(executor_fail_retry_count=1, executor_fail_retry_interval_s=0)
+    failed = await add_log(env.store, job.id, group=env.group_id, trigger_code=0, handle_code=500, retry=1)
+    read = env.store.logs.failed_unalarmed
+
+    async def read_then_confirm(limit: int = 1000, *, after_id: int = 0) -> list[LogEntry]:
+        entries = await read(limit, after_id=after_id)
+        await env.store.logs.update_trigger_results([TriggerResult(failed, "http://h1:9999/", 200, "sent")])
+        return entries
+
+    env.store.logs.failed_unalarmed = read_then_confirm  # type: ignore[method-assign]
+    await FailMonitor(env.store, env.trigger, AlarmService(env.store, Alarmer([])), env.clock).tick()
+    entry = await env.store.logs.get(failed)
+    assert entry is not None
+    assert (entry.trigger_code, entry.executor_address) == (200, "http://h1:9999/")
+    assert (entry.trigger_msg or "").startswith("sent\n\n>>>>>>>>>>> Fail retry trigger")
+    assert len(env.double.runs()) == 1  # and the retry went out
 
 
 async def test_no_retry_of_stopped_jobs_or_old_runs(env: Env) -> None:

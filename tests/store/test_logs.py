@@ -121,6 +121,23 @@ async def test_update_trigger_results(store: Store) -> None:
     assert capped.executor_sharding_param == "0/2"  # not given this time: kept
 
 
+async def test_append_trigger_msg_touches_only_the_message(store: Store) -> None:
+    group, job = await _job(store)
+    a, b, c = await store.logs.insert_fires([_fire(group, job, planned) for planned in (1, 2, 3)])
+    assert a is not None and b is not None and c is not None
+    # The run was read with trigger code 0; its dispatch is confirmed before the mark lands.
+    await store.logs.update_trigger_results([TriggerResult(a, "http://10.0.0.1:9999/", 200, "sent")])
+    await store.logs.update_trigger_results([TriggerResult(c, None, 500, "ü" * 15_000)])
+    assert await store.logs.append_trigger_msg([a, b, c, c + 999], "\n\nmark") == 3
+    la, lb, lc = await store.logs.get(a), await store.logs.get(b), await store.logs.get(c)
+    assert la is not None and lb is not None and lc is not None
+    assert (la.trigger_code, la.executor_address) == (200, "http://10.0.0.1:9999/")
+    assert la.trigger_msg == "sent\n\nmark"
+    assert (lb.trigger_code, lb.trigger_msg) == (0, "\n\nmark")  # a run without a message yet
+    assert lc.trigger_msg == "ü" * 15_000  # already at the cap: stays within it
+    assert await store.logs.append_trigger_msg([], "x") == 0
+
+
 async def test_record_results_once_per_log(store: Store) -> None:
     group, job = await _job(store)
     a, b = await store.logs.insert_fires([_fire(group, job, 1), _fire(group, job, 2)])

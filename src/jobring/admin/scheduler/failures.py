@@ -30,7 +30,7 @@ from jobring.admin.alarms.base import AlarmKind
 from jobring.admin.alarms.service import AlarmService
 from jobring.admin.scheduler.monitors import Monitor
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
-from jobring.admin.store.records import JobInfo, LogEntry, TriggerResult
+from jobring.admin.store.records import JobInfo, LogEntry
 from jobring.core.clock import Clock
 from jobring.core.enums import AlarmStatus, ScheduleType, TriggerStatus, TriggerType
 from jobring.core.retry import AlarmOn, retry_delay_ms
@@ -152,7 +152,6 @@ class FailMonitor(Monitor):
 
     async def _retry(self, entries: Sequence[LogEntry], jobs: dict[int, JobInfo]) -> None:
         reqs: list[FireRequest] = []
-        marked: list[TriggerResult] = []
         for entry in entries:
             job = jobs[entry.job_id]
             reqs.append(
@@ -169,15 +168,9 @@ class FailMonitor(Monitor):
                     child_depth=entry.child_depth,
                 )
             )
-            marked.append(
-                TriggerResult(
-                    log_id=entry.id,
-                    executor_address=entry.executor_address,
-                    trigger_code=entry.trigger_code,
-                    trigger_msg=f"{entry.trigger_msg or ''}\n\n{MSG_RETRY_MARK}",
-                )
-            )
-        await self._store.logs.update_trigger_results(marked)
+        # Only the message is touched, in the statement: a dispatch confirmation that landed
+        # after this run was read (its code and address) is kept.
+        await self._store.logs.append_trigger_msg([e.id for e in entries], f"\n\n{MSG_RETRY_MARK}")
         results = await self._trigger.fire_batch(reqs)
         for req, result in zip(reqs, results, strict=True):
             log.info(

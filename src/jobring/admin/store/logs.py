@@ -326,6 +326,20 @@ class LogRepository(Repository):
             return await update_rows(conn, job_log, rows,
                                      keep_when_null=("dispatch_time", "executor_sharding_param"))
 
+    async def append_trigger_msg(self, log_ids: Sequence[int], text: str) -> int:
+        """Append ``text`` to the trigger message of each run, in the statement itself: the
+        row's other columns (a dispatch confirmed meanwhile) are left as they are now.
+        Returns how many rows were updated."""
+        if not log_ids:
+            return 0
+        appended = func.coalesce(job_log.c.trigger_msg, "") + text
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(job_log).where(job_log.c.id.in_(sorted(set(log_ids))))
+                .values(trigger_msg=func.substr(appended, 1, MSG_MAX))
+            )
+            return int(result.rowcount)
+
     async def record_results(
         self, results: Sequence[HandleResult], *, guard: GroupGuard | None = None
     ) -> list[ResultOutcome]:
