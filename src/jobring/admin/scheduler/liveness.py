@@ -277,6 +277,8 @@ class NodeLiveness:
             if self._lost_once:
                 self._quiet_until = started + self.config.rejoin_grace_ms / 1000
         log.info("holding the liveness lock")
+        if self._lost_once:
+            self._wake()  # a claim cycle now: it confirms the held leases, then fires resume
 
     def _lose(self, session: LockSession, exc: BaseException) -> None:
         if self._session is not session:
