@@ -36,6 +36,7 @@ SCENARIO_OF = {
     "test_killed_executor_runs_are_retried_elsewhere": "executor_sigkill",
     "test_sigstop_then_sigcont_sends_no_stale_fires": "node_sigstop",
     "test_sigkill_of_a_node_under_load": "node_sigkill",
+    "test_sigkill_resolved_through_a_java_executors_log": "node_sigkill_xxl",
     "test_results_spooled_while_the_admin_is_down_arrive": "admin_down",
     "test_nodes_with_skewed_clocks_fire_each_instant_once": "clock_skew",
 }
@@ -117,6 +118,12 @@ def test_sigstop_then_sigcont_sends_no_stale_fires(lanes: ScenarioLanes) -> None
 
 def test_sigkill_of_a_node_under_load(lanes: ScenarioLanes) -> None:
     verdicts = _both(lanes, "test_sigkill_of_a_node_under_load")
+    _assert_exact(verdicts)
+    assert all(v.takeover_ms is not None and v.takeover_ms <= 3_000 for v in verdicts.values()), verdicts
+
+
+def test_sigkill_resolved_through_a_java_executors_log(lanes: ScenarioLanes) -> None:
+    verdicts = _both(lanes, "test_sigkill_resolved_through_a_java_executors_log")
     _assert_exact(verdicts)
     assert all(v.takeover_ms is not None and v.takeover_ms <= 3_000 for v in verdicts.values()), verdicts
 
