@@ -29,8 +29,9 @@ and every fire in between is missed. With it (PostgreSQL, MariaDB/MySQL):
   takeover reads that fence after the node's session died, so it is final. A node that lost
   only its lock session (its pool still works) cannot raise its fence either, stops
   sending, and sends again only once it holds its lock on a new session (which no one can
-  take while a survivor holds it for a takeover) and a renewal confirmed its leases. The leases and the lease guard stay as
-  the safety net (e.g. on SQLite, which has no session locks, takeover waits for them).
+  take while a survivor holds it for a takeover) and a renewal confirmed its leases. The
+  leases and the lease guard stay as the safety net (e.g. on SQLite, which has no session
+  locks, takeover waits for them).
 """
 
 from __future__ import annotations
