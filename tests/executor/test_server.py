@@ -161,7 +161,8 @@ async def test_received_says_which_runs_were_accepted(endpoints: ExecutorEndpoin
     for bad in ({"runs": [[1]]}, {"runs": [[-1, 5]]}, {"runs": "x"}, [1, 2], {"runs": [[True, 5]]}):
         refused = orjson.loads((await post(endpoints, "/received", bad)).content)  # type: ignore[arg-type]
         assert refused["code"] == 500 and refused["msg"].startswith("request error:"), bad
-    assert orjson.loads((await post(endpoints, "/received", {"runs": []}, token="wrong")).content)["code"] == 500
+    wrong = await post(endpoints, "/received", {"runs": []}, token="wrong")
+    assert orjson.loads(wrong.content)["code"] == 500
 
 
 async def test_log_with_ids_out_of_range_is_a_request_error(endpoints: ExecutorEndpoints) -> None:
