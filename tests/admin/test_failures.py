@@ -20,6 +20,7 @@ from jobring.admin.store.records import HandleResult, JobGroup, LogEntry, Trigge
 from jobring.config import AdminSettings
 from jobring.core.enums import AddressType, AlarmStatus, TriggerType
 from jobring.core.retry import retry_delay_ms
+from jobring.core.runstate import RunState
 from jobring.protocol.models import HandleCallbackParam, RegistryParam
 from tests.admin.test_monitors import NOW, add_log
 from tests.admin.test_trigger import HOSTS, T0, Env, make_env
@@ -253,6 +254,9 @@ async def test_runs_of_a_gone_executor_are_lost_at_once(sqlite_store: Store) -> 
         )
         assert got[on_alive] is not None and got[on_alive].handle_code == 0  # type: ignore[union-attr]
         assert got[just_sent] is not None and got[just_sent].handle_code == 0  # type: ignore[union-attr]
+        # Its state is "lost" (not "failed"): `--state lost` finds it.
+        found = await store.logs.list(states=[RunState.LOST], now_ms=env.clock.now_ms())
+        assert [e.id for e in found.items] == [on_dead]
         group = await store.groups.get(env.group_id)
         assert group is not None and group.addresses == [alive]  # the retry goes to a live executor
     finally:
