@@ -64,6 +64,7 @@ class ScheduleLoop:
         self._liveness = liveness
         self._cycle_wake: asyncio.Future[None] | None = None
         self._cycle_wanted = False
+        self._losses = 0  # times liveness was lost
         self.stats = LoopStats()
         self.cycle_done = asyncio.Condition()
         self.state = LoopState.NEW
@@ -202,15 +203,17 @@ class ScheduleLoop:
             log.warning("liveness lost: sending nothing for the %d held jobs until the lock is back "
                         "and their leases are confirmed", len(self._held))
         self._fence.suspended = True
+        self._losses += 1
 
     async def run_cycle(self) -> None:
         """One claim cycle: write pending advances, claim/renew/re-read, plan."""
         now = self._clock.now_ms()
         if self._liveness is not None and not self._liveness.may_send():
             return  # no liveness lock: neither renew nor claim (see _liveness_lost)
-        resuming = self._fence.suspended
+        resuming, losses = self._fence.suspended, self._losses
         rows = await self._leases.claim_cycle(now, resuming=resuming)
-        if resuming and (self._liveness is None or self._liveness.may_send()):
+        # Lost again during the cycle (even if back already): its renewal proves nothing.
+        if resuming and losses == self._losses and (self._liveness is None or self._liveness.may_send()):
             self._fence.suspended = False
             log.info("liveness back and leases confirmed: %d held jobs carry on", len(self._held))
         if self._readahead.enabled:
