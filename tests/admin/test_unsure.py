@@ -110,3 +110,25 @@ async def test_a_fire_confirmed_meanwhile_is_not_asked_about(env: Env) -> None:
     done = await _resolver(env).resolve([log_id])
     assert (done.received, done.resent, done.unknown) == ([], [], [])
     assert env.double.calls == []
+
+
+async def test_settling_a_takeover_hands_the_fires_perhaps_sent_to_the_resolver(env: Env) -> None:
+    from jobring.admin.scheduler.adapters import StoreLeases
+
+    job = await env.job(trigger_status=1, trigger_next_time=T0, schedule_type="FIX_RATE", schedule_conf="1")
+    under = await _recorded(env, job.id, T0)  # under the dead node's fence: perhaps sent
+    beyond = await _recorded(env, job.id, T0 + 5_000)  # beyond it: never sent, withdrawn
+    await env.store.nodes.raise_fence("node-dead", T0 + 1_000)
+    submitted: list[list[int]] = []
+
+    class Recorder(UnsureFires):
+        def submit(self, log_ids: Any) -> None:
+            submitted.append(list(log_ids))
+
+    leases = StoreLeases(env.store, "node-b", Recorder(env.store, env.trigger, _resolver(env)._executors))  # noqa: SLF001
+    claimed = await env.store.jobs.claim_due("node-b", T0, T0 + 10_000, 10_000, 10, new_only=False)
+    assert [j.id for j in claimed] == [job.id]
+    resume = await leases.settle_takeover(claimed)
+    assert resume == {job.id: T0}
+    assert submitted == [[under]]
+    assert await env.store.logs.get(beyond) is None
