@@ -138,6 +138,9 @@ class RecordingExecutor:
     dialect: str = "jobring"
     repeats: int = 0  # repeated run ids answered "already received" (jobring dialect)
     asked: int = 0  # /received or /log questions
+    # Every answer held back this long (recorded at once): a node killed now has fires the
+    # executor received and the node never heard confirmed, whatever the instant of the kill.
+    answer_delay_ms: int = 0
     _server: asyncio.Server | None = None
     _seen: set[int] = field(default_factory=set)
 
@@ -223,7 +226,17 @@ class _RecordingProtocol(asyncio.Protocol):
             answer = self.owner.record(path, self.buffer[head_end + 4:end])
             self.buffer = self.buffer[end:]
             assert self.transport is not None
-            self.transport.write(_RESPONSE if answer is _OK else _response(answer))
+            response = _RESPONSE if answer is _OK else _response(answer)
+            if self.owner.answer_delay_ms:
+                # One delay for every answer keeps them in request order on the connection.
+                delay_s = self.owner.answer_delay_ms / 1000
+                asyncio.get_running_loop().call_later(delay_s, self._write, response)
+            else:
+                self.transport.write(response)
+
+    def _write(self, response: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(response)
 
 
 async def add_manual_group(store: Store, address: str) -> int:
