@@ -126,6 +126,8 @@ async def test_the_retry_mark_keeps_a_dispatch_confirmed_after_the_failed_run_wa
     assert (entry.trigger_code, entry.executor_address) == (200, "http://h1:9999/")
     assert (entry.trigger_msg or "").startswith("sent\n\n>>>>>>>>>>> Fail retry trigger")
     assert len(env.double.runs()) == 1  # and the retry went out
+
+
 async def test_a_run_killed_by_a_user_is_not_retried(env: Env) -> None:
     """A kill is a decision: neither the kill API's result nor the executor's callback of that
     kill (which may come first) starts a retry; a COVER_EARLY kill is retried."""
