@@ -249,3 +249,20 @@ async def test_edit_hands_a_job_to_the_code_and_back(env: AdminEnv, cli: Cli) ->
     assert stored is not None and stored.managed_by == "console"
     wrong = await cli("jobs", "edit", str(job_id), "--managed-by", "robots")
     assert wrong.code == 2
+
+
+async def test_trigger_skipped_by_discard_later_is_not_a_failure(env: AdminEnv, cli: Cli) -> None:
+    from jobring.executor.worker import MSG_DISCARD_LATER
+    from jobring.protocol.models import ReturnT
+
+    job = await env.job(await env.group())
+
+    async def busy(body: dict[str, object]) -> ReturnT:
+        return ReturnT(code=500, msg=MSG_DISCARD_LATER)
+
+    for address in env.executors.addresses:
+        env.executors.answer(address, "run", busy)
+    result = await cli("jobs", "trigger", str(job["id"]))
+    assert result.code == 0, result.err
+    assert "trigger FAILED" not in result.out
+    assert result.out.startswith(f"job {job['id']} skipped (DISCARD_LATER")

@@ -245,3 +245,26 @@ async def test_tokens_create_with_expiry_and_list_shows_it(
                       token["expires_at"], "--json")
     assert child.code == 0, child.err
     assert json.loads(child.out)["parent_token_id"] == token["id"]
+
+
+async def test_a_retried_run_shows_its_attempts(env: AdminEnv, cli: Cli) -> None:
+    from datetime import UTC, datetime
+
+    from jobring.admin.store.records import HandleResult, NewLog
+
+    job_id, first = await _run_of_new_job(env)
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    await env.store.logs.record_results([HandleResult(first, 500, "boom", now)])
+    (retry,) = await env.store.logs.insert_fires([NewLog(
+        job_group=(await env.store.jobs.get(job_id)).job_group,  # type: ignore[union-attr]
+        job_id=job_id, trigger_time=now, trigger_code=200, trigger_type="RETRY", attempt=2, retry_of=first)])
+    assert retry is not None
+    async with env.client() as admin:
+        chain = await admin.runs.attempts(retry)
+    assert [(r["id"], r["attempt"], r["retry_of"]) for r in chain] == [(first, 1, None), (retry, 2, first)]
+    shown = await cli("runs", "show", str(first))
+    assert shown.code == 0, shown.err
+    assert f"attempts:\n  1. run {first}: failed  <- this run\n  2. run {retry}: running\n" in shown.out
+    listed = await cli("runs", "list", "--job", str(job_id))
+    assert "RETRY OF" in listed.out.splitlines()[0]
+    assert any(line.split()[0] == str(retry) and f" {first} " in line for line in listed.out.splitlines()[1:])

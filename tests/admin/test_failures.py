@@ -20,6 +20,7 @@ from jobring.admin.store.records import HandleResult, JobGroup, LogEntry, Trigge
 from jobring.config import AdminSettings
 from jobring.core.enums import AddressType, AlarmStatus, TriggerType
 from jobring.core.retry import retry_delay_ms
+from jobring.core.runstate import RunState
 from jobring.protocol.models import HandleCallbackParam, RegistryParam
 from tests.admin.test_monitors import NOW, add_log
 from tests.admin.test_trigger import HOSTS, T0, Env, make_env
@@ -83,6 +84,9 @@ async def test_exponential_backoff_then_one_final_alarm(env: Env) -> None:
     await alarms.close()
     runs = await env.store.logs.for_job(job.id)
     assert [r.attempt for r in runs] == [1, 2, 3]
+    assert [r.retry_of for r in runs] == [None, runs[0].id, runs[1].id]  # each names the run it re-runs
+    chain = await env.store.logs.attempts(runs[1].id)
+    assert [r.id for r in chain] == [r.id for r in runs]
     assert fired_at == [2000, 6000]  # +2 s after the first failure, +4 s after the second
     assert [r.trigger_type for r in runs] == ["MANUAL", "RETRY", "RETRY"]
     assert [c.log.id for c in channel.sent] == [runs[-1].id]  # only the last failure alarms
@@ -122,6 +126,25 @@ async def test_the_retry_mark_keeps_a_dispatch_confirmed_after_the_failed_run_wa
     assert (entry.trigger_code, entry.executor_address) == (200, "http://h1:9999/")
     assert (entry.trigger_msg or "").startswith("sent\n\n>>>>>>>>>>> Fail retry trigger")
     assert len(env.double.runs()) == 1  # and the retry went out
+
+
+async def test_a_run_killed_by_a_user_is_not_retried(env: Env) -> None:
+    """A kill is a decision: neither the kill API's result nor the executor's callback of that
+    kill (which may come first) starts a retry; a COVER_EARLY kill is retried."""
+    from jobring.executor import worker
+
+    alarms = AlarmService(env.store, Alarmer([]))
+    job = await env.job(executor_fail_retry_count=2)
+    by_api = await add_log(env.store, job.id, group=env.group_id, handle_code=0, retry=2)
+    await _fail(env.store, by_api, T0, "killed by user (admin): ok")
+    by_callback = await add_log(env.store, job.id, group=env.group_id, handle_code=0, retry=2)
+    await _fail(env.store, by_callback, T0, worker.REASON_KILL + worker.SUFFIX_RUNNING)
+    covered = await add_log(env.store, job.id, group=env.group_id, handle_code=0, retry=2)
+    await _fail(env.store, covered, T0, worker.REASON_COVER_EARLY + worker.SUFFIX_RUNNING)
+    await FailMonitor(env.store, env.trigger, alarms, env.clock).tick()
+    await alarms.close()
+    retried = [r for r in await env.store.logs.for_job(job.id) if r.trigger_type == "RETRY"]
+    assert [r.retry_of for r in retried] == [covered]
 
 
 async def test_no_retry_of_stopped_jobs_or_old_runs(env: Env) -> None:
@@ -233,6 +256,9 @@ async def test_runs_of_a_gone_executor_are_lost_at_once(sqlite_store: Store) -> 
         )
         assert got[on_alive] is not None and got[on_alive].handle_code == 0  # type: ignore[union-attr]
         assert got[just_sent] is not None and got[just_sent].handle_code == 0  # type: ignore[union-attr]
+        # Its state is "lost" (not "failed"): `--state lost` finds it.
+        found = await store.logs.list(states=[RunState.LOST], now_ms=env.clock.now_ms())
+        assert [e.id for e in found.items] == [on_dead]
         group = await store.groups.get(env.group_id)
         assert group is not None and group.addresses == [alive]  # the retry goes to a live executor
     finally:

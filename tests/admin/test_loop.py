@@ -98,14 +98,16 @@ async def test_under_load_a_lone_fire_waits_to_coalesce_and_a_burst_does_not(pre
     assert all(at[(job_id, T0 + 3_000)] == T0 + 3_000 for job_id in range(1, 201))
 
 
-async def test_misfire_do_nothing_skips_and_plans_from_now(h: Harness) -> None:
+async def test_misfire_do_nothing_skips_what_is_beyond_the_threshold(h: Harness) -> None:
     h.table.put(fix_rate_job(1, T0 - 10_000, misfire_strategy="DO_NOTHING"))
     await h.loop().start()
     await h.advance_to(T0 + 500)
-    assert h.runlog.fired() == []
+    # Instants more than 5 s late are skipped; those within the threshold are sent late.
+    assert [(r.planned_ms, r.trigger_type, r.at_ms) for r in h.runlog.records] == [
+        (T0 + d, "CRON", T0) for d in range(-5_000, 1, 1_000)]
     assert h.table.jobs[1].trigger_next_time == T0 + 1_000
     await h.advance_to(T0 + 1_000, step_ms=1)
-    assert h.runlog.fired() == [(1, T0 + 1_000)]
+    assert h.runlog.fired()[-1] == (1, T0 + 1_000)
 
 
 async def test_misfire_fire_once_now_fires_the_missed_instant_once(h: Harness) -> None:
@@ -113,18 +115,19 @@ async def test_misfire_fire_once_now_fires_the_missed_instant_once(h: Harness) -
     await h.loop().start()
     await h.advance_to(T0 + 500)
     assert [(r.job_id, r.planned_ms, r.trigger_type, r.at_ms) for r in h.runlog.records] == [
-        (1, T0 - 10_000, "MISFIRE", T0)
-    ]
+        (1, T0 - 10_000, "MISFIRE", T0)] + [(1, T0 + d, "CRON", T0) for d in range(-5_000, 1, 1_000)]
     assert h.table.jobs[1].trigger_next_time == T0 + 1_000
     assert h.loops["n1"].stats.misfired == 1
 
 
-async def test_late_by_less_than_threshold_fires_now_and_keeps_the_grid(h: Harness) -> None:
+async def test_late_by_less_than_threshold_fires_every_instant_late_and_keeps_the_grid(h: Harness) -> None:
     h.table.put(fix_rate_job(1, T0 - 3_000 + 250, misfire_strategy="DO_NOTHING"))
     await h.loop().start()
     await h.advance_to(T0 + 1_300, step_ms=1)
     assert [(r.planned_ms, r.trigger_type, r.at_ms) for r in h.runlog.records] == [
         (T0 - 2_750, "CRON", T0),
+        (T0 - 1_750, "CRON", T0),
+        (T0 - 750, "CRON", T0),
         (T0 + 250, "CRON", T0 + 250),
         (T0 + 1_250, "CRON", T0 + 1_250),
     ]

@@ -151,6 +151,7 @@ ROWS = [
     Row("GET", "/runs?job_group={group_a}", READ),
     Row("GET", "/runs/{run}", READ, setup=_run),
     Row("GET", "/runs/{run}/log", READ, setup=_run),
+    Row("GET", "/runs/{run}/attempts", READ, setup=_run),
     Row("POST", "/runs/{run}/kill", WRITE, setup=_run),
     Row("POST", "/runs/clear", WRITE, body=lambda e, v: {"rule": "all", "job_group": e.group_a}),
     Row("GET", "/groups", READ_ALL),

@@ -41,7 +41,10 @@ class ScenarioLanes:
         return self.futures[name].result(timeout_s)
 
     def close(self) -> None:
-        if self._thread.is_alive() and self._loop is not None and self._main is not None:
+        # Cancelled only when a scenario is still running (a test failed or timed out): once
+        # every result is in, the loop is about to end on its own.
+        unfinished = not all(future.done() for future in self.futures.values())
+        if unfinished and self._thread.is_alive() and self._loop is not None and self._main is not None:
             with contextlib.suppress(RuntimeError):  # the loop ended meanwhile: nothing to cancel
                 self._loop.call_soon_threadsafe(self._main.cancel)
         self._thread.join(120)
@@ -49,7 +52,8 @@ class ScenarioLanes:
             future.cancel()
 
     def _run(self) -> None:
-        asyncio.run(self._all())
+        with contextlib.suppress(asyncio.CancelledError):  # close() cancelled what still ran
+            asyncio.run(self._all())
 
     async def _all(self) -> None:
         self._loop = asyncio.get_running_loop()

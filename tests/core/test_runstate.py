@@ -32,6 +32,7 @@ CASES: list[tuple[int, str | None, int, str | None, int | None, RunState]] = [
     (200, "ok", 500, worker.REASON_COVER_EARLY + worker.SUFFIX_QUEUED, None, RunState.KILLED),
     (200, "ok", 500, "killed by user (admin)", None, RunState.KILLED),
     (200, "ok", 500, runstate.LOST_RESULT_MSG, None, RunState.LOST),
+    (200, "ok", 500, runstate.LOST_PREFIX + " executor http://e/ gone (no heartbeat)", None, RunState.LOST),
     (500, runstate.LOST_DISPATCH_PREFIX + "; marked as failed\n\n>>> Fail retry", 0, None, 5, RunState.LOST),
     (500, FIRE + worker.MSG_DISCARD_LATER, 0, None, NOW_MS - 5, RunState.SKIPPED),
     (500, FIRE + "connection refused", 0, None, NOW_MS - 5, RunState.FAILED),
@@ -60,13 +61,24 @@ def test_markers_match_the_writers_and_hold_no_like_wildcards() -> None:
     from jobring.admin.scheduler import monitors
 
     assert runstate.LOST_RESULT_MSG == monitors.MSG_RESULT_LOST
+    assert monitors.lost_message("http://e/", 90).startswith(runstate.LOST_PREFIX)
+    assert runstate.KILL_REASON == worker.REASON_KILL
     assert monitors.MSG_DISPATCH_LOST.startswith(runstate.LOST_DISPATCH_PREFIX)
     assert runstate.DISCARD_MARK == worker.MSG_DISCARD_LATER
     assert runstate.KILLED_SUFFIXES == (worker.SUFFIX_RUNNING, worker.SUFFIX_QUEUED)
     assert runs.KILLED_BY_USER == runstate.KILLED_BY_USER
     markers = (runstate.LOST_RESULT_MSG, runstate.LOST_DISPATCH_PREFIX, runstate.DISCARD_MARK,
+               runstate.LOST_PREFIX,
                runstate.KILLED_BY_USER, *runstate.KILLED_SUFFIXES)
     assert not any("%" in m or "_" in m for m in markers)
+
+
+def test_killed_by_user() -> None:
+    assert runstate.killed_by_user("killed by user (admin): stopped")
+    assert runstate.killed_by_user(worker.REASON_KILL + worker.SUFFIX_QUEUED)
+    assert not runstate.killed_by_user(worker.REASON_COVER_EARLY + worker.SUFFIX_RUNNING)
+    assert not runstate.killed_by_user(worker.REASON_STOPPING + worker.SUFFIX_RUNNING)
+    assert not runstate.killed_by_user(None)
 
 
 def test_duration() -> None:

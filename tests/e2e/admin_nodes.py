@@ -124,11 +124,25 @@ class RunCall:
 
 @dataclass
 class RecordingExecutor:
-    """Answers ``/run`` (and anything else) with ReturnT success; records /run calls."""
+    """Answers ``/run`` (and anything else) with ReturnT success; records /run calls.
+
+    ``dialect`` says how it answers an admin that asks whether it received a run (after a
+    takeover, scheduler/unsure.py): "jobring" answers ``/received`` from the runs it got
+    and takes a repeated run id as already received (not run, not recorded again), as the
+    jobring executor does; "xxl" does not know ``/received`` and answers ``/log`` like
+    xxl-job-core (a log file per run it got, ``readLog fail, logFile not exists`` else),
+    and would run a repeated run id again (recorded again: a double)."""
 
     calls: list[RunCall] = field(default_factory=list)
     port: int = 0
+    dialect: str = "jobring"
+    repeats: int = 0  # repeated run ids answered "already received" (jobring dialect)
+    asked: int = 0  # /received or /log questions
+    # Every answer held back this long (recorded at once): a node killed now has fires the
+    # executor received and the node never heard confirmed, whatever the instant of the kill.
+    answer_delay_ms: int = 0
     _server: asyncio.Server | None = None
+    _seen: set[int] = field(default_factory=set)
 
     @property
     def address(self) -> str:
@@ -144,15 +158,46 @@ class RecordingExecutor:
             self._server.close()
             await self._server.wait_closed()
 
-    def record(self, path: bytes, body: bytes) -> None:
-        if path.rstrip(b"/").endswith(b"/run"):
+    def record(self, path: bytes, body: bytes) -> bytes:
+        """Handle one request; the ReturnT body to answer."""
+        name = path.rstrip(b"/").rsplit(b"/", 1)[-1]
+        if name == b"run":
             param = orjson.loads(body)
-            self.calls.append(RunCall(int(param["logId"]), int(param["jobId"]), time.time_ns() // 1_000_000))
+            log_id = int(param["logId"])
+            if self.dialect == "jobring" and log_id in self._seen:
+                self.repeats += 1
+                return orjson.dumps({"code": 200, "msg": "already received"})
+            self._seen.add(log_id)
+            self.calls.append(RunCall(log_id, int(param["jobId"]), time.time_ns() // 1_000_000))
+        elif name == b"received":
+            self.asked += 1
+            if self.dialect != "jobring":
+                refusal = "invalid request, uri-mapping(/received) not found."
+                return orjson.dumps({"code": 500, "msg": refusal})
+            runs = orjson.loads(body)["runs"]
+            got = sorted({int(r[0]) for r in runs} & self._seen)
+            return orjson.dumps({"code": 200, "msg": None, "content": {"received": got}})
+        elif name == b"log" and self.dialect == "xxl":
+            self.asked += 1
+            if int(orjson.loads(body)["logId"]) in self._seen:
+                content = {"fromLineNum": 1, "toLineNum": 1, "logContent": "job execute start\n",
+                           "isEnd": False}
+            else:
+                content = {"fromLineNum": 1, "toLineNum": 0, "logContent": "readLog fail, logFile not exists",
+                           "isEnd": True}
+            return orjson.dumps({"code": 200, "msg": None, "content": content})
+        return _OK
 
 
 _OK = b'{"code":200,"msg":null}'
-_RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-             + str(len(_OK)).encode() + b"\r\n\r\n" + _OK)
+
+
+def _response(body: bytes) -> bytes:
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+_RESPONSE = _response(_OK)
 
 
 class _RecordingProtocol(asyncio.Protocol):
@@ -178,10 +223,20 @@ class _RecordingProtocol(asyncio.Protocol):
             if len(self.buffer) < end:
                 return
             path = head.split(b" ", 2)[1]
-            self.owner.record(path, self.buffer[head_end + 4:end])
+            answer = self.owner.record(path, self.buffer[head_end + 4:end])
             self.buffer = self.buffer[end:]
             assert self.transport is not None
-            self.transport.write(_RESPONSE)
+            response = _RESPONSE if answer is _OK else _response(answer)
+            if self.owner.answer_delay_ms:
+                # One delay for every answer keeps them in request order on the connection.
+                delay_s = self.owner.answer_delay_ms / 1000
+                asyncio.get_running_loop().call_later(delay_s, self._write, response)
+            else:
+                self.transport.write(response)
+
+    def _write(self, response: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(response)
 
 
 async def add_manual_group(store: Store, address: str) -> int:

@@ -17,6 +17,7 @@ import pytest
 
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup
+from jobring.core.planning import MISFIRE_THRESHOLD_MS
 from jobring.core.schedule import parse_schedule
 from tests.dbs import (
     BackendUnavailable,
@@ -210,10 +211,12 @@ async def test_misfire_rules_after_downtime(sqlite_url: str, sqlite_store: Store
     assert [r.trigger_type for r in once_rows[1:]] == ["FIX_RATE"] * (len(once_rows) - 1)
     barely_rows = [(r.planned_time, r.trigger_type) for r in rows if r.job_id == barely]
     assert barely_rows[0] == (barely_missed, "FIX_RATE")
-    # After the miss, both continue on a fresh 1 s grid from the restart.
+    # After the miss, both resume at their first instant late by at most the misfire
+    # threshold (those still within it are sent late, one by one) and go on along their grid.
     for job_rows in (skip_rows, once_rows[1:]):
         planned = [r.planned_time for r in job_rows]
-        assert planned[0] > now
+        assert planned[0] >= now - MISFIRE_THRESHOLD_MS
+        assert (planned[0] - missed) % 1_000 == 0  # the job's own grid, not one from the restart
         assert planned == list(range(planned[0], planned[0] + 1_000 * len(planned), 1_000))
 
 

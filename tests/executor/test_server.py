@@ -37,6 +37,9 @@ class FakeService:
         self.killed.append(job_id)
         return ReturnT(200, "job thread already killed.")
 
+    def received_of(self, runs: list[tuple[int, int]]) -> list[int]:
+        return [log_id for log_id, _ in runs if log_id % 2 == 0]
+
 
 @pytest.fixture
 def service() -> FakeService:
@@ -150,6 +153,16 @@ async def test_log_reads_lines_from_the_run_log(endpoints: ExecutorEndpoints, ru
                                                            "fromLineNum": 1})).content)
     none = {"fromLineNum": 1, "toLineNum": 0, "logContent": "readLog fail, logFile not exists", "isEnd": True}
     assert missing == {"code": 200, "content": none, "data": none}
+
+
+async def test_received_says_which_runs_were_accepted(endpoints: ExecutorEndpoints) -> None:
+    answer = orjson.loads((await post(endpoints, "/received", {"runs": [[1, 5], [2, 5], [4, 0]]})).content)
+    assert answer["code"] == 200 and answer["content"] == {"received": [2, 4]}
+    for bad in ({"runs": [[1]]}, {"runs": [[-1, 5]]}, {"runs": "x"}, [1, 2], {"runs": [[True, 5]]}):
+        refused = orjson.loads((await post(endpoints, "/received", bad)).content)  # type: ignore[arg-type]
+        assert refused["code"] == 500 and refused["msg"].startswith("request error:"), bad
+    wrong = await post(endpoints, "/received", {"runs": []}, token="wrong")
+    assert orjson.loads(wrong.content)["code"] == 500
 
 
 async def test_log_with_ids_out_of_range_is_a_request_error(endpoints: ExecutorEndpoints) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -430,3 +431,35 @@ async def test_kill_of_an_idle_worker_retires_it(make_runner: RunnerFactory, rep
     await asyncio.wait_for(destroyed.wait(), 5)
     assert (await runner.kill(1)).msg == "job thread already killed."
     assert len(reports.items) == 1
+
+
+async def test_a_run_sent_again_is_not_run_twice_even_after_a_restart(
+    make_runner: RunnerFactory, reports: Reports, tmp_path: Path
+) -> None:
+    """/run is idempotent by run (logId + trigger second) over a window of recent runs that
+    survives a restart of the executor (kept in its log folder); /received answers which
+    runs were accepted."""
+    from jobring.executor.received import MSG_ALREADY_RECEIVED, ReceivedRuns
+
+    gate = Gate()
+    gate.release.set()
+    runner = make_runner(gate_handler(gate), received=ReceivedRuns(tmp_path, window=3))
+    assert (await runner.run(trigger(6, 1))).ok
+    assert (await reports.wait(1)).handle_code == 200
+    again = await runner.run(trigger(6, 1))
+    assert again.to_dict() == {"code": 200, "msg": MSG_ALREADY_RECEIVED}
+    assert gate.seen == [""]  # ran once
+    other_second = trigger(6, 1)
+    other_second = replace(other_second, log_date_time=other_second.log_date_time + 1_000)
+    assert runner.received_of([(1, LOG_TIME), (1, LOG_TIME + 1_000), (2, LOG_TIME)]) == [1]
+    assert (await runner.run(other_second)).to_dict() == {"code": 200}  # another admin's run 1
+    # A new runner on the same folder (the executor restarted) still knows them.
+    after = ReceivedRuns(tmp_path, window=3)
+    assert (1, LOG_TIME // 1000) in after and (1, LOG_TIME // 1000 + 1) in after
+    for log_id in range(10, 20):
+        after.add((log_id, 0))
+    assert len(after) == 3 and (19, 0) in after and (1, LOG_TIME // 1000) not in after  # bounded
+    after.close()
+    compacted = ReceivedRuns(tmp_path, window=3)
+    assert sorted(r for r, _ in compacted._order) == [17, 18, 19]  # noqa: SLF001
+    compacted.close()

@@ -367,6 +367,7 @@ export const en = {
   "groups.disabledAddr": "Disabled (no runs routed to it)",
   "groups.confirmDisable": "Stop routing runs to {address}? Its heartbeats do not bring it back; enable it again here.",
   "runs.attempt": "Attempt",
+  "runs.attempts": "Attempts",
   "runs.attemptN": "attempt {n}",
   "runs.shard": "Shard",
   "runs.anyJob": "All jobs",

@@ -369,6 +369,7 @@ export const zhCN: Messages = {
   "groups.disabledAddr": "已禁用（不再路由任务）",
   "groups.confirmDisable": "不再向 {address} 路由任务？心跳不会自动恢复；可在此重新启用。",
   "runs.attempt": "第几次尝试",
+  "runs.attempts": "各次尝试",
   "runs.attemptN": "第 {n} 次尝试",
   "runs.shard": "分片",
   "runs.anyJob": "全部任务",

@@ -23,7 +23,7 @@ export function run(over: Partial<Run> = {}): Run {
   return {
     id: 10, job_id: 1, job_group: 1, state: "success", alarm_status: 0, attempt: 1, dispatch_time: null, duration_ms: 1200,
     executor_address: "http://127.0.0.1:9999", executor_fail_retry_count: 0, executor_handler: "report", executor_param: null,
-    executor_sharding_param: null, handle_code: 200, handle_msg: null, handle_time: "2026-01-01T00:00:01Z", planned_time: null,
+    executor_sharding_param: null, handle_code: 200, handle_msg: null, retry_of: null, handle_time: "2026-01-01T00:00:01Z", planned_time: null,
     trigger_code: 200, trigger_msg: null, trigger_time: "2026-01-01T00:00:00Z", trigger_type: "manual", ...over,
   };
 }

@@ -10,7 +10,7 @@ import { getGroup, listGroups } from "../../src/api/groups";
 import {
   cancelDelayed, createJob, getJob, listDelayed, previewSchedule, setJobStarted, triggerJob, triggerJobAt, updateJob,
 } from "../../src/api/jobs";
-import { getRun, getRunLog, killRun, listRuns } from "../../src/api/runs";
+import { getRun, getRunAttempts, getRunLog, killRun, listRuns } from "../../src/api/runs";
 import TriggerDialog from "../../src/components/TriggerDialog.vue";
 import { locale } from "../../src/i18n";
 import { session } from "../../src/stores/session";
@@ -33,6 +33,7 @@ describe("JobEditView", () => {
     vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, job_desc: "weekly", schedule_conf: "0 15 10 ? * 6" }));
     vi.mocked(listDelayed).mockResolvedValue([]);
     vi.mocked(listRuns).mockResolvedValue(page([run({ id: 31, job_id: 7, state: "failed", handle_msg: "exit 1" })]));
+    vi.mocked(getRunAttempts).mockResolvedValue([]);
   });
 
   it("shows the job's recent runs and last result, and runs, starts and stops it", async () => {
@@ -266,6 +267,7 @@ describe("RunDetailView", () => {
   beforeEach(() => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval"] });
     vi.mocked(listGroups).mockResolvedValue(page([group()]));
+    vi.mocked(getRunAttempts).mockResolvedValue([run({ id: 5 })]);
   });
   afterEach(() => vi.useRealTimers());
 
@@ -297,6 +299,30 @@ describe("RunDetailView", () => {
     } finally {
       locale.value = "en";
     }
+  });
+
+  it("lists the attempts of a retried run, each linked but the one shown", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({ id: 6, attempt: 2, retry_of: 5, trigger_type: "RETRY" }));
+    vi.mocked(getRunAttempts).mockResolvedValue([
+      run({ id: 5, attempt: 1, state: "failed" }), run({ id: 6, attempt: 2, retry_of: 5, state: "success" }),
+    ]);
+    vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/6", props: { id: "6" } });
+    expect(getRunAttempts).toHaveBeenCalledWith(6);
+    const rows = wrapper.findAll("[data-testid=run-attempts] tr[data-run-id]");
+    expect(rows.map((r) => r.attributes("data-run-id"))).toEqual(["5", "6"]);
+    const [first, second] = rows;
+    expect(first?.find("a").attributes("href")).toBe("/runs/5");
+    expect(first?.find(".badge").attributes("data-state")).toBe("failed");
+    expect(second?.find("a").exists()).toBe(false);
+    expect(second?.find("[aria-current=page]").text()).toBe("#6");
+  });
+
+  it("shows no attempts card for a run that was never retried", async () => {
+    vi.mocked(getRun).mockResolvedValue(run({ id: 5 }));
+    vi.mocked(getRunLog).mockResolvedValue(log("", 1, 0, true));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/5", props: { id: "5" } });
+    expect(wrapper.find("[data-testid=run-attempts]").exists()).toBe(false);
   });
 
   it("shows XXL-JOB's <br> as lines and its markers as section titles, never as markup", async () => {

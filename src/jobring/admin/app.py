@@ -62,6 +62,7 @@ from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.scheduler.unsure import UnsureFires
 from jobring.admin.store import Store
 from jobring.admin.store.node_locks import BACKENDS as LOCK_BACKENDS
 from jobring.admin.store.node_locks import NodeLockSession, claim_owned_by
@@ -149,6 +150,8 @@ class AdminRuntime:
                     await within(self.liveness.stop(), left(), "closing the liveness lock session")
                 await within(self.delayed.stop(), left(), "stopping the delayed fires")
                 await within(self.monitors.stop(), left(), "stopping the monitors")
+                if self.leases.unsure is not None:
+                    await within(self.leases.unsure.close(), left(), "stopping the fire resolutions")
                 await within(self.trigger.close(), left(), "recording the last trigger results")
             finally:
                 await within(self.executors.aclose(), left(), "closing the executor client")
@@ -209,7 +212,7 @@ async def start_runtime(
         slow_pool=settings.slow_pool_size, address_policy=address_policy(settings),
     )
     config = loop_config or loop_config_of(settings, store.backend)
-    leases = StoreLeases(store, node_id)
+    leases = StoreLeases(store, node_id, UnsureFires(store, trigger, executors))
     liveness = node_liveness(store, node_id, clock) if settings.node_locks else None
     loop = ScheduleLoop(
         leases, TriggerFirePort(trigger), LoopTimers(clock), parse_schedule,

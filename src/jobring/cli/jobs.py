@@ -27,6 +27,7 @@ from jobring.cli.remote import (
     run_remote,
 )
 from jobring.client import AdminApiError, AdminClient
+from jobring.core.runstate import RunState, run_state
 
 _STATUS_CODES = {"running": 1, "stopped": 0}
 
@@ -227,22 +228,33 @@ def _delayed(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _trigger_state(result: Mapping[str, Any]) -> RunState:
+    """RUNNING (the executor took the run), SKIPPED (refused under DISCARD_LATER) or FAILED."""
+    code = result.get("trigger_code")
+    state = run_state(trigger_code=code if isinstance(code, int) else 500, handle_code=0, now_ms=0,
+                      trigger_msg=str(result.get("trigger_msg") or ""))
+    return state if state in (RunState.RUNNING, RunState.SKIPPED) else RunState.FAILED
+
+
 def _trigger(args: argparse.Namespace) -> int:
     if args.at is not None or args.delay is not None:
         return _trigger_later(args)
 
     def action(admin: AdminClient) -> int:
         result = admin.jobs.trigger(args.job_id, executor_param=args.param, addresses=args.address or None)
+        state = _trigger_state(result)
         if args.json:
             print_json(result)
         else:
             runs = ", ".join(str(log_id) for log_id in result.get("log_ids", [])) or "-"
-            outcome = "triggered" if result.get("trigger_code") == 200 else "trigger FAILED"
-            print(f"job {args.job_id} {outcome}: run {runs}")
+            outcome = {RunState.RUNNING: "triggered",
+                       RunState.SKIPPED: "skipped (DISCARD_LATER: its previous run is still going)"}
+            print(f"job {args.job_id} {outcome.get(state, 'trigger FAILED')}: run {runs}")
             message = str(result.get("trigger_msg") or "").strip()
-            if message and result.get("trigger_code") != 200:
+            if message and state is RunState.FAILED:
                 print(message)
-        return 0 if result.get("trigger_code") == 200 else EXIT_FAILURE
+        # A skip is the job's block strategy at work, not a failure of the trigger.
+        return 0 if state is not RunState.FAILED else EXIT_FAILURE
 
     return run_remote(args, action)
 

@@ -77,6 +77,7 @@ _RUN_COLUMNS = (
     ("TRIGGERED (UTC)", lambda run: instant_text(run.get("trigger_time"))),
     ("TYPE", "trigger_type"),
     ("TRY", lambda run: run.get("attempt", 1)),
+    ("RETRY OF", lambda run: run.get("retry_of") or ""),
     ("ADDRESS", "executor_address"),
     ("STATE", run_outcome),
     ("DURATION", duration_text),
@@ -154,6 +155,7 @@ def _show(args: argparse.Namespace) -> int:
             print(f"scheduled for {iso_ms(int(run['planned_time']))}")
         if duration_text(run):
             print(f"duration: {duration_text(run)}")
+        _print_attempts(admin, run)
         for label, key in (("triggered", "trigger_time"), ("finished", "handle_time")):
             when = instant_text(run.get(key))
             if when:
@@ -169,6 +171,22 @@ def _show(args: argparse.Namespace) -> int:
         return 0
 
     return run_remote(args, action)
+
+
+def _print_attempts(admin: AdminClient, run: Mapping[str, Any]) -> None:
+    """The attempts of a run that was retried or is a retry: one line each."""
+    if run.get("retry_of") is None and run.get("state") not in _RETRYABLE:
+        return
+    chain = admin.runs.attempts(run["id"])
+    if len(chain) < 2:
+        return
+    print("attempts:")
+    for one in chain:
+        mark = "  <- this run" if one.get("id") == run.get("id") else ""
+        print(f"  {one.get('attempt', 1)}. run {one.get('id')}: {run_outcome(one)}{mark}")
+
+
+_RETRYABLE = ("failed", "lost", "timed_out", "killed")
 
 
 def _kill(args: argparse.Namespace) -> int:

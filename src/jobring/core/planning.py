@@ -4,14 +4,19 @@ The scheduling loop asks :func:`decide_fire` when a job's planned instant comes 
 when it claims a job whose stored ``trigger_next_time`` is already in the past). The
 rules follow XXL-JOB's schedule loop:
 
-* more than :data:`MISFIRE_THRESHOLD_MS` late: the misfire strategy applies. FIRE_ONCE_NOW
-  fires once now (trigger type MISFIRE), DO_NOTHING skips; either way the next instant is
-  the first one after now (on the job's grid, see below).
+* more than :data:`MISFIRE_THRESHOLD_MS` late: the misfire strategy applies to that
+  instant. FIRE_ONCE_NOW fires once now (trigger type MISFIRE), DO_NOTHING skips; either
+  way the instants passed over that are also beyond the threshold go with it (no burst of
+  stale fires), and the job resumes at its first instant that is not (on the job's grid,
+  see below): those still within the threshold fire late, one by one.
 * due (late by at most the threshold, or exactly on time): fire (trigger type CRON). The
-  next instant is the first one of the schedule after ``now`` when the fire was late, so
-  a late fire is not followed by a burst of catch-up fires. Unlike the reference (which
-  recomputes a FIX_RATE job from "now" and so shifts its phase), the next instant is found
-  by stepping along the schedule from the planned one, keeping the job's own grid.
+  next instant is the schedule's next one after it, even when that is due already: a
+  fire delayed by a short outage (a database restart, a lock session re-established, a
+  takeover) is sent late, and so is every instant that came due meanwhile, as long as it
+  is within the threshold. XXL-JOB plans a late fire's next instant from "now" instead,
+  passing over the instants in between; it also recomputes a FIX_RATE job from "now" and
+  so shifts its phase, where here the next instant is found by stepping along the
+  schedule from the planned one, keeping the job's own grid.
 
 The identity of a fire is ``(job id, planned instant)``: a misfire fire keeps the missed
 instant as its identity, so two nodes that both handle the same miss collide on the run
@@ -85,7 +90,8 @@ def decide_fire(
         return FireDecision(planned_ms, None, next_fire(now_ms))
     if now_ms - planned_ms > misfire_threshold_ms:
         fire_once = misfire_strategy == MisfireStrategy.FIRE_ONCE_NOW
-        # The next instant is the first after now, found along the job's own grid.
-        next_ms = first_after(next_fire, planned_ms, now_ms + 1)
+        # Resume at the first instant within the threshold (found along the job's own grid):
+        # the ones before it are missed with this one, those after it fire late.
+        next_ms = first_after(next_fire, planned_ms, now_ms - misfire_threshold_ms)
         return FireDecision(planned_ms, TriggerType.MISFIRE if fire_once else None, next_ms)
-    return FireDecision(planned_ms, TriggerType.CRON, first_after(next_fire, planned_ms, now_ms))
+    return FireDecision(planned_ms, TriggerType.CRON, next_fire(planned_ms))

@@ -9,8 +9,9 @@ A row is read in this order (the first rule that applies wins):
      the executor's suffixes ``" [job running, killed]"`` / ``" [job not executed, in the job
      queue, killed.]"`` (kill from the admin, cover-early, executor stop; XXL-JOB's Java
      executors write the same) and the admin's own ``"killed by user"`` prefix;
-   - another code whose ``handle_msg`` is the lost-run monitor's ``"Job result lost..."``:
-     ``lost`` (the executor died or its result never came);
+   - another code whose ``handle_msg`` is the lost-run monitor's ``"Job result lost..."``, or
+     starts with its ``"lost:"`` marker (the run's executor unregistered, stopped beating or
+     restarted): ``lost`` (the executor died or its result never came);
    - anything else: ``failed``.
 2. ``trigger_code`` set and not 200 (the dispatch did not start the run):
    - the lost-run monitor's "recorded but never dispatched" message: ``lost``;
@@ -33,10 +34,13 @@ __all__ = [
     "DISCARD_MARK",
     "KILLED_BY_USER",
     "KILLED_SUFFIXES",
+    "KILL_REASON",
     "LOST_DISPATCH_PREFIX",
+    "LOST_PREFIX",
     "LOST_RESULT_MSG",
     "RunState",
     "duration_ms",
+    "killed_by_user",
     "run_state",
 ]
 
@@ -44,6 +48,10 @@ __all__ = [
 KILLED_SUFFIXES = (" [job running, killed]", " [job not executed, in the job queue, killed.]")
 KILLED_BY_USER = "killed by user"
 LOST_RESULT_MSG = "Job result lost, marked as failure"
+LOST_PREFIX = "lost:"  # the lost-run monitor's marker of runs whose executor went away
+# The executor's reason for a kill asked by the admin (XXL-JOB's text; the run's callback may
+# arrive before the kill API records "killed by user").
+KILL_REASON = "scheduling center kill job."
 LOST_DISPATCH_PREFIX = "Trigger Fail: the fire was recorded but never dispatched"
 DISCARD_MARK = "block strategy effect：Discard Later"
 
@@ -82,6 +90,14 @@ def _is_killed(msg: str) -> bool:
     return msg.startswith(KILLED_BY_USER) or any(msg.endswith(s) for s in KILLED_SUFFIXES)
 
 
+def killed_by_user(handle_msg: str | None) -> bool:
+    """True for a run a user killed (the kill API's message, or the executor's callback of
+    that kill): such a run is not retried. A run killed by its executor's block strategy
+    (COVER_EARLY) or by an executor stop is not a user's decision and is retried."""
+    msg = handle_msg or ""
+    return msg.startswith(KILLED_BY_USER) or (msg.startswith(KILL_REASON) and _is_killed(msg))
+
+
 def run_state(
     *,
     trigger_code: int,
@@ -100,7 +116,7 @@ def run_state(
         msg = handle_msg or ""
         if _is_killed(msg):
             return RunState.KILLED
-        if msg == LOST_RESULT_MSG:
+        if msg == LOST_RESULT_MSG or msg.startswith(LOST_PREFIX):
             return RunState.LOST
         return RunState.FAILED
     if trigger_code == _OK:

@@ -64,8 +64,9 @@ from jobring.core.runstate import run_state
 from jobring.executor.context import JobCancelled, JobContext, JobHandler, exception_summary
 from jobring.executor.glue import GlueScript, glue_refusal, run_script
 from jobring.executor.isolation import run_in_process
+from jobring.executor.received import MSG_ALREADY_RECEIVED, ReceivedRuns, run_key
 from jobring.executor.runlog import RunLog, RunLogWriter, format_line
-from jobring.protocol.models import HandleCallbackParam, ReturnT, TriggerParam
+from jobring.protocol.models import SUCCESS_CODE, HandleCallbackParam, ReturnT, TriggerParam
 
 __all__ = ["JobRunner", "ReportFn"]
 
@@ -125,9 +126,12 @@ class JobRunner:
         clock: Callable[[], float] = time.monotonic,
         sync_threads: int = 64,
         kill_grace_s: float = 2.0,
+        received: ReceivedRuns | None = None,
     ) -> None:
         self.handlers = handlers
         self.runlog = runlog
+        # Runs accepted recently (kept in the log folder): a repeated /run is not run twice.
+        self.received = received if received is not None else ReceivedRuns(runlog.base)
         self.glue_enabled = glue_enabled
         self.idle_timeout_s = idle_timeout_s
         self.max_handle_msg = max_handle_msg
@@ -153,6 +157,13 @@ class JobRunner:
             self.runlog.check(param.log_date_time, param.log_id)
         except ValueError as exc:
             return ReturnT.fail(str(exc))
+        key = run_key(param.log_id, param.log_date_time)
+        if key in self.received:
+            queued = self._workers.get(param.job_id)
+            if queued is not None and param.log_id in queued.log_ids:
+                return ReturnT.fail(f"repeate trigger job, logId:{param.log_id}")  # as the reference
+            # Sent again by an admin that could not know whether this run arrived.
+            return ReturnT(code=SUCCESS_CODE, msg=MSG_ALREADY_RECEIVED)
         unit = self._resolve(param)
         if isinstance(unit, ReturnT):
             return unit
@@ -171,7 +182,15 @@ class JobRunner:
         if worker is None:
             worker = _Worker(self, param.job_id, unit)
             self._workers[param.job_id] = worker
-        return worker.push(_Run(param))
+        answer = worker.push(_Run(param))
+        if answer.code == SUCCESS_CODE:
+            self.received.add(key)
+        return answer
+
+    def received_of(self, runs: list[tuple[int, int]]) -> list[int]:
+        """The log ids among ``runs`` ((logId, logDateTime ms)) this executor accepted
+        (within its window of recent runs)."""
+        return [log_id for log_id, at in runs if run_key(log_id, at) in self.received]
 
     def _resolve(self, param: TriggerParam) -> Unit | ReturnT:
         if param.glue_type == GlueType.BEAN:
@@ -234,6 +253,7 @@ class JobRunner:
             for task in pending:
                 log.warning("job worker %s did not stop in time; abandoning it", task.get_name())
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.received.close()
         await asyncio.get_running_loop().run_in_executor(None, self.runlog.flush)
 
     # --- used by workers ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from jobring.admin.scheduler.ports import PlannedFire
 from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
+from jobring.admin.scheduler.unsure import UnsureFires
 from jobring.admin.store import NotFound, Store
 from jobring.admin.store.records import HeldJobs, JobInfo
 from jobring.core.enums import ScheduleType, TriggerType
@@ -21,9 +22,11 @@ class StoreLeases:
     """:class:`LeaseStore` over the admin store, for one node (its job leases, its row in the
     scheduler node table)."""
 
-    def __init__(self, store: Store, node_id: str) -> None:
+    def __init__(self, store: Store, node_id: str, unsure: UnsureFires | None = None) -> None:
         self._store = store
         self.node_id = node_id
+        # Asks the executors about the fires settled as perhaps sent (none: left as they are).
+        self.unsure = unsure
         self._forgot_at = 0
         # Jobs taken over with fires recorded by another node (metrics, read at scrape time).
         self.takeovers = 0
@@ -51,20 +54,27 @@ class StoreLeases:
         unsure = {f.admin_node for f in recorded if not f.confirmed and f.admin_node}
         fences = await self._store.nodes.send_fences(unsure) if unsure else {}
         never_sent: list[int] = []
+        maybe_sent: list[int] = []
         sent_up_to: dict[int, int] = {}
         for fire in recorded:
             fence = fences.get(fire.admin_node or "")
             if not fire.confirmed and fence is not None and fire.planned_time > fence:
                 never_sent.append(fire.log_id)
             else:
+                if not fire.confirmed:
+                    maybe_sent.append(fire.log_id)
                 # Sent, or perhaps sent just before that node died (then it stays unconfirmed
                 # for its callback or the lost-run monitor): not sent again.
                 sent_up_to[fire.job_id] = max(sent_up_to.get(fire.job_id, 0), fire.planned_time)
         withdrawn = await self._store.fires.withdraw(never_sent, holder=self.node_id) if never_sent else 0
+        if self.unsure is not None:
+            # The job resumes after them at once; whether they arrived is found out meanwhile.
+            self.unsure.submit(maybe_sent)
         self.takeovers += len({f.job_id for f in recorded if f.admin_node != self.node_id})
         log.warning("adopting %d jobs with %d fires recorded past their stored next time: %d never "
-                    "sent (withdrawn; the misfire rule applies to them), %d jobs resume after a fire "
-                    "that was or may have been sent", len(jobs), len(recorded), withdrawn,
+                    "sent (withdrawn; the misfire rule applies to them), %d perhaps sent (%s), %d jobs "
+                    "resume after a fire that was or may have been sent", len(jobs), len(recorded), withdrawn,
+                    len(maybe_sent), "asking their executors" if self.unsure else "not sent again",
                     len(sent_up_to))
         return sent_up_to
 

@@ -44,6 +44,7 @@ log = logging.getLogger("jobring.admin.scheduler.trigger")
 
 _PROBING = (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)  # strategies that call executors first
 _SERIAL = BlockStrategy.SERIAL_EXECUTION.value
+_MARK_LATE_MS = 1_000  # a scheduled fire sent this late says so in its trigger message
 _PER_FIRE = ("logId", "logDateTime", "broadcastIndex", "broadcastTotal")
 _BODY_TAIL = b'%s,"logId":%d,"logDateTime":%d,"broadcastIndex":%d,"broadcastTotal":%d}'
 _BODIES_KEPT = 20_000  # encoded /run heads kept (one per job fired); all dropped past that
@@ -348,13 +349,14 @@ class FireDispatcher:
             log_id=log_id,
             executor_address=address,
             trigger_code=answer.code,
-            trigger_msg=self._trigger_msg(plan, shard, route, address, answer),
+            trigger_msg=self._trigger_msg(plan, shard, route, address, answer, dispatch_time),
             dispatch_time=dispatch_time,
             executor_sharding_param=f"{shard[0]}/{shard[1]}" if broadcast else None,
         )
 
     def _trigger_msg(
-        self, plan: FirePlan, shard: tuple[int, int], route: RouteResult, address: str | None, answer: ReturnT
+        self, plan: FirePlan, shard: tuple[int, int], route: RouteResult, address: str | None,
+        answer: ReturnT, dispatch_time: int | None = None,
     ) -> str:
         job = plan.req.job
         strategy = plan.strategy.value if plan.strategy else str(job.executor_route_strategy)
@@ -374,6 +376,10 @@ class FireDispatcher:
         ]
         if plan.problem:
             lines.append(f"Problem: {plan.problem}")
+        planned = plan.req.planned_time
+        if planned is not None and dispatch_time is not None and dispatch_time - planned >= _MARK_LATE_MS:
+            # Sent late, within the misfire threshold (a database or node outage): says so.
+            lines.append(f"Late: sent {dispatch_time - planned} ms after its planned instant")
         lines += ["", ">>>>>>>>>>> Trigger Job <<<<<<<<<<<"]
         if route.msg:
             lines += [route.msg, ""]

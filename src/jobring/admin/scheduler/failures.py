@@ -5,8 +5,9 @@ is above 0 is retried once its back-off has passed: the job's
 ``executor_fail_retry_interval_s``, fixed or doubling per attempt up to
 ``retry_backoff_max_s``. Until then the run keeps alarm_status 0, so the pending retry is
 in the database and survives an admin restart. No retry is fired for a scheduled job that
-was stopped, nor for a run that failed longer ago than ``retry_max_age`` (an adopted
-database full of old failures must not fire them all at once). A broadcast shard is
+was stopped, nor for a run a user killed (a kill is a decision, not a failure to undo), nor
+for a run that failed longer ago than ``retry_max_age`` (an adopted database full of old
+failures must not fire them all at once). A broadcast shard is
 retried alone, on the same address while it is still routable.
 
 **Alarms.** ``alarm_on`` = ``failure_final`` (default) alarms when no retry follows;
@@ -34,6 +35,7 @@ from jobring.admin.store.records import JobInfo, LogEntry
 from jobring.core.clock import Clock
 from jobring.core.enums import AlarmStatus, ScheduleType, TriggerStatus, TriggerType
 from jobring.core.retry import AlarmOn, retry_delay_ms
+from jobring.core.runstate import killed_by_user
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
@@ -73,6 +75,8 @@ def retry_due_ms(entry: LogEntry, job: JobInfo) -> int:
 
 def retry_refusal(entry: LogEntry, job: JobInfo | None, now_ms: int, max_age_ms: int) -> str | None:
     """Why the failed run must not be retried, or None when it may (its count allowing)."""
+    if killed_by_user(entry.handle_msg):
+        return "a user killed it"
     if job is None:
         return f"job {entry.job_id} is gone"
     if job.trigger_status == TriggerStatus.STOPPED and job.schedule_type != ScheduleType.NONE:
@@ -162,6 +166,7 @@ class FailMonitor(Monitor):
                     fail_retry_count=entry.executor_fail_retry_count - 1,
                     sharding=_sharding(entry.executor_sharding_param),
                     attempt=entry.attempt + 1,
+                    retry_of=entry.id,
                     preferred_address=entry.executor_address if entry.executor_sharding_param else None,
                     # A child run's retry stays in its tree: its children use the same budget.
                     root_run_id=entry.root_run_id,

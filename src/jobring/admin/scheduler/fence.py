@@ -31,6 +31,9 @@ class SendFence:
         self._config = config
         self._renewed_at = renewed_at
         self.committed_ms = 0  # no fire planned after this is sent
+        # Set while this node's liveness was lost and its leases are not yet confirmed again
+        # (the loop clears it after the first renewal on the new session): nothing is sent.
+        self.suspended = False
         self._raised: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
@@ -61,15 +64,16 @@ class SendFence:
             await sleep_until(self._timers, clock.now_ms() + config.fence_every_ms)
 
     def may_send(self) -> bool:
-        """Whether this node's liveness is proven (always without a liveness port)."""
-        return self._liveness is None or self._liveness.may_send()
+        """Whether this node's liveness is proven (always without a liveness port) and its
+        leases are confirmed since it was last lost."""
+        return not self.suspended and (self._liveness is None or self._liveness.may_send())
 
     async def wait(self, now: int, meanwhile: Callable[[int], None]) -> None:
         """A fire is due beyond the committed fence (or liveness is not proven): run
         ``meanwhile`` (the caller's lease checks), then wait until the fence is raised or for
         one ``fence_every_ms``."""
         if not self.may_send():
-            log.warning("liveness not proven recently; fires wait for it")
+            log.warning("liveness not proven recently (or the leases not confirmed since); fires wait for it")
         elif self.committed_ms:  # (not the first fence, at start)
             log.warning("send fence %s not raised in time; fires wait for it", iso_ms(self.committed_ms))
         meanwhile(now)

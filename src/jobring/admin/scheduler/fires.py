@@ -68,6 +68,7 @@ class FireRequest:
     preferred_address: str | None = None  # a shard's retry goes back there while it is routable
     root_run_id: int | None = None
     child_depth: int = 0
+    retry_of: int | None = None  # a retry: the run it re-runs
 
 
 @dataclass(frozen=True, slots=True)

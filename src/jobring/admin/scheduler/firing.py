@@ -124,19 +124,20 @@ class FireTimer:
                 late = now - decision.planned_ms
                 lateness_ms.append(late)
                 lateness.observe(late)
-                if late >= 1_000:
-                    self._log_passed_over(held, decision, now)
             elif decision.planned_ms > 0:
                 if decision.fires:
                     stats.misfired += 1
                 else:
                     stats.skipped += 1
-                log.info("job %s missed its fire at %s by %d ms: %s", held.job.id,
+                # The instants passed over with it are those beyond the threshold too.
+                log.info("job %s missed its fire at %s by %d ms: %s; it resumes at %s", held.job.id,
                          iso_ms(decision.planned_ms), now - decision.planned_ms,
-                         "fired once now" if decision.fires else "skipped", extra={"job_id": held.job.id})
+                         "fired once now" if decision.fires else "skipped",
+                         "-" if decision.next_ms is None else iso_ms(decision.next_ms),
+                         extra={"job_id": held.job.id})
             ready = held.prepared.pop(decision.planned_ms, None)
             if held.prepared:
-                # Instants skipped by a late fire (stepping to the first one after now).
+                # Instants passed over by a misfire (beyond the threshold).
                 for instant in [t for t in held.prepared if decision.next_ms is None or t < decision.next_ms]:
                     self._readahead.withdraw(held.prepared.pop(instant))
             self._continue(held, decision, horizon)
@@ -154,16 +155,6 @@ class FireTimer:
             stats.batches += 1
             self._batches_inflight += 1
             self._spawn(self._dispatch(fires, prepared, outcomes), "fire batch")
-
-    @staticmethod
-    def _log_passed_over(held: Held, decision: FireDecision, now: int) -> None:
-        # A late fire plans from now and does not catch up, so instants between are lost. Only
-        # a fire a second or more late can pass one over (schedules have 1 s resolution).
-        following = held.schedule.next_fire_ms(decision.planned_ms)
-        if following is not None and decision.next_ms is not None and following < decision.next_ms:
-            log.warning("job %s fired %d ms late (instant %s); its instants from %s until %s are "
-                        "skipped", held.job.id, now - decision.planned_ms, iso_ms(decision.planned_ms),
-                        iso_ms(following), iso_ms(decision.next_ms), extra={"job_id": held.job.id})
 
     def _continue(self, held: Held, decision: FireDecision, horizon: int) -> None:
         nxt = decision.next_ms

@@ -55,9 +55,11 @@ class LeaseKeeper:
         self._releasing: set[int] = set()
         self.renewed_at: int | None = None  # when the held leases were last renewed
 
-    async def claim_cycle(self, now: int) -> int:
+    async def claim_cycle(self, now: int, *, resuming: bool = False) -> int:
         """Write pending advances, renew, announce, claim, settle and adopt; shed the excess.
-        Returns the number of rows new or changed."""
+        Returns the number of rows new or changed. ``resuming``: the first cycle after this
+        node's liveness came back; the held jobs whose leases are no longer its own (taken
+        over meanwhile) are dropped before anything else is claimed."""
         window_end = now + self._config.pre_read_ms
         lease_ms = self._config.lease_ms
         async with self._lock:
@@ -76,6 +78,13 @@ class LeaseKeeper:
             self.renewed_at = now
             rows = list(held.changed)
             ids = set(held.ids)
+            if resuming:
+                lost = [job_id for job_id in self._held if job_id not in ids]
+                if lost:
+                    log.warning("%d held jobs were taken over while this node's liveness was lost; "
+                                "dropping them: %s", len(lost), lost[:20])
+                for job_id in lost:
+                    self._drop(job_id)
             if self._liveness is not None:
                 # Jobs of nodes found dead, whatever their leases' end (before the heartbeat,
                 # which no longer counts those nodes).

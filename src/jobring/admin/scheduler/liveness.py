@@ -12,10 +12,11 @@ and every fire in between is missed. With it (PostgreSQL, MariaDB/MySQL):
 * **No stale sends.** The node sends a fire only while its last successful round trip on
   the session began less than 1 s ago (monotonic clock, well inside the idle timeout): a
   node woken from a pause sends nothing before a round trip proves its lock is still held.
-  When one fails it drops every held job at once (it cannot withdraw its rows recorded
-  ahead: whoever takes the jobs settles them) and does not claim or renew until it holds
-  its lock again on a new session; then, for ``rejoin_grace_ms``, it tries no other node's
-  lock (after a database restart or outage the others are reconnecting, not dead).
+  When one fails it stops sending at once, keeping its jobs, and does not claim or renew
+  until it holds its lock again on a new session (then it wakes a claim cycle: its renewal
+  says which jobs are still its own, and those carry on); for ``rejoin_grace_ms`` it tries
+  no other node's lock (after a database restart or outage the others are reconnecting,
+  not dead).
 * **Dead nodes.** Every ping also reads the other nodes announced alive with a lock, and
   tries each one's lock without waiting. A lock obtained means that node's session is gone:
   the scheduling loop is woken for a claim cycle at once, which takes the jobs still leased
@@ -26,10 +27,11 @@ and every fire in between is missed. With it (PostgreSQL, MariaDB/MySQL):
   log's unique (job, instant) key hold as before.
 * **Why it is safe.** A node sends only fires planned up to its committed fence; the
   takeover reads that fence after the node's session died, so it is final. A node that lost
-  only its lock session (its pool still works) cannot raise its fence either, drops its
-  jobs, and claims again only once it holds its lock on a new session, which no one can
-  take while a survivor holds it for a takeover. The leases and the lease guard stay as
-  the safety net (e.g. on SQLite, which has no session locks, takeover waits for them).
+  only its lock session (its pool still works) cannot raise its fence either, stops
+  sending, and sends again only once it holds its lock on a new session (which no one can
+  take while a survivor holds it for a takeover) and a renewal confirmed its leases. The
+  leases and the lease guard stay as the safety net (e.g. on SQLite, which has no session
+  locks, takeover waits for them).
 """
 
 from __future__ import annotations
@@ -277,11 +279,13 @@ class NodeLiveness:
             if self._lost_once:
                 self._quiet_until = started + self.config.rejoin_grace_ms / 1000
         log.info("holding the liveness lock")
+        if self._lost_once:
+            self._wake()  # a claim cycle now: it confirms the held leases, then fires resume
 
     def _lose(self, session: LockSession, exc: BaseException) -> None:
         if self._session is not session:
             return
-        log.warning("the liveness lock session failed (%s): not sending, dropping held jobs", exc)
+        log.warning("the liveness lock session failed (%s): not sending until it is back", exc)
         self._session = None
         self._lost_once = True
         self._dead.clear()  # the server released every lock of that session

@@ -64,6 +64,7 @@ class ScheduleLoop:
         self._liveness = liveness
         self._cycle_wake: asyncio.Future[None] | None = None
         self._cycle_wanted = False
+        self._losses = 0  # times liveness was lost
         self.stats = LoopStats()
         self.cycle_done = asyncio.Condition()
         self.state = LoopState.NEW
@@ -191,22 +192,30 @@ class ScheduleLoop:
             self._cycle_wake.set_result(None)
 
     def _liveness_lost(self) -> None:
-        """This node lost its liveness lock: whoever takes its jobs settles their fires, so
-        it stops sending at once and forgets them (it claims again once it holds its lock)."""
+        """This node lost its liveness lock: it stops sending at once, but keeps its jobs in
+        memory (their instants, their fires recorded ahead, their queued advances). Once it
+        holds its lock again, its first claim cycle renews the leases: the jobs still leased
+        to it carry on, their instants due meanwhile sent late (a database restart or a blip
+        of the lock session loses nothing: nobody could take them while the lock was not
+        theirs to take); the others were taken over (and settled) by another node meanwhile
+        and are dropped. The lease guard still drops jobs whose leases run out meanwhile."""
         if len(self._held):
-            log.warning("liveness lost: dropping the %d held jobs", len(self._held))
-        for job_id in list(self._held):
-            # Their queued advances stay: those fires were sent, and the writes land only if
-            # the leases are still this node's (nobody took the jobs over meanwhile).
-            self._drop(job_id, keep_advance=True)
-        self.stats.held = 0
+            log.warning("liveness lost: sending nothing for the %d held jobs until the lock is back "
+                        "and their leases are confirmed", len(self._held))
+        self._fence.suspended = True
+        self._losses += 1
 
     async def run_cycle(self) -> None:
         """One claim cycle: write pending advances, claim/renew/re-read, plan."""
         now = self._clock.now_ms()
         if self._liveness is not None and not self._liveness.may_send():
             return  # no liveness lock: neither renew nor claim (see _liveness_lost)
-        rows = await self._leases.claim_cycle(now)
+        resuming, losses = self._fence.suspended, self._losses
+        rows = await self._leases.claim_cycle(now, resuming=resuming)
+        # Lost again during the cycle (even if back already): its renewal proves nothing.
+        if resuming and losses == self._losses and (self._liveness is None or self._liveness.may_send()):
+            self._fence.suspended = False
+            log.info("liveness back and leases confirmed: %d held jobs carry on", len(self._held))
         if self._readahead.enabled:
             async with self._db_lock:
                 await self._readahead.cancel_withdrawn()

@@ -23,6 +23,7 @@ from jobring.admin.store.records import HandleResult, ResultOutcome
 from jobring.admin.store.zones import zone_named
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, HandleCode
+from jobring.core.runstate import LOST_PREFIX
 from jobring.protocol.models import RegistryParam
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ MSG_DISPATCH_LOST = (
 RESTART_GRACE_MS = 30_000  # a restarted executor's spooled results arrive first
 CLOCK_SKEW_MS = 2_000  # between an executor's clock and the admin's
 LOST_GRACE_S = 10  # a run dispatched this recently is not judged lost yet
-LOST_PREFIX = "lost:"  # the stable marker of runs failed because their executor went away
 
 
 def _utc(ms: int) -> datetime:
@@ -54,7 +54,7 @@ def _utc(ms: int) -> datetime:
 def lost_message(address: str | None, dead_after_s: int) -> str:
     """The handle message of a run lost with its executor (starts with ``lost:``)."""
     return (f"{LOST_PREFIX} executor {address or '-'} gone (unregistered, or no heartbeat for "
-            f"{dead_after_s} s); marked as failed by the lost-run monitor")
+            f"{dead_after_s} s); marked lost by the lost-run monitor")
 
 
 class Monitor:
@@ -217,9 +217,9 @@ class LostRunMonitor(Monitor):
     """Runs whose executor went away, and fires never dispatched.
 
     - A run "running" on an address of an automatic group that unregistered or has had no
-      heartbeat for ``dead_after_s`` (90 s) is failed at once (handle 500, message starting
-      with ``lost:``); dead heartbeats are dropped and group lists refreshed first, so the
-      retry goes to a live executor. The monitor runs every ``interval_s`` (15 s).
+      heartbeat for ``dead_after_s`` (90 s) is marked lost at once (handle 500, message
+      starting with ``lost:``: state ``lost``); dead heartbeats are dropped and group lists
+      refreshed first, so the retry goes to a live executor. The monitor runs every ``interval_s`` (15 s).
     - A run "running" over 10 min on any other address without a live heartbeat (manual
       groups) is failed as XXL-JOB does ("result lost").
     - Fires recorded but never dispatched for 10 min fail as triggers.
@@ -291,7 +291,7 @@ class LostRunMonitor(Monitor):
         # callback and against another node doing the same.
         outcomes = await self._store.logs.record_results(list(results.values()))
         applied = sum(o is ResultOutcome.APPLIED for o in outcomes)
-        log.warning("marked %d lost run(s) as failed (%d with their executor gone)", applied, len(gone))
+        log.warning("marked %d run(s) lost (%d with their executor gone)", applied, len(gone))
         if applied and self._on_failed is not None:
             self._on_failed.wake()
 

@@ -109,8 +109,8 @@ class Liveness(Protocol):
     :mod:`jobring.admin.scheduler.liveness`). Optional: without it, leases alone decide."""
 
     def attach(self, lost: Callable[[], None], wake: Callable[[], None]) -> None:
-        """Call ``lost`` when this node loses its liveness (drop every held job at once) and
-        ``wake`` when a dead node is found (run a claim cycle now)."""
+        """Call ``lost`` when this node loses its liveness (stop sending at once) and
+        ``wake`` when a dead node is found or its own lock is back (run a claim cycle now)."""
         ...
 
     def may_send(self) -> bool:

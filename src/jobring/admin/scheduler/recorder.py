@@ -121,6 +121,7 @@ class FireRecorder:
             admin_node=self.node_id,
             root_run_id=plan.req.root_run_id,
             child_depth=plan.req.child_depth,
+            retry_of=plan.req.retry_of,
         )
 
     async def _insert_identities(self, plans: list[FirePlan]) -> None:

@@ -152,6 +152,12 @@ class TriggerService:
         batch.state = "cancelled"
         return await self.recorder.withdraw(batch.plans)
 
+    async def settled(self, timeout_s: float = 5.0) -> None:
+        """Wait (up to ``timeout_s``) for the dispatches in flight, then write their answers."""
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight), timeout=timeout_s)
+        await self.recorder.flush()
+
     async def flush_results(self) -> int:
         """Write the trigger results waiting to be recorded (``record_later``); returns how many."""
         return await self.recorder.flush()

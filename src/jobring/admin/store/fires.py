@@ -10,8 +10,9 @@ from datetime import datetime
 
 from sqlalchemy import ColumnElement, and_, delete, or_, select, update
 
-from jobring.admin.store.base import Repository, chunks
+from jobring.admin.store.base import Repository, chunks, to_record
 from jobring.admin.store.engine import utc_naive
+from jobring.admin.store.records import LogEntry
 from jobring.admin.store.tables import job_info, job_log
 
 
@@ -72,6 +73,17 @@ class FireRepository(Repository):
                                  r.trigger_code != 0 or r.dispatch_time is not None)
                     for r in (await conn.execute(stmt)).all())
         found.sort(key=lambda f: (f.job_id, f.planned_time))
+        return found
+
+    async def still_unconfirmed(self, log_ids: Sequence[int]) -> builtins.list[LogEntry]:
+        """The rows among ``log_ids`` that still have neither a dispatch answer nor a result
+        (a callback may arrive before the trigger result is written)."""
+        found: builtins.list[LogEntry] = []
+        async with self._db.read() as conn:
+            for part in chunks(sorted(set(log_ids))):
+                rows = await conn.execute(select(job_log).where(
+                    job_log.c.id.in_(part), _unconfirmed(), job_log.c.handle_code == 0))
+                found.extend(to_record(LogEntry, r) for r in rows.all())
         return found
 
     async def undispatched_before(

@@ -65,6 +65,7 @@ from jobring.core.runstate import (
     KILLED_BY_USER,
     KILLED_SUFFIXES,
     LOST_DISPATCH_PREFIX,
+    LOST_PREFIX,
     LOST_RESULT_MSG,
     RunState,
 )
@@ -180,7 +181,8 @@ def state_condition(state: RunState, now_ms: int) -> ColumnElement[bool]:
     handle, trigger = job_log.c.handle_code, job_log.c.trigger_code
     handled = and_(handle != 0, handle != 200, handle != 502)
     unhandled_refused = and_(handle == 0, trigger != 0, trigger != 200)
-    lost_result = _msg(job_log.c.handle_msg) == LOST_RESULT_MSG
+    lost_result = or_(_msg(job_log.c.handle_msg) == LOST_RESULT_MSG,
+                      _msg(job_log.c.handle_msg).like(LOST_PREFIX + "%"))
     not_sent = and_(handle == 0, trigger == 0)
     conditions: dict[RunState, Any] = {
         RunState.SUCCESS: lambda: handle == 200,
@@ -409,6 +411,29 @@ class LogRepository(Repository):
         async with self._db.read() as conn:
             row = (await conn.execute(select(job_log).where(job_log.c.id == log_id))).first()
         return None if row is None else to_record(LogEntry, row)
+
+    async def attempts(self, log_id: int, limit: int = 100) -> builtins.list[LogEntry]:
+        """Every attempt of the run ``log_id`` belongs to, first run first: the runs it retried
+        (``retry_of``, back to the first run) and the retries that followed it. Empty when
+        the run does not exist. At most ``limit`` rows each way (a retry count is small)."""
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(job_log).where(job_log.c.id == log_id))).first()
+            if row is None:
+                return []
+            chain = [to_record(LogEntry, row)]
+            while chain[0].retry_of is not None and len(chain) < limit:
+                row = (await conn.execute(select(job_log).where(job_log.c.id == chain[0].retry_of))).first()
+                if row is None:
+                    break  # deleted by retention: the chain starts here
+                chain.insert(0, to_record(LogEntry, row))
+            for _ in range(limit):
+                # A failed run is retried once (a broadcast shard alone): one row per step.
+                row = (await conn.execute(select(job_log).where(job_log.c.retry_of == chain[-1].id)
+                                          .order_by(job_log.c.id).limit(1))).first()
+                if row is None:
+                    break
+                chain.append(to_record(LogEntry, row))
+        return chain
 
     async def list(
         self,

@@ -117,6 +117,7 @@ class NewLog:
     attempt: int = 1
     root_run_id: int | None = None  # a child run's root trigger (run id)
     child_depth: int = 0  # 1: a direct child of the root run
+    retry_of: int | None = None  # a retry: the run it re-runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,7 @@ class LogEntry:
     root_run_id: int | None = None
     child_depth: int = 0
     child_fires: int = 0
+    retry_of: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

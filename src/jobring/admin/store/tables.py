@@ -137,6 +137,7 @@ job_log = Table(
     Column("root_run_id", BigInteger, nullable=True),
     Column("child_depth", Integer, nullable=False, server_default="0"),
     Column("child_fires", Integer, nullable=False, server_default="0"),
+    Column("retry_of", BigInteger, nullable=True),  # a retry: the run it re-runs (its previous attempt)
     UniqueConstraint("job_id", "planned_time", name="ux_job_log_planned_fire"),
     Index("I_trigger_time", "trigger_time"),
     Index("I_handle_code", "handle_code"),
@@ -146,6 +147,7 @@ job_log = Table(
     Index("ix_job_log_time_id", "trigger_time", "id"),  # newest first, keyset paging
     Index("ix_job_log_group_time", "job_group", "trigger_time"),
     Index("ix_job_log_planned", "planned_time"),  # the dashboard's node lateness
+    Index("ix_job_log_retry_of", "retry_of"),  # a run's attempts
     sqlite_autoincrement=True,
 )
 

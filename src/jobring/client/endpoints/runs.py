@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobring.client.call import ApiGroup, Call, Endpoint, JsonObject, M, as_object, compact, get, post
+from jobring.client.call import (
+    ApiGroup,
+    Call,
+    Endpoint,
+    JsonObject,
+    M,
+    as_list,
+    as_object,
+    compact,
+    get,
+    post,
+)
 from jobring.client.core import path_part
 from jobring.client.page import Page, as_page
 
@@ -43,6 +54,12 @@ def get_run(run_id: int) -> Call[JsonObject]:
     return get(_run(run_id), as_object)
 
 
+def run_attempts(run_id: int) -> Call[list[JsonObject]]:
+    """Every attempt of the run's chain, first run first (each retry names the run it
+    re-runs in ``retry_of``)."""
+    return get(_run(run_id) + "/attempts", as_list)
+
+
 def run_log(run_id: int, from_line: int = 1) -> Call[JsonObject]:
     """The run's log from line ``from_line`` on, read from its executor:
     ``{"from_line_num", "to_line_num", "log_content", "is_end"}``."""
@@ -65,6 +82,7 @@ class RunsApi(ApiGroup[M]):
 
     list = Endpoint(list_runs)
     get = Endpoint(get_run)
+    attempts = Endpoint(run_attempts)
     log = Endpoint(run_log)
     kill = Endpoint(kill_run)
     clear = Endpoint(clear_runs)

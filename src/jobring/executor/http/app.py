@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
-from jobring.executor.http.decode import decode_trigger, read_body
+from jobring.executor.http.decode import decode_received, decode_trigger, read_body
 from jobring.executor.ops import OPS_PATHS, OpsAnswer
 from jobring.protocol.edge import SECURITY_HEADERS
 from jobring.protocol.models import (
@@ -54,12 +54,15 @@ class RunService(Protocol):
 
     async def kill(self, job_id: int) -> ReturnT: ...
 
+    def received_of(self, runs: list[tuple[int, int]]) -> list[int]: ...
+
 
 LogReader = Callable[[int, int, int], LogResult]
 
 
 class ExecutorEndpoints:
-    """ASGI app serving /beat, /idleBeat, /run (and 3.x /trigger), /kill, /log."""
+    """ASGI app serving /beat, /idleBeat, /run (and 3.x /trigger), /kill, /log, and the
+    jobring extension /received (which of these runs were accepted: see received.py)."""
 
     def __init__(self, access_token: str | None) -> None:
         self._token = access_token.encode() if access_token else None
@@ -192,7 +195,7 @@ class ExecutorEndpoints:
             return ReturnT.fail(f"request error:answer cannot be encoded: {exc}").encode()
 
     async def _dispatch(self, path: str, body: bytes) -> ReturnT:
-        if path not in ("/run", "/trigger", "/idleBeat", "/kill", "/log"):
+        if path not in ("/run", "/trigger", "/idleBeat", "/kill", "/log", "/received"):
             return ReturnT.fail(msg_uri_not_found(path))
         service, read_log = self._service, self._read_log
         if service is None or read_log is None:
@@ -204,6 +207,8 @@ class ExecutorEndpoints:
             return ReturnT.success() if service.is_idle(job_id) else ReturnT.fail(MSG_JOB_BUSY)
         if path == "/kill":
             return await service.kill(IdleBeatParam.decode(body).job_id)
+        if path == "/received":
+            return ReturnT.success({"received": service.received_of(decode_received(body))})
         param = LogParam.decode(body)
         # Log files can be large; keep the event loop free while reading.
         result = await asyncio.to_thread(read_log, param.log_date_tim, param.log_id, param.from_line_num)

@@ -64,3 +64,24 @@ async def read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
+
+
+MAX_RECEIVED_QUERY = 10_000  # runs per /received question
+
+
+def decode_received(body: bytes) -> list[tuple[int, int]]:
+    """``{"runs": [[logId, logDateTime], ...]}`` of a /received question (ValueError if not)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from exc
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list) or len(runs) > MAX_RECEIVED_QUERY:
+        raise ValueError(f"runs: a list of at most {MAX_RECEIVED_QUERY} [logId, logDateTime] pairs")
+    found: list[tuple[int, int]] = []
+    for item in runs:
+        if (not isinstance(item, list) or len(item) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in item)):
+            raise ValueError("runs: each item is [logId, logDateTime] (non-negative integers)")
+        found.append((item[0], item[1]))
+    return found

@@ -530,6 +530,8 @@ class RunOut(BaseModel):
         "when the run never started"
     )
     attempt: int = Field(description="1 = first run, 2 = first retry, ...")
+    retry_of: int | None = Field(description="a retry: the run it re-runs (its previous attempt); "
+                                 "null on a first run")
 
     @classmethod
     def of(cls, e: LogEntry, now_ms: int) -> RunOut:

@@ -168,6 +168,16 @@ async def get_run(run_id: RunId, services: Services, principal: Reader) -> RunOu
     return RunOut.of(await _load_run(services, principal, run_id), services.now_ms())
 
 
+@router.get("/runs/{run_id}/attempts", response_model=list[RunOut],
+            summary="Every attempt of a run (the first run, then its retries)")
+async def run_attempts(run_id: RunId, services: Services, principal: Reader) -> list[RunOut]:
+    entry = await _load_run(services, principal, run_id)
+    now_ms = services.now_ms()
+    # Retries stay in their run's job, hence its group: readable as the run is.
+    return [RunOut.of(e, now_ms) for e in await services.store.logs.attempts(entry.id)
+            if e.job_group == entry.job_group]
+
+
 @router.get(
     "/runs/{run_id}/log",
     response_model=RunLogOut,

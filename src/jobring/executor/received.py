@@ -1,0 +1,111 @@
+"""The runs this executor accepted recently, kept on disk: ``/run`` is idempotent by run.
+
+An admin node that takes over a dead node's jobs cannot tell whether a fire the dead node
+recorded was sent just before it died. It asks the executors (``/received``, a jobring
+extension: which of these runs did you accept?) and sends again, with the same run id, only
+the ones nobody received. A repeated ``/run`` of a run accepted before answers 200 "already
+received" and does not run it twice.
+
+A run is identified by its ``logId`` and its trigger time in whole seconds (``logDateTime``),
+as its log file is (runlog.py): two admins on different databases may reuse a log id, not
+with the same trigger second.
+
+The window is bounded (``window`` runs, the most recent) and survives a restart of the
+executor: each accepted run is appended to ``<log_path>/received-runs.txt`` (one write per
+run, no fsync: a process crash keeps it, a machine crash may not), which is rewritten with
+the window's runs once it holds twice as many lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections import deque
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "received-runs.txt"
+DEFAULT_WINDOW = 100_000
+MSG_ALREADY_RECEIVED = "already received: this run was accepted before (not run again)"
+
+Run = tuple[int, int]  # (logId, logDateTime in whole seconds)
+
+
+def run_key(log_id: int, log_date_time_ms: int) -> Run:
+    return log_id, log_date_time_ms // 1000
+
+
+class ReceivedRuns:
+    """A bounded, persisted set of the runs accepted (see the module docstring)."""
+
+    def __init__(self, folder: Path | None, window: int = DEFAULT_WINDOW) -> None:
+        self.window = max(1, window)
+        self._order: deque[Run] = deque()
+        self._set: set[Run] = set()
+        self._path = None if folder is None else folder / FILE_NAME
+        self._fd: int | None = None
+        self._lines = 0
+        if self._path is not None:
+            self._load(self._path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            with path.open("r", encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    parts = line.split()
+                    self._lines += 1
+                    if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                        self._remember((int(parts[0]), int(parts[1])))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cannot read the runs received before (%s): a run sent again after a "
+                        "takeover may run twice", exc)
+
+    def __contains__(self, run: Run) -> bool:
+        return run in self._set
+
+    def __len__(self) -> int:
+        return len(self._set)
+
+    def _remember(self, run: Run) -> None:
+        if run in self._set:
+            return
+        self._order.append(run)
+        self._set.add(run)
+        while len(self._order) > self.window:
+            self._set.discard(self._order.popleft())
+
+    def add(self, run: Run) -> None:
+        """Remember an accepted run (in memory, and appended to the file)."""
+        if run in self._set:
+            return
+        self._remember(run)
+        if self._path is None:
+            return
+        try:
+            if self._fd is None:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.write(self._fd, f"{run[0]} {run[1]}\n".encode("ascii"))
+            self._lines += 1
+            if self._lines > 2 * self.window:
+                self._compact()
+        except OSError as exc:
+            log.warning("cannot record a received run on disk (%s): it is known until a restart", exc)
+
+    def _compact(self) -> None:
+        assert self._path is not None
+        spare = self._path.with_suffix(".tmp")
+        spare.write_text("".join(f"{a} {b}\n" for a, b in self._order), encoding="ascii")
+        os.replace(spare, self._path)
+        self.close()
+        self._lines = len(self._order)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
