@@ -1,8 +1,8 @@
 """The handlers an executor declares: ``xxl_job_registry.handlers`` (a JSON array of names,
 NULL when the executor declared none), written with every heartbeat of a jobring executor.
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-11-29
 """
 
@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-revision = "0019"
-down_revision = "0018"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
