@@ -140,6 +140,19 @@ async def test_groups_add_list_and_show(env: AdminEnv, cli: Cli) -> None:
     assert (await env.store.groups.list()).total == 2
 
 
+async def test_groups_show_names_the_handlers_each_online_executor_declared(env: AdminEnv, cli: Cli) -> None:
+    group_id = json.loads((await cli("groups", "add", "reports", "Reports", "--json")).out)["id"]
+    now = env.services.now_naive_utc()
+    await env.store.registry.beat("EXECUTOR", "reports", "http://10.0.0.1:9999/", now, handlers=["b", "a"])
+    await env.store.registry.beat("EXECUTOR", "reports", "http://10.0.0.2:9999/", now)
+    shown = await cli("groups", "show", str(group_id))
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert "HANDLERS" in next(line for line in lines if line.startswith("ADDRESS"))
+    assert next(line for line in lines if "10.0.0.1" in line).endswith("a, b")
+    assert next(line for line in lines if "10.0.0.2" in line).endswith("(not declared: any)")
+
+
 async def test_groups_token_prints_only_the_token(env: AdminEnv, cli: Cli) -> None:
     added = await cli("groups", "add", "my-app", "Mine", "--json")
     group_id = json.loads(added.out)["id"]

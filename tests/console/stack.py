@@ -125,7 +125,10 @@ class Stack:
                  "--app-name", APP_NAME, "--admin", f"{self.url}/xxl-job-admin/", "--token", token,
                  "--host", "127.0.0.1", "--port", str(free_port()), "--ip", "127.0.0.1",
                  "--log-path", str(self.workdir / "executor-logs"), "--beat-interval", "2"],
-                stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO,
+                # REPO for tests.console.executor_app; a PYTHONPATH given to the tests is kept, so
+                # the executor runs the same jobring as the admin (a worktree's, not the installed one).
+                stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                env={**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))},
             ))
 
     def _healthy(self) -> bool:

@@ -66,6 +66,8 @@ def test_create_a_group_and_a_cron_job_with_the_builder(page: Page, stack: Stack
     # The real executor registers within its 2 s heartbeat and is listed online.
     online = page.locator(f"tr[data-group='{APP_NAME}'] .addr-list")
     expect(online).to_contain_text("127.0.0.1", timeout=20_000)
+    # With the handlers it declared: only their jobs are routed to it.
+    expect(online.get_by_test_id("declared-handlers").first).to_contain_text("hello")
 
     page.get_by_role("link", name="Jobs").click()
     page.get_by_test_id("new-job").click()

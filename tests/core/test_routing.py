@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from jobring.core.enums import RouteStrategy
-from jobring.core.routing import DAY_MS, Router, consistent_hash, md5_hash
+from jobring.core.routing import DAY_MS, Router, consistent_hash, declaring, md5_hash
 from jobring.protocol.models import ReturnT
 
 ADDRS = ["http://10.0.0.1:9999/", "http://10.0.0.2:9999/", "http://10.0.0.3:9999/"]
@@ -184,3 +184,37 @@ async def test_busyover_uses_idle_beat() -> None:
 def test_probe_strategies_need_route() -> None:
     with pytest.raises(ValueError, match="probe"):
         Router().route_now(RouteStrategy.FAILOVER, 1, ADDRS, T0)
+
+
+# -- declared handlers (issue 25 item 23) ---------------------------------------------------
+
+# ADDRS[0] declared "a" only, ADDRS[1] declared "b" only, ADDRS[2] declared nothing (XXL-JOB).
+DECLARED = {ADDRS[0]: frozenset({"a"}), ADDRS[1]: frozenset({"b", "c"})}
+
+
+def test_declaring_keeps_declarers_of_the_handler_and_executors_that_declared_nothing() -> None:
+    assert declaring("b", ADDRS, DECLARED) == ([ADDRS[1], ADDRS[2]], [ADDRS[0]])
+    assert declaring("a", ADDRS, DECLARED) == ([ADDRS[0], ADDRS[2]], [ADDRS[1]])
+    assert declaring("z", ADDRS, DECLARED) == ([ADDRS[2]], ADDRS[:2])
+    assert declaring("z", ADDRS[:2], DECLARED) == ([], ADDRS[:2])
+    # An executor that declared an empty set gets no BEAN job at all.
+    assert declaring("a", ADDRS[:1], {ADDRS[0]: frozenset()}) == ([], ADDRS[:1])
+
+
+def test_declaring_passes_every_address_for_glue_jobs_and_groups_without_declarations() -> None:
+    assert declaring(None, ADDRS, DECLARED) == (ADDRS, [])
+    assert declaring("a", ADDRS, {}) == (ADDRS, [])
+
+
+async def test_every_strategy_routes_among_the_declarers_only() -> None:
+    able, _ = declaring("b", ADDRS, {ADDRS[0]: frozenset({"a"}), ADDRS[2]: frozenset({"a"})})
+    assert able == [ADDRS[1]]
+
+    async def up(address: str, job_id: int) -> ReturnT:
+        return ReturnT.success()
+
+    router = Router(rng=random.Random(3), beat=up, idle_beat=up)
+    for strategy in RouteStrategy:
+        for job_id in range(5):
+            result = await router.route(strategy, job_id, able, T0)
+            assert result.addresses == (ADDRS[1],), strategy

@@ -99,7 +99,7 @@ async def test_executor_under_a_3x_admin(running: tuple[dict[str, Any], FakeAdmi
         if name != "Content-Type":
             assert ours.headers[name.lower()] == value, name
     want = json.loads(registry["body"])
-    assert ours.json() == {**want, "registryValue": ex.address}
+    assert ours.json() == {**want, "registryValue": ex.address, "jobringHandlers": sorted(ex.handlers)}
 
     expected: dict[int, dict[str, Any]] = {}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ex.bound_port}", timeout=10) as client:

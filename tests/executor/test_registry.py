@@ -11,6 +11,7 @@ import pytest
 
 from jobring.executor.config import ExecutorSettings
 from jobring.executor.registry import Registrar, detect_ipv4
+from jobring.protocol.models import MAX_DECLARED_HANDLERS
 
 from .fake_admin import FakeAdmin
 
@@ -100,3 +101,37 @@ def test_registered_address_has_a_trailing_slash() -> None:
         "http://192.168.1.9:1/"
     assert ExecutorSettings(app_name="a", address="http://nat.example:80/ex").base_address("x") == \
         "http://nat.example:80/ex/"
+
+
+async def test_beats_declare_the_handlers_of_the_moment_and_leaving_declares_none(admin: FakeAdmin) -> None:
+    handlers = {"b": None, "a": None, "x" * 256: None}  # a name no job can carry is not declared
+    async with httpx.AsyncClient() as client:
+        registrar = Registrar(client, [admin.base_url], "tok", "demo-app", "http://10.1.2.3:9999/",
+                              interval_s=0.05, handlers=lambda: list(handlers))
+        registrar.start()
+        await admin.wait_for(lambda a: len(registry_bodies(a)) >= 1)
+        handlers["c"] = None  # added while running: declared from the next beat on
+        count = len(registry_bodies(admin))
+        await admin.wait_for(lambda a: len(registry_bodies(a)) > count + 1)
+        await registrar.stop()
+    reference = {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": "http://10.1.2.3:9999/"}
+    first, last = registry_bodies(admin)[0], registry_bodies(admin)[-1]
+    assert list(first) == [*reference, "jobringHandlers"]
+    assert first == {**reference, "jobringHandlers": ["a", "b"]}
+    assert last == {**reference, "jobringHandlers": ["a", "b", "c"]}
+    assert registry_bodies(admin, "api/registryRemove") == [reference]
+
+
+async def test_more_handlers_than_an_admin_takes_are_not_declared(
+    admin: FakeAdmin, caplog: pytest.LogCaptureFixture
+) -> None:
+    names = [f"h{i}" for i in range(MAX_DECLARED_HANDLERS + 1)]
+    async with httpx.AsyncClient() as client:
+        registrar = Registrar(client, [admin.base_url], None, "big", "http://h:1/", interval_s=0.05,
+                              handlers=lambda: names)
+        registrar.start()
+        await admin.wait_for(lambda a: len(registry_bodies(a)) >= 2)
+        await registrar.stop()
+    assert all("jobringHandlers" not in body for body in registry_bodies(admin))
+    warnings = [r for r in caplog.records if "declaring none" in r.getMessage()]
+    assert len(warnings) == 1 and "group big" in warnings[0].getMessage()

@@ -1461,6 +1461,11 @@ export interface components {
         OnlineAddress: {
             /** Address */
             address: string;
+            /**
+             * Handlers
+             * @description the handlers its executor declared (jobring executors): only jobs of these handlers (and GLUE jobs) are routed to it; null: it declared none (XXL-JOB and older executors), every job of the group may be routed to it
+             */
+            handlers?: string[] | null;
             /** Last Heartbeat */
             last_heartbeat: string | null;
         };

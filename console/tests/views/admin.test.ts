@@ -93,15 +93,29 @@ describe("GroupsView", () => {
     id: 2, app_name: "billing", title: "Billing", address_type: 1, addresses: ["http://10.0.0.5:9999"], has_access_token: true,
     online: [{ address: "http://10.0.0.5:9999", last_heartbeat: "2026-01-01T00:00:00Z" }],
   });
+  const mixed = group({
+    id: 3, app_name: "mixed", title: "Mixed",
+    online: [
+      { address: "http://10.0.0.6:9999", last_heartbeat: "2026-01-01T00:00:00Z", handlers: ["export", "import"] },
+      { address: "http://10.0.0.7:9999", last_heartbeat: "2026-01-01T00:00:00Z", handlers: null },
+    ],
+  });
 
   beforeEach(() => {
-    vi.mocked(listGroups).mockResolvedValue(page([group(), manual]));
+    vi.mocked(listGroups).mockResolvedValue(page([group(), manual, mixed]));
   });
 
   it("lists the groups with their online executors", async () => {
     const { wrapper } = await mountView(GroupsView, { path: "/groups" });
     expect(wrapper.find("tr[data-group=reports]").text()).toContain("Reports");
     expect(wrapper.find("tr[data-group=billing] .addr-list").text()).toContain("http://10.0.0.5:9999");
+  });
+
+  it("shows the handlers each online executor declared, nothing for one that declared none", async () => {
+    const { wrapper } = await mountView(GroupsView, { path: "/groups" });
+    const declared = wrapper.findAll("tr[data-group=mixed] [data-testid=declared-handlers]");
+    expect(declared.map((d) => d.text())).toEqual(["handlers: export, import"]);
+    expect(wrapper.find("tr[data-group=billing] [data-testid=declared-handlers]").exists()).toBe(false);
   });
 
   it("narrows the groups by a search and takes an address out of routing once confirmed", async () => {

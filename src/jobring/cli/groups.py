@@ -23,6 +23,14 @@ from jobring.cli.remote import (
 from jobring.client import AdminClient
 
 
+def _declared(entry: Mapping[str, Any]) -> str:
+    """What an online executor declared: only those handlers' jobs are routed to it."""
+    handlers = entry.get("handlers")
+    if handlers is None:
+        return "(not declared: any)"
+    return ", ".join(handlers) or "(none)"
+
+
 def _kind(group: Mapping[str, Any]) -> str:
     return "manual" if group.get("address_type") == 1 else "auto"
 
@@ -64,7 +72,8 @@ def _show(args: argparse.Namespace) -> int:
         print(f"online executors: {len(online)}")
         if online:
             print_table(online, (("ADDRESS", "address"),
-                                 ("LAST HEARTBEAT (UTC)", lambda e: instant_text(e.get("last_heartbeat")))))
+                                 ("LAST HEARTBEAT (UTC)", lambda e: instant_text(e.get("last_heartbeat"))),
+                                 ("HANDLERS", _declared)))
         return 0
 
     return run_remote(args, action)

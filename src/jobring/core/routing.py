@@ -14,7 +14,7 @@ import bisect
 import hashlib
 import random
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -146,6 +146,27 @@ def consistent_hash(job_id: int, addresses: Sequence[str]) -> str:
     keys, owners = _hash_ring(tuple(sorted(addresses)))
     index = bisect.bisect_left(keys, md5_hash(str(job_id)))
     return owners[index % len(owners)]
+
+
+def declaring(
+    handler: str | None, addresses: Sequence[str], declared: Mapping[str, frozenset[str]]
+) -> tuple[list[str], list[str]]:
+    """The addresses that may receive a job of ``handler``, and those passed over.
+
+    ``declared`` maps an address to the handlers its executor declared (jobring executors);
+    an address without an entry declared nothing (XXL-JOB's, pyxxl, older jobring) and may
+    receive every job, as before declarations existed. ``handler`` None (a GLUE job) passes
+    every address. Every strategy routes among the first list only, so FIRST, a failover
+    probe or a broadcast never picks an executor that lacks the handler.
+    """
+    if handler is None or not declared:
+        return list(addresses), []
+    able: list[str] = []
+    passed: list[str] = []
+    for address in addresses:
+        names = declared.get(address)
+        (able if names is None or handler in names else passed).append(address)
+    return able, passed
 
 
 def _probe_line(kind: str, address: str, answer: ReturnT) -> str:

@@ -327,6 +327,8 @@ class Executor:
         self._registrar = Registrar(
             self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
             interval_s=s.beat_interval_s, started_at_ms=time.time_ns() // 1_000_000,
+            # A copy taken at once: a handler may be added from another thread meanwhile.
+            handlers=lambda: list(self._handlers),
         )
         self._registrar.start()
         self._start_declaring(self._registrar)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 import httpx
@@ -14,7 +15,12 @@ import orjson
 import psutil
 
 from jobring.executor.callback import AdminUnavailable, admin_headers, post_to_admins
-from jobring.protocol.models import STARTED_AT_HEADER, RegistryParam
+from jobring.protocol.models import (
+    MAX_DECLARED_HANDLERS,
+    MAX_HANDLER_NAME,
+    STARTED_AT_HEADER,
+    RegistryParam,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +43,11 @@ def detect_ipv4() -> str:
 
 
 class Registrar:
-    """Beats ``api/registry`` every interval; retries failures sooner, with backoff."""
+    """Beats ``api/registry`` every interval; retries failures sooner, with backoff.
+
+    ``handlers`` gives the handler names to declare in each beat (read at every beat: a
+    handler added after the start is declared at the next one); None declares nothing.
+    """
 
     def __init__(
         self,
@@ -49,6 +59,7 @@ class Registrar:
         *,
         interval_s: float = 30.0,
         started_at_ms: int | None = None,
+        handlers: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self._client = client
         self._admin_urls = list(admin_urls)
@@ -59,7 +70,11 @@ class Registrar:
         self._beat_headers = dict(self._headers)
         if started_at_ms is not None:
             self._beat_headers[STARTED_AT_HEADER] = str(started_at_ms)
-        self._body = orjson.dumps(RegistryParam(REGISTRY_GROUP, app_name, address).to_dict())
+        self._param = RegistryParam(REGISTRY_GROUP, app_name, address)
+        # registryRemove sends the reference's body: nothing to declare when leaving.
+        self._body = orjson.dumps(self._param.to_dict())
+        self._handlers = handlers
+        self._too_many_warned = False
         self._interval_s = interval_s
         self._app_name = app_name
         self._task: asyncio.Task[None] | None = None
@@ -85,7 +100,7 @@ class Registrar:
         while True:
             try:
                 accepted_by = await post_to_admins(
-                    self._client, self._admin_urls, "api/registry", self._body, self._beat_headers
+                    self._client, self._admin_urls, "api/registry", self._beat_body(), self._beat_headers
                 )
             except AdminUnavailable as exc:
                 kind = "token" if exc.token_refused else "unreachable"
@@ -105,6 +120,20 @@ class Registrar:
             self.last_registered_at, self.last_ok = datetime.now(UTC), True
             self.registered.set()
             await asyncio.sleep(self._interval_s)
+
+    def _beat_body(self) -> bytes:
+        if self._handlers is None:
+            return self._body
+        # A name longer than a job's handler column can name no job: not declared.
+        names = tuple(sorted({n for n in self._handlers() if 0 < len(n) <= MAX_HANDLER_NAME}))
+        if len(names) > MAX_DECLARED_HANDLERS:
+            if not self._too_many_warned:
+                log.warning("%d handlers: more than the %d an admin takes in a heartbeat; declaring none, "
+                            "so a jobring admin may route any job of group %s here", len(names),
+                            MAX_DECLARED_HANDLERS, self._app_name)
+                self._too_many_warned = True
+            return self._body
+        return orjson.dumps(dataclasses.replace(self._param, handlers=names).to_dict())
 
     def _report_failure(self, kind: str, previous: str | None, exc: AdminUnavailable, retry_s: float) -> None:
         if kind == previous:

@@ -279,18 +279,32 @@ class TooManyItems(ProtocolError):
 STARTED_AT_HEADER = "X-Jobring-Started-At"
 
 
+# jobring extension: the handler names a jobring executor has, as a field of the api/registry
+# body (a header would not hold a thousand names). Every XXL-JOB admin that speaks JSON reads
+# the body with Gson, which skips fields it does not know; a jobring admin routes a job only
+# to the executors that declared its handler (or declared nothing: Java, pyxxl, older ones).
+HANDLERS_FIELD = "jobringHandlers"
+MAX_DECLARED_HANDLERS = 1_000
+MAX_HANDLER_NAME = 255  # xxl_job_info.executor_handler: a longer name names no job
+
+
 @dataclass(slots=True)
 class RegistryParam:
     registry_group: str
     registry_key: str
     registry_value: str
+    # The declared handler names (jobring executors); None: nothing declared.
+    handlers: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "registryGroup": self.registry_group,
             "registryKey": self.registry_key,
             "registryValue": self.registry_value,
         }
+        if self.handlers is not None:
+            body[HANDLERS_FIELD] = list(self.handlers)
+        return body
 
     @classmethod
     def decode(cls, body: bytes | dict[str, Any]) -> RegistryParam:
@@ -302,7 +316,17 @@ class RegistryParam:
         )
         if not group or not key or not value:
             raise ProtocolError("Illegal Argument.")
-        return cls(group, key, value)
+        return cls(group, key, value, _handlers(d.get(HANDLERS_FIELD)))
+
+
+def _handlers(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) > MAX_DECLARED_HANDLERS
+            or not all(isinstance(v, str) and 0 < len(v) <= MAX_HANDLER_NAME for v in value)):
+        raise ProtocolError(f"field {HANDLERS_FIELD!r} must be a list of at most {MAX_DECLARED_HANDLERS} "
+                            f"handler names of 1 to {MAX_HANDLER_NAME} characters")
+    return tuple(sorted(set(value)))
 
 
 @dataclass(slots=True)

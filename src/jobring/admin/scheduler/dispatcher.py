@@ -23,7 +23,9 @@ from jobring.admin.scheduler.fires import (
     FirePlan,
     GroupView,
     TriggerRejected,
+    bean_handler,
     dispatch_error_reason,
+    msg_no_handler,
 )
 from jobring.admin.scheduler.lanes import DispatchLanes, Lane
 from jobring.admin.store.records import JobGroup, TriggerResult
@@ -118,7 +120,8 @@ class FireDispatcher:
         for plan in plans:
             self._resolve(plan, groups.get(plan.req.job.job_group))
 
-    def _view(self, group: JobGroup | None) -> GroupView | None:
+    def _view(self, group: JobGroup | None, declared: dict[str, frozenset[str]]) -> GroupView | None:
+        """``declared``: the handlers declared per registered address of the group's appname."""
         if group is None:
             return None
         addresses = group.routable_addresses
@@ -126,7 +129,12 @@ class FireDispatcher:
         if refused:
             log.warning("executor group %s: not calling refused addresses %s", group.id, refused)
             addresses = [a for a in addresses if a not in refused]
-        return GroupView(group, addresses, refused, group.access_token or None)
+        mine: dict[str, frozenset[str]] = {}
+        if declared:
+            # A hand-typed address may be spelled otherwise than the registered one.
+            by_key = {address_key(a): names for a, names in declared.items()}
+            mine = {a: by_key[k] for a in addresses if (k := address_key(a)) in by_key}
+        return GroupView(group, addresses, refused, group.access_token or None, mine)
 
     async def _groups(self, plans: Sequence[FirePlan]) -> dict[int, GroupView | None]:
         ids = {p.req.job.job_group for p in plans}
@@ -139,13 +147,16 @@ class FireDispatcher:
             if cached is not None and now - cached[0] < self._group_cache_ms:
                 groups[group_id] = cached[1]
                 continue
-            groups[group_id] = view = self._view(await self._store.groups.get(group_id))
+            group = await self._store.groups.get(group_id)
+            declared = await self._store.registry.declared(group.app_name) if group is not None else {}
+            groups[group_id] = view = self._view(group, declared)
             self._group_cache[group_id] = (now, view)
         return groups
 
     def _resolve(self, plan: FirePlan, view: GroupView | None) -> None:
         req = plan.req
-        addresses = view.addresses if view else []
+        handler = bean_handler(req.job)
+        addresses, plan.undeclared = view.for_handler(handler) if view else ([], [])
         manual = bool(view and view.group.address_type == AddressType.MANUAL)
         if view is None:
             plan.problem = f"executor group {req.job.job_group} not found"
@@ -160,13 +171,17 @@ class FireDispatcher:
             if disabled:
                 raise TriggerRejected(
                     f"addresses disabled in the job's executor group: {', '.join(disabled)}")
-            outside = sorted(set(override) - set(addresses))
+            outside = sorted(set(override) - set(view.addresses if view else []))
             outside += [a for a in refused_addresses(override, self._policy) if a not in outside]
             if outside:
                 raise TriggerRejected(
                     f"addresses not registered in the job's executor group: {', '.join(outside)}"
                 )
-            addresses, manual = override, True
+            lacking = sorted(set(override) & set(plan.undeclared))
+            if lacking:
+                raise TriggerRejected(
+                    f"executors that do not declare handler '{handler}': {', '.join(lacking)}")
+            addresses, manual, plan.undeclared = override, True, []
         plan.addresses, plan.manual_addresses = addresses, manual
         if req.sharding is None and plan.strategy is RouteStrategy.SHARDING_BROADCAST and addresses:
             plan.shards = [(i, len(addresses)) for i in range(len(addresses))]
@@ -206,6 +221,9 @@ class FireDispatcher:
         that probe executors (FAILOVER, BUSYOVER)."""
         addresses = self._live(plan)
         if not addresses:
+            handler = bean_handler(plan.req.job)
+            if plan.undeclared and handler is not None:
+                return RouteResult((), msg_no_handler(plan.app_name, handler))
             return RouteResult((), MSG_ADDRESS_EMPTY)
         if plan.strategy is None:
             return RouteResult((), f"unknown route strategy {plan.req.job.executor_route_strategy!r}")
@@ -349,6 +367,8 @@ class FireDispatcher:
             f"Admin node: {self.node_id}",
             "Executor registry type: " + ("manual" if plan.manual_addresses else "automatic"),
             f"Executor addresses: [{', '.join(plan.addresses)}]",
+            *([f"Executors without handler '{job.executor_handler}': [{', '.join(plan.undeclared)}]"]
+              if plan.undeclared else []),
             f"Route strategy: {strategy}",
             f"Block strategy: {job.executor_block_strategy or _SERIAL}",
             f"Timeout: {job.executor_timeout}",

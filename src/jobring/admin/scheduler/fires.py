@@ -7,11 +7,12 @@ until they are dispatched or cancelled; each request ends as a :class:`FireResul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from jobring.admin.store.records import JobGroup, JobInfo, TriggerResult
-from jobring.core.enums import RouteStrategy, TriggerType
+from jobring.core.enums import GlueType, RouteStrategy, TriggerType
+from jobring.core.routing import declaring
 from jobring.protocol.models import FAIL_CODE
 
 TRIGGER_TYPE_TITLES = {
@@ -26,6 +27,20 @@ TRIGGER_TYPE_TITLES = {
 }
 MSG_ADDRESS_EMPTY = "Trigger Fail: registry address is empty"
 _ONE_SHARD = ((0, 1),)
+_HANDLER_SPLITS_KEPT = 1_000  # per group view (one per handler of the group's jobs)
+
+
+def msg_no_handler(app_name: str | None, handler: str) -> str:
+    """The trigger failure when every online executor declared handlers, none this one."""
+    return f"Trigger Fail: no online executor of group {app_name} declares handler '{handler}'"
+
+
+def bean_handler(job: JobInfo) -> str | None:
+    """The handler an executor must have to run ``job``; None for a GLUE job (the executor
+    gets the source with the fire)."""
+    if job.executor_handler and (job.glue_type or GlueType.BEAN) == GlueType.BEAN:
+        return job.executor_handler
+    return None
 
 
 class TriggerRejected(ValueError):
@@ -75,6 +90,21 @@ class GroupView:
     addresses: list[str]
     refused: list[str]
     token: str | None
+    # The handlers declared by those of ``addresses`` whose executor declared any.
+    declared: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    _splits: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict, repr=False, compare=False)
+
+    def for_handler(self, handler: str | None) -> tuple[list[str], list[str]]:
+        """The addresses that may receive a job of ``handler`` and those that declared other
+        handlers only (see ``core.routing.declaring``); worked out once per handler."""
+        if handler is None or not self.declared:
+            return self.addresses, []
+        split = self._splits.get(handler)
+        if split is None:
+            if len(self._splits) >= _HANDLER_SPLITS_KEPT:
+                self._splits.clear()
+            split = self._splits[handler] = declaring(handler, self.addresses, self.declared)
+        return split
 
 
 class FirePlan:
@@ -82,7 +112,8 @@ class FirePlan:
     then the log ids recorded for it (one per shard) or ``duplicate``."""
 
     __slots__ = ("req", "strategy", "param", "retry_count", "trigger_time_ms", "addresses",
-                 "manual_addresses", "shards", "problem", "token", "app_name", "log_ids", "duplicate")
+                 "manual_addresses", "shards", "problem", "token", "app_name", "log_ids", "duplicate",
+                 "undeclared")
 
     def __init__(self, req: FireRequest, strategy: RouteStrategy | None, param: str, retry_count: int,
                  trigger_time_ms: int) -> None:
@@ -92,6 +123,8 @@ class FirePlan:
         self.retry_count = retry_count
         self.trigger_time_ms = trigger_time_ms
         self.addresses: list[str] = []
+        # The group's addresses passed over: their executors did not declare the job's handler.
+        self.undeclared: list[str] = []
         self.manual_addresses = False
         self.shards: Sequence[tuple[int, int]] = _ONE_SHARD if req.sharding is None else (req.sharding,)
         self.problem: str | None = None  # why no address could be had (shown in the trigger message)

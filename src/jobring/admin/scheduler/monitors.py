@@ -155,7 +155,10 @@ class RegistryService:
         if started_at_ms is not None and self._started.get(key) != started_at_ms:
             self._started[key] = started_at_ms
             self._restarts[key] = (started_at_ms, self._clock.now_ms())
-        await self._store.registry.beat(param.registry_group, param.registry_key, param.registry_value, now)
+        # The declared handlers are replaced by each beat's (a restart with other handlers,
+        # or an XXL-JOB executor at the same address now: None) and leave with the row.
+        await self._store.registry.beat(param.registry_group, param.registry_key, param.registry_value, now,
+                                        handlers=param.handlers)
         if param.registry_group != EXECUTOR:
             return
         if self._trigger is not None:

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from jobring.admin.store.base import Repository, fetch_page, like_pattern, new_id, to_record
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.errors import NotFound, ReferencedError
-from jobring.admin.store.records import JobGroup, Page, RegistryEntry
+from jobring.admin.store.records import JobGroup, Page, RegistryEntry, decode_handlers, encode_handlers
 from jobring.admin.store.tables import job_group, job_info, job_registry, job_user
 from jobring.core.addresses import address_key
 
@@ -207,20 +207,25 @@ class GroupRepository(Repository):
 class RegistryRepository(Repository):
     """Heartbeats: one row per (registry_group, registry_key, registry_value)."""
 
-    async def beat(self, group: str, key: str, value: str, now: datetime) -> None:
-        """Record a heartbeat: refresh the row's update_time, insert it when absent."""
+    async def beat(self, group: str, key: str, value: str, now: datetime,
+                   handlers: Sequence[str] | None = None) -> None:
+        """Record a heartbeat: refresh the row's update_time and declared ``handlers`` (None:
+        the beat declared none), insert the row when absent."""
         stamp = utc_naive(now)
+        declared = encode_handlers(handlers)
         match = (
             job_registry.c.registry_group == group,
             job_registry.c.registry_key == key,
             job_registry.c.registry_value == value,
         )
         async with self._db.write() as conn:
-            result = await conn.execute(update(job_registry).where(*match).values(update_time=stamp))
+            result = await conn.execute(
+                update(job_registry).where(*match).values(update_time=stamp, handlers=declared))
             if result.rowcount == 0:
                 await conn.execute(
                     insert(job_registry).values(
-                        registry_group=group, registry_key=key, registry_value=value, update_time=stamp
+                        registry_group=group, registry_key=key, registry_value=value, update_time=stamp,
+                        handlers=declared,
                     )
                 )
 
@@ -254,6 +259,20 @@ class RegistryRepository(Repository):
             for key, value in (await conn.execute(stmt)).all():
                 found.setdefault(key, set()).add(value)
         return {k: sorted(v) for k, v in sorted(found.items())}
+
+    async def declared(self, app_name: str) -> dict[str, frozenset[str]]:
+        """Executor address -> the handlers it declared, for the addresses of ``app_name`` that
+        declared (an address missing here declared nothing)."""
+        stmt = select(job_registry.c.registry_value, job_registry.c.handlers).where(
+            job_registry.c.registry_group == EXECUTOR, job_registry.c.registry_key == app_name,
+            job_registry.c.handlers.is_not(None))
+        found: dict[str, frozenset[str]] = {}
+        async with self._db.read() as conn:
+            for address, text in (await conn.execute(stmt)).all():
+                names = decode_handlers(text)
+                if names is not None:
+                    found[address] = frozenset(names)
+        return found
 
     async def entries(self, app_name: str) -> list[RegistryEntry]:
         """Every executor heartbeat row of one appname, by address."""

@@ -6,10 +6,13 @@ no fractions); epoch-millisecond columns are ``int``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Generic, TypeVar
+
+import orjson
 
 from jobring.core.addresses import address_key
 
@@ -288,6 +291,28 @@ class RegistryEntry:
     registry_key: str
     registry_value: str
     update_time: datetime | None
+    handlers: str | None = None  # JSON array of the declared handler names; None: none declared
+
+    @property
+    def declared_handlers(self) -> list[str] | None:
+        """The handler names the executor declared (sorted), None when it declared none."""
+        return decode_handlers(self.handlers)
+
+
+def encode_handlers(names: Sequence[str] | None) -> str | None:
+    """``xxl_job_registry.handlers`` for the declared names (None: nothing declared)."""
+    return None if names is None else orjson.dumps(sorted(set(names))).decode()
+
+
+def decode_handlers(text: str | None) -> list[str] | None:
+    """The names stored by :func:`encode_handlers`; None for NULL or a value not written by it."""
+    if text is None:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return sorted(v for v in value if isinstance(v, str)) if isinstance(value, list) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,9 @@ job_registry = Table(
     Column("registry_key", String(255), nullable=False),
     Column("registry_value", String(255), nullable=False),
     Column("update_time", ZonedDateTime, nullable=True),
+    # jobring addition: the handler names the executor declared in its last beat received by
+    # a jobring admin (a JSON array); NULL: it declared nothing (any job may go there).
+    Column("handlers", LongText, nullable=True),
     Index("i_g_k_v", "registry_group", "registry_key", "registry_value"),
 )
 

@@ -601,6 +601,11 @@ class GroupIn(Strict):
 class OnlineAddress(BaseModel):
     address: str
     last_heartbeat: datetime | None
+    handlers: list[str] | None = Field(
+        default=None,
+        description="the handlers its executor declared (jobring executors): only jobs of these handlers "
+                    "(and GLUE jobs) are routed to it; null: it declared none (XXL-JOB and older "
+                    "executors), every job of the group may be routed to it")
 
 
 class GroupOut(BaseModel):
@@ -619,7 +624,8 @@ class GroupOut(BaseModel):
     @classmethod
     def of(cls, g: JobGroup, entries: list[RegistryEntry]) -> GroupOut:
         online = [
-            OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time)) for e in entries
+            OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time),
+                          handlers=e.declared_handlers) for e in entries
         ]
         return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token),
                                    disabled_addresses=g.disabled))
