@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -28,9 +27,11 @@ from jobring.executor.config import (
 )
 from jobring.executor.context import JobHandler
 from jobring.executor.declare import Declarer, declaration, declaration_body
-from jobring.executor.ops import ExecutorMetrics, ExecutorStatus, OpsAnswer, ops_answer
+from jobring.executor.http.app import ExecutorEndpoints
+from jobring.executor.http.limits import ServerLimits
+from jobring.executor.http.protocol import ExecutorHttpServer
+from jobring.executor.ops import ExecutorMetrics, ExecutorParts, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.registry import Registrar, detect_ipv4
-from jobring.executor.server import ExecutorEndpoints, ExecutorHttpServer, ServerLimits
 from jobring.protocol.edge import HeadLimits
 
 if TYPE_CHECKING:
@@ -42,13 +43,6 @@ log = logging.getLogger("jobring.executor")
 F = TypeVar("F", bound=Callable[..., Any])
 _CLEANUP_EVERY_S = 24 * 3600.0
 _THREAD_START_TIMEOUT_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutorParts:
-    runner: JobRunner | None
-    callback: CallbackSender | None
-    registrar: Registrar | None
 
 
 class ExecutorError(RuntimeError):

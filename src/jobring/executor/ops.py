@@ -18,7 +18,7 @@ import hmac
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -26,7 +26,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from jobring.executor.executor import Executor
+    from jobring.executor.callback import CallbackSender
+    from jobring.executor.registry import Registrar
+    from jobring.executor.worker import JobRunner
 
 __all__ = ["EXECUTOR_METRICS", "ExecutorMetrics", "ExecutorStatus", "OpsAnswer", "ops_answer"]
 
@@ -67,6 +69,22 @@ class ExecutorStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ExecutorParts:
+    runner: JobRunner | None
+    callback: CallbackSender | None
+    registrar: Registrar | None
+
+
+class Observed(Protocol):
+    """What the metrics read from an executor (a protocol, so this module stays below
+    :mod:`jobring.executor.executor`)."""
+
+    def parts(self) -> ExecutorParts: ...
+
+    def status(self) -> ExecutorStatus: ...
+
+
+@dataclass(frozen=True, slots=True)
 class OpsAnswer:
     status: int
     content_type: bytes
@@ -76,7 +94,7 @@ class OpsAnswer:
 class ExecutorMetrics(Collector):
     """The executor's metrics, read from its parts when Prometheus scrapes."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Observed) -> None:
         self._executor = executor
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
