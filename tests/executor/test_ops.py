@@ -141,7 +141,7 @@ def test_the_docs_list_exactly_the_executor_metrics() -> None:
 
 
 def test_a_short_metrics_token_is_refused() -> None:
-    from jobring.config import ConfigError
+    from jobring.configbase import ConfigError
 
     with pytest.raises(ConfigError, match="metrics_token"):
         Executor(app_name="ops", access_token=TOKEN, environ={"JOBRING_EXECUTOR_METRICS_TOKEN": "abc"})

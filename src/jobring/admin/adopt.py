@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from jobring.admin.store import Store
 from jobring.admin.store.tables import metadata
 from jobring.admin.store.zones import DATABASE_TIMEZONE_SETTING, set_database_zone, zone_named
-from jobring.config import ConfigError
+from jobring.configbase import ConfigError
 
 ADOPTED_FROM_SETTING = "adopted_from_xxl_job"
 ADOPTED_AT_SETTING = "adopted_at"  # epoch ms

@@ -33,8 +33,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobring.admin.adopt import resolve_database_state
-from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
+from jobring.admin.alarms.base import Alarmer
 from jobring.admin.alarms.service import AlarmService
+from jobring.admin.alarms.setup import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, InternalErrors, not_found
 from jobring.admin.api.management import (
@@ -63,11 +64,11 @@ from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.scheduler.unsure import UnsureFires
+from jobring.admin.settings import AdminSettings, address_policy
 from jobring.admin.store import Store
 from jobring.admin.store.node_locks import BACKENDS as LOCK_BACKENDS
 from jobring.admin.store.node_locks import NodeLockSession, claim_owned_by
 from jobring.admin.store.records import JobInfo
-from jobring.config import AdminSettings, address_policy
 from jobring.core.bounded import within
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule

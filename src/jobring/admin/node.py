@@ -30,8 +30,9 @@ from jobring.admin.app import create_app
 from jobring.admin.coexist import JavaAdminAlive, refuse_if_java_admin_alive
 from jobring.admin.http_server import guarded_protocol
 from jobring.admin.security.secrets_policy import trusted_proxy_networks
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store, current_revision, head_revision
-from jobring.config import AdminSettings, ConfigError
+from jobring.configbase import ConfigError
 from jobring.protocol.edge import HeadLimits
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from jobring.cli.common import UsageError, add_log_options
 
 if TYPE_CHECKING:  # pydantic is imported only by the commands that read settings
-    from jobring.config import AdminSettings
+    from jobring.admin.settings import AdminSettings
 
 # Not the executors' default 9999: one's own first executor must not collide with the demo.
 DEMO_PORT = 9990
@@ -58,7 +58,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 def validate_settings(settings: AdminSettings) -> None:
     """Check what the settings fields do not (port, database URL, zones, base path, secrets,
     trusted proxies); raises ConfigError. Types and ranges are checked by :func:`load_settings`."""
-    from jobring.config import ConfigError
+    from jobring.configbase import ConfigError
 
     if not 1 <= settings.port <= 65535:
         raise ConfigError(f"port: must be 1-65535, got {settings.port}")
@@ -89,7 +89,8 @@ def validate_settings(settings: AdminSettings) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> AdminSettings:
     """Settings from defaults, the config file, JOBRING_* and the options; UsageError if invalid."""
-    from jobring.config import ConfigError, load_settings
+    from jobring.admin.settings import load_settings
+    from jobring.configbase import ConfigError
 
     try:
         settings = load_settings(

@@ -52,8 +52,9 @@ def register(sub: Any) -> None:
 
 
 def _database_url(args: argparse.Namespace) -> str:
+    from jobring.admin.settings import load_settings
     from jobring.admin.store import normalize_url  # SQLAlchemy is imported only when used
-    from jobring.config import ConfigError, load_settings
+    from jobring.configbase import ConfigError
 
     try:
         settings = load_settings(args.config, database_url=args.database_url)

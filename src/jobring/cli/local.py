@@ -10,7 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from jobring.config import AdminSettings
+from jobring.admin.settings import AdminSettings
 
 DEMO_LOG_PATH = os.path.join("var", "demo-executor")
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
 
-from jobring.config import ConfigError
+from jobring.configbase import ConfigError
 from jobring.executor.callback import CallbackSender
 from jobring.executor.config import (
     ExecutorSettings,
@@ -427,7 +427,7 @@ class Executor:
         """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly.
 
         A port in use or a bad setting is printed as one line and exits with code 2
-        (``exit_on_error=False``: raises :class:`~jobring.config.ConfigError` instead).
+        (``exit_on_error=False``: raises :class:`~jobring.configbase.ConfigError` instead).
         Logs startup and registration at INFO to stderr unless logging is configured.
         Uses uvloop when it is installed. ``announce=False``: no "listening on" log line
         (``ready`` prints its own, as ``jobring executor`` does).

@@ -29,8 +29,8 @@ from jobring.protocol.models import RegistryParam
 if TYPE_CHECKING:
     from jobring.admin.alarms.service import AlarmService
     from jobring.admin.scheduler.trigger import TriggerService
+    from jobring.admin.settings import AdminSettings
     from jobring.admin.store import Store
-    from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from jobring.admin.scheduler.monitors import Monitor
 from jobring.core.clock import Clock
 
 if TYPE_CHECKING:
+    from jobring.admin.settings import AdminSettings
     from jobring.admin.store import Store
-    from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 
