@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, select, text, update
 
-from jobring.admin.adopt import AdoptionRefused, resolve_database_state
+from jobring.admin.adopt import resolve_database_state
 from jobring.admin.alarms import Alarmer, AlarmService
 from jobring.admin.bootstrap import apply_configured_admin_password
 from jobring.admin.coexist import (
@@ -29,6 +29,7 @@ from jobring.admin.security.roles import Role
 from jobring.admin.settings import AdminSettings
 from jobring.admin.store import NewLog, Store, create_engine, upgrade_database
 from jobring.admin.store.tables import job_log, job_user
+from jobring.admin.store.xxl_schema import AdoptionRefused
 from jobring.admin.store.zones import DATABASE_TIMEZONE_SETTING, database_zone, set_database_zone, zone_named
 from jobring.cli import main
 from jobring.cli.users import reset_password

@@ -93,9 +93,9 @@ def shown_url(url: str) -> str:
 def _upgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from jobring.admin.adopt import AdoptionRefused
     from jobring.admin.store import upgrade_database
     from jobring.admin.store.createdb import DatabaseMissing, create_missing_database
+    from jobring.admin.store.xxl_schema import AdoptionRefused
 
     url = _database_url(args)
     try:
