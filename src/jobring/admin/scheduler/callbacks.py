@@ -40,7 +40,7 @@ from jobring.protocol.models import HandleCallbackParam
 
 if TYPE_CHECKING:
     from jobring.admin.alarms.service import AlarmService
-    from jobring.admin.scheduler.monitors import Monitor
+    from jobring.admin.scheduler.monitor_base import Monitor
     from jobring.admin.store import Store
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from jobring.admin.scheduler.monitors import Monitor
+from jobring.admin.scheduler.monitor_base import Monitor
 from jobring.core.clock import Clock
 
 if TYPE_CHECKING:
