@@ -12,7 +12,8 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from jobring.admin.app import AdminRuntime, create_app
+from jobring.admin.app import create_app
+from jobring.admin.runtime import AdminRuntime
 from jobring.admin.settings import AdminSettings
 from jobring.admin.store.records import JobGroup
 from jobring.cli import main

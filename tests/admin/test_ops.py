@@ -11,8 +11,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from jobring.admin.app import AdminRuntime, create_app
+from jobring.admin.app import create_app
 from jobring.admin.metrics import ADMIN_METRICS
+from jobring.admin.runtime import AdminRuntime
 from jobring.admin.settings import AdminSettings, load_settings
 from jobring.configbase import ConfigError
 
