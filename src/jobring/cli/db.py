@@ -160,11 +160,11 @@ def _current(args: argparse.Namespace) -> int:
 def _adopt(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from jobring.cli import adopt as adopt_cmd
+    from jobring.cli.adopt import run as adopt_run  # loads SQLAlchemy: only for this command
 
     url = _database_url(args)
     try:
-        return adopt_cmd.run(url, args.database_timezone, args.executor_token, dry_run=args.dry_run)
+        return adopt_run(url, args.database_timezone, args.executor_token, dry_run=args.dry_run)
     except (SQLAlchemyError, OSError) as exc:
         print(f"jobring: adoption of {_shown(url)} failed: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR
