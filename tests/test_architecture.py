@@ -8,6 +8,7 @@ import does not hide a circle. Importing ``a.b.c`` also runs the ``__init__`` of
 from __future__ import annotations
 
 import ast
+import builtins
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ SRC = ROOT / "src"
 
 # Layer -> module prefixes (the longest matching prefix decides). See architecture.md.
 LAYERS: dict[str, tuple[str, ...]] = {
+    "errors": ("jobring.errors",),
     "core": ("jobring.core",),
     "protocol": ("jobring.protocol",),
     "foundation": ("jobring.errors", "jobring.version", "jobring.configbase", "jobring.logsetup"),
@@ -37,12 +39,13 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "cli": ("jobring.cli", "jobring.demo"),
     "package": ("jobring",),
 }
-_BASE = {"core", "protocol", "foundation"}
+_BASE = {"errors", "core", "protocol", "foundation"}
 # Layer -> the other layers it may import (its own is always allowed).
 ALLOWED: dict[str, set[str]] = {
-    "core": set(),
-    "protocol": {"core"},
-    "foundation": set(),
+    "errors": set(),
+    "core": {"errors"},
+    "protocol": {"errors", "core"},
+    "foundation": {"errors"},
     "executor": _BASE,
     "client": _BASE,
     "admin.store": _BASE,
@@ -50,11 +53,11 @@ ALLOWED: dict[str, set[str]] = {
     "admin.api": _BASE | {"admin.store", "admin.services"},
     "admin.root": _BASE | {"admin.store", "admin.services", "admin.api"},
     "cli": set(LAYERS) - {"cli", "package"},
-    "package": {"executor"},
+    "package": {"errors", "executor"},
 }
 # Layers a plain `pip install jobring` (the executor library and the client) must run: they
 # import only the standard library and the distributions of [project].dependencies.
-EXECUTOR_INSTALL = {"core", "protocol", "foundation", "executor", "client", "package"}
+EXECUTOR_INSTALL = {"errors", "core", "protocol", "foundation", "executor", "client", "package"}
 # Looked for when present (inside try/except ImportError), never required.
 OPTIONAL_ACCELERATORS = {"httptools", "uvloop"}
 
@@ -232,3 +235,20 @@ def test_core_needs_no_third_party_library_but_its_calendar_parsers() -> None:
              for module, names in _third_party().items() if layer_of(module) == "core"
              for top, line in sorted(names) if top not in ("icalendar", "dateutil")]
     assert not wrong
+
+
+_BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
+                   if isinstance(value, type) and issubclass(value, Exception)}
+
+
+def test_every_exception_of_jobring_derives_from_jobring_error() -> None:
+    # A class that derives from a built-in exception names JobringError among its bases too
+    # (the others derive from one that does).
+    wrong = []
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if bases & _BUILTIN_ERRORS and "JobringError" not in bases and module != "jobring.errors":
+                    wrong.append(f"{module}.{node.name}")
+    assert not wrong, "exceptions outside the jobring.errors root: " + ", ".join(wrong)

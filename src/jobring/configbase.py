@@ -30,8 +30,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from jobring.errors import JobringError
 
-class ConfigError(ValueError):
+
+class ConfigError(JobringError, ValueError):
     """A setting that cannot be used; the message names it."""
 
 

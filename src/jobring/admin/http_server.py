@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from jobring.errors import JobringError
 from jobring.protocol.edge import HEAD_REFUSALS, SECURITY_HEADER_LINES, HeadLimits, HeadMeter, feed_head
 
 LINGER_S = 2.0
@@ -38,7 +39,7 @@ def error_answer(status: int, error: str) -> bytes:
     ))
 
 
-class _HeadRefused(Exception):
+class _HeadRefused(JobringError):
     """Raised from a parser callback to stop parsing a refused request."""
 
 

@@ -33,6 +33,7 @@ from jobring.admin.security.secrets_policy import trusted_proxy_networks
 from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store, current_revision, head_revision
 from jobring.configbase import ConfigError
+from jobring.errors import JobringError
 from jobring.protocol.edge import HeadLimits
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ async def _coexistence_problem(settings: AdminSettings) -> str | None:
     return None
 
 
-class PortInUse(OSError):
+class PortInUse(JobringError, OSError):
     """The admin's port is taken by another process."""
 
 

@@ -7,10 +7,12 @@ import getpass
 import os
 import sys
 
+from jobring.errors import JobringError
+
 EXIT_USAGE = 2
 
 
-class UsageError(Exception):
+class UsageError(JobringError):
     """Bad input on the command line: printed to stderr, exit code 2."""
 
 

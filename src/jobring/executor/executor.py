@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import httpx
 
 from jobring.configbase import ConfigError
+from jobring.errors import JobringError
 from jobring.executor.callback import CallbackSender
 from jobring.executor.config import (
     ExecutorSettings,
@@ -45,7 +46,7 @@ _CLEANUP_EVERY_S = 24 * 3600.0
 _THREAD_START_TIMEOUT_S = 30.0
 
 
-class ExecutorError(RuntimeError):
+class ExecutorError(JobringError, RuntimeError):
     """The executor cannot do what was asked in its current state."""
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from jobring.core.text import one_line_problem
+from jobring.errors import JobringError
 
 if TYPE_CHECKING:
     import httpx
@@ -53,7 +54,7 @@ ConfigCheck = Callable[[str, Mapping[str, Any]], dict[str, Any]]
 ChannelBuilder = Callable[[Mapping[str, Any], ChannelTools], "AlarmChannel | None"]
 
 
-class TargetError(ValueError):
+class TargetError(JobringError, ValueError):
     """A target list that cannot be used; ``field`` names the bad part."""
 
     def __init__(self, field: str, message: str) -> None:

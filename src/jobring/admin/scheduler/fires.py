@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from jobring.admin.store.records import JobGroup, JobInfo, TriggerResult
 from jobring.core.enums import RouteStrategy, TriggerType
+from jobring.errors import JobringError
 from jobring.protocol.models import FAIL_CODE
 
 TRIGGER_TYPE_TITLES = {
@@ -28,7 +29,7 @@ MSG_ADDRESS_EMPTY = "Trigger Fail: registry address is empty"
 _ONE_SHARD = ((0, 1),)
 
 
-class TriggerRejected(ValueError):
+class TriggerRejected(JobringError, ValueError):
     """A fire request that must not be carried out (e.g. an address outside the group)."""
 
 

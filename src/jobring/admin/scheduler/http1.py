@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from jobring.admin.scheduler.http1wire import HIGH_WATER, MAX_BODY, MAX_HEAD, Connection, Pool
+from jobring.errors import JobringError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ Connect = Callable[[Callable[[], asyncio.Protocol], str, int],
                    Awaitable[tuple[asyncio.BaseTransport, asyncio.Protocol]]]
 """Opens a connection as ``loop.create_connection(factory, host, port)`` does."""
 
-class HttpError(Exception):
+class HttpError(JobringError):
     """A call that got no (readable) HTTP answer; ``timeout`` tells a timeout apart."""
 
     def __init__(self, kind: str, detail: str, *, timeout: bool) -> None:

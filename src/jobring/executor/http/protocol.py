@@ -25,6 +25,7 @@ import logging
 import socket
 from typing import cast
 
+from jobring.errors import JobringError
 from jobring.executor.eager import first_step, resume
 from jobring.executor.http.admission import Admission
 from jobring.executor.http.app import ExecutorEndpoints
@@ -64,7 +65,7 @@ class _Request:
         self.size = 0
 
 
-class _Refused(Exception):
+class _Refused(JobringError):
     """Raised from a parser callback to stop parsing a refused request."""
 
 
