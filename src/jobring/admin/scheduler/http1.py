@@ -1,7 +1,7 @@
 """A lean HTTP/1.1 keep-alive client for the admin's calls to executors (plain http only).
 
 The executor calls are small JSON POSTs on loopback or a LAN, up to thousands per second. A
-general client (aiohttp) spends most of the admin's CPU per call on request objects, header
+general client (aiohttp, httpx) spends most of the admin's CPU per call on request objects, header
 bookkeeping and timeouts; this one writes one pre-encoded request per call on a pooled
 connection and parses the answer (see :mod:`jobring.admin.scheduler.http1wire`: bounded by
 ``max_head`` and ``max_body``, strict). One pool per executor address, at most
