@@ -24,7 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "errors": ("jobring.errors",),
     "core": ("jobring.core",),
     "protocol": ("jobring.protocol",),
-    "foundation": ("jobring.errors", "jobring.version", "jobring.configbase", "jobring.logsetup"),
+    "foundation": ("jobring.version", "jobring.configbase", "jobring.logsetup", "jobring.listen"),
     "executor": ("jobring.executor",),
     "client": ("jobring.client",),
     "admin.store": ("jobring.admin.store",),

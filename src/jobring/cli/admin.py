@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobring.cli.common import UsageError, add_log_options
+from jobring.listen import PortInUse, listen_socket
 
 if TYPE_CHECKING:  # pydantic is imported only by the commands that read settings
     from jobring.admin.settings import AdminSettings
@@ -111,10 +112,10 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
 
 
 def _bind(settings: AdminSettings) -> socket.socket:
-    from jobring.admin.node import PortInUse, bind_port
-
+    """The admin's socket, taken before anything else starts (a taken port fails at once,
+    before a password is printed)."""
     try:
-        return bind_port(settings.host, settings.port)
+        return listen_socket(settings.host, settings.port)
     except PortInUse:
         raise UsageError(f"port {settings.port} is in use: pass --port or set JOBRING_PORT") from None
     except OSError as exc:

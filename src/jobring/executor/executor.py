@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import signal
 import socket
@@ -33,6 +32,7 @@ from jobring.executor.http.limits import ServerLimits
 from jobring.executor.http.protocol import ExecutorHttpServer
 from jobring.executor.ops import ExecutorMetrics, ExecutorParts, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.registry import Registrar, detect_ipv4
+from jobring.listen import PortInUse, listen_socket
 from jobring.protocol.edge import HeadLimits
 
 if TYPE_CHECKING:
@@ -48,20 +48,6 @@ _THREAD_START_TIMEOUT_S = 30.0
 
 class ExecutorError(JobringError, RuntimeError):
     """The executor cannot do what was asked in its current state."""
-
-
-class PortInUse(ConfigError):
-    """The executor's port is taken by another process."""
-
-    def __init__(self, host: str, port: int, *, in_code: bool = False) -> None:
-        if in_code:  # the environment cannot help: an argument wins over it
-            advice = (f"port={port} is given to Executor(...) in the code, which wins over "
-                      "JOBRING_EXECUTOR_PORT: change or remove it there "
-                      "(or pass --port to `jobring executor`)")
-        else:
-            advice = "set JOBRING_EXECUTOR_PORT, pass --port to `jobring executor`, or port=... to Executor"
-        super().__init__(f"port {port} is in use (listening on {host}): {advice}")
-        self.port = port
 
 
 class Executor:
@@ -498,18 +484,20 @@ def _with_port(s: ExecutorSettings, detected_ip: str, port: int) -> str:
     return s.model_copy(update={"port": port}).base_address(detected_ip)
 
 
+def _port_hint(port: int, in_code: bool) -> str:
+    if in_code:  # the environment cannot help: an argument wins over it
+        return (f"port={port} is given to Executor(...) in the code, which wins over "
+                "JOBRING_EXECUTOR_PORT: change or remove it there (or pass --port to `jobring executor`)")
+    return "set JOBRING_EXECUTOR_PORT, pass --port to `jobring executor`, or port=... to Executor"
+
+
 def _bind(host: str, port: int, *, in_code: bool = False) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock = listen_socket(host, port, hint=_port_hint(port, in_code))
+    except PortInUse:
+        raise
     except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise PortInUse(host, port, in_code=in_code) from exc
         raise ConfigError(f"executor cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.listen(2048)
     sock.setblocking(False)
     return sock
 
