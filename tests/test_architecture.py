@@ -55,11 +55,11 @@ ALLOWED: dict[str, set[str]] = {
     "cli": set(LAYERS) - {"cli", "package"},
     "package": {"errors", "executor"},
 }
-# Layers a plain `pip install jobring` (the executor library and the client) must run: they
-# import only the standard library and the distributions of [project].dependencies.
-EXECUTOR_INSTALL = {"errors", "core", "protocol", "foundation", "executor", "client", "package"}
+# What a plain `pip install jobring` runs: these layers and every module they load import only
+# the standard library and the distributions of [project].dependencies.
+EXECUTOR_INSTALL = {"executor", "client", "package", "protocol", "foundation"}
 # Looked for when present (inside try/except ImportError), never required.
-OPTIONAL_ACCELERATORS = {"httptools", "uvloop"}
+OPTIONAL_ACCELERATORS = {"uvloop"}
 
 
 def _modules() -> dict[str, Path]:
@@ -78,10 +78,27 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
+@cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+@cache
+def _typing_only(path: Path) -> frozenset[int]:
+    """Lines of the imports under ``if TYPE_CHECKING:`` (never run)."""
+    lines: set[int] = set()
+    for node in ast.walk(_tree(path)):
+        test = node.test if isinstance(node, ast.If) else None
+        if test is not None and getattr(test, "id", getattr(test, "attr", "")) == "TYPE_CHECKING":
+            lines |= {n.lineno for stmt in node.body for n in ast.walk(stmt)
+                      if isinstance(n, ast.Import | ast.ImportFrom)}
+    return frozenset(lines)
+
+
 def _imported(path: Path, module: str) -> Iterator[tuple[str, int]]:
     """(imported name, line) of every import in the file, relative ones made absolute."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             yield from ((alias.name, node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -115,10 +132,11 @@ def _graph() -> dict[str, dict[str, int]]:
 
 
 def _third_party() -> dict[str, set[tuple[str, int]]]:
-    """module -> {(top-level third-party name, line)}."""
+    """module -> {(top-level third-party name, line)} of the imports that run."""
     found: dict[str, set[tuple[str, int]]] = {}
     for module, path in _modules().items():
-        names = {(name.split(".")[0], line) for name, line in _imported(path, module) if name}
+        names = {(name.split(".")[0], line) for name, line in _imported(path, module)
+                 if name and line not in _typing_only(path)}
         found[module] = {(top, line) for top, line in names
                          if top not in sys.stdlib_module_names and top not in ("jobring", "__future__")}
     return found
@@ -212,6 +230,21 @@ def _base_distributions() -> set[str]:
     return names
 
 
+def _loaded_with(roots: set[str]) -> set[str]:
+    """The modules that importing ``roots`` can load (imports under TYPE_CHECKING left out)."""
+    modules = _modules()
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        typing_only = _typing_only(modules[module])
+        todo += [t for t, line in _graph()[module].items() if line not in typing_only]
+    return seen
+
+
 def test_the_executor_install_imports_only_its_own_dependencies() -> None:
     base = _base_distributions()
     dists = packages_distributions()
@@ -220,10 +253,13 @@ def test_the_executor_install_imports_only_its_own_dependencies() -> None:
         owners = {d.lower().replace("_", "-") for d in dists.get(top, [top])}
         return top in OPTIONAL_ACCELERATORS or bool(owners & base)
 
+    roots = {m for m in _modules() if layer_of(m) in EXECUTOR_INSTALL}
+    loaded = _loaded_with(roots)
+    assert "jobring.executor.executor" in loaded and "jobring.client" in loaded
     wrong = [
         f"{module}: {top} (line {line})"
         for module, names in _third_party().items()
-        if layer_of(module) in EXECUTOR_INSTALL
+        if module in loaded
         for top, line in sorted(names)
         if not allowed(top)
     ]
