@@ -8,6 +8,8 @@ bytes are handed to the parser in slices, so a request line over ``max_request_l
 answered 414 and a header section over ``max_header_bytes`` 431 after at most that many bytes
 were buffered (the parser callbacks report a complete head through ``HeadMeter.headers_done``,
 which gives the same verdict); a head not complete within ``head_timeout_s`` is answered 408.
+Both servers refuse such a request with :func:`closing_answer` and read what the client still
+sends for ``LINGER_S`` before closing. The ASGI type aliases are defined here once for both.
 """
 
 from __future__ import annotations
