@@ -15,12 +15,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# `make run` needs the admin (the `admin` extra); `pip install jobring` alone is the executor
+# library, the client and the CLI.
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[admin]'
 	touch $@
 
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[admin,test]'
 	touch $@ $(STAMP_RUN)
 
 install: $(STAMP_RUN)

@@ -36,8 +36,8 @@ from jobring.admin.api.management import ManagementServices, management_app  # n
 from jobring.admin.bootstrap import Secrets  # noqa: E402
 from jobring.admin.security.roles import Role  # noqa: E402
 from jobring.admin.security.tokens import generate_api_token, hash_api_token  # noqa: E402
+from jobring.admin.settings import AdminSettings  # noqa: E402
 from jobring.admin.store import Store  # noqa: E402
-from jobring.config import AdminSettings  # noqa: E402
 from jobring.core.clock import ManualClock  # noqa: E402
 from jobring.core.runstate import KILLED_BY_USER, LOST_RESULT_MSG  # noqa: E402
 

@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/dispatch_path.py [--jobs 1 100] [--rounds 20]
 
-1. ExecutorClient per call: the aiohttp session (network default) against httpx (used with
-   injected transports), one call at a time and 100 at once, against an aiohttp executor stub.
+1. ExecutorClient per call: the lean HTTP/1.1 client (network default for http) against httpx
+   (https, and injected transports), one call at a time and 100 at once, against a raw
+   asyncio executor stub.
 2. TriggerService on SQLite: time from the call at the instant to the stub receiving /run,
    for ``fire_batch`` (log insert at the instant) and ``prepare_batch`` + ``dispatch_prepared``
    (log insert ahead, only /run at the instant).
@@ -19,7 +20,6 @@ import time
 from datetime import UTC, datetime
 
 import httpx
-from aiohttp import web
 
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
@@ -29,27 +29,34 @@ from jobring.core.clock import SystemClock
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import TriggerParam
 
+_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 12\r\n\r\n{\"code\":200}"
 
-async def _stub(received: list[float]) -> tuple[web.AppRunner, str]:
-    async def run(request: web.Request) -> web.Response:
-        await request.read()
-        received.append(time.perf_counter())
-        return web.Response(body=b'{"code":200}', content_type="text/html")
 
-    app = web.Application()
-    app.router.add_post("/run", run)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/"
+async def _stub(received: list[float]) -> tuple[asyncio.Server, str]:
+    """A keep-alive executor stub that answers every POST (Content-Length bodies) at once."""
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                received.append(time.perf_counter())
+                writer.write(_ANSWER)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(connection, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
 
 
 async def bench_clients(rounds: int) -> None:
     runner, address = await _stub([])
     param = TriggerParam(job_id=1, executor_handler="demo", log_id=1)
     clients = {
-        "aiohttp": ExecutorClient(access_token="t"),
+        "lean": ExecutorClient(access_token="t"),
         "httpx": ExecutorClient(access_token="t", transport=httpx.AsyncHTTPTransport()),
     }
     try:
@@ -70,7 +77,7 @@ async def bench_clients(rounds: int) -> None:
     finally:
         for client in clients.values():
             await client.aclose()
-        await runner.cleanup()
+        runner.close()
 
 
 async def bench_trigger(n_jobs: int, rounds: int) -> None:
@@ -110,7 +117,7 @@ async def bench_trigger(n_jobs: int, rounds: int) -> None:
         await trigger.close()
         await client.aclose()
         await store.close()
-        await runner.cleanup()
+        runner.close()
 
 
 def main() -> None:

@@ -11,11 +11,12 @@ import pytest
 
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
+from jobring.admin.settings import AdminSettings, load_settings
 from jobring.admin.store import Store
 from jobring.cli.admin import validate_settings
 from jobring.cli.audit import details_text, parse_when
 from jobring.client import AdminApiError
-from jobring.config import AdminSettings, ConfigError, load_settings
+from jobring.configbase import ConfigError
 from tests.client.adminkit import AdminEnv, admin_env
 from tests.client.clikit import Cli, cli_for
 

@@ -78,3 +78,14 @@ async def test_password_changes_the_users_password(
         0, "password of admin changed; 1 session ended and 1 API token revoked\n")
     again = await cli("password", "--user", "admin")  # the old password no longer works
     assert again.code == 2
+
+
+def test_an_admin_command_without_the_admin_libraries_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # As in `pip install jobring` (no admin extra): importing SQLAlchemy fails.
+    for name in ("sqlalchemy", "sqlalchemy.exc"):
+        monkeypatch.setitem(sys.modules, name, None)
+    code = main(["db", "upgrade", "--database-url", f"sqlite+aiosqlite:///{tmp_path}/x.db"])
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install 'jobring[admin]'" in err and "sqlalchemy" in err

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jobring.admin.scheduler.loop import LoopConfig
-from jobring.config import AdminSettings, LoopSettings
+from jobring.admin.settings import AdminSettings, LoopSettings
 from jobring.executor.config import ExecutorSettings
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"

@@ -10,8 +10,9 @@ import pytest
 
 from jobring.admin.app import loop_config_of
 from jobring.admin.scheduler.loop import LoopConfig
+from jobring.admin.settings import AdminSettings, LoopSettings, load_settings
 from jobring.cli import main
-from jobring.config import AdminSettings, ConfigError, LoopSettings, load_settings
+from jobring.configbase import ConfigError
 from jobring.executor.config import load_executor_settings
 
 

@@ -30,9 +30,15 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from jobring.errors import JobringError
 
-class ConfigError(ValueError):
+
+class ConfigError(JobringError, ValueError):
     """A setting that cannot be used; the message names it."""
+
+
+LOG_FORMATS = ("plain", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True)
@@ -249,3 +255,21 @@ def check_known(cls: type[BaseModel], values: Mapping[str, Any], source: str) ->
     for key in values:
         if key not in cls.model_fields:
             raise ConfigError(f"{source}: unknown setting {key!r}")
+
+
+def check_log_settings(log_format: str, log_level: str) -> None:
+    """Raise ConfigError for an unknown log format or level."""
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format: expected plain or json, got {log_format!r}")
+    if log_level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"log_level: expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+
+
+MIN_METRICS_TOKEN = 16
+
+
+def check_metrics_token(token: str | None) -> None:
+    """A metrics token, when set, must be at least 16 characters (a guessable one is refused).
+    The executor's check; the admin's is in its secret policy (``--insecure`` applies)."""
+    if token is not None and len(token.strip()) < MIN_METRICS_TOKEN:
+        raise ConfigError(f"metrics_token: use at least {MIN_METRICS_TOKEN} random characters")

@@ -20,7 +20,7 @@ from typing import TextIO
 
 import orjson
 
-from jobring.config import LOG_FORMATS, LOG_LEVELS, ConfigError, check_log_settings
+from jobring.configbase import LOG_FORMATS, LOG_LEVELS, ConfigError, check_log_settings
 
 __all__ = [
     "CONTEXT_FIELDS",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, select, text, update
 
-from jobring.admin.adopt import AdoptionRefused, resolve_database_state
+from jobring.admin.adopt import resolve_database_state
 from jobring.admin.alarms import Alarmer, AlarmService
 from jobring.admin.bootstrap import apply_configured_admin_password
 from jobring.admin.coexist import (
@@ -26,12 +26,14 @@ from jobring.admin.scheduler.monitors import LostRunMonitor, ReportMonitor
 from jobring.admin.scheduler.retention import RetentionMonitor
 from jobring.admin.security.passwords import hash_password, verify_password
 from jobring.admin.security.roles import Role
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import NewLog, Store, create_engine, upgrade_database
 from jobring.admin.store.tables import job_log, job_user
+from jobring.admin.store.xxl_schema import AdoptionRefused
 from jobring.admin.store.zones import DATABASE_TIMEZONE_SETTING, database_zone, set_database_zone, zone_named
 from jobring.cli import main
 from jobring.cli.users import reset_password
-from jobring.config import AdminSettings, ConfigError
+from jobring.configbase import ConfigError
 from tests.admin.api_harness import api_env
 from tests.admin.test_monitors import NOW, add_log, env  # noqa: F401 - the fixture
 from tests.admin.test_trigger import Env

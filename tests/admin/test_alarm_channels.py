@@ -8,10 +8,11 @@ from datetime import datetime
 import pytest
 
 from jobring.admin.alarms import AlarmContext, Alarmer, AlarmKind, ChannelFactory, TargetError, parse_targets
-from jobring.admin.alarms.mail import SmtpConfig
+from jobring.admin.alarms.smtp import SmtpConfig
 from jobring.admin.alarms.targets import dump_targets, job_targets
+from jobring.admin.settings import AdminSettings, load_settings
 from jobring.admin.store.records import JobGroup, JobInfo, LogEntry
-from jobring.config import AdminSettings, ConfigError, load_settings
+from jobring.configbase import ConfigError
 from jobring.core.enums import AlarmStatus
 from tests.alarm_receivers import RECEIVERS_POLICY, AlarmHttpReceiver, SmtpReceiver
 

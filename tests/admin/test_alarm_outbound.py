@@ -14,8 +14,9 @@ from jobring.admin.alarms import AlarmContext, Alarmer, ChannelFactory, WebhookA
 from jobring.admin.alarms.base import AlarmOutcome
 from jobring.admin.alarms.outbound import AlarmHttp
 from jobring.admin.alarms.targets import dump_targets, parse_targets
+from jobring.admin.settings import load_settings
 from jobring.admin.store.records import JobInfo, LogEntry
-from jobring.config import ConfigError, load_settings
+from jobring.configbase import ConfigError
 from jobring.core.addresses import alarm_policy_from_text
 from jobring.core.enums import AlarmStatus
 from tests.alarm_receivers import AlarmHttpReceiver

@@ -14,16 +14,17 @@ from jobring.admin.alarms import (
     AlarmService,
     ChannelFactory,
     TargetError,
-    alarmer_from_settings,
     channel_kinds,
     parse_targets,
     register_channel,
     unregister_channel,
 )
 from jobring.admin.alarms.registry import TargetError as RegistryTargetError
+from jobring.admin.alarms.setup import alarmer_from_settings
 from jobring.admin.scheduler.failures import FailMonitor
+from jobring.admin.settings import load_settings
 from jobring.admin.store import Store
-from jobring.config import ConfigError, load_settings
+from jobring.configbase import ConfigError
 from jobring.core.enums import AlarmStatus
 from tests.admin.test_monitors import add_log
 from tests.admin.test_trigger import HOSTS, Env, make_env

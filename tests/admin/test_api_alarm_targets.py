@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.audit import AuditFilter
-from jobring.config import AdminSettings
 from tests.admin.api_harness import ApiEnv, api_env
 from tests.admin.test_declared_jobs import declare
 

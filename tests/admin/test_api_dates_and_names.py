@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from jobring.admin.api.management.dashboard import FIRST_CHART_DAY, LAST_CHART_DAY, MAX_CHART_DAYS, _range
 from jobring.admin.api.management.errors import ApiError
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
-from jobring.config import AdminSettings
 from tests.admin.api_harness import api_env
 
 EDGE_DAYS = [date(1, 1, 1), date(1, 1, 7), date(1969, 12, 31), FIRST_CHART_DAY, date(1970, 1, 2),

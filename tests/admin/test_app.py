@@ -12,10 +12,11 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from jobring.admin.app import AdminRuntime, create_app
+from jobring.admin.app import create_app
+from jobring.admin.runtime import AdminRuntime
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store.records import JobGroup
 from jobring.cli import main
-from jobring.config import AdminSettings
 from tests.e2e.admin_nodes import fix_rate, now_ms
 
 TOKEN = "app-test-token-0123"

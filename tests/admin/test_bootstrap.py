@@ -10,8 +10,9 @@ import pytest
 from jobring.admin.bootstrap import ACCESS_TOKEN_SETTING, ADMIN_USERNAME, SESSION_SECRET_SETTING, bootstrap
 from jobring.admin.security.passwords import verify_password
 from jobring.admin.security.roles import Role
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
-from jobring.config import AdminSettings, ConfigError
+from jobring.configbase import ConfigError
 
 
 async def test_first_start_generates_password_prints_it_once_and_flags_it(sqlite_store: Store) -> None:

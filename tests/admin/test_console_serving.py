@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from jobring.admin.app import create_app
 from jobring.admin.console import CONTENT_SECURITY_POLICY, DIST, HtmlNotFound, console_routes
-from jobring.config import AdminSettings
+from jobring.admin.settings import AdminSettings
 
 INDEX = '<!doctype html><script type="module" src="/assets/index-abc123.js"></script>'
 

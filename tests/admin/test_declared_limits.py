@@ -7,9 +7,9 @@ from typing import Any
 
 from jobring.admin.audit import AuditLog
 from jobring.admin.declared_retirement import DAY_MS, RetiredDeclaredJobsMonitor
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.records import NewLog
-from jobring.config import AdminSettings
 from tests.admin.api_harness import api_env, at
 from tests.admin.test_declared_jobs import declare, jobs_by_handler
 

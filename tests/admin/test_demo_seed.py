@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from jobring.admin.demo_seed import DEMO_APP_NAME, seed_demo
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.cli.local import prepare_local
-from jobring.config import AdminSettings
 from jobring.core.schedule import parse_schedule
 
 NOW = datetime(2026, 11, 22, 12, 0, 0)

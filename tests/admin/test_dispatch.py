@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 
 import httpx
+import orjson
 import pytest
 
 from jobring.admin.scheduler.dispatch import ExecutorClient, executor_url
@@ -204,37 +206,65 @@ async def test_real_timeout_against_a_silent_server() -> None:
 
 # -- the network client (no injected transport) against real loopback servers -------------
 
-async def _serve(handler: object) -> tuple[object, str]:
-    from aiohttp import web
+# (path, JSON body, headers) -> (status, content type, body)
+StubHandler = Callable[[str, dict[str, object], dict[str, str]], tuple[int, str, bytes]]
 
-    app = web.Application()
-    app.router.add_route("POST", "/{path}", handler)  # type: ignore[arg-type]
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, f"http://127.0.0.1:{port}/"
+
+class _Stub:
+    """A keep-alive HTTP/1.1 executor stub on a loopback port (POST with Content-Length only)."""
+
+    def __init__(self, handler: StubHandler) -> None:
+        self._handler = handler
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/"
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                lines = head.decode("latin-1").split("\r\n")
+                fields = (line.partition(":") for line in lines[1:] if line)
+                headers = {name.strip().lower(): value.strip() for name, _, value in fields}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status, kind, answer = self._handler(lines[0].split(" ")[1].lstrip("/"),
+                                                     orjson.loads(body) if body else {}, headers)
+                writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\n"
+                             f"Content-Length: {len(answer)}\r\n\r\n".encode() + answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        await self._server.wait_closed()
 
 
 async def test_network_client_posts_json_with_token_and_reads_text_html() -> None:
-    from aiohttp import web
-
     seen: list[tuple[str, dict[str, object], str | None, str | None]] = []
 
-    async def handler(request: web.Request) -> web.Response:
-        seen.append((request.match_info["path"], await request.json(),
-                     request.headers.get("XXL-JOB-ACCESS-TOKEN"), request.headers.get("Content-Type")))
-        return web.Response(body=b'{"code":200,"msg":null}', content_type="text/html", charset="UTF-8")
+    def handler(path: str, body: dict[str, object], headers: dict[str, str]) -> tuple[int, str, bytes]:
+        seen.append((path, body, headers.get("xxl-job-access-token"), headers.get("content-type")))
+        return 200, "text/html;charset=UTF-8", b'{"code":200,"msg":null}'
 
-    runner, address = await _serve(handler)
+    server = _Stub(handler)
+    address = await server.start()
     client = ExecutorClient(access_token="tok")
     try:
         answers = [await client.run(address, TriggerParam(job_id=3, log_id=8)) for _ in range(3)]
         assert (await client.idle_beat(address, 3)).ok
     finally:
         await client.aclose()
-        await runner.cleanup()  # type: ignore[attr-defined]
+        await server.stop()
     assert answers == [ReturnT.success()] * 3
     assert [s[0] for s in seen] == ["run", "run", "run", "idleBeat"]
     assert seen[0][1]["jobId"] == 3 and seen[0][1]["logId"] == 8
@@ -242,18 +272,26 @@ async def test_network_client_posts_json_with_token_and_reads_text_html() -> Non
 
 
 async def test_network_client_maps_refused_and_http_errors() -> None:
-    from aiohttp import web
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(status=503, text="overloaded")
-
-    runner, address = await _serve(handler)
+    server = _Stub(lambda path, body, headers: (503, "text/plain", b"overloaded"))
+    address = await server.start()
     client = ExecutorClient(access_token=None)
     try:
         busy = await client.beat(address)
-        await runner.cleanup()  # type: ignore[attr-defined]
+        await server.stop()
         refused = await client.beat(address)
     finally:
         await client.aclose()
     assert busy.code == 500 and busy.msg is not None and "answered HTTP 503: overloaded" in busy.msg
     assert refused.code == 500 and refused.msg is not None and "unreachable" in refused.msg
+
+
+async def test_https_goes_through_httpx_and_a_failure_is_an_answer() -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = ExecutorClient(access_token="tok", connect_timeout=1.0)
+    try:
+        answer = await client.beat(f"https://127.0.0.1:{port}/")
+    finally:
+        await client.aclose()
+    assert answer.code == 500 and answer.msg is not None and "unreachable" in answer.msg

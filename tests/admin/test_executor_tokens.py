@@ -20,9 +20,10 @@ from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.monitors import RegistryService
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.security.secrets_policy import weak_secrets
+from jobring.admin.settings import AdminSettings, load_settings
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog
-from jobring.config import AdminSettings, ConfigError, load_settings
+from jobring.configbase import ConfigError
 from jobring.core.addresses import policy_from_text
 from jobring.core.clock import ManualClock
 from jobring.core.enums import TriggerType

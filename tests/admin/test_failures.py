@@ -15,9 +15,9 @@ from jobring.admin.scheduler.failures import DeadlineMonitor, FailMonitor
 from jobring.admin.scheduler.monitors import LOST_PREFIX, LostRunMonitor, RegistryService
 from jobring.admin.scheduler.retention import ARMED_SETTING, RetentionMonitor
 from jobring.admin.scheduler.trigger import FireRequest
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.records import HandleResult, JobGroup, LogEntry, TriggerResult
-from jobring.config import AdminSettings
 from jobring.core.enums import AddressType, AlarmStatus, TriggerType
 from jobring.core.retry import retry_delay_ms
 from jobring.core.runstate import RunState

@@ -43,9 +43,9 @@ from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.security.passwords import hash_password
 from jobring.admin.security.roles import Role
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store, create_engine
 from jobring.admin.store.records import JobGroup, JobInfo
-from jobring.config import AdminSettings
 from jobring.core.clock import SystemClock
 from tests.admin.api_harness import _log_answer
 from tests.admin.executor_double import ExecutorDouble

@@ -12,9 +12,10 @@ import orjson
 import pytest
 
 from jobring.admin.alarms import AlarmContext, Alarmer, AlarmOutcome, AlarmService, EmailAlarm, WebhookAlarm
-from jobring.admin.alarms.base import alarmer_from_settings
-from jobring.admin.alarms.mail import SmtpConfig, recipients
+from jobring.admin.alarms.mail import recipients
 from jobring.admin.alarms.outbound import AlarmHttp
+from jobring.admin.alarms.setup import alarmer_from_settings
+from jobring.admin.alarms.smtp import SmtpConfig
 from jobring.admin.scheduler.failures import FailMonitor
 from jobring.admin.scheduler.monitors import (
     MSG_RESULT_LOST,
@@ -25,9 +26,9 @@ from jobring.admin.scheduler.monitors import (
 )
 from jobring.admin.scheduler.retention import RetentionMonitor
 from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import NewAuditEvent, Store
 from jobring.admin.store.records import JobGroup, NewLog
-from jobring.config import AdminSettings
 from jobring.core.enums import AddressType, AlarmStatus
 from tests.admin.test_trigger import HOSTS, T0, Env, make_env
 

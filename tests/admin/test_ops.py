@@ -11,9 +11,11 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from jobring.admin.app import AdminRuntime, create_app
+from jobring.admin.app import create_app
 from jobring.admin.metrics import ADMIN_METRICS
-from jobring.config import AdminSettings, ConfigError, load_settings
+from jobring.admin.runtime import AdminRuntime
+from jobring.admin.settings import AdminSettings, load_settings
+from jobring.configbase import ConfigError
 
 TOKEN = "ops-test-token-0123456"
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
+from jobring.admin.scheduler.ahead import Ahead, Outcome
 from jobring.admin.scheduler.held import HeldSet
 from jobring.admin.scheduler.loop_config import LoopConfig
 from jobring.admin.scheduler.ports import FirePreparer, PlannedFire
-from jobring.admin.scheduler.readahead import Ahead, Outcome, ReadAhead
+from jobring.admin.scheduler.readahead import ReadAhead
 from jobring.core.enums import TriggerType
 from jobring.core.schedule import parse_schedule
 from tests.admin.loop_fakes import T0, fix_rate_job

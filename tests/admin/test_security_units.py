@@ -34,8 +34,9 @@ from jobring.admin.security.sessions import (
     new_session_id,
 )
 from jobring.admin.security.tokens import generate_api_token, hash_api_token, looks_like_api_token
+from jobring.admin.settings import AdminSettings, load_settings
 from jobring.admin.store.records import User
-from jobring.config import AdminSettings, ConfigError, load_settings
+from jobring.configbase import ConfigError
 from jobring.core.clock import ManualClock
 
 

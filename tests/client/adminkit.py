@@ -28,9 +28,9 @@ from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.security.passwords import hash_password
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.client import AsyncAdminClient
-from jobring.config import AdminSettings
 from jobring.core.clock import ManualClock
 from tests.admin.executor_double import ExecutorDouble
 

@@ -120,9 +120,11 @@ class Stack:
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
         executor_log = self.workdir / "executor.log"
         with executor_log.open("wb") as out:
+            # --token=...: a generated token starts with "-" one time in 64, and argparse would
+            # take "--token -x..." for a missing value (4 browser tests failed at once on it).
             self.procs.append(subprocess.Popen(
                 [*CLI, "executor", "tests.console.executor_app:executor",
-                 "--app-name", APP_NAME, "--admin", f"{self.url}/xxl-job-admin/", "--token", token,
+                 "--app-name", APP_NAME, "--admin", f"{self.url}/xxl-job-admin/", f"--token={token}",
                  "--host", "127.0.0.1", "--port", str(free_port()), "--ip", "127.0.0.1",
                  "--log-path", str(self.workdir / "executor-logs"), "--beat-interval", "2"],
                 # REPO for tests.console.executor_app; a PYTHONPATH given to the tests is kept, so

@@ -146,7 +146,9 @@ def test_the_readme_quick_start_works_for_a_newcomer(tmp_path: Path) -> None:
     me = Newcomer(tmp_path, readme, env)
 
     # make run (= jobring run) in the first shell.
-    assert "make run" in readme and "$(BIN)/jobring run" in (README.parent / "Makefile").read_text()
+    makefile = (README.parent / "Makefile").read_text()
+    assert "make run" in readme and "$(BIN)/jobring run" in makefile
+    assert "pip install --quiet -e '.[admin]'" in makefile  # the admin's libraries are an extra
     run_log = tmp_path / "make-run.log"
     with run_log.open("wb") as out:
         admin = subprocess.Popen(

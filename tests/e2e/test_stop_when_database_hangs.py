@@ -25,7 +25,7 @@ from tests.e2e.databases import server_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-# The admin's shutdown budget (app.STOP_BUDGET_S) plus a moment per step and process exit.
+# The admin's shutdown budget (runtime.STOP_BUDGET_S) plus a moment per step and process exit.
 STOP_WITHIN_S = 15.0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobring import Executor, JobHandler
-from jobring.config import ConfigError
+from jobring.configbase import ConfigError
 from jobring.executor.config import check_security, load_executor_settings
 
 

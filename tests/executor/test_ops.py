@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobring import Executor, JobContext
 from jobring.executor.ops import EXECUTOR_METRICS
@@ -87,6 +88,10 @@ async def test_status_ready_and_metrics_mounted(admin: FakeAdmin, tmp_path: Path
             assert samples["jobring_executor_registered"] == 1
             exposed = set(re.findall(r"^# TYPE (\S+) (\S+)$", metrics.text, re.M))
             assert exposed == {(name, kind) for name, (kind, _) in EXECUTOR_METRICS.items()}
+            # Prometheus' own parser reads it (the text is written without its client library).
+            families = {f.name: f for f in text_string_to_metric_families(metrics.text)}
+            assert families["jobring_executor_handler_duration_ms"].type == "histogram"
+            assert families["jobring_executor_runs"].type == "counter"
 
             # The admin goes away: the next result cannot be delivered, the executor says so.
             await admin.stop()
@@ -141,7 +146,7 @@ def test_the_docs_list_exactly_the_executor_metrics() -> None:
 
 
 def test_a_short_metrics_token_is_refused() -> None:
-    from jobring.config import ConfigError
+    from jobring.configbase import ConfigError
 
     with pytest.raises(ConfigError, match="metrics_token"):
         Executor(app_name="ops", access_token=TOKEN, environ={"JOBRING_EXECUTOR_METRICS_TOKEN": "abc"})

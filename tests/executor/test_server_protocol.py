@@ -283,13 +283,6 @@ def test_limits_are_checked() -> None:
         ServerLimits(max_pipelined=0)
 
 
-def test_the_historical_import_path_still_works() -> None:
-    from jobring.executor import server
-
-    assert server.ExecutorHttpServer is ExecutorHttpServer and server.ExecutorEndpoints is ExecutorEndpoints
-    assert server.ServerLimits is ServerLimits
-
-
 @pytest.mark.parametrize(("raw", "status"), [
     pytest.param(post("/run", b'{"jobId":1}', b"X-A: " + b"a" * 100 + b"\r\n"), b"HTTP/1.1 200 OK",
                  id="within"),

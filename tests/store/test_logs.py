@@ -394,3 +394,15 @@ async def test_an_estimated_total_is_extrapolated_from_time_and_oldest_first_pag
 
 def test_estimates_keep_two_significant_digits() -> None:
     assert [round_estimate(v) for v in (7, 99, 1234, 50_191, 999_999)] == [7, 99, 1200, 50_000, 1_000_000]
+
+
+async def test_links_of_many_runs(store: Store) -> None:
+    # The callbacks read which job, group and child-fire tree each run of a batch belongs to.
+    group, job = await _job(store)
+    first = await store.logs.insert(_fire(group, job, 1_000))
+    second = await store.logs.insert(_fire(group, job, 2_000))
+    await store.logs.record_results([HandleResult(second, 200, "ok", NOW)])
+    links = await store.logs.links([first, second, second + 1000])
+    assert set(links) == {first, second}
+    assert (links[first].job_id, links[first].job_group, links[first].child_depth) == (job, group, 0)
+    assert await store.logs.links([]) == {}

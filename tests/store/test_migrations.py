@@ -3,7 +3,9 @@ of an existing XXL-JOB 2.4 database (reference tables with data, no jobring colu
 
 from __future__ import annotations
 
+import ast
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from alembic.autogenerate import compare_metadata
@@ -11,6 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
+import jobring.admin.store.migrations as migrations
 from jobring.admin.store import (
     NewLog,
     Store,
@@ -198,3 +201,22 @@ async def test_adopts_existing_xxl_job_database(fresh_db_url: str) -> None:
         assert {"jobring_setting", "jobring_api_token", VERSION_TABLE} <= names
     finally:
         await engine.dispose()
+
+
+def test_the_migration_files_are_named_in_chain_order() -> None:
+    # Reading the folder top to bottom walks the chain from the first revision to the head;
+    # revision ids never change (databases record them), file names may.
+    versions = Path(migrations.__file__).parent / "versions"
+    links: dict[str, tuple[str | None, str]] = {}
+    for path in sorted(versions.glob("r*.py")):
+        values = {t.id: n.value.value for n in ast.parse(path.read_text()).body
+                  if isinstance(n, ast.Assign) for t in n.targets
+                  if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)}
+        links[path.name] = (values["down_revision"], values["revision"])
+    chain: list[str] = []
+    previous: str | None = None
+    for name, (down, revision) in links.items():
+        assert down == previous, f"{name} revises {down}, but the file before it is revision {previous}"
+        chain.append(revision)
+        previous = revision
+    assert chain[-1] == head_revision() and len(set(chain)) == len(chain)

@@ -14,15 +14,12 @@ with ``.../xxl-job-admin``) the executor-facing ``api/registry``, ``api/registry
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from importlib import metadata
 from typing import Any, TextIO
 
 from starlette.applications import Starlette
@@ -33,8 +30,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobring.admin.adopt import resolve_database_state
-from jobring.admin.alarms.base import Alarmer, alarmer_from_settings
 from jobring.admin.alarms.service import AlarmService
+from jobring.admin.alarms.setup import alarmer_from_settings
 from jobring.admin.api.executor_api import executor_api_app
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, InternalErrors, not_found
 from jobring.admin.api.management import (
@@ -46,13 +43,14 @@ from jobring.admin.api.management import (
 )
 from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.audit import AuditLog
-from jobring.admin.bootstrap import Secrets, bootstrap
+from jobring.admin.bootstrap import bootstrap
 from jobring.admin.coexist import refuse_if_java_admin_alive
 from jobring.admin.console import HtmlNotFound, console_routes
 from jobring.admin.declared_retirement import RetiredDeclaredJobsMonitor
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
+from jobring.admin.runtime import AdminRuntime
 from jobring.admin.scheduler.adapters import StoreLeases, TriggerFirePort
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.delayed import DelayedFireRunner
@@ -63,31 +61,16 @@ from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.scheduler.unsure import UnsureFires
+from jobring.admin.settings import AdminSettings, address_policy
 from jobring.admin.store import Store
 from jobring.admin.store.node_locks import BACKENDS as LOCK_BACKENDS
 from jobring.admin.store.node_locks import NodeLockSession, claim_owned_by
 from jobring.admin.store.records import JobInfo
-from jobring.config import AdminSettings, address_policy
-from jobring.core.bounded import within
 from jobring.core.clock import Clock, SystemClock
 from jobring.core.schedule import parse_schedule
 from jobring.protocol.edge import NoStore, SecurityHeaders
 
 log = logging.getLogger(__name__)
-
-# A SIGTERM'd admin is gone within this (plus a moment per step left) whatever the database
-# does; the scheduling loop gets what its stop needs first (in-flight fires, lease release).
-STOP_BUDGET_S = 8.0
-_STEP_MIN_S = 0.5
-
-
-
-def jobring_version() -> str:
-    try:
-        return metadata.version("jobring")
-    except metadata.PackageNotFoundError:  # running from a source tree without install
-        return "0+unknown"
-
 
 def loop_config_of(settings: AdminSettings, backend: str) -> LoopConfig:
     """The loop's config: ``pre_read_ms`` and the ``[admin.loop]`` tunables set, by field
@@ -107,56 +90,6 @@ def make_node_id(settings: AdminSettings) -> str:
     if settings.node_id:
         return settings.node_id
     return f"{socket.gethostname()[:32]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass
-class AdminRuntime:
-    """Everything one running admin node holds; built by :func:`start_runtime`."""
-
-    settings: AdminSettings
-    node_id: str
-    clock: Clock
-    store: Store
-    secrets: Secrets
-    executors: ExecutorClient
-    trigger: TriggerService
-    registry: RegistryService
-    callbacks: CallbackService
-    monitors: Monitors
-    loop: ScheduleLoop
-    executor_tokens: ExecutorTokens
-    leases: StoreLeases
-    alarmer: Alarmer
-    delayed: DelayedFireRunner
-    metrics: AdminMetrics | None = None
-    liveness: NodeLiveness | None = None
-
-    async def stop(self) -> None:
-        """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB;
-        within STOP_BUDGET_S (or the loop's ``stop_timeout_s`` if longer, and a moment per
-        later step) even when the database hangs."""
-        clock = asyncio.get_running_loop().time
-        deadline = clock() + max(STOP_BUDGET_S, self.loop.config.stop_timeout_s)
-
-        def left() -> float:
-            return max(_STEP_MIN_S, deadline - clock())
-
-        try:
-            await within(self.loop.stop(), left(), "stopping the scheduling loop")
-        finally:
-            try:
-                if self.liveness is not None:
-                    # After the loop: its leases are released and it no longer counts as live.
-                    await within(self.liveness.stop(), left(), "closing the liveness lock session")
-                await within(self.delayed.stop(), left(), "stopping the delayed fires")
-                await within(self.monitors.stop(), left(), "stopping the monitors")
-                if self.leases.unsure is not None:
-                    await within(self.leases.unsure.close(), left(), "stopping the fire resolutions")
-                await within(self.trigger.close(), left(), "recording the last trigger results")
-            finally:
-                await within(self.executors.aclose(), left(), "closing the executor client")
-                await within(self.store.close(), left(), "closing the database pool")
-        log.info("admin node %s stopped", self.node_id)
 
 
 class _OffsetClock:

@@ -16,9 +16,9 @@ from typing import TextIO
 from jobring.admin.security.passwords import generate_password, hash_password
 from jobring.admin.security.roles import Role
 from jobring.admin.security.secrets_policy import enforce_secret_policy
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.errors import Conflict
-from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,14 @@ from sqlalchemy.exc import DBAPIError
 
 from jobring.admin.store import Store
 from jobring.admin.store.tables import SCHEDULE_LOCK, job_lock, job_log
+from jobring.errors import JobringError
 
 log = logging.getLogger(__name__)
 
 RECENT_MINUTES = 10
 
 
-class JavaAdminAlive(Exception):
+class JavaAdminAlive(JobringError):
     """Another (XXL-JOB) admin schedules on this database; the message says how to proceed."""
 
 

@@ -16,7 +16,7 @@ import logging
 from datetime import UTC, datetime
 
 from jobring.admin.audit import SYSTEM, AuditAction, AuditLog
-from jobring.admin.scheduler.monitors import Monitor
+from jobring.admin.scheduler.monitor_base import Monitor
 from jobring.admin.store import Store
 from jobring.admin.store.removal import remove_job_history
 from jobring.core.clock import Clock

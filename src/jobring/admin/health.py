@@ -23,9 +23,10 @@ from starlette.responses import JSONResponse, Response
 
 from jobring.admin.store.errors import public_reason
 from jobring.admin.store.migrate import current_revision, head_revision
+from jobring.version import jobring_version
 
 if TYPE_CHECKING:
-    from jobring.admin.app import AdminRuntime
+    from jobring.admin.runtime import AdminRuntime
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +34,11 @@ log = logging.getLogger(__name__)
 LEASE_STALE_MS = 5_000
 
 
-def _version() -> str:
-    from jobring.admin.app import jobring_version
-
-    return jobring_version()
-
-
 async def health(request: Request) -> Response:
     """Alive: cheap, no database."""
     runtime: AdminRuntime | None = getattr(request.app.state, "runtime", None)
-    body: dict[str, Any] = {"status": "ok" if runtime is not None else "starting", "version": _version()}
+    body: dict[str, Any] = {
+        "status": "ok" if runtime is not None else "starting", "version": jobring_version()}
     if runtime is not None:
         body["node"] = runtime.node_id
         body["backend"] = runtime.store.backend

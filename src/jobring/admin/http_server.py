@@ -18,27 +18,23 @@ from typing import Any
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from jobring.protocol.edge import HEAD_REFUSALS, SECURITY_HEADER_LINES, HeadLimits, HeadMeter, feed_head
-
-LINGER_S = 2.0
-_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
-            431: b"Request Header Fields Too Large"}
+from jobring.errors import JobringError
+from jobring.protocol.edge import (
+    HEAD_REFUSALS,
+    LINGER_S,
+    HeadLimits,
+    HeadMeter,
+    closing_answer,
+    feed_head,
+)
 
 
 def error_answer(status: int, error: str) -> bytes:
     """A complete HTTP/1.1 answer with the API's JSON error body, closing the connection."""
-    body = orjson.dumps({"error": error, "field": None})
-    return b"".join((
-        b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Error")),
-        b"content-type: application/json\r\n",
-        b"content-length: %d\r\n" % len(body),
-        SECURITY_HEADER_LINES,
-        b"connection: close\r\n\r\n",
-        body,
-    ))
+    return closing_answer(status, b"application/json", orjson.dumps({"error": error, "field": None}))
 
 
-class _HeadRefused(Exception):
+class _HeadRefused(JobringError):
     """Raised from a parser callback to stop parsing a refused request."""
 
 

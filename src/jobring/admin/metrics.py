@@ -12,7 +12,7 @@ import logging
 import secrets as pysecrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -30,7 +30,12 @@ from jobring.admin.alarms.base import AlarmChannel, AlarmContext, Alarmer, Alarm
 from jobring.core.buckets import Buckets
 
 if TYPE_CHECKING:
-    from jobring.admin.app import AdminRuntime
+    from jobring.admin.scheduler.adapters import StoreLeases
+    from jobring.admin.scheduler.callbacks import CallbackService
+    from jobring.admin.scheduler.loop import ScheduleLoop
+    from jobring.admin.scheduler.monitors import Monitors
+    from jobring.admin.scheduler.trigger import TriggerService
+    from jobring.admin.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +135,30 @@ class _CountingChannel:
         return outcome
 
 
+class Measured(Protocol):
+    """The parts of a running node the metrics read (the admin's runtime; a protocol, so
+    this module stays below the runtime that holds the metrics)."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def loop(self) -> ScheduleLoop: ...
+    @property
+    def trigger(self) -> TriggerService: ...
+    @property
+    def leases(self) -> StoreLeases: ...
+    @property
+    def callbacks(self) -> CallbackService: ...
+    @property
+    def monitors(self) -> Monitors: ...
+
+
 class AdminMetrics(Collector):
     """The node's metrics, read from the runtime's components at scrape time."""
 
-    def __init__(self, runtime: AdminRuntime) -> None:
+    def __init__(self, runtime: Measured) -> None:
         self._runtime = runtime
         self.alarms: dict[tuple[str, str], int] = {}
         self.monitor_passes: dict[tuple[str, str], int] = {}

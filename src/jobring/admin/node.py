@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import gc
 import logging
 import signal
@@ -30,8 +29,9 @@ from jobring.admin.app import create_app
 from jobring.admin.coexist import JavaAdminAlive, refuse_if_java_admin_alive
 from jobring.admin.http_server import guarded_protocol
 from jobring.admin.security.secrets_policy import trusted_proxy_networks
+from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store, current_revision, head_revision
-from jobring.config import AdminSettings, ConfigError
+from jobring.configbase import ConfigError
 from jobring.protocol.edge import HeadLimits
 
 log = logging.getLogger(__name__)
@@ -99,26 +99,6 @@ async def _coexistence_problem(settings: AdminSettings) -> str | None:
     finally:
         await store.close()
     return None
-
-
-class PortInUse(OSError):
-    """The admin's port is taken by another process."""
-
-
-def bind_port(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port, taken before anything else starts (so a taken port
-    fails at once, before a password is printed); :class:`PortInUse` when it is taken."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise PortInUse(exc.errno, f"port {port} is in use on {host}") from exc
-        raise
-    sock.listen(2048)
-    return sock
 
 
 def serve(

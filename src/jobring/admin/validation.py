@@ -16,8 +16,10 @@ from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
+from jobring.core.fielderror import FieldError as CoreFieldError
 from jobring.core.schedule import parse_schedule
 from jobring.core.text import one_line_problem
+from jobring.errors import Conflict, Invalid, NotFound
 
 # Column widths of xxl_job_info / xxl_job_group / xxl_job_user (tables.py).
 JOB_LIMITS = {
@@ -46,27 +48,22 @@ USERNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@\-]{0,49}")
 HANDLER_PATTERN = re.compile(r"\S(.*\S)?")
 
 
-class FieldError(ValueError):
-    """A value the caller sent that cannot be accepted; ``field`` names it."""
-
-    status = 422
+class FieldError(CoreFieldError):
+    """A value the caller sent that cannot be accepted; ``field`` names it (the message is
+    not prefixed again when it starts with the field's name)."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(message if message.startswith(field) else f"{field}: {message}")
+        Invalid.__init__(self, message if message.startswith(field) else f"{field}: {message}", field)
         self.field = field
 
 
-class MissingReference(FieldError):
-    """A well-formed id naming something that does not exist (answered 404, not 422: no
-    schema can tell which ids exist)."""
-
-    status = 404
+class MissingReference(FieldError, NotFound):
+    """A well-formed id naming something that does not exist (a NotFound, not merely invalid:
+    no schema can tell which ids exist)."""
 
 
-class ConflictingValue(FieldError):
-    """A value that conflicts with what is stored, e.g. child jobs forming a cycle (409)."""
-
-    status = 409
+class ConflictingValue(FieldError, Conflict):
+    """A value that conflicts with what is stored, e.g. child jobs forming a cycle."""
 
 
 def text_problem(value: str) -> str | None:

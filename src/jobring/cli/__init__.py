@@ -21,7 +21,7 @@ from jobring.cli import runs as runs_cmd
 from jobring.cli import settings as settings_cmd
 from jobring.cli import tokens as tokens_cmd
 from jobring.cli import users as users_cmd
-from jobring.cli.common import EXIT_USAGE, UsageError
+from jobring.cli.common import ADMIN_LIBRARIES, EXIT_USAGE, UsageError
 from jobring.cli.examples import add_examples
 
 _GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, users_cmd, tokens_cmd,
@@ -92,6 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     except UsageError as exc:
         print(f"jobring: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if missing not in ADMIN_LIBRARIES:
+            raise
+        print(f"jobring: error: this command needs the admin's libraries ({missing} is not installed): "
+              "pip install 'jobring[admin]'", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

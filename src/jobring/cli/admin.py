@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobring.cli.common import UsageError, add_log_options
+from jobring.listen import PortInUse, listen_socket
 
 if TYPE_CHECKING:  # pydantic is imported only by the commands that read settings
-    from jobring.config import AdminSettings
+    from jobring.admin.settings import AdminSettings
 
 # Not the executors' default 9999: one's own first executor must not collide with the demo.
 DEMO_PORT = 9990
@@ -58,7 +59,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 def validate_settings(settings: AdminSettings) -> None:
     """Check what the settings fields do not (port, database URL, zones, base path, secrets,
     trusted proxies); raises ConfigError. Types and ranges are checked by :func:`load_settings`."""
-    from jobring.config import ConfigError
+    from jobring.configbase import ConfigError
 
     if not 1 <= settings.port <= 65535:
         raise ConfigError(f"port: must be 1-65535, got {settings.port}")
@@ -89,7 +90,8 @@ def validate_settings(settings: AdminSettings) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> AdminSettings:
     """Settings from defaults, the config file, JOBRING_* and the options; UsageError if invalid."""
-    from jobring.config import ConfigError, load_settings
+    from jobring.admin.settings import load_settings
+    from jobring.configbase import ConfigError
 
     try:
         settings = load_settings(
@@ -110,10 +112,10 @@ def settings_from_args(args: argparse.Namespace) -> AdminSettings:
 
 
 def _bind(settings: AdminSettings) -> socket.socket:
-    from jobring.admin.node import PortInUse, bind_port
-
+    """The admin's socket, taken before anything else starts (a taken port fails at once,
+    before a password is printed)."""
     try:
-        return bind_port(settings.host, settings.port)
+        return listen_socket(settings.host, settings.port)
     except PortInUse:
         raise UsageError(f"port {settings.port} is in use: pass --port or set JOBRING_PORT") from None
     except OSError as exc:

@@ -6,10 +6,11 @@ import asyncio
 import sys
 from typing import TextIO
 
-from jobring.admin.adopt import AdoptionRefused, AdoptionReport, gather_report, record_adoption
+from jobring.admin.adopt import AdoptionReport, gather_report, record_adoption
 from jobring.admin.security.secrets_policy import access_token_problem
 from jobring.admin.store import Store, create_engine, upgrade_database
 from jobring.admin.store.migrate import current_revision
+from jobring.admin.store.xxl_schema import AdoptionRefused
 from jobring.admin.store.zones import set_database_zone, zone_named
 from jobring.cli.common import EXIT_USAGE
 

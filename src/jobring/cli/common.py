@@ -7,10 +7,17 @@ import getpass
 import os
 import sys
 
+from jobring.errors import JobringError
+
 EXIT_USAGE = 2
+# Libraries of `pip install 'jobring[admin]'`: a command that needs one says so when it is missing.
+ADMIN_LIBRARIES = frozenset({
+    "sqlalchemy", "alembic", "aiosqlite", "asyncpg", "aiomysql", "starlette", "fastapi", "uvicorn",
+    "argon2", "prometheus_client", "icalendar", "dateutil",
+})
 
 
-class UsageError(Exception):
+class UsageError(JobringError):
     """Bad input on the command line: printed to stderr, exit code 2."""
 
 

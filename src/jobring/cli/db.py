@@ -52,8 +52,9 @@ def register(sub: Any) -> None:
 
 
 def _database_url(args: argparse.Namespace) -> str:
+    from jobring.admin.settings import load_settings
     from jobring.admin.store import normalize_url  # SQLAlchemy is imported only when used
-    from jobring.config import ConfigError, load_settings
+    from jobring.configbase import ConfigError
 
     try:
         settings = load_settings(args.config, database_url=args.database_url)
@@ -92,9 +93,9 @@ def shown_url(url: str) -> str:
 def _upgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from jobring.admin.adopt import AdoptionRefused
     from jobring.admin.store import upgrade_database
     from jobring.admin.store.createdb import DatabaseMissing, create_missing_database
+    from jobring.admin.store.xxl_schema import AdoptionRefused
 
     url = _database_url(args)
     try:
@@ -159,11 +160,11 @@ def _current(args: argparse.Namespace) -> int:
 def _adopt(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from jobring.cli import adopt as adopt_cmd
+    from jobring.cli.adopt import run as adopt_run  # loads SQLAlchemy: only for this command
 
     url = _database_url(args)
     try:
-        return adopt_cmd.run(url, args.database_timezone, args.executor_token, dry_run=args.dry_run)
+        return adopt_run(url, args.database_timezone, args.executor_token, dry_run=args.dry_run)
     except (SQLAlchemyError, OSError) as exc:
         print(f"jobring: adoption of {_shown(url)} failed: {exc}", file=sys.stderr)
         return EXIT_DB_ERROR

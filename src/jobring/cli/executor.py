@@ -51,7 +51,7 @@ def load_target(target: str) -> Any:
     # Like `python -m` and uvicorn: modules in the working directory are importable.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    from jobring.config import ConfigError
+    from jobring.configbase import ConfigError
 
     try:
         module = importlib.import_module(module_name)
@@ -71,7 +71,7 @@ def load_target(target: str) -> Any:
 
 
 def run_executor(args: argparse.Namespace) -> int:
-    from jobring.config import ConfigError  # with pydantic: only when an executor starts
+    from jobring.configbase import ConfigError  # with pydantic: only when an executor starts
     from jobring.logsetup import log_settings_from_env, setup_logging
 
     try:

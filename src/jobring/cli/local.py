@@ -10,7 +10,8 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from jobring.config import AdminSettings
+from jobring.admin.settings import AdminSettings
+from jobring.errors import JobringError
 
 DEMO_LOG_PATH = os.path.join("var", "demo-executor")
 
@@ -18,7 +19,7 @@ DEMO_LOG_PATH = os.path.join("var", "demo-executor")
 DEMO_START_TIMEOUT_S = 30.0
 
 
-class DemoFailed(Exception):
+class DemoFailed(JobringError):
     """The demo executor did not start."""
 
 

@@ -159,7 +159,8 @@ async def reset_password(url: str, username: str, *, keep_legacy: bool) -> tuple
 def _reset_offline(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from jobring.config import ConfigError, load_settings
+    from jobring.admin.settings import load_settings
+    from jobring.configbase import ConfigError
 
     url = database_url(args)
     try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from jobring.errors import JobringError
 
-class AdminClientError(Exception):
+
+class AdminClientError(JobringError):
     """Base of every error the admin client raises."""
 
 

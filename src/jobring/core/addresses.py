@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from jobring.errors import JobringError
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -63,7 +65,7 @@ _NUMERIC_HOST = re.compile(r"[0-9a-fA-FxX.]+")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
-class AddressRefused(ValueError):
+class AddressRefused(JobringError, ValueError):
     """An executor address the admin will not call; the message says why."""
 
 

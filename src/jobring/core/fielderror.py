@@ -3,12 +3,14 @@ body and the CLI's message)."""
 
 from __future__ import annotations
 
+from jobring.errors import Invalid
+
 __all__ = ["FieldError"]
 
 
-class FieldError(ValueError):
+class FieldError(Invalid):
     """Invalid input; ``field`` names the offending field, and the message starts with it."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+        super().__init__(f"{field}: {message}", field)
+        self.field: str = field

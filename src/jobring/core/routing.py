@@ -17,17 +17,37 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol
 
 from jobring.core.enums import RouteStrategy
-from jobring.protocol.models import ReturnT
 
 DAY_MS = 24 * 60 * 60 * 1000
 VIRTUAL_NODES = 100
 # Counters are restarted before they grow without bound (the reference's limit).
 _COUNTER_LIMIT = 1_000_000
 
-Probe = Callable[[str, int], Awaitable[ReturnT]]
-"""``probe(address, job_id)``: ask one executor; a failed ReturnT (never an exception) on error."""
+
+
+class ProbeAnswer(Protocol):
+    """An executor's answer to a probe (the wire's ``ReturnT`` is one; core reads only these)."""
+
+    @property
+    def code(self) -> int: ...
+    @property
+    def msg(self) -> str | None: ...
+    @property
+    def ok(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Unanswered:
+    msg: str
+    code: int = 500  # XXL-JOB's failure code
+    ok: bool = False
+
+
+Probe = Callable[[str, int], Awaitable[ProbeAnswer]]
+"""``probe(address, job_id)``: ask one executor; a failed answer (never an exception) on error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +189,7 @@ def declaring(
     return able, passed
 
 
-def _probe_line(kind: str, address: str, answer: ReturnT) -> str:
+def _probe_line(kind: str, address: str, answer: ProbeAnswer) -> str:
     return f"{kind}: address={address} code={answer.code} msg={answer.msg}"
 
 
@@ -183,8 +203,8 @@ async def _first_answering(kind: str, probe: Probe, job_id: int, addresses: Sequ
     return RouteResult((), "\n".join(lines))
 
 
-async def _no_probe(address: str, job_id: int) -> ReturnT:
-    return ReturnT.fail("no probe configured")
+async def _no_probe(address: str, job_id: int) -> ProbeAnswer:
+    return _Unanswered("no probe configured")
 
 
 class Router:

@@ -22,13 +22,14 @@ from functools import lru_cache
 
 from jobring.core.cron import CronExpression, CronParseError, resolve_zone
 from jobring.core.enums import ScheduleType
+from jobring.errors import JobringError
 
 FIX_RATE_MIN_SECONDS = 1
 FIX_RATE_MAX_SECONDS = 31_536_000
 MAX_PREVIEW_COUNT = 1000
 
 
-class ScheduleError(ValueError):
+class ScheduleError(JobringError, ValueError):
     """An invalid schedule; the message starts with the offending field name."""
 
 

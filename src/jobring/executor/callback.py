@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import orjson
 
+from jobring.errors import JobringError
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
     APPNAME_HEADER,
@@ -34,7 +35,7 @@ SPOOL_FILE_NAME = "callback-spool.jsonl"
 _INITIAL_BACKOFF_S = 0.5
 
 
-class AdminUnavailable(Exception):
+class AdminUnavailable(JobringError):
     """No admin address took the request; ``token_refused`` when one answered that the
     access token is wrong (retrying will not help until the token is fixed)."""
 

@@ -13,8 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from jobring.config import ConfigError, check_metrics_token
-from jobring.configbase import SettingsBase, check_known, read_toml_table
+from jobring.configbase import ConfigError, SettingsBase, check_known, check_metrics_token, read_toml_table
 from jobring.protocol.models import PROTOCOLS
 
 ENV_PREFIX = "JOBRING_EXECUTOR_"

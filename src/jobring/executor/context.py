@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
+from jobring.errors import JobringError
+
 __all__ = [
     "JobCancelled",
     "JobContext",
@@ -37,7 +39,7 @@ __all__ = [
 Isolation = Literal["thread", "process"]
 
 
-class JobCancelled(Exception):
+class JobCancelled(JobringError):
     """Raised inside a handler by ``ctx.log`` once its run was cancelled."""
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import signal
 import socket
@@ -12,13 +11,13 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
 
-from jobring.config import ConfigError
+from jobring.configbase import ConfigError
+from jobring.errors import JobringError
 from jobring.executor.callback import CallbackSender
 from jobring.executor.config import (
     ExecutorSettings,
@@ -28,9 +27,12 @@ from jobring.executor.config import (
 )
 from jobring.executor.context import JobHandler
 from jobring.executor.declare import Declarer, declaration, declaration_body
-from jobring.executor.ops import ExecutorMetrics, ExecutorStatus, OpsAnswer, ops_answer
+from jobring.executor.http.app import ExecutorEndpoints
+from jobring.executor.http.limits import ServerLimits
+from jobring.executor.http.protocol import ExecutorHttpServer
+from jobring.executor.ops import ExecutorMetrics, ExecutorParts, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.registry import Registrar, detect_ipv4
-from jobring.executor.server import ExecutorEndpoints, ExecutorHttpServer, ServerLimits
+from jobring.listen import PortInUse, listen_socket
 from jobring.protocol.edge import HeadLimits
 
 if TYPE_CHECKING:
@@ -44,29 +46,8 @@ _CLEANUP_EVERY_S = 24 * 3600.0
 _THREAD_START_TIMEOUT_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class ExecutorParts:
-    runner: JobRunner | None
-    callback: CallbackSender | None
-    registrar: Registrar | None
-
-
-class ExecutorError(RuntimeError):
+class ExecutorError(JobringError, RuntimeError):
     """The executor cannot do what was asked in its current state."""
-
-
-class PortInUse(ConfigError):
-    """The executor's port is taken by another process."""
-
-    def __init__(self, host: str, port: int, *, in_code: bool = False) -> None:
-        if in_code:  # the environment cannot help: an argument wins over it
-            advice = (f"port={port} is given to Executor(...) in the code, which wins over "
-                      "JOBRING_EXECUTOR_PORT: change or remove it there "
-                      "(or pass --port to `jobring executor`)")
-        else:
-            advice = "set JOBRING_EXECUTOR_PORT, pass --port to `jobring executor`, or port=... to Executor"
-        super().__init__(f"port {port} is in use (listening on {host}): {advice}")
-        self.port = port
 
 
 class Executor:
@@ -435,7 +416,7 @@ class Executor:
         """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly.
 
         A port in use or a bad setting is printed as one line and exits with code 2
-        (``exit_on_error=False``: raises :class:`~jobring.config.ConfigError` instead).
+        (``exit_on_error=False``: raises :class:`~jobring.configbase.ConfigError` instead).
         Logs startup and registration at INFO to stderr unless logging is configured.
         Uses uvloop when it is installed. ``announce=False``: no "listening on" log line
         (``ready`` prints its own, as ``jobring executor`` does).
@@ -505,18 +486,20 @@ def _with_port(s: ExecutorSettings, detected_ip: str, port: int) -> str:
     return s.model_copy(update={"port": port}).base_address(detected_ip)
 
 
+def _port_hint(port: int, in_code: bool) -> str:
+    if in_code:  # the environment cannot help: an argument wins over it
+        return (f"port={port} is given to Executor(...) in the code, which wins over "
+                "JOBRING_EXECUTOR_PORT: change or remove it there (or pass --port to `jobring executor`)")
+    return "set JOBRING_EXECUTOR_PORT, pass --port to `jobring executor`, or port=... to Executor"
+
+
 def _bind(host: str, port: int, *, in_code: bool = False) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock = listen_socket(host, port, hint=_port_hint(port, in_code))
+    except PortInUse:
+        raise
     except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise PortInUse(host, port, in_code=in_code) from exc
         raise ConfigError(f"executor cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.listen(2048)
     sock.setblocking(False)
     return sock
 

@@ -15,23 +15,24 @@ endpoints that serve them next to the XXL-JOB ones.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from jobring.executor.executor import Executor
+    from jobring.executor.callback import CallbackSender
+    from jobring.executor.registry import Registrar
+    from jobring.executor.worker import JobRunner
 
 __all__ = ["EXECUTOR_METRICS", "ExecutorMetrics", "ExecutorStatus", "OpsAnswer", "ops_answer"]
 
 OPS_PATHS = frozenset({"/health", "/ready", "/status", "/metrics"})
 _JSON = b"application/json"
+# Prometheus' text exposition format 0.0.4.
+METRICS_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 # name -> (type, help): docs/operations.md's table lists exactly these (a test keeps both equal).
 EXECUTOR_METRICS: dict[str, tuple[str, str]] = {
@@ -67,52 +68,68 @@ class ExecutorStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ExecutorParts:
+    runner: JobRunner | None
+    callback: CallbackSender | None
+    registrar: Registrar | None
+
+
+class Observed(Protocol):
+    """What the metrics read from an executor (a protocol, so this module stays below
+    :mod:`jobring.executor.executor`)."""
+
+    def parts(self) -> ExecutorParts: ...
+
+    def status(self) -> ExecutorStatus: ...
+
+
+@dataclass(frozen=True, slots=True)
 class OpsAnswer:
     status: int
     content_type: bytes
     body: bytes
 
 
-class ExecutorMetrics(Collector):
-    """The executor's metrics, read from its parts when Prometheus scrapes."""
+class ExecutorMetrics:
+    """The executor's metrics in Prometheus' text format, read from its parts at each scrape
+    (written here: an executor install does not need a Prometheus client library)."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Observed) -> None:
         self._executor = executor
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
 
-    def collect(self) -> Iterator[Metric]:
+    def text(self) -> bytes:
         parts = self._executor.parts()
         runner, callback = parts.runner, parts.callback
-        runs = CounterMetricFamily("jobring_executor_runs", _help("jobring_executor_runs_total"),
-                                   labels=["outcome"])
-        for state, count in sorted((runner.ended if runner else {}).items()):
-            runs.add_metric([state], count)
-        yield runs
-        durations = HistogramMetricFamily(
-            "jobring_executor_handler_duration_ms", _help("jobring_executor_handler_duration_ms"))
+        lines: list[str] = []
+        ended = sorted((runner.ended if runner else {}).items())
+        _family(lines, "jobring_executor_runs_total",
+                [(f'{{outcome="{_label(state)}"}}', count) for state, count in ended])
+        durations: list[tuple[str, float]] = []
         if runner is not None:
-            durations.add_metric([], runner.durations_ms.cumulative(), runner.durations_ms.sum)
-        yield durations
-        yield _gauge("jobring_executor_running_runs", runner.running_count() if runner else 0)
-        depth = GaugeMetricFamily("jobring_executor_queue_depth",
-                                  EXECUTOR_METRICS["jobring_executor_queue_depth"][1], labels=["job_id"])
-        for job_id, count in sorted((runner.queue_depths() if runner else {}).items()):
-            depth.add_metric([str(job_id)], count)
-        yield depth
-        yield _gauge("jobring_executor_callback_backlog", callback.pending_count if callback else 0)
-        yield _gauge("jobring_executor_callback_spool_size", callback.spooled_count if callback else 0)
-        yield _gauge("jobring_executor_registered", 1 if self._executor.status().registered else 0)
+            buckets = runner.durations_ms.cumulative()
+            durations = [(f'_bucket{{le="{le}"}}', n) for le, n in buckets]
+            durations += [("_count", buckets[-1][1]), ("_sum", runner.durations_ms.sum)]
+        _family(lines, "jobring_executor_handler_duration_ms", durations)
+        _family(lines, "jobring_executor_running_runs", [("", runner.running_count() if runner else 0)])
+        depths = sorted((runner.queue_depths() if runner else {}).items())
+        _family(lines, "jobring_executor_queue_depth", [(f'{{job_id="{job}"}}', n) for job, n in depths])
+        _family(lines, "jobring_executor_callback_backlog", [("", callback.pending_count if callback else 0)])
+        _family(lines, "jobring_executor_callback_spool_size",
+                [("", callback.spooled_count if callback else 0)])
+        _family(lines, "jobring_executor_registered", [("", 1 if self._executor.status().registered else 0)])
+        return ("\n".join(lines) + "\n").encode()
 
 
-def _help(name: str) -> str:
-    return EXECUTOR_METRICS[name][1]
+def _label(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
-def _gauge(name: str, value: float) -> Metric:
-    family = GaugeMetricFamily(name, EXECUTOR_METRICS[name][1])
-    family.add_metric([], value)
-    return family
+def _family(lines: list[str], name: str, samples: list[tuple[str, float]]) -> None:
+    """HELP and TYPE of ``name`` (from EXECUTOR_METRICS) and its samples: (what follows the
+    name: a histogram's _bucket/_count/_sum and the labels, value)."""
+    kind, text = EXECUTOR_METRICS[name]
+    lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+    lines += [f"{name}{suffix} {float(value)!r}" for suffix, value in samples]
 
 
 def _json(status: int, body: object) -> OpsAnswer:
@@ -157,4 +174,4 @@ def ops_answer(
         return OpsAnswer(200, _JSON, now.to_json())
     if metrics_token and not _bearer_ok(authorization, metrics_token):
         return _json(401, {"error": "metrics need the metrics token (Authorization: Bearer ...)"})
-    return OpsAnswer(200, CONTENT_TYPE_LATEST.encode(), generate_latest(metrics.registry))
+    return OpsAnswer(200, METRICS_CONTENT_TYPE, metrics.text())

@@ -8,6 +8,8 @@ bytes are handed to the parser in slices, so a request line over ``max_request_l
 answered 414 and a header section over ``max_header_bytes`` 431 after at most that many bytes
 were buffered (the parser callbacks report a complete head through ``HeadMeter.headers_done``,
 which gives the same verdict); a head not complete within ``head_timeout_s`` is answered 408.
+Both servers refuse such a request with :func:`closing_answer` and read what the client still
+sends for ``LINGER_S`` before closing. The ASGI type aliases are defined here once for both.
 """
 
 from __future__ import annotations
@@ -37,6 +39,24 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 )
 # The same headers as raw HTTP/1.1 lines, for servers that write their answers themselves.
 SECURITY_HEADER_LINES = b"".join(name + b": " + value + b"\r\n" for name, value in SECURITY_HEADERS)
+
+# After refusing a request, what the client still sends is read and dropped this long, so
+# that it reads the answer rather than a connection reset (both servers).
+LINGER_S = 2.0
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 414: b"URI Too Long",
+           431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+
+
+def closing_answer(status: int, content_type: bytes, body: bytes) -> bytes:
+    """A complete HTTP/1.1 answer with the security headers that closes the connection: how
+    both servers refuse a request before it reaches the application."""
+    return b"".join((
+        b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, b"Error")),
+        b"Content-Type: %s\r\n" % content_type,
+        SECURITY_HEADER_LINES,
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body),
+        body,
+    ))
 
 
 class SecurityHeaders:

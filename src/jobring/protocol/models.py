@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from jobring.errors import JobringError
+
 ACCESS_TOKEN_HEADER = "XXL-JOB-ACCESS-TOKEN"
 # XXL-JOB 3.5: the caller's executor appname, sent both ways next to the token.
 APPNAME_HEADER = "XXL-JOB-APPNAME"
@@ -30,7 +32,7 @@ def msg_uri_not_found(uri: str) -> str:
     return f"invalid request, uri-mapping({uri}) not found."
 
 
-class ProtocolError(ValueError):
+class ProtocolError(JobringError, ValueError):
     """A request body that does not decode to the expected wire model."""
 
 

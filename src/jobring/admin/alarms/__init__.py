@@ -2,10 +2,11 @@
 sent off the scheduling path by the ``AlarmService`` queue.
 
 Each channel module registers its kind (:func:`register_channel`) when imported; importing
-it here makes every built-in kind known before a target is parsed.
+it here makes every built-in kind known before a target is parsed. The alarms built from
+the admin's settings are in :mod:`jobring.admin.alarms.setup`.
 """
 
-from jobring.admin.alarms.base import AlarmContext, Alarmer, AlarmKind, AlarmOutcome, alarmer_from_settings
+from jobring.admin.alarms.base import AlarmContext, Alarmer, AlarmKind, AlarmOutcome
 from jobring.admin.alarms.chat import DingTalkAlarm, FeishuAlarm, SlackAlarm, WeComAlarm
 from jobring.admin.alarms.mail import EmailAlarm
 from jobring.admin.alarms.registry import (
@@ -35,7 +36,6 @@ __all__ = [
     "TargetError",
     "WeComAlarm",
     "WebhookAlarm",
-    "alarmer_from_settings",
     "channel_kinds",
     "parse_targets",
     "register_channel",

@@ -14,13 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from enum import Enum, StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from jobring.admin.store.records import JobGroup, JobInfo, LogEntry
 from jobring.core.enums import AlarmStatus
-
-if TYPE_CHECKING:
-    from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 
@@ -178,21 +175,3 @@ class Alarmer:
         if AlarmOutcome.SENT in outcomes:
             return AlarmStatus.SENT
         return AlarmStatus.NOT_NEEDED
-
-
-def alarmer_from_settings(settings: AdminSettings) -> Alarmer:
-    """The admin-wide channels (default targets, the webhook URL) plus each job's targets."""
-    from jobring.admin.alarms.targets import ChannelFactory, parse_targets
-
-    factory = ChannelFactory.from_settings(settings)
-    defaults = parse_targets(settings.alarm_default_targets, "alarm_default_targets")
-    channels = [factory.channel(t) for t in defaults]
-    if settings.alarm_webhook_url:
-        channels.append(factory.channel_of("webhook", {"url": settings.alarm_webhook_url}))
-    return Alarmer(
-        [c for c in channels if c is not None],
-        for_job=factory.for_job,
-        timeout=settings.alarm_timeout,
-        retries=settings.alarm_retries,
-        public_url=settings.public_url,
-    )

@@ -8,18 +8,13 @@ import base64
 import hashlib
 import hmac
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote_plus
 
 from jobring.admin.alarms.base import AlarmContext, AlarmOutcome
 from jobring.admin.alarms.outbound import AlarmHttp
-from jobring.admin.alarms.registry import register_channel, url_config
-
-if TYPE_CHECKING:
-    from jobring.admin.alarms.targets import ChannelFactory
-
-NowMs = Callable[[], int]
+from jobring.admin.alarms.registry import ChannelTools, NowMs, register_channel, url_config
 
 
 def _wall_ms() -> int:
@@ -151,20 +146,20 @@ class FeishuAlarm(_SignedChannel):
 
 
 @register_channel("slack", required={"url"}, check=url_config)
-def _slack(config: Mapping[str, Any], factory: ChannelFactory) -> SlackAlarm:
+def _slack(config: Mapping[str, Any], factory: ChannelTools) -> SlackAlarm:
     return SlackAlarm(config["url"], factory.http)
 
 
 @register_channel("dingtalk", required={"url"}, optional={"secret"}, check=url_config)
-def _dingtalk(config: Mapping[str, Any], factory: ChannelFactory) -> DingTalkAlarm:
+def _dingtalk(config: Mapping[str, Any], factory: ChannelTools) -> DingTalkAlarm:
     return DingTalkAlarm(config["url"], config.get("secret"), now_ms=factory.now_ms, http=factory.http)
 
 
 @register_channel("wecom", required={"url"}, check=url_config)
-def _wecom(config: Mapping[str, Any], factory: ChannelFactory) -> WeComAlarm:
+def _wecom(config: Mapping[str, Any], factory: ChannelTools) -> WeComAlarm:
     return WeComAlarm(config["url"], factory.http)
 
 
 @register_channel("feishu", required={"url"}, optional={"secret"}, check=url_config)
-def _feishu(config: Mapping[str, Any], factory: ChannelFactory) -> FeishuAlarm:
+def _feishu(config: Mapping[str, Any], factory: ChannelTools) -> FeishuAlarm:
     return FeishuAlarm(config["url"], config.get("secret"), now_ms=factory.now_ms, http=factory.http)

@@ -11,31 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import smtplib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from email.message import EmailMessage
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobring.admin.alarms.base import ALARM_TITLE, AlarmContext, AlarmOutcome
-from jobring.admin.alarms.registry import TargetError, register_channel
+from jobring.admin.alarms.registry import ChannelTools, TargetError, register_channel
+from jobring.admin.alarms.smtp import SmtpConfig, SmtpFactory
 from jobring.core.text import one_line, one_line_problem
 
-if TYPE_CHECKING:
-    from jobring.admin.alarms.targets import ChannelFactory
-
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SmtpConfig:
-    host: str
-    port: int = 25
-    username: str | None = None
-    password: str | None = None
-    sender: str = "jobring@localhost"
-    starttls: bool = False
-    ssl: bool = False
-    timeout: float = 10.0
 
 
 # Answers that retrying will not change.
@@ -46,9 +31,6 @@ _REFUSED = (
     smtplib.SMTPNotSupportedError,
     smtplib.SMTPDataError,
 )
-
-SmtpFactory = Callable[[SmtpConfig], smtplib.SMTP]
-
 
 def _connect(config: SmtpConfig) -> smtplib.SMTP:
     if config.ssl:
@@ -132,7 +114,7 @@ def _email_config(where: str, raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @register_channel("email", required={"to"}, check=_email_config)
-def _email(config: Mapping[str, Any], factory: ChannelFactory) -> EmailAlarm | None:
+def _email(config: Mapping[str, Any], factory: ChannelTools) -> EmailAlarm | None:
     if factory.smtp is None:
         log.warning("email alarm to %s skipped: no SMTP server configured (JOBRING_SMTP_HOST)", config["to"])
         return None

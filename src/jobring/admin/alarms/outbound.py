@@ -33,6 +33,7 @@ from jobring.core.addresses import (
     normalise_ip,
 )
 from jobring.core.masking import mask_url
+from jobring.errors import JobringError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 RESOLVE_TIMEOUT_S = 5.0
 
 
-class HostUnresolved(Exception):
+class HostUnresolved(JobringError):
     """The host name of an alarm URL did not resolve (now)."""
 
 

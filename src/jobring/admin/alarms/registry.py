@@ -2,13 +2,13 @@
 
 A kind is a name (the ``"kind"`` of a target), the keys its targets take, a check that
 turns a target's raw settings into its validated config, and a builder that makes the
-channel from that config and the shared :class:`~jobring.admin.alarms.targets.ChannelFactory`
-(SMTP server, timeouts, clock). Adding a channel is one new module that calls
-:func:`register_channel` (and is imported by the package ``__init__``); nothing shared
-switches on the kind.
+channel from that config and the shared :class:`ChannelTools` (SMTP server, timeouts, clock;
+:class:`~jobring.admin.alarms.targets.ChannelFactory` in the admin). Adding a channel is one
+new module that calls :func:`register_channel` (and is imported by the package
+``__init__``); nothing shared switches on the kind.
 
     @register_channel("pager", required={"url"}, check=url_config)
-    def _pager(config: Mapping[str, Any], factory: ChannelFactory) -> AlarmChannel:
+    def _pager(config: Mapping[str, Any], factory: ChannelTools) -> AlarmChannel:
         return PagerAlarm(config["url"], timeout=factory.timeout, transport=factory.transport)
 """
 
@@ -16,20 +16,45 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from jobring.core.text import one_line_problem
+from jobring.errors import JobringError
 
 if TYPE_CHECKING:
+    import httpx
+
     from jobring.admin.alarms.base import AlarmChannel
-    from jobring.admin.alarms.targets import ChannelFactory
+    from jobring.admin.alarms.outbound import AlarmHttp
+    from jobring.admin.alarms.smtp import SmtpConfig, SmtpFactory
+
+NowMs = Callable[[], int]
+
+
+class ChannelTools(Protocol):
+    """What a builder gets besides its target's config: the shared clients and settings.
+    A protocol, so the channel modules need not import the factory that implements it."""
+
+    @property
+    def http(self) -> AlarmHttp: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def transport(self) -> httpx.AsyncBaseTransport | None: ...
+    @property
+    def now_ms(self) -> NowMs: ...
+    @property
+    def smtp(self) -> SmtpConfig | None: ...
+    @property
+    def smtp_connect(self) -> SmtpFactory | None: ...
+
 
 ConfigCheck = Callable[[str, Mapping[str, Any]], dict[str, Any]]
-ChannelBuilder = Callable[[Mapping[str, Any], "ChannelFactory"], "AlarmChannel | None"]
+ChannelBuilder = Callable[[Mapping[str, Any], ChannelTools], "AlarmChannel | None"]
 
 
-class TargetError(ValueError):
+class TargetError(JobringError, ValueError):
     """A target list that cannot be used; ``field`` names the bad part."""
 
     def __init__(self, field: str, message: str) -> None:

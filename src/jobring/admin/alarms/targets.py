@@ -17,26 +17,23 @@ A job's targets are a JSON list in ``xxl_job_info.alarm_targets``; its ``alarm_e
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import orjson
 
 from jobring.admin.alarms.base import AlarmChannel
-from jobring.admin.alarms.chat import NowMs, _wall_ms
-from jobring.admin.alarms.mail import SmtpConfig, recipients
+from jobring.admin.alarms.chat import _wall_ms
+from jobring.admin.alarms.mail import recipients
 from jobring.admin.alarms.outbound import AlarmHttp, Resolver, system_resolve
+from jobring.admin.alarms.registry import NowMs, channel_kind, channel_kinds
 from jobring.admin.alarms.registry import TargetError as TargetError  # where callers import it from
-from jobring.admin.alarms.registry import channel_kind, channel_kinds
+from jobring.admin.alarms.smtp import SmtpConfig, SmtpFactory
 from jobring.admin.store.records import JobInfo
-from jobring.config import alarm_policy
 from jobring.core.addresses import AlarmTargetPolicy
 from jobring.core.masking import MASK, is_secret_key, is_url_key, mask_url
-
-if TYPE_CHECKING:
-    from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +143,7 @@ class ChannelFactory:
     timeout: float = 10.0
     transport: httpx.AsyncBaseTransport | None = None
     now_ms: NowMs = _wall_ms
-    smtp_connect: Callable[[SmtpConfig], Any] | None = None
+    smtp_connect: SmtpFactory | None = None
     policy: AlarmTargetPolicy = field(default_factory=AlarmTargetPolicy)
     resolve: Resolver = system_resolve
 
@@ -154,22 +151,6 @@ class ChannelFactory:
     def http(self) -> AlarmHttp:
         """The HTTP client of webhook-like channels: checks and pins every target's address."""
         return AlarmHttp(self.policy, self.timeout, self.transport, self.resolve)
-
-    @classmethod
-    def from_settings(cls, settings: AdminSettings) -> ChannelFactory:
-        smtp = None
-        if settings.smtp_host:
-            smtp = SmtpConfig(
-                host=settings.smtp_host,
-                port=settings.smtp_port,
-                username=settings.smtp_username,
-                password=settings.smtp_password,
-                sender=settings.smtp_from or (settings.smtp_username or "jobring@localhost"),
-                starttls=settings.smtp_starttls,
-                ssl=settings.smtp_ssl,
-                timeout=settings.alarm_timeout,
-            )
-        return cls(smtp=smtp, timeout=settings.alarm_timeout, policy=alarm_policy(settings))
 
     def channel_of(self, kind: str, config: Mapping[str, Any]) -> AlarmChannel | None:
         return self.channel(_check_target("target", {"kind": kind, **config}))

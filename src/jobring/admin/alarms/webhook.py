@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobring.admin.alarms.base import ALARM_TITLE, AlarmContext, AlarmOutcome
 from jobring.admin.alarms.outbound import AlarmHttp
-from jobring.admin.alarms.registry import register_channel, url_config
-
-if TYPE_CHECKING:
-    from jobring.admin.alarms.targets import ChannelFactory
+from jobring.admin.alarms.registry import ChannelTools, register_channel, url_config
 
 
 def payload(ctx: AlarmContext) -> dict[str, Any]:
@@ -48,5 +45,5 @@ class WebhookAlarm:
 
 
 @register_channel("webhook", required={"url"}, check=url_config)
-def _webhook(config: Mapping[str, Any], factory: ChannelFactory) -> WebhookAlarm:
+def _webhook(config: Mapping[str, Any], factory: ChannelTools) -> WebhookAlarm:
     return WebhookAlarm(config["url"], factory.http)

@@ -27,12 +27,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
 from jobring.admin.scheduler.failures import alarm_recoveries
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
-from jobring.admin.store.records import GroupGuard, HandleResult, JobInfo, ResultOutcome
-from jobring.admin.store.tables import job_log
+from jobring.admin.store.records import GroupGuard, HandleResult, JobInfo, ResultOutcome, RunLink
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.runstate import run_state
@@ -40,7 +37,7 @@ from jobring.protocol.models import HandleCallbackParam
 
 if TYPE_CHECKING:
     from jobring.admin.alarms.service import AlarmService
-    from jobring.admin.scheduler.monitors import Monitor
+    from jobring.admin.scheduler.monitor_base import Monitor
     from jobring.admin.store import Store
 
 log = logging.getLogger(__name__)
@@ -63,13 +60,6 @@ class _ChildPlan:
     summary: str
     root_run_id: int
     depth: int
-
-
-@dataclass(frozen=True)
-class _ParentRun:
-    job_id: int
-    root_run_id: int | None
-    child_depth: int
 
 
 def budget_refusal(root_run_id: int, budget: int) -> str:
@@ -193,7 +183,7 @@ class CallbackService:
         """The children of the runs whose success was just recorded (their budget taken)."""
         if not successes:
             return {}
-        runs = await self._runs_of(sorted({i.log_id for i in successes}))
+        runs = await self._store.logs.links({i.log_id for i in successes})
         parents = await self._store.jobs.get_many({r.job_id for r in runs.values()})
         entries_of = {jid: parse_child_ids(job.child_jobid) for jid, job in parents.items()}
         wanted = {int(e) for entries in entries_of.values() for e in entries if e.isdigit()}
@@ -206,7 +196,7 @@ class CallbackService:
                 plans[log_id] = await self._budgeted(log_id, run, entries, children, known)
         return plans
 
-    async def _budgeted(self, log_id: int, run: _ParentRun, entries: list[str], children: list[JobInfo],
+    async def _budgeted(self, log_id: int, run: RunLink, entries: list[str], children: list[JobInfo],
                         known: dict[int, JobInfo]) -> _ChildPlan:
         """The plan of one parent run: as many children as its tree's budget still allows."""
         root = run.root_run_id or log_id
@@ -220,21 +210,6 @@ class CallbackService:
                         extra={"run_id": log_id, "job_id": run.job_id})
         summary = child_summary(entries, known, granted, refusal)
         return _ChildPlan(children[:granted], summary, root, run.child_depth + 1)
-
-    async def _runs_of(self, log_ids: list[int]) -> dict[int, _ParentRun]:
-        """log id -> (job id, tree) of the logs ``log_ids``."""
-        # One query for the whole batch (the store has no multi-get of logs yet).
-        found: dict[int, _ParentRun] = {}
-        async with self._store.db.read() as conn:
-            for start in range(0, len(log_ids), 500):
-                part = log_ids[start:start + 500]
-                rows = await conn.execute(
-                    select(job_log.c.id, job_log.c.job_id, job_log.c.root_run_id, job_log.c.child_depth)
-                    .where(job_log.c.id.in_(part))
-                )
-                found.update({int(r.id): _ParentRun(int(r.job_id), r.root_run_id, int(r.child_depth))
-                              for r in rows})
-        return found
 
     def _spawn_children(self, reqs: list[FireRequest]) -> None:
         self._spawn(self._fire_children(reqs))

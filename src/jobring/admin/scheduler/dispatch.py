@@ -1,13 +1,13 @@
 """The admin's HTTP client for executors: /run (3.5: /trigger), /beat, /idleBeat, /kill, /log.
 
 Keep-alive connections are pooled per executor address. On the network plain http goes
-through the lean HTTP/1.1 client of :mod:`jobring.admin.scheduler.http1` (aiohttp for https):
-the per-call CPU bounds how fast a burst of fires due at one instant goes out, and aiohttp
-(about 1 ms of CPU per call on loopback; httpx about 10 ms at 100 calls in flight) was half
-of the admin's CPU at 1,000 fires/s. Tests inject ``connect`` (how the lean client opens a
-connection) so the production client runs against an in-memory executor double. An injected
-httpx transport sends every call through ``httpx.AsyncClient`` instead; only the
-benchmark's comparison of clients uses it.
+through the lean HTTP/1.1 client of :mod:`jobring.admin.scheduler.http1`: the per-call CPU
+bounds how fast a burst of fires due at one instant goes out (a general client was half of
+the admin's CPU at 1,000 fires/s, bench/RESULTS.md). https (rare for executors) goes
+through httpx, the client the rest of jobring uses. Tests inject ``connect`` (how the lean
+client opens a connection) so the production client runs against an in-memory executor
+double. An injected httpx transport sends every call through ``httpx.AsyncClient``
+instead; only the benchmark's comparison of clients uses it.
 
 Answers are parsed as JSON whatever their content type (the Java executor says
 ``text/html``). Transport errors, timeouts and unreadable answers become a failed
@@ -22,7 +22,6 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-import aiohttp
 import httpx
 
 from jobring.admin.scheduler.http1 import Connect, Http1Client, HttpError
@@ -118,14 +117,14 @@ class _HttpxHttp:
 
 
 class _LeanHttp:
-    """Plain http through :class:`Http1Client`; https (rare for executors) through aiohttp."""
+    """Plain http through :class:`Http1Client`; https (rare for executors) through httpx."""
 
     def __init__(self, headers: dict[str, str], connect: float, read: float, limit: int,
                  max_answer: int, opener: Connect | None) -> None:
         self._plain = Http1Client(headers, connect_timeout=connect, read_timeout=read,
                                   keepalive_s=_KEEPALIVE_S, max_per_host=limit, max_body=max_answer,
                                   connect=opener)
-        self._tls = _AiohttpHttp(headers, connect, read, limit)
+        self._tls = _HttpxHttp(headers, connect, read, limit, None)
 
     async def post(self, url: str, body: bytes, token: str | None, app: str | None = None
                    ) -> tuple[int, bytes]:
@@ -149,41 +148,6 @@ class _LeanHttp:
     async def aclose(self) -> None:
         await self._plain.aclose()
         await self._tls.aclose()
-
-
-class _AiohttpHttp:
-    def __init__(self, headers: dict[str, str], connect: float, read: float, limit: int) -> None:
-        self._headers = headers
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect, sock_read=read)
-        self._limit = limit
-        self._session: aiohttp.ClientSession | None = None
-
-    def _open(self) -> aiohttp.ClientSession:
-        # Created on first use, inside the running loop (aiohttp requires one).
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit,
-                                             keepalive_timeout=_KEEPALIVE_S)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, headers=self._headers,
-                skip_auto_headers=("User-Agent",),
-            )
-        return self._session
-
-    async def post(self, url: str, body: bytes, token: str | None, app: str | None = None
-                   ) -> tuple[int, bytes]:
-        try:
-            async with self._open().post(url, data=body, headers=_token_headers(token, app)) as response:
-                return response.status, await response.read()
-        except TimeoutError as exc:  # aiohttp's connect/read timeouts are TimeoutErrors too
-            detail = str(exc) or "no answer in time"
-            raise ExecutorCallError(type(exc).__name__, detail, timeout=True) from exc
-        except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise ExecutorCallError(type(exc).__name__, str(exc), timeout=False) from exc
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
 
 class ExecutorClient:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from jobring.admin.alarms.base import AlarmKind
 from jobring.admin.alarms.service import AlarmService
-from jobring.admin.scheduler.monitors import Monitor
+from jobring.admin.scheduler.monitor_base import Monitor
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
 from jobring.admin.store.records import JobInfo, LogEntry
 from jobring.core.clock import Clock

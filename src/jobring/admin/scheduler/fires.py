@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from jobring.admin.store.records import JobGroup, JobInfo, TriggerResult
 from jobring.core.enums import GlueType, RouteStrategy, TriggerType
 from jobring.core.routing import declaring
+from jobring.errors import JobringError
 from jobring.protocol.models import FAIL_CODE
 
 TRIGGER_TYPE_TITLES = {
@@ -43,7 +44,7 @@ def bean_handler(job: JobInfo) -> str | None:
     return None
 
 
-class TriggerRejected(ValueError):
+class TriggerRejected(JobringError, ValueError):
     """A fire request that must not be carried out (e.g. an address outside the group)."""
 
 

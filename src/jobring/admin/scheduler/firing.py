@@ -13,12 +13,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from jobring.admin.scheduler.advance import AdvanceWriter
+from jobring.admin.scheduler.ahead import Ahead
 from jobring.admin.scheduler.fence import SendFence
 from jobring.admin.scheduler.held import Held, HeldSet
 from jobring.admin.scheduler.leases import LeaseKeeper
 from jobring.admin.scheduler.loop_config import LoopConfig, LoopStats
 from jobring.admin.scheduler.ports import PlannedFire
-from jobring.admin.scheduler.readahead import Ahead, ReadAhead
+from jobring.admin.scheduler.readahead import ReadAhead
 from jobring.admin.scheduler.timers import Timers
 from jobring.core.enums import TriggerType
 from jobring.core.planning import FireDecision, decide_fire

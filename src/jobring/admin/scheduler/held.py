@@ -16,7 +16,7 @@ from jobring.admin.scheduler.ports import Schedule
 from jobring.admin.store.records import JobInfo
 
 if TYPE_CHECKING:
-    from jobring.admin.scheduler.readahead import Ahead
+    from jobring.admin.scheduler.ahead import Ahead
 
 # A held job whose row differs from the loop's copy in one of these is re-planned.
 SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "update_time")

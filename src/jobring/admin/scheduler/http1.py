@@ -1,7 +1,7 @@
 """A lean HTTP/1.1 keep-alive client for the admin's calls to executors (plain http only).
 
 The executor calls are small JSON POSTs on loopback or a LAN, up to thousands per second. A
-general client (aiohttp) spends most of the admin's CPU per call on request objects, header
+general client (aiohttp, httpx) spends most of the admin's CPU per call on request objects, header
 bookkeeping and timeouts; this one writes one pre-encoded request per call on a pooled
 connection and parses the answer (see :mod:`jobring.admin.scheduler.http1wire`: bounded by
 ``max_head`` and ``max_body``, strict). One pool per executor address, at most
@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from jobring.admin.scheduler.http1wire import HIGH_WATER, MAX_BODY, MAX_HEAD, Connection, Pool
+from jobring.errors import JobringError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ Connect = Callable[[Callable[[], asyncio.Protocol], str, int],
                    Awaitable[tuple[asyncio.BaseTransport, asyncio.Protocol]]]
 """Opens a connection as ``loop.create_connection(factory, host, port)`` does."""
 
-class HttpError(Exception):
+class HttpError(JobringError):
     """A call that got no (readable) HTTP answer; ``timeout`` tells a timeout apart."""
 
     def __init__(self, kind: str, detail: str, *, timeout: bool) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import collections
 
+from jobring.errors import JobringError
+
 MAX_HEAD = 64 << 10
 MAX_BODY = 1 << 20
 # Reading pauses while this much is buffered and nobody is waiting for it.
@@ -23,11 +25,11 @@ _WS = b" \t"
 _NO_BODY = (204, 304)
 
 
-class BadAnswer(ValueError):
+class BadAnswer(JobringError, ValueError):
     """An answer that is not well-formed HTTP/1.x."""
 
 
-class AnswerTooLarge(ValueError):
+class AnswerTooLarge(JobringError, ValueError):
     """An answer head or body over the client's bound."""
 
 

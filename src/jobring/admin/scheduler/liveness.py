@@ -45,6 +45,7 @@ from typing import Protocol, TypeVar
 
 from jobring.admin.store.records import JobInfo
 from jobring.core.clock import Clock
+from jobring.errors import JobringError
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ ClaimOwned = Callable[[Sequence[str], int, int, int, int], Awaitable[Sequence[Jo
 """(dead owners, now ms, window end ms, lease ms, limit) -> the jobs now leased to this node."""
 
 
-class LivenessLost(Exception):
+class LivenessLost(JobringError):
     """This node does not hold its liveness lock (its session failed or is being reopened)."""
 
 

@@ -10,14 +10,15 @@ idempotent upserts, deletes are by condition).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobring.admin.coexist import ForeignRunWatch
+from jobring.admin.scheduler.failures import DeadlineMonitor, FailMonitor
+from jobring.admin.scheduler.monitor_base import Monitor
+from jobring.admin.scheduler.retention import RetentionMonitor
 from jobring.admin.store.groups import EXECUTOR
 from jobring.admin.store.records import HandleResult, ResultOutcome
 from jobring.admin.store.zones import zone_named
@@ -29,8 +30,8 @@ from jobring.protocol.models import RegistryParam
 if TYPE_CHECKING:
     from jobring.admin.alarms.service import AlarmService
     from jobring.admin.scheduler.trigger import TriggerService
+    from jobring.admin.settings import AdminSettings
     from jobring.admin.store import Store
-    from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 
@@ -55,51 +56,6 @@ def lost_message(address: str | None, dead_after_s: int) -> str:
     """The handle message of a run lost with its executor (starts with ``lost:``)."""
     return (f"{LOST_PREFIX} executor {address or '-'} gone (unregistered, or no heartbeat for "
             f"{dead_after_s} s); marked lost by the lost-run monitor")
-
-
-class Monitor:
-    """A periodic tick run as an asyncio task; errors are logged and the loop goes on."""
-
-    name = "monitor"
-
-    def __init__(self, interval_s: float) -> None:
-        self.interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
-        self._woken = asyncio.Event()
-
-    async def tick(self) -> None:
-        raise NotImplementedError
-
-    def next_wait_s(self) -> float:
-        """Seconds until the next tick (a monitor may want to run earlier than its interval)."""
-        return self.interval_s
-
-    def wake(self) -> None:
-        """Run the next tick now rather than after the interval."""
-        self._woken.set()
-
-    async def _loop(self) -> None:
-        while True:
-            self._woken.clear()
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("%s tick failed; next try in %ss", self.name, self.interval_s)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._woken.wait(), self.next_wait_s())
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name=f"jobring-{self.name}")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
 
 async def refresh_group_addresses(
@@ -340,9 +296,6 @@ class Monitors:
     ) -> Monitors:
         """``legacy_log_id_max``: the last run of an adopted XXL-JOB history (never marked lost,
         retried or alarmed); ``hold_retention``: delete no run until JOBRING_LOG_RETENTION_CONFIRM."""
-        from jobring.admin.scheduler.failures import DeadlineMonitor, FailMonitor
-        from jobring.admin.scheduler.retention import RetentionMonitor
-
         fail = FailMonitor(store, trigger, alarms, clock, retry_max_age_s=settings.retry_max_age,
                            legacy_log_id_max=legacy_log_id_max)
         dead = settings.executor_dead_after_s

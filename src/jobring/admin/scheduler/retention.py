@@ -14,12 +14,12 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from jobring.admin.scheduler.monitors import Monitor
+from jobring.admin.scheduler.monitor_base import Monitor
 from jobring.core.clock import Clock
 
 if TYPE_CHECKING:
+    from jobring.admin.settings import AdminSettings
     from jobring.admin.store import Store
-    from jobring.config import AdminSettings
 
 log = logging.getLogger(__name__)
 

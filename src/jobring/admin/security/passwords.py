@@ -16,6 +16,8 @@ from typing import TypeVar
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+from jobring.errors import JobringError
+
 _HASHER = PasswordHasher()
 
 MIN_PASSWORD_LENGTH = 10
@@ -89,7 +91,7 @@ def password_problem(password: str) -> str | None:
     return None
 
 
-class HashingBusy(Exception):
+class HashingBusy(JobringError):
     """More password hashes are waiting than the pool accepts; refuse instead of queueing."""
 
 

@@ -8,7 +8,8 @@ import ipaddress
 import logging
 
 from jobring.admin.security.passwords import is_common_password, password_problem
-from jobring.config import AdminSettings, ConfigError
+from jobring.admin.settings import AdminSettings
+from jobring.configbase import ConfigError
 
 log = logging.getLogger(__name__)
 

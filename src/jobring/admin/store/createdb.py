@@ -7,6 +7,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from jobring.admin.store.engine import create_engine, normalize_url
+from jobring.errors import JobringError
 
 PG_MISSING_DATABASE = "3D000"  # SQLSTATE invalid_catalog_name
 MYSQL_UNKNOWN_DATABASE = 1049  # ER_BAD_DB_ERROR
@@ -14,7 +15,7 @@ MYSQL_UNKNOWN_DATABASE = 1049  # ER_BAD_DB_ERROR
 PG_MAINTENANCE_DATABASES = ("postgres", "template1")
 
 
-class DatabaseMissing(Exception):
+class DatabaseMissing(JobringError):
     """The database does not exist and could not be created; the message says how to."""
 
 

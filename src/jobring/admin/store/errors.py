@@ -6,20 +6,23 @@ import asyncio
 
 from sqlalchemy import exc as sa_exc
 
+from jobring import errors
+from jobring.errors import JobringError
 
-class StoreError(Exception):
+
+class StoreError(JobringError):
     """Base class of every error the store raises on purpose."""
 
 
-class NotFound(StoreError):
+class NotFound(StoreError, errors.NotFound):
     """The record named by the call does not exist."""
 
 
-class Conflict(StoreError):
+class Conflict(StoreError, errors.Conflict):
     """The write would break a uniqueness rule (e.g. a username that is taken)."""
 
 
-class ReferencedError(StoreError):
+class ReferencedError(StoreError, errors.Conflict):
     """The record cannot be deleted because other records still reference it."""
 
 

@@ -56,6 +56,7 @@ from jobring.admin.store.records import (
     Page,
     ResultOutcome,
     RunCursor,
+    RunLink,
     TriggerResult,
 )
 from jobring.admin.store.run_estimate import estimate_runs
@@ -434,6 +435,20 @@ class LogRepository(Repository):
                     break
                 chain.append(to_record(LogEntry, row))
         return chain
+
+    async def links(self, run_ids: Collection[int]) -> dict[int, RunLink]:
+        """run id -> :class:`RunLink` for the runs among ``run_ids`` that exist; 500 ids per
+        statement."""
+        ids = sorted(set(run_ids))
+        found: dict[int, RunLink] = {}
+        async with self._db.read() as conn:
+            for start in range(0, len(ids), 500):
+                rows = await conn.execute(
+                    select(job_log.c.id, job_log.c.job_id, job_log.c.job_group, job_log.c.root_run_id,
+                           job_log.c.child_depth).where(job_log.c.id.in_(ids[start:start + 500])))
+                found.update({int(r.id): RunLink(int(r.id), int(r.job_id), int(r.job_group), r.root_run_id,
+                                                 int(r.child_depth)) for r in rows})
+        return found
 
     async def list(
         self,

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store.engine import create_engine
+from jobring.admin.store.xxl_schema import check_adoptable, mark_xxl_job_history
 
 log = logging.getLogger("jobring.admin.store")
 VERSION_TABLE = "jobring_alembic_version"
@@ -54,8 +55,6 @@ def _current(connection: Connection) -> str | None:
 
 
 def _upgrade(connection: Connection) -> UpgradeResult:
-    from jobring.admin.adopt import check_adoptable, mark_xxl_job_history  # imports the store package
-
     before = _current(connection)
     # An XXL-JOB schema jobring cannot run on is refused before anything changes.
     finding = check_adoptable(connection) if before is None else None
@@ -78,7 +77,7 @@ async def _with_engine(url_or_engine: str | AsyncEngine) -> tuple[AsyncEngine, b
 
 async def upgrade_database(url_or_engine: str | AsyncEngine) -> UpgradeResult:
     """Bring the database to the newest schema; safe to run again (and on an XXL-JOB 2.1-2.5
-    database). ``jobring.admin.adopt.AdoptionRefused`` for an XXL-JOB shape it cannot adopt."""
+    database). ``jobring.admin.store.xxl_schema.AdoptionRefused`` for an XXL-JOB shape it cannot adopt."""
     engine, owned = await _with_engine(url_or_engine)
     try:
         async with engine.connect() as conn:

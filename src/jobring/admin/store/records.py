@@ -121,6 +121,17 @@ class NewLog:
 
 
 @dataclass(frozen=True, slots=True)
+class RunLink:
+    """Where a run belongs: its job and group, and the child-fire tree it is part of."""
+
+    run_id: int
+    job_id: int
+    job_group: int
+    root_run_id: int | None
+    child_depth: int
+
+
+@dataclass(frozen=True, slots=True)
 class LogEntry:
     """A row of ``xxl_job_log``."""
 

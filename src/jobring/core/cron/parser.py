@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from jobring.errors import JobringError
+
 SECONDS = "seconds"
 MINUTES = "minutes"
 HOURS = "hours"
@@ -61,7 +63,7 @@ _LAST_DOW_RE = re.compile(rf"(?P<day>{_VALUE})L")
 _NTH_DOW_RE = re.compile(rf"(?P<day>{_VALUE})#(?P<nth>.*)")
 
 
-class CronParseError(ValueError):
+class CronParseError(JobringError, ValueError):
     """An invalid cron expression; the message names the field and the problem."""
 
 

@@ -6,6 +6,8 @@ import re
 from datetime import datetime, timedelta
 from typing import NamedTuple, TypeAlias
 
+from jobring.errors import JobringError
+
 __all__ = ["ExpressionError", "JsonValue", "Node", "Value", "parse_tree", "where"]
 
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
@@ -27,7 +29,7 @@ def where(text: str, position: int) -> str:
     return f"line {line}, column {column}" if "\n" in text else f"column {column}"
 
 
-class ExpressionError(ValueError):
+class ExpressionError(JobringError, ValueError):
     """A syntax or evaluation error at ``position`` (0-based offset into ``source``)."""
 
     def __init__(self, message: str, position: int, source: str = "") -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TypeVar
 
+from jobring.errors import JobringError
+
 _E = TypeVar("_E", bound=StrEnum)
 
 
-class TimingError(ValueError):
+class TimingError(JobringError, ValueError):
     """Invalid timing input. ``field`` is the path of the offending part (``dates[3]``,
     ``day_windows[0].end``); the message starts with it, as the API's ``{"error", "field"}``."""
 

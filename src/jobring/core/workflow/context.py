@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 
 from jobring.core.expression import JsonValue, Value
+from jobring.errors import JobringError
 
 __all__ = [
     "CONTEXT_MAX_BYTES",
@@ -44,7 +45,7 @@ MAX_KEY_CHARS = 256
 RESERVED_NAMES = frozenset({"ctx", "item", "item_index"})
 
 
-class ContextError(ValueError):
+class ContextError(JobringError, ValueError):
     """Additions that are not JSON, or that would make the context larger than the cap."""
 
 

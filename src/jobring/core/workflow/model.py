@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from jobring.core.expression import Expression
 from jobring.core.templating import Template
+from jobring.errors import JobringError
 
 __all__ = [
     "MAX_EDGES",
@@ -69,7 +70,7 @@ class FailureRule(StrEnum):
     CONTINUE = "continue"
 
 
-class WorkflowInvalid(ValueError):
+class WorkflowInvalid(JobringError, ValueError):
     """A refused workflow: ``field`` is the JSON path (``nodes[3].join``, ``edges[0].when``),
     ``node`` the key of the offending node when there is one."""
 

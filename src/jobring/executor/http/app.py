@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from jobring.executor.http.decode import decode_received, decode_trigger, read_body
 from jobring.executor.ops import OPS_PATHS, OpsAnswer
-from jobring.protocol.edge import SECURITY_HEADERS
+from jobring.protocol.edge import SECURITY_HEADERS, Receive, Scope, Send
 from jobring.protocol.models import (
     MSG_METHOD_NOT_SUPPORTED,
     MSG_TOKEN_WRONG,
@@ -29,11 +29,6 @@ from jobring.protocol.models import (
 )
 
 log = logging.getLogger(__name__)
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 MSG_JOB_BUSY = "job thread is running or has trigger queue."
 MSG_NOT_STARTED = "executor is not started."

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
-
 import orjson
 
+from jobring.protocol.edge import Receive
 from jobring.protocol.models import ProtocolError, TriggerParam, in_int32, in_int64
-
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
 
 # glueSource travels in /run; anything larger than this is not a sane request.
 MAX_BODY_BYTES = 8 * 1024 * 1024

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobring.executor.http.decode import MAX_BODY_BYTES
-from jobring.protocol.edge import HEAD_REFUSALS, SECURITY_HEADER_LINES
+from jobring.protocol.edge import HEAD_REFUSALS, closing_answer
 from jobring.protocol.models import ReturnT
 
 
@@ -49,10 +49,6 @@ class ServerLimits:
 BODY_TIMED_OUT = "request body not received in time"
 TOO_MANY_CONNECTIONS = "too many connections"
 
-_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 414: b"URI Too Long",
-            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
-
-
 def body_too_large(limit: int) -> str:
     return f"request error:request body larger than {limit} bytes"
 
@@ -70,14 +66,7 @@ def refusal_reason(status: int, limits: ServerLimits, *, in_body: bool = False) 
 
 def error_answer(status: int, msg: str) -> bytes:
     """A complete closing answer with a ReturnT body (the envelope XXL-JOB clients read)."""
-    body = ReturnT.fail(msg).encode()
-    return b"".join((
-        b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
-        b"Content-Type: application/json;charset=UTF-8\r\n",
-        SECURITY_HEADER_LINES,
-        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body),
-        body,
-    ))
+    return closing_answer(status, b"application/json;charset=UTF-8", ReturnT.fail(msg).encode())
 
 
 BAD_REQUEST = error_answer(400, "invalid HTTP request")

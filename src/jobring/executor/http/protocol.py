@@ -25,12 +25,13 @@ import logging
 import socket
 from typing import cast
 
+from jobring.errors import JobringError
 from jobring.executor.eager import first_step, resume
 from jobring.executor.http.admission import Admission
 from jobring.executor.http.app import ExecutorEndpoints
 from jobring.executor.http.limits import BAD_REQUEST, ServerLimits, error_answer, refusal_reason
 from jobring.executor.ops import OpsAnswer
-from jobring.protocol.edge import SECURITY_HEADER_LINES, HeadLimits, HeadMeter, feed_head
+from jobring.protocol.edge import LINGER_S, SECURITY_HEADER_LINES, HeadLimits, HeadMeter, feed_head
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +40,6 @@ _STATUS_LINE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json;charset=UTF-
                 + SECURITY_HEADER_LINES + b"Content-Length: ")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 KEEP_ALIVE_TIMEOUT_S = 75.0
-# After refusing a request, what the client still sends is read and dropped this long, so
-# that it reads the answer rather than a connection reset.
-LINGER_S = 2.0
 # Closing unauthenticated connections for newcomers is logged at most this often.
 EVICTION_LOG_INTERVAL_S = 60.0
 # How long after a connection arrives the unauthenticated budgets are enforced: connections
@@ -64,7 +62,7 @@ class _Request:
         self.size = 0
 
 
-class _Refused(Exception):
+class _Refused(JobringError):
     """Raised from a parser callback to stop parsing a refused request."""
 
 

@@ -26,6 +26,7 @@ from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.records import DayCount, LogStatus
 from jobring.admin.store.zones import zone_named
+from jobring.version import jobring_version
 
 router = APIRouter(tags=["dashboard"], responses=ERROR_RESPONSES)
 
@@ -182,8 +183,6 @@ async def access_token(services: Services, principal: Admin) -> AccessTokenOut:
     "/settings", response_model=SettingsOut, tags=["settings"], summary="The admin's settings (admin)"
 )
 async def settings(services: Services, principal: Admin) -> SettingsOut:
-    from jobring.admin.app import jobring_version  # the app module imports this one
-
     configured = services.settings
     return SettingsOut(
         version=jobring_version(),

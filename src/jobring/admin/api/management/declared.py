@@ -56,6 +56,7 @@ from jobring.admin.store.records import JobInfo, User
 from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import GlueType, ManagedBy, ScheduleType, TriggerStatus
 from jobring.core.text import one_line_problem
+from jobring.errors import JobringError, Refused
 from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_TOKEN_WRONG
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class Declaration:
     spec: dict[str, Any]  # normalized field values (JSON types), plus "start"
 
 
-class DeclarationError(Exception):
+class DeclarationError(JobringError):
     def __init__(self, handler: str | None, field: str | None, message: str) -> None:
         where = f"declaration of handler {handler!r}" if handler else "declarations"
         super().__init__(f"{where}: {message}")
@@ -236,8 +237,8 @@ class DeclarationService:
             except FieldError as exc:
                 field = "child_job_ids" if exc.field == "child_jobid" else exc.field
                 raise DeclarationError(decl.handler, field, str(exc)) from None
-            except ApiError as exc:
-                raise DeclarationError(decl.handler, exc.field, exc.error) from None
+            except (ApiError, Refused) as exc:
+                raise DeclarationError(decl.handler, exc.field, str(exc)) from None
         plan.retire = [j for j in jobs if j.managed_by == _CODE and j.declared_by_executor
                        and j.executor_handler not in declared]
         existing = sum(j.managed_by == _CODE for j in jobs)

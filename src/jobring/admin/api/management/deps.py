@@ -28,6 +28,7 @@ from jobring.admin.security.sessions import (
 )
 from jobring.admin.security.tokens import hash_api_token, looks_like_api_token
 from jobring.admin.store.records import ApiToken
+from jobring.errors import Forbidden
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_TOKEN_CHAIN = 16  # tokens created through tokens: at most this many ancestors
@@ -158,10 +159,10 @@ def ensure_group_read(principal: Principal, group_id: int, hidden: Exception | N
 
 
 def ensure_group_write(principal: Principal, group_id: int, hidden: Exception | None = None) -> None:
-    """:func:`ensure_group_read`, then 403 for the viewer role."""
+    """:func:`ensure_group_read`, then Forbidden for the viewer role."""
     ensure_group_read(principal, group_id, hidden)
     if not principal.can_write:
-        raise ApiError(403, "the viewer role is read-only")
+        raise Forbidden("the viewer role is read-only")
 
 
 def service_unavailable(what: str) -> ApiError:

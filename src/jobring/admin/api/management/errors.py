@@ -21,8 +21,17 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobring.admin.api.json_errors import internal_error_response
-from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError
-from jobring.admin.validation import FieldError
+from jobring.admin.store.errors import StoreError
+from jobring.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Invalid,
+    JobringError,
+    NotFound,
+    Refused,
+    Unavailable,
+)
 
 
 class FieldProblem(BaseModel):
@@ -43,8 +52,10 @@ class ErrorBody(BaseModel):
     errors: list[FieldProblem] | None = Field(None, description="422 of a request body: every problem in it")
 
 
-class ApiError(Exception):
-    """An answer other than success, with the status and the uniform body."""
+class ApiError(JobringError):
+    """An answer other than success, with the status and the uniform body (the API's own
+    answers: authentication, limits; services raise the :class:`~jobring.errors.Refused`
+    kinds, answered by :func:`status_of`)."""
 
     def __init__(
         self, status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None,
@@ -58,16 +69,37 @@ class ApiError(Exception):
         self.code = code
 
 
-def bad_request(error: str, field: str | None = None) -> ApiError:
-    return ApiError(400, error, field)
+# The answer to each kind of refusal; the first kind the error is wins (a MissingReference
+# is a FieldError and a NotFound: 404).
+_STATUS: tuple[tuple[type[Refused], int, str], ...] = (
+    (NotFound, 404, "not found"),
+    (Conflict, 409, "conflict"),
+    (Forbidden, 403, "forbidden"),
+    (Unavailable, 503, "unavailable"),
+    (BadRequest, 400, "bad request"),
+    (Invalid, 422, "invalid value"),
+)
 
 
-def forbidden(error: str) -> ApiError:
-    return ApiError(403, error)
+def status_of(exc: Refused) -> int:
+    """The HTTP status that answers ``exc``."""
+    return next((status for kind, status, _ in _STATUS if isinstance(exc, kind)), 400)
 
 
-def not_found(what: str, ident: object) -> ApiError:
-    return ApiError(404, f"{what} {ident} not found")
+def _message(exc: Refused) -> str:
+    return str(exc) or next((text for kind, _, text in _STATUS if isinstance(exc, kind)), "refused")
+
+
+def bad_request(error: str, field: str | None = None) -> BadRequest:
+    return BadRequest(error, field)
+
+
+def forbidden(error: str) -> Forbidden:
+    return Forbidden(error)
+
+
+def not_found(what: str, ident: object) -> NotFound:
+    return NotFound(f"{what} {ident} not found")
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -117,13 +149,13 @@ def api_field(field: str) -> str:
     return API_FIELD_NAMES.get(head, head) + dot + rest
 
 
-async def _on_field_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, FieldError)
-    field = api_field(exc.field)
-    message = str(exc)
-    if field != exc.field and message.startswith(exc.field):
-        message = field + message[len(exc.field):]
-    return error_response(exc.status, message, field)
+async def _on_refused(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Refused)
+    message, sent = _message(exc), exc.field
+    field = None if sent is None else api_field(sent)
+    if sent is not None and field != sent and message.startswith(sent):
+        message = f"{field}{message[len(sent):]}"
+    return error_response(status_of(exc), message, field)
 
 
 MAX_PROBLEMS = 50
@@ -163,11 +195,9 @@ async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, str(exc.detail), None, dict(exc.headers or {}) or None)
 
 
-async def _on_store(_request: Request, exc: Exception) -> JSONResponse:
-    if isinstance(exc, NotFound):
-        return error_response(404, str(exc) or "not found")
-    if isinstance(exc, Conflict | ReferencedError):
-        return error_response(409, str(exc) or "conflict")
+async def _on_store(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, Refused):  # NotFound, Conflict, ReferencedError
+        return await _on_refused(request, exc)
     return internal_error_response(exc, "store error not mapped to an answer")
 
 
@@ -177,7 +207,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _on_api_error)
-    app.add_exception_handler(FieldError, _on_field_error)
+    app.add_exception_handler(Refused, _on_refused)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(StoreError, _on_store)

@@ -16,7 +16,6 @@ from typing import Any
 from jobring.admin.alarms.outbound import HostUnresolved, RefusedAnswer, pinned_address
 from jobring.admin.alarms.targets import TargetError, dump_targets, parse_targets, restore_masked
 from jobring.admin.api.management.deps import ensure_group_read, ensure_group_write
-from jobring.admin.api.management.errors import ApiError, not_found
 from jobring.admin.api.management.models import MAX_DELAY_MS
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerRejected
@@ -35,6 +34,7 @@ from jobring.admin.validation import (
 from jobring.core.addresses import AddressRefused, target_urls
 from jobring.core.enums import GlueType, ScheduleType, TriggerStatus, TriggerType
 from jobring.core.schedule import parse_schedule
+from jobring.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unavailable
 
 GLUE_DISABLED = "GLUE is disabled on this admin (set JOBRING_GLUE_ENABLED=true to enable it)"
 GLUE_NOT_PERMITTED = "you have no GLUE permission"
@@ -43,9 +43,9 @@ GLUE_NOT_PERMITTED = "you have no GLUE permission"
 def ensure_glue_allowed(services: ManagementServices, principal: Principal) -> None:
     """403 unless GLUE is enabled and the caller may edit it."""
     if not services.settings.glue_enabled:
-        raise ApiError(403, GLUE_DISABLED)
+        raise Forbidden(GLUE_DISABLED)
     if not principal.can_edit_glue:
-        raise ApiError(403, GLUE_NOT_PERMITTED)
+        raise Forbidden(GLUE_NOT_PERMITTED)
 
 
 def alarm_targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = None) -> str | None:
@@ -61,21 +61,21 @@ def alarm_targets_text(raw: list[dict[str, Any]] | None, old: JobInfo | None = N
 async def load_job(services: ManagementServices, job_id: int) -> JobInfo:
     job = await services.store.jobs.get(job_id)
     if job is None:
-        raise not_found("job", job_id)
+        raise NotFound(f"job {job_id} not found")
     return job
 
 
 async def load_job_for_read(services: ManagementServices, principal: Principal, job_id: int) -> JobInfo:
     """The job, when the caller may see its group (404 when missing or hidden)."""
     job = await load_job(services, job_id)
-    ensure_group_read(principal, job.job_group, not_found("job", job_id))
+    ensure_group_read(principal, job.job_group, NotFound(f"job {job_id} not found"))
     return job
 
 
 async def load_job_for_write(services: ManagementServices, principal: Principal, job_id: int) -> JobInfo:
     """The job, when the caller may operate its group (404 when missing or hidden, 403 for a viewer)."""
     job = await load_job(services, job_id)
-    ensure_group_write(principal, job.job_group, not_found("job", job_id))
+    ensure_group_write(principal, job.job_group, NotFound(f"job {job_id} not found"))
     return job
 
 
@@ -178,11 +178,11 @@ async def validate_job_update(
                 raise
             warnings.append(f"kept the stored value of {exc}: a new job could not have it")
             candidate = replace(candidate, **{exc.field: _STAND_INS[exc.field]})
-    raise ApiError(422, "too many invalid stored values to check this update")
+    raise Invalid("too many invalid stored values to check this update")
 
 
 def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -> int:
-    """The job's next fire strictly after ``after_ms``; ApiError when it never fires."""
+    """The job's next fire strictly after ``after_ms``; BadRequest when it never fires."""
     zone = job.schedule_timezone or services.settings.timezone or "UTC"
     try:
         schedule = parse_schedule(job.schedule_type, job.schedule_conf, zone)
@@ -190,7 +190,7 @@ def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -
         raise FieldError("schedule_conf", str(exc)) from None
     following = schedule.next_fire_ms(after_ms)
     if following is None:
-        raise ApiError(400, f"the schedule of job {job.id} never fires again", "schedule_conf")
+        raise BadRequest(f"the schedule of job {job.id} never fires again", "schedule_conf")
     return following
 
 
@@ -229,7 +229,7 @@ async def update_job(
     schedule changed (as the reference does). Legacy values the update does not change are
     kept, with a line in ``warnings`` (when given; else they are refused like new values).
     ``expect``: stored values checked in the write itself (store Conflict when changed)."""
-    ensure_group_write(principal, old.job_group, not_found("job", old.id))
+    ensure_group_write(principal, old.job_group, NotFound(f"job {old.id} not found"))
     if new.job_group != old.job_group:
         ensure_group_write(principal, new.job_group, missing_group("job_group", new.job_group))
     if new.glue_type != GlueType.BEAN and (
@@ -287,9 +287,8 @@ async def delete_job(services: ManagementServices, job: JobInfo) -> None:
 
 async def start_job(services: ManagementServices, job: JobInfo) -> JobInfo:
     if job.schedule_type == ScheduleType.NONE:
-        raise ApiError(
-            400, "a job with schedule_type NONE cannot be started; trigger it instead", "schedule_type"
-        )
+        raise BadRequest("a job with schedule_type NONE cannot be started; trigger it instead",
+                         "schedule_type")
     next_ms = next_fire_after(services, job, services.now_ms())
     await services.store.jobs.set_status(job.id, int(TriggerStatus.RUNNING), next_ms)
     return await load_job(services, job.id)
@@ -308,7 +307,7 @@ async def trigger_job(
     trigger_type: TriggerType = TriggerType.MANUAL,
 ) -> FireResult:
     if services.trigger is None:
-        raise ApiError(503, "triggering is not available on this node")
+        raise Unavailable("triggering is not available on this node")
     override: list[str] | None = None
     if addresses:
         override = [check_address(f"addresses.{i}", a, services.address_policy)
@@ -320,7 +319,7 @@ async def trigger_job(
     try:
         return await services.trigger.fire(request)
     except TriggerRejected as exc:
-        raise ApiError(400, str(exc), "addresses") from None
+        raise BadRequest(str(exc), "addresses") from None
 
 
 MAX_PENDING_DELAYED = 1_000  # per job: a runaway script cannot fill the table
@@ -362,7 +361,7 @@ async def trigger_at(
         override = [check_address(f"addresses.{i}", a) for i, a in enumerate(addresses)]
         await _check_override(services, job, override)
     if await services.store.delayed.count_for_job(job.id) >= MAX_PENDING_DELAYED:
-        raise ApiError(409, f"job {job.id} already has {MAX_PENDING_DELAYED} delayed runs pending")
+        raise Conflict(f"job {job.id} already has {MAX_PENDING_DELAYED} delayed runs pending")
     fire_id = await services.store.delayed.add(
         job.id, job.job_group, fire_at, executor_param, override, created_by, now)
     if services.delayed is not None:
@@ -382,8 +381,7 @@ async def _check_override(services: ManagementServices, job: JobInfo, override: 
     normalized = {a.rstrip("/") for a in known}
     for i, address in enumerate(override):
         if address.rstrip("/") not in normalized:
-            raise ApiError(
-                400,
+            raise BadRequest(
                 f"address {address!r} is not registered in executor group {job.job_group}",
                 f"addresses.{i}",
             )

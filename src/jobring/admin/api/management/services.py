@@ -15,8 +15,8 @@ from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.security.passwords import PasswordWorkers, shared_password_workers
 from jobring.admin.security.ratelimit import LoginRateLimiter
 from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S
+from jobring.admin.settings import AdminSettings, address_policy, alarm_policy
 from jobring.admin.store import Store
-from jobring.config import AdminSettings, address_policy, alarm_policy
 from jobring.core.addresses import AddressPolicy, AlarmTargetPolicy
 from jobring.core.clock import Clock, SystemClock
 

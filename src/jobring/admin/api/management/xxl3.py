@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 from jobring.admin.api.json_errors import internal_failure_message
 from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import MUST_CHANGE_MESSAGE, principal_from_api_token
-from jobring.admin.api.management.errors import ApiError
+from jobring.admin.api.management.errors import ApiError, status_of
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction, client_address, request_source
@@ -36,6 +36,7 @@ from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo
 from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import TriggerType
+from jobring.errors import Refused
 from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_METHOD_NOT_SUPPORTED
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,8 @@ class Xxl3Api:
             return _answer(500, str(exc))
         except ApiError as exc:
             return _answer(exc.status if exc.status in (401, 403) else 500, exc.error)
+        except Refused as exc:  # a service's refusal; XXL-JOB 3.x tells apart only 403
+            return _answer(403 if status_of(exc) == 403 else 500, str(exc))
         except StoreError as exc:
             return _answer(500, str(exc))
         return _answer(200, None, content)

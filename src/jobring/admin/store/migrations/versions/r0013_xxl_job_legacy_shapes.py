@@ -5,7 +5,7 @@ XXL-JOB 2.3 replaced ``xxl_job_info.job_cron`` by ``schedule_type``/``schedule_c
 gets those columns, its cron jobs become ``CRON`` jobs with the same expression, and
 ``job_cron`` is kept (nullable now, so jobring's inserts, which do not set it, work; a
 rollback to the old Java admin still finds its column). 2.0 (Quartz era) and other shapes
-are refused before any migration runs (``jobring.admin.adopt.check_adoptable``).
+are refused before any migration runs (``jobring.admin.store.xxl_schema.check_adoptable``).
 Nothing happens on databases that already have the columns.
 
 Revision ID: 0013

@@ -4,6 +4,9 @@ delayed one-shot fires (``jobring_delayed_fire``), each created only where missi
 Revision ID: 0012
 Revises: 0008
 Create Date: 2026-11-23
+
+The file is named by its place in the chain (after 0008, before 0010); its revision id stays
+0012, the one databases already record.
 """
 
 from __future__ import annotations

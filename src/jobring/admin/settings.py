@@ -17,8 +17,15 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from jobring.configbase import ConfigError as ConfigError  # where callers import it from
-from jobring.configbase import SettingsBase, check_known, read_toml_table
+from jobring.admin.scheduler.loop_config import LoopConfig
+from jobring.configbase import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    ConfigError,
+    SettingsBase,
+    check_known,
+    read_toml_table,
+)
 from jobring.core.addresses import (
     AddressPolicy,
     AddressRefused,
@@ -31,8 +38,6 @@ from jobring.core.addresses import (
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
 ENV_PREFIX = "JOBRING_"
-LOG_FORMATS = ("plain", "json")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -66,8 +71,6 @@ class LoopSettings(BaseModel):
     def check(self, pre_read_ms: int) -> None:
         """ValueError when the tunables (with LoopConfig's defaults for the others) break a
         rule the loop relies on (see the loop module's docstring)."""
-        from jobring.admin.scheduler.loop_config import LoopConfig  # the defaults
-
         c = LoopConfig(**self.given())
         # A lease renewed every cycle must outlive the cycle plus the clock-skew guard, or
         # the node stops sending between two renewals.
@@ -207,6 +210,8 @@ class AdminSettings(SettingsBase):
     @classmethod
     def _alarm_targets(cls, value: str | None) -> str | None:
         if value:
+            # Loaded only for a default target: the channel modules bring httpx and the
+            # store's records (SQLAlchemy), which settings alone do not need.
             from jobring.admin.alarms.targets import TargetError, parse_targets
 
             try:
@@ -277,21 +282,3 @@ def check_alarm_settings(settings: AdminSettings) -> None:
             check_alarm_url(url, policy)
         except AddressRefused as exc:
             raise ConfigError(f"{where}: {exc}") from None
-
-
-def check_log_settings(log_format: str, log_level: str) -> None:
-    """Raise ConfigError for an unknown log format or level."""
-    if log_format not in LOG_FORMATS:
-        raise ConfigError(f"log_format: expected plain or json, got {log_format!r}")
-    if log_level.upper() not in LOG_LEVELS:
-        raise ConfigError(f"log_level: expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
-
-
-MIN_METRICS_TOKEN = 16
-
-
-def check_metrics_token(token: str | None) -> None:
-    """A metrics token, when set, must be at least 16 characters (a guessable one is refused).
-    The executor's check; the admin's is in its secret policy (``--insecure`` applies)."""
-    if token is not None and len(token.strip()) < MIN_METRICS_TOKEN:
-        raise ConfigError(f"metrics_token: use at least {MIN_METRICS_TOKEN} random characters")
