@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from jobring.admin.executor_tokens import new_group_token
 from jobring.admin.security.passwords import (
     HashingBusy,
     PasswordWorkers,
     common_passwords,
+    generate_password,
     hash_password,
     needs_rehash,
     password_problem,
@@ -33,7 +35,12 @@ from jobring.admin.security.sessions import (
     looks_like_session_id,
     new_session_id,
 )
-from jobring.admin.security.tokens import generate_api_token, hash_api_token, looks_like_api_token
+from jobring.admin.security.tokens import (
+    generate_api_token,
+    hash_api_token,
+    looks_like_api_token,
+    typeable_secret,
+)
 from jobring.admin.settings import AdminSettings, load_settings
 from jobring.admin.store.records import User
 from jobring.configbase import ConfigError
@@ -205,3 +212,12 @@ def test_trusted_proxies_from_toml_list_or_env_and_bad_entries(tmp_path: Path) -
     assert trusted_proxy_networks(AdminSettings()) == []
     with pytest.raises(ConfigError, match="trusted_proxies"):
         trusted_proxy_networks(AdminSettings(trusted_proxies="10.0.0.0/8,not-an-ip"))
+
+
+def test_generated_secrets_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A secret typed on a command line (`--token -x...`) would be read as an option.
+    draws = iter(["-first", "-second", "third", "-x", "group-token", "-y", "password"])
+    monkeypatch.setattr("jobring.admin.security.tokens.secrets.token_urlsafe", lambda n: next(draws))
+    assert typeable_secret(32) == "third"
+    assert new_group_token() == "group-token"
+    assert generate_password() == "password"

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jobring.admin.security.tokens import typeable_secret
 from jobring.admin.store.records import GroupGuard
 from jobring.core.clock import Clock
 
@@ -33,7 +33,7 @@ _MISS_REFRESH_MS = 1_000
 
 def new_group_token() -> str:
     """A fresh random group token (43 URL-safe characters)."""
-    return secrets.token_urlsafe(GROUP_TOKEN_BYTES)
+    return typeable_secret(GROUP_TOKEN_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +15,7 @@ from typing import TypeVar
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+from jobring.admin.security.tokens import typeable_secret
 from jobring.errors import JobringError
 
 _HASHER = PasswordHasher()
@@ -53,7 +53,7 @@ def needs_rehash(password_hash: str) -> bool:
 
 def generate_password() -> str:
     """A random password for a first start (about 128 bits)."""
-    return secrets.token_urlsafe(16)
+    return typeable_secret(16)
 
 
 @cache

@@ -8,6 +8,14 @@ import secrets
 TOKEN_PREFIX = "jr_"
 
 
+def typeable_secret(nbytes: int) -> str:
+    """``secrets.token_urlsafe(nbytes)`` that never starts with ``-``: a secret a user passes
+    on a command line (``--token -x...``) would otherwise be read as an option."""
+    while (secret := secrets.token_urlsafe(nbytes)).startswith("-"):
+        pass
+    return secret
+
+
 def generate_api_token() -> str:
     """A new token (256 bits of randomness); shown to its owner once, never stored."""
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
