@@ -99,10 +99,15 @@ class DbProxy:
 
     @staticmethod
     async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-        writer.transport.abort()
+        # The other side goes however this one ends: a process SIGKILLed with unread data
+        # resets its socket (ConnectionResetError here, not EOF), and an upstream session
+        # left open would keep the dead node's transaction and its row locks for hours.
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.transport.abort()
 
 
 def proxied_url(url: str, port: int) -> str:
