@@ -36,7 +36,7 @@ from jobring.cli.users import reset_password
 from jobring.configbase import ConfigError
 from tests.admin.api_harness import api_env
 from tests.admin.test_monitors import NOW, add_log, env  # noqa: F401 - the fixture
-from tests.admin.test_trigger import Env
+from tests.admin.trigger_kit import Env
 from tests.dbs import backend_of
 from tests.store.test_migrations import _reference_ddl
 

@@ -3,7 +3,7 @@ module edited) is validated, built and used end to end by the alarm service."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -23,11 +23,10 @@ from jobring.admin.alarms.registry import TargetError as RegistryTargetError
 from jobring.admin.alarms.setup import alarmer_from_settings
 from jobring.admin.scheduler.failures import FailMonitor
 from jobring.admin.settings import load_settings
-from jobring.admin.store import Store
 from jobring.configbase import ConfigError
 from jobring.core.enums import AlarmStatus
 from tests.admin.test_monitors import add_log
-from tests.admin.test_trigger import HOSTS, Env, make_env
+from tests.admin.trigger_kit import HOSTS, Env, env_fixture
 
 
 class PagerAlarm:
@@ -65,13 +64,7 @@ def pager() -> Iterator[None]:
         unregister_channel("pager")
 
 
-@pytest.fixture
-async def env(sqlite_store: Store) -> AsyncIterator[Env]:
-    e = await make_env(sqlite_store, HOSTS)
-    try:
-        yield e
-    finally:
-        await e.trigger.close()
+env = env_fixture(HOSTS)
 
 
 def test_built_in_kinds_are_registered_by_their_modules() -> None:

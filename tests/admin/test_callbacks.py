@@ -13,7 +13,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo, ResultOutcome
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import HandleCallbackParam
-from tests.admin.test_trigger import HOSTS, T0, Env, make_env
+from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
 
 
 @dataclass

@@ -18,7 +18,7 @@ from jobring.admin.store.records import JobInfo, LogEntry
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import HandleCallbackParam
 from tests.admin.api_harness import api_env
-from tests.admin.test_trigger import HOSTS, T0, Env, make_env
+from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
 
 BUDGET = 5
 

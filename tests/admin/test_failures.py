@@ -4,7 +4,6 @@ of gone executors, disabled and unregistered addresses, and retention."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,7 +22,7 @@ from jobring.core.retry import retry_delay_ms
 from jobring.core.runstate import RunState
 from jobring.protocol.models import HandleCallbackParam, RegistryParam
 from tests.admin.test_monitors import NOW, add_log
-from tests.admin.test_trigger import HOSTS, T0, Env, make_env
+from tests.admin.trigger_kit import HOSTS, T0, Env, env_fixture, make_env
 
 
 class Channel:
@@ -37,13 +36,7 @@ class Channel:
         return AlarmOutcome.SENT
 
 
-@pytest.fixture
-async def env(sqlite_store: Store) -> AsyncIterator[Env]:
-    e = await make_env(sqlite_store, HOSTS)
-    try:
-        yield e
-    finally:
-        await e.trigger.close()
+env = env_fixture(HOSTS)
 
 
 def test_retry_delays() -> None:

@@ -2,14 +2,12 @@ from __future__ import annotations
 
 import asyncio
 import smtplib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from typing import Any
 
 import httpx
 import orjson
-import pytest
 
 from jobring.admin.alarms import AlarmContext, Alarmer, AlarmOutcome, AlarmService, EmailAlarm, WebhookAlarm
 from jobring.admin.alarms.mail import recipients
@@ -30,18 +28,12 @@ from jobring.admin.settings import AdminSettings
 from jobring.admin.store import NewAuditEvent, Store
 from jobring.admin.store.records import JobGroup, NewLog
 from jobring.core.enums import AddressType, AlarmStatus
-from tests.admin.test_trigger import HOSTS, T0, Env, make_env
+from tests.admin.trigger_kit import HOSTS, T0, Env, env_fixture
 
 NOW = datetime.fromtimestamp(T0 / 1000, tz=UTC)
 
 
-@pytest.fixture
-async def env(sqlite_store: Store) -> AsyncIterator[Env]:
-    e = await make_env(sqlite_store, HOSTS)
-    try:
-        yield e
-    finally:
-        await e.trigger.close()
+env = env_fixture(HOSTS)
 
 
 async def add_log(store: Store, job_id: int, *, group: int = 1, at: datetime = NOW, trigger_code: int = 200,

@@ -10,7 +10,7 @@ from jobring.admin.scheduler.trigger import FireRequest
 from jobring.admin.store import Store
 from jobring.core.enums import TriggerType
 from tests.admin.test_monitors import FakeChannel, add_log, fail_tick
-from tests.admin.test_trigger import HOSTS, T0, make_env
+from tests.admin.trigger_kit import HOSTS, T0, make_env
 
 
 async def test_nodes_racing_on_the_same_fires_dispatch_each_once(store: Store) -> None:

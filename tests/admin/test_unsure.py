@@ -3,30 +3,20 @@ received is sent again, with the same run id (scheduler/unsure.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.unsure import UnsureFires
-from jobring.admin.store import Store
 from jobring.admin.store.records import HandleResult, NewLog
 from jobring.executor.runlog import MSG_LOG_FILE_NOT_EXISTS
 from jobring.protocol.models import ReturnT, msg_uri_not_found
-from tests.admin.test_trigger import T0, Env, make_env
+from tests.admin.trigger_kit import T0, Env, env_fixture
 
 HOSTS = ["10.0.0.1:9999", "10.0.0.2:9999"]
 
 
-@pytest.fixture
-async def env(sqlite_store: Store) -> AsyncIterator[Env]:
-    e = await make_env(sqlite_store, HOSTS)
-    try:
-        yield e
-    finally:
-        await e.trigger.close()
+env = env_fixture(HOSTS)
 
 
 def _resolver(env: Env) -> UnsureFires:
