@@ -245,6 +245,15 @@ def test_a_job_page_runs_the_job_links_the_run_and_lists_it(page: Page, stack: S
     expect(log).not_to_contain_text("<br>")
     expect(page.get_by_test_id("trigger-msg").locator(".msg-section")).to_have_text(["Trigger Job"])
     expect(page.get_by_test_id("trigger-msg")).not_to_contain_text(">>>")
+    # In Chinese the admin's message lines are said in Chinese; the values stay as written.
+    run_page = page.url
+    page.evaluate("localStorage.setItem('jobring.locale', 'zh-CN')")
+    page.reload()
+    expect(page.get_by_test_id("trigger-msg").locator(".msg-section")).to_have_text(["触发调度"])
+    expect(page.get_by_test_id("trigger-msg")).to_contain_text("任务触发类型：手动触发")
+    expect(page.get_by_test_id("trigger-msg")).to_contain_text("状态码：200")
+    page.evaluate("localStorage.setItem('jobring.locale', 'en')")
+    assert page.url == run_page
     page.goto(f"{stack.url}/jobs/{job}")
     expect(page.get_by_test_id("last-result").locator(".badge")).to_have_attribute("data-state", "success")
     page.goto(f"{stack.url}/runs?job={job}")
