@@ -167,7 +167,7 @@ async def test_runs_clear_and_list_by_group_appname(env: AdminEnv, cli: Cli) -> 
 async def test_runs_log_json(env: AdminEnv, cli: Cli) -> None:
     job = await env.job(await env.group())
     async with env.client() as admin:
-        run_id = (await admin.jobs.trigger(job["id"]))["log_ids"][0]
+        run_id = (await admin.jobs.trigger(job["id"]))["run_ids"][0]
 
     async def answer(body: dict[str, object]) -> ReturnT:
         return ReturnT(code=200, content={"fromLineNum": 1, "toLineNum": 1, "logContent": "hi\n",

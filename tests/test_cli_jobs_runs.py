@@ -29,7 +29,7 @@ async def _run_of_new_job(env: AdminEnv, group: int | None = None) -> tuple[int,
     job = await env.job(group or await env.group())
     async with env.client() as admin:
         result = await admin.jobs.trigger(job["id"])
-    return job["id"], result["log_ids"][0]
+    return job["id"], result["run_ids"][0]
 
 
 def _log_chunks(*chunks: tuple[list[str], bool]) -> Any:

@@ -40,7 +40,7 @@ async def _scheduled_and_manual(env: AdminEnv) -> tuple[int, int, int, int]:
         trigger_type="CRON", planned_time=planned,
     ))
     async with env.client() as admin:
-        manual = (await admin.jobs.trigger(job))["log_ids"][0]
+        manual = (await admin.jobs.trigger(job))["run_ids"][0]
     return job, scheduled, manual, planned
 
 

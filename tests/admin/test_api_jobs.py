@@ -143,10 +143,11 @@ async def test_trigger_with_params_and_an_allowed_address(sqlite_store: Store) -
             f"/jobs/{job['id']}/trigger", json={"executor_param": "p=1", "addresses": [second]}
         )
         assert r.status_code == 200, r.text
-        assert r.json()["trigger_code"] == 200 and len(r.json()["log_ids"]) == 1
+        assert r.json()["trigger_code"] == 200 and len(r.json()["run_ids"]) == 1
+        assert r.json()["log_ids"] == r.json()["run_ids"]  # XXL-JOB's name, kept for old clients
         (run,) = env.double.runs()
         assert run.address == second and run.body["executorParams"] == "p=1"
-        log = await sqlite_store.logs.get(r.json()["log_ids"][0])
+        log = await sqlite_store.logs.get(r.json()["run_ids"][0])
         assert log is not None and log.trigger_type == "MANUAL"
 
 

@@ -53,7 +53,7 @@ def _kill_a_running_run(stack: Stack) -> dict[str, Any]:
     assert job.status_code == 201, job.text
     fired = stack.api.post(f"/jobs/{job.json()['id']}/trigger", json={"executor_param": "120"})
     assert fired.status_code == 200 and fired.json()["trigger_code"] == 200, fired.text
-    (log_id,) = fired.json()["log_ids"]
+    (log_id,) = fired.json()["run_ids"]
     killed = stack.api.post(f"/runs/{log_id}/kill")
     assert killed.status_code == 200, killed.text
     answer: dict[str, Any] = killed.json()

@@ -1923,13 +1923,25 @@ export interface components {
          *       "log_ids": [
          *         3051
          *       ],
+         *       "run_ids": [
+         *         3051
+         *       ],
          *       "trigger_code": 200,
          *       "trigger_msg": "Trigger type: Manual trigger\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\ncode: 200\n"
          *     }
          */
         TriggerOut: {
-            /** Log Ids */
+            /**
+             * Log Ids
+             * @deprecated
+             * @description deprecated: the same as run_ids (XXL-JOB's name for a run)
+             */
             log_ids: number[];
+            /**
+             * Run Ids
+             * @description the runs this trigger started (one per executor of a broadcast)
+             */
+            run_ids: number[];
             /** Trigger Code */
             trigger_code: number;
             /** Trigger Msg */

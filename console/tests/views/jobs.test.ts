@@ -230,7 +230,7 @@ describe("TriggerDialog", () => {
   }
 
   it("runs the job now on the chosen executor with the parameters", async () => {
-    vi.mocked(triggerJob).mockResolvedValue({ trigger_code: 200, trigger_msg: "", log_ids: [55] });
+    vi.mocked(triggerJob).mockResolvedValue({ trigger_code: 200, trigger_msg: "", run_ids: [55], log_ids: [55] });
     const wrapper = await open();
     await wrapper.find("input[type=checkbox]").setValue(true);
     await wrapper.find("#trigger-form").trigger("submit");

@@ -246,7 +246,7 @@ def _trigger(args: argparse.Namespace) -> int:
         if args.json:
             print_json(result)
         else:
-            runs = ", ".join(str(log_id) for log_id in result.get("log_ids", [])) or "-"
+            runs = ", ".join(str(run_id) for run_id in result.get("run_ids", [])) or "-"
             outcome = {RunState.RUNNING: "triggered",
                        RunState.SKIPPED: "skipped (DISCARD_LATER: its previous run is still going)"}
             print(f"job {args.job_id} {outcome.get(state, 'trigger FAILED')}: run {runs}")

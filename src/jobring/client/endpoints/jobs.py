@@ -89,7 +89,7 @@ def trigger_job(
     job_id: int, *, executor_param: str | None = None, addresses: Sequence[str] | None = None
 ) -> Call[JsonObject]:
     """Run the job once now, optionally with other params or on given addresses only;
-    returns ``{"log_ids": [...], "trigger_code": ..., "trigger_msg": ...}``."""
+    returns ``{"run_ids": [...], "trigger_code": ..., "trigger_msg": ...}``."""
     body = compact({"executor_param": executor_param, "addresses": list(addresses) if addresses else None})
     return post(_job(job_id) + "/trigger", as_object, body)
 

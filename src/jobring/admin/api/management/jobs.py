@@ -198,7 +198,8 @@ async def trigger_job(
     result = await jobservice.trigger_job(services, job, body.executor_param, body.addresses)
     await services.audit.trigger_event(principal, job, result, body.executor_param, body.addresses)
     return TriggerOut(
-        log_ids=result.log_ids, trigger_code=result.trigger_code, trigger_msg=result.trigger_msg
+        run_ids=result.log_ids, log_ids=result.log_ids, trigger_code=result.trigger_code,
+        trigger_msg=result.trigger_msg,
     )
 
 

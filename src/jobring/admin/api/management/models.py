@@ -435,11 +435,13 @@ class DelayedFireOut(BaseModel):
 
 class TriggerOut(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
-        "log_ids": [3051], "trigger_code": 200,
+        "run_ids": [3051], "log_ids": [3051], "trigger_code": 200,
         "trigger_msg": "Trigger type: Manual trigger\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\ncode: 200\n",
     }]})
 
-    log_ids: list[int]
+    run_ids: list[int] = Field(description="the runs this trigger started (one per executor of a broadcast)")
+    log_ids: list[int] = Field(description="deprecated: the same as run_ids (XXL-JOB's name for a run)",
+                               json_schema_extra={"deprecated": True})
     trigger_code: int
     trigger_msg: str
 
