@@ -66,7 +66,7 @@ test: $(STAMP_TEST) console lint typecheck
 
 # A deeper OpenAPI fuzz run than make test's bounded one (200 generated requests per operation).
 fuzz: $(STAMP_TEST)
-	JOBRING_FUZZ_EXAMPLES=$${JOBRING_FUZZ_EXAMPLES:-200} $(BIN)/python -m pytest -o timeout=3600 tests/admin/test_fuzz_openapi.py
+	JOBRING_FUZZ_EXAMPLES=$${JOBRING_FUZZ_EXAMPLES:-200} $(BIN)/python -m pytest -o timeout=3600 tests/admin/api/test_fuzz_openapi.py
 
 clean:
 	rm -rf $(VENV) src/jobring/admin/console/dist jobring.db .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,7 @@
 """In-memory stand-ins for the scheduling loop's ports: a leasing job table with its run log,
 and the two kinds of fire port (recording at the instant, or ahead like the trigger service).
 
-They keep the store's rules, checked against it by ``tests/admin/test_lease_contract.py``:
+They keep the store's rules, checked against it by ``tests/admin/scheduler/test_lease_contract.py``:
 claims of free or expired leases, writes only where the node holds the lease, the run log's
 unique key on (job id, planned instant), withdrawals of unconfirmed rows of held jobs only,
 and the send-fence rule when a node takes over another node's jobs.

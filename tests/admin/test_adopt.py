@@ -35,7 +35,7 @@ from jobring.cli import main
 from jobring.cli.users import reset_password
 from jobring.configbase import ConfigError
 from tests.admin.api_harness import api_env
-from tests.admin.test_monitors import NOW, add_log, env  # noqa: F401 - the fixture
+from tests.admin.scheduler.test_monitors import NOW, add_log, env  # noqa: F401 - the fixture
 from tests.admin.trigger_kit import Env
 from tests.dbs import backend_of
 from tests.store.test_migrations import _reference_ddl

@@ -32,7 +32,7 @@ from jobring.core.enums import AddressType, TriggerType
 from jobring.protocol.models import LogParam, TriggerParam
 from tests.admin.loopback import LoopbackServer
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "protocol"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "protocol"
 VERSIONS = ["3.3", "3.5"]
 T0 = 1_790_000_000_000
 

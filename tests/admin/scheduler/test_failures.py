@@ -21,7 +21,7 @@ from jobring.core.enums import AddressType, AlarmStatus, TriggerType
 from jobring.core.retry import retry_delay_ms
 from jobring.core.runstate import RunState
 from jobring.protocol.models import HandleCallbackParam, RegistryParam
-from tests.admin.test_monitors import NOW, add_log
+from tests.admin.scheduler.test_monitors import NOW, add_log
 from tests.admin.trigger_kit import HOSTS, T0, Env, env_fixture, make_env
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from jobring.admin.api.management.openapi_dump import dump
 
-CONSOLE = Path(__file__).resolve().parents[2] / "console"
+CONSOLE = Path(__file__).resolve().parents[3] / "console"
 FIX = "run: make console-types"
 
 

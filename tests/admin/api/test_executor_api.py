@@ -24,7 +24,7 @@ from tests.admin.executor_double import ExecutorDouble
 
 T0 = 1_790_000_000_000
 TOKEN = "t0k"
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "xxl-job-2.4.1"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "xxl-job-2.4.1"
 
 
 @dataclass

@@ -41,7 +41,7 @@ def test_the_docs_assets_are_package_data() -> None:
 
     from jobring.admin.api.management.docs import STATIC_DIR
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
         "jobring"]
     package = STATIC_DIR.parents[2]  # src/jobring

@@ -12,8 +12,8 @@ import pytest
 from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.audit import AuditFilter
+from tests.admin.api.test_declared_jobs import declare
 from tests.admin.api_harness import ApiEnv, api_env
-from tests.admin.test_declared_jobs import declare
 
 KINDS = ("webhook", "slack", "dingtalk", "wecom", "feishu")
 INTERNAL = ["http://127.0.0.1/", "http://localhost:6379/", "http://0.0.0.0:5432/", "http://169.254.169.254/",

@@ -10,8 +10,8 @@ from jobring.admin.declared_retirement import DAY_MS, RetiredDeclaredJobsMonitor
 from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.records import NewLog
+from tests.admin.api.test_declared_jobs import declare, jobs_by_handler
 from tests.admin.api_harness import api_env, at
-from tests.admin.test_declared_jobs import declare, jobs_by_handler
 
 RATE: dict[str, Any] = {"schedule_type": "FIX_RATE", "schedule_conf": "3600"}
 

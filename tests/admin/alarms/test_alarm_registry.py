@@ -25,7 +25,7 @@ from jobring.admin.scheduler.failures import FailMonitor
 from jobring.admin.settings import load_settings
 from jobring.configbase import ConfigError
 from jobring.core.enums import AlarmStatus
-from tests.admin.test_monitors import add_log
+from tests.admin.scheduler.test_monitors import add_log
 from tests.admin.trigger_kit import HOSTS, Env, env_fixture
 
 
