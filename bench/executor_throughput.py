@@ -40,7 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
 from executor_loadkit import TOKEN, AdminProtocol, FakeAdmin, generate_load
@@ -51,7 +51,34 @@ T = TypeVar("T")
 # --- executor processes ------------------------------------------------------------------
 
 
-def serve_jobring(port: int, admin_url: str, log_path: str, server: str = "own") -> None:
+def _profiled(serve: Callable[[], None], out_dir: str) -> None:
+    """Run ``serve`` under cProfile, every thread (the event loop, the run-log writer, the pool),
+    and write one stats file per thread into ``out_dir``."""
+    import cProfile
+    import threading
+
+    profiles: list[tuple[str, cProfile.Profile]] = []
+
+    def start_in_thread(*_: object) -> None:
+        profile = cProfile.Profile()
+        profiles.append((threading.current_thread().name, profile))
+        profile.enable()  # replaces this hook in this thread
+
+    threading.setprofile(start_in_thread)
+    main = cProfile.Profile()
+    main.enable()
+    try:
+        serve()
+    finally:
+        main.disable()
+        threading.setprofile(None)  # type: ignore[arg-type]  # typeshed wants a function
+        main.dump_stats(os.path.join(out_dir, "main.prof"))
+        for n, (name, profile) in enumerate(profiles):
+            profile.dump_stats(os.path.join(out_dir, f"{name}-{n}.prof"))
+
+
+def serve_jobring(port: int, admin_url: str, log_path: str, server: str = "own",
+                  profile_dir: str | None = None) -> None:
     from jobring import Executor, JobContext
 
     ex = Executor(app_name="bench", admin_addresses=[admin_url], access_token=TOKEN, host="127.0.0.1",
@@ -76,7 +103,10 @@ def serve_jobring(port: int, admin_url: str, log_path: str, server: str = "own")
         print("ok")
 
     if server == "own":
-        ex.run()
+        if profile_dir:
+            _profiled(ex.run, profile_dir)
+        else:
+            ex.run()
         return
     import uvicorn
 
@@ -177,6 +207,18 @@ async def _sample_rss(admin: FakeAdmin, pid: int, samples: list[tuple[int, float
         await asyncio.sleep(0.5)
 
 
+async def _cpu_until_quiet(executor: Any, limit_s: float = 60.0) -> float:
+    """The process's CPU seconds once it uses less than 5 % of a core over 0.2 s."""
+    cpu = sum(executor.cpu_times()[:2])
+    for _ in range(int(limit_s / 0.2)):
+        await asyncio.sleep(0.2)
+        now = sum(executor.cpu_times()[:2])
+        if now - cpu < 0.01:
+            return float(now)
+        cpu = now
+    return float(cpu)
+
+
 async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int, args: argparse.Namespace,
                    executor_pid: int, rate: float | None = None) -> dict[str, Any]:
     import psutil
@@ -191,7 +233,8 @@ async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int,
         with contextlib.suppress(TimeoutError):  # what is missing then shows as reported < runs
             await admin.wait_count(wanted, args.limit_s)
         # CPU the executor process spent (all threads): independent of what else runs on the machine.
-        cpu_s = sum(executor.cpu_times()[:2]) - cpu_before
+        # Counted until the executor is quiet: its run-log writer thread may still be behind.
+        cpu_s = await _cpu_until_quiet(executor) - cpu_before
     finally:
         if sampler is not None:
             sampler.cancel()
@@ -225,7 +268,7 @@ async def bench_executor(kind: str, admin: FakeAdmin, admin_url: str, args: argp
     admin.registered.clear()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--role", kind, "--port", str(port), "--admin-url", admin_url,
-        "--log-path", log_dir, "--server", server,
+        "--log-path", log_dir, "--server", server, *(["--profile", args.profile] if args.profile else []),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )
     handlers = args.handlers.split(",")
@@ -330,6 +373,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, help="also measure each handler at this many runs/s")
     parser.add_argument("--generators", type=int, default=1, help="load generator processes")
     parser.add_argument("--rss", action="store_true", help="sample the executor's RSS as runs go by")
+    parser.add_argument("--profile", help="cProfile the jobring executor (all threads) into this folder")
     parser.add_argument("--servers", default="own",
                         help="HTTP servers for the jobring executor, comma separated: own, uvicorn")
     parser.add_argument("--server", default="own", choices=["own", "uvicorn"], help=argparse.SUPPRESS)
@@ -342,7 +386,7 @@ def main() -> None:
     parser.add_argument("--result-path")
     args = parser.parse_args()
     if args.role == "jobring":
-        serve_jobring(args.port, args.admin_url, args.log_path, args.server)
+        serve_jobring(args.port, args.admin_url, args.log_path, args.server, args.profile)
     elif args.role == "pyxxl":
         serve_pyxxl(args.port, args.admin_url, args.log_path)
     elif args.role == "loadgen":
