@@ -89,6 +89,7 @@ MSG_BUSY = "job thread is running or has trigger queue."
 MSG_NOT_ACCEPTING = "executor is stopping, run not accepted."
 
 _ENGINE = "jobring.executor.worker#run"
+_ROOM_POLL_S = 0.005  # how often a /run held back by the run-log backlog looks again
 # Handler duration buckets, ms: from quick calls to hour-long batch jobs.
 HANDLER_MS_BOUNDS = (5, 25, 100, 250, 1_000, 5_000, 15_000, 60_000, 300_000, 900_000, 3_600_000)
 Unit = JobHandler | GlueScript
@@ -141,6 +142,8 @@ class JobRunner:
         self._live: set[asyncio.Task[None]] = set()  # worker tasks, including stopped ones still settling
         self._pool = SyncPool(sync_threads, "jobring-job")
         self._closing = False
+        self._room: asyncio.Future[None] | None = None  # done once the run-log writer caught up
+        self._room_watch: asyncio.Task[None] | None = None
         # For metrics (read at scrape time): runs ended by state, handler durations (ms).
         self.ended: dict[str, int] = {}
         self.durations_ms = Buckets(HANDLER_MS_BOUNDS)
@@ -149,6 +152,8 @@ class JobRunner:
 
     async def run(self, param: TriggerParam) -> ReturnT:
         """Accept a trigger (answer 200) or refuse it with the reference's message."""
+        if self.runlog.behind():
+            await self._log_room()
         if self._closing:
             return ReturnT.fail(MSG_NOT_ACCEPTING)
         try:
@@ -189,6 +194,23 @@ class JobRunner:
         """The log ids among ``runs`` ((logId, logDateTime ms)) this executor accepted
         (within its window of recent runs)."""
         return [log_id for log_id, at in runs if run_key(log_id, at) in self.received]
+
+    async def _log_room(self) -> None:
+        """Wait until the run-log writer is no more than half its backlog behind: the answer to
+        /run waits (backpressure on the admin) instead of memory growing without bound."""
+        room = self._room
+        if room is None or room.done():
+            loop = asyncio.get_running_loop()
+            room = self._room = loop.create_future()
+            self._room_watch = loop.create_task(self._watch_log_room(room), name="jobring-runlog-room")
+        await asyncio.shield(room)  # one waiter cancelled does not cancel the others' wait
+
+    async def _watch_log_room(self, room: asyncio.Future[None]) -> None:
+        half = self.runlog.max_backlog // 2
+        # The backlog shrinks in the writer thread: polled, only while /run is held back.
+        while self.runlog.behind(half):  # noqa: ASYNC110
+            await asyncio.sleep(_ROOM_POLL_S)
+        room.set_result(None)
 
     def _resolve(self, param: TriggerParam) -> Unit | ReturnT:
         if param.glue_type == GlueType.BEAN:
