@@ -28,7 +28,9 @@ Choices (documented in docs/executor.md):
 - Writers never block the event loop on the disk: lines are batched in memory
   and appended by one background thread (open, write, close; no fsync); a
   ``read`` first flushes the file's pending lines, so a live /log read sees
-  every line written so far. Call ``flush()`` at shutdown.
+  every line written so far. Call ``flush()`` at shutdown. When more than ``max_backlog``
+  run logs wait for that thread (one new file per run can fall behind a sustained load),
+  ``behind()`` says so and the engine holds back new runs until it catches up.
 - ``cleanup`` deletes day folders at least ``retention_days`` old; below 3 days
   cleanup is off, as the reference's.
 """
