@@ -198,7 +198,9 @@ class AdminHttp:
         now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < self._keepalive_s:
+            transport = conn.transport
+            if (not conn.closed and transport is not None and not transport.is_closing()
+                    and now - conn.idle_since < self._keepalive_s):
                 return conn
             conn.close()
         return None
