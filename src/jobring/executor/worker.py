@@ -154,6 +154,9 @@ class JobRunner:
         """Accept a trigger (answer 200) or refuse it with the reference's message."""
         if self.runlog.behind():
             await self._log_room()
+        return self._accept(param)
+
+    def _accept(self, param: TriggerParam) -> ReturnT:
         if self._closing:
             return ReturnT.fail(MSG_NOT_ACCEPTING)
         try:
@@ -210,7 +213,8 @@ class JobRunner:
         # The backlog shrinks in the writer thread: polled, only while /run is held back.
         while self.runlog.behind(half):  # noqa: ASYNC110
             await asyncio.sleep(_ROOM_POLL_S)
-        room.set_result(None)
+        if not room.done():  # close() answers the held runs itself
+            room.set_result(None)
 
     def _resolve(self, param: TriggerParam) -> Unit | ReturnT:
         if param.glue_type == GlueType.BEAN:
@@ -262,6 +266,11 @@ class JobRunner:
         """Stop accepting; report queued runs failed (``executor stopping [job not executed, ...]``);
         let running runs finish for up to ``timeout`` s, then kill them; run destroy hooks."""
         self._closing = True
+        # Runs held back by the run-log backlog are answered now (refused: the executor stops).
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
+        if self._room_watch is not None:
+            self._room_watch.cancel()
         for worker in list(self._workers.values()):
             worker.drain(REASON_STOPPING)
         if self._live:
