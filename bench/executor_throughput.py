@@ -264,7 +264,7 @@ async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int,
 async def bench_executor(kind: str, admin: FakeAdmin, admin_url: str, args: argparse.Namespace,
                          base_log_id: int, server: str = "own") -> list[dict[str, Any]]:
     port = free_port()
-    log_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-")
+    log_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir=args.log_root)
     admin.registered.clear()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--role", kind, "--port", str(port), "--admin-url", admin_url,
@@ -316,7 +316,8 @@ async def orchestrate(args: argparse.Namespace) -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')} {platform.python_version()} {os.cpu_count()} cores, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
           f"client={args.client} x{args.generators} runs<={args.runs} in <={args.duration_s:.0f} s, "
-          f"concurrency={args.concurrency} jobs={args.jobs}")
+          f"concurrency={args.concurrency} jobs={args.jobs}, "
+          f"run logs in {args.log_root or tempfile.gettempdir()}")
     print("| executor | handler | runs | refused | reported | accepted/s | reported/s | p50 ms | p99 ms "
           "| executor CPU µs/run | runs/s per core |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -373,6 +374,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, help="also measure each handler at this many runs/s")
     parser.add_argument("--generators", type=int, default=1, help="load generator processes")
     parser.add_argument("--rss", action="store_true", help="sample the executor's RSS as runs go by")
+    parser.add_argument("--log-root", help="folder for the executor's run logs (default: the system's "
+                        "temporary folder); e.g. /dev/shm to measure without the disk")
     parser.add_argument("--profile", help="cProfile the jobring executor (all threads) into this folder")
     parser.add_argument("--servers", default="own",
                         help="HTTP servers for the jobring executor, comma separated: own, uvicorn")
