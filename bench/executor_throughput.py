@@ -1,17 +1,28 @@
-"""Executor throughput: /run -> callback for trivial handlers, jobring vs pyxxl, side by side.
+"""Executor throughput: /run -> callback for small handlers, jobring vs pyxxl, side by side.
 
     .venv/bin/python bench/executor_throughput.py [--runs 10000] [--concurrency 64] [--only jobring]
     .venv/bin/python bench/executor_throughput.py --only jobring --servers own,uvicorn --client raw
+    .venv/bin/python bench/executor_throughput.py --only jobring --client proto --handlers ok_sync,ok_async \
+        --concurrency 32 --jobs 100 --duration-s 15 --rate 1000
+
+Handlers: ``noop_async`` / ``noop_sync`` return at once; ``ok_async`` / ``ok_sync`` write one
+line to the run's log (``ctx.log``) and one to stdout, as issue 27's comparison with Java's
+xxl-job-core. Each handler is measured at full load (as fast as the executor answers) and,
+with ``--rate R``, once more at R runs/s (the callback latency at a moderate load).
+``--generators N`` splits the load over N generator processes (to show whether one is the
+limit). ``--rss`` samples the executor's RSS while the runs go by (with ``--runs 1000000``:
+RSS after 10,000 and after 1,000,000 runs).
 
 ``--servers own,uvicorn`` measures the same jobring executor (the same ASGI app) served by its
 own HTTP/1.1 server and by uvicorn (httptools + uvloop), one after the other.
 
 Three kinds of process on loopback: this one is the fake admin (counts callbacks, stamps
-their arrival), one executor process (jobring, then pyxxl), and one load generator process
-(httpx, keep-alive, bounded concurrency) that sends the /run requests and stamps each send.
-Stamps are CLOCK_MONOTONIC, shared by all processes on Linux. A run counts once the admin
-got its callback; latency is callback arrival minus /run send. Everything is stopped at the
-end (SIGINT, then kill).
+their arrival), one executor process (jobring, then pyxxl), and the load generator
+process(es) (keep-alive, bounded concurrency) that send the /run requests and stamp each send
+(``executor_loadkit.py``). Stamps are CLOCK_MONOTONIC, shared by all processes on Linux. A run
+counts once the admin got its callback; latency is callback arrival minus /run send. "executor
+CPU µs/run" is the executor process's CPU time (all threads) from the generator's start until
+the last callback, per run. Everything is stopped at the end (SIGINT, then kill).
 """
 
 from __future__ import annotations
@@ -29,85 +40,45 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
-TOKEN = "bench-token"
-_ADMIN_OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"code":200}'
-LOG_DATE_TIME = 1795350973184
+from executor_loadkit import TOKEN, AdminProtocol, FakeAdmin, generate_load
+
 T = TypeVar("T")
-
-
-# --- fake admin (this process) ---------------------------------------------------------
-
-
-class AdminProtocol(asyncio.Protocol):
-    """Minimal HTTP/1.1 keep-alive server: answers {"code":200}, records callback arrivals."""
-
-    def __init__(self, admin: FakeAdmin) -> None:
-        self.admin = admin
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            if len(self.buffer) < end + 4 + length:
-                return
-            body = self.buffer[end + 4:end + 4 + length]
-            self.buffer = self.buffer[end + 4 + length:]
-            self.admin.record(head.split(" ", 2)[1], body)
-            assert self.transport is not None
-            self.transport.write(_ADMIN_OK)
-
-
-class FakeAdmin:
-    def __init__(self) -> None:
-        self.arrivals: dict[int, float] = {}
-        self.callback_requests = 0
-        self.duplicates = 0
-        self.failures = 0
-        self.registered = asyncio.Event()
-        self.changed = asyncio.Event()
-
-    def record(self, path: str, body: bytes) -> None:
-        now = time.monotonic()
-        if path.endswith("api/registry"):
-            self.registered.set()
-        elif path.endswith("api/callback"):
-            self.callback_requests += 1
-            for item in json.loads(body):
-                log_id = item["logId"]
-                if log_id in self.arrivals:
-                    self.duplicates += 1
-                self.arrivals[log_id] = now
-                if item["handleCode"] != 200:
-                    self.failures += 1
-            self.changed.set()
-
-    async def wait_count(self, wanted: set[int], limit_s: float) -> None:
-        async with asyncio.timeout(limit_s):
-            while not wanted.issubset(self.arrivals):
-                self.changed.clear()
-                await self.changed.wait()
 
 
 # --- executor processes ------------------------------------------------------------------
 
 
-def serve_jobring(port: int, admin_url: str, log_path: str, server: str = "own") -> None:
+def _profiled(serve: Callable[[], None], out_dir: str) -> None:
+    """Run ``serve`` under cProfile, every thread (the event loop, the run-log writer, the pool),
+    and write one stats file per thread into ``out_dir``."""
+    import cProfile
+    import threading
+
+    profiles: list[tuple[str, cProfile.Profile]] = []
+
+    def start_in_thread(*_: object) -> None:
+        profile = cProfile.Profile()
+        profiles.append((threading.current_thread().name, profile))
+        profile.enable()  # replaces this hook in this thread
+
+    threading.setprofile(start_in_thread)
+    main = cProfile.Profile()
+    main.enable()
+    try:
+        serve()
+    finally:
+        main.disable()
+        threading.setprofile(None)  # type: ignore[arg-type]  # typeshed wants a function
+        main.dump_stats(os.path.join(out_dir, "main.prof"))
+        for n, (name, profile) in enumerate(profiles):
+            profile.dump_stats(os.path.join(out_dir, f"{name}-{n}.prof"))
+
+
+def serve_jobring(port: int, admin_url: str, log_path: str, server: str = "own",
+                  profile_dir: str | None = None) -> None:
     from jobring import Executor, JobContext
 
     ex = Executor(app_name="bench", admin_addresses=[admin_url], access_token=TOKEN, host="127.0.0.1",
@@ -121,8 +92,21 @@ def serve_jobring(port: int, admin_url: str, log_path: str, server: str = "own")
     def noop_sync(ctx: JobContext) -> None:
         return None
 
+    @ex.job("ok_async")
+    async def ok_async(ctx: JobContext) -> None:
+        ctx.log("ok")
+        print("ok")
+
+    @ex.job("ok_sync")
+    def ok_sync(ctx: JobContext) -> None:
+        ctx.log("ok")
+        print("ok")
+
     if server == "own":
-        ex.run()
+        if profile_dir:
+            _profiled(ex.run, profile_dir)
+        else:
+            ex.run()
         return
     import uvicorn
 
@@ -158,102 +142,6 @@ def serve_pyxxl(port: int, admin_url: str, log_path: str) -> None:
     runner.run_executor()
 
 
-# --- load generator process ------------------------------------------------------------------
-
-
-class RawConnection:
-    """One keep-alive HTTP/1.1 connection, requests one at a time (a far cheaper client than httpx)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, body: bytes) -> bytes:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
-        self.writer.write(
-            b"POST /run HTTP/1.1\r\nHost: %s:%d\r\nXXL-JOB-ACCESS-TOKEN: %s\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-            % (self.host.encode(), self.port, TOKEN.encode(), len(body), body)
-        )
-        head = (await self.reader.readuntil(b"\r\n\r\n")).lower()
-        marker = head.find(b"content-length:")
-        if marker < 0:
-            raise RuntimeError(f"answer without content-length: {head[:200]!r}")
-        length = int(head[marker + 15:head.index(b"\r\n", marker)])
-        return await self.reader.readexactly(length)
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-async def generate_load(url: str, handler: str, first_log_id: int, runs: int, concurrency: int,
-                        jobs: int, duration_s: float, client_kind: str) -> dict[str, Any]:
-    import httpx
-    import orjson
-
-    sent = [0.0] * runs
-    refused: list[str] = []
-    next_index = 0
-    posts: list[Callable[[bytes], Awaitable[bytes]]] = []
-    closers: list[Callable[[], Awaitable[None]]] = []
-    if client_kind == "httpx":
-        # httpx's pool costs O(connections) per request: many small clients (one shared TLS
-        # context) keep the generator's own cost flat as concurrency grows.
-        tls = httpx.create_ssl_context()
-        per_client = 4
-        limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
-        clients = [
-            httpx.AsyncClient(base_url=url, verify=tls, timeout=30, limits=limits,
-                              headers={"XXL-JOB-ACCESS-TOKEN": TOKEN, "Content-Type": "application/json"})
-            for _ in range(max(1, concurrency // per_client))
-        ]
-        closers = [c.aclose for c in clients]
-
-        def httpx_post(client: httpx.AsyncClient) -> Callable[[bytes], Awaitable[bytes]]:
-            async def post(body: bytes) -> bytes:
-                return (await client.post("/run", content=body)).content
-            return post
-
-        posts = [httpx_post(clients[n % len(clients)]) for n in range(concurrency)]
-    else:
-        host, _, port = url.removeprefix("http://").partition(":")
-        connections = [RawConnection(host, int(port)) for _ in range(concurrency)]
-        closers = [c.close for c in connections]
-        posts = [c.post for c in connections]
-    start = time.monotonic()
-    stop_at = start + duration_s
-
-    async def worker(post: Callable[[bytes], Awaitable[bytes]]) -> None:
-        nonlocal next_index
-        while next_index < runs and time.monotonic() < stop_at:
-            i = next_index
-            next_index += 1
-            body = orjson.dumps({
-                "jobId": 1 + i % jobs, "executorHandler": handler, "executorParams": "",
-                "executorBlockStrategy": "SERIAL_EXECUTION", "executorTimeout": 0,
-                "logId": first_log_id + i, "logDateTime": LOG_DATE_TIME, "glueType": "BEAN",
-                "glueSource": "", "glueUpdatetime": LOG_DATE_TIME, "broadcastIndex": 0,
-                "broadcastTotal": 1,
-            })
-            sent[i] = time.monotonic()
-            answer = await post(body)
-            if orjson.loads(answer).get("code") != 200:
-                refused.append(answer.decode())
-
-    try:
-        await asyncio.gather(*(worker(post) for post in posts))
-    finally:
-        for close in closers:
-            await close()
-    end = time.monotonic()
-    return {"sent": sent[:next_index], "refused": refused[:5], "refused_count": len(refused),
-            "start": start, "end": end}
-
-
 # --- orchestration -----------------------------------------------------------------------------
 
 
@@ -268,75 +156,136 @@ def _read_json(path: str) -> dict[str, Any]:
         return cast(dict[str, Any], json.load(f))
 
 
+async def _generate(port: int, handler: str, first_log_id: int, args: argparse.Namespace,
+                    rate: float | None) -> tuple[dict[int, float], float, float, int, list[str]]:
+    """Run the generator process(es); the send stamp of each log id, start, end, refusals."""
+    count = args.generators
+    per_runs = args.runs // count
+    procs, paths = [], []
+    for k in range(count):
+        # The result goes through a file: a large one read from the child's stdout pipe came
+        # back cut short now and then (under uvloop).
+        fd, result_path = tempfile.mkstemp(prefix="bench-loadgen-", suffix=".json")
+        os.close(fd)
+        paths.append(result_path)
+        rate_args = ["--rate", str(rate / count)] if rate else []
+        procs.append(await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--role", "loadgen", "--url", f"http://127.0.0.1:{port}",
+            "--handler", handler, "--first-log-id", str(first_log_id + k * per_runs), "--runs", str(per_runs),
+            "--concurrency", str(max(1, args.concurrency // count)), "--jobs", str(args.jobs),
+            "--duration-s", str(args.duration_s), "--client", args.client, "--result-path", result_path,
+            *rate_args,
+        ))
+    sent: dict[int, float] = {}
+    starts, ends, refused_count, refused = [], [], 0, []
+    try:
+        for k, (proc, path) in enumerate(zip(procs, paths, strict=True)):
+            await asyncio.wait_for(proc.wait(), args.limit_s)
+            load = _read_json(path)
+            base = first_log_id + k * per_runs
+            sent.update((base + i, stamp) for i, stamp in enumerate(load["sent"]))
+            starts.append(load["start"])
+            ends.append(load["end"])
+            refused_count += load["refused_count"]
+            refused += load["refused"]
+    finally:
+        for proc, path in zip(procs, paths, strict=True):
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            os.unlink(path)
+    return sent, min(starts), max(ends), refused_count, refused
+
+
+async def _sample_rss(admin: FakeAdmin, pid: int, samples: list[tuple[int, float]]) -> None:
+    import psutil
+
+    executor = psutil.Process(pid)
+    base = len(admin.arrivals)
+    while True:
+        samples.append((len(admin.arrivals) - base, executor.memory_info().rss / 2**20))
+        await asyncio.sleep(0.5)
+
+
+async def _cpu_until_quiet(executor: Any, limit_s: float = 60.0) -> float:
+    """The process's CPU seconds once it uses less than 5 % of a core over 0.2 s."""
+    cpu = sum(executor.cpu_times()[:2])
+    for _ in range(int(limit_s / 0.2)):
+        await asyncio.sleep(0.2)
+        now = sum(executor.cpu_times()[:2])
+        if now - cpu < 0.01:
+            return float(now)
+        cpu = now
+    return float(cpu)
+
+
 async def one_mode(admin: FakeAdmin, port: int, handler: str, first_log_id: int, args: argparse.Namespace,
-                   executor_pid: int) -> dict[str, Any]:
+                   executor_pid: int, rate: float | None = None) -> dict[str, Any]:
     import psutil
 
     executor = psutil.Process(executor_pid)
     cpu_before = sum(executor.cpu_times()[:2])
-    # The result goes through a file: a large one read from the child's stdout pipe came
-    # back cut short now and then (under uvloop).
-    fd, result_path = tempfile.mkstemp(prefix="bench-loadgen-", suffix=".json")
-    os.close(fd)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--role", "loadgen", "--url", f"http://127.0.0.1:{port}",
-        "--handler", handler, "--first-log-id", str(first_log_id), "--runs", str(args.runs),
-        "--concurrency", str(args.concurrency), "--jobs", str(args.jobs),
-        "--duration-s", str(args.duration_s), "--client", args.client, "--result-path", result_path,
-    )
+    rss: list[tuple[int, float]] = []
+    sampler = asyncio.create_task(_sample_rss(admin, executor_pid, rss)) if args.rss else None
     try:
-        await asyncio.wait_for(proc.wait(), args.limit_s)
-        load = _read_json(result_path)
+        sent, start, end, refused_count, refused = await _generate(port, handler, first_log_id, args, rate)
+        wanted = set(sent)
+        with contextlib.suppress(TimeoutError):  # what is missing then shows as reported < runs
+            await admin.wait_count(wanted, args.limit_s)
+        # CPU the executor process spent (all threads): independent of what else runs on the machine.
+        # Counted until the executor is quiet: its run-log writer thread may still be behind.
+        cpu_s = await _cpu_until_quiet(executor) - cpu_before
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        os.unlink(result_path)
-    sent_count = len(load["sent"])
-    wanted = set(range(first_log_id, first_log_id + sent_count))
-    with contextlib.suppress(TimeoutError):  # what is missing then shows as reported < runs
-        await admin.wait_count(wanted, args.limit_s)
+        if sampler is not None:
+            sampler.cancel()
     got = [log_id for log_id in wanted if log_id in admin.arrivals]
-    # CPU the executor process spent (all threads): independent of what else runs on the machine.
-    cpu_per_run_us = (sum(executor.cpu_times()[:2]) - cpu_before) / max(1, len(got)) * 1e6
-    latencies = sorted(
-        (admin.arrivals[log_id] - load["sent"][log_id - first_log_id]) * 1000 for log_id in got
-    )
-    last = max(admin.arrivals[log_id] for log_id in got) if got else load["end"]
+    latencies = sorted((admin.arrivals[log_id] - sent[log_id]) * 1000 for log_id in got)
+    last = max(admin.arrivals[log_id] for log_id in got) if got else end
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
-    return {
-        "handler": handler,
-        "runs": sent_count,
-        "refused": load["refused_count"],
-        "refused_sample": load["refused"],
+    result = {
+        "handler": handler if rate is None else f"{handler} @{rate:.0f}/s",
+        "runs": len(sent),
+        "refused": refused_count,
+        "refused_sample": refused,
         "reported": len(got),
-        "accepted_per_s": sent_count / (load["end"] - load["start"]),
-        "reported_per_s": len(got) / (last - load["start"]),
+        "accepted_per_s": len(sent) / (end - start),
+        "reported_per_s": len(got) / (last - start),
         "p50_ms": q[49],
         "p99_ms": q[98],
-        "cpu_us": cpu_per_run_us,
+        "cpu_us": cpu_s / max(1, len(got)) * 1e6,
     }
+    if rss:
+        after_10k = next((mib for n, mib in rss if n >= 10_000), None)
+        result["rss"] = (f"RSS {after_10k or 0:.1f} MiB after 10,000 runs, "
+                         f"{rss[-1][1]:.1f} MiB after {rss[-1][0]:,}")
+    return result
 
 
 async def bench_executor(kind: str, admin: FakeAdmin, admin_url: str, args: argparse.Namespace,
                          base_log_id: int, server: str = "own") -> list[dict[str, Any]]:
     port = free_port()
-    log_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-")
+    log_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir=args.log_root)
     admin.registered.clear()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--role", kind, "--port", str(port), "--admin-url", admin_url,
-        "--log-path", log_dir, "--server", server,
+        "--log-path", log_dir, "--server", server, *(["--profile", args.profile] if args.profile else []),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )
+    handlers = args.handlers.split(",")
+    if kind == "pyxxl":
+        handlers = [h for h in handlers if h.startswith("noop_")]
+    modes = [(h, None) for h in handlers] + ([(h, args.rate) for h in handlers] if args.rate else [])
     results = []
     try:
         await asyncio.wait_for(admin.registered.wait(), 30)
         await asyncio.sleep(0.5)  # let the server finish binding after its first beat (pyxxl beats first)
         # Warm-up (imports, first worker creation), not measured.
-        warm = argparse.Namespace(**{**vars(args), "runs": min(1000, args.runs), "duration_s": 3.0})
-        await one_mode(admin, port, "noop_async", base_log_id, warm, proc.pid)
-        for offset, handler in enumerate(("noop_async", "noop_sync"), start=1):
-            result = await one_mode(admin, port, handler, base_log_id + offset * 1_000_000, args, proc.pid)
+        warm = argparse.Namespace(**{**vars(args), "runs": min(1000, args.runs), "duration_s": 3.0,
+                                     "rss": False, "generators": 1})
+        await one_mode(admin, port, handlers[0], base_log_id, warm, proc.pid)
+        for offset, (handler, rate) in enumerate(modes, start=1):
+            first = base_log_id + offset * 10_000_000
+            result = await one_mode(admin, port, handler, first, args, proc.pid, rate)
             result["executor"] = kind if kind != "jobring" or server == "own" else f"jobring ({server})"
             results.append(result)
     finally:
@@ -361,12 +310,14 @@ async def orchestrate(args: argparse.Namespace) -> None:
         steps = [(kind, http) for kind in kinds
                  for http in (args.servers.split(",") if kind == "jobring" else ["own"])]
         for n, (kind, http) in enumerate(steps):
-            results += await bench_executor(kind, admin, admin_url, args, (n + 1) * 10_000_000, http)
+            results += await bench_executor(kind, admin, admin_url, args, (n + 1) * 100_000_000, http)
     finally:
         server.close()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.python_version()} {os.cpu_count()} cores, "
-          f"client={args.client} runs<={args.runs} in <={args.duration_s:.0f} s, "
-          f"concurrency={args.concurrency} jobs={args.jobs}")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')} {platform.python_version()} {os.cpu_count()} cores, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+          f"client={args.client} x{args.generators} runs<={args.runs} in <={args.duration_s:.0f} s, "
+          f"concurrency={args.concurrency} jobs={args.jobs}, "
+          f"run logs in {args.log_root or tempfile.gettempdir()}")
     print("| executor | handler | runs | refused | reported | accepted/s | reported/s | p50 ms | p99 ms "
           "| executor CPU µs/run | runs/s per core |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -374,6 +325,9 @@ async def orchestrate(args: argparse.Namespace) -> None:
         print(f"| {r['executor']} | {r['handler']} | {r['runs']} | {r['refused']} | {r['reported']} | "
               f"{r['accepted_per_s']:.0f} | {r['reported_per_s']:.0f} | "
               f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_us']:.0f} | {1e6 / r['cpu_us']:.0f} |")
+    for r in results:
+        if "rss" in r:
+            print(f"{r['executor']} {r['handler']}: {r['rss']}")
     by = {(r["executor"], r["handler"]): r for r in results}
     for handler in ("noop_async", "noop_sync"):
         ours, theirs = by.get(("jobring", handler)), by.get(("pyxxl", handler))
@@ -412,8 +366,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000, help="distinct job ids the runs rotate over")
     parser.add_argument("--limit-s", type=float, default=120.0, help="time limit per measured step")
     parser.add_argument("--only", choices=["jobring", "pyxxl"])
-    parser.add_argument("--client", default="httpx", choices=["httpx", "raw"],
-                        help="load generator HTTP client: httpx, or raw asyncio streams (much cheaper)")
+    parser.add_argument("--client", default="httpx", choices=["httpx", "raw", "proto"],
+                        help="load generator HTTP client: httpx, raw asyncio streams (much cheaper), "
+                             "or proto (protocol callbacks, cheaper still)")
+    parser.add_argument("--handlers", default="noop_async,noop_sync",
+                        help="comma separated: noop_async, noop_sync, ok_async, ok_sync")
+    parser.add_argument("--rate", type=float, help="also measure each handler at this many runs/s")
+    parser.add_argument("--generators", type=int, default=1, help="load generator processes")
+    parser.add_argument("--rss", action="store_true", help="sample the executor's RSS as runs go by")
+    parser.add_argument("--log-root", help="folder for the executor's run logs (default: the system's "
+                        "temporary folder); e.g. /dev/shm to measure without the disk")
+    parser.add_argument("--profile", help="cProfile the jobring executor (all threads) into this folder")
     parser.add_argument("--servers", default="own",
                         help="HTTP servers for the jobring executor, comma separated: own, uvicorn")
     parser.add_argument("--server", default="own", choices=["own", "uvicorn"], help=argparse.SUPPRESS)
@@ -426,12 +389,13 @@ def main() -> None:
     parser.add_argument("--result-path")
     args = parser.parse_args()
     if args.role == "jobring":
-        serve_jobring(args.port, args.admin_url, args.log_path, args.server)
+        serve_jobring(args.port, args.admin_url, args.log_path, args.server, args.profile)
     elif args.role == "pyxxl":
         serve_pyxxl(args.port, args.admin_url, args.log_path)
     elif args.role == "loadgen":
         result = _run_fast(generate_load(args.url, args.handler, args.first_log_id, args.runs,
-                                           args.concurrency, args.jobs, args.duration_s, args.client))
+                                           args.concurrency, args.jobs, args.duration_s, args.client,
+                                           args.rate))
         with open(args.result_path, "w") as f:
             json.dump(result, f)
     else:

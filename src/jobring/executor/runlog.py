@@ -28,7 +28,9 @@ Choices (documented in docs/executor.md):
 - Writers never block the event loop on the disk: lines are batched in memory
   and appended by one background thread (open, write, close; no fsync); a
   ``read`` first flushes the file's pending lines, so a live /log read sees
-  every line written so far. Call ``flush()`` at shutdown.
+  every line written so far. Call ``flush()`` at shutdown. When more than ``max_backlog``
+  run logs wait for that thread (one new file per run can fall behind a sustained load),
+  ``behind()`` says so and the engine holds back new runs until it catches up.
 - ``cleanup`` deletes day folders at least ``retention_days`` old; below 3 days
   cleanup is off, as the reference's.
 """
@@ -60,6 +62,10 @@ MIN_RETENTION_DAYS = 3
 _DAY_DIR = re.compile(r"\d{4}-\d{2}-\d{2}")  # fullmatch
 _CHUNK = 1 << 20
 _COALESCE_S = 0.01
+# Run logs waiting for the writer thread beyond which new runs wait (see RunLog.behind): under a
+# sustained load the disk (one new file per run) can fall behind the runs, and the pending lines
+# would pile up in memory without bound.
+MAX_BACKLOG = 5000
 _APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 
 _stamp_lock = threading.Lock()
@@ -162,12 +168,14 @@ class RunLog:
         max_read_lines: int = 5000,
         max_read_bytes: int = 1 << 20,
         max_line_bytes: int = 64 << 10,
+        max_backlog: int = MAX_BACKLOG,
     ) -> None:
         self.base = Path(base_path).absolute()
         self.tz = tz
         self.max_read_lines = max_read_lines
         self.max_read_bytes = max_read_bytes
         self.max_line_bytes = max_line_bytes
+        self.max_backlog = max_backlog
         self._known_dirs: set[str] = set()
         self._base_text = str(self.base)
         self._days: dict[int, str] = {}
@@ -221,6 +229,10 @@ class RunLog:
         self._day(log_date_time_ms)
 
     # --- background writing -------------------------------------------------------------------
+
+    def behind(self, limit: int | None = None) -> bool:
+        """Whether more than ``limit`` (default ``max_backlog``) run logs wait for the writer."""
+        return len(self._dirty) > (self.max_backlog if limit is None else limit)
 
     def _enqueue(self, writer: RunLogWriter) -> None:
         self._active.setdefault(writer.path, writer)  # a late line after the run: readers must flush it

@@ -36,9 +36,9 @@ Handler kinds and how they stop (see also jobring.executor.isolation):
   thousands of threads). On timeout/kill the result is reported at once, the
   context is marked cancelled and the next ``ctx.log`` raises JobCancelled; the
   thread finishes on its own and keeps its pool slot until then, and the job's
-  next run may start meanwhile. Python joins pool threads at exit, so a sync
-  handler that never returns also delays process exit: give such jobs
-  ``isolation="process"``.
+  next run may start meanwhile. Pool threads are daemon threads (see
+  jobring.executor.syncpool): a sync handler that never returns does not delay
+  process exit, but it keeps its thread; give such jobs ``isolation="process"``.
 - ``isolation="process"`` sync functions and GLUE scripts run in a subprocess
   whose process group is terminated (SIGTERM, SIGKILL after ``kill_grace_s``);
   the worker waits for it to be gone before running anything else.
@@ -47,7 +47,6 @@ Handler kinds and how they stop (see also jobring.executor.isolation):
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import inspect
 import logging
@@ -55,7 +54,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from jobring.core.buckets import Buckets
@@ -66,6 +64,7 @@ from jobring.executor.glue import GlueScript, glue_refusal, run_script
 from jobring.executor.isolation import run_in_process
 from jobring.executor.received import MSG_ALREADY_RECEIVED, ReceivedRuns, run_key
 from jobring.executor.runlog import RunLog, RunLogWriter, format_line
+from jobring.executor.syncpool import SyncPool
 from jobring.protocol.models import SUCCESS_CODE, HandleCallbackParam, ReturnT, TriggerParam
 
 __all__ = ["JobRunner", "ReportFn"]
@@ -90,6 +89,7 @@ MSG_BUSY = "job thread is running or has trigger queue."
 MSG_NOT_ACCEPTING = "executor is stopping, run not accepted."
 
 _ENGINE = "jobring.executor.worker#run"
+_ROOM_POLL_S = 0.005  # how often a /run held back by the run-log backlog looks again
 # Handler duration buckets, ms: from quick calls to hour-long batch jobs.
 HANDLER_MS_BOUNDS = (5, 25, 100, 250, 1_000, 5_000, 15_000, 60_000, 300_000, 900_000, 3_600_000)
 Unit = JobHandler | GlueScript
@@ -140,9 +140,10 @@ class JobRunner:
         self._clock = clock
         self._workers: dict[int, _Worker] = {}
         self._live: set[asyncio.Task[None]] = set()  # worker tasks, including stopped ones still settling
-        self._pool = ThreadPoolExecutor(max_workers=sync_threads, thread_name_prefix="jobring-job")
-        self._completions = _PoolCompletions(self._pool)
+        self._pool = SyncPool(sync_threads, "jobring-job")
         self._closing = False
+        self._room: asyncio.Future[None] | None = None  # done once the run-log writer caught up
+        self._room_watch: asyncio.Task[None] | None = None
         # For metrics (read at scrape time): runs ended by state, handler durations (ms).
         self.ended: dict[str, int] = {}
         self.durations_ms = Buckets(HANDLER_MS_BOUNDS)
@@ -151,6 +152,11 @@ class JobRunner:
 
     async def run(self, param: TriggerParam) -> ReturnT:
         """Accept a trigger (answer 200) or refuse it with the reference's message."""
+        if self.runlog.behind():
+            await self._log_room()
+        return self._accept(param)
+
+    def _accept(self, param: TriggerParam) -> ReturnT:
         if self._closing:
             return ReturnT.fail(MSG_NOT_ACCEPTING)
         try:
@@ -191,6 +197,24 @@ class JobRunner:
         """The log ids among ``runs`` ((logId, logDateTime ms)) this executor accepted
         (within its window of recent runs)."""
         return [log_id for log_id, at in runs if run_key(log_id, at) in self.received]
+
+    async def _log_room(self) -> None:
+        """Wait until the run-log writer is no more than half its backlog behind: the answer to
+        /run waits (backpressure on the admin) instead of memory growing without bound."""
+        room = self._room
+        if room is None or room.done():
+            loop = asyncio.get_running_loop()
+            room = self._room = loop.create_future()
+            self._room_watch = loop.create_task(self._watch_log_room(room), name="jobring-runlog-room")
+        await asyncio.shield(room)  # one waiter cancelled does not cancel the others' wait
+
+    async def _watch_log_room(self, room: asyncio.Future[None]) -> None:
+        half = self.runlog.max_backlog // 2
+        # The backlog shrinks in the writer thread: polled, only while /run is held back.
+        while self.runlog.behind(half):  # noqa: ASYNC110
+            await asyncio.sleep(_ROOM_POLL_S)
+        if not room.done():  # close() answers the held runs itself
+            room.set_result(None)
 
     def _resolve(self, param: TriggerParam) -> Unit | ReturnT:
         if param.glue_type == GlueType.BEAN:
@@ -242,6 +266,11 @@ class JobRunner:
         """Stop accepting; report queued runs failed (``executor stopping [job not executed, ...]``);
         let running runs finish for up to ``timeout`` s, then kill them; run destroy hooks."""
         self._closing = True
+        # Runs held back by the run-log backlog are answered now (refused: the executor stops).
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
+        if self._room_watch is not None:
+            self._room_watch.cancel()
         for worker in list(self._workers.values()):
             worker.drain(REASON_STOPPING)
         if self._live:
@@ -252,7 +281,7 @@ class JobRunner:
             _, pending = await asyncio.wait(set(self._live), timeout=self.kill_grace_s + 3.0)
             for task in pending:
                 log.warning("job worker %s did not stop in time; abandoning it", task.get_name())
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
         self.received.close()
         await asyncio.get_running_loop().run_in_executor(None, self.runlog.flush)
 
@@ -276,55 +305,6 @@ class JobRunner:
 
     def _cap(self, text: str) -> str:
         return text if len(text) <= self.max_handle_msg else text[: self.max_handle_msg] + "..."
-
-
-class _PoolCompletions:
-    """Runs sync handlers in the pool and hands their outcomes back to the event loop in batches.
-
-    ``loop.run_in_executor`` wakes the loop once per finished call (a self-pipe write and an
-    extra loop iteration each); here a pool thread appends its finished call to a deque and
-    wakes the loop only when no wake-up is pending, so a burst of runs costs one wake-up.
-    """
-
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
-        self._pool = pool
-        self._done: deque[tuple[asyncio.Future[Outcome], concurrent.futures.Future[Outcome]]] = deque()
-        self._wake_pending = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Outcome], *args: Any
-               ) -> asyncio.Future[Outcome]:
-        self._loop = loop
-        future: asyncio.Future[Outcome] = loop.create_future()
-        work = self._pool.submit(fn, *args)
-        work.add_done_callback(lambda w: self._finished(future, w))
-        return future
-
-    def _finished(self, future: asyncio.Future[Outcome], work: concurrent.futures.Future[Outcome]) -> None:
-        # In a pool thread (or in submit if the call already finished). Append, then check the flag:
-        # the loop clears the flag before draining, so no finished call is left behind.
-        self._done.append((future, work))
-        if not self._wake_pending:
-            self._wake_pending = True
-            loop = self._loop
-            if loop is not None and not loop.is_closed():
-                loop.call_soon_threadsafe(self._deliver)
-
-    def _deliver(self) -> None:
-        self._wake_pending = False
-        done = self._done
-        while done:
-            future, work = done.popleft()
-            if future.done():
-                continue  # the run was killed or timed out meanwhile
-            if work.cancelled():
-                future.cancel()
-                continue
-            exc = work.exception()
-            if exc is None:
-                future.set_result(work.result())
-            else:
-                future.set_exception(exc)
 
 
 class _Worker:
@@ -464,7 +444,7 @@ class _Worker:
             if inspect.iscoroutinefunction(hook):
                 await hook()
             else:
-                await asyncio.get_running_loop().run_in_executor(self.runner._pool, hook)
+                await self.runner._pool.submit(asyncio.get_running_loop(), hook)
         except Exception:
             log.exception("job %s: %s hook failed", self.job_id, what)
 
@@ -536,7 +516,7 @@ class _Worker:
                 return loop.create_task(run_in_process(unit, ctx, max_handle_msg=cap, kill_grace_s=grace))
             if unit.is_async:
                 return loop.create_task(_call_async(unit, ctx))
-            return runner._completions.submit(loop, contextvars.copy_context().run, _call_sync, unit, ctx)
+            return runner._pool.submit(loop, contextvars.copy_context().run, _call_sync, unit, ctx)
         finally:
             ctx.deactivate(token)
 
