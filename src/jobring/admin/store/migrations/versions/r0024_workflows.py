@@ -22,8 +22,9 @@ _LONG_TEXT = sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
 
 
 def _id() -> sa.Column[int]:
-    return sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True,
-                     autoincrement=True)
+    return sa.Column(
+        "id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
 
 
 def upgrade() -> None:
@@ -86,7 +87,9 @@ def upgrade() -> None:
             sa.Column("claimed_at", sa.BigInteger, nullable=True),
             sa.Column("created_at", sa.BigInteger, nullable=False),
             sa.Column("ended_at", sa.BigInteger, nullable=True),
-            sa.UniqueConstraint("workflow_run_id", "node_key", "item", "attempt", name="ux_workflow_node_attempt"),
+            sa.UniqueConstraint(
+                "workflow_run_id", "node_key", "item", "attempt", name="ux_workflow_node_attempt"
+            ),
             sa.Index("ix_workflow_node_run_log", "log_id"),
             sa.Index("ix_workflow_node_run_state", "state"),
             sqlite_autoincrement=True,
