@@ -152,7 +152,7 @@ async def test_a_diamond_runs_each_node_once_in_order(flow: Flow) -> None:
         assert (job_run["trigger_type"], job_run["executor_param"], job_run["handle_code"]) == (
             "WORKFLOW", node["key"], 200)
     listed = await flow.admin.workflows.runs(workflow=created["id"])
-    assert [r["id"] for r in listed["items"]] == [started["workflow_run_id"]]
+    assert [r["id"] for r in listed.items] == [started["workflow_run_id"]]
 
 
 async def test_a_failed_node_stops_the_run_and_retry_from_failed_completes_it(flow: Flow) -> None:
