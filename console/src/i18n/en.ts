@@ -388,6 +388,7 @@ export const en = {
   "trigger.type.API": "API call",
   "trigger.type.MISFIRE": "Misfire (run late)",
   "trigger.type.DELAYED": "Delayed (Run at)",
+  "trigger.type.WORKFLOW": "Workflow",
   "glue.type.BEAN": "BEAN (executor handler)",
   "glue.type.GLUE_GROOVY": "GLUE script (Groovy)",
   "glue.type.GLUE_SHELL": "GLUE script (Shell)",

@@ -61,6 +61,7 @@ from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.scheduler.unsure import UnsureFires
+from jobring.admin.scheduler.workflows import WorkflowDriver
 from jobring.admin.settings import AdminSettings, address_policy
 from jobring.admin.store import Store
 from jobring.admin.store.node_locks import BACKENDS as LOCK_BACKENDS
@@ -162,11 +163,15 @@ async def start_runtime(
     callbacks = CallbackService(store, trigger, clock, alarms=alarms,
                                 fail_monitor=monitors.find("fail-monitor"),
                                 child_fire_budget=settings.child_fire_budget)
+    workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id)
+    monitors.add(workflows)
+    callbacks.results_listener = workflows.notify
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
                            ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
                            DelayedFireRunner(store, trigger, clock))
     # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
+    runtime.workflows = workflows
     runtime.metrics = AdminMetrics(runtime)
     runtime.metrics.instrument(alarmer)
     runtime.liveness = liveness
@@ -262,7 +267,7 @@ def create_app(
                 store=runtime.store, settings=runtime.settings, secrets=runtime.secrets,
                 trigger=runtime.trigger,
                 executors=runtime.executors, clock=runtime.clock, executor_tokens=runtime.executor_tokens,
-                delayed=runtime.delayed,
+                delayed=runtime.delayed, workflows=runtime.workflows,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(

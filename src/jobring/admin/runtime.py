@@ -20,6 +20,7 @@ from jobring.admin.scheduler.liveness import NodeLiveness
 from jobring.admin.scheduler.loop import ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.scheduler.workflows import WorkflowDriver
 from jobring.admin.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.core.bounded import within
@@ -54,6 +55,7 @@ class AdminRuntime:
     delayed: DelayedFireRunner
     metrics: AdminMetrics | None = None
     liveness: NodeLiveness | None = None
+    workflows: WorkflowDriver | None = None
 
     async def stop(self) -> None:
         """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB;

@@ -21,11 +21,12 @@ from jobring.cli import runs as runs_cmd
 from jobring.cli import settings as settings_cmd
 from jobring.cli import tokens as tokens_cmd
 from jobring.cli import users as users_cmd
+from jobring.cli import workflows as workflows_cmd
 from jobring.cli.common import ADMIN_LIBRARIES, EXIT_USAGE, UsageError
 from jobring.cli.examples import add_examples
 
 _GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, users_cmd, tokens_cmd,
-           settings_cmd, audit_cmd)
+           settings_cmd, audit_cmd, workflows_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

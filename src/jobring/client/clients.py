@@ -24,6 +24,7 @@ from jobring.client.endpoints import (
     SettingsApi,
     TokensApi,
     UsersApi,
+    WorkflowsApi,
 )
 
 T = TypeVar("T")
@@ -43,6 +44,7 @@ class _Endpoints(Generic[M]):
     dashboard: DashboardApi[M]
     settings: SettingsApi[M]
     audit: AuditApi[M]
+    workflows: WorkflowsApi[M]
 
     def _bind(self, send: Any) -> None:
         self.auth = AuthApi(send)
@@ -55,6 +57,7 @@ class _Endpoints(Generic[M]):
         self.dashboard = DashboardApi(send)
         self.settings = SettingsApi(send)
         self.audit = AuditApi(send)
+        self.workflows = WorkflowsApi(send)
 
 
 class AdminClient(_Endpoints[Sync]):

@@ -58,6 +58,7 @@ class TriggerType(StrEnum):
     API = "API"
     MISFIRE = "MISFIRE"
     DELAYED = "DELAYED"  # a one-shot run asked for a later instant (jobring)
+    WORKFLOW = "WORKFLOW"  # a workflow node's run (jobring)
 
 
 class ManagedBy(StrEnum):

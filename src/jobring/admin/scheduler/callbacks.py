@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -107,6 +107,9 @@ class CallbackService:
         self._fail_monitor = fail_monitor  # woken by a failed result: retry/alarm without waiting
         self._children_tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(concurrency)
+        # Told every result this node records, as (log id, handle code, handle message): the
+        # workflow driver advances the runs whose nodes these are (set by the app).
+        self.results_listener: Callable[[Sequence[tuple[int, int, str | None]]], None] | None = None
         # For metrics (read at scrape time): callback items received, runs ended by state.
         self.received = 0
         self.ended: dict[str, int] = {}
@@ -149,8 +152,10 @@ class CallbackService:
             state = run_state(trigger_code=200, handle_code=item.handle_code, handle_msg=item.handle_msg,
                               now_ms=0).value
             self.ended[state] = self.ended.get(state, 0) + 1
-        # What follows a result (children, retry wake-up, recovery alarms) follows only the
-        # rows this node's write really changed.
+        # What follows a result (children, retry wake-up, recovery alarms, workflows) follows
+        # only the rows this node's write really changed.
+        if self.results_listener is not None and applied:
+            self.results_listener([(i.log_id, i.handle_code, i.handle_msg) for i in applied])
         plans = await self._child_plans([i for i in applied if i.handle_code == HandleCode.SUCCESS])
         if plans:
             messages = {i.log_id: f"{i.handle_msg}\n\n{plan.summary}" if i.handle_msg else plan.summary

@@ -25,6 +25,7 @@ TRIGGER_TYPE_TITLES = {
     TriggerType.API: "Api trigger",
     TriggerType.MISFIRE: "Misfire compensation trigger",
     TriggerType.DELAYED: "Delayed trigger",
+    TriggerType.WORKFLOW: "Workflow trigger",
 }
 MSG_ADDRESS_EMPTY = "Trigger Fail: registry address is empty"
 _ONE_SHARD = ((0, 1),)
@@ -70,6 +71,7 @@ class FireRequest:
     root_run_id: int | None = None
     child_depth: int = 0
     retry_of: int | None = None  # a retry: the run it re-runs
+    workflow_node_run_id: int | None = None  # a workflow node's attempt (its run's identity)
 
 
 @dataclass(frozen=True, slots=True)

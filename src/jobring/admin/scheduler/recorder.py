@@ -122,6 +122,7 @@ class FireRecorder:
             root_run_id=plan.req.root_run_id,
             child_depth=plan.req.child_depth,
             retry_of=plan.req.retry_of,
+            workflow_node_run_id=plan.req.workflow_node_run_id if identity else None,
         )
 
     async def _insert_identities(self, plans: list[FirePlan]) -> None:

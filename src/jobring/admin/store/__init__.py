@@ -51,6 +51,7 @@ from jobring.admin.store.records import (
     User,
 )
 from jobring.admin.store.users import SessionRepository, SettingRepository, TokenRepository, UserRepository
+from jobring.admin.store.workflows import WorkflowRepository
 
 
 class Store:
@@ -76,6 +77,7 @@ class Store:
         self.audit = AuditRepository(self.db)
         self.alarms = AlarmEventRepository(self.db)
         self.delayed = DelayedFireRepository(self.db)
+        self.workflows = WorkflowRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -153,6 +155,7 @@ __all__ = [
     "UpgradeResult",
     "User",
     "UserRepository",
+    "WorkflowRepository",
     "create_engine",
     "current_revision",
     "head_revision",

@@ -118,6 +118,7 @@ class NewLog:
     root_run_id: int | None = None  # a child run's root trigger (run id)
     child_depth: int = 0  # 1: a direct child of the root run
     retry_of: int | None = None  # a retry: the run it re-runs
+    workflow_node_run_id: int | None = None  # a workflow node's attempt (unique)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,7 @@ class LogEntry:
     child_depth: int = 0
     child_fires: int = 0
     retry_of: int | None = None
+    workflow_node_run_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

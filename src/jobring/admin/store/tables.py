@@ -138,6 +138,9 @@ job_log = Table(
     Column("child_depth", Integer, nullable=False, server_default="0"),
     Column("child_fires", Integer, nullable=False, server_default="0"),
     Column("retry_of", BigInteger, nullable=True),  # a retry: the run it re-runs (its previous attempt)
+    # A workflow node's run: the node attempt (``jobring_workflow_node_run.id``) it carries out;
+    # unique, so an attempt is recorded at most once whichever admin fires it.
+    Column("workflow_node_run_id", BigInteger, nullable=True),
     UniqueConstraint("job_id", "planned_time", name="ux_job_log_planned_fire"),
     Index("I_trigger_time", "trigger_time"),
     Index("I_handle_code", "handle_code"),
@@ -148,6 +151,7 @@ job_log = Table(
     Index("ix_job_log_group_time", "job_group", "trigger_time"),
     Index("ix_job_log_planned", "planned_time"),  # the dashboard's node lateness
     Index("ix_job_log_retry_of", "retry_of"),  # a run's attempts
+    Index("ux_job_log_workflow_node", "workflow_node_run_id", unique=True),
     sqlite_autoincrement=True,
 )
 
@@ -328,6 +332,80 @@ delayed_fire = Table(
     Column("created_at", BigInteger, nullable=False),  # epoch ms
     Index("ix_delayed_fire_at", "fire_at"),
     Index("ix_delayed_fire_job", "job_id"),
+    sqlite_autoincrement=True,
+)
+
+# Workflows (docs/workflows.md). A workflow's current graph is the row of its latest version
+# in ``workflow_version``; a run keeps the version it started with.
+workflow = Table(
+    "jobring_workflow",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(100), nullable=False),
+    Column("job_group", Integer, nullable=False),  # the owning group (who may see and edit it)
+    Column("description", String(255), nullable=False, server_default=""),
+    Column("version", Integer, nullable=False),
+    Column("created_by", String(64), nullable=True),
+    Column("created_at", BigInteger, nullable=False),  # epoch ms
+    Column("updated_at", BigInteger, nullable=False),  # epoch ms
+    Index("ix_workflow_group", "job_group"),
+    sqlite_autoincrement=True,
+)
+
+workflow_version = Table(
+    "jobring_workflow_version",
+    metadata,
+    Column("workflow_id", Integer, primary_key=True, autoincrement=False),
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("definition", LongText, nullable=False),  # the graph's canonical JSON
+    Column("created_by", String(64), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+# A run's whole state is one JSON document (core.workflow.run_to_json); ``rev`` counts its
+# writes: a step is stored only over the revision it was computed from (two admins that apply
+# events to the same run cannot both win).
+workflow_run = Table(
+    "jobring_workflow_run",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("workflow_id", Integer, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("job_group", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("rev", Integer, nullable=False, server_default="0"),
+    Column("state", LongText, nullable=False),
+    Column("triggered_by", String(64), nullable=True),
+    Column("started_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger, nullable=True),
+    Index("ix_workflow_run_workflow", "workflow_id", "id"),
+    Index("ix_workflow_run_status", "status"),
+    sqlite_autoincrement=True,
+)
+
+# One row per job attempt a workflow run starts: the outbox of the engine's StartJob commands
+# (written with the step that emits them) and the link to the run log. ``state``: pending (to
+# fire), firing (claimed by ``claimed_by``), running (``log_id`` known), ended.
+workflow_node_run = Table(
+    "jobring_workflow_node_run",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("workflow_run_id", BigInteger, nullable=False),
+    Column("node_key", String(64), nullable=False),
+    Column("item", Integer, nullable=False, server_default="-1"),  # fan-out item, -1: none
+    Column("attempt", Integer, nullable=False),
+    Column("job_id", Integer, nullable=False),
+    Column("params", String(512), nullable=True),
+    Column("timeout_s", Integer, nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("log_id", BigInteger, nullable=True),
+    Column("claimed_by", String(64), nullable=True),
+    Column("claimed_at", BigInteger, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger, nullable=True),
+    UniqueConstraint("workflow_run_id", "node_key", "item", "attempt", name="ux_workflow_node_attempt"),
+    Index("ix_workflow_node_run_log", "log_id"),
+    Index("ix_workflow_node_run_state", "state"),
     sqlite_autoincrement=True,
 )
 

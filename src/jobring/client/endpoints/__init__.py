@@ -5,6 +5,7 @@ from jobring.client.endpoints.audit import AuditApi
 from jobring.client.endpoints.groups import DashboardApi, GroupsApi
 from jobring.client.endpoints.jobs import GlueApi, JobsApi
 from jobring.client.endpoints.runs import RunsApi
+from jobring.client.endpoints.workflows import WorkflowsApi
 
 __all__ = [
     "AuditApi",
@@ -17,4 +18,5 @@ __all__ = [
     "SettingsApi",
     "TokensApi",
     "UsersApi",
+    "WorkflowsApi",
 ]

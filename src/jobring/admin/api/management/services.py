@@ -12,6 +12,7 @@ from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.scheduler.workflows import WorkflowDriver
 from jobring.admin.security.passwords import PasswordWorkers, shared_password_workers
 from jobring.admin.security.ratelimit import LoginRateLimiter
 from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S
@@ -43,6 +44,7 @@ class ManagementServices:
     passwords: PasswordWorkers = field(default_factory=shared_password_workers)
     executor_tokens: ExecutorTokens | None = None
     delayed: DelayedFireRunner | None = None  # woken when a delayed fire is added
+    workflows: WorkflowDriver | None = None  # starts and repairs workflow runs
     alarm_resolve: Resolver = system_resolve  # host names of alarm targets checked on save
     audit: AuditLog = field(init=False)
     address_policy: AddressPolicy = field(init=False)

@@ -1,0 +1,538 @@
+"""/workflows and /workflow-runs: define, trigger, observe and repair workflows.
+
+Permissions follow the jobs': a workflow belongs to an executor group (``job_group``: who may
+see and edit it), and saving, triggering or repairing it also needs the right to operate the
+group of every job its nodes run (checked again at each trigger and repair: jobs move).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
+from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
+from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, PageOut
+from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.audit import AuditAction
+from jobring.admin.scheduler.workflows import WorkflowDriver, WorkflowRunGone
+from jobring.admin.security.principal import Principal
+from jobring.admin.store.workflows import WorkflowRecord, WorkflowRunRecord
+from jobring.core.workflow import (
+    Event,
+    JobRef,
+    MarkSucceeded,
+    NodeKind,
+    RerunFrom,
+    RetryFailed,
+    StopRun,
+    WorkflowGraph,
+    WorkflowInvalid,
+    check_access,
+    parse_workflow,
+    run_from_json,
+)
+
+router = APIRouter(tags=["workflows"], responses=ERROR_RESPONSES)
+
+WorkflowId = Annotated[int, Path(ge=1, le=MAX_INT32)]
+RunId = Annotated[int, Path(ge=1, le=MAX_INT64)]
+NodeKey = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+class WorkflowIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100)
+    job_group: int = Field(
+        ge=1, le=MAX_INT32, description="the owning executor group: who may see and edit it"
+    )
+    description: str = Field(default="", max_length=255)
+    nodes: list[dict[str, Any]] = Field(
+        description="see docs/workflows.md: key, kind, job_id, params, join, ..."
+    )
+    edges: list[dict[str, Any]] = Field(default_factory=list, description='{"from", "to", "when"|"else"}')
+    version: int | None = Field(
+        default=None,
+        ge=1,
+        description="PUT: the version this edit started from (refused with 409 when another save came first)",
+    )
+
+
+class WorkflowOut(BaseModel):
+    id: int
+    name: str
+    job_group: int
+    description: str
+    version: int
+    created_by: str | None
+    created_at: int = Field(description="epoch ms")
+    updated_at: int = Field(description="epoch ms")
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+
+
+class WorkflowTriggerIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the run's starting context (JSON object)"
+    )
+
+
+class WorkflowTriggerOut(BaseModel):
+    workflow_run_id: int
+
+
+class NodeRunOut(BaseModel):
+    key: str
+    kind: str
+    job_id: int | None
+    state: str = Field(description="waiting, running, success, failed, skipped, stopped")
+    run_id: int | None = Field(description="the job run (run log id) of the latest attempt")
+    attempt: int
+    started_at: int | None = Field(description="epoch ms")
+    ended_at: int | None = Field(description="epoch ms")
+    duration_ms: int | None
+    message: str
+    skip_reason: str | None
+    marked_succeeded: bool
+    items: list[dict[str, Any]] | None = Field(
+        default=None, description="fan-out items: state, run_id, attempt"
+    )
+
+
+class WorkflowRunSummaryOut(BaseModel):
+    id: int
+    workflow_id: int
+    version: int
+    job_group: int
+    state: str = Field(description="running, success, failed, stopped")
+    triggered_by: str | None
+    started_at: int
+    ended_at: int | None
+
+
+class WorkflowRunOut(WorkflowRunSummaryOut):
+    round: int = Field(description="repair round: repairs name it so a repeated click repairs once")
+    message: str
+    context: dict[str, Any]
+    nodes: list[NodeRunOut]
+    edges: list[dict[str, Any]]
+
+
+class RepairIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    round: int | None = Field(default=None, ge=0, description="the run's round as last read (null: current)")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _driver(services: ManagementServices) -> WorkflowDriver:
+    if services.workflows is None:
+        raise ApiError(503, "workflows are not available on this node")
+    return services.workflows
+
+
+def _invalid(exc: WorkflowInvalid) -> ApiError:
+    return ApiError(422, str(exc), exc.field)
+
+
+def _parse(body: WorkflowIn) -> WorkflowGraph:
+    try:
+        graph = parse_workflow({"nodes": body.nodes, "edges": body.edges})
+    except WorkflowInvalid as exc:
+        raise _invalid(exc) from None
+    for node in graph.nodes.values():
+        if node.kind is NodeKind.SUBWORKFLOW:
+            raise ApiError(
+                422,
+                f"{node.field}.kind (node {node.key!r}): sub-workflow nodes are not available yet",
+                f"{node.field}.kind",
+            )
+    return graph
+
+
+async def _check_jobs(
+    services: ManagementServices, principal: Principal, graph: WorkflowGraph, workflow_id: int | None
+) -> None:
+    """Every node's job exists and is in a group the caller may operate (WorkflowInvalid -> 422)."""
+    ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
+    jobs = await services.store.jobs.get_many(ids)
+    refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
+
+    def may_operate(group_id: int) -> bool:
+        return principal.can_write_group(group_id)
+
+    try:
+        check_access(
+            graph,
+            job_lookup=refs.get,
+            may_operate=may_operate,
+            workflow_lookup=lambda _: None,
+            workflow_id=workflow_id,
+        )
+    except WorkflowInvalid as exc:
+        raise _invalid(exc) from None
+
+
+def _out(record: WorkflowRecord) -> WorkflowOut:
+    return WorkflowOut(
+        id=record.id,
+        name=record.name,
+        job_group=record.job_group,
+        description=record.description,
+        version=record.version,
+        created_by=record.created_by,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        nodes=list(record.definition.get("nodes", [])),
+        edges=list(record.definition.get("edges", [])),
+    )
+
+
+async def _load(services: ManagementServices, principal: Principal, workflow_id: int) -> WorkflowRecord:
+    record = await services.store.workflows.get(workflow_id)
+    if record is None:
+        raise not_found("workflow", workflow_id)
+    ensure_group_read(principal, record.job_group, not_found("workflow", workflow_id))
+    return record
+
+
+async def _load_run(services: ManagementServices, principal: Principal, run_id: int) -> WorkflowRunRecord:
+    record = await services.store.workflows.get_run(run_id)
+    if record is None:
+        raise not_found("workflow run", run_id)
+    ensure_group_read(principal, record.job_group, not_found("workflow run", run_id))
+    return record
+
+
+def _summary(record: WorkflowRunRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "workflow_id": record.workflow_id,
+        "version": record.version,
+        "job_group": record.job_group,
+        "state": record.status,
+        "triggered_by": record.triggered_by,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+    }
+
+
+# -- workflows ----------------------------------------------------------------------------------
+
+
+@router.get("/workflows", response_model=PageOut[WorkflowOut], summary="List workflows")
+async def list_workflows(
+    services: Services,
+    principal: Reader,
+    job_group: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> PageOut[WorkflowOut]:
+    groups = principal.readable_group_ids()
+    if job_group is not None:
+        groups = [job_group] if groups is None or job_group in groups else []
+    records, total = await services.store.workflows.list(groups, offset, limit)
+    return PageOut[WorkflowOut](items=[_out(r) for r in records], total=total, offset=offset, limit=limit)
+
+
+@router.post("/workflows", response_model=WorkflowOut, status_code=201, summary="Create a workflow")
+async def create_workflow(body: WorkflowIn, services: Services, principal: Writer) -> WorkflowOut:
+    ensure_group_write(principal, body.job_group)
+    graph = _parse(body)
+    await _check_jobs(services, principal, graph, None)
+    workflow_id = await services.store.workflows.create(
+        body.name,
+        body.job_group,
+        body.description,
+        graph.to_json(),
+        principal.user.username,
+        services.now_ms(),
+    )
+    record = await services.store.workflows.get(workflow_id)
+    assert record is not None
+    await services.audit.record(
+        principal,
+        AuditAction.WORKFLOW_CREATE,
+        target_type="workflow",
+        target_id=workflow_id,
+        group_id=body.job_group,
+        after={"name": body.name, "nodes": len(graph.nodes), "version": 1},
+    )
+    return _out(record)
+
+
+@router.get(
+    "/workflows/{workflow_id}", response_model=WorkflowOut, summary="A workflow and its current graph"
+)
+async def get_workflow(workflow_id: WorkflowId, services: Services, principal: Reader) -> WorkflowOut:
+    return _out(await _load(services, principal, workflow_id))
+
+
+@router.put(
+    "/workflows/{workflow_id}",
+    response_model=WorkflowOut,
+    summary="Save a new version of a workflow (runs keep the version they started with)",
+)
+async def update_workflow(
+    workflow_id: WorkflowId, body: WorkflowIn, services: Services, principal: Writer
+) -> WorkflowOut:
+    record = await _load(services, principal, workflow_id)
+    ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
+    ensure_group_write(principal, body.job_group)
+    graph = _parse(body)
+    await _check_jobs(services, principal, graph, workflow_id)
+    expected = body.version if body.version is not None else record.version
+    version = await services.store.workflows.update(
+        workflow_id,
+        body.name,
+        body.job_group,
+        body.description,
+        graph.to_json(),
+        principal.user.username,
+        services.now_ms(),
+        expected,
+    )
+    if version is None:
+        raise ApiError(
+            409,
+            f"workflow {workflow_id} was saved meanwhile (now version "
+            f"{record.version}, this edit started from {expected})",
+            "version",
+        )
+    saved = await services.store.workflows.get(workflow_id)
+    assert saved is not None
+    await services.audit.record(
+        principal,
+        AuditAction.WORKFLOW_UPDATE,
+        target_type="workflow",
+        target_id=workflow_id,
+        group_id=body.job_group,
+        before={"name": record.name, "version": record.version},
+        after={"name": body.name, "nodes": len(graph.nodes), "version": version},
+    )
+    return _out(saved)
+
+
+@router.delete(
+    "/workflows/{workflow_id}",
+    status_code=204,
+    response_class=Response,
+    summary="Delete a workflow and its runs (refused while a run is running)",
+)
+async def delete_workflow(workflow_id: WorkflowId, services: Services, principal: Writer) -> Response:
+    record = await _load(services, principal, workflow_id)
+    ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
+    running = await services.store.workflows.running_run_ids(workflow_id)
+    if running:
+        raise ApiError(
+            409,
+            f"workflow {workflow_id} has running runs ({', '.join(map(str, running[:5]))}); stop them first",
+        )
+    await services.store.workflows.delete(workflow_id)
+    await services.audit.record(
+        principal,
+        AuditAction.WORKFLOW_DELETE,
+        target_type="workflow",
+        target_id=workflow_id,
+        group_id=record.job_group,
+        before={"name": record.name},
+    )
+    return Response(status_code=204)
+
+
+@router.post(
+    "/workflows/{workflow_id}/trigger",
+    response_model=WorkflowTriggerOut,
+    summary="Start a run of a workflow now",
+)
+async def trigger_workflow(
+    workflow_id: WorkflowId, services: Services, principal: Writer, body: WorkflowTriggerIn | None = None
+) -> WorkflowTriggerOut:
+    record = await _load(services, principal, workflow_id)
+    ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
+    driver = _driver(services)
+    await _check_jobs(services, principal, await driver.graph(record.id, record.version), workflow_id)
+    params = (body or WorkflowTriggerIn()).params
+    run_id, step = await driver.start_run(record, params, principal.user.username)
+    if not step.applied:
+        raise ApiError(422, step.note or "the run could not start", "params")
+    await services.audit.record(
+        principal,
+        AuditAction.WORKFLOW_TRIGGER,
+        target_type="workflow",
+        target_id=workflow_id,
+        group_id=record.job_group,
+        details={"workflow_run_id": run_id, "version": record.version},
+    )
+    return WorkflowTriggerOut(workflow_run_id=run_id)
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+@router.get("/workflow-runs", response_model=PageOut[WorkflowRunSummaryOut], summary="List workflow runs")
+async def list_workflow_runs(
+    services: Services,
+    principal: Reader,
+    workflow_id: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
+    state: Annotated[Literal["running", "success", "failed", "stopped"] | None, Query()] = None,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> PageOut[WorkflowRunSummaryOut]:
+    records, total = await services.store.workflows.list_runs(
+        workflow_id=workflow_id,
+        group_ids=principal.readable_group_ids(),
+        status=state,
+        offset=offset,
+        limit=limit,
+    )
+    return PageOut[WorkflowRunSummaryOut](
+        items=[WorkflowRunSummaryOut(**_summary(r)) for r in records], total=total, offset=offset, limit=limit
+    )
+
+
+async def _run_out(services: ManagementServices, record: WorkflowRunRecord) -> WorkflowRunOut:
+    assert record.state is not None
+    run = run_from_json(record.state)
+    driver = _driver(services)
+    graph = await driver.graph(record.workflow_id, record.version)
+    nodes = []
+    for key in graph.order:
+        node, rec = graph.nodes[key], run.node(key)
+        items = None
+        if rec.items is not None:
+            items = [
+                {
+                    "index": i,
+                    "state": u.status.value,
+                    "run_id": u.run_id,
+                    "attempt": u.attempt,
+                    "message": u.message,
+                }
+                for i, u in enumerate(rec.items)
+            ]
+        nodes.append(
+            NodeRunOut(
+                key=key,
+                kind=node.kind.value,
+                job_id=node.job_id,
+                state=rec.status.value,
+                run_id=rec.run_id,
+                attempt=rec.attempt,
+                started_at=rec.started_ms,
+                ended_at=rec.ended_ms,
+                duration_ms=rec.duration_ms,
+                message=rec.message,
+                skip_reason=rec.skip.value if rec.skip else None,
+                marked_succeeded=rec.marked,
+                items=items,
+            )
+        )
+    return WorkflowRunOut(
+        **_summary(record),
+        round=run.round,
+        message=run.message,
+        context=dict(run.context),
+        nodes=nodes,
+        edges=_edges(graph),
+    )
+
+
+def _edges(graph: WorkflowGraph) -> list[dict[str, Any]]:
+    edges = graph.to_json()["edges"]
+    assert isinstance(edges, list)
+    return edges
+
+
+@router.get("/workflow-runs/{run_id}", response_model=WorkflowRunOut, summary="A workflow run and its nodes")
+async def get_workflow_run(run_id: RunId, services: Services, principal: Reader) -> WorkflowRunOut:
+    return await _run_out(services, await _load_run(services, principal, run_id))
+
+
+async def _repair(
+    services: ManagementServices, principal: Principal, run_id: int, event: Event, action: AuditAction
+) -> WorkflowRunOut:
+    record = await _load_run(services, principal, run_id)
+    ensure_group_write(principal, record.job_group, not_found("workflow run", run_id))
+    driver = _driver(services)
+    await _check_jobs(
+        services, principal, await driver.graph(record.workflow_id, record.version), record.workflow_id
+    )
+    try:
+        step = await driver.apply(run_id, event)
+    except WorkflowRunGone:
+        raise not_found("workflow run", run_id) from None
+    await services.audit.record(
+        principal,
+        action,
+        target_type="workflow_run",
+        target_id=run_id,
+        group_id=record.job_group,
+        details={"workflow_id": record.workflow_id, "refused": step.note},
+    )
+    if not step.applied:
+        raise ApiError(409, step.note or "refused")
+    updated = await services.store.workflows.get_run(run_id)
+    assert updated is not None
+    return await _run_out(services, updated)
+
+
+def _round(body: RepairIn | None) -> int | None:
+    return None if body is None else body.round
+
+
+@router.post(
+    "/workflow-runs/{run_id}/stop",
+    response_model=WorkflowRunOut,
+    summary="Stop a running workflow run (kills its running nodes)",
+)
+async def stop_workflow_run(
+    run_id: RunId, services: Services, principal: Writer, body: RepairIn | None = None
+) -> WorkflowRunOut:
+    event = StopRun(services.now_ms(), _round(body), note=f"stopped by {principal.user.username}")
+    return await _repair(services, principal, run_id, event, AuditAction.WORKFLOW_RUN_STOP)
+
+
+@router.post(
+    "/workflow-runs/{run_id}/retry",
+    response_model=WorkflowRunOut,
+    summary="Retry a failed or stopped run from its failed nodes (keeps what succeeded)",
+)
+async def retry_workflow_run(
+    run_id: RunId, services: Services, principal: Writer, body: RepairIn | None = None
+) -> WorkflowRunOut:
+    event = RetryFailed(services.now_ms(), _round(body))
+    return await _repair(services, principal, run_id, event, AuditAction.WORKFLOW_RUN_RETRY)
+
+
+@router.post(
+    "/workflow-runs/{run_id}/nodes/{key}/mark-succeeded",
+    response_model=WorkflowRunOut,
+    summary="Take a failed or stopped node as succeeded and let the rest go on",
+)
+async def mark_node_succeeded(
+    run_id: RunId, key: NodeKey, services: Services, principal: Writer, body: RepairIn | None = None
+) -> WorkflowRunOut:
+    event = MarkSucceeded(
+        key, services.now_ms(), _round(body), note=f"marked as succeeded by {principal.user.username}"
+    )
+    return await _repair(services, principal, run_id, event, AuditAction.WORKFLOW_RUN_MARK)
+
+
+@router.post(
+    "/workflow-runs/{run_id}/nodes/{key}/rerun",
+    response_model=WorkflowRunOut,
+    summary="Run an ended run again from this node (then its descendants)",
+)
+async def rerun_from_node(
+    run_id: RunId, key: NodeKey, services: Services, principal: Writer, body: RepairIn | None = None
+) -> WorkflowRunOut:
+    event = RerunFrom(key, services.now_ms(), _round(body))
+    return await _repair(services, principal, run_id, event, AuditAction.WORKFLOW_RUN_RERUN)

@@ -1,0 +1,269 @@
+"""`jobring workflows ...`: define, trigger, observe and repair workflows on a running admin."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from jobring.cli.common import UsageError
+from jobring.cli.remote import (
+    group_parser,
+    instant_text,
+    positive_int,
+    print_json,
+    print_page_json,
+    print_table,
+    remote_parser,
+    run_remote,
+)
+from jobring.client import AdminClient
+
+RUN_STATES = ("running", "success", "failed", "stopped")
+
+_WORKFLOW_COLUMNS = (
+    ("ID", "id"),
+    ("NAME", "name"),
+    ("GROUP", "job_group"),
+    ("VERSION", "version"),
+    ("NODES", lambda w: len(w.get("nodes", []))),
+)
+
+
+def _ms_text(value: Any) -> str | None:
+    return instant_text(value) if isinstance(value, int) else None
+
+
+_RUN_COLUMNS = (
+    ("ID", "id"),
+    ("WORKFLOW", "workflow_id"),
+    ("VERSION", "version"),
+    ("STATE", "state"),
+    ("STARTED (UTC)", lambda r: _ms_text(r.get("started_at"))),
+    ("ENDED (UTC)", lambda r: _ms_text(r.get("ended_at"))),
+    ("BY", "triggered_by"),
+)
+
+_NODE_COLUMNS = (
+    ("NODE", "key"),
+    ("STATE", lambda n: n["state"] + (f" ({n['skip_reason']})" if n.get("skip_reason") else "")),
+    ("JOB", "job_id"),
+    ("RUN", "run_id"),
+    ("TRY", "attempt"),
+    ("STARTED (UTC)", lambda n: _ms_text(n.get("started_at"))),
+    ("DURATION", lambda n: f"{n['duration_ms']}ms" if isinstance(n.get("duration_ms"), int) else None),
+    ("MESSAGE", lambda n: (n.get("message") or "")[:60]),
+)
+
+
+def _read_definition(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8") if path != "-" else sys.stdin.read()
+    except OSError as exc:
+        raise UsageError(f"--file: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--file: {path} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"--file: {path} must hold a JSON object (name, job_group, nodes, edges)")
+    return doc
+
+
+def _params(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--params: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError("--params: must be a JSON object")
+    return value
+
+
+def _print_run(run: Mapping[str, Any]) -> None:
+    head = f"workflow run {run['id']} of workflow {run['workflow_id']} (version {run['version']})"
+    print(f"{head}: {run['state']}" + (f" - {run['message']}" if run.get("message") else ""))
+    print(f"round {run['round']}, started {_ms_text(run['started_at'])}"
+          + (f", ended {_ms_text(run['ended_at'])}" if run.get("ended_at") else ""))
+    print_table(run["nodes"], _NODE_COLUMNS)
+
+
+def _list(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        page = admin.workflows.list(limit=args.limit)
+        if args.json:
+            print_page_json(page)
+        else:
+            print_table(page.items, _WORKFLOW_COLUMNS)
+        return 0
+    return run_remote(args, action)
+
+
+def _show(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        workflow = admin.workflows.get(args.workflow_id)
+        if args.json:
+            print_json(workflow)
+            return 0
+        print(f"workflow {workflow['id']} {workflow['name']!r} (group {workflow['job_group']}, "
+              f"version {workflow['version']})")
+        print_table(workflow["nodes"], (("NODE", "key"), ("KIND", lambda n: n.get("kind", "job")),
+                                         ("JOB", "job_id"), ("JOIN", lambda n: n.get("join", "all_success")),
+                                         ("ON FAILURE", lambda n: n.get("on_failure", "stop"))))
+        for edge in workflow["edges"]:
+            when = f"  when {edge['when']}" if "when" in edge else ("  else" if edge.get("else") else "")
+            print(f"{edge['from']} -> {edge['to']}{when}")
+        return 0
+    return run_remote(args, action)
+
+
+def _create(args: argparse.Namespace) -> int:
+    definition = _read_definition(args.file)
+
+    def action(admin: AdminClient) -> int:
+        created = admin.workflows.create(definition)
+        if args.json:
+            print_json(created)
+        else:
+            nodes = len(created["nodes"])
+            print(f"created workflow {created['id']} ({nodes} nodes, version {created['version']})")
+        return 0
+    return run_remote(args, action)
+
+
+def _update(args: argparse.Namespace) -> int:
+    definition = _read_definition(args.file)
+
+    def action(admin: AdminClient) -> int:
+        saved = admin.workflows.update(args.workflow_id, definition)
+        if args.json:
+            print_json(saved)
+        else:
+            print(f"saved workflow {saved['id']} as version {saved['version']}")
+        return 0
+    return run_remote(args, action)
+
+
+def _delete(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        admin.workflows.delete(args.workflow_id)
+        print(f"deleted workflow {args.workflow_id}")
+        return 0
+    return run_remote(args, action)
+
+
+def _trigger(args: argparse.Namespace) -> int:
+    params = _params(args.params)
+
+    def action(admin: AdminClient) -> int:
+        started = admin.workflows.trigger(args.workflow_id, params)
+        if args.json:
+            print_json(started)
+        else:
+            print(f"started workflow run {started['workflow_run_id']}")
+        return 0
+    return run_remote(args, action)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        page = admin.workflows.runs(workflow=args.workflow, state=args.state, limit=args.limit)
+        if args.json:
+            print_page_json(page)
+        else:
+            print_table(page.items, _RUN_COLUMNS)
+        return 0
+    return run_remote(args, action)
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        run = admin.workflows.run(args.run_id)
+        if args.json:
+            print_json(run)
+        else:
+            _print_run(run)
+        return 0
+    return run_remote(args, action)
+
+
+def _repair(name: str) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        def action(admin: AdminClient) -> int:
+            if name == "retry":
+                run = admin.workflows.retry(args.run_id, round=args.round)
+            elif name == "stop":
+                run = admin.workflows.stop(args.run_id, round=args.round)
+            elif name == "mark-succeeded":
+                run = admin.workflows.mark_succeeded(args.run_id, args.node, round=args.round)
+            else:
+                run = admin.workflows.rerun_from(args.run_id, args.node, round=args.round)
+            if args.json:
+                print_json(run)
+            else:
+                _print_run(run)
+            return 0
+        return run_remote(args, action)
+    return handler
+
+
+def register(sub: Any) -> None:
+    """Add this module's commands to the top-level parser."""
+    _, commands = group_parser(sub, "workflows",
+                               "define, trigger, observe and repair workflows on a running admin")
+
+    listing = remote_parser(commands, "list", "list workflows, newest first")
+    listing.add_argument("--limit", type=positive_int, default=50, metavar="N", help="at most N (default 50)")
+    listing.set_defaults(handler=_list)
+
+    show = remote_parser(commands, "show", "one workflow: its nodes and edges")
+    show.add_argument("workflow_id", type=positive_int, metavar="WORKFLOW_ID")
+    show.set_defaults(handler=_show)
+
+    create = remote_parser(commands, "create", "create a workflow from a JSON file")
+    create.add_argument("--file", required=True, metavar="PATH",
+                        help='{"name", "job_group", "nodes", "edges"} (see docs/workflows.md); - reads stdin')
+    create.set_defaults(handler=_create)
+
+    update = remote_parser(commands, "update", "save a new version of a workflow from a JSON file")
+    update.add_argument("workflow_id", type=positive_int, metavar="WORKFLOW_ID")
+    update.add_argument("--file", required=True, metavar="PATH", help="as for create; - reads stdin")
+    update.set_defaults(handler=_update)
+
+    remove = remote_parser(commands, "delete", "delete a workflow and its runs", json_output=False)
+    remove.add_argument("workflow_id", type=positive_int, metavar="WORKFLOW_ID")
+    remove.set_defaults(handler=_delete)
+
+    trigger = remote_parser(commands, "trigger", "start a run now")
+    trigger.add_argument("workflow_id", type=positive_int, metavar="WORKFLOW_ID")
+    trigger.add_argument("--params", metavar="JSON", help="the run's starting context, a JSON object")
+    trigger.set_defaults(handler=_trigger)
+
+    runs = remote_parser(commands, "runs", "list workflow runs, newest first")
+    runs.add_argument("--workflow", type=positive_int, metavar="ID", help="only runs of this workflow")
+    runs.add_argument("--state", choices=RUN_STATES, help="only runs in this state")
+    runs.add_argument("--limit", type=positive_int, default=20, metavar="N", help="at most N (default 20)")
+    runs.set_defaults(handler=_runs)
+
+    run_show = remote_parser(commands, "run-show", "one workflow run with its nodes")
+    run_show.add_argument("run_id", type=positive_int, metavar="RUN_ID")
+    run_show.set_defaults(handler=_run_show)
+
+    for name, help_text, with_node in (
+        ("retry", "retry a failed or stopped run from its failed nodes", False),
+        ("stop", "stop a running run (kills its running nodes)", False),
+        ("mark-succeeded", "take a failed node as succeeded and let the run go on", True),
+        ("rerun", "run an ended run again from a node", True),
+    ):
+        repair = remote_parser(commands, name, help_text)
+        repair.add_argument("run_id", type=positive_int, metavar="RUN_ID")
+        if with_node:
+            repair.add_argument("node", metavar="NODE_KEY")
+        repair.add_argument("--round", type=int, default=None, metavar="N",
+                            help="the run's round as last shown (a repeated repair is then refused)")
+        repair.set_defaults(handler=_repair(name))

@@ -1,0 +1,88 @@
+"""/api/v1/workflows and /workflow-runs: validation answers naming the field and node, the
+group checks per node's job, trigger, the run page, repairs and audit entries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.store import Store
+from tests.admin.api_harness import ApiEnv, api_env
+
+
+def _driver(env: ApiEnv) -> None:
+    assert env.services.trigger is not None
+    env.services.workflows = WorkflowDriver(env.store, env.services.trigger, env.services.executors,
+                                            env.clock, node_id="api-test")
+
+
+def _body(env: ApiEnv, nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": "w", "job_group": env.group_a, "nodes": nodes, "edges": edges}
+
+
+async def test_refusals_name_the_field_and_the_node(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        mine, theirs = await env.add_job(env.group_a), await env.add_job(env.group_b)
+        cases = [
+            (_body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": mine}],
+                   [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]), "cycle"),
+            (_body(env, [{"key": "a", "job_id": 99_999}], []), "job 99999 does not exist"),
+            (_body(env, [{"key": "a", "job_id": theirs}], []), "which you may not operate"),
+            (_body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": mine},
+                         {"key": "c", "job_id": mine}], [{"from": "a", "to": "b"}]), "'c'"),
+            (_body(env, [{"key": "a", "job_id": mine, "join": "sometimes"}], []), "join"),
+            (_body(env, [{"key": "a", "kind": "subworkflow", "workflow_id": 1}], []), "not available"),
+        ]
+        for body, expected in cases:
+            answer = await http.post("/workflows", json=body)
+            assert answer.status_code == 422, answer.text
+            assert expected in answer.json()["error"] and answer.json()["field"], answer.json()
+        assert (await http.get("/workflows")).json()["total"] == 0
+        async with env.client("viewer") as viewer:
+            answer = await viewer.post("/workflows", json=_body(env, [{"key": "a", "job_id": mine}], []))
+            assert answer.status_code == 403
+
+
+async def test_trigger_observe_stop_retry_and_audit(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        body = _body(env, [{"key": "a", "job_id": job, "params": "p-{{ day }}"}, {"key": "b", "job_id": job}],
+                     [{"from": "a", "to": "b"}])
+        created = await http.post("/workflows", json=body)
+        assert created.status_code == 201, created.text
+        wf = created.json()
+        assert (wf["version"], [n["key"] for n in wf["nodes"]]) == (1, ["a", "b"])
+        bad = await http.post(f"/workflows/{wf['id']}/trigger", json={"params": []})
+        assert bad.status_code == 422  # params must be an object
+        started = await http.post(f"/workflows/{wf['id']}/trigger", json={"params": {"day": "0101"}})
+        assert started.status_code == 200, started.text
+        run_id = started.json()["workflow_run_id"]
+        run = (await http.get(f"/workflow-runs/{run_id}")).json()
+        assert run["state"] == "running" and run["context"] == {"day": "0101"}
+        node_a = run["nodes"][0]
+        assert (node_a["key"], node_a["state"], node_a["attempt"]) == ("a", "running", 1)
+        fired = [c.body for c in env.double.runs()]
+        assert fired[-1]["executorParams"] == "p-0101" and fired[-1]["logId"] == node_a["run_id"]
+        stopped = await http.post(f"/workflow-runs/{run_id}/stop", json={"round": run["round"]})
+        assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
+        again = await http.post(f"/workflow-runs/{run_id}/stop", json={"round": run["round"]})
+        assert again.status_code == 409
+        retried = await http.post(f"/workflow-runs/{run_id}/retry")
+        assert retried.status_code == 200 and retried.json()["state"] == "running"
+        assert retried.json()["nodes"][0]["attempt"] == 2
+        listed = (await http.get("/workflow-runs", params={"workflow_id": wf["id"]})).json()
+        assert run_id in [r["id"] for r in listed["items"]]
+        busy = await http.delete(f"/workflows/{wf['id']}")
+        assert busy.status_code == 409
+        async with env.client("admin") as admin:
+            events = (await admin.get("/audit", params={"limit": 50})).json()["items"]
+        actions = [e["action"] for e in events]
+        wanted = {"workflow.create", "workflow.trigger", "workflow.run_stop", "workflow.run_retry"}
+        assert wanted <= set(actions)
+        # Another group's operator: as if it did not exist.
+        async with env.client("op_out") as other:
+            assert (await other.get(f"/workflows/{wf['id']}")).status_code == 404
+            assert (await other.get(f"/workflow-runs/{run_id}")).status_code == 404
+            assert (await other.post(f"/workflow-runs/{run_id}/stop")).status_code == 404

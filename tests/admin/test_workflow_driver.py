@@ -1,0 +1,131 @@
+"""The workflow driver against a real store, a real trigger service and an executor double:
+two drivers (two admin nodes) handed the same results fire each node attempt once; the sweep
+fires attempts nobody fired and takes over those claimed by a node that died."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from jobring.admin.scheduler.callbacks import CallbackService
+from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.store import Store
+from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowRecord
+from jobring.core.workflow import RetryFailed, RunStarted, apply, parse_workflow, run_to_json
+from jobring.protocol.models import HandleCallbackParam
+from tests.admin.test_trigger import HOSTS, T0, Env, make_env
+
+STALE_MS = 30_000
+
+
+@dataclass
+class Two:
+    env: Env
+    a: WorkflowDriver
+    b: WorkflowDriver
+    callbacks: CallbackService
+
+    def fired(self) -> list[tuple[str, int]]:
+        """(params, log id) of every /run the executors got."""
+        return [(c.body["executorParams"], c.body["logId"]) for c in self.env.double.runs()]
+
+    async def workflow(self, doc: dict[str, Any]) -> WorkflowRecord:
+        graph = parse_workflow(doc)
+        wf = await self.env.store.workflows.create("w", self.env.group_id, "", graph.to_json(), None, T0)
+        record = await self.env.store.workflows.get(wf)
+        assert record is not None
+        return record
+
+    async def finish(self, params: str, code: int = 200) -> None:
+        """The run of the node with these params reports ``code``; both drivers hear of it (the
+        callback reached one node, and the other's sweep saw the ended run at the same time)."""
+        (log_id,) = [log for p, log in self.fired() if p == params][-1:]
+        await self.callbacks.handle([HandleCallbackParam(log_id, T0, code, "ok" if code == 200 else "boom")])
+        results = [(log_id, code, "ok")]
+        await asyncio.gather(self.a.on_results(results), self.b.on_results(results), self.b.tick())
+
+
+@pytest.fixture
+async def two(sqlite_store: Store) -> AsyncIterator[Two]:
+    env = await make_env(sqlite_store, HOSTS)
+    a = WorkflowDriver(sqlite_store, env.trigger, None, env.clock, node_id="node-a", stale_ms=STALE_MS)
+    b = WorkflowDriver(sqlite_store, env.trigger, None, env.clock, node_id="node-b", stale_ms=STALE_MS)
+    callbacks = CallbackService(sqlite_store, env.trigger, env.clock)
+    try:
+        yield Two(env, a, b, callbacks)
+    finally:
+        await callbacks.close()
+        await env.trigger.close()
+
+
+def _diamond(job_id: int) -> dict[str, Any]:
+    return {"nodes": [{"key": k, "job_id": job_id, "params": k} for k in "ABCD"],
+            "edges": [{"from": "A", "to": "B"}, {"from": "A", "to": "C"}, {"from": "B", "to": "D"},
+                      {"from": "C", "to": "D"}]}
+
+
+async def test_two_drivers_fire_each_node_of_a_diamond_once(two: Two) -> None:
+    job = await two.env.job()
+    workflow = await two.workflow(_diamond(job.id))
+    run_id, step = await two.a.start_run(workflow, {}, "alice")
+    assert step.applied and [p for p, _ in two.fired()] == ["A"]
+    await two.finish("A")
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
+    await two.finish("B")
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]  # D waits for C (all_success)
+    await two.finish("C")
+    await two.finish("D")
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "C", "D"]
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.status == "success"
+    attempts = await two.env.store.workflows.node_runs(run_id)
+    assert [(a.node_key, a.attempt, a.state) for a in attempts] == [
+        (k, 1, NodeRunState.ENDED) for k in "ABCD"]
+    await asyncio.gather(two.a.tick(), two.b.tick())
+    assert len(two.fired()) == 4
+
+
+async def test_a_failure_stops_the_run_and_retry_from_failed_fires_only_the_failed(two: Two) -> None:
+    job = await two.env.job()
+    workflow = await two.workflow(_diamond(job.id))
+    run_id, _ = await two.a.start_run(workflow, {}, None)
+    await two.finish("A")
+    await two.finish("B", code=500)
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.status == "failed"
+    step = await two.b.apply(run_id, RetryFailed(T0, round=0))
+    assert step.applied
+    # C was running when B failed under the stop rule: killed then, run again now.
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "B", "C", "C"]
+    await two.finish("B")
+    await two.finish("C")
+    await two.finish("D")
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.status == "success"
+    assert (await two.b.apply(run_id, RetryFailed(T0, round=0))).note is not None  # a repeat is refused
+
+
+async def test_the_sweep_fires_what_a_dead_node_claimed_once_the_claim_is_stale(two: Two) -> None:
+    job = await two.env.job()
+    workflow = await two.workflow({"nodes": [{"key": "A", "job_id": job.id, "params": "A"}], "edges": []})
+    # A node stored the run's first step and died before firing it.
+    graph = await two.a.graph(workflow.id, workflow.version)
+    first = apply(graph, None, RunStarted(T0, 1))
+    assert first.run is not None
+    run_id = await two.env.store.workflows.start_run(workflow.id, 1, workflow.job_group, "running",
+                                                     run_to_json(first.run), None, T0,
+                                                     [NewNodeRun("A", -1, 1, job.id, "A", None)])
+    (attempt,) = await two.env.store.workflows.node_runs(run_id)
+    assert await two.env.store.workflows.claim(attempt.id, "dead-node", T0)
+    await two.b.tick()
+    assert two.fired() == []  # the claim is recent: its node may still be firing it
+    two.env.clock.advance(STALE_MS + 1)
+    await asyncio.gather(two.a.tick(), two.b.tick())
+    assert [p for p, _ in two.fired()] == ["A"]
+    await two.finish("A")
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.status == "success"

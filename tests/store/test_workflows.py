@@ -1,0 +1,116 @@
+"""Contract tests of ``store.workflows`` on every backend: versions, the run's compare-and-set,
+the node attempts as an outbox (claimed once), and their link to the run log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store
+from jobring.admin.store.workflows import NewNodeRun, NodeRunState
+
+NOW = datetime(2026, 3, 10, 12, 0, 0)
+T0 = 1_773_144_000_000
+GRAPH = {"nodes": [{"key": "a", "job_id": 1}], "edges": []}
+
+
+async def test_versions_list_and_delete(store: Store) -> None:
+    wf = await store.workflows.create("nightly", 3, "", GRAPH, "alice", T0)
+    got = await store.workflows.get(wf)
+    assert got is not None and (got.name, got.job_group, got.version, got.definition) == (
+        "nightly",
+        3,
+        1,
+        GRAPH,
+    )
+    bigger = {
+        "nodes": [{"key": "a", "job_id": 1}, {"key": "b", "job_id": 2}],
+        "edges": [{"from": "a", "to": "b"}],
+    }
+    assert (
+        await store.workflows.update(wf, "nightly2", 3, "d", bigger, "bob", T0 + 1, expected_version=1) == 2
+    )
+    # A save over a version that is no longer current is refused (another save came first).
+    assert await store.workflows.update(wf, "x", 3, "", GRAPH, "bob", T0 + 2, expected_version=1) is None
+    got = await store.workflows.get(wf)
+    assert got is not None and (got.name, got.version, got.definition) == ("nightly2", 2, bigger)
+    assert await store.workflows.definition(wf, 1) == GRAPH
+    other = await store.workflows.create("other", 4, "", GRAPH, None, T0)
+    listed, total = await store.workflows.list([3])
+    assert [w.id for w in listed] == [wf] and total == 1
+    listed, total = await store.workflows.list(None)
+    assert [w.id for w in listed] == [other, wf] and total == 2
+    run = await store.workflows.start_run(
+        wf, 2, 3, "running", {"s": 1}, "alice", T0, [NewNodeRun("a", -1, 1, 1, None, None)]
+    )
+    assert await store.workflows.running_run_ids(wf) == [run]
+    assert await store.workflows.delete(wf) and not await store.workflows.delete(wf)
+    assert await store.workflows.get_run(run) is None and await store.workflows.node_runs(run) == []
+
+
+async def test_a_step_is_stored_once_over_its_revision(store: Store) -> None:
+    wf = await store.workflows.create("w", 1, "", GRAPH, None, T0)
+    run = await store.workflows.start_run(
+        wf, 1, 1, "running", {"v": 0}, None, T0, [NewNodeRun("a", -1, 1, 1, "p", 5)]
+    )
+    step = [NewNodeRun("b", -1, 1, 2, None, None), NewNodeRun("f", 0, 1, 2, None, None)]
+    assert await store.workflows.advance(run, 0, "running", {"v": 1}, T0 + 1, step)
+    # A second admin that computed its step from revision 0 too stores nothing, starts nothing.
+    assert not await store.workflows.advance(
+        run, 0, "running", {"v": 9}, T0 + 1, [NewNodeRun("c", -1, 1, 3, None, None)]
+    )
+    record = await store.workflows.get_run(run)
+    assert record is not None and (record.rev, record.state, record.ended_at) == (1, {"v": 1}, None)
+    assert [(n.node_key, n.item, n.state) for n in await store.workflows.node_runs(run)] == [
+        ("a", -1, "pending"),
+        ("b", -1, "pending"),
+        ("f", 0, "pending"),
+    ]
+    assert await store.workflows.advance(run, 1, "success", {"v": 2}, T0 + 5, [])
+    record = await store.workflows.get_run(run)
+    assert record is not None and (record.status, record.ended_at) == ("success", T0 + 5)
+    runs, total = await store.workflows.list_runs(workflow_id=wf, status="success")
+    assert total == 1 and runs[0].id == run and runs[0].state is None
+    # The same attempt cannot be started twice (the outbox key is the command's key).
+    with pytest.raises(IntegrityError):
+        await store.workflows.advance(run, 2, "running", {}, T0, [NewNodeRun("a", -1, 1, 1, None, None)])
+
+
+async def test_node_attempts_are_claimed_once_and_linked_to_their_run(store: Store) -> None:
+    group = await store.groups.create(JobGroup(app_name="wf-app", title="W"), NOW)
+    job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h"))
+    wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
+    run = await store.workflows.start_run(
+        wf, 1, group, "running", {}, None, T0, [NewNodeRun("a", -1, 1, job, None, None)]
+    )
+    (attempt,) = await store.workflows.to_fire(T0, stale_ms=1_000)
+    assert await store.workflows.claim(attempt.id, "n1", T0)
+    assert not await store.workflows.claim(attempt.id, "n2", T0)
+    assert await store.workflows.to_fire(T0 + 500, stale_ms=1_000) == []
+    # Claimed long ago and never reported fired: another node may take it over.
+    assert [a.id for a in await store.workflows.to_fire(T0 + 2_000, stale_ms=1_000)] == [attempt.id]
+    assert not await store.workflows.claim(attempt.id, "n2", T0 + 2_000, stale_before_ms=T0)
+    assert await store.workflows.claim(attempt.id, "n2", T0 + 2_000, stale_before_ms=T0 + 1_000)
+    assert await store.workflows.log_of_node_run(attempt.id) is None
+    row = NewLog(
+        group, job, NOW, executor_handler="h", trigger_type="WORKFLOW", workflow_node_run_id=attempt.id
+    )
+    (log_id,) = await store.logs.insert_fires([row])
+    assert log_id is not None
+    with pytest.raises(IntegrityError):  # an attempt is in the run log at most once
+        await store.logs.insert_fires([row])
+    assert await store.workflows.log_of_node_run(attempt.id) == log_id
+    assert await store.workflows.fired(attempt.id, log_id) and not await store.workflows.fired(
+        attempt.id, log_id
+    )
+    assert [n.id for n in await store.workflows.node_runs_of_logs([log_id])] == [attempt.id]
+    assert await store.workflows.running_with_results() == []
+    await store.logs.record_results([HandleResult(log_id, 500, "boom", NOW)])
+    (ended,) = await store.workflows.running_with_results()
+    assert (ended.node_run.id, ended.handle_code, ended.handle_msg) == (attempt.id, 500, "boom")
+    assert await store.workflows.ended([attempt.id], T0 + 3) == 1
+    assert await store.workflows.ended([attempt.id], T0 + 3) == 0
+    (record,) = await store.workflows.node_runs(run)
+    assert (record.state, record.log_id, record.ended_at) == (NodeRunState.ENDED, log_id, T0 + 3)
