@@ -17,7 +17,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowRecord
 from jobring.core.workflow import RetryFailed, RunStarted, apply, parse_workflow, run_to_json
 from jobring.protocol.models import HandleCallbackParam
-from tests.admin.test_trigger import HOSTS, T0, Env, make_env
+from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
 
 STALE_MS = 30_000
 
