@@ -271,7 +271,7 @@ class Executor:
         s = self.settings
         check_security(s, binds=binds and s.dispatch == "push")
         if s.dispatch == "pull" and not s.admin_addresses:
-            raise ConfigError("a pull executor (dispatch=pull) needs admin_addresses: it connects out to the admin")
+            raise ConfigError("a pull executor (dispatch=pull) needs admin_addresses: it connects out")
         self._runlog = RunLog(s.log_path)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(s.admin_timeout_s),
