@@ -24,7 +24,8 @@ from tests.e2e.edge_kit import PASSWORD, TOKEN, healthy, stop_process, wait_unti
 pytestmark = pytest.mark.e2e
 
 
-def start_pull_executor(admin_url: str, log_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+def start_pull_executor(admin_url: str, log_path: Path, env: dict[str, str]
+                        ) -> tuple[subprocess.Popen[bytes], str]:
     """The demo executor in pull mode; returns the process and its pull:// address."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobring.demo", "--admin", admin_url, "--token", TOKEN,
@@ -63,10 +64,11 @@ def admin_process(work: Path) -> Iterator[tuple[int, httpx.Client, subprocess.Po
         base = f"http://127.0.0.1:{port}/api/v1"
         with httpx.Client(base_url=base, timeout=30) as session:
             login = session.post("/auth/login", json={"username": "admin", "password": PASSWORD})
-            made = session.post("/tokens", json={"name": "pull"}, headers={"X-CSRF-Token": login.json()["csrf_token"]})
+            made = session.post("/tokens", json={"name": "pull"},
+                                headers={"X-CSRF-Token": login.json()["csrf_token"]})
             assert made.status_code == 201, made.text
-        with httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {made.json()['token']}"}
-                          ) as api:
+        bearer = {"Authorization": f"Bearer {made.json()['token']}"}
+        with httpx.Client(base_url=base, timeout=30, headers=bearer) as api:
             yield port, api, admin
     finally:
         stop_process(admin)
@@ -77,6 +79,15 @@ def wait_result(api: httpx.Client, log_id: int) -> dict[str, Any]:
     wait_until(lambda: api.get(f"/runs/{log_id}").json()["handle_code"] != 0, f"the result of run {log_id}")
     run: dict[str, Any] = api.get(f"/runs/{log_id}").json()
     return run
+
+
+def add_job(api: httpx.Client, group_id: int, handler: str, route: str) -> dict[str, Any]:
+    made = api.post("/jobs", json={"job_group": group_id, "job_desc": f"{handler} {route}",
+                                   "executor_handler": handler, "schedule_type": "NONE",
+                                   "executor_route_strategy": route})
+    assert made.status_code == 201, made.text
+    job: dict[str, Any] = made.json()
+    return job
 
 
 def trigger(api: httpx.Client, job_id: int, param: str) -> dict[str, Any]:
@@ -108,8 +119,7 @@ def test_pull_executors_run_are_killed_have_logs_read_and_fail_over(tmp_path: Pa
                 assert listening_ports(proc.pid) == []
             first, second = sorted(by_address)
 
-            job = api.post("/jobs", json={"job_group": group["id"], "job_desc": "hello", "executor_handler": "hello",
-                                          "schedule_type": "NONE", "executor_route_strategy": "FAILOVER"}).json()
+            job = add_job(api, group["id"], "hello", "FAILOVER")
             fired = trigger(api, job["id"], "over the poll")
             assert fired["trigger_code"] == 200, fired["trigger_msg"]
             (log_id,) = fired["log_ids"]
@@ -120,10 +130,10 @@ def test_pull_executors_run_are_killed_have_logs_read_and_fail_over(tmp_path: Pa
             assert "hello from jobring, params=over the poll" in text
 
             # A long run is killed over the poll.
-            slow = api.post("/jobs", json={"job_group": group["id"], "job_desc": "slow", "executor_handler": "slow",
-                                           "schedule_type": "NONE", "executor_route_strategy": "FIRST"}).json()
+            slow = add_job(api, group["id"], "slow", "FIRST")
             (slow_id,) = trigger(api, slow["id"], "60")["log_ids"]
-            wait_until(lambda: "sleeping" in api.get(f"/runs/{slow_id}/log").json()["log_content"], "the slow run")
+            wait_until(lambda: "sleeping" in api.get(f"/runs/{slow_id}/log").json()["log_content"],
+                       "the slow run")
             killed = api.post(f"/runs/{slow_id}/kill")
             assert killed.status_code == 200 and killed.json()["killed"] is True, killed.text
             ended = wait_result(api, slow_id)
@@ -139,9 +149,7 @@ def test_pull_executors_run_are_killed_have_logs_read_and_fail_over(tmp_path: Pa
             run = wait_result(api, fired["log_ids"][0])
             assert run["handle_code"] == 200 and run["executor_address"] == second
             # A route without probes picks the dead executor: refused as unreachable, never queued.
-            first_job = api.post("/jobs", json={"job_group": group["id"], "job_desc": "first",
-                                                "executor_handler": "hello", "schedule_type": "NONE",
-                                                "executor_route_strategy": "FIRST"}).json()
+            first_job = add_job(api, group["id"], "hello", "FIRST")
             refused = trigger(api, first_job["id"], "to the dead one")
             assert refused["trigger_code"] == 500 and "unreachable (PullNoPoll)" in refused["trigger_msg"]
         finally:
