@@ -126,6 +126,17 @@ async def test_a_call_given_up_is_not_delivered_late_and_a_taken_one_times_out()
     assert late.value.kind == "PullTimeout" and late.value.timeout
 
 
+async def test_a_call_whose_caller_is_cancelled_is_never_delivered() -> None:
+    hub = PullHub(Clock())
+    await hub.poll(KEY, "app", 0)
+    pending = asyncio.ensure_future(hub.send(KEY, "run", b"{}", "app", 5))
+    await asyncio.sleep(0)
+    pending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+    assert await hub.poll(KEY, "app", 0) == []
+
+
 async def test_the_executor_counts_as_alive_only_for_its_grace_after_a_poll() -> None:
     clock = Clock()
     hub = PullHub(clock, grace_ms=5_000)

@@ -125,6 +125,10 @@ class PullHub:
                 raise PullCallError("PullNotTaken", f"no poll took the call within {timeout_s:g} s",
                                     timeout=False) from None
             raise PullCallError("PullTimeout", f"no answer within {timeout_s:g} s", timeout=True) from None
+        except asyncio.CancelledError:
+            if call in box.queue:
+                box.queue.remove(call)  # the caller is gone: nobody would read the answer
+            raise
         finally:
             self._pending.pop(call.id, None)
 
