@@ -12,6 +12,10 @@ runs first in push mode, then in pull mode. Two steps per mode:
   results (callbacks) received;
 * latency: ``--paced-rate`` runs/s, one at a time; dispatch latency is /run sent -> /run
   answered, as the trigger records it (p50/p99).
+
+``--idle-pollers N`` adds a last step: N more pull executors (simulated by one process that
+keeps N long polls open, each its own pull:// address) connect first; this process's RSS
+growth with them connected is reported, and the pull steps run again beside them.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import time
 from typing import Any
 
 import orjson
+import psutil
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -82,6 +87,22 @@ class Admin:
             self.changed.set()
         return Response(_OK, media_type="application/json")
 
+
+POLLERS = """
+import asyncio, httpx, orjson
+async def poll(client, i):
+    body = orjson.dumps({"address": f"pull://idle-{i}/", "appname": %(app)r, "wait_ms": 20000})
+    while True:
+        try:
+            await client.post(%(url)r, content=body, headers={"XXL-JOB-ACCESS-TOKEN": %(token)r})
+        except httpx.HTTPError:
+            await asyncio.sleep(1)
+async def main():
+    limits = httpx.Limits(max_connections=%(n)d + 10, max_keepalive_connections=%(n)d + 10)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        await asyncio.gather(*(poll(client, i) for i in range(%(n)d)))
+asyncio.run(main())
+"""
 
 EXECUTOR = """
 import sys
@@ -189,16 +210,37 @@ async def orchestrate(args: argparse.Namespace) -> None:
     while not server.started:  # noqa: ASYNC110 (uvicorn offers no event)
         await asyncio.sleep(0.05)
     rows: list[dict[str, Any]] = []
+    pollers: asyncio.subprocess.Process | None = None
+    rss_note = ""
     with tempfile.TemporaryDirectory() as work:
         try:
             for mode in args.modes.split(","):  # one after the other, never together
                 rows.append(await one_mode(admin, f"http://127.0.0.1:{port}/", mode, args, work))  # noqa: PERF401
+            if args.idle_pollers:
+                me = psutil.Process()
+                before = me.memory_info().rss
+                code = POLLERS % {"app": APP, "url": f"http://127.0.0.1:{port}/api/pull", "token": TOKEN,
+                                  "n": args.idle_pollers}
+                pollers = await asyncio.create_subprocess_exec(sys.executable, "-c", code)
+                deadline = time.monotonic() + 120
+                while sum(e.alive for e in admin.hub.executors()) < args.idle_pollers:  # noqa: ASYNC110
+                    assert time.monotonic() < deadline, "the idle pollers did not all connect"
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(2)
+                grown = (me.memory_info().rss - before) / 2**20
+                rss_note = f"; {args.idle_pollers} idle pull executors connected: admin RSS +{grown:.1f} MB"
+                row = await one_mode(admin, f"http://127.0.0.1:{port}/", "pull", args, work)
+                rows.append({**row, "mode": f"pull + {args.idle_pollers} idle"})
         finally:
+            if pollers is not None:
+                pollers.kill()
+                await pollers.wait()
             server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError):
                 await serving
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}; "
-          f"concurrency {args.concurrency}, {args.duration_s:g} s; paced {args.paced_rate:g} runs/s")
+          f"concurrency {args.concurrency}, {args.duration_s:g} s; paced {args.paced_rate:g} runs/s"
+          f"{rss_note}")
     print("| mode | runs | runs/s | failures | loaded p50 ms | loaded p99 ms | paced p50 ms | paced p99 ms |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -220,6 +262,7 @@ def main() -> None:
     parser.add_argument("--paced-rate", type=float, default=100.0)
     parser.add_argument("--paced-s", type=float, default=5.0)
     parser.add_argument("--modes", default="push,pull")
+    parser.add_argument("--idle-pollers", type=int, default=0, metavar="N")
     args = parser.parse_args()
     try:
         import uvloop
