@@ -49,7 +49,9 @@ async def test_calls_reach_the_handler_and_answers_come_back() -> None:
         channel = PullChannel(client, [ADMIN], "good", "app", ADDRESS, answer)
         channel.start()
         try:
-            for _ in range(100):  # the first poll reaches the hub within a few loop steps
+            # The first poll does not wait: the admin's acceptance is known at once.
+            await asyncio.wait_for(channel.polling.wait(), 5)
+            for _ in range(100):  # the long poll reaches the hub within a few loop steps
                 if hub.alive(KEY):
                     break
                 await asyncio.sleep(0)

@@ -320,6 +320,7 @@ class Executor:
             interval_s=s.beat_interval_s, started_at_ms=time.time_ns() // 1_000_000,
             # A copy taken at once: a handler may be added from another thread meanwhile.
             handlers=lambda: list(self._handlers),
+            alive=self._pull.polling if self._pull is not None else None,
         )
         self._registrar.start()
         self._start_declaring(self._registrar)

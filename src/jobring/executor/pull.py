@@ -64,7 +64,8 @@ class PullChannel:
         self._ready: dict[str, asyncio.Event] = {u: asyncio.Event() for u in self._urls}
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
-        self.polling = asyncio.Event()  # set while at least one poll was answered lately
+        self._working: set[str] = set()  # admin URLs whose last poll was answered
+        self.polling = asyncio.Event()  # set while the last poll of some admin URL was answered
         self.calls_served = 0
 
     def start(self) -> None:
@@ -89,12 +90,18 @@ class PullChannel:
                     await self._exchange(url, 0)
 
     async def _poll_loop(self, url: str) -> None:
-        retry_s, failing = _FIRST_RETRY_S, False
+        retry_s, failing, accepted = _FIRST_RETRY_S, False, False
         while True:
             try:
-                await self._exchange(url, self._wait_ms)
+                # The first poll of a streak does not wait: ``polling`` tells at once that the
+                # admin takes this executor's polls.
+                await self._exchange(url, self._wait_ms if accepted else 0)
+                accepted = True
             except (httpx.HTTPError, _Refused, ValueError) as exc:
-                self.polling.clear()
+                self._working.discard(url)
+                if not self._working:
+                    self.polling.clear()
+                accepted = False
                 if not failing:
                     log.warning("pull: polling %s failed (%s); retrying", url, exc)
                 failing = True
@@ -104,6 +111,7 @@ class PullChannel:
             if failing:
                 log.info("pull: polling %s again", url)
             failing, retry_s = False, _FIRST_RETRY_S
+            self._working.add(url)
             self.polling.set()
 
     async def _answer_loop(self, url: str) -> None:
