@@ -103,11 +103,9 @@ async def test_a_poll_finding_calls_queued_takes_them_at_once() -> None:
     hub = PullHub(Clock())
     await hub.poll(KEY, "app", 0)
     pending = asyncio.ensure_future(hub.send(KEY, "run", b"{}", "app", 5))
-    gone = asyncio.get_running_loop().create_future()
-    gone.set_result(None)
-    # The queue is not empty, so this poll takes the call at once (the connection's end is
-    # seen only by a waiting poll).
-    assert len(await hub.poll(KEY, "app", 20_000, gone)) == 1
+    # The queue is not empty, so this poll takes the call at once; the watch of its
+    # connection is closed unused (no "never awaited" warning: warnings are errors here).
+    assert len(await hub.poll(KEY, "app", 20_000, never())) == 1
     pending.cancel()
 
 
@@ -146,6 +144,15 @@ async def test_the_executor_counts_as_alive_only_for_its_grace_after_a_poll() ->
     clock.ms += 1
     assert not hub.alive(KEY)
     assert hub.owner(KEY) is None  # a dead mailbox may be taken by another appname
+
+
+async def test_a_stopping_node_releases_waiting_polls_and_waits_no_more() -> None:
+    hub = PullHub(Clock())
+    poll = asyncio.create_task(hub.poll(KEY, "app", 20_000, never()))
+    await asyncio.sleep(0)
+    hub.release()
+    assert await poll == []
+    assert await asyncio.wait_for(hub.poll(KEY, "app", 20_000, never()), 5) == []
 
 
 # -- api/pull ----------------------------------------------------------------------------------

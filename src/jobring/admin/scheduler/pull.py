@@ -27,6 +27,7 @@ Guarantees (docs/dispatch.md, "Pull mode"):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -80,6 +81,15 @@ class PullHub:
         # call id -> (address key, the caller's future for the answer's bytes)
         self._pending: dict[int, tuple[str, asyncio.Future[bytes]]] = {}
         self._ids = itertools.count(1)
+        self._closing = False
+
+    def release(self) -> None:
+        """The node stops: waiting polls return now, later ones do not wait (the server's
+        graceful stop would otherwise wait for every long poll)."""
+        self._closing = True
+        for box in self._boxes.values():
+            if box.waiter is not None and not box.waiter.done():
+                box.waiter.set_result(None)
 
     # -- the admin's side: calls ----------------------------------------------------------
 
@@ -165,16 +175,19 @@ class PullHub:
         box.polls += 1
         closed = False
         try:
-            if not box.queue and wait_ms > 0:
+            if not box.queue and wait_ms > 0 and not self._closing:
                 if box.waiter is not None and not box.waiter.done():
                     box.waiter.set_result(None)  # one waiting poll per executor: the newest
                 waiter = box.waiter = asyncio.get_running_loop().create_future()
                 closed = await self._wait(waiter, wait_ms, gone)
+                gone = None
                 if box.waiter is waiter:
                     box.waiter = None
             count = 0 if closed else min(len(box.queue), self._max_take)
             taken = [box.queue.popleft() for _ in range(count)]
         finally:
+            if inspect.iscoroutine(gone):
+                gone.close()  # not watched: this poll did not wait
             box.polls -= 1
             box.alive_until_ms = self._now_ms() + (0 if closed else self._grace_ms)
         if closed and box.polls == 0:
