@@ -68,6 +68,7 @@ class Admin:
         self.address: str | None = None
         self.registered = asyncio.Event()
         self.changed = asyncio.Event()
+        self.next_id = [1]
 
     async def endpoint(self, request: Request) -> Response:
         uri = request.path_params["uri"]
@@ -135,7 +136,7 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
         if mode == "pull":
             while not admin.hub.alive(address.rstrip("/")):  # noqa: ASYNC110 (no event for a first poll)
                 await asyncio.sleep(0.05)
-        next_id = [mode == "pull" and 10_000_000 or 1]
+        next_id = admin.next_id  # run ids never repeat across steps (results are counted by id)
 
         def body() -> tuple[int, bytes]:
             log_id = next_id[0]

@@ -32,6 +32,7 @@ Handle = Callable[[str, bytes], Awaitable[bytes]]  # (path such as "/run", body)
 POLL_WAIT_MS = 20_000
 _MAX_ANSWERS = 1_000  # per request (the admin takes at most 1,000)
 _FIRST_RETRY_S = 0.5
+_COLLECT_S = 0.002  # how long a poll waits for the answers of the calls it just took
 
 
 def pull_address(explicit: str | None) -> str:
@@ -64,6 +65,8 @@ class PullChannel:
         self._ready: dict[str, asyncio.Event] = {u: asyncio.Event() for u in self._urls}
         self._tasks: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
+        self._serving: dict[str, set[asyncio.Task[None]]] = {u: set() for u in self._urls}
+        self._collecting: set[str] = set()  # URLs whose poll loop waits for answers to carry
         self._working: set[str] = set()  # admin URLs whose last poll was answered
         self.polling = asyncio.Event()  # set while the last poll of some admin URL was answered
         self.calls_served = 0
@@ -92,6 +95,16 @@ class PullChannel:
     async def _poll_loop(self, url: str) -> None:
         retry_s, failing, accepted = _FIRST_RETRY_S, False, False
         while True:
+            if self._serving[url]:
+                # Calls just taken (a /run is answered in a loop step or two): their answers
+                # ride the next poll instead of a request of their own.
+                self._collecting.add(url)
+                try:
+                    await asyncio.wait(self._serving[url], timeout=_COLLECT_S)
+                finally:
+                    self._collecting.discard(url)
+                if self._serving[url]:
+                    self._ready[url].set()  # what is still running is answered by a short poll
             try:
                 # The first poll of a streak does not wait: ``polling`` tells at once that the
                 # admin takes this executor's polls.
@@ -150,17 +163,21 @@ class PullChannel:
         if not isinstance(content, dict) or answer.get("code") != SUCCESS_CODE:
             msg = answer.get("msg") if isinstance(answer, dict) else None
             raise _Refused(f"HTTP {response.status_code}: {msg}")
+        serving = self._serving[url]
         for call in content.get("calls") or []:
             call_id, path, call_body = call
             task = asyncio.create_task(self._serve(url, int(call_id), str(path), str(call_body).encode()))
             self._calls.add(task)
+            serving.add(task)
             task.add_done_callback(self._calls.discard)
+            task.add_done_callback(serving.discard)
 
     async def _serve(self, url: str, call_id: int, path: str, body: bytes) -> None:
         answer = await self._handle("/" + path, body)
         self.calls_served += 1
         self._answers[url].append([call_id, answer.decode()])
-        self._ready[url].set()
+        if url not in self._collecting:
+            self._ready[url].set()
 
 
 class _Refused(JobringError):

@@ -127,20 +127,29 @@ class PullHub:
 
     async def _answer(self, box: _Mailbox, call: PullCall, future: asyncio.Future[bytes], timeout_s: float
                       ) -> bytes:
+        # A timer rather than wait_for: no task per call on the dispatch path.
+        timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, box, call, future, timeout_s)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except TimeoutError:
-            if call in box.queue:
-                box.queue.remove(call)  # never taken: certainly not delivered
-                raise PullCallError("PullNotTaken", f"no poll took the call within {timeout_s:g} s",
-                                    timeout=False) from None
-            raise PullCallError("PullTimeout", f"no answer within {timeout_s:g} s", timeout=True) from None
+            return await future
         except asyncio.CancelledError:
             if call in box.queue:
                 box.queue.remove(call)  # the caller is gone: nobody would read the answer
             raise
         finally:
+            timer.cancel()
             self._pending.pop(call.id, None)
+
+    @staticmethod
+    def _expire(box: _Mailbox, call: PullCall, future: asyncio.Future[bytes], timeout_s: float) -> None:
+        if future.done():
+            return
+        if call in box.queue:
+            box.queue.remove(call)  # never taken: certainly not delivered
+            future.set_exception(PullCallError(
+                "PullNotTaken", f"no poll took the call within {timeout_s:g} s", timeout=False))
+        else:
+            future.set_exception(PullCallError(
+                "PullTimeout", f"no answer within {timeout_s:g} s", timeout=True))
 
     # -- the executor's side: polls ---------------------------------------------------------
 
