@@ -32,7 +32,7 @@ Handle = Callable[[str, bytes], Awaitable[bytes]]  # (path such as "/run", body)
 POLL_WAIT_MS = 20_000
 _MAX_ANSWERS = 1_000  # per request (the admin takes at most 1,000)
 _FIRST_RETRY_S = 0.5
-_COLLECT_S = 0.002  # how long a poll waits for the answers of the calls it just took
+_COLLECT_STEPS = 4  # loop steps a poll waits for the answers of the calls it just took
 
 
 def pull_address(explicit: str | None) -> str:
@@ -100,7 +100,10 @@ class PullChannel:
                 # ride the next poll instead of a request of their own.
                 self._collecting.add(url)
                 try:
-                    await asyncio.wait(self._serving[url], timeout=_COLLECT_S)
+                    for _ in range(_COLLECT_STEPS):
+                        await asyncio.sleep(0)
+                        if not self._serving[url]:
+                            break
                 finally:
                     self._collecting.discard(url)
                 if self._serving[url]:
