@@ -190,6 +190,8 @@ class PullHub:
                 waiter = box.waiter = asyncio.get_running_loop().create_future()
                 closed = await self._wait(waiter, wait_ms, gone)
                 gone = None
+                if not closed:
+                    await asyncio.sleep(0)  # woken by a call: those sent in the same step come along
                 if box.waiter is waiter:
                     box.waiter = None
             count = 0 if closed else min(len(box.queue), self._max_take)
