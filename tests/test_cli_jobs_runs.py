@@ -153,6 +153,22 @@ async def test_groups_show_names_the_handlers_each_online_executor_declared(env:
     assert next(line for line in lines if "10.0.0.2" in line).endswith("(not declared: any)")
 
 
+async def test_groups_show_names_each_online_executors_dispatch_mode(env: AdminEnv, cli: Cli) -> None:
+    group_id = json.loads((await cli("groups", "add", "mixed", "Mixed", "--json")).out)["id"]
+    now = env.services.now_naive_utc()
+    await env.store.registry.beat("EXECUTOR", "mixed", "http://10.0.0.1:9999/", now)
+    await env.store.registry.beat("EXECUTOR", "mixed", "pull://worker-7/", now)
+    shown = await cli("groups", "show", str(group_id))
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert "DISPATCH" in next(line for line in lines if line.startswith("ADDRESS"))
+    assert next(line for line in lines if "10.0.0.1" in line).split()[1] == "push"
+    assert next(line for line in lines if "worker-7" in line).split()[1] == "pull"
+    as_json = json.loads((await cli("groups", "show", str(group_id), "--json")).out)
+    assert {o["address"]: o["dispatch"] for o in as_json["online"]} == {
+        "http://10.0.0.1:9999/": "push", "pull://worker-7/": "pull"}
+
+
 async def test_groups_token_prints_only_the_token(env: AdminEnv, cli: Cli) -> None:
     added = await cli("groups", "add", "my-app", "Mine", "--json")
     group_id = json.loads(added.out)["id"]

@@ -135,3 +135,20 @@ async def test_more_handlers_than_an_admin_takes_are_not_declared(
     assert all("jobringHandlers" not in body for body in registry_bodies(admin))
     warnings = [r for r in caplog.records if "declaring none" in r.getMessage()]
     assert len(warnings) == 1 and "group big" in warnings[0].getMessage()
+
+
+async def test_a_pull_executor_beats_only_while_its_poll_works(admin: FakeAdmin) -> None:
+    alive = asyncio.Event()
+    async with httpx.AsyncClient() as client:
+        registrar = Registrar(client, [admin.base_url], "tok", "demo-app", "pull://worker-1/",
+                              interval_s=0.05, alive=alive)
+        registrar.start()
+        # The first beat goes out at once (a refused token is reported by it)...
+        await admin.wait_for(lambda a: len(registry_bodies(a)) >= 1)
+        await asyncio.sleep(0.3)  # several intervals pass without a working poll
+        assert len(registry_bodies(admin)) == 1
+        # ...the others only once the poll works.
+        alive.set()
+        await admin.wait_for(lambda a: len(registry_bodies(a)) >= 3)
+        await registrar.stop()
+    assert registry_bodies(admin)[0]["registryValue"] == "pull://worker-1/"

@@ -1664,6 +1664,13 @@ export interface components {
             /** Address */
             address: string;
             /**
+             * Dispatch
+             * @description push: the admin calls the executor's address; pull: the executor (a pull:// address) opens no port and long-polls the admin for its runs (docs/dispatch.md)
+             * @default push
+             * @enum {string}
+             */
+            dispatch: "push" | "pull";
+            /**
              * Handlers
              * @description the handlers its executor declared (jobring executors): only jobs of these handlers (and GLUE jobs) are routed to it; null: it declared none (XXL-JOB and older executors), every job of the group may be routed to it
              */

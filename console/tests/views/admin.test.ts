@@ -91,13 +91,15 @@ describe("UsersView", () => {
 describe("GroupsView", () => {
   const manual = group({
     id: 2, app_name: "billing", title: "Billing", address_type: 1, addresses: ["http://10.0.0.5:9999"], has_access_token: true,
-    online: [{ address: "http://10.0.0.5:9999", last_heartbeat: "2026-01-01T00:00:00Z" }],
+    online: [{ address: "http://10.0.0.5:9999", last_heartbeat: "2026-01-01T00:00:00Z", dispatch: "push" }],
   });
   const mixed = group({
     id: 3, app_name: "mixed", title: "Mixed",
     online: [
-      { address: "http://10.0.0.6:9999", last_heartbeat: "2026-01-01T00:00:00Z", handlers: ["export", "import"] },
-      { address: "http://10.0.0.7:9999", last_heartbeat: "2026-01-01T00:00:00Z", handlers: null },
+      { address: "http://10.0.0.6:9999", last_heartbeat: "2026-01-01T00:00:00Z", handlers: ["export", "import"],
+        dispatch: "push" },
+      { address: "http://10.0.0.7:9999", last_heartbeat: "2026-01-01T00:00:00Z", handlers: null, dispatch: "push" },
+      { address: "pull://worker-1/", last_heartbeat: "2026-01-01T00:00:00Z", handlers: null, dispatch: "pull" },
     ],
   });
 
@@ -109,6 +111,13 @@ describe("GroupsView", () => {
     const { wrapper } = await mountView(GroupsView, { path: "/groups" });
     expect(wrapper.find("tr[data-group=reports]").text()).toContain("Reports");
     expect(wrapper.find("tr[data-group=billing] .addr-list").text()).toContain("http://10.0.0.5:9999");
+  });
+
+  it("shows each online executor's dispatch mode", async () => {
+    const { wrapper } = await mountView(GroupsView, { path: "/groups" });
+    const modes = wrapper.findAll("tr[data-group=mixed] [data-testid=dispatch-mode]").map((m) => m.text());
+    expect(modes).toEqual(["push", "push", "pull"]);
+    expect(wrapper.find("tr[data-group=mixed] .addr-list").text()).toContain("pull://worker-1/");
   });
 
   it("shows the handlers each online executor declared, nothing for one that declared none", async () => {

@@ -220,7 +220,7 @@ describe("JobEditView", () => {
 
 describe("TriggerDialog", () => {
   beforeEach(() => {
-    vi.mocked(getGroup).mockResolvedValue(group({ online: [{ address: "http://127.0.0.1:9999", last_heartbeat: null }] }));
+    vi.mocked(getGroup).mockResolvedValue(group({ online: [{ address: "http://127.0.0.1:9999", last_heartbeat: null, dispatch: "push" }] }));
   });
 
   async function open() {

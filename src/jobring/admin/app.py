@@ -58,6 +58,7 @@ from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.liveness import NodeLiveness
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
+from jobring.admin.scheduler.pull import PullHub
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.scheduler.unsure import UnsureFires
@@ -139,6 +140,7 @@ async def start_runtime(
         access_token=secrets.access_token,
         connect_timeout=settings.executor_connect_timeout,
         read_timeout=settings.executor_read_timeout,
+        pull=PullHub(clock.now_ms),
     )
     trigger = TriggerService(
         store, executors, node_id=node_id, clock=clock,
@@ -273,7 +275,7 @@ def create_app(
             executor_api.app = _ApiDispatch(
                 xxl3_api_app(services),
                 executor_api_app(runtime.registry, runtime.callbacks, runtime.executor_tokens,
-                                 address_policy(settings)),
+                                 address_policy(settings), pull=runtime.executors.pull),
                 declare_api_app(services),
             )
             app.state.runtime = runtime

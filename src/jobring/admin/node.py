@@ -55,6 +55,14 @@ class _Server(uvicorn.Server):
         # generations let them die young; measured pauses stay under ~15 ms.
         gc.set_threshold(20_000, 50, 100)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Long polls of pull executors return now: the graceful stop waits for open requests.
+        runtime = getattr(getattr(self.config.app, "state", None), "runtime", None)
+        hub = getattr(getattr(runtime, "executors", None), "pull", None)
+        if hub is not None:
+            hub.release()
+        await super().shutdown(sockets)
+
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         if threading.current_thread() is not threading.main_thread():

@@ -37,6 +37,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--allow-open", dest="allow_open", action="store_const", const=True,
                         help="allow running without a token (loopback only)")
     parser.add_argument("--beat-interval", dest="beat_interval_s", type=float, metavar="SECONDS")
+    parser.add_argument("--dispatch", choices=("push", "pull"),
+                        help="push (default): the admin calls this executor's port; pull: open no port, "
+                             "long-poll the admin for runs (docs/dispatch.md)")
     add_log_options(parser)
     parser.set_defaults(handler=run_executor)
 
@@ -84,7 +87,8 @@ def run_executor(args: argparse.Namespace) -> int:
     overrides = {
         name: getattr(args, name)
         for name in ("app_name", "admin_addresses", "access_token", "host", "port", "address", "ip",
-                     "log_path", "log_retention_days", "glue_enabled", "allow_open", "beat_interval_s")
+                     "log_path", "log_retention_days", "glue_enabled", "allow_open", "beat_interval_s",
+                     "dispatch")
     }
     try:
         executor.configure(**overrides)
@@ -95,6 +99,10 @@ def run_executor(args: argparse.Namespace) -> int:
         # Registration is logged once the admin accepts it ("registered as ..."), not here.
         # On stdout: scripts read the bound port (--port 0) from this line.
         s = executor.settings
+        if s.dispatch == "pull":
+            print(f"jobring executor {s.app_name} polling {', '.join(s.admin_urls())} (pull dispatch, "
+                  f"no listening port), registering as {address}", flush=True)
+            return
         print(f"jobring executor {s.app_name} listening on {s.host}:{executor.bound_port}, "
               f"registering as {address}", flush=True)
 

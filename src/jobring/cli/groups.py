@@ -72,6 +72,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"online executors: {len(online)}")
         if online:
             print_table(online, (("ADDRESS", "address"),
+                                 ("DISPATCH", lambda e: e.get("dispatch") or "push"),
                                  ("LAST HEARTBEAT (UTC)", lambda e: instant_text(e.get("last_heartbeat"))),
                                  ("HANDLERS", _declared)))
         return 0

@@ -56,6 +56,8 @@ REFUSED_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.goo
                            "instance-data.ec2.internal"})
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 MAX_ADDRESS_LENGTH = 255
+PULL_SCHEME = "pull"
+_PULL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,199}")
 MAX_ALARM_URL_LENGTH = 1000
 # Matched with fullmatch ("$" would also match before a final line break).
 _PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*")
@@ -195,6 +197,8 @@ def check_executor_address(address: str, policy: AddressPolicy | None = None) ->
     (XXL-JOB admins append ``run`` to a registered address)."""
     policy = policy or AddressPolicy()
     text = address.strip()
+    if text.lower().startswith(PULL_SCHEME + "://"):
+        return _pull_address(text)
     scheme, host, port, path, bracketed = _split(text)
     ip = normalise_ip(host)
     literal = ip is not None
@@ -210,6 +214,21 @@ def check_executor_address(address: str, policy: AddressPolicy | None = None) ->
     return f"{scheme}://{canonical if port is None else f'{canonical}:{port}'}{path}"
 
 
+def is_pull_address(address: str) -> bool:
+    """Whether ``address`` names a pull executor (``pull://<name>/``): one the admin never
+    dials; it polls the admin for its calls (docs/dispatch.md, "Pull mode")."""
+    return address[:7].lower() == PULL_SCHEME + "://"
+
+
+def _pull_address(text: str) -> str:
+    """The canonical ``pull://<name>/`` (name in lower case); no network target, so the
+    address policy has nothing to check."""
+    name = text[7:].rstrip("/").lower()
+    if not _PULL_NAME.fullmatch(name):
+        raise AddressRefused(f"{text!r}: a pull executor's name must be 1-200 of a-z, 0-9, '.', '_', '-'")
+    return f"{PULL_SCHEME}://{name}/"
+
+
 def address_key(address: str) -> str:
     """What two spellings of one executor address share: the canonical form (whatever the
     policy), without a default port and a final ``/``. Addresses are compared by it (a
@@ -218,6 +237,8 @@ def address_key(address: str) -> str:
         canonical = check_executor_address(address, _ANY_POLICY)
     except AddressRefused:
         return address.strip()
+    if is_pull_address(canonical):
+        return canonical.rstrip("/")
     parts = urlsplit(canonical)
     netloc = parts.netloc
     if parts.port == {"http": 80, "https": 443}[parts.scheme]:

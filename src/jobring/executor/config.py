@@ -19,6 +19,7 @@ from jobring.protocol.models import PROTOCOLS
 ENV_PREFIX = "JOBRING_EXECUTOR_"
 DEFAULT_LOG_PATH = "./jobring-executor-logs"
 DECLARE_MODES = ("auto", "always", "never")
+DISPATCH_MODES = ("push", "pull")
 CONFIG_ENV = "JOBRING_EXECUTOR_CONFIG"
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -76,6 +77,9 @@ class ExecutorSettings(SettingsBase):
     # XXL-JOB protocol of the admin: "auto" (found out from its answers), "2", "3" (3.0-3.4)
     # or "3.5". Only callback bodies differ; the server answers every dialect.
     protocol: str = "auto"
+    # "push": the admin calls this executor's HTTP port (XXL-JOB's way); "pull": no port is
+    # opened, the executor long-polls the admin for its calls (docs/dispatch.md, "Pull mode").
+    dispatch: str = "push"
 
     @field_validator("admin_addresses", mode="before")
     @classmethod
@@ -99,8 +103,15 @@ class ExecutorSettings(SettingsBase):
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
             parts = urlsplit(value)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"executor address must be an http(s) URL, got {value!r}")
+            if parts.scheme not in ("http", "https", "pull") or not parts.netloc:
+                raise ValueError(f"executor address must be an http(s) URL or pull://<name>/, got {value!r}")
+        return value
+
+    @field_validator("dispatch")
+    @classmethod
+    def _dispatch(cls, value: str) -> str:
+        if value not in DISPATCH_MODES:
+            raise ValueError(f"must be one of {', '.join(DISPATCH_MODES)}, got {value!r}")
         return value
 
     @field_validator("protocol")
@@ -153,7 +164,7 @@ def check_security(settings: ExecutorSettings, *, binds: bool = True) -> None:
             f"executor without access token must bind to loopback only, not host {settings.host!r}; "
             "set host='127.0.0.1' or configure an access token"
         )
-    if settings.address:
+    if settings.address and settings.dispatch == "push":
         addr_host = urlsplit(settings.address).hostname or ""
         if not is_loopback_host(addr_host):
             raise ConfigError(
@@ -180,6 +191,10 @@ def load_executor_settings(
                                      explicit=explicit, explicit_name="argument")
     if not settings.app_name.strip():
         raise ConfigError("executor app_name is required (JOBRING_EXECUTOR_APP_NAME)")
+    pulled_address = (settings.address or "").startswith("pull://")
+    if pulled_address != (settings.dispatch == "pull") and settings.address:
+        raise ConfigError(f"address {settings.address!r} does not fit dispatch={settings.dispatch!r}: "
+                          "a pull executor's address is pull://<name>/, a push executor's an http(s) URL")
     check_metrics_token(settings.metrics_token)
     if settings.max_unauthenticated_connections >= settings.max_connections:
         # Else nothing would be left for the admin's connections once others fill the budget.

@@ -31,6 +31,7 @@ from jobring.executor.http.app import ExecutorEndpoints
 from jobring.executor.http.limits import ServerLimits
 from jobring.executor.http.protocol import ExecutorHttpServer
 from jobring.executor.ops import ExecutorMetrics, ExecutorParts, ExecutorStatus, OpsAnswer, ops_answer
+from jobring.executor.pull import PullChannel, pull_address
 from jobring.executor.registry import Registrar, detect_ipv4
 from jobring.listen import PortInUse, listen_socket
 from jobring.protocol.edge import HeadLimits
@@ -110,6 +111,7 @@ class Executor:
         self._client: httpx.AsyncClient | None = None
         self._callback: CallbackSender | None = None
         self._registrar: Registrar | None = None
+        self._pull: PullChannel | None = None
         self._cleanup_task: asyncio.Task[None] | None = None
         self._stop_serving: Callable[[], None] | None = None
         self._server_loop: asyncio.AbstractEventLoop | None = None
@@ -267,7 +269,9 @@ class Executor:
         if self._runner is not None:
             raise ExecutorError("executor already started")
         s = self.settings
-        check_security(s, binds=binds)
+        check_security(s, binds=binds and s.dispatch == "push")
+        if s.dispatch == "pull" and not s.admin_addresses:
+            raise ConfigError("a pull executor (dispatch=pull) needs admin_addresses: it connects out")
         self._runlog = RunLog(s.log_path)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(s.admin_timeout_s),
@@ -300,22 +304,34 @@ class Executor:
             self._callback = self._client = None
             raise
         self.asgi_app().bind(self._runner, self._runlog.read)
-        # An open executor is loopback only, and one bound to loopback is reachable there
-        # only: both advertise a loopback address, never another interface's.
-        loopback = "::1" if ":" in s.host else "127.0.0.1"
-        detected = loopback if not s.access_token or is_loopback_host(s.host) else detect_ipv4()
-        self.address = s.base_address(detected) if port is None else _with_port(s, detected, port)
+        if s.dispatch == "pull":
+            self.address = pull_address(s.address)
+            self._pull = PullChannel(self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
+                                     self._answer_pulled, connect_timeout_s=s.admin_timeout_s)
+            self._pull.start()
+        else:
+            # An open executor is loopback only, and one bound to loopback is reachable there
+            # only: both advertise a loopback address, never another interface's.
+            loopback = "::1" if ":" in s.host else "127.0.0.1"
+            detected = loopback if not s.access_token or is_loopback_host(s.host) else detect_ipv4()
+            self.address = s.base_address(detected) if port is None else _with_port(s, detected, port)
         self._registrar = Registrar(
             self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
             interval_s=s.beat_interval_s, started_at_ms=time.time_ns() // 1_000_000,
             # A copy taken at once: a handler may be added from another thread meanwhile.
             handlers=lambda: list(self._handlers),
+            alive=self._pull.polling if self._pull is not None else None,
         )
         self._registrar.start()
         self._start_declaring(self._registrar)
         self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="jobring-runlog-cleanup")
         log.info("executor %s started with handlers %s; registering as %s", s.app_name,
                  ", ".join(sorted(self._handlers)) or "(none)", self.address)
+
+    async def _answer_pulled(self, path: str, body: bytes) -> bytes:
+        """A call that came over the poll, answered as the HTTP endpoint answers it (the
+        poll is authenticated by the admin: no token check here)."""
+        return await self.asgi_app().handle("POST", path, True, body)
 
     def _start_declaring(self, registrar: Registrar) -> None:
         s = self.settings
@@ -344,6 +360,9 @@ class Executor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._cleanup_task
         try:
+            if self._pull is not None:
+                pull, self._pull = self._pull, None
+                await pull.stop()
             if self._registrar is not None:
                 await self._registrar.stop()
             if self._endpoints is not None:
@@ -377,6 +396,9 @@ class Executor:
         """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`);
         ``announce=False`` leaves the "listening on" line to the caller (``ready``)."""
         s = self.settings
+        if s.dispatch == "pull":
+            await self._serve_pulled(ready)
+            return
         check_security(s, binds=True)
         sock = _bind(s.host, s.port, in_code="port" in self._in_code)
         self.bound_port = sock.getsockname()[1]
@@ -408,6 +430,27 @@ class Executor:
                 for sig in stop_signals:
                     loop.remove_signal_handler(sig)
                 sock.close()
+                self._stop_serving = self._server_loop = None
+
+    async def _serve_pulled(self, ready: Callable[[str], None] | None) -> None:
+        """:meth:`serve` for a pull executor: no socket is opened; the poll brings the calls."""
+        stop_requested = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._stop_serving, self._server_loop = stop_requested.set, loop
+        stop_signals = _install_signal_handlers(stop_requested.set)
+        try:
+            await self.startup(binds=False)
+            log.info("executor %s polls %s as %s (pull dispatch: no listening port)", self.settings.app_name,
+                     ", ".join(self.settings.admin_urls()), self.address)
+            if ready is not None:
+                ready(self.address or "")
+            await stop_requested.wait()
+        finally:
+            try:
+                await self.shutdown()
+            finally:
+                for sig in stop_signals:
+                    loop.remove_signal_handler(sig)
                 self._stop_serving = self._server_loop = None
 
     def run(

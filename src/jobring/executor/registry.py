@@ -60,8 +60,12 @@ class Registrar:
         interval_s: float = 30.0,
         started_at_ms: int | None = None,
         handlers: Callable[[], Iterable[str]] | None = None,
+        alive: asyncio.Event | None = None,
     ) -> None:
         self._client = client
+        # A pull executor beats only while its poll works (``alive`` set), after its first
+        # beat: the registry then shows it online only while the admin can deliver to it.
+        self._alive = alive
         self._admin_urls = list(admin_urls)
         self._headers = admin_headers(access_token, app_name)
         # jobring extension, in a header so the body stays XXL-JOB's: when this process
@@ -98,6 +102,12 @@ class Registrar:
         failing: str | None = None
         ever_registered = False
         while True:
+            if ever_registered and self._alive is not None and not self._alive.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._alive.wait(), self._interval_s)
+                if not self._alive.is_set():
+                    log.warning("no working poll of the admin: registry beat skipped")
+                    continue
             try:
                 accepted_by = await post_to_admins(
                     self._client, self._admin_urls, "api/registry", self._beat_body(), self._beat_headers

@@ -1,4 +1,5 @@
-"""The admin endpoints executors call: ``api/registry``, ``api/registryRemove``, ``api/callback``.
+"""The admin endpoints executors call: ``api/registry``, ``api/registryRemove``, ``api/callback``
+(and ``api/pull``, the poll of jobring pull executors: :mod:`jobring.admin.api.pull_api`).
 
 Byte-compatible with XXL-JOB 2.x (JobApiController): any path ``api/<uri>``, POST only,
 the access token checked in ``XXL-JOB-ACCESS-TOKEN``, answers as ReturnT JSON with HTTP
@@ -34,6 +35,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, internal_failure_message
+from jobring.admin.api.pull_api import PullApi
 from jobring.admin.api.refusals import RefusalBudget
 from jobring.admin.executor_tokens import TokenScope
 from jobring.admin.store.groups import EXECUTOR
@@ -56,6 +58,7 @@ from jobring.protocol.models import (
 if TYPE_CHECKING:
     from jobring.admin.scheduler.callbacks import CallbackService
     from jobring.admin.scheduler.monitors import RegistryService
+    from jobring.admin.scheduler.pull import PullHub
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +103,9 @@ class ExecutorApi:
     def __init__(
         self, registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
         policy: AddressPolicy | None = None, refusals: RefusalBudget | None = None,
+        pull: PullHub | None = None,
     ) -> None:
+        self._pull = PullApi(pull) if pull is not None else None
         self._registry = registry
         self._callbacks = callbacks
         self._tokens: TokenChecker = GlobalToken(tokens) if isinstance(tokens, str) else tokens
@@ -154,6 +159,8 @@ class ExecutorApi:
                                                          app_header=app_header))
             if uri == "registryRemove":
                 return _answer(await self._registry_call(body, scope, remove=True))
+            if uri == "pull" and self._pull is not None:
+                return _answer(*await self._pull.poll(body, scope, app_header, request.receive))
         except ProtocolError as exc:
             return _answer(ReturnT.fail(f"request error: {exc}"), status=400)
         return _answer(ReturnT.fail(msg_uri_not_found(uri)))
@@ -246,10 +253,12 @@ def _registry_ok(param: RegistryParam) -> bool:
 def executor_api_routes(
     registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
     policy: AddressPolicy | None = None, refusals: RefusalBudget | None = None,
+    pull: PullHub | None = None,
 ) -> list[BaseRoute]:
     """Routes serving ``/api/<uri>``; include them at ``/`` and under the base path.
-    ``tokens``: the checker, or one token valid for every group."""
-    api = ExecutorApi(registry, callbacks, tokens, policy, refusals)
+    ``tokens``: the checker, or one token valid for every group; ``pull``: this node's
+    mailboxes of pull executors (``api/pull``; None: no pull executors)."""
+    api = ExecutorApi(registry, callbacks, tokens, policy, refusals, pull)
     return [
         Route("/api/{uri:path}", api.endpoint, methods=_ALL_METHODS),
         Route("/api", api.endpoint, methods=_ALL_METHODS),
@@ -258,10 +267,10 @@ def executor_api_routes(
 
 def executor_api_app(
     registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
-    policy: AddressPolicy | None = None,
+    policy: AddressPolicy | None = None, pull: PullHub | None = None,
 ) -> Starlette:
     """A standalone ASGI app with the executor-facing routes (tests, small deployments)."""
     return Starlette(
-        routes=executor_api_routes(registry, callbacks, tokens, policy),
+        routes=executor_api_routes(registry, callbacks, tokens, policy, pull=pull),
         exception_handlers=dict(JSON_ERROR_HANDLERS),
     )

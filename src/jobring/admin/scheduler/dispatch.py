@@ -25,6 +25,8 @@ from typing import Any, Protocol
 import httpx
 
 from jobring.admin.scheduler.http1 import Connect, Http1Client, HttpError
+from jobring.admin.scheduler.pull import PullCallError, PullHub
+from jobring.core.addresses import address_key, is_pull_address
 from jobring.core.routing import Probe
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
@@ -75,6 +77,17 @@ def _token_headers(token: str | None, app: str | None = None) -> dict[str, str] 
     if app is None:
         return {ACCESS_TOKEN_HEADER: token} if token else None
     return {ACCESS_TOKEN_HEADER: token or "", APPNAME_HEADER: app}
+
+
+async def _pull_answer(pending: Awaitable[bytes]) -> tuple[int, bytes]:
+    try:
+        return 200, await pending
+    except PullCallError as exc:
+        raise ExecutorCallError(exc.kind, exc.detail, timeout=exc.timeout) from exc
+
+
+async def _no_answer(error: ExecutorCallError) -> tuple[int, bytes]:
+    raise error
 
 
 class _Http(Protocol):
@@ -172,8 +185,13 @@ class ExecutorClient:
         max_answer_bytes: int = 16 << 20,
         connect: Connect | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        pull: PullHub | None = None,
     ) -> None:
         headers = dict(_JSON_HEADERS)
+        # Executors at pull:// addresses are never dialed: their calls wait in this node's
+        # mailboxes for their polls (admin/scheduler/pull.py).
+        self.pull = pull
+        self._pull_timeout_s = connect_timeout + read_timeout
         self._default_token = access_token or None
         # (appname, address) of executors that registered under that appname speaking
         # XXL-JOB 3.5: calls for that appname's groups go to /trigger with XXL-JOB-APPNAME.
@@ -218,7 +236,17 @@ class ExecutorClient:
             path = "trigger"
         url = executor_url(address, path)
         payload = dumps(body) if body is not None else b""
+        if is_pull_address(address):
+            return await self._answer(url, self._pulled(address, path, payload, app_name))
         return await self._answer(url, self._http.post(url, payload, token or self._default_token, app))
+
+    def _pulled(self, address: str, path: str, body: bytes, app_name: str | None
+                ) -> Awaitable[tuple[int, bytes]]:
+        """A call to a pull executor: queued now in its mailbox on this node."""
+        if self.pull is None:
+            return _no_answer(ExecutorCallError("PullDisabled", "this admin node takes no executor polls",
+                                                timeout=False))
+        return _pull_answer(self.pull.send(address_key(address), path, body, app_name, self._pull_timeout_s))
 
     def run_now(self, address: str, param: TriggerParam, token: str | None = None,
                 app_name: str | None = None) -> Awaitable[ReturnT]:
@@ -230,6 +258,8 @@ class ExecutorClient:
     def run_body_now(self, address: str, body: bytes, token: str | None = None,
                      app_name: str | None = None) -> Awaitable[ReturnT]:
         """:meth:`run_now` with the TriggerParam already encoded as JSON (``body``)."""
+        if is_pull_address(address):
+            return self._answer(executor_url(address, "run"), self._pulled(address, "run", body, app_name))
         app = self._app(address, app_name)
         url = executor_url(address, "run" if app is None else "trigger")
         return self._answer(url, self._http.post_now(url, body, token or self._default_token, app))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -27,6 +27,7 @@ from jobring.admin.store.records import (
     User,
 )
 from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldError, text_problem
+from jobring.core.addresses import is_pull_address
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.masking import masked
 from jobring.core.runstate import RunState, duration_ms, run_state
@@ -608,6 +609,10 @@ class OnlineAddress(BaseModel):
         description="the handlers its executor declared (jobring executors): only jobs of these handlers "
                     "(and GLUE jobs) are routed to it; null: it declared none (XXL-JOB and older "
                     "executors), every job of the group may be routed to it")
+    dispatch: Literal["push", "pull"] = Field(
+        default="push",
+        description="push: the admin calls the executor's address; pull: the executor (a pull:// address) "
+                    "opens no port and long-polls the admin for its runs (docs/dispatch.md)")
 
 
 class GroupOut(BaseModel):
@@ -627,7 +632,8 @@ class GroupOut(BaseModel):
     def of(cls, g: JobGroup, entries: list[RegistryEntry]) -> GroupOut:
         online = [
             OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time),
-                          handlers=e.declared_handlers) for e in entries
+                          handlers=e.declared_handlers,
+                          dispatch="pull" if is_pull_address(e.registry_value) else "push") for e in entries
         ]
         return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token),
                                    disabled_addresses=g.disabled))

@@ -1,0 +1,100 @@
+"""The executor's pull channel against the admin's real PullHub and PullApi (in memory)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import orjson
+import pytest
+
+from jobring.admin.api.pull_api import PullApi
+from jobring.admin.executor_tokens import TokenScope
+from jobring.admin.scheduler.pull import PullCallError, PullHub
+from jobring.configbase import ConfigError
+from jobring.executor.config import load_executor_settings
+from jobring.executor.pull import PullChannel, pull_address
+
+ADDRESS = "pull://worker-1/"
+KEY = "pull://worker-1"
+ADMIN = "http://admin.test/"
+
+
+async def never() -> None:
+    await asyncio.Event().wait()
+
+
+def admin_transport(hub: PullHub, app: str = "app") -> httpx.MockTransport:
+    api = PullApi(hub)
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/pull"
+        token = request.headers.get("XXL-JOB-ACCESS-TOKEN")
+        scope = TokenScope(False, frozenset({1}), frozenset({app} if token == "good" else set()))
+        answer, status = await api.poll(request.content, scope, None, never)
+        return httpx.Response(status, content=answer.encode())
+
+    return httpx.MockTransport(handle)
+
+
+async def test_calls_reach_the_handler_and_answers_come_back() -> None:
+    hub = PullHub(lambda: 0)
+    seen: list[tuple[str, bytes]] = []
+
+    async def answer(path: str, body: bytes) -> bytes:
+        seen.append((path, body))
+        return b'{"code":200,"msg":"ran"}'
+
+    async with httpx.AsyncClient(transport=admin_transport(hub)) as client:
+        channel = PullChannel(client, [ADMIN], "good", "app", ADDRESS, answer)
+        channel.start()
+        try:
+            # The first poll does not wait: the admin's acceptance is known at once.
+            await asyncio.wait_for(channel.polling.wait(), 5)
+            for _ in range(100):  # the long poll reaches the hub within a few loop steps
+                if hub.alive(KEY):
+                    break
+                await asyncio.sleep(0)
+            assert hub.alive(KEY)
+            got = await asyncio.wait_for(hub.send(KEY, "run", b'{"logId":1}', "app", 5), 5)
+            assert orjson.loads(got) == {"code": 200, "msg": "ran"}
+            assert seen == [("/run", b'{"logId":1}')]
+            # Several calls at once: all answered, each to its own caller.
+            many = await asyncio.gather(*(hub.send(KEY, "beat", str(i).encode(), "app", 5)
+                                          for i in range(50)))
+            assert len(many) == 50 and channel.calls_served == 51
+        finally:
+            await channel.stop()
+
+
+async def test_a_refused_token_takes_nothing() -> None:
+    hub = PullHub(lambda: 0)
+
+    async def answer(path: str, body: bytes) -> bytes:
+        raise AssertionError("no call may arrive")
+
+    async with httpx.AsyncClient(transport=admin_transport(hub)) as client:
+        channel = PullChannel(client, [ADMIN], "wrong", "app", ADDRESS, answer, max_backoff_s=0.01)
+        channel.start()
+        try:
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not channel.polling.is_set()
+            with pytest.raises(PullCallError):
+                await hub.send(KEY, "run", b"{}", "app", 5)
+        finally:
+            await channel.stop()
+
+
+def test_pull_settings_and_addresses() -> None:
+    settings = load_executor_settings({}, app_name="a", dispatch="pull", address="pull://w1")
+    assert settings.dispatch == "pull" and pull_address(settings.address) == "pull://w1/"
+    assert pull_address(None).startswith("pull://")
+    with pytest.raises(ConfigError, match="dispatch"):
+        load_executor_settings({}, app_name="a", dispatch="carrier-pigeon")
+    with pytest.raises(ConfigError, match="does not fit dispatch"):
+        load_executor_settings({}, app_name="a", dispatch="push", address="pull://w1/")
+    with pytest.raises(ConfigError, match="does not fit dispatch"):
+        load_executor_settings({}, app_name="a", dispatch="pull", address="http://10.0.0.1:9999/")
+    env = load_executor_settings({"JOBRING_EXECUTOR_DISPATCH": "pull"}, app_name="a")
+    assert env.dispatch == "pull"
