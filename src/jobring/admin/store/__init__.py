@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store.alarms import AlarmEventRepository
 from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
+from jobring.admin.store.calendars import CalendarRepository, CalendarRow
 from jobring.admin.store.delayed import DelayedFire, DelayedFireRepository
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
@@ -76,6 +77,7 @@ class Store:
         self.audit = AuditRepository(self.db)
         self.alarms = AlarmEventRepository(self.db)
         self.delayed = DelayedFireRepository(self.db)
+        self.calendars = CalendarRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -107,6 +109,8 @@ __all__ = [
     "AuditEvent",
     "AuditFilter",
     "AuditRepository",
+    "CalendarRepository",
+    "CalendarRow",
     "Capabilities",
     "ClearRule",
     "Conflict",
