@@ -32,7 +32,8 @@ async def test_calendars_create_get_list_update_delete(store: Store) -> None:
     before = await store.calendars.version()
     assert await store.calendars.update(mine, '{"name": "ops", "dates": []}', T0 + 10, "bob")
     edited = await store.calendars.get(mine)
-    assert edited is not None and (edited.update_time, edited.updated_by, edited.name) == (T0 + 10, "bob", "ops")
+    assert edited is not None
+    assert (edited.update_time, edited.updated_by, edited.name) == (T0 + 10, "bob", "ops")
     after = await store.calendars.version()
     assert after != before and after == (3, T0 + 10)
     assert await store.calendars.delete(mine) and not await store.calendars.delete(mine)

@@ -101,4 +101,5 @@ class CalendarRepository(Repository):
         if not job_ids:
             return
         async with self._db.write() as conn:
-            await conn.execute(update(job_info).where(job_info.c.id.in_(list(job_ids))).values(update_time=now))
+            stmt = update(job_info).where(job_info.c.id.in_(list(job_ids))).values(update_time=now)
+            await conn.execute(stmt)
