@@ -85,7 +85,8 @@ class CalendarRepository(Repository):
 
     async def delete(self, calendar_id: int) -> bool:
         async with self._db.write() as conn:
-            return int((await conn.execute(delete(calendar).where(calendar.c.id == calendar_id))).rowcount) > 0
+            result = await conn.execute(delete(calendar).where(calendar.c.id == calendar_id))
+            return int(result.rowcount) > 0
 
     async def jobs_using(self, name: str) -> builtins.list[int]:
         """Ids of the jobs whose timing has the JSON string ``"name"`` (a text match: a job with
