@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, not_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.store.base import Repository, like_pattern, new_id
 from jobring.admin.store.errors import Conflict
-from jobring.admin.store.tables import calendar, job_info
+from jobring.admin.store.tables import calendar, job_info, job_log
+from jobring.core.runstate import CALENDAR_SKIP_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +105,14 @@ class CalendarRepository(Repository):
         async with self._db.write() as conn:
             stmt = update(job_info).where(job_info.c.id.in_(list(job_ids))).values(update_time=now)
             await conn.execute(stmt)
+
+    async def runs_before(self, job_id: int, before_ms: int) -> int:
+        """The job's scheduled runs planned before ``before_ms`` (what ``max_runs`` counts):
+        its run-log rows with a planned instant, calendar skips left out."""
+        stmt = (
+            select(func.count()).select_from(job_log)
+            .where(job_log.c.job_id == job_id, job_log.c.planned_time > 0, job_log.c.planned_time < before_ms,
+                   not_(func.coalesce(job_log.c.trigger_msg, "").like(CALENDAR_SKIP_PREFIX + "%")))
+        )
+        async with self._db.read() as conn:
+            return int((await conn.execute(stmt)).scalar_one())
