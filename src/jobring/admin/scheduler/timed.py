@@ -231,3 +231,18 @@ def planned_fires(schedule: Schedule, after_ms: int, count: int) -> Sequence[int
         starts.append(nxt)
         cursor = nxt
     return starts
+
+
+def normalized_timing(rules: TimingRules) -> dict[str, object] | None:
+    """The stored form of ``rules``: the wired keys that differ from their defaults (None:
+    nothing left, the job has no timing rules)."""
+    spec = rules.to_spec()
+    kept: dict[str, object] = {}
+    for key in WIRED_KEYS:
+        value = spec.get(key)
+        if value is None or value == [] or (key == "jitter_seconds" and value == 0):
+            continue
+        if key == "calendar_action" and (value == "skip" or not spec.get("calendars")):
+            continue
+        kept[key] = value
+    return kept or None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -236,6 +236,44 @@ DeadlineMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 ManagedByName = Annotated[str, Field(pattern="^(console|code)$")]
 
 
+CalendarName = Annotated[
+    Line, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}$")]
+InstantOrMs = EpochMs | Annotated[Line, Field(max_length=40)]
+
+
+class JobTiming(Strict):
+    """A job's timing rules; every field optional (see docs/time.md)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "calendars": ["cn-2026"], "calendar_action": "skip", "start_at": "2026-01-01T00:00:00Z",
+        "max_runs": 100, "jitter_seconds": 30,
+    }]})
+
+    start_at: InstantOrMs | None = Field(None, description="ISO 8601 with an offset, or epoch ms")
+    end_at: InstantOrMs | None = Field(None, description="ISO 8601 with an offset, or epoch ms")
+    max_runs: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
+    jitter_seconds: Annotated[int, Field(ge=0, le=86_400)] | None = None
+    calendars: Annotated[list[CalendarName], Field(max_length=16)] | None = None
+    calendar_action: Literal["skip", "move"] | None = None
+
+
+class JobTimingOut(BaseModel):
+    start_at: str | None = None
+    end_at: str | None = None
+    max_runs: int | None = None
+    jitter_seconds: int | None = None
+    calendars: list[str] = Field(default_factory=list)
+    calendar_action: str = "skip"
+
+
+class PauseNoteOut(BaseModel):
+    """Who paused (stopped) the job, why and when."""
+
+    by: str
+    reason: str
+    at: int = Field(description="epoch ms")
+
+
 class JobFields(Strict):
     """The writable fields of a job (the reference's names)."""
 
@@ -267,6 +305,7 @@ class JobFields(Strict):
     executor_fail_retry_interval_s: RetryIntervalSeconds = 0
     retry_backoff: RetryBackoffKind = "fixed"
     retry_backoff_max_s: RetryIntervalSeconds = 3600
+    timing: JobTiming | None = Field(None, description="calendars, validity window, run limit, jitter")
 
 
 class JobCreate(JobFields):
@@ -319,6 +358,7 @@ class JobUpdate(Strict):
     executor_fail_retry_interval_s: RetryIntervalSeconds | None = None
     retry_backoff: RetryBackoffKind | None = None
     retry_backoff_max_s: RetryIntervalSeconds | None = None
+    timing: JobTiming | None = Field(None, description="null: no timing rules")
     managed_by: ManagedByName | None = Field(
         None, description="admin only: \"code\" lets the job's executor group manage it through the jobs "
                           "its code declares; \"console\" takes it back (the code no longer touches it)")
@@ -333,6 +373,19 @@ def targets_out(job: JobInfo, *, reveal_urls: bool = False) -> list[dict[str, An
         return []
     return [t for t in masked(targets, urls=not reveal_urls) if isinstance(t, dict)] if isinstance(
         targets, list) else []
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _json_model(model: type[M], text: str | None) -> M | None:
+    """A stored JSON column as ``model`` (None: empty, or no longer readable)."""
+    if not text:
+        return None
+    try:
+        return model.model_validate_json(text)
+    except ValueError:
+        return None
 
 
 class JobOut(BaseModel):
@@ -378,12 +431,16 @@ class JobOut(BaseModel):
     declared_retired_at: int | None = Field(
         None, description="epoch ms the code stopped declaring it: stopped then, deleted after the grace "
                           "period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again")
+    timing: JobTimingOut | None = Field(None, description="its timing rules (null: none)")
+    pause_note: PauseNoteOut | None = Field(None, description="who stopped it last, why and when")
 
     @classmethod
     def of(cls, job: JobInfo, *, reveal_urls: bool = False) -> JobOut:
         """``job`` as answered; ``reveal_urls`` for a reader who may edit it."""
         return cls(**record_fields(cls, job, alarm_targets=targets_out(job, reveal_urls=reveal_urls),
-                                   declared_by_executor=bool(job.declared_by_executor)))
+                                   declared_by_executor=bool(job.declared_by_executor),
+                                   timing=_json_model(JobTimingOut, job.timing),
+                                   pause_note=_json_model(PauseNoteOut, job.pause_note)))
 
 
 class JobUpdateOut(JobOut):
