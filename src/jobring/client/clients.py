@@ -16,6 +16,7 @@ from jobring.client.core import DEFAULT_API_PREFIX, DEFAULT_URL, ClientCore
 from jobring.client.endpoints import (
     AuditApi,
     AuthApi,
+    CalendarsApi,
     DashboardApi,
     GlueApi,
     GroupsApi,
@@ -43,6 +44,7 @@ class _Endpoints(Generic[M]):
     dashboard: DashboardApi[M]
     settings: SettingsApi[M]
     audit: AuditApi[M]
+    calendars: CalendarsApi[M]
 
     def _bind(self, send: Any) -> None:
         self.auth = AuthApi(send)
@@ -55,6 +57,7 @@ class _Endpoints(Generic[M]):
         self.dashboard = DashboardApi(send)
         self.settings = SettingsApi(send)
         self.audit = AuditApi(send)
+        self.calendars = CalendarsApi(send)
 
 
 class AdminClient(_Endpoints[Sync]):
