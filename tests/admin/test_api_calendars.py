@@ -271,3 +271,31 @@ async def test_pause_note_says_who_why_and_when_until_the_job_starts(sqlite_stor
         assert r.json()["pause_note"] is None
         r = await http.post(f"/jobs/{job['id']}/stop")
         assert r.json()["pause_note"] == {"by": "op_in", "reason": "", "at": T0}
+
+
+async def test_a_unix_cron_is_stored_as_quartz_and_a_quartz_mistake_gets_a_suggestion(
+    sqlite_store: Store,
+) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        r = await http.post("/jobs", json=job_body(env.group_a, schedule_conf="*/5 * * * *"))
+        assert r.status_code == 201 and r.json()["schedule_conf"] == "0 */5 * * * ?"
+        r = await http.patch(
+            f"/jobs/{r.json()['id']}", json={"schedule_type": "CRON", "schedule_conf": "30 2 * * 1-5"}
+        )
+        assert r.json()["schedule_conf"] == "0 30 2 ? * MON-FRI"
+        r = await http.post("/jobs", json=job_body(env.group_a, schedule_conf="0 0 12 * * MON"))
+        assert r.status_code == 422 and r.json()["field"] == "schedule_conf"
+        assert "did you mean '0 0 12 ? * MON'?" in r.json()["error"]
+        r = await http.post("/jobs", json=job_body(env.group_a, schedule_conf="0 9 1 * 1"))
+        assert r.status_code == 422 and r.json()["field"] == "schedule_conf"
+        r = await http.post(
+            "/schedules/preview",
+            json={
+                "schedule_type": "CRON",
+                "schedule_conf": "@daily",
+                "timezone": "UTC",
+                "after": T0,
+                "count": 1,
+            },
+        )
+        assert r.json()["times"] == [T0 + DAY]

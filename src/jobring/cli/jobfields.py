@@ -65,7 +65,8 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
                         help="the executor's handler name (@executor.job(NAME)); required for BEAN jobs")
     schedule = parser.add_mutually_exclusive_group(required=creating)
     schedule.add_argument("--cron", metavar="EXPR",
-                          help='Quartz cron expression, seconds first: "0 */5 * * * ?"')
+                          help='cron expression: Quartz, seconds first ("0 */5 * * * ?"), or Unix 5 fields '
+                               '("*/5 * * * *", stored as Quartz)')
     schedule.add_argument("--fix-rate", type=positive_int, metavar="SECONDS", help="fire every SECONDS")
     schedule.add_argument("--none", action="store_true", help="no schedule: runs only when triggered")
     parser.add_argument("--timezone", metavar="ZONE", help="IANA time zone of --cron (default: the admin's)")

@@ -30,7 +30,7 @@ from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import JobInfo, JobSort
-from jobring.admin.validation import FieldError, check_schedule, check_timezone, missing_group
+from jobring.admin.validation import FieldError, check_schedule, check_timezone, missing_group, quartz_conf
 from jobring.core.enums import ManagedBy
 from jobring.core.schedule import next_fire_times, parse_schedule
 
@@ -52,6 +52,7 @@ def _out(principal: Principal, job: JobInfo) -> JobOut:
 def job_from_create(body: JobCreate) -> JobInfo:
     data = body.model_dump(exclude={"child_job_ids", "alarm_targets", "timing"})
     targets = jobservice.alarm_targets_text(body.alarm_targets)
+    data["schedule_conf"] = quartz_conf(body.schedule_type, body.schedule_conf)
     return JobInfo(**data, child_jobid=_child_list(body.child_job_ids), alarm_targets=targets)
 
 
@@ -64,6 +65,8 @@ def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
         # A cron expression and a rate look alike: the type sent along says which it is.
         raise FieldError("schedule_type", "required with schedule_conf")
     changes.pop("timing", None)  # validated by the caller (it needs the calendars)
+    if changes.get("schedule_conf") is not None:
+        changes["schedule_conf"] = quartz_conf(changes.get("schedule_type"), changes["schedule_conf"])
     if "child_job_ids" in changes:
         changes["child_jobid"] = _child_list(changes.pop("child_job_ids"))
     if "alarm_targets" in changes:
@@ -303,8 +306,9 @@ async def preview_schedule(
 ) -> TimedPreviewOut:
     zone = body.timezone or services.settings.timezone or "UTC"
     check_timezone("timezone", zone)
-    check_schedule(body.schedule_type, body.schedule_conf, zone)
-    schedule = parse_schedule(body.schedule_type, body.schedule_conf, zone)
+    conf = quartz_conf(body.schedule_type, body.schedule_conf)
+    check_schedule(body.schedule_type, conf, zone)
+    schedule = parse_schedule(body.schedule_type, conf, zone)
     after = body.after if body.after is not None else services.now_ms()
     job = None
     if body.job_id is not None:
