@@ -125,6 +125,20 @@ async def test_jitter_delays_each_fire_by_the_seeded_amount_below_the_next_insta
     assert [r.at_ms for r in h.runlog.records if r.job_id == 7] == expected
 
 
+async def test_a_fix_rate_job_with_jitter_stays_on_its_grid_across_adoptions(h: Harness) -> None:
+    timing = FakeTiming(h.table)
+    # Every 10 s, jittered up to 9 s: released and adopted again between fires (10 s is beyond the
+    # claim window), each time knowing only the jittered start; the instants stay on the grid.
+    h.table.put(JobInfo(id=5, job_group=1, job_desc="j", schedule_type="FIX_RATE", schedule_conf="10",
+                        trigger_status=1, trigger_next_time=T0 + 10_000, executor_handler="demo",
+                        timing='{"jitter_seconds": 9}'))
+    loop = h.loop(timing=timing)
+    await loop.start()
+    await h.advance_to(T0 + 61_000, step_ms=250)
+    expected = [T0 + k * 10_000 + jitter_delay(5, T0 + k * 10_000, 9_000) for k in range(1, 6)]
+    assert h.runlog.fired(5) == [(5, e) for e in expected]
+
+
 def test_events_from_any_time_match_the_events_walked_one_by_one() -> None:
     calendars = compile_calendars({"pause": orjson.dumps(LUNCH).decode()})
     spec = {"calendars": ["pause"], "calendar_action": "move", "jitter_seconds": 5}

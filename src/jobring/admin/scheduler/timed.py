@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import orjson
 
 from jobring.admin.scheduler.ports import Schedule
+from jobring.core.schedule import FixRateSchedule
 from jobring.core.timing import (
     Calendar,
     PlanEnd,
@@ -28,7 +29,7 @@ from jobring.core.timing import (
     parse_timing_rules,
     plan_next,
 )
-from jobring.core.timing.timeline import GridTimeline
+from jobring.core.timing.timeline import FixedRateTimeline, GridTimeline, Timeline
 
 log = logging.getLogger(__name__)
 
@@ -97,21 +98,33 @@ class _Event:
     skip: SkippedFire | None = None
 
 
+def timeline_of(base: Schedule) -> Timeline:
+    """The instants of ``base`` both ways: a cron expression's own; a FIX_RATE schedule's grid of
+    its interval from the epoch (every 30 s at :00 and :30). A plain FIX_RATE job counts its
+    interval from its previous fire, but under timing rules a fire may start later than the
+    instant it stands for (a move, jitter) and a node adopting the job knows only that start:
+    a fixed grid keeps every node and every adoption on the same instants."""
+    if isinstance(base, FixRateSchedule):
+        return FixedRateTimeline(base.interval_seconds * 1000, 0)
+    return GridTimeline(base.next_fire_ms)
+
+
 class TimedSchedule:
     """``base`` under ``rules`` for job ``job_id``, in fire-time space.
 
     Its instants (what :meth:`next_fire_ms` gives) are *events*: fires (their start, after a
     move and jitter) and the instants a calendar excluded (the loop records those as
     ``skipped`` runs at their instant instead of sending them; see :meth:`skip_at`).
-    ``runs_before``: the job's scheduled runs recorded before ``counted_from`` (its planned
-    instant when the loop adopted it); later fires are counted here (for ``max_runs``).
+    ``counted_from``: the job's planned instant when it was adopted; ``runs_before``: its
+    scheduled runs recorded before that instant; later fires are counted here (for
+    ``max_runs``).
     """
 
     __slots__ = ("_job_id", "_rules", "_timeline", "_events", "_counted", "_counted_from", "_runs_before")
 
     def __init__(self, base: Schedule, rules: TimingRules, job_id: int, *, runs_before: int = 0,
                  counted_from: int = 0) -> None:
-        self._timeline = GridTimeline(base.next_fire_ms)
+        self._timeline = timeline_of(base)
         self._rules = rules
         self._job_id = job_id
         self._events: dict[int, _Event] = {}

@@ -22,6 +22,7 @@ from jobring.admin.scheduler.timed import (
     calendar_names,
     compile_calendars,
     normalized_timing,
+    timeline_of,
     timing_rules,
     wrap,
 )
@@ -37,7 +38,6 @@ from jobring.core.timing import (
     parse_timing_rules,
     preview,
 )
-from jobring.core.timing.timeline import GridTimeline
 
 
 def iso(epoch_ms: int) -> str:
@@ -123,7 +123,7 @@ def pause_note_text(by: str, reason: str | None, at_ms: int) -> str:
 def timing_preview(schedule: Schedule, rules: TimingRules, job_id: int, after_ms: int, runs: int,
                    count: int) -> TimingPreview:
     """The next ``count`` fires under ``rules`` and the instants the calendars exclude on the way."""
-    found = preview(GridTimeline(schedule.next_fire_ms), rules, job_id, after_ms, runs, count)
+    found = preview(timeline_of(schedule), rules, job_id, after_ms, runs, count)
     return TimingPreview(
         fires=[PreviewFire(logical=f.logical_ms, fire_at=f.fire_at_ms, fire_at_iso=iso(f.fire_at_ms),
                            moved_by=None if f.moved_by is None else f.moved_by.text) for f in found.fires],
