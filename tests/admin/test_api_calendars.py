@@ -89,7 +89,7 @@ INVALID_CALENDARS = [
     ({"date_ranges": [{"start": "2026-03-02", "end": "2026-03-01"}]}, "date_ranges[0].end"),
     ({"day_windows": [{"start": "10:00", "end": "10:00"}]}, "day_windows[0].end"),
     ({"day_windows": [{"start": "25:00", "end": "10:00"}]}, "day_windows[0].start"),
-    ({"workdays": ["MON", "FUNDAY"]}, "workdays[1]"),
+    ({"workdays": ["MON", "FUNDAY"]}, "workdays.1"),
     ({"workdays": ["MON"], "invert": True}, "workdays"),
     ({"cron": "0 0 12 * * MON"}, "cron"),
     ({"zone": "Mars/Base"}, "zone"),

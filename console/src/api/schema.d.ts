@@ -945,9 +945,9 @@ export interface components {
             periods?: components["schemas"]["Period"][];
             /**
              * Workdays
-             * @description the days that are workdays (MON..SUN): every other day is named
+             * @description the workdays: every other day is named
              */
-            workdays?: string[] | null;
+            workdays?: ("MON" | "TUE" | "WED" | "THU" | "FRI" | "SAT" | "SUN")[] | null;
             /**
              * Zone
              * Format: iana-time-zone
@@ -1009,9 +1009,9 @@ export interface components {
             periods?: components["schemas"]["Period"][];
             /**
              * Workdays
-             * @description the days that are workdays (MON..SUN): every other day is named
+             * @description the workdays: every other day is named
              */
-            workdays?: string[] | null;
+            workdays?: ("MON" | "TUE" | "WED" | "THU" | "FRI" | "SAT" | "SUN")[] | null;
             /**
              * Zone
              * Format: iana-time-zone
@@ -1090,12 +1090,14 @@ export interface components {
         DateRange: {
             /**
              * End
-             * @description YYYY-MM-DD
+             * Format: calendar-date
+             * @description YYYY-MM-DD, 1970-2099
              */
             end: string;
             /**
              * Start
-             * @description YYYY-MM-DD
+             * Format: calendar-date
+             * @description YYYY-MM-DD, 1970-2099
              */
             start: string;
         };
@@ -1117,11 +1119,13 @@ export interface components {
         DayWindow: {
             /**
              * End
+             * Format: time-of-day
              * @description HH:MM or HH:MM:SS (an end may be 24:00)
              */
             end: string;
             /**
              * Start
+             * Format: time-of-day
              * @description HH:MM or HH:MM:SS (an end may be 24:00)
              */
             start: string;
@@ -1969,12 +1973,14 @@ export interface components {
         Period: {
             /**
              * End
-             * @description ISO 8601 date-time
+             * Format: calendar-instant
+             * @description ISO 8601 date-time, 1970-2099 (no offset: the calendar's zone)
              */
             end: string;
             /**
              * Start
-             * @description ISO 8601 date-time
+             * Format: calendar-instant
+             * @description ISO 8601 date-time, 1970-2099 (no offset: the calendar's zone)
              */
             start: string;
         };

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,9 +18,17 @@ from jobring.admin.api.management.models import (
     ZoneName,
 )
 
-DateText = Annotated[Line, Field(max_length=10, description="YYYY-MM-DD")]
-TimeOfDay = Annotated[Line, Field(max_length=8, description="HH:MM or HH:MM:SS (an end may be 24:00)")]
-Instant = Annotated[Line, Field(max_length=40, description="ISO 8601 date-time")]
+# Formats of the document (described for schema readers; the server checks them with the
+# calendar rules): a date 1970-2099, a time of day, an ISO 8601 date-time 1970-2099.
+DateText = Annotated[Line, Field(max_length=10, description="YYYY-MM-DD, 1970-2099",
+                                 json_schema_extra={"format": "calendar-date"})]
+TimeOfDay = Annotated[Line, Field(max_length=8, description="HH:MM or HH:MM:SS (an end may be 24:00)",
+                                  json_schema_extra={"format": "time-of-day"})]
+Instant = Annotated[Line, Field(max_length=40, description="ISO 8601 date-time, 1970-2099 (no offset: the "
+                                "calendar's zone)", json_schema_extra={"format": "calendar-instant"})]
+Weekday = Literal["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"]
+Workdays = Annotated[list[Weekday], Field(min_length=1, max_length=7,
+                                          json_schema_extra={"uniqueItems": True})]
 
 
 class DateRange(Strict):
@@ -44,10 +52,9 @@ class CalendarParts(Strict):
     zone: ZoneName = "UTC"
     dates: Annotated[list[DateText], Field(max_length=20_000)] = Field(default_factory=list)
     date_ranges: Annotated[list[DateRange], Field(max_length=1_000)] = Field(default_factory=list)
-    workdays: Annotated[list[Line], Field(max_length=7)] | None = Field(
-        None, description="the days that are workdays (MON..SUN): every other day is named")
+    workdays: Workdays | None = Field(None, description="the workdays: every other day is named")
     day_windows: Annotated[list[DayWindow], Field(max_length=100)] = Field(default_factory=list)
-    cron: Annotated[Line, Field(max_length=256)] | None = Field(
+    cron: Annotated[Line, Field(max_length=256, json_schema_extra={"format": "quartz-cron"})] | None = Field(
         None, description="the seconds a cron expression selects (Quartz, or Unix 5 fields)")
     periods: Annotated[list[Period], Field(max_length=20_000)] = Field(default_factory=list)
     invert: bool = Field(False, description="true: only the named times are allowed")
