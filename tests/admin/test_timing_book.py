@@ -68,7 +68,7 @@ async def test_max_runs_counts_the_scheduled_runs_and_skips_are_recorded_once(sq
         trigger_next_time=T0,
         timing='{"max_runs": 3}',
     )
-    timing = StoreTiming(sqlite_store, ManualClock(T0))
+    timing = StoreTiming(sqlite_store, ManualClock(T0), "node-a")
     skip = SkippedFire(
         T0 - 3 * DAY, SkipReason(SkipKind.CALENDAR, "calendar 'h': dates[0] (2025-12-29)", "h")
     )
@@ -80,6 +80,6 @@ async def test_max_runs_counts_the_scheduled_runs_and_skips_are_recorded_once(sq
     assert schedule.next_fire_ms(T0 - 1) == T0
     assert schedule.next_fire_ms(T0) is None
     page = await sqlite_store.logs.list(job_id=job_id, states=[RunState.SKIPPED], now_ms=T0)
-    assert [(e.planned_time, e.trigger_msg) for e in page.items] == [
-        (T0 - 3 * DAY, "skipped by calendar 'h': dates[0] (2025-12-29)")
+    assert [(e.planned_time, e.trigger_msg, e.admin_node) for e in page.items] == [
+        (T0 - 3 * DAY, "skipped by calendar 'h': dates[0] (2025-12-29)", "node-a")
     ]

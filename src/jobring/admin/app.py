@@ -151,7 +151,7 @@ async def start_runtime(
     loop = ScheduleLoop(
         leases, TriggerFirePort(trigger), LoopTimers(clock), parse_schedule,
         admin_timezone=state.default_timezone, config=config, liveness=liveness,
-        timing=StoreTiming(store, clock),
+        timing=StoreTiming(store, clock, node_id),
     )
     alarmer = alarmer_from_settings(settings)
     alarms = AlarmService(store, alarmer)

@@ -46,9 +46,11 @@ class CalendarBook:
 class StoreTiming:
     """Timing rules for the scheduling loop, over the admin store."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, node_id: str | None = None) -> None:
         self._store = store
         self._clock = clock
+        # Written on skipped runs as on fires: a run without it reads as XXL-JOB's own admin's.
+        self._node_id = node_id
         self.book = CalendarBook(store)
         self._runs: dict[int, int] = {}
 
@@ -75,7 +77,7 @@ class StoreTiming:
             NewLog(job.job_group, job.id, now, executor_handler=job.executor_handler,
                    executor_param=job.executor_param, trigger_code=FAIL_CODE, trigger_msg=skip_message(skip),
                    trigger_type=job.schedule_type, planned_time=skip.logical_ms,
-                   alarm_status=int(AlarmStatus.NOT_NEEDED))
+                   alarm_status=int(AlarmStatus.NOT_NEEDED), admin_node=self._node_id)
             for skip in skipped
         ]
         await self._store.logs.insert_fires(rows)
