@@ -147,6 +147,10 @@ def valid_request_accepted(ctx: Any, response: Any, case: schemathesis.Case) -> 
     refused = _refused_field(response)
     if response.status_code == 422 and refused in STATEFUL_FIELDS:
         return None
+    if response.status_code == 422 and isinstance(refused, str) and refused.startswith("alarm_targets."):
+        # An alarm target's keys depend on its kind (an object of free keys in the schema); a
+        # job body with a timing field draws other examples than before, some with targets.
+        return None
     timed = case.operation.path.startswith("/calendars") or case.operation.path == "/schedules/preview"
     if response.status_code in (400, 422) and isinstance(refused, str) and _RELATIONAL.match(refused) and (
             timed or refused.startswith("timing.") or refused == "reason"):
