@@ -236,11 +236,12 @@ DeadlineMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 ManagedByName = Annotated[str, Field(pattern="^(console|code)$")]
 
 
+# (Plain strings: the one-line pattern of Line would replace these in the schema.)
 CalendarName = Annotated[
-    Line, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}$")]
+    str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}$")]
 # A timing rule's instant: epoch ms or ISO 8601 with an offset, within 1970-2099.
 InstantOrMs = Annotated[int, Field(ge=0, le=4_102_444_799_999)] | Annotated[
-    Line, Field(max_length=40, json_schema_extra={"format": "offset-date-time"})]
+    str, Field(max_length=40, json_schema_extra={"format": "offset-date-time"})]
 
 
 class JobTiming(Strict):

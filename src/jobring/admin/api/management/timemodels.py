@@ -19,12 +19,14 @@ from jobring.admin.api.management.models import (
 )
 
 # Formats of the document (described for schema readers; the server checks them with the
-# calendar rules): a date 1970-2099, a time of day, an ISO 8601 date-time 1970-2099.
-DateText = Annotated[Line, Field(max_length=10, description="YYYY-MM-DD, 1970-2099",
+# calendar rules, which also refuse control characters): a date 1970-2099, a time of day, an
+# ISO 8601 date-time 1970-2099. Plain strings: a pattern beside the format would be what
+# schema readers generate from.
+DateText = Annotated[str, Field(max_length=10, description="YYYY-MM-DD, 1970-2099",
                                  json_schema_extra={"format": "calendar-date"})]
-TimeOfDay = Annotated[Line, Field(max_length=8, description="HH:MM or HH:MM:SS (an end may be 24:00)",
+TimeOfDay = Annotated[str, Field(max_length=8, description="HH:MM or HH:MM:SS (an end may be 24:00)",
                                   json_schema_extra={"format": "time-of-day"})]
-Instant = Annotated[Line, Field(max_length=40, description="ISO 8601 date-time, 1970-2099 (no offset: the "
+Instant = Annotated[str, Field(max_length=40, description="ISO 8601 date-time, 1970-2099 (no offset: the "
                                 "calendar's zone)", json_schema_extra={"format": "calendar-instant"})]
 Weekday = Literal["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"]
 Workdays = Annotated[list[Weekday], Field(min_length=1, max_length=7,
