@@ -56,7 +56,7 @@ class CalendarParts(Strict):
     date_ranges: Annotated[list[DateRange], Field(max_length=1_000)] = Field(default_factory=list)
     workdays: Workdays | None = Field(None, description="the workdays: every other day is named")
     day_windows: Annotated[list[DayWindow], Field(max_length=100)] = Field(default_factory=list)
-    cron: Annotated[Line, Field(max_length=256, json_schema_extra={"format": "quartz-cron"})] | None = Field(
+    cron: Annotated[str, Field(max_length=256, json_schema_extra={"format": "quartz-cron"})] | None = Field(
         None, description="the seconds a cron expression selects (Quartz, or Unix 5 fields)")
     periods: Annotated[list[Period], Field(max_length=20_000)] = Field(default_factory=list)
     invert: bool = Field(False, description="true: only the named times are allowed")
