@@ -15,7 +15,6 @@ from jobring.admin.api.management.models import (
     SchedulePreviewOut,
     Strict,
     Text,
-    ZoneName,
 )
 
 # Formats of the document (described for schema readers; the server checks them with the
@@ -28,6 +27,7 @@ TimeOfDay = Annotated[str, Field(max_length=8, description="HH:MM or HH:MM:SS (a
                                   json_schema_extra={"format": "time-of-day"})]
 Instant = Annotated[str, Field(max_length=40, description="ISO 8601 date-time, 1970-2099 (no offset: the "
                                 "calendar's zone)", json_schema_extra={"format": "calendar-instant"})]
+CalendarZone = Annotated[str, Field(max_length=64, json_schema_extra={"format": "iana-time-zone"})]
 Weekday = Literal["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"]
 Workdays = Annotated[list[Weekday], Field(min_length=1, max_length=7,
                                           json_schema_extra={"uniqueItems": True})]
@@ -51,7 +51,7 @@ class Period(Strict):
 class CalendarParts(Strict):
     """The times a calendar names (their union), read in its zone; see docs/time.md."""
 
-    zone: ZoneName = "UTC"
+    zone: CalendarZone = "UTC"
     dates: Annotated[list[DateText], Field(max_length=20_000)] = Field(default_factory=list)
     date_ranges: Annotated[list[DateRange], Field(max_length=1_000)] = Field(default_factory=list)
     workdays: Workdays | None = Field(None, description="the workdays: every other day is named")
@@ -83,7 +83,7 @@ class CalendarImport(Strict):
 
     name: CalendarName
     job_group: Id32 | None = None
-    zone: ZoneName = "UTC"
+    zone: CalendarZone = "UTC"
     ics: Annotated[Text, Field(max_length=5_000_000)] | None = Field(None, description="an .ics file's text")
     dates: Annotated[list[DateText], Field(max_length=20_000)] | None = Field(
         default=None, description="or a list of dates")
