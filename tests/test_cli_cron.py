@@ -103,3 +103,10 @@ def test_console_script_reports_usage_errors_with_exit_2() -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.startswith("jobring: error: invalid cron expression '0 15 10 L * MON': day-of-month")
+
+
+def test_a_unix_expression_is_shown_in_its_quartz_form(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cron", "next", "*/15 * * * *", "--after", "2026-01-01T00:00:00", "--count", "2"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["2026-01-01T00:15:00+00:00", "2026-01-01T00:30:00+00:00"]
+    assert "as Quartz (stored so): 0 */15 * * * ?" in captured.err

@@ -24,7 +24,8 @@ EVERY_OPTION = [
     "--retry-backoff-max", "600", "--alarm-email", "ops@example.com", "--alarm-target",
     "webhook:https://hooks.example.com/jobs", "--alarm-on", "every_failure", "--alarm-recovery",
     "--deadline", "90", "--child", "3", "--author", "ana", "--glue-type", "GLUE_PYTHON",
-    "--glue-remark", "first",
+    "--glue-remark", "first", "--calendar", "holidays", "--calendar-action", "move", "--start-at",
+    "2026-01-01T00:00:00Z", "--end-at", "2026-12-31T00:00:00Z", "--max-runs", "5", "--jitter", "30",
 ]
 
 

@@ -23,6 +23,7 @@ const routes: RouteRecordRaw[] = [
   { path: "/runs", component: () => import("./views/RunsView.vue") },
   { path: "/runs/:id(\\d+)", component: () => import("./views/RunDetailView.vue"), props: true },
   { path: "/groups", component: () => import("./views/GroupsView.vue") },
+  { path: "/calendars", component: () => import("./views/CalendarsView.vue") },
   { path: "/users", component: () => import("./views/UsersView.vue"), meta: { admin: true } },
   { path: "/audit", component: () => import("./views/AuditView.vue"), meta: { admin: true } },
   { path: "/settings", component: () => import("./views/SettingsView.vue"), meta: { admin: true } },

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import cast
 
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
-from jobring.admin.scheduler.ports import FireBatch, Liveness, PlannedFire
+from jobring.admin.scheduler.ports import FireBatch, Liveness, PlannedFire, TimingPort
 from jobring.admin.scheduler.timers import ManualTimers, Timers
 from jobring.admin.scheduler.trigger import PreparedBatch
 from jobring.admin.store.records import HeldJobs, JobInfo
@@ -405,10 +405,11 @@ class Harness:
             return self.runlog.preparer(node, after_send)
         return self.runlog.sink(node, after_send)
 
-    def loop(self, node: str = "n1", liveness: Liveness | None = None) -> ScheduleLoop:
+    def loop(self, node: str = "n1", liveness: Liveness | None = None,
+             timing: TimingPort | None = None) -> ScheduleLoop:
         leases = self.table.node(node)
         loop = ScheduleLoop(leases, self.port(node), self.loop_timers, parse_schedule,
-                            admin_timezone=self.tz, config=self.config, liveness=liveness)
+                            admin_timezone=self.tz, config=self.config, liveness=liveness, timing=timing)
         self.loops[node] = loop
         self.leases[node] = leases
         return loop

@@ -15,6 +15,7 @@ from jobring.client.call import ApiGroup, Call, Endpoint
 from jobring.client.endpoints import (
     AuditApi,
     AuthApi,
+    CalendarsApi,
     DashboardApi,
     GlueApi,
     GroupsApi,
@@ -28,6 +29,7 @@ from tests.client.adminkit import AdminEnv
 
 GROUPS: list[type[ApiGroup[Any]]] = [
     AuthApi, TokensApi, JobsApi, GlueApi, RunsApi, GroupsApi, UsersApi, DashboardApi, SettingsApi, AuditApi,
+    CalendarsApi,
 ]
 
 

@@ -35,6 +35,7 @@ CASES: list[tuple[int, str | None, int, str | None, int | None, RunState]] = [
     (200, "ok", 500, runstate.LOST_PREFIX + " executor http://e/ gone (no heartbeat)", None, RunState.LOST),
     (500, runstate.LOST_DISPATCH_PREFIX + "; marked as failed\n\n>>> Fail retry", 0, None, 5, RunState.LOST),
     (500, FIRE + worker.MSG_DISCARD_LATER, 0, None, NOW_MS - 5, RunState.SKIPPED),
+    (500, runstate.CALENDAR_SKIP_PREFIX + "'cn': dates[0]", 0, None, NOW_MS - 5, RunState.SKIPPED),
     (500, FIRE + "connection refused", 0, None, NOW_MS - 5, RunState.FAILED),
     (500, None, 0, None, None, RunState.FAILED),
     (404, "not found", 0, None, None, RunState.FAILED),
@@ -59,16 +60,20 @@ def test_every_state_is_covered_and_final_flags() -> None:
 def test_markers_match_the_writers_and_hold_no_like_wildcards() -> None:
     from jobring.admin.api.management import runs
     from jobring.admin.scheduler import monitors
+    from jobring.admin.scheduler.timed import skip_message
+    from jobring.core.timing import SkipKind, SkippedFire, SkipReason
 
     assert runstate.LOST_RESULT_MSG == monitors.MSG_RESULT_LOST
     assert monitors.lost_message("http://e/", 90).startswith(runstate.LOST_PREFIX)
     assert runstate.KILL_REASON == worker.REASON_KILL
     assert monitors.MSG_DISPATCH_LOST.startswith(runstate.LOST_DISPATCH_PREFIX)
     assert runstate.DISCARD_MARK == worker.MSG_DISCARD_LATER
+    skip = SkippedFire(0, SkipReason(SkipKind.CALENDAR, "calendar 'x': dates[0]", "x"))
+    assert skip_message(skip).startswith(runstate.CALENDAR_SKIP_PREFIX)
     assert runstate.KILLED_SUFFIXES == (worker.SUFFIX_RUNNING, worker.SUFFIX_QUEUED)
     assert runs.KILLED_BY_USER == runstate.KILLED_BY_USER
     markers = (runstate.LOST_RESULT_MSG, runstate.LOST_DISPATCH_PREFIX, runstate.DISCARD_MARK,
-               runstate.LOST_PREFIX,
+               runstate.LOST_PREFIX, runstate.CALENDAR_SKIP_PREFIX,
                runstate.KILLED_BY_USER, *runstate.KILLED_SUFFIXES)
     assert not any("%" in m or "_" in m for m in markers)
 

@@ -11,9 +11,11 @@ export const updateJob = (jobId: number, body: Schemas["JobUpdate"]) =>
 export const deleteJob = (jobId: number) => ok(api.DELETE("/jobs/{job_id}", path(jobId)));
 export const copyJob = (jobId: number) => ok(api.POST("/jobs/{job_id}/copy", path(jobId)));
 
-/** Starts a stopped job or stops a started one; the job as it is then. */
-export function setJobStarted(jobId: number, started: boolean): Promise<Job> {
-  return started ? ok(api.POST("/jobs/{job_id}/start", path(jobId))) : ok(api.POST("/jobs/{job_id}/stop", path(jobId)));
+/** Starts a stopped job or stops a started one (with the reason of the pause, if given); the job as it is then. */
+export function setJobStarted(jobId: number, started: boolean, reason?: string): Promise<Job> {
+  return started
+    ? ok(api.POST("/jobs/{job_id}/start", path(jobId)))
+    : ok(api.POST("/jobs/{job_id}/stop", { ...path(jobId), body: reason ? { reason } : null }));
 }
 
 export const triggerJob = (jobId: number, body: Schemas["TriggerIn"]) =>
@@ -22,7 +24,7 @@ export const triggerJobAt = (jobId: number, body: Schemas["TriggerAtIn"]) =>
   ok(api.POST("/jobs/{job_id}/trigger-at", { ...path(jobId), body }));
 
 /** The next fire times of a schedule (for the job editor's preview). */
-export const previewSchedule = (body: Schemas["SchedulePreviewIn"]) => ok(api.POST("/schedules/preview", { body }));
+export const previewSchedule = (body: Schemas["TimedPreviewIn"]) => ok(api.POST("/schedules/preview", { body }));
 
 export type DelayedQuery = QueryOf<"/delayed-runs">;
 /** Pending delayed runs ("Run at") of the user's groups, of one group or of one job; soonest first. */

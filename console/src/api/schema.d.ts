@@ -72,6 +72,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/calendars": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List calendars (global and the caller's groups') */
+        get: operations["list_calendars_calendars_get"];
+        put?: never;
+        /** Create a calendar */
+        post: operations["create_calendar_calendars_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/calendars/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Create (or replace) a calendar from an .ics file's text or a list of dates */
+        post: operations["import_calendar_calendars_import_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/calendars/{calendar_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a calendar */
+        get: operations["get_calendar_calendars__calendar_id__get"];
+        /** Replace a calendar's parts (its jobs are planned again) */
+        put: operations["update_calendar_calendars__calendar_id__put"];
+        post?: never;
+        /** Delete a calendar no job uses */
+        delete: operations["delete_calendar_calendars__calendar_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/dashboard": {
         parameters: {
             query?: never;
@@ -377,7 +431,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Stop scheduling a job */
+        /** Stop (pause) scheduling a job; the note says who, why and when */
         post: operations["stop_job_jobs__job_id__stop_post"];
         delete?: never;
         options?: never;
@@ -530,7 +584,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** The next fire times of a schedule */
+        /** The next fire times of a schedule (under timing rules: calendars, window, jitter) */
         post: operations["preview_schedule_schedules_preview_post"];
         delete?: never;
         options?: never;
@@ -921,6 +975,206 @@ export interface components {
          * @enum {string}
          */
         BlockStrategy: "SERIAL_EXECUTION" | "DISCARD_LATER" | "COVER_EARLY";
+        /**
+         * CalendarImport
+         * @example {
+         *       "ics": "BEGIN:VCALENDAR\r\n...",
+         *       "name": "holidays",
+         *       "until": "2027-12-31",
+         *       "zone": "Europe/Berlin"
+         *     }
+         */
+        CalendarImport: {
+            /**
+             * Dates
+             * @description or a list of dates
+             */
+            dates?: string[] | null;
+            /**
+             * Ics
+             * @description an .ics file's text
+             */
+            ics?: string | null;
+            /**
+             * Invert
+             * @default false
+             */
+            invert: boolean;
+            /** Job Group */
+            job_group?: number | null;
+            /** Name */
+            name: string;
+            /**
+             * Replace
+             * @description replace the parts of the calendar of that name, if it exists
+             * @default false
+             */
+            replace: boolean;
+            /**
+             * Until
+             * @description expand recurring events up to this date (default: 2 years)
+             */
+            until?: string | null;
+            /**
+             * Zone
+             * Format: iana-time-zone
+             * @default UTC
+             */
+            zone: string;
+        };
+        /** CalendarImportOut */
+        CalendarImportOut: {
+            /** Id */
+            id: number;
+            /** Job Group */
+            job_group: number | null;
+            /** Name */
+            name: string;
+            /**
+             * Notes
+             * @description what the import left out or cut
+             */
+            notes?: string[];
+            /**
+             * Spec
+             * @description the normalised calendar (name, zone, invert and its parts)
+             */
+            spec: {
+                [key: string]: unknown;
+            };
+            /**
+             * Update Time
+             * @description epoch ms
+             */
+            update_time: number;
+            /** Updated By */
+            updated_by: string | null;
+            /**
+             * Used By
+             * @description ids of the jobs that use it
+             */
+            used_by?: number[];
+        };
+        /**
+         * CalendarIn
+         * @example {
+         *       "date_ranges": [
+         *         {
+         *           "end": "2026-02-21",
+         *           "start": "2026-02-15"
+         *         }
+         *       ],
+         *       "dates": [
+         *         "2026-10-01",
+         *         "2026-10-02"
+         *       ],
+         *       "name": "cn-2026",
+         *       "zone": "Asia/Shanghai"
+         *     }
+         */
+        CalendarIn: {
+            /**
+             * Cron
+             * @description the seconds a cron expression selects (Quartz, or Unix 5 fields)
+             */
+            cron?: string | null;
+            /** Date Ranges */
+            date_ranges?: components["schemas"]["DateRange"][];
+            /** Dates */
+            dates?: string[];
+            /** Day Windows */
+            day_windows?: components["schemas"]["DayWindow"][];
+            /**
+             * Invert
+             * @description true: only the named times are allowed
+             * @default false
+             */
+            invert: boolean;
+            /**
+             * Job Group
+             * @description null: a global calendar (admins only)
+             */
+            job_group?: number | null;
+            /** Name */
+            name: string;
+            /** Periods */
+            periods?: components["schemas"]["Period"][];
+            /**
+             * Workdays
+             * @description the workdays: every other day is named
+             */
+            workdays?: ("MON" | "TUE" | "WED" | "THU" | "FRI" | "SAT" | "SUN")[] | null;
+            /**
+             * Zone
+             * Format: iana-time-zone
+             * @default UTC
+             */
+            zone: string;
+        };
+        /** CalendarOut */
+        CalendarOut: {
+            /** Id */
+            id: number;
+            /** Job Group */
+            job_group: number | null;
+            /** Name */
+            name: string;
+            /**
+             * Spec
+             * @description the normalised calendar (name, zone, invert and its parts)
+             */
+            spec: {
+                [key: string]: unknown;
+            };
+            /**
+             * Update Time
+             * @description epoch ms
+             */
+            update_time: number;
+            /** Updated By */
+            updated_by: string | null;
+            /**
+             * Used By
+             * @description ids of the jobs that use it
+             */
+            used_by?: number[];
+        };
+        /**
+         * CalendarUpdate
+         * @description A calendar's parts replaced whole (its name and group stay).
+         */
+        CalendarUpdate: {
+            /**
+             * Cron
+             * @description the seconds a cron expression selects (Quartz, or Unix 5 fields)
+             */
+            cron?: string | null;
+            /** Date Ranges */
+            date_ranges?: components["schemas"]["DateRange"][];
+            /** Dates */
+            dates?: string[];
+            /** Day Windows */
+            day_windows?: components["schemas"]["DayWindow"][];
+            /**
+             * Invert
+             * @description true: only the named times are allowed
+             * @default false
+             */
+            invert: boolean;
+            /** Periods */
+            periods?: components["schemas"]["Period"][];
+            /**
+             * Workdays
+             * @description the workdays: every other day is named
+             */
+            workdays?: ("MON" | "TUE" | "WED" | "THU" | "FRI" | "SAT" | "SUN")[] | null;
+            /**
+             * Zone
+             * Format: iana-time-zone
+             * @default UTC
+             */
+            zone: string;
+        };
         /** ClearIn */
         ClearIn: {
             /** Job Group */
@@ -988,6 +1242,21 @@ export interface components {
             /** Runs Today Success */
             runs_today_success: number;
         };
+        /** DateRange */
+        DateRange: {
+            /**
+             * End
+             * Format: calendar-date
+             * @description YYYY-MM-DD, 1970-2099
+             */
+            end: string;
+            /**
+             * Start
+             * Format: calendar-date
+             * @description YYYY-MM-DD, 1970-2099
+             */
+            start: string;
+        };
         /** DayCountOut */
         DayCountOut: {
             /**
@@ -1001,6 +1270,21 @@ export interface components {
             running: number;
             /** Success */
             success: number;
+        };
+        /** DayWindow */
+        DayWindow: {
+            /**
+             * End
+             * Format: time-of-day
+             * @description HH:MM or HH:MM:SS (an end may be 24:00)
+             */
+            end: string;
+            /**
+             * Start
+             * Format: time-of-day
+             * @description HH:MM or HH:MM:SS (an end may be 24:00)
+             */
+            start: string;
         };
         /** DelayedFireOut */
         DelayedFireOut: {
@@ -1285,6 +1569,8 @@ export interface components {
             schedule_timezone?: string | null;
             /** @default NONE */
             schedule_type: components["schemas"]["ScheduleType"];
+            /** @description calendars, validity window, run limit, jitter */
+            timing?: components["schemas"]["JobTiming"] | null;
         } & (unknown & unknown & unknown);
         /** JobOut */
         JobOut: {
@@ -1352,6 +1638,8 @@ export interface components {
             managed_by: string;
             /** Misfire Strategy */
             misfire_strategy: string;
+            /** @description who stopped it last, why and when */
+            pause_note?: components["schemas"]["PauseNoteOut"] | null;
             /** Retry Backoff */
             retry_backoff: string;
             /** Retry Backoff Max S */
@@ -1362,6 +1650,8 @@ export interface components {
             schedule_timezone: string | null;
             /** Schedule Type */
             schedule_type: string;
+            /** @description its timing rules (null: none) */
+            timing?: components["schemas"]["JobTimingOut"] | null;
             /**
              * Trigger Last Time
              * @description epoch ms
@@ -1386,6 +1676,57 @@ export interface components {
          * @enum {string}
          */
         JobSort: "id_desc" | "id_asc" | "next_time" | "desc";
+        /**
+         * JobTiming
+         * @description A job's timing rules; every field optional (see docs/time.md).
+         * @example {
+         *       "calendar_action": "skip",
+         *       "calendars": [
+         *         "cn-2026"
+         *       ],
+         *       "jitter_seconds": 30,
+         *       "max_runs": 100,
+         *       "start_at": "2026-01-01T00:00:00Z"
+         *     }
+         */
+        JobTiming: {
+            /** Calendar Action */
+            calendar_action?: ("skip" | "move") | null;
+            /** Calendars */
+            calendars?: string[] | null;
+            /**
+             * End At
+             * @description ISO 8601 with an offset, or epoch ms
+             */
+            end_at?: number | string | null;
+            /** Jitter Seconds */
+            jitter_seconds?: number | null;
+            /** Max Runs */
+            max_runs?: number | null;
+            /**
+             * Start At
+             * @description ISO 8601 with an offset, or epoch ms
+             */
+            start_at?: number | string | null;
+        };
+        /** JobTimingOut */
+        JobTimingOut: {
+            /**
+             * Calendar Action
+             * @default skip
+             */
+            calendar_action: string;
+            /** Calendars */
+            calendars?: string[];
+            /** End At */
+            end_at?: string | null;
+            /** Jitter Seconds */
+            jitter_seconds?: number | null;
+            /** Max Runs */
+            max_runs?: number | null;
+            /** Start At */
+            start_at?: string | null;
+        };
         /**
          * JobUpdate
          * @description A partial update: only the fields sent change.
@@ -1444,6 +1785,8 @@ export interface components {
             /** Schedule Timezone */
             schedule_timezone?: string | null;
             schedule_type?: components["schemas"]["ScheduleType"];
+            /** @description null: no timing rules */
+            timing?: components["schemas"]["JobTiming"] | null;
         } & (unknown & unknown & unknown & unknown);
         /** JobUpdateOut */
         JobUpdateOut: {
@@ -1511,6 +1854,8 @@ export interface components {
             managed_by: string;
             /** Misfire Strategy */
             misfire_strategy: string;
+            /** @description who stopped it last, why and when */
+            pause_note?: components["schemas"]["PauseNoteOut"] | null;
             /** Retry Backoff */
             retry_backoff: string;
             /** Retry Backoff Max S */
@@ -1521,6 +1866,8 @@ export interface components {
             schedule_timezone: string | null;
             /** Schedule Type */
             schedule_type: string;
+            /** @description its timing rules (null: none) */
+            timing?: components["schemas"]["JobTimingOut"] | null;
             /**
              * Trigger Last Time
              * @description epoch ms
@@ -1860,6 +2207,70 @@ export interface components {
             revoked: components["schemas"]["RevokedOut"];
             user: components["schemas"]["UserOut"];
         };
+        /**
+         * PauseNoteOut
+         * @description Who paused (stopped) the job, why and when.
+         */
+        PauseNoteOut: {
+            /**
+             * At
+             * @description epoch ms
+             */
+            at: number;
+            /** By */
+            by: string;
+            /** Reason */
+            reason: string;
+        };
+        /** Period */
+        Period: {
+            /**
+             * End
+             * Format: calendar-instant
+             * @description ISO 8601 date-time, 1970-2099 (no offset: the calendar's zone)
+             */
+            end: string;
+            /**
+             * Start
+             * Format: calendar-instant
+             * @description ISO 8601 date-time, 1970-2099 (no offset: the calendar's zone)
+             */
+            start: string;
+        };
+        /** PreviewExcluded */
+        PreviewExcluded: {
+            /** Calendar */
+            calendar: string | null;
+            /**
+             * Instant
+             * @description epoch ms
+             */
+            instant: number;
+            /** Instant Iso */
+            instant_iso: string;
+            /** Reason */
+            reason: string;
+        };
+        /** PreviewFire */
+        PreviewFire: {
+            /**
+             * Fire At
+             * @description when it starts (moved, plus jitter), epoch ms
+             */
+            fire_at: number;
+            /** Fire At Iso */
+            fire_at_iso: string;
+            /**
+             * Logical
+             * @description the schedule instant it stands for, epoch ms
+             */
+            logical: number;
+            /**
+             * Moved By
+             * @description the calendar rule that moved it
+             */
+            moved_by?: string | null;
+        };
         /** RepairIn */
         RepairIn: {
             /**
@@ -1982,39 +2393,6 @@ export interface components {
          * @enum {string}
          */
         RunState: "scheduled" | "dispatching" | "running" | "success" | "failed" | "killed" | "timed_out" | "lost" | "skipped";
-        /** SchedulePreviewIn */
-        SchedulePreviewIn: {
-            /**
-             * After
-             * @description epoch ms; default now
-             */
-            after?: number | null;
-            /**
-             * Count
-             * @default 5
-             */
-            count: number;
-            /** Schedule Conf */
-            schedule_conf?: string | null;
-            schedule_type: components["schemas"]["ScheduleType"];
-            /**
-             * Timezone
-             * @description null = the admin's zone
-             */
-            timezone?: string | null;
-        } & (unknown & unknown);
-        /** SchedulePreviewOut */
-        SchedulePreviewOut: {
-            /**
-             * Times
-             * @description epoch ms
-             */
-            times: number[];
-            /** Times Iso */
-            times_iso: string[];
-            /** Timezone */
-            timezone: string;
-        };
         /**
          * ScheduleType
          * @enum {string}
@@ -2051,6 +2429,85 @@ export interface components {
             timezone: string;
             /** Version */
             version: string;
+        };
+        /**
+         * StopIn
+         * @example {
+         *       "reason": "upstream data late, see INC-42"
+         *     }
+         */
+        StopIn: {
+            /**
+             * Reason
+             * @description why the job is paused (shown with who and when)
+             */
+            reason?: string | null;
+        };
+        /** TimedPreviewIn */
+        TimedPreviewIn: {
+            /**
+             * After
+             * @description epoch ms; default now
+             */
+            after?: number | null;
+            /**
+             * Count
+             * @default 5
+             */
+            count: number;
+            /**
+             * Job Group
+             * @description the group whose calendars the timing may name
+             */
+            job_group?: number | null;
+            /**
+             * Job Id
+             * @description a saved job: its timing (unless given), group and run count
+             */
+            job_id?: number | null;
+            /** Schedule Conf */
+            schedule_conf?: string | null;
+            schedule_type: components["schemas"]["ScheduleType"];
+            /**
+             * Timezone
+             * @description null = the admin's zone
+             */
+            timezone?: string | null;
+            /** @description preview under these timing rules */
+            timing?: components["schemas"]["JobTiming"] | null;
+        } & (unknown & unknown);
+        /**
+         * TimedPreviewOut
+         * @description ``times``: when the fires start (after calendars and jitter); ``fires`` tell each one's
+         *     logical instant; ``excluded`` the instants the calendars exclude on the way.
+         */
+        TimedPreviewOut: {
+            /**
+             * End
+             * @description why fewer fires than asked: end_at, max_runs, schedule_ended ...
+             */
+            end?: string | null;
+            /**
+             * Excluded
+             * @description instants a calendar excluded
+             */
+            excluded?: components["schemas"]["PreviewExcluded"][];
+            /** Fires */
+            fires?: components["schemas"]["PreviewFire"][];
+            /**
+             * More Excluded
+             * @default false
+             */
+            more_excluded: boolean;
+            /**
+             * Times
+             * @description epoch ms
+             */
+            times: number[];
+            /** Times Iso */
+            times_iso: string[];
+            /** Timezone */
+            timezone: string;
         };
         /**
          * TokenCreate
@@ -2778,6 +3235,631 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["MeOut"];
                 };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_calendars_calendars_get: {
+        parameters: {
+            query?: {
+                /** @description global and this group's */
+                job_group?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarOut"][];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_calendar_calendars_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CalendarIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    import_calendar_calendars_import_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CalendarImport"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarImportOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_calendar_calendars__calendar_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                calendar_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update_calendar_calendars__calendar_id__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                calendar_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CalendarUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_calendar_calendars__calendar_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                calendar_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Bad request */
             400: {
@@ -5386,7 +6468,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["StopIn"] | null;
+            };
+        };
         responses: {
             /** @description Successful Response */
             200: {
@@ -6384,7 +7470,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["SchedulePreviewIn"];
+                "application/json": components["schemas"]["TimedPreviewIn"];
             };
         };
         responses: {
@@ -6394,7 +7480,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["SchedulePreviewOut"];
+                    "application/json": components["schemas"]["TimedPreviewOut"];
                 };
             };
             /** @description Bad request */

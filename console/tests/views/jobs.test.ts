@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { defineComponent, h } from "vue";
 import openapi from "../../openapi.json";
 import { ApiError } from "../../src/api/client";
+import { listCalendars } from "../../src/api/calendars";
 import { getGlue, listGlueVersions, restoreGlueVersion, saveGlue } from "../../src/api/glue";
 import { getGroup, listGroups } from "../../src/api/groups";
 import {
@@ -21,6 +22,7 @@ import RunDetailView from "../../src/views/RunDetailView.vue";
 import { delayed, group, job, page, run } from "./fixtures";
 import { clickAndConfirm, fill, mountView, toastTexts } from "./harness";
 
+vi.mock("../../src/api/calendars");
 vi.mock("../../src/api/glue");
 vi.mock("../../src/api/groups");
 vi.mock("../../src/api/jobs");
@@ -29,7 +31,8 @@ vi.mock("../../src/api/runs");
 describe("JobEditView", () => {
   beforeEach(() => {
     vi.mocked(listGroups).mockResolvedValue(page([group({ id: 4, title: "Reports" })]));
-    vi.mocked(previewSchedule).mockResolvedValue({ times: [Date.UTC(2026, 0, 2, 2)], times_iso: [], timezone: "UTC" });
+    vi.mocked(previewSchedule).mockResolvedValue({ times: [Date.UTC(2026, 0, 2, 2)], times_iso: [], timezone: "UTC", more_excluded: false });
+    vi.mocked(listCalendars).mockResolvedValue([]);
     vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, job_desc: "weekly", schedule_conf: "0 15 10 ? * 6" }));
     vi.mocked(listDelayed).mockResolvedValue([]);
     vi.mocked(listRuns).mockResolvedValue(page([run({ id: 31, job_id: 7, state: "failed", handle_msg: "exit 1" })]));
@@ -202,6 +205,53 @@ describe("JobEditView", () => {
     const { wrapper } = await mountView(JobEditView, { path: "/jobs/new" });
     expect(previewSchedule).toHaveBeenCalledWith(expect.objectContaining({ schedule_type: "CRON", schedule_conf: "0 0 2 * * ?" }));
     expect(wrapper.findAll("[data-testid=next-time]")).toHaveLength(1);
+  });
+
+  it("edits the job's timing: calendars of its group, the preview with excluded instants struck through", async () => {
+    vi.mocked(listCalendars).mockResolvedValue([
+      { id: 1, name: "holidays", job_group: null, spec: { zone: "UTC" }, update_time: 0, updated_by: "admin", used_by: [] },
+      { id: 2, name: "reports-only", job_group: 4, spec: { zone: "UTC" }, update_time: 0, updated_by: "ana", used_by: [] },
+      { id: 3, name: "other-group", job_group: 9, spec: { zone: "UTC" }, update_time: 0, updated_by: "bo", used_by: [] },
+    ]);
+    const jan = (d: number) => Date.UTC(2026, 0, d, 2);
+    vi.mocked(previewSchedule).mockResolvedValue({
+      times: [jan(1), jan(3)], times_iso: [], timezone: "UTC", more_excluded: false,
+      fires: [{ logical: jan(1), fire_at: jan(1), fire_at_iso: "" }, { logical: jan(3), fire_at: jan(3), fire_at_iso: "" }],
+      excluded: [{ instant: jan(2), instant_iso: "", reason: "calendar 'holidays': dates[0] (2026-01-02)", calendar: "holidays" }],
+    });
+    vi.mocked(updateJob).mockResolvedValue(job({ id: 7, job_group: 4, timing: { calendars: ["holidays"], calendar_action: "move" } }));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    const offered = wrapper.findAll("[data-testid=job-calendars] input[type=checkbox]").map((i) => i.attributes("name"));
+    expect(offered).toEqual(["calendar_holidays", "calendar_reports-only"]);
+    await wrapper.find("input[name=calendar_holidays]").setValue(true);
+    await wrapper.find("select[name=calendar_action]").setValue("move");
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await flushPromises();
+    expect(previewSchedule).toHaveBeenLastCalledWith(expect.objectContaining({
+      job_group: 4, timing: { calendars: ["holidays"], calendar_action: "move" } }));
+    const excluded = wrapper.find("[data-testid=excluded-time]");
+    expect(excluded.find("s").exists()).toBe(true);
+    expect(excluded.text()).toContain("excluded: calendar 'holidays': dates[0] (2026-01-02)");
+    expect(wrapper.findAll("[data-testid=next-time]")).toHaveLength(2);
+    await wrapper.find("form.editor").trigger("submit");
+    await flushPromises();
+    expect(updateJob).toHaveBeenCalledWith(7, expect.objectContaining({ timing: { calendars: ["holidays"], calendar_action: "move" } }));
+  });
+
+  it("asks why when stopping, and shows who paused the job, why and when", async () => {
+    vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, trigger_status: 1 }));
+    vi.mocked(setJobStarted).mockResolvedValue(job({
+      id: 7, job_group: 4, trigger_status: 0, pause_note: { by: "ana", reason: "upstream late", at: Date.UTC(2026, 0, 2, 9) } }));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    await wrapper.find("[data-testid=job-toggle]").trigger("click");
+    await flushPromises();
+    await wrapper.find("#stop-form input[name=reason]").setValue("upstream late");
+    await wrapper.find("#stop-form").trigger("submit");
+    await flushPromises();
+    expect(setJobStarted).toHaveBeenCalledWith(7, false, "upstream late");
+    const note = wrapper.find("[data-testid=pause-note]").text();
+    expect(note).toContain("Paused by ana");
+    expect(note).toContain("Reason: upstream late");
   });
 
   it("shows a missing or hidden job as not found, not as an empty form", async () => {

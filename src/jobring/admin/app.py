@@ -60,6 +60,7 @@ from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
 from jobring.admin.scheduler.pull import PullHub
 from jobring.admin.scheduler.timers import LoopTimers
+from jobring.admin.scheduler.timing_book import StoreTiming
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.scheduler.unsure import UnsureFires
 from jobring.admin.scheduler.workflows import WorkflowDriver
@@ -153,6 +154,7 @@ async def start_runtime(
     loop = ScheduleLoop(
         leases, TriggerFirePort(trigger), LoopTimers(clock), parse_schedule,
         admin_timezone=state.default_timezone, config=config, liveness=liveness,
+        timing=StoreTiming(store, clock, node_id),
     )
     alarmer = alarmer_from_settings(settings)
     alarms = AlarmService(store, alarmer)

@@ -76,6 +76,9 @@ class AuditAction(StrEnum):
     JOB_DELAYED_CANCEL = "job.delayed_cancel"
     JOB_DECLARED_STOP = "job.declared_stop"  # its executor no longer declares it
     JOB_DECLARED_DELETE = "job.declared_delete"  # not declared for the grace period: deleted
+    CALENDAR_CREATE = "calendar.create"
+    CALENDAR_UPDATE = "calendar.update"
+    CALENDAR_DELETE = "calendar.delete"
     GLUE_SAVE = "glue.save"
     GLUE_RESTORE = "glue.restore"
     RUN_KILL = "run.kill"

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
+from jobring.core.cron import CronParseError, to_quartz
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.fielderror import FieldError as CoreFieldError
 from jobring.core.schedule import parse_schedule
@@ -129,6 +130,18 @@ def parse_child_ids(field: str, text: str | None) -> list[int]:
         if int(item) not in ids:
             ids.append(int(item))
     return ids
+
+
+def quartz_conf(schedule_type: str | None, conf: str | None) -> str | None:
+    """A CRON job's expression as stored: a Unix 5-field expression (or @daily ...) becomes its
+    Quartz form with a seconds field (``*/5 * * * *`` -> ``0 */5 * * * ?``); a Quartz one is
+    kept. FieldError on ``schedule_conf`` with a suggestion for the usual 6/7-field mistakes."""
+    if schedule_type != ScheduleType.CRON.value or conf is None or not conf.strip():
+        return conf
+    try:
+        return to_quartz(conf)
+    except CronParseError as exc:
+        raise FieldError("schedule_conf", str(exc)) from None
 
 
 def check_schedule(schedule_type: str, conf: str | None, tz: str, field_prefix: str = "") -> None:

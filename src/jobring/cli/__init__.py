@@ -12,6 +12,7 @@ import argcomplete
 
 from jobring.cli import admin as admin_cmd
 from jobring.cli import audit as audit_cmd
+from jobring.cli import calendars as calendars_cmd
 from jobring.cli import cron as cron_cmd
 from jobring.cli import db as db_cmd
 from jobring.cli import executor as executor_cmd
@@ -25,8 +26,8 @@ from jobring.cli import workflows as workflows_cmd
 from jobring.cli.common import ADMIN_LIBRARIES, EXIT_USAGE, UsageError
 from jobring.cli.examples import add_examples
 
-_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, users_cmd, tokens_cmd,
-           settings_cmd, audit_cmd, workflows_cmd)
+_GROUPS = (admin_cmd, cron_cmd, db_cmd, executor_cmd, jobs_cmd, runs_cmd, groups_cmd, calendars_cmd,
+           users_cmd, tokens_cmd, settings_cmd, audit_cmd, workflows_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

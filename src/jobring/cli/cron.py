@@ -10,7 +10,7 @@ from typing import Any
 
 from jobring.cli.common import UsageError
 from jobring.cli.remote import add_json_arg, group_parser, print_json
-from jobring.core.cron import CronExpression, CronParseError, resolve_zone
+from jobring.core.cron import CronExpression, CronParseError, resolve_zone, to_quartz
 
 DEFAULT_COUNT = 5
 MAX_COUNT = 1000
@@ -24,7 +24,9 @@ def register(sub: Any) -> None:
         help="print the next fire times of a cron expression",
         description="Print the next fire times of a Quartz cron expression, one ISO-8601 time per line.",
     )
-    next_parser.add_argument("expression", help='Quartz cron expression, e.g. "0 15 10 ? * MON-FRI"')
+    next_parser.add_argument(
+        "expression", help='Quartz cron expression ("0 15 10 ? * MON-FRI") or Unix 5 fields ("15 10 * * 1-5")'
+    )
     next_parser.add_argument("--tz", default="UTC", help="IANA time zone to evaluate in (default UTC)")
     next_parser.add_argument(
         "--after",
@@ -69,9 +71,12 @@ def _next(args: argparse.Namespace) -> int:
     count = _count(args.count)
     after = _after(args.after, zone)
     try:
-        expression = CronExpression(args.expression, zone)
+        quartz = to_quartz(args.expression)  # a Unix 5-field expression gets its seconds field
+        expression = CronExpression(quartz, zone)
     except CronParseError as exc:
         raise UsageError(f"invalid cron expression {args.expression!r}: {exc}") from None
+    if quartz != args.expression.strip() and not args.json:
+        print(f"as Quartz (stored so): {quartz}", file=sys.stderr)
     current = after
     times: list[str] = []
     for _ in range(count):
@@ -85,5 +90,5 @@ def _next(args: argparse.Namespace) -> int:
             print(fire.isoformat())
         current = fire
     if args.json:
-        print_json({"expression": args.expression, "timezone": args.tz, "times": times})
+        print_json({"expression": args.expression, "quartz": quartz, "timezone": args.tz, "times": times})
     return 0

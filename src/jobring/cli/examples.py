@@ -20,13 +20,13 @@ EXAMPLES: dict[str, str] = {
     "jobs add": 'jobring jobs add --group my-app --desc "nightly report" --handler report '
                 '--cron "0 0 2 * * ?" --timezone Europe/Berlin --timeout 600 --retries 2 --start',
     "jobs edit": 'jobring jobs edit 12 --cron "0 30 2 * * ?" --retry-interval 60 --retry-backoff exponential '
-                 "--alarm-target webhook:https://hooks.example.com/jobs --deadline 30",
+                 "--alarm-target webhook:https://hooks.example.com/jobs --deadline 30 --calendar cn-2026",
     "jobs glue": "jobring jobs glue 12 --set cleanup.sh --remark \"keep 7 days\"",
     "jobs show": "jobring jobs show 12",
     "jobs copy": "jobring jobs copy 12",
     "jobs delete": "jobring jobs delete 12",
     "jobs start": "jobring jobs start 12",
-    "jobs stop": "jobring jobs stop 12",
+    "jobs stop": 'jobring jobs stop 12 --reason "upstream data late, INC-42"',
     "jobs trigger": "jobring jobs trigger 12 --param full --address http://10.0.0.7:9999/",
     "jobs next": "jobring jobs next 12 --count 3",
     "runs": "jobring runs list --job 12 --status fail",
@@ -48,6 +48,15 @@ EXAMPLES: dict[str, str] = {
     "workflows stop": "jobring workflows stop 41",
     "workflows mark-succeeded": "jobring workflows mark-succeeded 41 extract",
     "workflows rerun": "jobring workflows rerun 41 report",
+    "calendars": "jobring calendars import cn-2026 --zone Asia/Shanghai --ics holidays.ics",
+    "calendars list": "jobring calendars list --group my-app",
+    "calendars show": "jobring calendars show cn-2026",
+    "calendars add": "jobring calendars add ops --group my-app --zone Europe/Berlin --date 2026-12-24 "
+                     "--window 22:00-06:00 --workdays MON,TUE,WED,THU,FRI",
+    "calendars edit": "jobring calendars edit ops --zone Europe/Berlin --date 2026-12-24 --date 2026-12-31",
+    "calendars import": "jobring calendars import cn-2026 --zone Asia/Shanghai --ics holidays.ics "
+                        "--until 2027-12-31",
+    "calendars delete": "jobring calendars delete ops",
     "groups": "jobring groups add my-app \"My app\"",
     "groups list": "jobring groups list --search billing",
     "groups show": "jobring groups show my-app",

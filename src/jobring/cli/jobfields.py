@@ -65,7 +65,8 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
                         help="the executor's handler name (@executor.job(NAME)); required for BEAN jobs")
     schedule = parser.add_mutually_exclusive_group(required=creating)
     schedule.add_argument("--cron", metavar="EXPR",
-                          help='Quartz cron expression, seconds first: "0 */5 * * * ?"')
+                          help='cron expression: Quartz, seconds first ("0 */5 * * * ?"), or Unix 5 fields '
+                               '("*/5 * * * *", stored as Quartz)')
     schedule.add_argument("--fix-rate", type=positive_int, metavar="SECONDS", help="fire every SECONDS")
     schedule.add_argument("--none", action="store_true", help="no schedule: runs only when triggered")
     parser.add_argument("--timezone", metavar="ZONE", help="IANA time zone of --cron (default: the admin's)")
@@ -106,6 +107,7 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
     parser.add_argument("--glue-type", choices=GLUE_TYPES, metavar="TYPE",
                         help=f"{', '.join(GLUE_TYPES)} (default BEAN: a handler in the executor's code)")
     parser.add_argument("--glue-remark", metavar="TEXT", help="note on the GLUE source's version")
+    _timing_options(parser, creating=creating)
     if creating:
         parser.add_argument("--glue-source", metavar="FILE",
                             help="the GLUE script, read from FILE ('-': standard input); "
@@ -114,6 +116,61 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
         parser.add_argument("--managed-by", dest="managed_by", choices=("code", "console"),
                             help="admin only: code lets the executor's declared jobs manage this job; "
                                  "console takes it back")
+
+
+def _timing_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
+    clears = "" if creating else " ('' clears it)"
+    parser.add_argument("--calendar", action="append", metavar="NAME",
+                        help="a calendar whose excluded times the job does not fire at (repeatable"
+                             + ("; edit: replaces the list, '' clears it)" if not creating else ")"))
+    parser.add_argument("--calendar-action", choices=("skip", "move"),
+                        help="an excluded instant is skipped (recorded as a skipped run; default) or "
+                             "moved to the next allowed time")
+    parser.add_argument("--start-at", metavar="WHEN",
+                        help="fire only from this instant on: ISO 8601 with an offset" + clears)
+    parser.add_argument("--end-at", metavar="WHEN",
+                        help="fire only up to this instant (included): ISO 8601 with an offset" + clears)
+    parser.add_argument("--max-runs", type=non_negative_int, metavar="N",
+                        help="stop after N scheduled runs" + ("" if creating else " (0 removes the limit)"))
+    parser.add_argument("--jitter", type=non_negative_int, metavar="SECONDS",
+                        help="start each fire up to SECONDS later (the same delay on every admin node; "
+                             "never past the next instant)")
+    if not creating:
+        parser.add_argument("--no-timing", action="store_true",
+                            help="remove every timing rule (calendars, window, limit, jitter)")
+
+
+def timing_changes(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The timing rules the options set (a value None removes that rule); None: no option
+    given. ``--no-timing`` gives ``{}`` (remove them all)."""
+    if getattr(args, "no_timing", False):
+        return {}
+    changes: dict[str, Any] = {}
+    if args.calendar is not None:
+        changes["calendars"] = [name for name in args.calendar if name.strip()] or None
+    if args.calendar_action is not None:
+        changes["calendar_action"] = args.calendar_action
+    for key in ("start_at", "end_at"):
+        value = getattr(args, key)
+        if value is not None:
+            changes[key] = value.strip() or None
+    if args.max_runs is not None:
+        changes["max_runs"] = args.max_runs or None
+    if args.jitter is not None:
+        changes["jitter_seconds"] = args.jitter or None
+    return changes or None
+
+
+def merged_timing(current: dict[str, Any] | None, changes: dict[str, Any]) -> dict[str, Any] | None:
+    """A job's timing rules with the changes applied (None: no rules left)."""
+    if not changes:
+        return None
+    merged = {key: value for key, value in (current or {}).items() if value not in (None, [])}
+    merged.update(changes)
+    kept = {key: value for key, value in merged.items() if value is not None}
+    if not kept.get("calendars"):
+        kept.pop("calendar_action", None)
+    return kept or None
 
 
 def schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -171,4 +228,8 @@ def job_fields(args: argparse.Namespace, group_id: int | None) -> dict[str, Any]
         fields["alarm_targets"] = [target for target in args.alarm_target if target is not None]
     if creating and args.glue_source is not None:
         fields["glue_source"] = read_source(args.glue_source)
+    timing = timing_changes(args)
+    if timing is not None:
+        # On edit the caller merges these with the job's current rules (the API replaces them).
+        fields["timing"] = merged_timing(None, timing) if creating else timing
     return fields

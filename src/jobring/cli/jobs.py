@@ -10,7 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobring.cli.common import UsageError
-from jobring.cli.jobfields import add_job_options, job_fields, non_negative_int, schedule_fields
+from jobring.cli.jobfields import (
+    add_job_options,
+    job_fields,
+    merged_timing,
+    non_negative_int,
+    schedule_fields,
+)
 from jobring.cli.jobglue import register_glue
 from jobring.cli.remote import (
     EXIT_FAILURE,
@@ -137,6 +143,9 @@ def _edit(args: argparse.Namespace) -> int:
         changes = job_fields(args, resolve_group(admin, args.group))
         if not changes:
             raise UsageError("nothing to change: give at least one option (see jobring jobs edit --help)")
+        if "timing" in changes:
+            current = admin.jobs.get(args.job_id).get("timing")
+            changes["timing"] = merged_timing(current, changes["timing"])
         job = admin.jobs.update(args.job_id, changes)
         if args.json:
             print_json(job)
@@ -273,11 +282,11 @@ def _start(args: argparse.Namespace) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
-        job = admin.jobs.stop(args.job_id)
+        job = admin.jobs.stop(args.job_id, reason=args.reason)
         if args.json:
             print_json(job)
         else:
-            print(f"job {job['id']} stopped")
+            print(f"job {job['id']} stopped" + (f": {args.reason}" if args.reason else ""))
         return 0
 
     return run_remote(args, action)
@@ -304,18 +313,36 @@ def _next(args: argparse.Namespace) -> int:
             print(f"jobring: job {args.job_id} has no schedule: it runs only when triggered", file=sys.stderr)
             return EXIT_FAILURE
         preview = admin.jobs.preview(job["schedule_type"], job.get("schedule_conf"),
-                                     timezone=job.get("schedule_timezone"), count=args.count)
+                                     timezone=job.get("schedule_timezone"), count=args.count,
+                                     job_id=job["id"])
         if args.json:
             print_json(preview)
         else:
-            for instant in preview.get("times", []):
-                print(f"{epoch_ms_text(instant)} UTC")
+            _print_fires(preview)
         if not preview.get("times"):
             print(f"jobring: job {args.job_id} never fires again ({_schedule(job)})", file=sys.stderr)
             return EXIT_FAILURE
         return 0
 
     return run_remote(args, action)
+
+
+def _print_fires(preview: Mapping[str, Any]) -> None:
+    """The fires in time order with the excluded instants among them (marked, not fired)."""
+    lines: list[tuple[int, str]] = []
+    for fire in preview.get("fires") or []:
+        text = f"{epoch_ms_text(fire['fire_at'])} UTC"
+        if fire["fire_at"] != fire["logical"]:
+            text += f"  (for {epoch_ms_text(fire['logical'])} UTC"
+            text += f", moved by {fire['moved_by']})" if fire.get("moved_by") else ", jitter)"
+        lines.append((fire["fire_at"], text))
+    for excluded in preview.get("excluded") or []:
+        when = epoch_ms_text(excluded["instant"])
+        lines.append((excluded["instant"], f"{when} UTC  excluded: {excluded['reason']}"))
+    for _, text in sorted(lines, key=lambda line: line[0]):
+        print(text)
+    if preview.get("more_excluded"):
+        print("... more excluded instants")
 
 
 def _field_text(key: str, value: Any) -> Any:
@@ -366,7 +393,9 @@ def register(sub: Any) -> None:
     _job_command(commands, "copy", "copy a job (the copy is stopped)", _copy)
     _job_command(commands, "delete", "delete a job and its runs", _delete)
     _job_command(commands, "start", "start scheduling a job", _start)
-    _job_command(commands, "stop", "stop scheduling a job", _stop)
+    stop = _job_command(commands, "stop", "stop (pause) scheduling a job; --reason is kept with who and "
+                        "when", _stop)
+    stop.add_argument("--reason", metavar="TEXT", help="why it is paused (one line, at most 500 characters)")
 
     trigger = _job_command(commands, "trigger", "run a job once now, or later with --at / --in", _trigger)
     later = trigger.add_mutually_exclusive_group()

@@ -16,6 +16,7 @@ from jobring.client.core import DEFAULT_API_PREFIX, DEFAULT_URL, ClientCore
 from jobring.client.endpoints import (
     AuditApi,
     AuthApi,
+    CalendarsApi,
     DashboardApi,
     GlueApi,
     GroupsApi,
@@ -45,6 +46,7 @@ class _Endpoints(Generic[M]):
     settings: SettingsApi[M]
     audit: AuditApi[M]
     workflows: WorkflowsApi[M]
+    calendars: CalendarsApi[M]
 
     def _bind(self, send: Any) -> None:
         self.auth = AuthApi(send)
@@ -58,6 +60,7 @@ class _Endpoints(Generic[M]):
         self.settings = SettingsApi(send)
         self.audit = AuditApi(send)
         self.workflows = WorkflowsApi(send)
+        self.calendars = CalendarsApi(send)
 
 
 class AdminClient(_Endpoints[Sync]):

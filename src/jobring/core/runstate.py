@@ -16,7 +16,8 @@ A row is read in this order (the first rule that applies wins):
 2. ``trigger_code`` set and not 200 (the dispatch did not start the run):
    - the lost-run monitor's "recorded but never dispatched" message: ``lost``;
    - the executor's DISCARD_LATER answer ("block strategy effect：Discard Later", the previous
-     run is still going): ``skipped``;
+     run is still going), or the admin's calendar skip (``"skipped by calendar ..."``: a
+     calendar of the job excludes the instant): ``skipped``;
    - anything else: ``failed``.
 3. ``trigger_code`` 200 and no result yet: ``running``.
 4. ``trigger_code`` 0: the row was recorded before its ``/run`` call. A fire recorded ahead
@@ -31,6 +32,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "CALENDAR_SKIP_PREFIX",
     "DISCARD_MARK",
     "KILLED_BY_USER",
     "KILLED_SUFFIXES",
@@ -54,6 +56,8 @@ LOST_PREFIX = "lost:"  # the lost-run monitor's marker of runs whose executor we
 KILL_REASON = "scheduling center kill job."
 LOST_DISPATCH_PREFIX = "Trigger Fail: the fire was recorded but never dispatched"
 DISCARD_MARK = "block strategy effect：Discard Later"
+# The admin's record of an instant a calendar excluded (trigger_msg of a ``skipped`` row).
+CALENDAR_SKIP_PREFIX = "skipped by calendar "
 
 _OK = 200
 _TIMEOUT = 502
@@ -125,7 +129,7 @@ def run_state(
         msg = trigger_msg or ""
         if msg.startswith(LOST_DISPATCH_PREFIX):
             return RunState.LOST
-        if DISCARD_MARK in msg:
+        if DISCARD_MARK in msg or msg.startswith(CALENDAR_SKIP_PREFIX):
             return RunState.SKIPPED
         return RunState.FAILED
     if planned_time is not None and planned_time > now_ms:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from jobring.admin.api.management import audit, auth, dashboard, glue, groups, jobs, runs, users
+from jobring.admin.api.management import audit, auth, calendars, dashboard, glue, groups, jobs, runs, users
 from jobring.admin.store import Store
 from tests.admin.api_harness import ROLES, ApiEnv, api_env
 
@@ -106,6 +106,20 @@ def _new_job(env: ApiEnv, v: dict[str, Any]) -> dict[str, Any]:
     return {"job_group": env.group_a, "job_desc": "new", "executor_handler": "demo"}
 
 
+async def _calendar(env: ApiEnv, role: str) -> dict[str, Any]:
+    """A calendar of group A and a global one (fresh names per role: each row runs once a role)."""
+    spec = '{"name": "c", "zone": "UTC", "invert": false, "dates": ["2026-10-01"]}'
+    now = env.clock.now_ms()
+    return {"cal": await env.store.calendars.create(f"a-{role}", env.group_a, spec, now, "t"),
+            "global_cal": await env.store.calendars.create(f"g-{role}", None, spec, now, "t")}
+
+
+def _new_calendar(group: bool) -> Callable[[ApiEnv, dict[str, Any]], Any]:
+    def body(env: ApiEnv, v: dict[str, Any]) -> dict[str, Any]:
+        return {"name": f"new-{id(v)}", "job_group": env.group_a if group else None, "dates": ["2026-10-01"]}
+    return body
+
+
 READ = (200, 200, 404, 200, 401)
 READ_ALL = (200, 200, 200, 200, 401)
 WRITE = (200, 200, 404, 403, 401)
@@ -137,6 +151,18 @@ ROWS = [
         READ_ALL,
         body=lambda e, v: {"schedule_type": "CRON", "schedule_conf": "0 0 12 * * ?"},
     ),
+    Row("GET", "/calendars", READ_ALL),
+    Row("GET", "/calendars?job_group={group_a}", READ),
+    Row("GET", "/calendars/{cal}", READ, setup=_calendar),
+    Row("GET", "/calendars/{global_cal}", READ_ALL, setup=_calendar),
+    Row("POST", "/calendars", CREATE, body=_new_calendar(group=True)),
+    Row("POST", "/calendars", (201, 403, 403, 403, 401), body=_new_calendar(group=False)),
+    Row("PUT", "/calendars/{cal}", WRITE, body=lambda e, v: {"dates": ["2026-10-02"]}, setup=_calendar),
+    Row("PUT", "/calendars/{global_cal}", ADMIN, body=lambda e, v: {"dates": ["2026-10-02"]},
+        setup=_calendar),
+    Row("DELETE", "/calendars/{cal}", (204, 204, 404, 403, 401), setup=_calendar),
+    Row("POST", "/calendars/import", CREATE,
+        body=lambda e, v: {"name": f"imp-{id(v)}", "job_group": e.group_a, "dates": ["2026-10-01"]}),
     Row("GET", "/jobs/{job}/glue", GLUE, setup=_glue_job),
     Row(
         "PUT",
@@ -241,7 +267,7 @@ def test_every_operation_is_in_the_matrix() -> None:
     # Login, logout and the own-password change act on the caller; test_security.py covers them.
     elsewhere = {("POST", "/auth/login"), ("POST", "/auth/logout"), ("POST", "/users/me/password")}
     app = FastAPI()
-    for module in (auth, jobs, glue, runs, groups, users, dashboard, audit):
+    for module in (auth, jobs, calendars, glue, runs, groups, users, dashboard, audit):
         app.include_router(module.router)
     paths = app.openapi()["paths"]
     operations = {(method.upper(), _shape(path)) for path, item in paths.items() for method in item}

@@ -18,12 +18,14 @@ from jobring.admin.scheduler.fence import SendFence
 from jobring.admin.scheduler.held import Held, HeldSet
 from jobring.admin.scheduler.leases import LeaseKeeper
 from jobring.admin.scheduler.loop_config import LoopConfig, LoopStats
-from jobring.admin.scheduler.ports import PlannedFire
+from jobring.admin.scheduler.ports import PlannedFire, TimingPort
 from jobring.admin.scheduler.readahead import ReadAhead
+from jobring.admin.scheduler.timed import TimedSchedule
 from jobring.admin.scheduler.timers import Timers
 from jobring.core.enums import TriggerType
 from jobring.core.planning import FireDecision, decide_fire
 from jobring.core.timefmt import iso_ms
+from jobring.core.timing import SkippedFire
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +40,10 @@ class FireTimer:
         self, held: HeldSet, config: LoopConfig, stats: LoopStats, timers: Timers, *,
         fence: SendFence, leases: LeaseKeeper, readahead: ReadAhead, advance: AdvanceWriter,
         drop: Callable[[int], None], spawn: Callable[[Awaitable[None], str], None],
+        timing: TimingPort | None = None,
     ) -> None:
         self._held = held
+        self._timing = timing
         self._config = config
         self._stats = stats
         self._timers = timers
@@ -121,6 +125,11 @@ class FireTimer:
                 continue
             decision = decide_fire(held.planned_ms, now, held.job.misfire_strategy,
                                    held.schedule.next_fire_ms, threshold)
+            if decision.fires and type(held.schedule) is TimedSchedule:
+                skip = held.schedule.skip_at(decision.planned_ms)
+                if skip is not None:
+                    self._skip(held, skip, decision, horizon)
+                    continue
             if decision.trigger_type is TriggerType.CRON:
                 late = now - decision.planned_ms
                 lateness_ms.append(late)
@@ -156,6 +165,17 @@ class FireTimer:
             stats.batches += 1
             self._batches_inflight += 1
             self._spawn(self._dispatch(fires, prepared, outcomes), "fire batch")
+
+    def _skip(self, held: Held, skip: SkippedFire, decision: FireDecision, horizon: int) -> None:
+        """An instant a calendar excluded is due: record it as a ``skipped`` run, send nothing."""
+        ready = held.prepared.pop(decision.planned_ms, None)
+        if ready is not None:
+            self._readahead.withdraw(ready)
+        self._stats.calendar_skipped += 1
+        if self._timing is not None:
+            self._spawn(self._timing.record_skipped(held.job, [skip]), "record a calendar skip")
+        self._continue(held, decision, horizon)
+        self._advance.queue(held, FireDecision(decision.planned_ms, None, decision.next_ms))
 
     def _continue(self, held: Held, decision: FireDecision, horizon: int) -> None:
         nxt = decision.next_ms

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from jobring.admin.scheduler.ahead import Ahead
 
 # A held job whose row differs from the loop's copy in one of these is re-planned.
-SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "update_time")
+SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "update_time",
+                   "timing")
 
 
 @dataclass(slots=True, eq=False)

@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from jobring.admin.scheduler.advance import AdvanceWriter
 from jobring.admin.scheduler.held import Held, HeldSet
 from jobring.admin.scheduler.loop_config import LoopConfig, LoopStats
-from jobring.admin.scheduler.ports import LeaseStore, Liveness, ScheduleFactory
+from jobring.admin.scheduler.ports import LeaseStore, Liveness, ScheduleFactory, TimingPort
 from jobring.admin.scheduler.readahead import ReadAhead
+from jobring.admin.scheduler.timed import TimedSchedule
 from jobring.admin.store.records import JobInfo
 from jobring.core.enums import ScheduleType
 from jobring.core.timefmt import iso_ms
@@ -39,8 +40,10 @@ class LeaseKeeper:
         schedule_factory: ScheduleFactory, admin_timezone: str, advance: AdvanceWriter,
         readahead: ReadAhead, lock: asyncio.Lock, drop: Callable[[int], None],
         spawn: Callable[[Awaitable[None], str], None], liveness: Liveness | None = None,
+        timing: TimingPort | None = None,
     ) -> None:
         self._store = store
+        self._timing = timing
         self._liveness = liveness
         self._held = held
         self._config = config
@@ -110,6 +113,8 @@ class LeaseKeeper:
                 await self._liveness.release_dead()  # their fences were read: now final
         if self._liveness is not None and not self._liveness.may_send():
             return len(rows)  # liveness lost meanwhile: adopt nothing
+        if self._timing is not None and rows:
+            await self._timing.prepare(rows)
         self._apply_claim(rows, ids, now, window_end, maybe_sent)
         self._shed_excess(allowed)
         return len(rows)
@@ -160,11 +165,25 @@ class LeaseKeeper:
             if row.schedule_type == ScheduleType.NONE:
                 raise ValueError("schedule type NONE never fires by itself")
             schedule = self._schedule_factory(row.schedule_type, row.schedule_conf, tz)
+            if self._timing is not None and row.timing:
+                schedule = self._timing.wrap(row, schedule)
         except ValueError as exc:
             log.error("job %s cannot be scheduled (%s); stopping it", row.id, exc)
             self._advance.end(row.id)
             return
         planned = row.trigger_next_time
+        last = resume_after
+        if isinstance(schedule, TimedSchedule) and resume_after is None:
+            # The stored instant was planned under the rules as they were (a calendar may have
+            # changed since): plan it again; the instants passed over are recorded as skipped.
+            again = schedule.next_fire_ms(planned - 1)
+            if again is None:
+                self._advance.end(row.id)
+                return
+            if again != planned:
+                log.info("job %s re-planned under its timing rules: %s instead of %s", row.id,
+                         iso_ms(again), iso_ms(planned), extra={"job_id": row.id})
+                last, planned = row.trigger_last_time, again
         if resume_after is not None and resume_after >= planned:
             # The previous holder may have sent up to that instant: carry on after it.
             following = schedule.next_fire_ms(resume_after)
@@ -177,8 +196,8 @@ class LeaseKeeper:
         held = self._held.adopt(row, schedule, planned, lease_until, max(planned, now))
         if planned != row.trigger_next_time:
             # Store where the job resumes (nothing fires at the instants passed over).
-            assert resume_after is not None
-            self._advance.resume(held, resume_after, planned)
+            assert last is not None
+            self._advance.resume(held, last, planned)
 
     def _shed_excess(self, allowed: int) -> None:
         # Give away the jobs whose next fire is furthest off. Each fires its planned instant

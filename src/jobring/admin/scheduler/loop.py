@@ -23,7 +23,14 @@ from jobring.admin.scheduler.firing import FireTimer
 from jobring.admin.scheduler.held import HeldSet
 from jobring.admin.scheduler.leases import LeaseKeeper
 from jobring.admin.scheduler.loop_config import LoopConfig, LoopStats
-from jobring.admin.scheduler.ports import FireBatch, FirePreparer, LeaseStore, Liveness, ScheduleFactory
+from jobring.admin.scheduler.ports import (
+    FireBatch,
+    FirePreparer,
+    LeaseStore,
+    Liveness,
+    ScheduleFactory,
+    TimingPort,
+)
 from jobring.admin.scheduler.readahead import ReadAhead
 from jobring.admin.scheduler.timers import Timers
 from jobring.core.bounded import within
@@ -58,6 +65,7 @@ class ScheduleLoop:
         admin_timezone: str = "UTC",
         config: LoopConfig | None = None,
         liveness: Liveness | None = None,
+        timing: TimingPort | None = None,
     ) -> None:
         self.config = config or LoopConfig()
         # Session-lock liveness (PostgreSQL/MariaDB): fast takeover of dead nodes' jobs.
@@ -82,12 +90,13 @@ class ScheduleLoop:
         self._leases = LeaseKeeper(
             store, self._held, self.config, self.stats, schedule_factory=schedule_factory,
             admin_timezone=admin_timezone, advance=self._advance, readahead=self._readahead,
-            lock=self._db_lock, drop=self._drop, spawn=self._spawn, liveness=liveness,
+            lock=self._db_lock, drop=self._drop, spawn=self._spawn, liveness=liveness, timing=timing,
         )
         self._fence = SendFence(store, timers, self.config, lambda: self._leases.renewed_at, liveness)
         self._timer = FireTimer(
             self._held, self.config, self.stats, timers, fence=self._fence, leases=self._leases,
             readahead=self._readahead, advance=self._advance, drop=self._drop, spawn=self._spawn,
+            timing=timing,
         )
 
     # ----------------------------------------------------------------- lifecycle

@@ -48,6 +48,7 @@ class LoopStats:
     fired: int = 0
     misfired: int = 0
     skipped: int = 0
+    calendar_skipped: int = 0  # instants a calendar excluded (recorded as skipped runs)
     batches: int = 0
     batch_failures: int = 0
     cycles: int = 0

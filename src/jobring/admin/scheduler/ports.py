@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from jobring.admin.store.records import HeldJobs, JobInfo
 from jobring.core.enums import TriggerType
+from jobring.core.timing import SkippedFire
 
 
 class Schedule(Protocol):
@@ -21,6 +22,26 @@ class Schedule(Protocol):
 
 ScheduleFactory = Callable[[str, "str | None", str], Schedule]
 """(schedule_type, schedule_conf, time zone) -> Schedule; raises ValueError when unusable."""
+
+
+class TimingPort(Protocol):
+    """Timing rules for the loop (calendars, validity window, run limit, jitter; see
+    :mod:`jobring.admin.scheduler.timed`). Optional: without it, jobs keep their plain schedule."""
+
+    async def prepare(self, rows: Sequence[JobInfo]) -> None:
+        """Load what :meth:`wrap` needs for ``rows`` (calendars, run counts); called before they
+        are adopted."""
+        ...
+
+    def wrap(self, row: JobInfo, schedule: Schedule) -> Schedule:
+        """``schedule`` under the row's timing rules (itself when it has none); ValueError when
+        the rules cannot be applied."""
+        ...
+
+    async def record_skipped(self, job: JobInfo, skipped: Sequence[SkippedFire]) -> None:
+        """Record the instants a calendar excluded as ``skipped`` runs (each once: the run
+        log's unique key)."""
+        ...
 
 
 class LeaseStore(Protocol):

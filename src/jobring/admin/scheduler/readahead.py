@@ -13,12 +13,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobring.admin.scheduler.ahead import Ahead, Outcome
-from jobring.admin.scheduler.held import HeldSet
+from jobring.admin.scheduler.held import Held, HeldSet
 from jobring.admin.scheduler.loop_config import LoopConfig
 from jobring.admin.scheduler.ports import FireBatch, FirePreparer, PlannedFire
+from jobring.admin.scheduler.timed import TimedSchedule
 from jobring.core.enums import TriggerType
 
 log = logging.getLogger(__name__)
+
+
+def _excluded(held: Held, instant: int) -> bool:
+    """An instant a calendar excluded: recorded as skipped at its time, never prepared."""
+    schedule = held.schedule
+    return type(schedule) is TimedSchedule and schedule.skip_at(instant) is not None
 
 
 class ReadAhead:
@@ -55,7 +62,7 @@ class ReadAhead:
                 instant = held.schedule.next_fire_ms(held.prepared_to)
             while instant is not None and instant <= limit:
                 held.prepared_to = instant
-                if instant > now and instant not in held.prepared:
+                if instant > now and instant not in held.prepared and not _excluded(held, instant):
                     fires.append(PlannedFire(held.job, TriggerType.CRON, instant))
                     held.prepared[instant] = slot = Ahead()
                     slots.append(slot)

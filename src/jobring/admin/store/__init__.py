@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store.alarms import AlarmEventRepository
 from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
+from jobring.admin.store.calendars import CalendarRepository, CalendarRow
 from jobring.admin.store.delayed import DelayedFire, DelayedFireRepository
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
@@ -78,6 +79,7 @@ class Store:
         self.alarms = AlarmEventRepository(self.db)
         self.delayed = DelayedFireRepository(self.db)
         self.workflows = WorkflowRepository(self.db)
+        self.calendars = CalendarRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -109,6 +111,8 @@ __all__ = [
     "AuditEvent",
     "AuditFilter",
     "AuditRepository",
+    "CalendarRepository",
+    "CalendarRow",
     "Capabilities",
     "ClearRule",
     "Conflict",

@@ -140,12 +140,16 @@ class JobRepository(Repository):
             return await fetch_page(conn, job_info, JobInfo, where, _SORTS[sort], offset, limit)
 
     async def set_status(
-        self, job_id: int, status: int, next_time: int, *, last_time: int | None = None
+        self, job_id: int, status: int, next_time: int, *, last_time: int | None = None,
+        pause_note: str | None = None, clear_note: bool = False,
     ) -> None:
-        """Start/stop a job: set trigger_status and trigger_next_time (and optionally last)."""
+        """Start/stop a job: set trigger_status and trigger_next_time (and optionally last);
+        ``pause_note`` (JSON) records a pause, ``clear_note`` forgets it (a start)."""
         values: dict[str, Any] = {"trigger_status": status, "trigger_next_time": next_time}
         if last_time is not None:
             values["trigger_last_time"] = last_time
+        if pause_note is not None or clear_note:
+            values["pause_note"] = pause_note
         async with self._db.write() as conn:
             result = await conn.execute(update(job_info).where(job_info.c.id == job_id).values(**values))
             if result.rowcount == 0:

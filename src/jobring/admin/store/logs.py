@@ -62,6 +62,7 @@ from jobring.admin.store.records import (
 from jobring.admin.store.run_estimate import estimate_runs
 from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
+    CALENDAR_SKIP_PREFIX,
     DISCARD_MARK,
     KILLED_BY_USER,
     KILLED_SUFFIXES,
@@ -174,7 +175,9 @@ def _lost_dispatch_msg() -> ColumnElement[bool]:
 
 
 def _discard_msg() -> ColumnElement[bool]:
-    return _msg(job_log.c.trigger_msg).like("%" + DISCARD_MARK + "%")
+    """A skipped run's message: the executor's DISCARD_LATER or the admin's calendar skip."""
+    msg = _msg(job_log.c.trigger_msg)
+    return or_(msg.like("%" + DISCARD_MARK + "%"), msg.like(CALENDAR_SKIP_PREFIX + "%"))
 
 
 def state_condition(state: RunState, now_ms: int) -> ColumnElement[bool]:

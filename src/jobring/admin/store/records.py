@@ -79,6 +79,8 @@ class JobInfo:
     declared_by_executor: int = 0  # 1 while the executor's code declares the job
     managed_by: str = "console"  # "code": the executor's declarations may manage it
     declared_retired_at: int | None = None  # epoch ms the code stopped declaring it
+    timing: str | None = None  # JSON timing rules (jobring.core.timing.rules); None: none
+    pause_note: str | None = None  # JSON {"by", "reason", "at"} of the last pause
 
     @property
     def child_job_ids(self) -> list[int]:
@@ -119,6 +121,7 @@ class NewLog:
     child_depth: int = 0  # 1: a direct child of the root run
     retry_of: int | None = None  # a retry: the run it re-runs
     workflow_node_run_id: int | None = None  # a workflow node's attempt (unique)
+    alarm_status: int = 0  # 1 (not needed): never retried nor alarmed (a calendar skip)
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,10 @@ job_info = Table(
     # job is deleted after JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS.
     Column("managed_by", String(16), nullable=False, server_default="console"),
     Column("declared_retired_at", BigInteger, nullable=True),
+    # Timing rules (JSON, see jobring.core.timing.rules; None: none), the note of the last
+    # pause (JSON: by, reason, at).
+    Column("timing", Text, nullable=True),
+    Column("pause_note", Text, nullable=True),
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
@@ -406,6 +410,22 @@ workflow_node_run = Table(
     UniqueConstraint("workflow_run_id", "node_key", "item", "attempt", name="ux_workflow_node_attempt"),
     Index("ix_workflow_node_run_log", "log_id"),
     Index("ix_workflow_node_run_state", "state"),
+    sqlite_autoincrement=True,
+)
+
+# Named calendars (issue 24): the times jobs must not fire. ``job_group`` None: a global
+# calendar (admins write it, every job may use it); else the group's own. ``spec`` is the
+# normalised JSON of jobring.core.timing.parse_calendar; ``update_time`` epoch ms.
+calendar = Table(
+    "jobring_calendar",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False),
+    Column("job_group", Integer, nullable=True),
+    Column("spec", LongText, nullable=False),
+    Column("update_time", BigInteger, nullable=False, server_default="0"),
+    Column("updated_by", String(64), nullable=True),
+    UniqueConstraint("name", name="ux_calendar_name"),
     sqlite_autoincrement=True,
 )
 

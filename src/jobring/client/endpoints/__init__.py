@@ -2,6 +2,7 @@
 
 from jobring.client.endpoints.access import AuthApi, SettingsApi, TokensApi, UsersApi
 from jobring.client.endpoints.audit import AuditApi
+from jobring.client.endpoints.calendars import CalendarsApi
 from jobring.client.endpoints.groups import DashboardApi, GroupsApi
 from jobring.client.endpoints.jobs import GlueApi, JobsApi
 from jobring.client.endpoints.runs import RunsApi
@@ -10,6 +11,7 @@ from jobring.client.endpoints.workflows import WorkflowsApi
 __all__ = [
     "AuditApi",
     "AuthApi",
+    "CalendarsApi",
     "DashboardApi",
     "GlueApi",
     "GroupsApi",

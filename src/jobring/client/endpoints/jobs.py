@@ -80,9 +80,9 @@ def start_job(job_id: int) -> Call[JsonObject]:
     return post(_job(job_id) + "/start", as_object)
 
 
-def stop_job(job_id: int) -> Call[JsonObject]:
-    """Stop scheduling the job."""
-    return post(_job(job_id) + "/stop", as_object)
+def stop_job(job_id: int, *, reason: str | None = None) -> Call[JsonObject]:
+    """Stop (pause) scheduling the job; ``reason`` is kept with who and when until it starts."""
+    return post(_job(job_id) + "/stop", as_object, None if reason is None else {"reason": reason})
 
 
 def trigger_job(
@@ -139,11 +139,17 @@ def preview_schedule(
     timezone: str | None = None,
     count: int = 5,
     after: int | None = None,
+    timing: Mapping[str, Any] | None = None,
+    group: int | None = None,
+    job_id: int | None = None,
 ) -> Call[JsonObject]:
-    """The next ``count`` fire times of a schedule (epoch ms in ``times``, ISO in ``times_iso``)."""
+    """The next ``count`` fire times of a schedule (epoch ms in ``times``, ISO in ``times_iso``);
+    with ``timing`` (and the ``group`` whose calendars it names) or a saved ``job_id``, under
+    its timing rules: ``fires`` (logical instant and start) and ``excluded`` instants."""
     body = compact({
         "schedule_type": schedule_type, "schedule_conf": schedule_conf, "timezone": timezone,
-        "count": count, "after": after,
+        "count": count, "after": after, "timing": None if timing is None else dict(timing),
+        "job_group": group, "job_id": job_id,
     })
     return post("/schedules/preview", as_object, body)
 

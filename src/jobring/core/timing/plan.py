@@ -130,6 +130,9 @@ class SkipList:
         self._limit = limit
         self.more = False
         self.nothing_allowed = False
+        # The last allowed time found and the excluded instant it was found from: every time
+        # between them is excluded, so an instant in between has the same next allowed time.
+        self.allowed_from: tuple[int, int] | None = None
 
     @property
     def full(self) -> bool:
@@ -165,7 +168,14 @@ def _on_excluded(
     """An excluded instant: the moved fire, or the cursor to go on from (the instant is skipped),
     or None when calendars allow no time within the horizon."""
     # Once calendars allow nothing ahead, later instants of this search need not look again.
-    allowed = None if skips.nothing_allowed else rules.calendars.next_allowed(instant)
+    known = skips.allowed_from
+    if skips.nothing_allowed:
+        allowed = None
+    elif known is not None and known[0] <= instant < known[1]:
+        allowed = known[1]  # within the excluded span already searched (a long span: no search per instant)
+    else:
+        allowed = rules.calendars.next_allowed(instant)
+        skips.allowed_from = None if allowed is None else (instant, allowed)
     skips.nothing_allowed = allowed is None
     end_at = rules.end_at_ms
     movable = allowed is not None and (end_at is None or allowed <= end_at)

@@ -12,7 +12,18 @@ from typing import Any
 from fastapi import FastAPI
 
 from jobring.admin.api.json_errors import InternalErrors
-from jobring.admin.api.management import audit, auth, dashboard, glue, groups, jobs, runs, users, workflows
+from jobring.admin.api.management import (
+    audit,
+    auth,
+    calendars,
+    dashboard,
+    glue,
+    groups,
+    jobs,
+    runs,
+    users,
+    workflows,
+)
 from jobring.admin.api.management.docs import install_docs
 from jobring.admin.api.management.errors import install_error_handlers
 from jobring.admin.api.management.limits import RequestGuard
@@ -45,7 +56,7 @@ def _api_app() -> FastAPI:
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (auth, jobs, glue, runs, groups, users, dashboard, audit, workflows):
+    for module in (auth, jobs, calendars, glue, runs, groups, users, dashboard, audit, workflows):
         app.include_router(module.router)
     return app
 

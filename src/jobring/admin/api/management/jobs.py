@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 
-from jobring.admin.api.management import jobservice
+from jobring.admin.api.management import jobservice, timing
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, bad_request, not_found
 from jobring.admin.api.management.models import (
@@ -20,18 +20,17 @@ from jobring.admin.api.management.models import (
     JobUpdate,
     JobUpdateOut,
     PageOut,
-    SchedulePreviewIn,
-    SchedulePreviewOut,
     Text,
     TriggerAtIn,
     TriggerIn,
     TriggerOut,
 )
+from jobring.admin.api.management.timemodels import PreviewFire, StopIn, TimedPreviewIn, TimedPreviewOut
 from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import JobInfo, JobSort
-from jobring.admin.validation import FieldError, check_schedule, check_timezone, missing_group
+from jobring.admin.validation import FieldError, check_schedule, check_timezone, missing_group, quartz_conf
 from jobring.core.enums import ManagedBy
 from jobring.core.schedule import next_fire_times, parse_schedule
 
@@ -51,8 +50,9 @@ def _out(principal: Principal, job: JobInfo) -> JobOut:
 
 
 def job_from_create(body: JobCreate) -> JobInfo:
-    data = body.model_dump(exclude={"child_job_ids", "alarm_targets"})
+    data = body.model_dump(exclude={"child_job_ids", "alarm_targets", "timing"})
     targets = jobservice.alarm_targets_text(body.alarm_targets)
+    data["schedule_conf"] = quartz_conf(body.schedule_type, body.schedule_conf)
     return JobInfo(**data, child_jobid=_child_list(body.child_job_ids), alarm_targets=targets)
 
 
@@ -64,6 +64,9 @@ def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
     if changes.get("schedule_conf") is not None and "schedule_type" not in changes:
         # A cron expression and a rate look alike: the type sent along says which it is.
         raise FieldError("schedule_type", "required with schedule_conf")
+    changes.pop("timing", None)  # validated by the caller (it needs the calendars)
+    if changes.get("schedule_conf") is not None:
+        changes["schedule_conf"] = quartz_conf(changes.get("schedule_type"), changes["schedule_conf"])
     if "child_job_ids" in changes:
         changes["child_jobid"] = _child_list(changes.pop("child_job_ids"))
     if "alarm_targets" in changes:
@@ -110,7 +113,9 @@ async def list_jobs(
 @router.post("/jobs", response_model=JobOut, status_code=201, summary="Create a job (stopped)")
 async def create_job(body: JobCreate, services: Services, principal: Writer) -> JobOut:
     ensure_group_write(principal, body.job_group, missing_group("job_group", body.job_group))
-    job = await jobservice.create_job(services, job_from_create(body), principal)
+    timing_json = await timing.timing_text(services, body.timing, body.job_group)
+    job = replace(job_from_create(body), timing=timing_json)
+    job = await jobservice.create_job(services, job, principal)
     await services.audit.job_event(principal, AuditAction.JOB_CREATE, job, snapshot=True)
     return _out(principal, job)
 
@@ -134,6 +139,10 @@ async def update_job(job_id: JobId, body: JobUpdate, services: Services, princip
     new = job_with_update(old, body)
     if new.job_group != old.job_group:
         ensure_group_write(principal, new.job_group, missing_group("job_group", new.job_group))
+    if "timing" in body.model_fields_set:
+        new = replace(new, timing=await timing.timing_text(services, body.timing, new.job_group))
+    elif new.job_group != old.job_group:
+        await timing.check_stored_timing(services, new)
     warnings: list[str] = []
     updated = await jobservice.update_job(services, old, new, principal, warnings)
     await services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)
@@ -176,11 +185,16 @@ async def start_job(job_id: JobId, services: Services, principal: Writer) -> Job
     return _out(principal, started)
 
 
-@router.post("/jobs/{job_id}/stop", response_model=JobOut, summary="Stop scheduling a job")
-async def stop_job(job_id: JobId, services: Services, principal: Writer) -> JobOut:
+@router.post("/jobs/{job_id}/stop", response_model=JobOut,
+             summary="Stop (pause) scheduling a job; the note says who, why and when")
+async def stop_job(
+    job_id: JobId, services: Services, principal: Writer, body: StopIn | None = None
+) -> JobOut:
     job = await jobservice.load_job_for_write(services, principal, job_id)
-    stopped = await jobservice.stop_job(services, job)
-    await services.audit.job_event(principal, AuditAction.JOB_STOP, stopped)
+    reason = None if body is None else body.reason
+    note = timing.pause_note_text(principal.user.username, reason, services.now_ms())
+    stopped = await jobservice.stop_job(services, job, pause_note=note)
+    await services.audit.job_event(principal, AuditAction.JOB_STOP, stopped, reason=reason or "")
     return _out(principal, stopped)
 
 
@@ -285,19 +299,44 @@ async def cancel_delayed(
 
 
 @router.post(
-    "/schedules/preview", response_model=SchedulePreviewOut, summary="The next fire times of a schedule"
+    "/schedules/preview", response_model=TimedPreviewOut,
+    summary="The next fire times of a schedule (under timing rules: calendars, window, jitter)"
 )
 async def preview_schedule(
-    body: SchedulePreviewIn, services: Services, principal: Reader
-) -> SchedulePreviewOut:
+    body: TimedPreviewIn, services: Services, principal: Reader
+) -> TimedPreviewOut:
     zone = body.timezone or services.settings.timezone or "UTC"
     check_timezone("timezone", zone)
-    check_schedule(body.schedule_type, body.schedule_conf, zone)
-    schedule = parse_schedule(body.schedule_type, body.schedule_conf, zone)
+    conf = quartz_conf(body.schedule_type, body.schedule_conf)
+    check_schedule(body.schedule_type, conf, zone)
+    schedule = parse_schedule(body.schedule_type, conf, zone)
     after = body.after if body.after is not None else services.now_ms()
+    job = None
+    if body.job_id is not None:
+        job = await jobservice.load_job_for_read(services, principal, body.job_id)
+    group = body.job_group if body.job_group is not None else (None if job is None else job.job_group)
+    if group is not None and job is None:
+        ensure_group_read(principal, group, missing_group("job_group", group))
+    text = job.timing if job is not None and body.timing is None else None
+    if body.timing is not None:
+        if group is None:
+            raise bad_request("give job_group (or job_id): calendars are a group's", "job_group")
+        text = await timing.timing_text(services, body.timing, group)
     try:
-        times = next_fire_times(schedule, after, body.count)
-        iso = [datetime.fromtimestamp(t / 1000, tz=UTC).isoformat().replace("+00:00", "Z") for t in times]
+        if text is None:
+            times = next_fire_times(schedule, after, body.count)
+            return TimedPreviewOut(timezone=zone, times=times, times_iso=[timing.iso(t) for t in times],
+                                   fires=[PreviewFire(logical=t, fire_at=t, fire_at_iso=timing.iso(t))
+                                          for t in times])
+        assert group is not None
+        probe = replace(job or JobInfo(job_group=group), timing=text, job_group=group)
+        rules = await timing.rules_of(services, probe)
+        assert rules is not None
+        runs = 0 if job is None or rules.max_runs is None else await services.store.calendars.runs_before(
+            job.id, after + 1)
+        found = timing.timing_preview(schedule, rules, 0 if job is None else job.id, after, runs, body.count)
     except (ValueError, OverflowError) as exc:
         raise bad_request(f"cannot compute fire times: {exc}", "after") from None
-    return SchedulePreviewOut(timezone=zone, times=times, times_iso=iso)
+    times = [f.fire_at for f in found.fires]
+    return TimedPreviewOut(timezone=zone, times=times, times_iso=[timing.iso(t) for t in times],
+                           **found.model_dump())

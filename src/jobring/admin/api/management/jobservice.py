@@ -15,6 +15,7 @@ from typing import Any
 
 from jobring.admin.alarms.outbound import HostUnresolved, RefusedAnswer, pinned_address
 from jobring.admin.alarms.targets import TargetError, dump_targets, parse_targets, restore_masked
+from jobring.admin.api.management import timing
 from jobring.admin.api.management.deps import ensure_group_read, ensure_group_write
 from jobring.admin.api.management.models import MAX_DELAY_MS
 from jobring.admin.api.management.services import ManagementServices
@@ -181,16 +182,20 @@ async def validate_job_update(
     raise Invalid("too many invalid stored values to check this update")
 
 
-def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -> int:
-    """The job's next fire strictly after ``after_ms``; BadRequest when it never fires."""
+async def next_fire_after(services: ManagementServices, job: JobInfo, after_ms: int) -> int:
+    """The job's next fire strictly after ``after_ms`` under its timing rules (as the loop
+    plans it: an instant a calendar excludes counts, it is recorded as skipped); BadRequest
+    when it never fires."""
     zone = job.schedule_timezone or services.settings.timezone or "UTC"
     try:
         schedule = parse_schedule(job.schedule_type, job.schedule_conf, zone)
     except ValueError as exc:
         raise FieldError("schedule_conf", str(exc)) from None
-    following = schedule.next_fire_ms(after_ms)
+    timed = await timing.timed_schedule(services, job, schedule, after_ms)
+    following = timed.next_fire_ms(after_ms)
     if following is None:
-        raise BadRequest(f"the schedule of job {job.id} never fires again", "schedule_conf")
+        field = "timing" if job.timing else "schedule_conf"
+        raise BadRequest(f"the schedule of job {job.id} never fires again", field)
     return following
 
 
@@ -249,16 +254,17 @@ async def update_job(
         await validate_job(services, new, principal, old)
     else:
         warnings.extend(await validate_job_update(services, old, new, principal))
-    schedule_changed = (new.schedule_type, new.schedule_conf, new.schedule_timezone) != (
+    schedule_changed = (new.schedule_type, new.schedule_conf, new.schedule_timezone, new.timing) != (
         old.schedule_type,
         old.schedule_conf,
         old.schedule_timezone,
+        old.timing,
     )
     if old.trigger_status == TriggerStatus.RUNNING and schedule_changed:
         if new.schedule_type == ScheduleType.NONE:
             new = replace(new, trigger_status=int(TriggerStatus.STOPPED), trigger_next_time=0)
         else:
-            new = replace(new, trigger_next_time=next_fire_after(services, new, services.now_ms()))
+            new = replace(new, trigger_next_time=await next_fire_after(services, new, services.now_ms()))
     await services.store.jobs.update(new, expect=expect)
     if new.child_jobid != old.child_jobid and new.child_job_ids:
         await _refuse_cycle_made_meanwhile(services, old, new)
@@ -289,13 +295,15 @@ async def start_job(services: ManagementServices, job: JobInfo) -> JobInfo:
     if job.schedule_type == ScheduleType.NONE:
         raise BadRequest("a job with schedule_type NONE cannot be started; trigger it instead",
                          "schedule_type")
-    next_ms = next_fire_after(services, job, services.now_ms())
-    await services.store.jobs.set_status(job.id, int(TriggerStatus.RUNNING), next_ms)
+    next_ms = await next_fire_after(services, job, services.now_ms())
+    await services.store.jobs.set_status(job.id, int(TriggerStatus.RUNNING), next_ms, clear_note=True)
     return await load_job(services, job.id)
 
 
-async def stop_job(services: ManagementServices, job: JobInfo) -> JobInfo:
-    await services.store.jobs.set_status(job.id, int(TriggerStatus.STOPPED), 0, last_time=0)
+async def stop_job(services: ManagementServices, job: JobInfo, *, pause_note: str | None = None) -> JobInfo:
+    """Stop scheduling the job; ``pause_note`` (JSON: who, why, when) is kept until it starts."""
+    await services.store.jobs.set_status(job.id, int(TriggerStatus.STOPPED), 0, last_time=0,
+                                         pause_note=pause_note)
     return await load_job(services, job.id)
 
 

@@ -237,6 +237,47 @@ DeadlineMinutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 ManagedByName = Annotated[str, Field(pattern="^(console|code)$")]
 
 
+# (Plain strings: the one-line pattern of Line would replace these in the schema.)
+CalendarName = Annotated[
+    str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}$")]
+# A timing rule's instant: epoch ms or ISO 8601 with an offset, within 1970-2099.
+InstantOrMs = Annotated[int, Field(ge=0, le=4_102_444_799_999)] | Annotated[
+    str, Field(max_length=40, json_schema_extra={"format": "offset-date-time"})]
+
+
+class JobTiming(Strict):
+    """A job's timing rules; every field optional (see docs/time.md)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "calendars": ["cn-2026"], "calendar_action": "skip", "start_at": "2026-01-01T00:00:00Z",
+        "max_runs": 100, "jitter_seconds": 30,
+    }]})
+
+    start_at: InstantOrMs | None = Field(None, description="ISO 8601 with an offset, or epoch ms")
+    end_at: InstantOrMs | None = Field(None, description="ISO 8601 with an offset, or epoch ms")
+    max_runs: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
+    jitter_seconds: Annotated[int, Field(ge=0, le=86_400)] | None = None
+    calendars: Annotated[list[CalendarName], Field(max_length=16)] | None = None
+    calendar_action: Literal["skip", "move"] | None = None
+
+
+class JobTimingOut(BaseModel):
+    start_at: str | None = None
+    end_at: str | None = None
+    max_runs: int | None = None
+    jitter_seconds: int | None = None
+    calendars: list[str] = Field(default_factory=list)
+    calendar_action: str = "skip"
+
+
+class PauseNoteOut(BaseModel):
+    """Who paused (stopped) the job, why and when."""
+
+    by: str
+    reason: str
+    at: int = Field(description="epoch ms")
+
+
 class JobFields(Strict):
     """The writable fields of a job (the reference's names)."""
 
@@ -268,6 +309,7 @@ class JobFields(Strict):
     executor_fail_retry_interval_s: RetryIntervalSeconds = 0
     retry_backoff: RetryBackoffKind = "fixed"
     retry_backoff_max_s: RetryIntervalSeconds = 3600
+    timing: JobTiming | None = Field(None, description="calendars, validity window, run limit, jitter")
 
 
 class JobCreate(JobFields):
@@ -320,6 +362,7 @@ class JobUpdate(Strict):
     executor_fail_retry_interval_s: RetryIntervalSeconds | None = None
     retry_backoff: RetryBackoffKind | None = None
     retry_backoff_max_s: RetryIntervalSeconds | None = None
+    timing: JobTiming | None = Field(None, description="null: no timing rules")
     managed_by: ManagedByName | None = Field(
         None, description="admin only: \"code\" lets the job's executor group manage it through the jobs "
                           "its code declares; \"console\" takes it back (the code no longer touches it)")
@@ -334,6 +377,19 @@ def targets_out(job: JobInfo, *, reveal_urls: bool = False) -> list[dict[str, An
         return []
     return [t for t in masked(targets, urls=not reveal_urls) if isinstance(t, dict)] if isinstance(
         targets, list) else []
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _json_model(model: type[M], text: str | None) -> M | None:
+    """A stored JSON column as ``model`` (None: empty, or no longer readable)."""
+    if not text:
+        return None
+    try:
+        return model.model_validate_json(text)
+    except ValueError:
+        return None
 
 
 class JobOut(BaseModel):
@@ -379,12 +435,16 @@ class JobOut(BaseModel):
     declared_retired_at: int | None = Field(
         None, description="epoch ms the code stopped declaring it: stopped then, deleted after the grace "
                           "period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again")
+    timing: JobTimingOut | None = Field(None, description="its timing rules (null: none)")
+    pause_note: PauseNoteOut | None = Field(None, description="who stopped it last, why and when")
 
     @classmethod
     def of(cls, job: JobInfo, *, reveal_urls: bool = False) -> JobOut:
         """``job`` as answered; ``reveal_urls`` for a reader who may edit it."""
         return cls(**record_fields(cls, job, alarm_targets=targets_out(job, reveal_urls=reveal_urls),
-                                   declared_by_executor=bool(job.declared_by_executor)))
+                                   declared_by_executor=bool(job.declared_by_executor),
+                                   timing=_json_model(JobTimingOut, job.timing),
+                                   pause_note=_json_model(PauseNoteOut, job.pause_note)))
 
 
 class JobUpdateOut(JobOut):

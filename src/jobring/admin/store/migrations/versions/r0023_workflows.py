@@ -2,8 +2,8 @@
 nodes; ``xxl_job_log.workflow_node_run_id`` ties a job run to the node attempt it carries out
 (unique: an attempt is recorded in the run log at most once, whichever admin fires it).
 
-Revision ID: 0024
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-11-29
 """
 
@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-revision = "0024"
-down_revision = "0021"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
