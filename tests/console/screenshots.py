@@ -3,7 +3,7 @@
     make screenshots        # or: python -m tests.console.screenshots
 
 Starts a real admin and executor (as the browser tests do), adds a little data, and saves
-{en,zh}-{dashboard,jobs,job-editor,runs,run-log,groups,users}.png at 1440x900.
+{en,zh}-{dashboard,jobs,job-editor,runs,run-log,groups,calendars,users}.png at 1440x900.
 """
 
 from __future__ import annotations
@@ -25,18 +25,26 @@ JOBS = [
     ("Refresh search index", "hello", "0 0/5 * * * ?", None, "search"),
 ]
 
+HOLIDAYS_SKIPPED = {"calendars": ["cn-holidays-2026"], "calendar_action": "skip"}
+
 
 def _seed(stack: Stack) -> tuple[int, int]:
     group = stack.group_id()
     stack.wait_executor_online(group)
     ids: list[int] = []
     with stack.api() as http:
+        http.post("/calendars", json={
+            "name": "cn-holidays-2026", "zone": "Asia/Shanghai", "job_group": None,
+            "dates": ["2026-10-01", "2026-10-02", "2026-10-05", "2026-10-06", "2026-10-07"],
+            "date_ranges": [{"start": "2026-02-15", "end": "2026-02-23"}],
+        }).raise_for_status()
         http.post("/groups", json={"app_name": "billing-service", "title": "Billing", "address_type": 1,
                                    "addresses": ["http://10.0.4.21:9999/", "http://10.0.4.22:9999/"]})
         for desc, handler, cron, zone, author in JOBS:
             r = http.post("/jobs", json={
                 "job_group": group, "job_desc": desc, "executor_handler": handler, "schedule_type": "CRON",
                 "schedule_conf": cron, "schedule_timezone": zone, "author": author, "executor_timeout": 60,
+                **({"timing": HOLIDAYS_SKIPPED} if not ids else {}),
             })
             r.raise_for_status()
             ids.append(int(r.json()["id"]))
@@ -67,6 +75,7 @@ def _shoot(page: Page, stack: Stack, lang: str, job: int, run: int) -> None:
         "runs": "/runs",
         "run-log": f"/runs/{run}",
         "groups": "/groups",
+        "calendars": "/calendars",
         "users": "/users",
     }
     for name, path in shots.items():
