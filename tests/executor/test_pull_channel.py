@@ -52,10 +52,10 @@ async def test_calls_reach_the_handler_and_answers_come_back() -> None:
             # The first poll does not wait: the admin's acceptance is known at once.
             await asyncio.wait_for(channel.polling.wait(), 5)
             for _ in range(100):  # the long poll reaches the hub within a few loop steps
-                if hub.alive(KEY):
+                if hub.alive(KEY, "app"):
                     break
                 await asyncio.sleep(0)
-            assert hub.alive(KEY)
+            assert hub.alive(KEY, "app")
             got = await asyncio.wait_for(hub.send(KEY, "run", b'{"logId":1}', "app", 5), 5)
             assert orjson.loads(got) == {"code": 200, "msg": "ran"}
             assert seen == [("/run", b'{"logId":1}')]

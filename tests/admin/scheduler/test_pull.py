@@ -61,20 +61,24 @@ async def test_a_waiting_poll_takes_a_call_and_the_answer_reaches_the_caller() -
     answer = asyncio.ensure_future(hub.send(KEY, "kill", b'{"jobId":7}', "app", 5))
     (call,) = await poll
     assert (call.path, call.body) == ("kill", b'{"jobId":7}')
-    assert hub.answer("pull://other", [(call.id, b'{"code":200}')]) == 0  # another executor's answer
+    assert hub.answer("pull://other", "app", [(call.id, b'{"code":200}')]) == 0  # another executor's answer
+    assert hub.answer(KEY, "other-app", [(call.id, b'{"code":200}')]) == 0  # another appname's
     assert not answer.done()
-    assert hub.answer(KEY, [(call.id, b'{"code":200}'), (999, b"{}")]) == 1
+    assert hub.answer(KEY, "app", [(call.id, b'{"code":200}'), (999, b"{}")]) == 1
     assert await answer == b'{"code":200}'
 
 
-async def test_calls_of_another_appname_are_refused_and_the_backlog_is_bounded() -> None:
+async def test_calls_of_another_appname_or_none_are_refused_and_the_backlog_is_bounded() -> None:
     hub = PullHub(Clock(), max_queued=2, max_take=1)
     await hub.poll(KEY, "app", 0)
     with pytest.raises(PullCallError) as caught:
         await hub.send(KEY, "run", b"{}", "other-app", 5)
-    assert caught.value.kind == "PullWrongGroup"
+    assert caught.value.kind == "PullNoPoll"  # that appname has no executor at this name
+    with pytest.raises(PullCallError) as appless:
+        await hub.send(KEY, "received", b"{}", None, 5)
+    assert appless.value.kind == "PullNoAppname" and not appless.value.timeout
     first = asyncio.ensure_future(hub.send(KEY, "run", b"1", "app", 5))
-    second = asyncio.ensure_future(hub.send(KEY, "run", b"2", None, 5))
+    second = asyncio.ensure_future(hub.send(KEY, "run", b"2", "app", 5))
     with pytest.raises(PullCallError) as full:
         await hub.send(KEY, "run", b"3", "app", 5)
     assert full.value.kind == "PullBacklogFull"
@@ -93,7 +97,7 @@ async def test_a_closed_poll_fails_what_waits_and_the_executor_is_no_longer_aliv
     await asyncio.sleep(0)
     gone.set()
     assert await poll == []
-    assert not hub.alive(KEY)
+    assert not hub.alive(KEY, "app")
     with pytest.raises(PullCallError) as caught:
         await hub.send(KEY, "run", b"{}", "app", 5)
     assert caught.value.kind == "PullNoPoll"
@@ -140,10 +144,9 @@ async def test_the_executor_counts_as_alive_only_for_its_grace_after_a_poll() ->
     hub = PullHub(clock, grace_ms=5_000)
     await hub.poll(KEY, "app", 0)
     clock.ms += 5_000
-    assert hub.alive(KEY)
+    assert hub.alive(KEY, "app")
     clock.ms += 1
-    assert not hub.alive(KEY)
-    assert hub.owner(KEY) is None  # a dead mailbox may be taken by another appname
+    assert not hub.alive(KEY, "app")
 
 
 async def test_a_stopping_node_releases_waiting_polls_and_waits_no_more() -> None:
@@ -162,7 +165,7 @@ async def poll_api(api: PullApi, scope: TokenScope, body: dict[str, Any], header
     return await api.poll(orjson.dumps(body), scope, header, never)
 
 
-async def test_the_poll_api_checks_the_token_against_the_appname_and_the_mailbox_owner() -> None:
+async def test_the_poll_api_checks_the_token_against_the_appname_and_keys_mailboxes_by_it() -> None:
     hub = PullHub(Clock())
     api = PullApi(hub)
     body = {"address": ADDRESS, "appname": "app-a", "wait_ms": 0}
@@ -170,10 +173,10 @@ async def test_the_poll_api_checks_the_token_against_the_appname_and_the_mailbox
     assert status == 403 and "app-a" in (answer.msg or "")
     answer, status = await poll_api(api, group_scope("app-a"), body)
     assert status == 200 and answer.content == {"calls": []}
-    # Group B's token cannot take over group A's live executor address...
+    # Group B's token polling the same name opens B's own mailbox: it takes nothing of A's...
     answer, status = await poll_api(api, group_scope("app-b"), {**body, "appname": "app-b"})
-    assert status == 409
-    # ...nor answer its calls: an answer counts only in the mailbox of the poll.
+    assert status == 200 and answer.content == {"calls": []}
+    # ...nor answers A's calls: an answer counts only in the mailbox of the poll.
     pending = asyncio.ensure_future(hub.send(KEY, "run", b"{}", "app-a", 5))
     (call_id, path, text), = (await poll_api(api, group_scope("app-a"), body))[0].content["calls"]
     assert (path, text) == ("run", "{}")
@@ -211,7 +214,7 @@ async def test_the_executor_client_sends_pull_calls_through_the_hub() -> None:
         await asyncio.sleep(0)
         (call,) = await hub.poll(KEY, "app", 0)
         assert call.path == "kill" and orjson.loads(call.body) == {"jobId": 7}
-        hub.answer(KEY, [(call.id, ReturnT.fail("no such run").encode())])
+        hub.answer(KEY, "app", [(call.id, ReturnT.fail("no such run").encode())])
         assert (await pending).msg == "no such run"
     finally:
         await client.aclose()
@@ -224,3 +227,102 @@ async def test_an_admin_without_a_hub_refuses_pull_addresses() -> None:
     finally:
         await client.aclose()
     assert not answer.ok and "PullDisabled" in (answer.msg or "")
+
+
+# -- isolation and bounds (security review 2026-11, findings 3-5) ---------------------------------
+
+def scope_of(group: int, app: str) -> TokenScope:
+    return TokenScope(False, frozenset({group}), frozenset({app}))
+
+
+def pull_body(address: str, app: str, answers: list[list[Any]] | None = None, wait_ms: int = 0
+              ) -> dict[str, Any]:
+    return {"address": address, "appname": app, "wait_ms": wait_ms, "answers": answers or []}
+
+
+async def test_another_groups_token_cannot_answer_a_call_taken_by_a_dead_executor() -> None:
+    clock = Clock()
+    hub = PullHub(clock)
+    api = PullApi(hub)
+    a, b = scope_of(1, "app-a"), scope_of(2, "app-b")
+    assert (await poll_api(api, b, pull_body("pull://bx/", "app-b")))[1] == 200
+    pending = asyncio.ensure_future(hub.send("pull://bx", "log", b'{"logId":1}', "app-b", 30))
+    other = asyncio.ensure_future(hub.send("pull://bx", "beat", b"", "app-b", 30))
+    await asyncio.sleep(0)
+    (taken, second) = (await poll_api(api, b, pull_body("pull://bx/", "app-b")))[0].content["calls"]
+    assert abs(taken[0] - second[0]) != 1  # ids are not a counter one could guess from
+    clock.ms += 6_000  # B's executor stalled past its grace: A polls B's address with a forged answer
+    forged = '{"code":200,"content":{"logContent":"FORGED"}}'
+    answer, status = await poll_api(api, a, pull_body("pull://bx/", "app-a", [[taken[0], forged]]))
+    assert status == 200 and answer.content == {"calls": []}
+    await asyncio.sleep(0)
+    assert not pending.done()
+    # An answer for a call still queued (not taken by a poll) is ignored too.
+    await poll_api(api, b, pull_body("pull://bx/", "app-b", [[taken[0], '{"code":200}']]))
+    assert await asyncio.wait_for(pending, 1) == b'{"code":200}'
+    other.cancel()
+
+
+async def test_a_pull_name_polled_by_another_group_first_does_not_block_or_reveal_the_owner() -> None:
+    hub = PullHub(Clock())
+    api = PullApi(hub)
+    a, b = scope_of(1, "app-a"), scope_of(2, "app-b")
+    assert (await poll_api(api, a, pull_body("pull://bx/", "app-a")))[1] == 200  # A squats B's name
+    answer, status = await poll_api(api, b, pull_body("pull://bx/", "app-b"))
+    assert status == 200 and answer.content == {"calls": []}  # no 409: nothing said about A
+    pending = asyncio.ensure_future(hub.send("pull://bx", "run", b"{}", "app-b", 5))
+    await asyncio.sleep(0)
+    assert (await poll_api(api, a, pull_body("pull://bx/", "app-a")))[0].content == {"calls": []}
+    ((call_id, path, _),) = (await poll_api(api, b, pull_body("pull://bx/", "app-b")))[0].content["calls"]
+    assert path == "run"
+    await poll_api(api, b, pull_body("pull://bx/", "app-b", [[call_id, '{"code":200}']]))
+    assert await pending == b'{"code":200}'
+    assert sorted((e.app_name, e.address) for e in hub.executors()) == [
+        ("app-a", "pull://bx"), ("app-b", "pull://bx")]
+
+
+async def test_a_call_without_an_appname_never_reaches_a_pull_mailbox() -> None:
+    hub = PullHub(Clock())
+    api = PullApi(hub)
+    a = scope_of(1, "app-a")
+    assert (await poll_api(api, a, pull_body("pull://bx/", "app-a")))[1] == 200
+    with pytest.raises(PullCallError) as caught:
+        await hub.send("pull://bx", "received", b'{"runs":[[77,1]]}', None, 30)
+    assert caught.value.kind == "PullNoAppname"
+    assert (await poll_api(api, a, pull_body("pull://bx/", "app-a")))[0].content == {"calls": []}
+
+
+async def test_mailboxes_per_appname_are_capped_and_idle_ones_forgotten() -> None:
+    clock = Clock()
+    hub = PullHub(clock, max_boxes=3, forget_ms=60_000)
+    api = PullApi(hub)
+    a, b = scope_of(1, "app-a"), scope_of(2, "app-b")
+    for i in range(3):
+        assert (await poll_api(api, a, pull_body(f"pull://x{i}/", "app-a")))[1] == 200
+    answer, status = await poll_api(api, a, pull_body("pull://x3/", "app-a"))
+    assert status == 429 and "3 pull executor addresses" in (answer.msg or "")
+    assert (await poll_api(api, a, pull_body("pull://x0/", "app-a")))[1] == 200  # its own: still polled
+    assert (await poll_api(api, b, pull_body("pull://x3/", "app-b")))[1] == 200  # another app's cap
+    clock.ms += 30_000
+    assert (await poll_api(api, a, pull_body("pull://x0/", "app-a")))[1] == 200
+    clock.ms += 40_000  # x1, x2 (and B's x3) idle past forget_ms + grace; x0 polled 40 s ago
+    assert (await poll_api(api, a, pull_body("pull://x4/", "app-a")))[1] == 200
+    assert sorted(e.address for e in hub.executors()) == ["pull://x0", "pull://x4"]
+
+
+async def test_waiting_polls_are_capped_per_address_and_per_appname() -> None:
+    hub = PullHub(Clock(), max_polls=3, max_polls_per_box=2)
+    api = PullApi(hub)
+    a = scope_of(1, "app-a")
+    waiting = [asyncio.create_task(poll_api(api, a, pull_body("pull://x/", "app-a", wait_ms=20_000)))
+               for _ in range(2)]
+    await asyncio.sleep(0)
+    answer, status = await poll_api(api, a, pull_body("pull://x/", "app-a", wait_ms=20_000))
+    assert status == 429 and "2 polls of this address" in (answer.msg or "")
+    waiting.append(asyncio.create_task(poll_api(api, a, pull_body("pull://y/", "app-a", wait_ms=20_000))))
+    await asyncio.sleep(0)
+    answer, status = await poll_api(api, a, pull_body("pull://z/", "app-a", wait_ms=20_000))
+    assert status == 429 and "3 polls waiting" in (answer.msg or "")
+    assert (await poll_api(api, a, pull_body("pull://z/", "app-a")))[1] == 200  # a poll that does not wait
+    hub.release()
+    assert [s for _, s in await asyncio.gather(*waiting)] == [200, 200, 200]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.unsure import UnsureFires
 from jobring.admin.store.records import HandleResult, NewLog
@@ -122,3 +124,34 @@ async def test_settling_a_takeover_hands_the_fires_perhaps_sent_to_the_resolver(
     assert resume == {job.id: T0}
     assert submitted == [[under]]
     assert await env.store.logs.get(beyond) is None
+
+
+async def test_executors_are_asked_with_the_groups_appname(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pull executor is reached only through its group's appname: asked without it, a
+    # mailbox of another group at the same pull:// name could answer (security review 3).
+    job = await env.job()
+    log_id = await _recorded(env, job.id, T0)
+    client = _resolver(env)._executors  # noqa: SLF001
+    apps: list[tuple[str, str | None]] = []
+    call, read_log = client.call, client.log
+
+    async def recording_call(address: str, path: str, body: Any, token: Any = None, app_name: Any = None
+                             ) -> ReturnT:
+        apps.append((path, app_name))
+        return await call(address, path, body, token, app_name)
+
+    async def recording_log(address: str, param: Any, token: Any = None, app_name: Any = None) -> ReturnT:
+        apps.append(("log", app_name))
+        return await read_log(address, param, token, app_name)
+
+    monkeypatch.setattr(client, "call", recording_call)
+    monkeypatch.setattr(client, "log", recording_log)
+
+    async def no_such_uri(body: dict[str, Any]) -> ReturnT:
+        return ReturnT.fail(msg_uri_not_found("/received"))
+
+    for address in env.double.addresses:
+        env.double.answer(address, "received", no_such_uri)
+    await UnsureFires(env.store, env.trigger, client).resolve([log_id])
+    asked = [app for path, app in apps if path in ("received", "log")]
+    assert {p for p, _ in apps} >= {"received", "log"} and set(asked) == {"demo-app"}

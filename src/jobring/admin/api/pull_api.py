@@ -8,8 +8,11 @@ token or the global one). Body::
 
 Answer: a ReturnT whose ``content`` is ``{"calls": [[<call id>, "<path>", "<body JSON>"], ...]}``
 (``path``: run, kill, log, beat, idleBeat, received). The token must be valid for
-``appname``, and a live mailbox of ``address`` must belong to that appname: a token never
-takes or answers the calls of another group's executor.
+``appname``; the mailbox polled is that of (``appname``, ``address``), so a token never
+takes, answers nor blocks the calls of another appname's executor, even one at the same
+``pull://`` name, and no answer says whether another appname polls an address. An answer
+whose id is not a call taken by this mailbox is ignored without a word. A poll beyond the
+appname's limits (docs/dispatch.md, "Pull mode") is refused with 429.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 import orjson
 
 from jobring.admin.executor_tokens import TokenScope
-from jobring.admin.scheduler.pull import PullHub
+from jobring.admin.scheduler.pull import PullHub, PullLimit
 from jobring.core.addresses import AddressRefused, address_key, check_executor_address, is_pull_address
 from jobring.protocol.models import ReturnT
 
@@ -59,11 +62,11 @@ class PullApi:
         parsed = _answers(answers)
         if parsed is None:
             return ReturnT.fail(f"pull: answers must be at most {MAX_ANSWERS} [id, text] pairs"), 400
-        owner = self._hub.owner(key)
-        if owner is not None and owner != app:
-            return ReturnT.fail(f"pull: address {address!r} polls for another appname"), 409
-        self._hub.answer(key, parsed)
-        calls = await self._hub.poll(key, app, wait_ms, _disconnect(receive) if wait_ms else None)
+        self._hub.answer(key, app, parsed)
+        try:
+            calls = await self._hub.poll(key, app, wait_ms, _disconnect(receive) if wait_ms else None)
+        except PullLimit as exc:
+            return ReturnT.fail(f"pull: too many polls: {exc}"), 429
         content = {"calls": [[c.id, c.path, c.body.decode("utf-8", errors="replace")] for c in calls]}
         return ReturnT.success(content), 200
 

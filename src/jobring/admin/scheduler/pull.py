@@ -16,29 +16,43 @@ Guarantees (docs/dispatch.md, "Pull mode"):
   may have reached the executor, exactly as a push call whose answer never came (the
   lost/unsure rules apply; a jobring executor refuses a run id twice).
 * A call still queued when its caller gives up is removed: never delivered late.
-* A mailbox belongs to the appname whose token opened it: a call for another appname's
-  group fails, and an answer counts only for a call of the mailbox that polls (a token of
-  group A never receives nor answers group B's calls).
+* Mailboxes are keyed by (appname, address key): the same ``pull://`` name polled with two
+  appnames is two mailboxes that never meet. A call names its group's appname (a call
+  without one is refused) and goes only to that appname's mailbox; an answer counts only
+  for a call taken by a poll of the same appname and address, and call ids are random
+  64-bit numbers. So a token of group A never receives, answers nor blocks group B's
+  calls, whether B's executor is polling or not, and nothing tells A that B's address exists.
 * Memory is bounded: at most ``max_queued`` calls wait per executor (more fail at once as
-  unreachable, "backlog full"), a poll takes at most ``max_take`` calls, and mailboxes whose
-  poll ended more than ``forget_ms`` ago are dropped.
+  unreachable, "backlog full"), a poll takes at most ``max_take`` calls, an appname has at
+  most ``max_boxes`` mailboxes and ``max_polls`` waiting polls (``max_polls_per_box`` per
+  address; beyond these a poll is refused with :class:`PullLimit`), and mailboxes whose
+  poll ended more than ``forget_ms`` ago are dropped (oldest first, in O(1) per mailbox).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
-from collections import deque
+import secrets
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from jobring.admin.scheduler.http1 import HttpError
+from jobring.errors import JobringError
+
+MAX_BOXES_PER_APP = 1_000
+MAX_POLLS_PER_APP = 1_000
+MAX_POLLS_PER_BOX = 2
 
 
 class PullCallError(HttpError):
     """A pull call that got no answer (``timeout``: it may have been delivered)."""
+
+
+class PullLimit(JobringError):
+    """A poll refused because its appname is at one of the hub's limits."""
 
 
 @dataclass(slots=True)
@@ -46,6 +60,14 @@ class PullCall:
     id: int
     path: str
     body: bytes
+    taken: bool = False  # by a poll of its mailbox: only then may an answer come
+
+
+@dataclass(slots=True)
+class _Pending:
+    box: tuple[str, str]  # (appname, address key) of the mailbox the call was queued in
+    call: PullCall
+    future: asyncio.Future[bytes]
 
 
 @dataclass(slots=True)
@@ -55,6 +77,7 @@ class _Mailbox:
     queue: deque[PullCall] = field(default_factory=deque)
     waiter: asyncio.Future[None] | None = None
     polls: int = 0  # polls of this executor being answered now
+    waiting: int = 0  # of them, those waiting (long polls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,21 +89,27 @@ class PulledExecutor:
 
 
 class PullHub:
-    """The pull executors' mailboxes on this node (one per ``pull://`` address key)."""
+    """The pull executors' mailboxes on this node (one per appname and ``pull://`` address key)."""
 
     def __init__(
         self, now_ms: Callable[[], int], *, grace_ms: int = 5_000, max_queued: int = 10_000,
-        max_take: int = 1_000, forget_ms: int = 600_000,
+        max_take: int = 1_000, forget_ms: int = 600_000, max_boxes: int = MAX_BOXES_PER_APP,
+        max_polls: int = MAX_POLLS_PER_APP, max_polls_per_box: int = MAX_POLLS_PER_BOX,
     ) -> None:
         self._now_ms = now_ms
         self._grace_ms = grace_ms
         self._max_queued = max_queued
         self._max_take = max_take
         self._forget_ms = forget_ms
-        self._boxes: dict[str, _Mailbox] = {}
-        # call id -> (address key, the caller's future for the answer's bytes)
-        self._pending: dict[int, tuple[str, asyncio.Future[bytes]]] = {}
-        self._ids = itertools.count(1)
+        self._max_boxes = max_boxes
+        self._max_polls = max_polls
+        self._max_polls_per_box = max_polls_per_box
+        # Ordered by the end of their last poll (moved to the end then): the idle ones to
+        # forget are at the front, so forgetting never scans the live ones.
+        self._boxes: OrderedDict[tuple[str, str], _Mailbox] = OrderedDict()
+        self._boxes_of: dict[str, int] = {}  # appname -> its mailboxes
+        self._waiting_of: dict[str, int] = {}  # appname -> its waiting polls
+        self._pending: dict[int, _Pending] = {}
         self._closing = False
 
     def release(self) -> None:
@@ -93,37 +122,46 @@ class PullHub:
 
     # -- the admin's side: calls ----------------------------------------------------------
 
-    def alive(self, key: str) -> bool:
-        box = self._boxes.get(key)
+    def alive(self, key: str, app_name: str) -> bool:
+        return self._alive(self._boxes.get((app_name, key)))
+
+    def _alive(self, box: _Mailbox | None) -> bool:
         return box is not None and (box.polls > 0 or box.alive_until_ms >= self._now_ms())
 
     def executors(self) -> list[PulledExecutor]:
         """The executors that polled this node (for status pages and tests)."""
-        return [PulledExecutor(k, b.app_name, len(b.queue), self.alive(k)) for k, b in self._boxes.items()]
+        return [PulledExecutor(k, app, len(b.queue), self._alive(b)) for (app, k), b in self._boxes.items()]
 
     def send(self, key: str, path: str, body: bytes, app_name: str | None, timeout_s: float
              ) -> Awaitable[bytes]:
-        """Queue a call for the executor at address key ``key``; the awaitable gives its
-        answer's bytes or raises :class:`PullCallError`. The check and the queueing happen
-        now (a caller may rely on the order of its calls)."""
-        box = self._boxes.get(key)
-        if box is None or not self.alive(key):
+        """Queue a call for the executor of ``app_name`` at address key ``key``; the awaitable
+        gives its answer's bytes or raises :class:`PullCallError`. The check and the queueing
+        happen now (a caller may rely on the order of its calls)."""
+        if not app_name:
+            # Which group the call is for decides which mailbox may take it: never guessed.
+            return _failed(PullCallError("PullNoAppname", "a call to a pull executor must name its group's "
+                                         "appname", timeout=False))
+        box = self._boxes.get((app_name, key))
+        if box is None or not self._alive(box):
             return _failed(PullCallError("PullNoPoll", "no live poll of this executor on this admin node",
                                          timeout=False))
-        if app_name is not None and app_name != box.app_name:
-            return _failed(PullCallError(
-                "PullWrongGroup", f"this executor polls for appname {box.app_name!r}, not {app_name!r}",
-                timeout=False))
         if len(box.queue) >= self._max_queued:
             return _failed(PullCallError("PullBacklogFull", f"{self._max_queued} calls already wait for "
                                          "this executor's poll", timeout=False))
-        call = PullCall(next(self._ids), path, body)
+        call = PullCall(self._new_id(), path, body)
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._pending[call.id] = (key, future)
+        self._pending[call.id] = _Pending((app_name, key), call, future)
         box.queue.append(call)
         if box.waiter is not None and not box.waiter.done():
             box.waiter.set_result(None)
         return self._answer(box, call, future, timeout_s)
+
+    def _new_id(self) -> int:
+        # Random, so an id seen or guessed says nothing about other calls.
+        while True:
+            call_id = secrets.randbits(63)
+            if call_id and call_id not in self._pending:
+                return call_id
 
     async def _answer(self, box: _Mailbox, call: PullCall, future: asyncio.Future[bytes], timeout_s: float
                       ) -> bytes:
@@ -153,64 +191,97 @@ class PullHub:
 
     # -- the executor's side: polls ---------------------------------------------------------
 
-    def owner(self, key: str) -> str | None:
-        """The appname of a live mailbox at ``key`` (a poll for another appname is refused)."""
-        box = self._boxes.get(key)
-        return box.app_name if box is not None and self.alive(key) else None
-
-    def answer(self, key: str, answers: Iterable[tuple[int, bytes]]) -> int:
-        """Resolve the calls answered by the executor at ``key``; an id of another mailbox's
-        call (another executor, another group) or of a call given up is ignored. Returns how
-        many were taken."""
+    def answer(self, key: str, app_name: str, answers: Iterable[tuple[int, bytes]]) -> int:
+        """Resolve the calls answered by the executor of ``app_name`` at ``key``; an id of a
+        call not taken by a poll of that mailbox (another executor, another appname, unknown,
+        given up) is ignored, silently. Returns how many were taken."""
         taken = 0
         for call_id, raw in answers:
             entry = self._pending.get(call_id)
-            if entry is None or entry[0] != key or entry[1].done():
+            if (entry is None or entry.box != (app_name, key) or not entry.call.taken
+                    or entry.future.done()):
                 continue
-            entry[1].set_result(raw)
+            entry.future.set_result(raw)
             taken += 1
         return taken
 
     async def poll(self, key: str, app_name: str, wait_ms: int, gone: Awaitable[object] | None = None
                    ) -> list[PullCall]:
-        """The calls for the executor at ``key`` (appname ``app_name``, already checked against
-        the token and :meth:`owner`), waiting up to ``wait_ms`` for one; returns early, empty,
-        when ``gone`` completes (the poll's connection closed) or a newer poll arrives."""
+        """The calls for the executor of ``app_name`` (already checked against the token) at
+        ``key``, waiting up to ``wait_ms`` for one; returns early, empty, when ``gone``
+        completes (the poll's connection closed) or a newer poll arrives. Raises
+        :class:`PullLimit` (before anything changes) when the appname is at a limit."""
         now = self._now_ms()
         self._forget(now)
-        box = self._boxes.get(key)
-        if box is None or box.app_name != app_name:
-            box = self._boxes[key] = _Mailbox(app_name, now + self._grace_ms)
+        ident = (app_name, key)
+        box = self._boxes.get(ident)
+        waits = wait_ms > 0 and not self._closing
+        refused = self._over_limit(app_name, box, waits)
+        if refused is not None:
+            if inspect.iscoroutine(gone):
+                gone.close()
+            raise PullLimit(refused)
+        if box is None:
+            box = self._boxes[ident] = _Mailbox(app_name, now + self._grace_ms)
+            self._boxes_of[app_name] = self._boxes_of.get(app_name, 0) + 1
         box.polls += 1
         closed = False
         try:
-            if not box.queue and wait_ms > 0 and not self._closing:
-                if box.waiter is not None and not box.waiter.done():
-                    box.waiter.set_result(None)  # one waiting poll per executor: the newest
-                waiter = box.waiter = asyncio.get_running_loop().create_future()
-                closed = await self._wait(waiter, wait_ms, gone)
+            if not box.queue and waits:
+                closed = await self._wait_for_call(box, wait_ms, gone)
                 gone = None
-                if not closed:
-                    await asyncio.sleep(0)  # woken by a call: those sent in the same step come along
-                if box.waiter is waiter:
-                    box.waiter = None
             count = 0 if closed else min(len(box.queue), self._max_take)
             taken = [box.queue.popleft() for _ in range(count)]
+            for call in taken:
+                call.taken = True
         finally:
             if inspect.iscoroutine(gone):
                 gone.close()  # not watched: this poll did not wait
             box.polls -= 1
             box.alive_until_ms = self._now_ms() + (0 if closed else self._grace_ms)
+            if self._boxes.get(ident) is box:
+                self._boxes.move_to_end(ident)
         if closed and box.polls == 0:
             self._drop_queue(box)  # the executor left: what waits was never delivered
         return taken
+
+    def _over_limit(self, app_name: str, box: _Mailbox | None, waits: bool) -> str | None:
+        """Why a poll of ``app_name`` (at mailbox ``box``, None for a new one) is refused."""
+        if box is None and self._boxes_of.get(app_name, 0) >= self._max_boxes:
+            return f"appname {app_name!r} already has {self._max_boxes} pull executor addresses polling " \
+                   "this admin node"
+        if waits and box is not None and box.waiting >= self._max_polls_per_box:
+            return f"{self._max_polls_per_box} polls of this address already wait"
+        if waits and self._waiting_of.get(app_name, 0) >= self._max_polls:
+            return f"appname {app_name!r} already has {self._max_polls} polls waiting on this admin node"
+        return None
+
+    async def _wait_for_call(self, box: _Mailbox, wait_ms: int, gone: Awaitable[object] | None) -> bool:
+        """A long poll's wait; True when its connection closed."""
+        if box.waiter is not None and not box.waiter.done():
+            box.waiter.set_result(None)  # one waiting poll per executor: the newest
+        waiter = box.waiter = asyncio.get_running_loop().create_future()
+        box.waiting += 1
+        self._waiting_of[box.app_name] = self._waiting_of.get(box.app_name, 0) + 1
+        try:
+            closed = await self._wait(waiter, wait_ms, gone)
+        finally:
+            box.waiting -= 1
+            self._waiting_of[box.app_name] -= 1
+            if not self._waiting_of[box.app_name]:
+                del self._waiting_of[box.app_name]
+        if not closed:
+            await asyncio.sleep(0)  # woken by a call: those sent in the same step come along
+        if box.waiter is waiter:
+            box.waiter = None
+        return closed
 
     def _drop_queue(self, box: _Mailbox) -> None:
         box.alive_until_ms = self._now_ms() - 1
         while box.queue:
             entry = self._pending.pop(box.queue.popleft().id, None)
-            if entry is not None and not entry[1].done():
-                entry[1].set_exception(PullCallError(
+            if entry is not None and not entry.future.done():
+                entry.future.set_exception(PullCallError(
                     "PullNoPoll", "the executor's poll closed before it took the call", timeout=False))
 
     @staticmethod
@@ -226,12 +297,21 @@ class PullHub:
         return watch is not None and watch.done() and not watch.cancelled() and not waiter.done()
 
     def _forget(self, now: int) -> None:
-        if len(self._boxes) < 64:
-            return
-        old = [k for k, b in self._boxes.items()
-               if b.polls == 0 and b.alive_until_ms + self._forget_ms < now and not b.queue]
-        for k in old:
-            del self._boxes[k]
+        """Drop the mailboxes idle for ``forget_ms``, from the front of the order (those
+        whose poll ended longest ago); stops at the first one still within its time."""
+        while self._boxes:
+            ident, box = next(iter(self._boxes.items()))
+            if box.alive_until_ms + self._forget_ms >= now:
+                return
+            if box.polls or box.queue:
+                self._boxes.move_to_end(ident)  # in use after all: its poll's end moves it again
+                return
+            del self._boxes[ident]
+            left = self._boxes_of[box.app_name] - 1
+            if left:
+                self._boxes_of[box.app_name] = left
+            else:
+                del self._boxes_of[box.app_name]
 
 
 def _failed(error: PullCallError) -> Awaitable[bytes]:

@@ -156,11 +156,14 @@ class UnsureFires:
     async def _ask(self, plans: Sequence[tuple[LogEntry, FirePlan]]) -> dict[int, Verdict]:
         """Per log id: received by an address, received by none (every address answered),
         or unknown."""
-        by_address: dict[str, list[tuple[LogEntry, str | None]]] = {}
+        # Asked per (address, group credentials): the same address in two groups (a pull://
+        # name polled under two appnames is two executors) is asked once for each.
+        by_address: dict[tuple[str, str | None, str | None], list[LogEntry]] = {}
         for row, plan in plans:
             for address in plan.addresses:
-                by_address.setdefault(address, []).append((row, plan.token))
-        answers = await asyncio.gather(*(self._ask_one(a, rows) for a, rows in by_address.items()))
+                by_address.setdefault((address, plan.token, plan.app_name), []).append(row)
+        answers = await asyncio.gather(*(self._ask_one(a, token, app, rows)
+                                         for (a, token, app), rows in by_address.items()))
         seen: dict[int, list[bool | None]] = {}
         for answer in answers:
             for log_id, got in answer.items():
@@ -176,24 +179,26 @@ class UnsureFires:
                 verdicts[row.id] = Verdict.UNKNOWN
         return verdicts
 
-    async def _ask_one(self, address: str, rows: list[tuple[LogEntry, str | None]]) -> dict[int, bool | None]:
-        """log id -> True (received), False (not), None (no answer) from one executor."""
-        token = rows[0][1]
-        runs = [[row.id, at] for row, _ in rows for at in (sent_time_ms(row), sent_time_ms(row) - 1_000)]
-        answer = await self._executors.call(address, "received", {"runs": runs}, token)
+    async def _ask_one(self, address: str, token: str | None, app_name: str | None, rows: list[LogEntry]
+                       ) -> dict[int, bool | None]:
+        """log id -> True (received), False (not), None (no answer) from one executor, asked
+        with the group's token and appname (a pull executor is reached only through them)."""
+        runs = [[row.id, at] for row in rows for at in (sent_time_ms(row), sent_time_ms(row) - 1_000)]
+        answer = await self._executors.call(address, "received", {"runs": runs}, token, app_name)
         content = answer.content
         listed = content.get("received") if isinstance(content, dict) else None
         if answer.code == SUCCESS_CODE and isinstance(listed, list):
             known = {i for i in listed if isinstance(i, int)}
-            return {row.id: row.id in known for row, _ in rows}
+            return {row.id: row.id in known for row in rows}
         if answer.msg != _NOT_FOUND:
             log.warning("executor %s cannot say which runs it received: %s", address, answer.msg)
-            return dict.fromkeys((row.id for row, _ in rows), None)
+            return dict.fromkeys((row.id for row in rows), None)
         # An XXL-JOB executor: is there a log file for the run?
         probes = await asyncio.gather(*(
-            self._executors.log(address, LogParam(sent_time_ms(row), row.id, 1), t) for row, t in rows))
+            self._executors.log(address, LogParam(sent_time_ms(row), row.id, 1), token, app_name)
+            for row in rows))
         found: dict[int, bool | None] = {}
-        for (row, _), probe in zip(rows, probes, strict=True):
+        for row, probe in zip(rows, probes, strict=True):
             text = probe.content.get("logContent") if isinstance(probe.content, dict) else None
             found[row.id] = None if probe.code != SUCCESS_CODE or not isinstance(text, str) else (
                 MSG_NOT_EXISTS not in text)
