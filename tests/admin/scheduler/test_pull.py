@@ -310,6 +310,18 @@ async def test_mailboxes_per_appname_are_capped_and_idle_ones_forgotten() -> Non
     assert sorted(e.address for e in hub.executors()) == ["pull://x0", "pull://x4"]
 
 
+async def test_the_global_tokens_polls_share_one_set_of_limits_whatever_appnames_they_name() -> None:
+    hub = PullHub(Clock(), max_boxes=2)
+    api = PullApi(hub)
+    everyone = TokenScope(True, frozenset({9}), frozenset({"own-token-app"}))
+    for app in ("x-1", "x-2"):
+        assert (await poll_api(api, everyone, pull_body("pull://w/", app)))[1] == 200
+    answer, status = await poll_api(api, everyone, pull_body("pull://w/", "x-3"))
+    assert status == 429
+    own = scope_of(9, "own-token-app")
+    assert (await poll_api(api, own, pull_body("pull://w/", "own-token-app")))[1] == 200
+
+
 async def test_waiting_polls_are_capped_per_address_and_per_appname() -> None:
     hub = PullHub(Clock(), max_polls=3, max_polls_per_box=2)
     api = PullApi(hub)

@@ -64,7 +64,9 @@ class PullApi:
             return ReturnT.fail(f"pull: answers must be at most {MAX_ANSWERS} [id, text] pairs"), 400
         self._hub.answer(key, app, parsed)
         try:
-            calls = await self._hub.poll(key, app, wait_ms, _disconnect(receive) if wait_ms else None)
+            # The global token's polls, whatever appnames they name, share one set of limits.
+            calls = await self._hub.poll(key, app, wait_ms, _disconnect(receive) if wait_ms else None,
+                                         quota="" if scope.is_global else app)
         except PullLimit as exc:
             return ReturnT.fail(f"pull: too many polls: {exc}"), 429
         content = {"calls": [[c.id, c.path, c.body.decode("utf-8", errors="replace")] for c in calls]}

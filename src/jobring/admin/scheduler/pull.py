@@ -25,8 +25,9 @@ Guarantees (docs/dispatch.md, "Pull mode"):
 * Memory is bounded: at most ``max_queued`` calls wait per executor (more fail at once as
   unreachable, "backlog full"), a poll takes at most ``max_take`` calls, an appname has at
   most ``max_boxes`` mailboxes and ``max_polls`` waiting polls (``max_polls_per_box`` per
-  address; beyond these a poll is refused with :class:`PullLimit`), and mailboxes whose
-  poll ended more than ``forget_ms`` ago are dropped (oldest first, in O(1) per mailbox).
+  address; beyond these a poll is refused with :class:`PullLimit`; the global token's polls
+  count under one shared budget), and mailboxes whose poll ended more than ``forget_ms`` ago
+  are dropped (oldest first, in O(1) per mailbox, at most ``_FORGET_STEP`` per poll).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from jobring.errors import JobringError
 MAX_BOXES_PER_APP = 1_000
 MAX_POLLS_PER_APP = 1_000
 MAX_POLLS_PER_BOX = 2
+_FORGET_STEP = 256
 
 
 class PullCallError(HttpError):
@@ -73,6 +75,7 @@ class _Pending:
 @dataclass(slots=True)
 class _Mailbox:
     app_name: str
+    quota: str  # whose limits it counts under: its appname, or "" for the global token's
     alive_until_ms: int
     queue: deque[PullCall] = field(default_factory=deque)
     waiter: asyncio.Future[None] | None = None
@@ -107,8 +110,8 @@ class PullHub:
         # Ordered by the end of their last poll (moved to the end then): the idle ones to
         # forget are at the front, so forgetting never scans the live ones.
         self._boxes: OrderedDict[tuple[str, str], _Mailbox] = OrderedDict()
-        self._boxes_of: dict[str, int] = {}  # appname -> its mailboxes
-        self._waiting_of: dict[str, int] = {}  # appname -> its waiting polls
+        self._boxes_of: dict[str, int] = {}  # quota -> its mailboxes
+        self._waiting_of: dict[str, int] = {}  # quota -> its waiting polls
         self._pending: dict[int, _Pending] = {}
         self._closing = False
 
@@ -205,25 +208,28 @@ class PullHub:
             taken += 1
         return taken
 
-    async def poll(self, key: str, app_name: str, wait_ms: int, gone: Awaitable[object] | None = None
-                   ) -> list[PullCall]:
+    async def poll(self, key: str, app_name: str, wait_ms: int, gone: Awaitable[object] | None = None,
+                   quota: str | None = None) -> list[PullCall]:
         """The calls for the executor of ``app_name`` (already checked against the token) at
         ``key``, waiting up to ``wait_ms`` for one; returns early, empty, when ``gone``
         completes (the poll's connection closed) or a newer poll arrives. Raises
-        :class:`PullLimit` (before anything changes) when the appname is at a limit."""
+        :class:`PullLimit` (before anything changes) when the appname is at a limit. ``quota``
+        names whose limits a new mailbox counts under (default: the appname; the global
+        token's polls share one, ``""``, whatever appnames they use)."""
         now = self._now_ms()
         self._forget(now)
         ident = (app_name, key)
         box = self._boxes.get(ident)
         waits = wait_ms > 0 and not self._closing
-        refused = self._over_limit(app_name, box, waits)
+        quota = (app_name if quota is None else quota) if box is None else box.quota
+        refused = self._over_limit(quota, app_name, box, waits)
         if refused is not None:
             if inspect.iscoroutine(gone):
                 gone.close()
             raise PullLimit(refused)
         if box is None:
-            box = self._boxes[ident] = _Mailbox(app_name, now + self._grace_ms)
-            self._boxes_of[app_name] = self._boxes_of.get(app_name, 0) + 1
+            box = self._boxes[ident] = _Mailbox(app_name, quota, now + self._grace_ms)
+            self._boxes_of[quota] = self._boxes_of.get(quota, 0) + 1
         box.polls += 1
         closed = False
         try:
@@ -245,14 +251,14 @@ class PullHub:
             self._drop_queue(box)  # the executor left: what waits was never delivered
         return taken
 
-    def _over_limit(self, app_name: str, box: _Mailbox | None, waits: bool) -> str | None:
+    def _over_limit(self, quota: str, app_name: str, box: _Mailbox | None, waits: bool) -> str | None:
         """Why a poll of ``app_name`` (at mailbox ``box``, None for a new one) is refused."""
-        if box is None and self._boxes_of.get(app_name, 0) >= self._max_boxes:
+        if box is None and self._boxes_of.get(quota, 0) >= self._max_boxes:
             return f"appname {app_name!r} already has {self._max_boxes} pull executor addresses polling " \
                    "this admin node"
         if waits and box is not None and box.waiting >= self._max_polls_per_box:
             return f"{self._max_polls_per_box} polls of this address already wait"
-        if waits and self._waiting_of.get(app_name, 0) >= self._max_polls:
+        if waits and self._waiting_of.get(quota, 0) >= self._max_polls:
             return f"appname {app_name!r} already has {self._max_polls} polls waiting on this admin node"
         return None
 
@@ -262,14 +268,14 @@ class PullHub:
             box.waiter.set_result(None)  # one waiting poll per executor: the newest
         waiter = box.waiter = asyncio.get_running_loop().create_future()
         box.waiting += 1
-        self._waiting_of[box.app_name] = self._waiting_of.get(box.app_name, 0) + 1
+        self._waiting_of[box.quota] = self._waiting_of.get(box.quota, 0) + 1
         try:
             closed = await self._wait(waiter, wait_ms, gone)
         finally:
             box.waiting -= 1
-            self._waiting_of[box.app_name] -= 1
-            if not self._waiting_of[box.app_name]:
-                del self._waiting_of[box.app_name]
+            self._waiting_of[box.quota] -= 1
+            if not self._waiting_of[box.quota]:
+                del self._waiting_of[box.quota]
         if not closed:
             await asyncio.sleep(0)  # woken by a call: those sent in the same step come along
         if box.waiter is waiter:
@@ -298,8 +304,11 @@ class PullHub:
 
     def _forget(self, now: int) -> None:
         """Drop the mailboxes idle for ``forget_ms``, from the front of the order (those
-        whose poll ended longest ago); stops at the first one still within its time."""
-        while self._boxes:
+        whose poll ended longest ago); stops at the first one still within its time, and after
+        ``_FORGET_STEP`` (the rest go on later polls: no poll pays for a mass expiry)."""
+        for _ in range(_FORGET_STEP):
+            if not self._boxes:
+                return
             ident, box = next(iter(self._boxes.items()))
             if box.alive_until_ms + self._forget_ms >= now:
                 return
@@ -307,11 +316,11 @@ class PullHub:
                 self._boxes.move_to_end(ident)  # in use after all: its poll's end moves it again
                 return
             del self._boxes[ident]
-            left = self._boxes_of[box.app_name] - 1
+            left = self._boxes_of[box.quota] - 1
             if left:
-                self._boxes_of[box.app_name] = left
+                self._boxes_of[box.quota] = left
             else:
-                del self._boxes_of[box.app_name]
+                del self._boxes_of[box.quota]
 
 
 def _failed(error: PullCallError) -> Awaitable[bytes]:
