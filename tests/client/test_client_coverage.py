@@ -24,12 +24,13 @@ from jobring.client.endpoints import (
     SettingsApi,
     TokensApi,
     UsersApi,
+    WorkflowsApi,
 )
 from tests.client.adminkit import AdminEnv
 
 GROUPS: list[type[ApiGroup[Any]]] = [
     AuthApi, TokensApi, JobsApi, GlueApi, RunsApi, GroupsApi, UsersApi, DashboardApi, SettingsApi, AuditApi,
-    CalendarsApi,
+    CalendarsApi, WorkflowsApi,
 ]
 
 
