@@ -165,10 +165,15 @@ def test_a_rule_matching_no_day_is_left_out_with_a_note_instead_of_searched() ->
     text = ics(
         lines("UID:never", "DTSTART:20260101T000000Z", "DTEND:20260101T000001Z",
               "RRULE:FREQ=MINUTELY;BYMONTHDAY=31;BYMONTH=4"),
+        lines("UID:never-week", "DTSTART:20260101T000000Z", "DTEND:20260101T000001Z",
+              "RRULE:FREQ=MINUTELY;BYWEEKNO=1;BYMONTH=6"),
+        lines("UID:week", "DTSTART;VALUE=DATE:20260101", "RRULE:FREQ=DAILY;BYWEEKNO=-1;BYDAY=MO;COUNT=2"),
         lines("UID:leap", "DTSTART;VALUE=DATE:20260101", "RRULE:FREQ=DAILY;BYMONTH=2;BYMONTHDAY=29"),
     )  # fmt: skip
     result = calendar_from_ics("c", text, until=date(9999, 12, 31))
-    assert any("never" in n and "matches no day" in n for n in result.notes)
+    assert any("never)" in n and "matches no day" in n for n in result.notes)
+    assert any("never-week" in n and "matches no day" in n for n in result.notes)
+    assert {"2026-12-28", "2027-12-27"} <= set(result.calendar.to_spec()["dates"])
     assert "2028-02-29" in result.calendar.to_spec()["dates"]
 
 

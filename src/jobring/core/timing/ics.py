@@ -151,10 +151,13 @@ def _part(rule: rrule, name: str) -> Any:
 
 def _reachable(rule: rrule, first: date, last: date) -> bool:
     """Whether some day in ``[first, last]`` passes the rule's day parts (weekday ordinals,
-    BYWEEKNO and BYSETPOS are not checked: they only narrow further). At most ~47,000 days."""
+    BYSETPOS, and BYWEEKNO with WKST other than MO are not checked: they only narrow further).
+    At most ~47,000 days."""
     months = _part(rule, "_bymonth")
     monthdays, negative_monthdays = _part(rule, "_bymonthday"), _part(rule, "_bynmonthday")
     yeardays = _part(rule, "_byyearday")
+    # Week numbers checked as ISO weeks, which they are when weeks start on Monday (the default).
+    weeks = _part(rule, "_byweekno") if _part(rule, "_wkst") == 0 else None
     weekdays = set(_part(rule, "_byweekday") or ()) | {w for w, _ in (_part(rule, "_bynweekday") or ())}
     day = first
     while day <= last:
@@ -165,6 +168,7 @@ def _reachable(rule: rrule, first: date, last: date) -> bool:
             (not (monthdays or negative_monthdays) or _monthday_ok(day, monthdays, negative_monthdays))
             and (not yeardays or _yearday_ok(day, yeardays))
             and (not weekdays or day.weekday() in weekdays)
+            and (not weeks or _week_ok(day, weeks))
         ):
             return True
         day += timedelta(days=1)
@@ -176,6 +180,12 @@ def _monthday_ok(day: date, positive: tuple[int, ...], negative: tuple[int, ...]
         return True
     following = (day.replace(day=1) + timedelta(days=32)).replace(day=1)
     return (day - following).days in negative
+
+
+def _week_ok(day: date, weeks: tuple[int, ...]) -> bool:
+    year, week, _ = day.isocalendar()
+    count = date(year, 12, 28).isocalendar().week
+    return week in weeks or week - count - 1 in weeks
 
 
 def _yearday_ok(day: date, yeardays: tuple[int, ...]) -> bool:
