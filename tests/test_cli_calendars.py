@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobring.admin.store import Store
+from jobring.cli.calendars import _users
 from tests.client.adminkit import AdminEnv, admin_env
 from tests.client.clikit import Cli, cli_for
 
@@ -146,3 +147,9 @@ async def test_job_timing_options_next_and_pause(env: AdminEnv, cli: Cli) -> Non
     stopped = await cli("jobs", "stop", str(job["id"]), "--reason", "waiting for upstream", "--json")
     note = json.loads(stopped.out)["pause_note"]
     assert note["reason"] == "waiting for upstream" and note["by"]
+
+
+def test_the_jobs_of_groups_the_caller_may_not_read_are_counted_without_ids() -> None:
+    assert _users({"used_by": [3, 5], "used_by_hidden": 2}, ", ") == "3, 5, +2 in other groups"
+    assert _users({"used_by": [], "used_by_hidden": 1}, ",") == "+1 in other groups"
+    assert _users({"used_by": [4]}, ",") == "4"

@@ -141,3 +141,51 @@ def test_daily_and_weekly_rules_expand_like_stepping(
     expected = sorted({d + timedelta(days=k) for d in starts for k in range(length)})
     result = calendar_from_ics("r", text, until=date(2099, 12, 31))
     assert result.calendar.to_spec()["dates"] == [d.isoformat() for d in expected]
+
+
+# Bounded work on untrusted files (security review finding 2).
+
+
+def test_a_long_all_day_event_is_clipped_to_the_supported_range_before_expanding() -> None:
+    text = ics(lines("UID:old", "DTSTART;VALUE=DATE:19000101", "DTEND;VALUE=DATE:19700105"))
+    result = calendar_from_ics("c", text, until=date(2026, 12, 31))
+    assert result.calendar.to_spec()["dates"] == ["1970-01-01", "1970-01-02", "1970-01-03", "1970-01-04"]
+
+
+def test_an_all_day_event_ending_in_year_9999_is_cut_at_until_not_overflowing() -> None:
+    text = ics(lines("UID:far", "DTSTART;VALUE=DATE:20260101", "DTEND;VALUE=DATE:99991231",
+                     "RRULE:FREQ=DAILY;COUNT=3"))  # fmt: skip
+    result = calendar_from_ics("c", text, until=date(2026, 1, 10))
+    assert result.calendar.to_spec()["dates"][-1] == "2026-01-10"
+    with pytest.raises(TimingError, match="more than 20000 days"):
+        calendar_from_ics("c", text, until=date(9999, 12, 31))
+
+
+def test_a_rule_matching_no_day_is_left_out_with_a_note_instead_of_searched() -> None:
+    text = ics(
+        lines("UID:never", "DTSTART:20260101T000000Z", "DTEND:20260101T000001Z",
+              "RRULE:FREQ=MINUTELY;BYMONTHDAY=31;BYMONTH=4"),
+        lines("UID:never-week", "DTSTART:20260101T000000Z", "DTEND:20260101T000001Z",
+              "RRULE:FREQ=MINUTELY;BYWEEKNO=1;BYMONTH=6"),
+        lines("UID:week", "DTSTART;VALUE=DATE:20260101", "RRULE:FREQ=DAILY;BYWEEKNO=-1;BYDAY=MO;COUNT=2"),
+        lines("UID:leap", "DTSTART;VALUE=DATE:20260101", "RRULE:FREQ=DAILY;BYMONTH=2;BYMONTHDAY=29"),
+    )  # fmt: skip
+    result = calendar_from_ics("c", text, until=date(9999, 12, 31))
+    assert any("never)" in n and "matches no day" in n for n in result.notes)
+    assert any("never-week" in n and "matches no day" in n for n in result.notes)
+    assert {"2026-12-28", "2027-12-27"} <= set(result.calendar.to_spec()["dates"])
+    assert "2028-02-29" in result.calendar.to_spec()["dates"]
+
+
+def test_a_sub_daily_rule_may_not_start_before_1970() -> None:
+    text = ics(lines("UID:old", "DTSTART:19000101T000000Z", "DTEND:19000101T000001Z", "RRULE:FREQ=HOURLY"))
+    with pytest.raises(TimingError, match="before 1970"):
+        calendar_from_ics("c", text, until=date(2026, 12, 31))
+
+
+def test_the_number_of_events_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("jobring.core.timing.ics.MAX_EVENTS", 2)
+    text = ics(*(lines(f"UID:e{i}", f"DTSTART;VALUE=DATE:2026010{i + 1}") for i in range(3)))
+    with pytest.raises(TimingError, match="more than 2 events") as caught:
+        calendar_from_ics("c", text, until=date(2026, 12, 31))
+    assert caught.value.field == "ics"

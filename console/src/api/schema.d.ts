@@ -1051,9 +1051,15 @@ export interface components {
             updated_by: string | null;
             /**
              * Used By
-             * @description ids of the jobs that use it
+             * @description ids of the jobs that use it (those the caller may read)
              */
             used_by?: number[];
+            /**
+             * Used By Hidden
+             * @description jobs that use it in groups the caller may not read (no ids)
+             * @default 0
+             */
+            used_by_hidden: number;
         };
         /**
          * CalendarIn
@@ -1135,9 +1141,15 @@ export interface components {
             updated_by: string | null;
             /**
              * Used By
-             * @description ids of the jobs that use it
+             * @description ids of the jobs that use it (those the caller may read)
              */
             used_by?: number[];
+            /**
+             * Used By Hidden
+             * @description jobs that use it in groups the caller may not read (no ids)
+             * @default 0
+             */
+            used_by_hidden: number;
         };
         /**
          * CalendarUpdate

@@ -492,6 +492,7 @@ export const en = {
   "calendars.usedBy": "Used by jobs",
   "calendars.edited": "Edited",
   "calendars.inverted": "only these",
+  "calendars.hiddenUsers": "+{n} in other groups",
   "calendars.inUse": "Jobs use this calendar: take it off them first.",
   "calendars.dates": "Dates (whole days)",
   "calendars.datesHint": "2026-10-01, one a line",

@@ -494,6 +494,7 @@ export const zhCN: Messages = {
   "calendars.usedBy": "使用它的任务",
   "calendars.edited": "修改于",
   "calendars.inverted": "仅这些时间",
+  "calendars.hiddenUsers": "另有 {n} 个（其他分组）",
   "calendars.inUse": "有任务在使用该日历：请先从任务中移除。",
   "calendars.dates": "日期（整天）",
   "calendars.datesHint": "2026-10-01，每行一个",

@@ -14,11 +14,11 @@ vi.mock("../../src/api/calendars");
 vi.mock("../../src/api/groups");
 
 const holidays = {
-  id: 1, name: "holidays", job_group: null, update_time: Date.UTC(2026, 0, 1), updated_by: "admin", used_by: [7],
+  id: 1, name: "holidays", job_group: null, update_time: Date.UTC(2026, 0, 1), updated_by: "admin", used_by: [7], used_by_hidden: 0,
   spec: { name: "holidays", zone: "Asia/Shanghai", invert: false, dates: ["2026-10-01", "2026-10-02"] },
 };
 const ops = {
-  id: 2, name: "ops", job_group: 4, update_time: Date.UTC(2026, 0, 1), updated_by: "ana", used_by: [],
+  id: 2, name: "ops", job_group: 4, update_time: Date.UTC(2026, 0, 1), updated_by: "ana", used_by: [], used_by_hidden: 0,
   spec: { name: "ops", zone: "UTC", invert: false, day_windows: [{ start: "22:00", end: "06:00" }], workdays: ["MON", "TUE"] },
 };
 
@@ -36,6 +36,14 @@ describe("CalendarsView", () => {
     expect(row.text()).toContain("7");
     expect(wrapper.find("tr[data-calendar=ops]").text()).toContain("2 workdays, 1 times of day");
     // A calendar in use cannot be deleted.
+    expect(row.find(".danger-text").attributes("disabled")).toBeDefined();
+  });
+
+  it("counts the jobs of groups the caller may not read, without ids, and keeps delete off", async () => {
+    vi.mocked(listCalendars).mockResolvedValue([holidays, { ...ops, used_by_hidden: 2 }]);
+    const { wrapper } = await mountView(CalendarsView, { path: "/calendars" });
+    const row = wrapper.find("tr[data-calendar=ops]");
+    expect(row.text()).toContain("+2 in other groups");
     expect(row.find(".danger-text").attributes("disabled")).toBeDefined();
   });
 

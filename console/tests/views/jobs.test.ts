@@ -209,9 +209,9 @@ describe("JobEditView", () => {
 
   it("edits the job's timing: calendars of its group, the preview with excluded instants struck through", async () => {
     vi.mocked(listCalendars).mockResolvedValue([
-      { id: 1, name: "holidays", job_group: null, spec: { zone: "UTC" }, update_time: 0, updated_by: "admin", used_by: [] },
-      { id: 2, name: "reports-only", job_group: 4, spec: { zone: "UTC" }, update_time: 0, updated_by: "ana", used_by: [] },
-      { id: 3, name: "other-group", job_group: 9, spec: { zone: "UTC" }, update_time: 0, updated_by: "bo", used_by: [] },
+      { id: 1, name: "holidays", job_group: null, spec: { zone: "UTC" }, update_time: 0, updated_by: "admin", used_by: [], used_by_hidden: 0 },
+      { id: 2, name: "reports-only", job_group: 4, spec: { zone: "UTC" }, update_time: 0, updated_by: "ana", used_by: [], used_by_hidden: 0 },
+      { id: 3, name: "other-group", job_group: 9, spec: { zone: "UTC" }, update_time: 0, updated_by: "bo", used_by: [], used_by_hidden: 0 },
     ]);
     const jan = (d: number) => Date.UTC(2026, 0, d, 2);
     vi.mocked(previewSchedule).mockResolvedValue({

@@ -36,13 +36,22 @@ def _summary(calendar: Mapping[str, Any]) -> str:
     return ("only " if spec.get("invert") else "excludes ") + text
 
 
+def _users(calendar: Mapping[str, Any], sep: str) -> str:
+    """The job ids the caller may read, and how many others use it (no ids: other groups')."""
+    text = sep.join(str(j) for j in calendar.get("used_by") or [])
+    hidden = calendar.get("used_by_hidden") or 0
+    if hidden:
+        text += f"{sep if text else ''}+{hidden} in other groups"
+    return text
+
+
 _COLUMNS = (
     ("ID", "id"),
     ("NAME", "name"),
     ("GROUP", lambda c: c.get("job_group") or "global"),
     ("ZONE", lambda c: (c.get("spec") or {}).get("zone")),
     ("PARTS", _summary),
-    ("JOBS", lambda c: ",".join(str(j) for j in c.get("used_by") or []) or None),
+    ("JOBS", lambda c: _users(c, ",") or None),
 )
 
 
@@ -122,7 +131,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"calendar {calendar['name']} (id {calendar['id']}, {owner}), "
               f"edited {instant_text(calendar.get('update_time'))} by {calendar.get('updated_by') or '-'}")
         print(json.dumps(calendar.get("spec"), indent=2, ensure_ascii=False))
-        print(f"used by jobs: {', '.join(str(j) for j in calendar.get('used_by') or []) or '-'}")
+        print(f"used by jobs: {_users(calendar, ', ') or '-'}")
         return 0
 
     return run_remote(args, action)

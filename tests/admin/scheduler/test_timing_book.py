@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import orjson
+import pytest
 
 from jobring.admin.scheduler.timed import TimedSchedule
 from jobring.admin.scheduler.timing_book import StoreTiming
@@ -52,6 +53,22 @@ async def test_calendars_load_once_and_again_after_a_change(sqlite_store: Store)
     # A job without timing rules keeps its plain schedule.
     plain = parse_schedule("CRON", "0 0 3 * * ?", "UTC")
     assert timing.wrap(JobInfo(id=2, job_group=group), plain) is plain
+
+
+async def test_a_job_is_never_planned_with_another_groups_calendar(sqlite_store: Store) -> None:
+    # Security review 7: a job moved to another group keeping its old group's calendar by name.
+    mine = await sqlite_store.groups.create(JobGroup(app_name="mine", title="M"), NOW)
+    other = await sqlite_store.groups.create(JobGroup(app_name="other", title="O"), NOW)
+    await sqlite_store.calendars.create("h", other, _spec("2026-01-02"), T0, "t")
+    job = JobInfo(id=1, job_group=mine, schedule_type="CRON", schedule_conf="0 0 3 * * ?",
+                  trigger_next_time=T0, timing='{"calendars": ["h"]}')
+    timing = StoreTiming(sqlite_store, ManualClock(T0))
+    await timing.prepare([job])
+    with pytest.raises(ValueError, match="h"):
+        timing.wrap(job, parse_schedule("CRON", "0 0 3 * * ?", "UTC"))
+    moved_back = JobInfo(id=1, job_group=other, schedule_type="CRON", schedule_conf="0 0 3 * * ?",
+                         trigger_next_time=T0, timing='{"calendars": ["h"]}')
+    assert isinstance(timing.wrap(moved_back, parse_schedule("CRON", "0 0 3 * * ?", "UTC")), TimedSchedule)
 
 
 async def test_max_runs_counts_the_scheduled_runs_and_skips_are_recorded_once(sqlite_store: Store) -> None:

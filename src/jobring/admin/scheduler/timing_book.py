@@ -32,6 +32,7 @@ class CalendarBook:
         self._store = store
         self._version: tuple[int, int] | None = None
         self.calendars: dict[str, Calendar] = {}
+        self.groups: dict[str, int | None] = {}  # a calendar's group (None: global)
 
     async def refresh(self) -> None:
         version = await self._store.calendars.version()
@@ -39,8 +40,16 @@ class CalendarBook:
             return
         rows = await self._store.calendars.list()
         self.calendars = compile_calendars({row.name: row.spec for row in rows})
+        self.groups = {row.name: row.job_group for row in rows}
         self._version = version
         log.info("calendars loaded: %d", len(self.calendars))
+
+    def usable_by(self, group_id: int, names: Sequence[str]) -> dict[str, Calendar]:
+        """Of ``names``, the calendars a job of ``group_id`` may use: global ones and the group's.
+        Another group's is left out, so the job's rules name it as unknown and the job is not
+        planned (never planned with a calendar its group may not use)."""
+        return {name: self.calendars[name] for name in names
+                if name in self.calendars and self.groups.get(name) in (None, group_id)}
 
 
 class StoreTiming:
@@ -67,7 +76,7 @@ class StoreTiming:
                 self._runs[row.id] = await self._store.calendars.runs_before(row.id, row.trigger_next_time)
 
     def wrap(self, row: JobInfo, schedule: Schedule) -> Schedule:
-        rules = timing_rules(row.timing, self.book.calendars)
+        rules = timing_rules(row.timing, self.book.usable_by(row.job_group, calendar_names(row.timing)))
         return wrap(schedule, rules, row.id, runs_before=self._runs.get(row.id, 0),
                     counted_from=row.trigger_next_time)
 

@@ -314,9 +314,12 @@ async def preview_schedule(
     job = None
     if body.job_id is not None:
         job = await jobservice.load_job_for_read(services, principal, body.job_id)
+    if body.job_group is not None:
+        ensure_group_read(principal, body.job_group, missing_group("job_group", body.job_group))
+        if job is not None and body.job_group != job.job_group:
+            # The calendars named are looked up in job_group: it must be the job's own.
+            raise FieldError("job_group", f"must be job {job.id}'s group ({job.job_group}) or left out")
     group = body.job_group if body.job_group is not None else (None if job is None else job.job_group)
-    if group is not None and job is None:
-        ensure_group_read(principal, group, missing_group("job_group", group))
     text = job.timing if job is not None and body.timing is None else None
     if body.timing is not None:
         if group is None:

@@ -250,6 +250,9 @@ async def update_job(
         trigger_last_time=old.trigger_last_time,
         trigger_next_time=old.trigger_next_time,
     )
+    if new.timing and (new.job_group, new.timing) != (old.job_group, old.timing):
+        # Every update path (REST, XXL-JOB 2.x/3.x): a moved job may not keep another group's calendar.
+        await timing.check_stored_timing(services, new)
     if warnings is None:
         await validate_job(services, new, principal, old)
     else:

@@ -100,7 +100,9 @@ class CalendarOut(BaseModel):
     spec: dict[str, Any] = Field(description="the normalised calendar (name, zone, invert and its parts)")
     update_time: int = Field(description="epoch ms")
     updated_by: str | None
-    used_by: list[int] = Field(default_factory=list, description="ids of the jobs that use it")
+    used_by: list[int] = Field(default_factory=list,
+                               description="ids of the jobs that use it (those the caller may read)")
+    used_by_hidden: int = Field(0, description="jobs that use it in groups the caller may not read (no ids)")
 
 
 class CalendarImportOut(CalendarOut):
