@@ -320,9 +320,22 @@ async def test_adopting_xxl_job_2_4_2_keeps_everything_and_fires_nothing_old(
             )
             assert oldest.strftime("%Y-%m-%d %H:%M:%S") == loaded["oldest"]  # stored times untouched
 
+            # The adopted group lists the executor's address by hand: the run is sent there
+            # whether or not the executor is up, so the test waits for it to listen (on a
+            # loaded machine its start can outlast the checks above).
+            async def listening() -> bool:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", executor_port)
+                except OSError:
+                    return False
+                writer.close()
+                return True
+
+            await _wait_for("the pyxxl executor to listen", listening)
             fired = await http.post("/jobs/2/trigger", headers=headers, json={})
             assert fired.status_code == 200, fired.text
-            [log_id] = fired.json()["log_ids"]
+            assert fired.json()["trigger_code"] == 200, fired.json()["trigger_msg"]
+            [log_id] = fired.json()["run_ids"]
 
             async def succeeded() -> bool:
                 run = (await http.get(f"/runs/{log_id}")).json()
