@@ -27,8 +27,8 @@ async def test_refusals_name_the_field_and_the_node(sqlite_store: Store) -> None
         cases = [
             (_body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": mine}],
                    [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]), "cycle"),
-            (_body(env, [{"key": "a", "job_id": 99_999}], []), "job 99999 does not exist"),
-            (_body(env, [{"key": "a", "job_id": theirs}], []), "which you may not operate"),
+            (_body(env, [{"key": "a", "job_id": 99_999}], []), "job 99999 does not exist or is in a group"),
+            (_body(env, [{"key": "a", "job_id": theirs}], []), "does not exist or is in a group you may not"),
             (_body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": mine},
                          {"key": "c", "job_id": mine}], [{"from": "a", "to": "b"}]), "'c'"),
             (_body(env, [{"key": "a", "job_id": mine, "join": "sometimes"}], []), "join"),
@@ -42,6 +42,51 @@ async def test_refusals_name_the_field_and_the_node(sqlite_store: Store) -> None
         async with env.client("viewer") as viewer:
             answer = await viewer.post("/workflows", json=_body(env, [{"key": "a", "job_id": mine}], []))
             assert answer.status_code == 403
+
+
+async def test_a_missing_job_and_another_groups_job_get_the_same_refusal(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        theirs = await env.add_job(env.group_b)
+        missing = theirs + 1000
+        answers = [(await http.post("/workflows", json=_body(env, [{"key": "a", "job_id": job}], []))).json()
+                   for job in (theirs, missing)]
+        assert answers[0]["error"] == answers[1]["error"].replace(str(missing), str(theirs))
+        assert f"group {env.group_b}" not in answers[0]["error"]
+
+
+async def test_names_and_descriptions_are_single_line_text(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        nodes = [{"key": "a", "job_id": job}]
+        for field, value in (("name", "evil\r\nX-Injected: 1"), ("name", "a\u2028b"), ("name", "nul\x00"),
+                             ("description", "d\x1b[31m"), ("description", "two\nlines")):
+            answer = await http.post("/workflows", json={**_body(env, nodes, []), field: value})
+            assert answer.status_code == 422, (field, value, answer.text)
+            assert field in answer.text
+        created = await http.post("/workflows", json=_body(env, nodes, []))
+        answer = await http.put(f"/workflows/{created.json()['id']}",
+                                json={**_body(env, nodes, []), "name": "x\ry"})
+        assert answer.status_code == 422
+        assert (await http.get("/workflows")).json()["items"][0]["name"] == "w"
+
+
+async def test_nodes_must_run_the_owning_groups_jobs_even_for_admins(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as admin:
+        _driver(env)
+        mine, theirs = await env.add_job(env.group_a), await env.add_job(env.group_b)
+        body = _body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": theirs, "params": "secret"}],
+                     [{"from": "a", "to": "b"}])
+        answer = await admin.post("/workflows", json=body)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["field"] == "nodes[1].job_id"
+        assert "'b'" in answer.json()["error"] and "workflow's group" in answer.json()["error"]
+        created = await admin.post("/workflows", json=_body(env, [{"key": "a", "job_id": mine}], []))
+        assert created.status_code == 201
+        move = {**_body(env, [{"key": "a", "job_id": mine}], []), "job_group": env.group_b}
+        moved = await admin.put(f"/workflows/{created.json()['id']}", json=move)
+        assert moved.status_code == 422 and moved.json()["field"] == "nodes[0].job_id"
 
 
 async def test_trigger_observe_stop_retry_and_audit(sqlite_store: Store) -> None:

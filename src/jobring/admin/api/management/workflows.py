@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
-from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, PageOut
+from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, Line, PageOut
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
 from jobring.admin.scheduler.workflows import WorkflowDriver, WorkflowRunGone
@@ -45,11 +45,11 @@ NodeKey = Annotated[str, Path(min_length=1, max_length=64)]
 class WorkflowIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=100)
+    name: Line = Field(min_length=1, max_length=100)
     job_group: int = Field(
         ge=1, le=MAX_INT32, description="the owning executor group: who may see and edit it"
     )
-    description: str = Field(default="", max_length=255)
+    description: Line = Field(default="", max_length=255)
     nodes: list[dict[str, Any]] = Field(
         description="see docs/workflows.md: key, kind, job_id, params, join, ..."
     )
@@ -158,9 +158,14 @@ def _parse(body: WorkflowIn) -> WorkflowGraph:
 
 
 async def _check_jobs(
-    services: ManagementServices, principal: Principal, graph: WorkflowGraph, workflow_id: int | None
+    services: ManagementServices,
+    principal: Principal,
+    graph: WorkflowGraph,
+    workflow_id: int | None,
+    owner_group: int,
 ) -> None:
-    """Every node's job exists and is in a group the caller may operate (WorkflowInvalid -> 422)."""
+    """Every node's job exists, is in a group the caller may operate and is in the
+    workflow's own group ``owner_group`` (WorkflowInvalid -> 422)."""
     ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
     jobs = await services.store.jobs.get_many(ids)
     refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
@@ -175,6 +180,7 @@ async def _check_jobs(
             may_operate=may_operate,
             workflow_lookup=lambda _: None,
             workflow_id=workflow_id,
+            owner_group=owner_group,
         )
     except WorkflowInvalid as exc:
         raise _invalid(exc) from None
@@ -246,7 +252,7 @@ async def list_workflows(
 async def create_workflow(body: WorkflowIn, services: Services, principal: Writer) -> WorkflowOut:
     ensure_group_write(principal, body.job_group)
     graph = _parse(body)
-    await _check_jobs(services, principal, graph, None)
+    await _check_jobs(services, principal, graph, None, body.job_group)
     workflow_id = await services.store.workflows.create(
         body.name,
         body.job_group,
@@ -287,7 +293,7 @@ async def update_workflow(
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     ensure_group_write(principal, body.job_group)
     graph = _parse(body)
-    await _check_jobs(services, principal, graph, workflow_id)
+    await _check_jobs(services, principal, graph, workflow_id, body.job_group)
     expected = body.version if body.version is not None else record.version
     version = await services.store.workflows.update(
         workflow_id,
@@ -358,7 +364,9 @@ async def trigger_workflow(
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     driver = _driver(services)
-    await _check_jobs(services, principal, await driver.graph(record.id, record.version), workflow_id)
+    await _check_jobs(
+        services, principal, await driver.graph(record.id, record.version), workflow_id, record.job_group
+    )
     params = (body or WorkflowTriggerIn()).params
     run_id, step = await driver.start_run(record, params, principal.user.username)
     if not step.applied:
@@ -463,7 +471,11 @@ async def _repair(
     ensure_group_write(principal, record.job_group, not_found("workflow run", run_id))
     driver = _driver(services)
     await _check_jobs(
-        services, principal, await driver.graph(record.workflow_id, record.version), record.workflow_id
+        services,
+        principal,
+        await driver.graph(record.workflow_id, record.version),
+        record.workflow_id,
+        record.job_group,
     )
     try:
         step = await driver.apply(run_id, event)
