@@ -131,3 +131,16 @@ async def test_trigger_observe_stop_retry_and_audit(sqlite_store: Store) -> None
             assert (await other.get(f"/workflows/{wf['id']}")).status_code == 404
             assert (await other.get(f"/workflow-runs/{run_id}")).status_code == 404
             assert (await other.post(f"/workflow-runs/{run_id}/stop")).status_code == 404
+
+
+async def test_saving_refuses_more_fan_out_nodes_than_a_run_may_hold(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        fanouts = [{"key": f"f{i}", "kind": "fanout", "job_id": job, "items": "xs", "parallelism": 1}
+                   for i in range(11)]
+        body = _body(env, [{"key": "root", "job_id": job}, *fanouts],
+                     [{"from": "root", "to": f"f{i}"} for i in range(11)])
+        answer = await http.post("/workflows", json=body)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["field"] == "nodes[11].kind" and "'f10'" in answer.json()["error"]

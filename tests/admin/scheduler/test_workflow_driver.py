@@ -129,3 +129,37 @@ async def test_the_sweep_fires_what_a_dead_node_claimed_once_the_claim_is_stale(
     await two.finish("A")
     record = await two.env.store.workflows.get_run(run_id)
     assert record is not None and record.status == "success"
+
+
+async def test_a_driver_has_at_most_its_cap_of_job_starts_in_flight(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await two.env.job()
+    workflow = await two.workflow({"nodes": [{"key": "each", "kind": "fanout", "job_id": job.id,
+                                              "items": "xs", "parallelism": 10, "params": "{{ item }}"}]})
+    driver = WorkflowDriver(two.env.store, two.env.trigger, None, two.env.clock, node_id="capped",
+                            max_concurrent_fires=3)
+    real_fire = two.env.trigger.fire
+    gate, three_in = asyncio.Event(), asyncio.Event()
+    in_flight, most = 0, 0
+
+    async def gated(request: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        if in_flight == 3:
+            three_in.set()
+        await gate.wait()
+        in_flight -= 1
+        return await real_fire(request)
+
+    monkeypatch.setattr(two.env.trigger, "fire", gated)
+    start = asyncio.create_task(driver.start_run(workflow, {"xs": list(range(10))}, "alice"))
+    await asyncio.wait_for(three_in.wait(), 5)
+    for _ in range(50):  # give any further start every chance to begin
+        await asyncio.sleep(0)
+    assert most == 3
+    gate.set()
+    await asyncio.wait_for(start, 10)
+    assert most == 3
+    assert sorted(int(p) for p, _ in two.fired()) == list(range(10))

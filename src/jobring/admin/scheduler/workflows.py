@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 
 STOPPED_BY_WORKFLOW = "killed: its workflow run stopped"
 _CONTENDED_TRIES = 50
+MAX_CONCURRENT_FIRES = 50
+"""Job starts one driver has in flight at once; the rest wait their turn (each is already a
+durable pending attempt, so nothing is lost if the admin stops while they wait)."""
 _GRAPHS_KEPT = 256
 
 
@@ -86,6 +89,7 @@ class WorkflowDriver(Monitor):
         node_id: str,
         interval_s: float = 2.0,
         stale_ms: int = 30_000,
+        max_concurrent_fires: int = MAX_CONCURRENT_FIRES,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
@@ -96,6 +100,9 @@ class WorkflowDriver(Monitor):
         self._stale_ms = stale_ms
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Bounds the trigger calls only, not what follows them: a fire's result may start more
+        # attempts, and holding a slot while waiting for another could use them all up.
+        self._firing = asyncio.Semaphore(max_concurrent_fires)
         self.lost_races = 0  # steps recomputed because another writer stored one first
 
     # -- graphs -----------------------------------------------------------------------------------
@@ -255,7 +262,8 @@ class WorkflowDriver(Monitor):
                 workflow_node_run_id=attempt.id,
             )
             try:
-                result = await self._trigger.fire(request)
+                async with self._firing:
+                    result = await self._trigger.fire(request)
             except TriggerRejected as exc:
                 problem = str(exc)
             else:

@@ -31,6 +31,7 @@ from jobring.core.workflow import (
     WorkflowGraph,
     WorkflowInvalid,
     check_access,
+    check_run_budget,
     parse_workflow,
     run_from_json,
 )
@@ -145,6 +146,7 @@ def _invalid(exc: WorkflowInvalid) -> ApiError:
 def _parse(body: WorkflowIn) -> WorkflowGraph:
     try:
         graph = parse_workflow({"nodes": body.nodes, "edges": body.edges})
+        check_run_budget(graph)
     except WorkflowInvalid as exc:
         raise _invalid(exc) from None
     for node in graph.nodes.values():
