@@ -5,15 +5,18 @@ fires attempts nobody fired and takes over those claimed by a node that died."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from jobring.admin.scheduler import workflows as driver_module
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.workflows import WorkflowDriver
 from jobring.admin.store import Store
+from jobring.admin.store import workflows as store_module
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowRecord
 from jobring.core.workflow import RetryFailed, RunStarted, apply, parse_workflow, run_to_json
 from jobring.protocol.models import HandleCallbackParam
@@ -163,3 +166,30 @@ async def test_a_driver_has_at_most_its_cap_of_job_starts_in_flight(
     await asyncio.wait_for(start, 10)
     assert most == 3
     assert sorted(int(p) for p, _ in two.fired()) == list(range(10))
+
+
+async def test_the_engine_step_and_the_state_encoding_run_off_the_event_loop(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run's state reaches megabytes; reading, applying and writing it back must not hold the loop.
+    loop_thread = threading.get_ident()
+    threads: dict[str, set[int]] = {"apply": set(), "encode": set()}
+    real_apply, real_dumps = driver_module.apply, store_module._dumps
+
+    def watched_apply(*args: Any) -> Any:
+        threads["apply"].add(threading.get_ident())
+        return real_apply(*args)
+
+    def watched_dumps(doc: Any) -> str:
+        threads["encode"].add(threading.get_ident())
+        return real_dumps(doc)
+
+    job = await two.env.job()
+    workflow = await two.workflow(_diamond(job.id))  # (a definition is small: encoded on the loop)
+    monkeypatch.setattr(driver_module, "apply", watched_apply)
+    monkeypatch.setattr(store_module, "_dumps", watched_dumps)
+    await two.a.start_run(workflow, {}, "alice")
+    await two.finish("A")
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
+    assert threads["apply"] and loop_thread not in threads["apply"]
+    assert threads["encode"] and loop_thread not in threads["encode"]

@@ -133,17 +133,16 @@ class WorkflowDriver(Monitor):
         jobs = await self._store.jobs.get_many(job_ids)
         refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
         now = self._clock.now_ms()
-        step = apply(
-            graph, None, RunStarted(now, workflow.version, params, inherited_retries(graph, refs.get))
-        )
-        if step.run is None:
+        event = RunStarted(now, workflow.version, params, inherited_retries(graph, refs.get))
+        step, state = await asyncio.to_thread(_first_step, graph, event)  # see apply
+        if step.run is None or state is None:
             return 0, step
         run_id = await self._store.workflows.start_run(
             workflow.id,
             workflow.version,
             workflow.job_group,
             step.run.status.value,
-            run_to_json(step.run),
+            state,
             triggered_by,
             now,
             _starts(step.commands),
@@ -160,15 +159,17 @@ class WorkflowDriver(Monitor):
             if record is None or record.state is None:
                 raise WorkflowRunGone(f"workflow run {run_id} does not exist")
             graph = await self.graph(record.workflow_id, record.version)
-            run = run_from_json(record.state)
-            step = apply(graph, run, event)
-            if not step.applied or step.run is run or step.run is None:
+            # Reading, applying and writing back a large run's state takes tens of milliseconds
+            # of CPU: done in a worker thread so the loop keeps serving. The compare-and-set
+            # below is unchanged: the step was computed from revision record.rev, nothing else.
+            step, state = await asyncio.to_thread(_step, graph, record.state, event)
+            if state is None or step.run is None:
                 return step
             stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
                 step.run.status.value,
-                run_to_json(step.run),
+                state,
                 self._clock.now_ms(),
                 _starts(step.commands),
             )
@@ -236,7 +237,7 @@ class WorkflowDriver(Monitor):
         record = await self._store.workflows.get_run(attempt.workflow_run_id)
         if record is None or record.state is None:
             return False
-        node = run_from_json(record.state).node(attempt.node_key)
+        node = (await asyncio.to_thread(run_from_json, record.state)).node(attempt.node_key)
         unit = (
             node
             if attempt.item < 0 or node.items is None or attempt.item >= len(node.items)
@@ -383,6 +384,21 @@ class WorkflowDriver(Monitor):
     async def stop(self) -> None:
         await super().stop()
         await self.wait_idle()
+
+
+def _first_step(graph: WorkflowGraph, event: RunStarted) -> tuple[Step, dict[str, Any] | None]:
+    step = apply(graph, None, event)
+    return step, None if step.run is None else run_to_json(step.run)
+
+
+def _step(graph: WorkflowGraph, state: Mapping[str, Any], event: Event) -> tuple[Step, dict[str, Any] | None]:
+    """``event`` applied to a stored state: the step and the new state document (None when
+    there is nothing to store)."""
+    run = run_from_json(state)
+    step = apply(graph, run, event)
+    if not step.applied or step.run is run or step.run is None:
+        return step, None
+    return step, run_to_json(step.run)
 
 
 def _item(item: int) -> int | None:

@@ -8,6 +8,7 @@ admins that computed a step from the same revision only one stores it.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -114,10 +115,20 @@ def _dumps(doc: Mapping[str, Any]) -> str:
     return orjson.dumps(doc).decode()
 
 
+async def _state_text(doc: Mapping[str, Any]) -> str:
+    # A run's state reaches megabytes (10,000 fan-out items with their messages): encoded in a
+    # worker thread so the event loop keeps serving, and before the write transaction opens.
+    return await asyncio.to_thread(_dumps, doc)
+
+
 def _run(row: Any, with_state: bool) -> WorkflowRunRecord:
     values = dict(row._asdict())
     raw = values.pop("state", None)
     return WorkflowRunRecord(**values, state=orjson.loads(raw) if with_state and raw is not None else None)
+
+
+def _decoded_run(row: Any) -> WorkflowRunRecord:
+    return _run(row, with_state=True)
 
 
 def _node_run(row: Any) -> NodeRunRecord:
@@ -303,6 +314,7 @@ class WorkflowRepository(Repository):
         starts: Sequence[NewNodeRun],
     ) -> int:
         """Record a run and the node attempts its first step starts; returns the run id."""
+        text = await _state_text(state)
         async with self._db.write() as conn:
             run_id = new_id(
                 await conn.execute(
@@ -312,7 +324,7 @@ class WorkflowRepository(Repository):
                         job_group=job_group,
                         status=status,
                         rev=0,
-                        state=_dumps(state),
+                        state=text,
                         triggered_by=triggered_by,
                         started_at=now_ms,
                         ended_at=now_ms if status != "running" else None,
@@ -325,7 +337,8 @@ class WorkflowRepository(Repository):
     async def get_run(self, run_id: int) -> WorkflowRunRecord | None:
         async with self._db.read() as conn:
             row = (await conn.execute(select(workflow_run).where(workflow_run.c.id == run_id))).first()
-        return None if row is None else _run(row, with_state=True)
+        # Decoded in a worker thread, like the encoding (see _state_text).
+        return None if row is None else await asyncio.to_thread(_decoded_run, row)
 
     async def list_runs(
         self,
@@ -379,6 +392,7 @@ class WorkflowRepository(Repository):
     ) -> bool:
         """Store a step computed from revision ``rev`` with the node attempts it starts, in one
         transaction; False (nothing stored) when the run is no longer at ``rev``."""
+        text = await _state_text(state)
         async with self._db.write() as conn:
             result = await conn.execute(
                 update(workflow_run)
@@ -386,7 +400,7 @@ class WorkflowRepository(Repository):
                 .values(
                     rev=rev + 1,
                     status=status,
-                    state=_dumps(state),
+                    state=text,
                     ended_at=None if status == "running" else now_ms,
                 )
             )
