@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from jobring.admin.scheduler.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from tests.admin.api_harness import ApiEnv, api_env
@@ -144,3 +146,69 @@ async def test_saving_refuses_more_fan_out_nodes_than_a_run_may_hold(sqlite_stor
         answer = await http.post("/workflows", json=body)
         assert answer.status_code == 422, answer.text
         assert answer.json()["field"] == "nodes[11].kind" and "'f10'" in answer.json()["error"]
+
+
+async def test_a_run_started_just_before_the_delete_is_not_lost(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        wf = (await http.post("/workflows", json=_body(env, [{"key": "a", "job_id": job}], []))).json()
+        store = env.store.workflows
+        real_delete = store.delete
+        late: list[int] = []
+
+        async def trigger_lands_first(workflow_id: int) -> bool:
+            # A trigger on another admin stores its run after any check made before the delete.
+            late.append(await store.start_run(workflow_id, 1, env.group_a, "running", {}, "bob", 1, []))
+            return await real_delete(workflow_id)
+
+        monkeypatch.setattr(store, "delete", trigger_lands_first)
+        answer = await http.delete(f"/workflows/{wf['id']}")
+        assert answer.status_code == 409, answer.text
+        assert str(late[0]) in answer.json()["error"]
+        assert await store.get_run(late[0]) is not None and await store.get(wf["id"]) is not None
+
+
+async def test_a_trigger_of_a_workflow_deleted_meanwhile_answers_404(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        wf = (await http.post("/workflows", json=_body(env, [{"key": "a", "job_id": job}], []))).json()
+        store = env.store.workflows
+        real_start = store.start_run
+
+        async def deleted_first(*args: Any) -> int:
+            await store.delete(wf["id"])
+            return await real_start(*args)
+
+        monkeypatch.setattr(store, "start_run", deleted_first)
+        answer = await http.post(f"/workflows/{wf['id']}/trigger", json={"params": {}})
+        assert answer.status_code == 404, answer.text
+        assert (await store.list_runs(workflow_id=wf["id"]))[1] == 0
+
+
+async def test_an_update_is_audited_with_the_changed_fields_and_graph(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http, env.client("admin") as admin:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        first = _body(env, [{"key": "a", "job_id": job}, {"key": "b", "job_id": job}],
+                      [{"from": "a", "to": "b"}])
+        wf = (await http.post("/workflows", json=first)).json()
+        second = {**_body(env, [{"key": "a", "job_id": job, "params": "x"}, {"key": "c", "job_id": job}],
+                          [{"from": "a", "to": "c"}]), "description": "new"}
+        assert (await http.put(f"/workflows/{wf['id']}", json=second)).status_code == 200
+        events = (await admin.get("/audit", params={"action": "workflow.update"})).json()["items"]
+        (event,) = events
+        changes = event["details"]["changes"]
+        assert changes["version"] == {"before": 1, "after": 2}
+        assert changes["description"] == {"before": "", "after": "new"}
+        assert "name" not in changes and "job_group" not in changes  # unchanged
+        before, after = changes["graph"]["before"], changes["graph"]["after"]
+        assert (before["nodes"], after["nodes"]) == (2, 2) and before["sha256"] != after["sha256"]
+        assert after["nodes_added"] == ["c"] and after["nodes_removed"] == ["b"]
+        assert after["nodes_changed"] == ["a"]
+        assert (after["edges_added"], after["edges_removed"]) == (["a -> c"], ["a -> b"])

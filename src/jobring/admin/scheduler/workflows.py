@@ -30,7 +30,13 @@ from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.monitor_base import Monitor
 from jobring.admin.scheduler.trigger import FireRequest, TriggerRejected, TriggerService
 from jobring.admin.store.records import HandleResult
-from jobring.admin.store.workflows import NewNodeRun, NodeRunRecord, NodeRunState, WorkflowRecord
+from jobring.admin.store.workflows import (
+    NewNodeRun,
+    NodeRunRecord,
+    NodeRunState,
+    WorkflowGone,
+    WorkflowRecord,
+)
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.expression import JsonValue
@@ -127,7 +133,8 @@ class WorkflowDriver(Monitor):
         self, workflow: WorkflowRecord, params: Mapping[str, JsonValue], triggered_by: str | None
     ) -> tuple[int, Step]:
         """Start a run of the workflow's current version; (run id, first step). A step that is
-        not applied (bad params) records nothing: its note says why."""
+        not applied (bad params) records nothing: its note says why. WorkflowRunGone when the
+        workflow has been deleted."""
         graph = await self.graph(workflow.id, workflow.version)
         job_ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
         jobs = await self._store.jobs.get_many(job_ids)
@@ -137,16 +144,19 @@ class WorkflowDriver(Monitor):
         step, state = await asyncio.to_thread(_first_step, graph, event)  # see apply
         if step.run is None or state is None:
             return 0, step
-        run_id = await self._store.workflows.start_run(
-            workflow.id,
-            workflow.version,
-            workflow.job_group,
-            step.run.status.value,
-            state,
-            triggered_by,
-            now,
-            _starts(step.commands),
-        )
+        try:
+            run_id = await self._store.workflows.start_run(
+                workflow.id,
+                workflow.version,
+                workflow.job_group,
+                step.run.status.value,
+                state,
+                triggered_by,
+                now,
+                _starts(step.commands),
+            )
+        except WorkflowGone as exc:  # deleted since it was read
+            raise WorkflowRunGone(str(exc)) from None
         log.info("workflow %s run %s started (version %s)", workflow.id, run_id, workflow.version)
         await self._carry_out(run_id, step.commands)
         return run_id, step

@@ -20,11 +20,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, check_paging, chunks, new_id
 from jobring.admin.store.tables import job_log, workflow, workflow_node_run, workflow_run, workflow_version
+from jobring.errors import JobringError
 
 __all__ = [
     "NewNodeRun",
     "NodeRunRecord",
     "NodeRunState",
+    "WorkflowBusy",
+    "WorkflowGone",
     "WorkflowRecord",
     "WorkflowRepository",
     "WorkflowRunRecord",
@@ -39,6 +42,18 @@ class NodeRunState:
     FIRING = "firing"
     RUNNING = "running"
     ENDED = "ended"
+
+
+class WorkflowGone(JobringError, LookupError):
+    """The workflow was deleted (a run cannot start)."""
+
+
+class WorkflowBusy(JobringError):
+    """The workflow has running runs (``run_ids``, a few of them): it may not be deleted."""
+
+    def __init__(self, workflow_id: int, run_ids: builtins.list[int]) -> None:
+        super().__init__(f"workflow {workflow_id} has running runs")
+        self.run_ids = run_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,8 +295,26 @@ class WorkflowRepository(Repository):
         return out, total
 
     async def delete(self, workflow_id: int) -> bool:
-        """Delete the workflow, its versions, runs and node attempts; False when it was gone."""
+        """Delete the workflow, its versions, runs and node attempts; False when it was gone.
+
+        Refused (:class:`WorkflowBusy`) while a run is running, checked in the same transaction
+        with the workflow's row locked: a run starting meanwhile (:meth:`start_run` locks the
+        row too) either comes first and is seen here, or finds the workflow gone."""
         async with self._db.write() as conn:
+            locked = select(workflow.c.id).where(workflow.c.id == workflow_id).with_for_update()
+            if (await conn.execute(locked)).first() is None:
+                return False
+            running = (
+                await conn.execute(
+                    select(workflow_run.c.id)
+                    .where(workflow_run.c.workflow_id == workflow_id, workflow_run.c.status == "running")
+                    .order_by(workflow_run.c.id)
+                    .limit(5)
+                    .with_for_update()
+                )
+            ).scalars().all()
+            if running:
+                raise WorkflowBusy(workflow_id, [int(i) for i in running])
             runs = (
                 (
                     await conn.execute(
@@ -313,9 +346,13 @@ class WorkflowRepository(Repository):
         now_ms: int,
         starts: Sequence[NewNodeRun],
     ) -> int:
-        """Record a run and the node attempts its first step starts; returns the run id."""
+        """Record a run and the node attempts its first step starts; returns the run id.
+        :class:`WorkflowGone` when the workflow was deleted (see :meth:`delete`)."""
         text = await _state_text(state)
         async with self._db.write() as conn:
+            shared = select(workflow.c.id).where(workflow.c.id == workflow_id).with_for_update(read=True)
+            if (await conn.execute(shared)).first() is None:
+                raise WorkflowGone(f"workflow {workflow_id} does not exist")
             run_id = new_id(
                 await conn.execute(
                     insert(workflow_run).values(

@@ -26,6 +26,7 @@ from jobring.core.workflow.access import (
     inherited_retries,
 )
 from jobring.core.workflow.context import CONTEXT_MAX_BYTES, ContextError, context_changes
+from jobring.core.workflow.diff import definition_changes, definition_summary
 from jobring.core.workflow.engine import apply
 from jobring.core.workflow.events import (
     Command,
@@ -111,6 +112,8 @@ __all__ = [
     "check_access",
     "check_run_budget",
     "context_changes",
+    "definition_changes",
+    "definition_summary",
     "inherited_retries",
     "on_fire",
     "on_run_end",

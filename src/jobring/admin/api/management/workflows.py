@@ -19,7 +19,7 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
 from jobring.admin.scheduler.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.security.principal import Principal
-from jobring.admin.store.workflows import WorkflowRecord, WorkflowRunRecord
+from jobring.admin.store.workflows import WorkflowBusy, WorkflowRecord, WorkflowRunRecord
 from jobring.core.workflow import (
     Event,
     JobRef,
@@ -32,6 +32,8 @@ from jobring.core.workflow import (
     WorkflowInvalid,
     check_access,
     check_run_budget,
+    definition_changes,
+    definition_summary,
     parse_workflow,
     run_from_json,
 )
@@ -316,16 +318,33 @@ async def update_workflow(
         )
     saved = await services.store.workflows.get(workflow_id)
     assert saved is not None
+    before, after = _update_audit(record, saved)
     await services.audit.record(
         principal,
         AuditAction.WORKFLOW_UPDATE,
         target_type="workflow",
         target_id=workflow_id,
         group_id=body.job_group,
-        before={"name": record.name, "version": record.version},
-        after={"name": body.name, "nodes": len(graph.nodes), "version": version},
+        before=before,
+        after=after,
     )
     return _out(saved)
+
+
+_AUDITED = ("name", "description", "job_group", "version")
+
+
+def _update_audit(record: WorkflowRecord, saved: WorkflowRecord) -> tuple[dict[str, Any], dict[str, Any]]:
+    """before/after of an edit (the audit log keeps the fields that differ): name,
+    description, group, version, and the graph in short (sha256, counts) with what changed in
+    it node by node and edge by edge."""
+    before: dict[str, Any] = {name: getattr(record, name) for name in _AUDITED}
+    after: dict[str, Any] = {name: getattr(saved, name) for name in _AUDITED}
+    changed = definition_changes(record.definition, saved.definition)
+    if changed:
+        before["graph"] = definition_summary(record.definition)
+        after["graph"] = {**definition_summary(saved.definition), **changed}
+    return before, after
 
 
 @router.delete(
@@ -337,13 +356,13 @@ async def update_workflow(
 async def delete_workflow(workflow_id: WorkflowId, services: Services, principal: Writer) -> Response:
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
-    running = await services.store.workflows.running_run_ids(workflow_id)
-    if running:
+    try:  # the check for running runs and the deletion are one transaction (no run is lost)
+        await services.store.workflows.delete(workflow_id)
+    except WorkflowBusy as exc:
         raise ApiError(
             409,
-            f"workflow {workflow_id} has running runs ({', '.join(map(str, running[:5]))}); stop them first",
-        )
-    await services.store.workflows.delete(workflow_id)
+            f"workflow {workflow_id} has running runs ({', '.join(map(str, exc.run_ids))}); stop them first",
+        ) from None
     await services.audit.record(
         principal,
         AuditAction.WORKFLOW_DELETE,
@@ -366,11 +385,13 @@ async def trigger_workflow(
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     driver = _driver(services)
-    await _check_jobs(
-        services, principal, await driver.graph(record.id, record.version), workflow_id, record.job_group
-    )
     params = (body or WorkflowTriggerIn()).params
-    run_id, step = await driver.start_run(record, params, principal.user.username)
+    try:  # deleted meanwhile: as if it had never been there
+        graph = await driver.graph(record.id, record.version)
+        await _check_jobs(services, principal, graph, workflow_id, record.job_group)
+        run_id, step = await driver.start_run(record, params, principal.user.username)
+    except WorkflowRunGone:
+        raise not_found("workflow", workflow_id) from None
     if not step.applied:
         raise ApiError(422, step.note or "the run could not start", "params")
     await services.audit.record(
