@@ -13,7 +13,12 @@ decisions, templates, cycles, connectivity) and ``check_access`` (with in-memory
 Engine rows time what an admin does when a callback arrives for a run of such a graph: read the
 stored run (``json.loads`` + ``run_from_json``), ``apply`` the event, write it back
 (``run_to_json`` + ``json.dumps``): for the last parent of the wide graph's sink (the event that
-starts the sink), a node in the middle of the deep chain, and an item of a 1,000-item fan-out.
+starts the sink), a node in the middle of the deep chain, an item of a 1,000-item fan-out, and
+the largest run the limits allow (1,000 nodes, 10 fan-outs of 1,000 items: ``MAX_RUN_ITEMS``,
+every finished node and item with a message of the full 500 characters).
+
+Loop rows: the longest the event loop went without running (a 1 ms ticker's worst gap) while
+that largest run's event is applied 20 times, inline and in a worker thread as the driver does.
 
 Each row: the median and p99 over R runs (wall clock) and the median CPU time of this process.
 """
@@ -21,6 +26,7 @@ Each row: the median and p99 over R runs (wall clock) and the median CPU time of
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -32,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jobring.core.workflow import (
+    MAX_RUN_ITEMS,
     JobRef,
     NodeFinished,
     Outcome,
@@ -40,6 +47,7 @@ from jobring.core.workflow import (
     WorkflowRun,
     apply,
     check_access,
+    check_run_budget,
     parse_workflow,
     run_from_json,
     run_to_json,
@@ -130,9 +138,9 @@ def stored_step(graph: WorkflowGraph, stored: str, event: NodeFinished) -> Calla
 
 
 def _finish(graph: WorkflowGraph, run: WorkflowRun, key: str, at: int,
-            item: int | None = None) -> WorkflowRun:
+            item: int | None = None, message: str = "") -> WorkflowRun:
     unit = run.node(key) if item is None else (run.node(key).items or ())[item]
-    step = apply(graph, run, NodeFinished(key, unit.attempt, Outcome.SUCCESS, at, item))
+    step = apply(graph, run, NodeFinished(key, unit.attempt, Outcome.SUCCESS, at, item, message=message))
     assert step.run is not None and step.applied, step.note
     return step.run
 
@@ -167,7 +175,62 @@ def engine_cases() -> list[tuple[str, WorkflowGraph, str, NodeFinished]]:
         run = _finish(graph, run, "each", i + 2, item=i)
     cases.append(("fan-out: item 500 of 1,000 done, next starts", graph, json.dumps(run_to_json(run)),
                   NodeFinished("each", 1, Outcome.SUCCESS, 10_000, item=SIZE // 2)))
+    cases.append(largest_case())
     return cases
+
+
+FANOUTS = MAX_RUN_ITEMS // 1_000
+
+
+def largest_case() -> tuple[str, WorkflowGraph, str, NodeFinished]:
+    """The biggest state the limits allow, one item before the last fan-out's end."""
+    jobs = SIZE - 1 - FANOUTS
+    doc = {"nodes": [{"key": "root", "job_id": 1}]
+           + [{"key": f"f{i}", "kind": "fanout", "job_id": 2, "items": "files", "parallelism": 100,
+               "on_failure": "continue"} for i in range(FANOUTS)]
+           + [{"key": f"j{i}", "job_id": 3} for i in range(jobs)],
+           "edges": [{"from": "root", "to": f"f{i}"} for i in range(FANOUTS)]
+           + [{"from": "root", "to": f"j{i}"} for i in range(jobs)]}
+    graph = parse_workflow(doc)
+    check_run_budget(graph)
+    files = [f"part-{i:04}.csv" for i in range(1_000)]
+    run = apply(graph, None, RunStarted(0, 1, params={"files": files})).run
+    assert run is not None
+    run = _finish(graph, run, "root", 1, message="m" * 500)
+    for i in range(jobs):
+        run = _finish(graph, run, f"j{i}", 2, message="m" * 500)
+    for f in range(FANOUTS):
+        for i in range(1_000 if f < FANOUTS - 1 else 990):
+            run = _finish(graph, run, f"f{f}", 3, item=i, message="m" * 500)
+    return (f"largest allowed: 1,000 nodes, {MAX_RUN_ITEMS:,} items, an item done", graph,
+            json.dumps(run_to_json(run)), NodeFinished(f"f{FANOUTS - 1}", 1, Outcome.SUCCESS, 10_000,
+                                                       item=990, message="m" * 500))
+
+
+async def worst_gap(work: Callable[[], object], times: int, in_thread: bool) -> float:
+    """The longest the loop went without running a 1 ms ticker while ``work`` ran ``times`` times."""
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.01)
+    for _ in range(times):
+        if in_thread:
+            await asyncio.to_thread(work)
+        else:
+            work()
+        await asyncio.sleep(0)
+    done.set()
+    await task
+    return max(gaps) * 1000
 
 
 def main() -> None:
@@ -194,9 +257,17 @@ def main() -> None:
     print("\n| engine step (read stored run, apply, write back) | state bytes | median ms | p99 ms "
           "| CPU ms |")
     print("|---|---:|---:|---:|---:|")
-    for label, graph, stored, event in engine_cases():
+    cases = engine_cases()
+    for label, graph, stored, event in cases:
         median, p99, cpu = timed(stored_step(graph, stored, event), args.repeats)
         print(f"| {label} | {len(stored):,} | {median:.2f} | {p99:.2f} | {cpu:.2f} |")
+    _, graph, stored, event = cases[-1]
+    step = stored_step(graph, stored, event)
+    print("\n| largest allowed run, 20 events | loop's worst gap ms |")
+    print("|---|---:|")
+    modes = (("applied on the loop", False), ("applied in a worker thread (the driver)", True))
+    for label, in_thread in modes:
+        print(f"| {label} | {asyncio.run(worst_gap(step, 20, in_thread)):.1f} |")
 
 
 if __name__ == "__main__":

@@ -66,10 +66,25 @@ def test_unknown_job_and_forbidden_group_name_the_node() -> None:
     store = Store({})
     error = refusal(store, job_graph(1, 99))
     assert (error.field, error.node) == ("nodes[1].job_id", "j1")
-    assert "job 99 does not exist" in error.message
+    missing = error.message
+    assert missing == "job 99 does not exist or is in a group you may not operate"
     error = refusal(store, job_graph(1, 2, 3))
     assert (error.field, error.node) == ("nodes[2].job_id", "j2")
-    assert "group 30, which you may not operate" in error.message
+    # The same refusal as for a missing job, naming no group: it tells nothing of other groups.
+    assert error.message == missing.replace("99", "3")
+    assert "30" not in error.message
+
+
+def test_jobs_outside_the_owning_group_are_refused_even_when_operable() -> None:
+    store = Store({})
+    check_access(job_graph(1, 1), job_lookup=store.job, may_operate=store.may_operate,
+                 workflow_lookup=store.workflow, owner_group=10)
+    with pytest.raises(WorkflowInvalid) as caught:
+        check_access(job_graph(1, 2), job_lookup=store.job, may_operate=lambda _: True,
+                     workflow_lookup=store.workflow, owner_group=10)
+    assert (caught.value.field, caught.value.node) == ("nodes[1].job_id", "j1")
+    assert "not in this workflow's group 10" in caught.value.message
+    assert store.calls["job 2"] == 1  # still looked up once
 
 
 def test_fanout_jobs_are_checked() -> None:
@@ -90,8 +105,8 @@ def test_sub_workflows() -> None:
 
     error = refusal(store, job_graph(1, sub=(8,)))
     assert error.node == "s0"
-    assert error.message == ("workflow 8 -> workflow 7 runs node 'j0': job 3 is in group 30, "
-                             "which you may not operate")
+    assert error.message == ("workflow 8 -> workflow 7 runs node 'j0': job 3 does not exist "
+                             "or is in a group you may not operate")
 
 
 def test_sub_workflows_may_not_recurse() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from jobring.core.workflow import (
+    MAX_RUN_ITEMS,
     FinishRun,
     KillJob,
     NodeDispatched,
@@ -17,7 +18,10 @@ from jobring.core.workflow import (
     StartSubworkflow,
     StopRun,
     StopSubworkflow,
+    WorkflowInvalid,
+    check_run_budget,
     context_changes,
+    parse_workflow,
 )
 from tests.core.workflow_kit import Driver, finish_of, kills, starts
 
@@ -171,3 +175,32 @@ def test_a_sub_workflow_timeout_stops_the_child() -> None:
     d.ok("prep")
     step = d.timed_out("child")
     assert isinstance(step.commands[0], StopSubworkflow) and starts(step) == ["child"]
+
+
+def wide_fanouts(count: int) -> dict[str, Any]:
+    """A root and ``count`` fan-out nodes below it, each over the root's ``xs``."""
+    return {"nodes": [{"key": "root", "job_id": 1}]
+            + [{"key": f"f{i}", "kind": "fanout", "job_id": 1, "items": "xs", "parallelism": 100}
+               for i in range(count)],
+            "edges": [{"from": "root", "to": f"f{i}"} for i in range(count)]}
+
+
+def test_a_run_holds_at_most_max_run_items_fan_out_items() -> None:
+    # 11 fan-outs of 1,000 items: the 11th would make 11,000 (a graph stored before the save-time
+    # budget; the run is held to it item by item).
+    d = Driver(wide_fanouts(11))
+    step = d.ok("root", context={"xs": list(range(1_000))})
+    assert len(starts(step)) == 10 * 100
+    over = [key for key, record in d.state.nodes.items() if record.status.value == "failed"]
+    assert over == ["f10"]
+    assert d.node("f10").message == (f"items: 1000 more items would make this run hold more than "
+                                     f"{MAX_RUN_ITEMS} fan-out items (10000 already)")
+    assert sum(len(r.items or ()) for r in d.state.nodes.values()) == MAX_RUN_ITEMS
+
+
+def test_saving_refuses_graphs_whose_fan_outs_could_exceed_the_run_budget() -> None:
+    check_run_budget(parse_workflow(wide_fanouts(MAX_RUN_ITEMS // 1_000)))
+    with pytest.raises(WorkflowInvalid) as caught:
+        check_run_budget(parse_workflow(wide_fanouts(MAX_RUN_ITEMS // 1_000 + 1)))
+    assert (caught.value.field, caught.value.node) == ("nodes[11].kind", "f10")
+    assert "at most 10 fan-out nodes" in caught.value.message

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store
-from jobring.admin.store.workflows import NewNodeRun, NodeRunState
+from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowBusy, WorkflowGone
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
 T0 = 1_773_144_000_000
@@ -46,8 +46,18 @@ async def test_versions_list_and_delete(store: Store) -> None:
         wf, 2, 3, "running", {"s": 1}, "alice", T0, [NewNodeRun("a", -1, 1, 1, None, None)]
     )
     assert await store.workflows.running_run_ids(wf) == [run]
+    # Refused while a run is running, checked in the delete's own transaction: nothing deleted.
+    with pytest.raises(WorkflowBusy) as busy:
+        await store.workflows.delete(wf)
+    assert busy.value.run_ids == [run]
+    assert await store.workflows.get(wf) is not None and await store.workflows.get_run(run) is not None
+    assert await store.workflows.advance(run, 0, "success", {"s": 2}, T0 + 5, [])
     assert await store.workflows.delete(wf) and not await store.workflows.delete(wf)
     assert await store.workflows.get_run(run) is None and await store.workflows.node_runs(run) == []
+    # A run cannot start for a workflow deleted meanwhile (start_run checks under a lock).
+    with pytest.raises(WorkflowGone):
+        await store.workflows.start_run(wf, 2, 3, "running", {}, None, T0, [])
+    assert await store.workflows.running_run_ids(wf) == []
 
 
 async def test_a_step_is_stored_once_over_its_revision(store: Store) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from jobring.admin.scheduler.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from tests.admin.api_harness import ApiEnv, api_env
@@ -27,8 +29,8 @@ async def test_refusals_name_the_field_and_the_node(sqlite_store: Store) -> None
         cases = [
             (_body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": mine}],
                    [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]), "cycle"),
-            (_body(env, [{"key": "a", "job_id": 99_999}], []), "job 99999 does not exist"),
-            (_body(env, [{"key": "a", "job_id": theirs}], []), "which you may not operate"),
+            (_body(env, [{"key": "a", "job_id": 99_999}], []), "job 99999 does not exist or is in a group"),
+            (_body(env, [{"key": "a", "job_id": theirs}], []), "does not exist or is in a group you may not"),
             (_body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": mine},
                          {"key": "c", "job_id": mine}], [{"from": "a", "to": "b"}]), "'c'"),
             (_body(env, [{"key": "a", "job_id": mine, "join": "sometimes"}], []), "join"),
@@ -42,6 +44,51 @@ async def test_refusals_name_the_field_and_the_node(sqlite_store: Store) -> None
         async with env.client("viewer") as viewer:
             answer = await viewer.post("/workflows", json=_body(env, [{"key": "a", "job_id": mine}], []))
             assert answer.status_code == 403
+
+
+async def test_a_missing_job_and_another_groups_job_get_the_same_refusal(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        theirs = await env.add_job(env.group_b)
+        missing = theirs + 1000
+        answers = [(await http.post("/workflows", json=_body(env, [{"key": "a", "job_id": job}], []))).json()
+                   for job in (theirs, missing)]
+        assert answers[0]["error"] == answers[1]["error"].replace(str(missing), str(theirs))
+        assert f"group {env.group_b}" not in answers[0]["error"]
+
+
+async def test_names_and_descriptions_are_single_line_text(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        nodes = [{"key": "a", "job_id": job}]
+        for field, value in (("name", "evil\r\nX-Injected: 1"), ("name", "a\u2028b"), ("name", "nul\x00"),
+                             ("description", "d\x1b[31m"), ("description", "two\nlines")):
+            answer = await http.post("/workflows", json={**_body(env, nodes, []), field: value})
+            assert answer.status_code == 422, (field, value, answer.text)
+            assert field in answer.text
+        created = await http.post("/workflows", json=_body(env, nodes, []))
+        answer = await http.put(f"/workflows/{created.json()['id']}",
+                                json={**_body(env, nodes, []), "name": "x\ry"})
+        assert answer.status_code == 422
+        assert (await http.get("/workflows")).json()["items"][0]["name"] == "w"
+
+
+async def test_nodes_must_run_the_owning_groups_jobs_even_for_admins(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as admin:
+        _driver(env)
+        mine, theirs = await env.add_job(env.group_a), await env.add_job(env.group_b)
+        body = _body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": theirs, "params": "secret"}],
+                     [{"from": "a", "to": "b"}])
+        answer = await admin.post("/workflows", json=body)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["field"] == "nodes[1].job_id"
+        assert "'b'" in answer.json()["error"] and "workflow's group" in answer.json()["error"]
+        created = await admin.post("/workflows", json=_body(env, [{"key": "a", "job_id": mine}], []))
+        assert created.status_code == 201
+        move = {**_body(env, [{"key": "a", "job_id": mine}], []), "job_group": env.group_b}
+        moved = await admin.put(f"/workflows/{created.json()['id']}", json=move)
+        assert moved.status_code == 422 and moved.json()["field"] == "nodes[0].job_id"
 
 
 async def test_trigger_observe_stop_retry_and_audit(sqlite_store: Store) -> None:
@@ -86,3 +133,82 @@ async def test_trigger_observe_stop_retry_and_audit(sqlite_store: Store) -> None
             assert (await other.get(f"/workflows/{wf['id']}")).status_code == 404
             assert (await other.get(f"/workflow-runs/{run_id}")).status_code == 404
             assert (await other.post(f"/workflow-runs/{run_id}/stop")).status_code == 404
+
+
+async def test_saving_refuses_more_fan_out_nodes_than_a_run_may_hold(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        fanouts = [{"key": f"f{i}", "kind": "fanout", "job_id": job, "items": "xs", "parallelism": 1}
+                   for i in range(11)]
+        body = _body(env, [{"key": "root", "job_id": job}, *fanouts],
+                     [{"from": "root", "to": f"f{i}"} for i in range(11)])
+        answer = await http.post("/workflows", json=body)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["field"] == "nodes[11].kind" and "'f10'" in answer.json()["error"]
+
+
+async def test_a_run_started_just_before_the_delete_is_not_lost(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        wf = (await http.post("/workflows", json=_body(env, [{"key": "a", "job_id": job}], []))).json()
+        store = env.store.workflows
+        real_delete = store.delete
+        late: list[int] = []
+
+        async def trigger_lands_first(workflow_id: int) -> bool:
+            # A trigger on another admin stores its run after any check made before the delete.
+            late.append(await store.start_run(workflow_id, 1, env.group_a, "running", {}, "bob", 1, []))
+            return await real_delete(workflow_id)
+
+        monkeypatch.setattr(store, "delete", trigger_lands_first)
+        answer = await http.delete(f"/workflows/{wf['id']}")
+        assert answer.status_code == 409, answer.text
+        assert str(late[0]) in answer.json()["error"]
+        assert await store.get_run(late[0]) is not None and await store.get(wf["id"]) is not None
+
+
+async def test_a_trigger_of_a_workflow_deleted_meanwhile_answers_404(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        wf = (await http.post("/workflows", json=_body(env, [{"key": "a", "job_id": job}], []))).json()
+        store = env.store.workflows
+        real_start = store.start_run
+
+        async def deleted_first(*args: Any) -> int:
+            await store.delete(wf["id"])
+            return await real_start(*args)
+
+        monkeypatch.setattr(store, "start_run", deleted_first)
+        answer = await http.post(f"/workflows/{wf['id']}/trigger", json={"params": {}})
+        assert answer.status_code == 404, answer.text
+        assert (await store.list_runs(workflow_id=wf["id"]))[1] == 0
+
+
+async def test_an_update_is_audited_with_the_changed_fields_and_graph(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http, env.client("admin") as admin:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        first = _body(env, [{"key": "a", "job_id": job}, {"key": "b", "job_id": job}],
+                      [{"from": "a", "to": "b"}])
+        wf = (await http.post("/workflows", json=first)).json()
+        second = {**_body(env, [{"key": "a", "job_id": job, "params": "x"}, {"key": "c", "job_id": job}],
+                          [{"from": "a", "to": "c"}]), "description": "new"}
+        assert (await http.put(f"/workflows/{wf['id']}", json=second)).status_code == 200
+        events = (await admin.get("/audit", params={"action": "workflow.update"})).json()["items"]
+        (event,) = events
+        changes = event["details"]["changes"]
+        assert changes["version"] == {"before": 1, "after": 2}
+        assert changes["description"] == {"before": "", "after": "new"}
+        assert "name" not in changes and "job_group" not in changes  # unchanged
+        before, after = changes["graph"]["before"], changes["graph"]["after"]
+        assert (before["nodes"], after["nodes"]) == (2, 2) and before["sha256"] != after["sha256"]
+        assert after["nodes_added"] == ["c"] and after["nodes_removed"] == ["b"]
+        assert after["nodes_changed"] == ["a"]
+        assert (after["edges_added"], after["edges_removed"]) == (["a -> c"], ["a -> b"])

@@ -5,15 +5,18 @@ fires attempts nobody fired and takes over those claimed by a node that died."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from jobring.admin.scheduler import workflows as driver_module
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.workflows import WorkflowDriver
 from jobring.admin.store import Store
+from jobring.admin.store import workflows as store_module
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowRecord
 from jobring.core.workflow import RetryFailed, RunStarted, apply, parse_workflow, run_to_json
 from jobring.protocol.models import HandleCallbackParam
@@ -129,3 +132,64 @@ async def test_the_sweep_fires_what_a_dead_node_claimed_once_the_claim_is_stale(
     await two.finish("A")
     record = await two.env.store.workflows.get_run(run_id)
     assert record is not None and record.status == "success"
+
+
+async def test_a_driver_has_at_most_its_cap_of_job_starts_in_flight(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await two.env.job()
+    workflow = await two.workflow({"nodes": [{"key": "each", "kind": "fanout", "job_id": job.id,
+                                              "items": "xs", "parallelism": 10, "params": "{{ item }}"}]})
+    driver = WorkflowDriver(two.env.store, two.env.trigger, None, two.env.clock, node_id="capped",
+                            max_concurrent_fires=3)
+    real_fire = two.env.trigger.fire
+    gate, three_in = asyncio.Event(), asyncio.Event()
+    in_flight, most = 0, 0
+
+    async def gated(request: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        if in_flight == 3:
+            three_in.set()
+        await gate.wait()
+        in_flight -= 1
+        return await real_fire(request)
+
+    monkeypatch.setattr(two.env.trigger, "fire", gated)
+    start = asyncio.create_task(driver.start_run(workflow, {"xs": list(range(10))}, "alice"))
+    await asyncio.wait_for(three_in.wait(), 5)
+    for _ in range(50):  # give any further start every chance to begin
+        await asyncio.sleep(0)
+    assert most == 3
+    gate.set()
+    await asyncio.wait_for(start, 10)
+    assert most == 3
+    assert sorted(int(p) for p, _ in two.fired()) == list(range(10))
+
+
+async def test_the_engine_step_and_the_state_encoding_run_off_the_event_loop(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run's state reaches megabytes; reading, applying and writing it back must not hold the loop.
+    loop_thread = threading.get_ident()
+    threads: dict[str, set[int]] = {"apply": set(), "encode": set()}
+    real_apply, real_dumps = driver_module.apply, store_module._dumps
+
+    def watched_apply(*args: Any) -> Any:
+        threads["apply"].add(threading.get_ident())
+        return real_apply(*args)
+
+    def watched_dumps(doc: Any) -> str:
+        threads["encode"].add(threading.get_ident())
+        return real_dumps(doc)
+
+    job = await two.env.job()
+    workflow = await two.workflow(_diamond(job.id))  # (a definition is small: encoded on the loop)
+    monkeypatch.setattr(driver_module, "apply", watched_apply)
+    monkeypatch.setattr(store_module, "_dumps", watched_dumps)
+    await two.a.start_run(workflow, {}, "alice")
+    await two.finish("A")
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
+    assert threads["apply"] and loop_thread not in threads["apply"]
+    assert threads["encode"] and loop_thread not in threads["encode"]

@@ -30,7 +30,13 @@ from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.monitor_base import Monitor
 from jobring.admin.scheduler.trigger import FireRequest, TriggerRejected, TriggerService
 from jobring.admin.store.records import HandleResult
-from jobring.admin.store.workflows import NewNodeRun, NodeRunRecord, NodeRunState, WorkflowRecord
+from jobring.admin.store.workflows import (
+    NewNodeRun,
+    NodeRunRecord,
+    NodeRunState,
+    WorkflowGone,
+    WorkflowRecord,
+)
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.expression import JsonValue
@@ -64,6 +70,9 @@ log = logging.getLogger(__name__)
 
 STOPPED_BY_WORKFLOW = "killed: its workflow run stopped"
 _CONTENDED_TRIES = 50
+MAX_CONCURRENT_FIRES = 50
+"""Job starts one driver has in flight at once; the rest wait their turn (each is already a
+durable pending attempt, so nothing is lost if the admin stops while they wait)."""
 _GRAPHS_KEPT = 256
 
 
@@ -86,6 +95,7 @@ class WorkflowDriver(Monitor):
         node_id: str,
         interval_s: float = 2.0,
         stale_ms: int = 30_000,
+        max_concurrent_fires: int = MAX_CONCURRENT_FIRES,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
@@ -96,6 +106,9 @@ class WorkflowDriver(Monitor):
         self._stale_ms = stale_ms
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Bounds the trigger calls only, not what follows them: a fire's result may start more
+        # attempts, and holding a slot while waiting for another could use them all up.
+        self._firing = asyncio.Semaphore(max_concurrent_fires)
         self.lost_races = 0  # steps recomputed because another writer stored one first
 
     # -- graphs -----------------------------------------------------------------------------------
@@ -120,27 +133,30 @@ class WorkflowDriver(Monitor):
         self, workflow: WorkflowRecord, params: Mapping[str, JsonValue], triggered_by: str | None
     ) -> tuple[int, Step]:
         """Start a run of the workflow's current version; (run id, first step). A step that is
-        not applied (bad params) records nothing: its note says why."""
+        not applied (bad params) records nothing: its note says why. WorkflowRunGone when the
+        workflow has been deleted."""
         graph = await self.graph(workflow.id, workflow.version)
         job_ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
         jobs = await self._store.jobs.get_many(job_ids)
         refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
         now = self._clock.now_ms()
-        step = apply(
-            graph, None, RunStarted(now, workflow.version, params, inherited_retries(graph, refs.get))
-        )
-        if step.run is None:
+        event = RunStarted(now, workflow.version, params, inherited_retries(graph, refs.get))
+        step, state = await asyncio.to_thread(_first_step, graph, event)  # see apply
+        if step.run is None or state is None:
             return 0, step
-        run_id = await self._store.workflows.start_run(
-            workflow.id,
-            workflow.version,
-            workflow.job_group,
-            step.run.status.value,
-            run_to_json(step.run),
-            triggered_by,
-            now,
-            _starts(step.commands),
-        )
+        try:
+            run_id = await self._store.workflows.start_run(
+                workflow.id,
+                workflow.version,
+                workflow.job_group,
+                step.run.status.value,
+                state,
+                triggered_by,
+                now,
+                _starts(step.commands),
+            )
+        except WorkflowGone as exc:  # deleted since it was read
+            raise WorkflowRunGone(str(exc)) from None
         log.info("workflow %s run %s started (version %s)", workflow.id, run_id, workflow.version)
         await self._carry_out(run_id, step.commands)
         return run_id, step
@@ -153,15 +169,17 @@ class WorkflowDriver(Monitor):
             if record is None or record.state is None:
                 raise WorkflowRunGone(f"workflow run {run_id} does not exist")
             graph = await self.graph(record.workflow_id, record.version)
-            run = run_from_json(record.state)
-            step = apply(graph, run, event)
-            if not step.applied or step.run is run or step.run is None:
+            # Reading, applying and writing back a large run's state takes tens of milliseconds
+            # of CPU: done in a worker thread so the loop keeps serving. The compare-and-set
+            # below is unchanged: the step was computed from revision record.rev, nothing else.
+            step, state = await asyncio.to_thread(_step, graph, record.state, event)
+            if state is None or step.run is None:
                 return step
             stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
                 step.run.status.value,
-                run_to_json(step.run),
+                state,
                 self._clock.now_ms(),
                 _starts(step.commands),
             )
@@ -229,7 +247,7 @@ class WorkflowDriver(Monitor):
         record = await self._store.workflows.get_run(attempt.workflow_run_id)
         if record is None or record.state is None:
             return False
-        node = run_from_json(record.state).node(attempt.node_key)
+        node = (await asyncio.to_thread(run_from_json, record.state)).node(attempt.node_key)
         unit = (
             node
             if attempt.item < 0 or node.items is None or attempt.item >= len(node.items)
@@ -255,7 +273,8 @@ class WorkflowDriver(Monitor):
                 workflow_node_run_id=attempt.id,
             )
             try:
-                result = await self._trigger.fire(request)
+                async with self._firing:
+                    result = await self._trigger.fire(request)
             except TriggerRejected as exc:
                 problem = str(exc)
             else:
@@ -375,6 +394,21 @@ class WorkflowDriver(Monitor):
     async def stop(self) -> None:
         await super().stop()
         await self.wait_idle()
+
+
+def _first_step(graph: WorkflowGraph, event: RunStarted) -> tuple[Step, dict[str, Any] | None]:
+    step = apply(graph, None, event)
+    return step, None if step.run is None else run_to_json(step.run)
+
+
+def _step(graph: WorkflowGraph, state: Mapping[str, Any], event: Event) -> tuple[Step, dict[str, Any] | None]:
+    """``event`` applied to a stored state: the step and the new state document (None when
+    there is nothing to store)."""
+    run = run_from_json(state)
+    step = apply(graph, run, event)
+    if not step.applied or step.run is run or step.run is None:
+        return step, None
+    return step, run_to_json(step.run)
 
 
 def _item(item: int) -> int | None:

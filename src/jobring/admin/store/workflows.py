@@ -8,6 +8,7 @@ admins that computed a step from the same revision only one stores it.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,11 +20,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, check_paging, chunks, new_id
 from jobring.admin.store.tables import job_log, workflow, workflow_node_run, workflow_run, workflow_version
+from jobring.errors import JobringError
 
 __all__ = [
     "NewNodeRun",
     "NodeRunRecord",
     "NodeRunState",
+    "WorkflowBusy",
+    "WorkflowGone",
     "WorkflowRecord",
     "WorkflowRepository",
     "WorkflowRunRecord",
@@ -38,6 +42,18 @@ class NodeRunState:
     FIRING = "firing"
     RUNNING = "running"
     ENDED = "ended"
+
+
+class WorkflowGone(JobringError, LookupError):
+    """The workflow was deleted (a run cannot start)."""
+
+
+class WorkflowBusy(JobringError):
+    """The workflow has running runs (``run_ids``, a few of them): it may not be deleted."""
+
+    def __init__(self, workflow_id: int, run_ids: builtins.list[int]) -> None:
+        super().__init__(f"workflow {workflow_id} has running runs")
+        self.run_ids = run_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +130,20 @@ def _dumps(doc: Mapping[str, Any]) -> str:
     return orjson.dumps(doc).decode()
 
 
+async def _state_text(doc: Mapping[str, Any]) -> str:
+    # A run's state reaches megabytes (10,000 fan-out items with their messages): encoded in a
+    # worker thread so the event loop keeps serving, and before the write transaction opens.
+    return await asyncio.to_thread(_dumps, doc)
+
+
 def _run(row: Any, with_state: bool) -> WorkflowRunRecord:
     values = dict(row._asdict())
     raw = values.pop("state", None)
     return WorkflowRunRecord(**values, state=orjson.loads(raw) if with_state and raw is not None else None)
+
+
+def _decoded_run(row: Any) -> WorkflowRunRecord:
+    return _run(row, with_state=True)
 
 
 def _node_run(row: Any) -> NodeRunRecord:
@@ -269,8 +295,26 @@ class WorkflowRepository(Repository):
         return out, total
 
     async def delete(self, workflow_id: int) -> bool:
-        """Delete the workflow, its versions, runs and node attempts; False when it was gone."""
+        """Delete the workflow, its versions, runs and node attempts; False when it was gone.
+
+        Refused (:class:`WorkflowBusy`) while a run is running, checked in the same transaction
+        with the workflow's row locked: a run starting meanwhile (:meth:`start_run` locks the
+        row too) either comes first and is seen here, or finds the workflow gone."""
         async with self._db.write() as conn:
+            locked = select(workflow.c.id).where(workflow.c.id == workflow_id).with_for_update()
+            if (await conn.execute(locked)).first() is None:
+                return False
+            running = (
+                await conn.execute(
+                    select(workflow_run.c.id)
+                    .where(workflow_run.c.workflow_id == workflow_id, workflow_run.c.status == "running")
+                    .order_by(workflow_run.c.id)
+                    .limit(5)
+                    .with_for_update()
+                )
+            ).scalars().all()
+            if running:
+                raise WorkflowBusy(workflow_id, [int(i) for i in running])
             runs = (
                 (
                     await conn.execute(
@@ -302,8 +346,13 @@ class WorkflowRepository(Repository):
         now_ms: int,
         starts: Sequence[NewNodeRun],
     ) -> int:
-        """Record a run and the node attempts its first step starts; returns the run id."""
+        """Record a run and the node attempts its first step starts; returns the run id.
+        :class:`WorkflowGone` when the workflow was deleted (see :meth:`delete`)."""
+        text = await _state_text(state)
         async with self._db.write() as conn:
+            shared = select(workflow.c.id).where(workflow.c.id == workflow_id).with_for_update(read=True)
+            if (await conn.execute(shared)).first() is None:
+                raise WorkflowGone(f"workflow {workflow_id} does not exist")
             run_id = new_id(
                 await conn.execute(
                     insert(workflow_run).values(
@@ -312,7 +361,7 @@ class WorkflowRepository(Repository):
                         job_group=job_group,
                         status=status,
                         rev=0,
-                        state=_dumps(state),
+                        state=text,
                         triggered_by=triggered_by,
                         started_at=now_ms,
                         ended_at=now_ms if status != "running" else None,
@@ -325,7 +374,8 @@ class WorkflowRepository(Repository):
     async def get_run(self, run_id: int) -> WorkflowRunRecord | None:
         async with self._db.read() as conn:
             row = (await conn.execute(select(workflow_run).where(workflow_run.c.id == run_id))).first()
-        return None if row is None else _run(row, with_state=True)
+        # Decoded in a worker thread, like the encoding (see _state_text).
+        return None if row is None else await asyncio.to_thread(_decoded_run, row)
 
     async def list_runs(
         self,
@@ -379,6 +429,7 @@ class WorkflowRepository(Repository):
     ) -> bool:
         """Store a step computed from revision ``rev`` with the node attempts it starts, in one
         transaction; False (nothing stored) when the run is no longer at ``rev``."""
+        text = await _state_text(state)
         async with self._db.write() as conn:
             result = await conn.execute(
                 update(workflow_run)
@@ -386,7 +437,7 @@ class WorkflowRepository(Repository):
                 .values(
                     rev=rev + 1,
                     status=status,
-                    state=_dumps(state),
+                    state=text,
                     ended_at=None if status == "running" else now_ms,
                 )
             )

@@ -2,8 +2,9 @@
 
 What the integrator calls:
 
-* save: :func:`parse_workflow` (JSON -> :class:`WorkflowGraph`, structure checked), then
-  :func:`check_access` (jobs exist, groups the user may operate, sub-workflows) through lookups;
+* save: :func:`parse_workflow` (JSON -> :class:`WorkflowGraph`, structure checked),
+  :func:`check_run_budget` (fan-out items a run could hold), then :func:`check_access`
+  (jobs exist, groups the user may operate, sub-workflows) through lookups;
   :meth:`WorkflowGraph.to_json` is the canonical form to store as a version;
 * run: :func:`apply` (``(graph, run, event) -> Step``) for every event, starting with
   :class:`RunStarted` (``retries`` from :func:`inherited_retries`); store
@@ -25,6 +26,7 @@ from jobring.core.workflow.access import (
     inherited_retries,
 )
 from jobring.core.workflow.context import CONTEXT_MAX_BYTES, ContextError, context_changes
+from jobring.core.workflow.diff import definition_changes, definition_summary
 from jobring.core.workflow.engine import apply
 from jobring.core.workflow.events import (
     Command,
@@ -45,9 +47,17 @@ from jobring.core.workflow.events import (
     StopRun,
     StopSubworkflow,
 )
-from jobring.core.workflow.model import FailureRule, Join, Node, NodeKind, WorkflowGraph, WorkflowInvalid
+from jobring.core.workflow.model import (
+    MAX_RUN_ITEMS,
+    FailureRule,
+    Join,
+    Node,
+    NodeKind,
+    WorkflowGraph,
+    WorkflowInvalid,
+)
 from jobring.core.workflow.overlap import Overlap, OverlapAction, on_fire, on_run_end
-from jobring.core.workflow.parse import parse_workflow
+from jobring.core.workflow.parse import check_run_budget, parse_workflow
 from jobring.core.workflow.state import (
     NodeRun,
     NodeStatus,
@@ -60,6 +70,7 @@ from jobring.core.workflow.state import (
 )
 
 __all__ = [
+    "MAX_RUN_ITEMS",
     "CONTEXT_MAX_BYTES",
     "Command",
     "ContextError",
@@ -99,7 +110,10 @@ __all__ = [
     "WorkflowRun",
     "apply",
     "check_access",
+    "check_run_budget",
     "context_changes",
+    "definition_changes",
+    "definition_summary",
     "inherited_retries",
     "on_fire",
     "on_run_end",

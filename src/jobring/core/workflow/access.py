@@ -3,7 +3,11 @@
 At save time the integrator calls :func:`check_access` with lookups bound to the store and the
 acting user. Every refusal names the node:
 
-* a job or fan-out node whose job does not exist, or is in a group the user may not operate;
+* a job or fan-out node whose job does not exist, or is in a group the user may not operate
+  (one refusal for both, naming no group, so it tells nothing about other groups' jobs);
+* a job or fan-out node whose job is outside the workflow's own group, whoever saves it: the
+  group's viewers see every node's job, params and runs, so a workflow may hold only its
+  group's jobs;
 * a sub-workflow node whose workflow does not exist, that leads back to the workflow being
   saved or into a loop of workflows, that nests deeper than :data:`MAX_NESTING`, or whose
   workflows (at any depth) run a job the user may not operate: running a workflow must not
@@ -45,15 +49,16 @@ class _Checker:
         self.job_lookup, self.may_operate, self.workflow_lookup = job_lookup, may_operate, workflow_lookup
         self.own_id = own_id
         self.jobs: dict[int, str | None] = {}  # job id -> refusal (None: fine)
+        self.job_groups: dict[int, int] = {}  # job id -> its group, for the jobs found
         self.done: dict[int, tuple[str | None, int]] = {}  # workflow id -> (refusal, nesting below it)
 
     def job_refusal(self, job_id: int) -> str | None:
         if job_id not in self.jobs:
             job = self.job_lookup(job_id)
-            if job is None:
-                self.jobs[job_id] = f"job {job_id} does not exist"
-            elif not self.may_operate(job.group_id):
-                self.jobs[job_id] = f"job {job_id} is in group {job.group_id}, which you may not operate"
+            if job is not None:
+                self.job_groups[job_id] = job.group_id
+            if job is None or not self.may_operate(job.group_id):
+                self.jobs[job_id] = f"job {job_id} does not exist or is in a group you may not operate"
             else:
                 self.jobs[job_id] = None
         return self.jobs[job_id]
@@ -105,15 +110,21 @@ def check_access(
     may_operate: GroupPermission,
     workflow_lookup: WorkflowLookup,
     workflow_id: int | None = None,
+    owner_group: int | None = None,
 ) -> None:
     """Refuse (:class:`WorkflowInvalid`) what ``graph`` may not run for this user.
 
     ``workflow_id`` is the id of the workflow being saved (None for a new one), so that a
-    sub-workflow leading back to it is refused."""
+    sub-workflow leading back to it is refused. ``owner_group`` is the workflow's own group:
+    a job or fan-out node whose job is in another group is refused (None: not checked)."""
     checker = _Checker(job_lookup, may_operate, workflow_lookup, workflow_id)
     for node in graph.nodes.values():
         if node.kind in (NodeKind.JOB, NodeKind.FANOUT) and node.job_id is not None:
             refusal = checker.job_refusal(node.job_id)
+            outside = checker.job_groups.get(node.job_id, owner_group) != owner_group
+            if refusal is None and owner_group is not None and outside:
+                refusal = (f"job {node.job_id} is not in this workflow's group "
+                           f"{owner_group}: a workflow runs only its own group's jobs")
             if refusal is not None:
                 raise WorkflowInvalid(f"{node.field}.job_id", node.key, refusal)
         elif node.kind is NodeKind.SUBWORKFLOW and node.workflow_id is not None:

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_NODES",
     "MAX_PARALLELISM",
     "MAX_RETRIES",
+    "MAX_RUN_ITEMS",
     "PARAMS_MAX_CHARS",
     "Edge",
     "FailureRule",
@@ -37,6 +38,9 @@ MAX_EDGES = 5_000
 MAX_RETRIES = 20
 MAX_PARALLELISM = 100
 MAX_FANOUT_ITEMS = 1_000
+MAX_RUN_ITEMS = 10_000
+"""Fan-out items in one run, all fan-out nodes together: a run's whole state is one document
+read, changed and written back per event, so its size bounds the cost of every event."""
 MAX_NESTING = 5
 """Sub-workflows nest at most this deep below the workflow being saved."""
 PARAMS_MAX_CHARS = 512

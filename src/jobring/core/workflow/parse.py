@@ -30,9 +30,11 @@ from jobring.core.expression import Expression, ExpressionError, parse_expressio
 from jobring.core.templating import Template, parse_template
 from jobring.core.workflow.model import (
     MAX_EDGES,
+    MAX_FANOUT_ITEMS,
     MAX_NODES,
     MAX_PARALLELISM,
     MAX_RETRIES,
+    MAX_RUN_ITEMS,
     PARAMS_MAX_CHARS,
     Edge,
     FailureRule,
@@ -323,3 +325,21 @@ def parse_workflow(doc: object) -> WorkflowGraph:
         children={key: tuple(value) for key, value in children.items()},
         order=tuple(order), position={key: i for i, key in enumerate(order)},
     )
+
+
+def check_run_budget(graph: WorkflowGraph) -> None:
+    """Refuse (:class:`WorkflowInvalid`, naming the first fan-out node over the budget) a graph
+    whose fan-out nodes together could hold more than :data:`MAX_RUN_ITEMS` items in one run.
+
+    Saving checks this; :func:`parse_workflow` does not, so that versions stored before the
+    budget still load (their runs are held to it item by item: a fan-out that would go over
+    fails)."""
+    budget = 0
+    for node in graph.nodes.values():
+        if node.kind is NodeKind.FANOUT:
+            budget += MAX_FANOUT_ITEMS
+            if budget > MAX_RUN_ITEMS:
+                raise WorkflowInvalid(
+                    f"{node.field}.kind", node.key,
+                    f"at most {MAX_RUN_ITEMS // MAX_FANOUT_ITEMS} fan-out nodes per workflow: each may "
+                    f"fan out over {MAX_FANOUT_ITEMS} items and a run holds at most {MAX_RUN_ITEMS}")

@@ -34,6 +34,7 @@ from jobring.core.workflow.events import (
 from jobring.core.workflow.joins import Verdict, edge_signal, join_verdict
 from jobring.core.workflow.model import (
     MAX_FANOUT_ITEMS,
+    MAX_RUN_ITEMS,
     PARAMS_MAX_CHARS,
     FailureRule,
     Node,
@@ -262,9 +263,19 @@ class Transition:
             if json_size(values) > CONTEXT_MAX_BYTES:  # kept in the run's state, like the context
                 self.fail_node(node, f"items: larger than {CONTEXT_MAX_BYTES} bytes as JSON")
                 return
+            held = self.run_items(but=node.key)
+            if held + len(values) > MAX_RUN_ITEMS:
+                self.fail_node(node, f"items: {len(values)} more items would make this run hold more "
+                               f"than {MAX_RUN_ITEMS} fan-out items ({held} already)")
+                return
             running = replace(running, values=tuple(values), items=tuple(Unit() for _ in values))
         self.put(node.key, running)
         self.fill_fanout(node)
+
+    def run_items(self, *, but: str) -> int:
+        """How many fan-out items the run holds, in every node other than ``but``."""
+        return sum(len(record.items) for key, record in self.nodes.items()
+                   if key != but and record.items is not None)
 
     def fill_fanout(self, node: Node) -> None:
         """Start waiting items up to the parallelism cap; finish the node when all are done."""

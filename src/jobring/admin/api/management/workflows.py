@@ -14,12 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
-from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, PageOut
+from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, Line, PageOut
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
 from jobring.admin.scheduler.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.security.principal import Principal
-from jobring.admin.store.workflows import WorkflowRecord, WorkflowRunRecord
+from jobring.admin.store.workflows import WorkflowBusy, WorkflowRecord, WorkflowRunRecord
 from jobring.core.workflow import (
     Event,
     JobRef,
@@ -31,6 +31,9 @@ from jobring.core.workflow import (
     WorkflowGraph,
     WorkflowInvalid,
     check_access,
+    check_run_budget,
+    definition_changes,
+    definition_summary,
     parse_workflow,
     run_from_json,
 )
@@ -45,11 +48,11 @@ NodeKey = Annotated[str, Path(min_length=1, max_length=64)]
 class WorkflowIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=100)
+    name: Line = Field(min_length=1, max_length=100)
     job_group: int = Field(
         ge=1, le=MAX_INT32, description="the owning executor group: who may see and edit it"
     )
-    description: str = Field(default="", max_length=255)
+    description: Line = Field(default="", max_length=255)
     nodes: list[dict[str, Any]] = Field(
         description="see docs/workflows.md: key, kind, job_id, params, join, ..."
     )
@@ -145,6 +148,7 @@ def _invalid(exc: WorkflowInvalid) -> ApiError:
 def _parse(body: WorkflowIn) -> WorkflowGraph:
     try:
         graph = parse_workflow({"nodes": body.nodes, "edges": body.edges})
+        check_run_budget(graph)
     except WorkflowInvalid as exc:
         raise _invalid(exc) from None
     for node in graph.nodes.values():
@@ -158,9 +162,14 @@ def _parse(body: WorkflowIn) -> WorkflowGraph:
 
 
 async def _check_jobs(
-    services: ManagementServices, principal: Principal, graph: WorkflowGraph, workflow_id: int | None
+    services: ManagementServices,
+    principal: Principal,
+    graph: WorkflowGraph,
+    workflow_id: int | None,
+    owner_group: int,
 ) -> None:
-    """Every node's job exists and is in a group the caller may operate (WorkflowInvalid -> 422)."""
+    """Every node's job exists, is in a group the caller may operate and is in the
+    workflow's own group ``owner_group`` (WorkflowInvalid -> 422)."""
     ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
     jobs = await services.store.jobs.get_many(ids)
     refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
@@ -175,6 +184,7 @@ async def _check_jobs(
             may_operate=may_operate,
             workflow_lookup=lambda _: None,
             workflow_id=workflow_id,
+            owner_group=owner_group,
         )
     except WorkflowInvalid as exc:
         raise _invalid(exc) from None
@@ -246,7 +256,7 @@ async def list_workflows(
 async def create_workflow(body: WorkflowIn, services: Services, principal: Writer) -> WorkflowOut:
     ensure_group_write(principal, body.job_group)
     graph = _parse(body)
-    await _check_jobs(services, principal, graph, None)
+    await _check_jobs(services, principal, graph, None, body.job_group)
     workflow_id = await services.store.workflows.create(
         body.name,
         body.job_group,
@@ -287,7 +297,7 @@ async def update_workflow(
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     ensure_group_write(principal, body.job_group)
     graph = _parse(body)
-    await _check_jobs(services, principal, graph, workflow_id)
+    await _check_jobs(services, principal, graph, workflow_id, body.job_group)
     expected = body.version if body.version is not None else record.version
     version = await services.store.workflows.update(
         workflow_id,
@@ -308,16 +318,33 @@ async def update_workflow(
         )
     saved = await services.store.workflows.get(workflow_id)
     assert saved is not None
+    before, after = _update_audit(record, saved)
     await services.audit.record(
         principal,
         AuditAction.WORKFLOW_UPDATE,
         target_type="workflow",
         target_id=workflow_id,
         group_id=body.job_group,
-        before={"name": record.name, "version": record.version},
-        after={"name": body.name, "nodes": len(graph.nodes), "version": version},
+        before=before,
+        after=after,
     )
     return _out(saved)
+
+
+_AUDITED = ("name", "description", "job_group", "version")
+
+
+def _update_audit(record: WorkflowRecord, saved: WorkflowRecord) -> tuple[dict[str, Any], dict[str, Any]]:
+    """before/after of an edit (the audit log keeps the fields that differ): name,
+    description, group, version, and the graph in short (sha256, counts) with what changed in
+    it node by node and edge by edge."""
+    before: dict[str, Any] = {name: getattr(record, name) for name in _AUDITED}
+    after: dict[str, Any] = {name: getattr(saved, name) for name in _AUDITED}
+    changed = definition_changes(record.definition, saved.definition)
+    if changed:
+        before["graph"] = definition_summary(record.definition)
+        after["graph"] = {**definition_summary(saved.definition), **changed}
+    return before, after
 
 
 @router.delete(
@@ -329,13 +356,13 @@ async def update_workflow(
 async def delete_workflow(workflow_id: WorkflowId, services: Services, principal: Writer) -> Response:
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
-    running = await services.store.workflows.running_run_ids(workflow_id)
-    if running:
+    try:  # the check for running runs and the deletion are one transaction (no run is lost)
+        await services.store.workflows.delete(workflow_id)
+    except WorkflowBusy as exc:
         raise ApiError(
             409,
-            f"workflow {workflow_id} has running runs ({', '.join(map(str, running[:5]))}); stop them first",
-        )
-    await services.store.workflows.delete(workflow_id)
+            f"workflow {workflow_id} has running runs ({', '.join(map(str, exc.run_ids))}); stop them first",
+        ) from None
     await services.audit.record(
         principal,
         AuditAction.WORKFLOW_DELETE,
@@ -358,9 +385,13 @@ async def trigger_workflow(
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     driver = _driver(services)
-    await _check_jobs(services, principal, await driver.graph(record.id, record.version), workflow_id)
     params = (body or WorkflowTriggerIn()).params
-    run_id, step = await driver.start_run(record, params, principal.user.username)
+    try:  # deleted meanwhile: as if it had never been there
+        graph = await driver.graph(record.id, record.version)
+        await _check_jobs(services, principal, graph, workflow_id, record.job_group)
+        run_id, step = await driver.start_run(record, params, principal.user.username)
+    except WorkflowRunGone:
+        raise not_found("workflow", workflow_id) from None
     if not step.applied:
         raise ApiError(422, step.note or "the run could not start", "params")
     await services.audit.record(
@@ -463,7 +494,11 @@ async def _repair(
     ensure_group_write(principal, record.job_group, not_found("workflow run", run_id))
     driver = _driver(services)
     await _check_jobs(
-        services, principal, await driver.graph(record.workflow_id, record.version), record.workflow_id
+        services,
+        principal,
+        await driver.graph(record.workflow_id, record.version),
+        record.workflow_id,
+        record.job_group,
     )
     try:
         step = await driver.apply(run_id, event)
