@@ -34,7 +34,7 @@ describe("CalendarsView", () => {
     expect(row.text()).toContain("Global (every group)");
     expect(row.text()).toContain("2 dates");
     expect(row.text()).toContain("7");
-    expect(wrapper.find("tr[data-calendar=ops]").text()).toContain("2 workdays, 1 times of day");
+    expect(wrapper.find("tr[data-calendar=ops]").text()).toContain("2 workdays, 1 time of day");
     // A calendar in use cannot be deleted.
     expect(row.find(".danger-text").attributes("disabled")).toBeDefined();
   });
