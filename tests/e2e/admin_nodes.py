@@ -52,9 +52,27 @@ class AdminNode:
         return self.log_file.read_text(encoding="utf-8", errors="replace")
 
 
+PORT_TAKEN = "is in use"  # the admin's refusal when its port was taken (jobring.listen)
+
+
 async def start_admin(database_url: str, node_id: str, workdir: Path, *extra: str,
                       env: dict[str, str] | None = None, port: int | None = None) -> AdminNode:
-    port = port or free_port()
+    """An admin process, healthy. Without ``port`` a free one is picked, and picked again when
+    another process took it before the admin bound it (an outgoing connection's ephemeral port
+    can be the one just found free: seen with the chaos lanes' parallel clusters)."""
+    if port is not None:
+        return await _start_admin(database_url, node_id, workdir, *extra, env=env, port=port)
+    for _ in range(2):
+        try:
+            return await _start_admin(database_url, node_id, workdir, *extra, env=env, port=free_port())
+        except AssertionError as refused:
+            if PORT_TAKEN not in str(refused):
+                raise
+    return await _start_admin(database_url, node_id, workdir, *extra, env=env, port=free_port())
+
+
+async def _start_admin(database_url: str, node_id: str, workdir: Path, *extra: str,
+                       env: dict[str, str] | None, port: int) -> AdminNode:
     log_file = workdir / f"admin-{node_id}.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
     # The global executor token is opted into (executors here share it); ``env`` may override
