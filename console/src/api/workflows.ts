@@ -33,3 +33,8 @@ export const markNodeSucceeded = (runId: number, key: string, at?: number) =>
   ok(api.POST("/workflow-runs/{run_id}/nodes/{key}/mark-succeeded", { ...node(runId, key), ...round(at) }));
 export const rerunFromNode = (runId: number, key: string, at?: number) =>
   ok(api.POST("/workflow-runs/{run_id}/nodes/{key}/rerun", { ...node(runId, key), ...round(at) }));
+
+export type WorkflowSchedule = Schemas["WorkflowScheduleOut"];
+export const getWorkflowSchedule = (workflowId: number) => ok(api.GET("/workflows/{workflow_id}/schedule", wf(workflowId)));
+export const putWorkflowSchedule = (workflowId: number, body: Schemas["WorkflowScheduleIn"]) =>
+  ok(api.PUT("/workflows/{workflow_id}/schedule", { ...wf(workflowId), body }));

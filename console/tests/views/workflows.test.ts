@@ -7,8 +7,8 @@ import { ApiError } from "../../src/api/client";
 import { listGroups } from "../../src/api/groups";
 import { listJobs } from "../../src/api/jobs";
 import {
-  createWorkflow, getWorkflow, getWorkflowRun, listWorkflows, markNodeSucceeded, rerunFromNode, retryWorkflowRun, stopWorkflowRun,
-  triggerWorkflow, updateWorkflow, type NodeRun, type Workflow, type WorkflowRun,
+  createWorkflow, getWorkflow, getWorkflowRun, getWorkflowSchedule, putWorkflowSchedule, listWorkflows, markNodeSucceeded, rerunFromNode, retryWorkflowRun, stopWorkflowRun,
+  triggerWorkflow, updateWorkflow, type NodeRun, type Workflow, type WorkflowRun, type WorkflowSchedule,
 } from "../../src/api/workflows";
 import WorkflowEditView from "../../src/views/WorkflowEditView.vue";
 import WorkflowRunView from "../../src/views/WorkflowRunView.vue";
@@ -51,7 +51,16 @@ function wfRun(over: Partial<WorkflowRun> = {}): WorkflowRun {
   };
 }
 
+function schedule(over: Partial<WorkflowSchedule> = {}): WorkflowSchedule {
+  return {
+    workflow_id: 3, schedule_type: "NONE", schedule_conf: "", schedule_timezone: null, misfire_strategy: "DO_NOTHING",
+    overlap: "skip", params: {}, enabled: false, next_fire_at: null, next_times: [], queued: false, last_fire_at: null,
+    last_result: "", updated_by: null, updated_at: null, ...over,
+  };
+}
+
 beforeEach(() => {
+  vi.mocked(getWorkflowSchedule).mockResolvedValue(schedule());
   vi.mocked(listGroups).mockResolvedValue(page([group({ id: 4, title: "Reports" })]));
   vi.mocked(listJobs).mockResolvedValue(page([job({ id: 12, job_group: 4, job_desc: "extract rows" }), job({ id: 13, job_group: 4, job_desc: "load" })]));
   vi.mocked(listWorkflows).mockResolvedValue(page([workflow()]));
@@ -138,6 +147,31 @@ describe("WorkflowEditView", () => {
     expect(createWorkflow).toHaveBeenCalledWith(expect.objectContaining({
       name: "daily", job_group: 4, nodes: [{ key: "start", job_id: 12 }], edges: [], version: null }));
     expect(router.currentRoute.value.path).toBe("/workflows/9");
+  });
+});
+
+describe("WorkflowScheduleForm", () => {
+  it("sets a cron schedule, started, and shows the next fire times and the last fire", async () => {
+    vi.mocked(putWorkflowSchedule).mockRejectedValueOnce(new ApiError(422, "schedule_conf: bad cron", "schedule_conf"));
+    vi.mocked(putWorkflowSchedule).mockResolvedValueOnce(schedule({
+      schedule_type: "CRON", schedule_conf: "0 0 2 * * ?", enabled: true, overlap: "queue_one", next_fire_at: Date.UTC(2026, 0, 2, 2),
+      next_times: [Date.UTC(2026, 0, 2, 2)], last_result: "2026-01-01T02:00:00.000Z: started run 40", params: { day: "x" } }));
+    const { wrapper } = await mountView(WorkflowEditView, { path: "/workflows/3", props: { id: "3" } });
+    const form = wrapper.find("[data-testid=wf-schedule]");
+    await form.find("select[name=schedule_type]").setValue("CRON");
+    await form.find("input[name=schedule_conf]").setValue("0 0 2 * * ?");
+    await form.find("select[name=overlap]").setValue("queue_one");
+    await form.find("input[name=params]").setValue('{"day": "x"}');
+    await form.find("input[name=enabled]").setValue(true);
+    await form.trigger("submit");
+    await flushPromises();
+    expect(form.find(".field-error").text()).toContain("bad cron");
+    await form.trigger("submit");
+    await flushPromises();
+    expect(putWorkflowSchedule).toHaveBeenLastCalledWith(3, {
+      schedule_type: "CRON", schedule_conf: "0 0 2 * * ?", schedule_timezone: null, misfire_strategy: "DO_NOTHING",
+      overlap: "queue_one", params: { day: "x" }, enabled: true });
+    expect(form.find("[data-testid=wf-schedule-facts]").text()).toContain("started run 40");
   });
 });
 
