@@ -871,6 +871,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workflows/{workflow_id}/schedule": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A workflow's schedule with its next fire times */
+        get: operations["get_workflow_schedule_workflows__workflow_id__schedule_get"];
+        /** Set a workflow's schedule; start or stop it (enabled) */
+        put: operations["put_workflow_schedule_workflows__workflow_id__schedule_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/workflows/{workflow_id}/trigger": {
         parameters: {
             query?: never;
@@ -2879,6 +2897,96 @@ export interface components {
             triggered_by: string | null;
             /** Version */
             version: number;
+            /** Workflow Id */
+            workflow_id: number;
+        };
+        /** WorkflowScheduleIn */
+        WorkflowScheduleIn: {
+            /**
+             * Enabled
+             * @description started: fires at its instants
+             * @default false
+             */
+            enabled: boolean;
+            /**
+             * Misfire Strategy
+             * @default DO_NOTHING
+             * @enum {string}
+             */
+            misfire_strategy: "DO_NOTHING" | "FIRE_ONCE_NOW";
+            /**
+             * Overlap
+             * @description a fire while a run is going: skip it, let one wait, or start another run
+             * @default skip
+             * @enum {string}
+             */
+            overlap: "skip" | "queue_one" | "allow";
+            /**
+             * Params
+             * @description the scheduled runs' starting context
+             */
+            params?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Schedule Conf
+             * @description cron expression, or seconds for FIX_RATE
+             * @default
+             */
+            schedule_conf: string;
+            /**
+             * Schedule Timezone
+             * @description IANA zone (null: the admin's)
+             */
+            schedule_timezone?: string | null;
+            /**
+             * Schedule Type
+             * @default NONE
+             * @enum {string}
+             */
+            schedule_type: "NONE" | "CRON" | "FIX_RATE";
+        };
+        /** WorkflowScheduleOut */
+        WorkflowScheduleOut: {
+            /** Enabled */
+            enabled: boolean;
+            /** Last Fire At */
+            last_fire_at: number | null;
+            /** Last Result */
+            last_result: string;
+            /** Misfire Strategy */
+            misfire_strategy: string;
+            /**
+             * Next Fire At
+             * @description epoch ms of the next planned fire (null: none)
+             */
+            next_fire_at: number | null;
+            /**
+             * Next Times
+             * @description the next few fire times (epoch ms), also while stopped
+             */
+            next_times: number[];
+            /** Overlap */
+            overlap: string;
+            /** Params */
+            params: {
+                [key: string]: unknown;
+            };
+            /**
+             * Queued
+             * @description a fire is waiting for the running run to end (overlap queue_one)
+             */
+            queued: boolean;
+            /** Schedule Conf */
+            schedule_conf: string;
+            /** Schedule Timezone */
+            schedule_timezone: string | null;
+            /** Schedule Type */
+            schedule_type: string;
+            /** Updated At */
+            updated_at: number | null;
+            /** Updated By */
+            updated_by: string | null;
             /** Workflow Id */
             workflow_id: number;
         };
@@ -9894,6 +10002,216 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_workflow_schedule_workflows__workflow_id__schedule_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workflow_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowScheduleOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_workflow_schedule_workflows__workflow_id__schedule_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workflow_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkflowScheduleIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowScheduleOut"];
+                };
             };
             /** @description Bad request */
             400: {

@@ -63,6 +63,7 @@ from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.timing_book import StoreTiming
 from jobring.admin.scheduler.trigger import TriggerService
 from jobring.admin.scheduler.unsure import UnsureFires
+from jobring.admin.scheduler.workflow_schedules import WorkflowScheduler
 from jobring.admin.scheduler.workflows import WorkflowDriver
 from jobring.admin.settings import AdminSettings, address_policy
 from jobring.admin.store import Store
@@ -169,6 +170,7 @@ async def start_runtime(
                                 child_fire_budget=settings.child_fire_budget)
     workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id)
     monitors.add(workflows)
+    monitors.add(WorkflowScheduler(store, workflows, clock, default_zone=state.default_timezone))
     callbacks.results_listener = workflows.notify
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,

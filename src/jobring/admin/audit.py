@@ -90,6 +90,7 @@ class AuditAction(StrEnum):
     WORKFLOW_RUN_RETRY = "workflow.run_retry"
     WORKFLOW_RUN_MARK = "workflow.run_mark_succeeded"
     WORKFLOW_RUN_RERUN = "workflow.run_rerun_from"
+    WORKFLOW_SCHEDULE = "workflow.schedule"
     RUNS_CLEAR = "runs.clear"
     SETTINGS_CHANGE = "settings.change"
     SECRET_READ = "settings.secret_read"

@@ -42,6 +42,7 @@ EXAMPLES: dict[str, str] = {
     "workflows update": "jobring workflows update 3 --file nightly.json",
     "workflows delete": "jobring workflows delete 3",
     "workflows trigger": "jobring workflows trigger 3 --params '{\"day\": \"20261201\"}'",
+    "workflows schedule": "jobring workflows schedule 3 --cron \"0 0 2 * * ?\" --tz Asia/Shanghai --start",
     "workflows runs": "jobring workflows runs --workflow 3 --state failed",
     "workflows run-show": "jobring workflows run-show 41",
     "workflows retry": "jobring workflows retry 41",

@@ -170,6 +170,62 @@ def _trigger(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+_SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "overlap",
+                    "params", "enabled")
+
+
+def _schedule_changes(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if args.cron is not None:
+        changes.update(schedule_type="CRON", schedule_conf=args.cron)
+    elif args.fix_rate is not None:
+        changes.update(schedule_type="FIX_RATE", schedule_conf=str(args.fix_rate))
+    elif args.manual:
+        changes.update(schedule_type="NONE", schedule_conf="", enabled=False)
+    if args.tz is not None:
+        changes["schedule_timezone"] = args.tz or None
+    if args.misfire is not None:
+        changes["misfire_strategy"] = args.misfire
+    if args.overlap is not None:
+        changes["overlap"] = args.overlap
+    if args.params is not None:
+        changes["params"] = _params(args.params)
+    if args.start or args.stop:
+        changes["enabled"] = bool(args.start)
+    return changes
+
+
+def _print_schedule(schedule: Mapping[str, Any]) -> None:
+    kind = schedule["schedule_type"]
+    what = "manual only" if kind == "NONE" else f"{kind} {schedule['schedule_conf']}"
+    zone = schedule.get("schedule_timezone") or "the admin's time zone"
+    state = "started" if schedule["enabled"] else "stopped"
+    print(f"workflow {schedule['workflow_id']}: {what} ({zone}), {state}; misfire "
+          f"{schedule['misfire_strategy']}, overlap {schedule['overlap']}")
+    if schedule.get("next_fire_at"):
+        print(f"next fire {_ms_text(schedule['next_fire_at'])}")
+    if schedule.get("queued"):
+        print("a fire is waiting for the running run to end")
+    if schedule.get("last_result"):
+        print(f"last: {schedule['last_result']}")
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    changes = _schedule_changes(args)
+
+    def action(admin: AdminClient) -> int:
+        schedule = admin.workflows.schedule(args.workflow_id)
+        if changes:
+            body = {name: schedule[name] for name in _SCHEDULE_FIELDS} | changes
+            schedule = admin.workflows.set_schedule(args.workflow_id, body)
+        if args.json:
+            print_json(schedule)
+        else:
+            _print_schedule(schedule)
+        return 0
+    return run_remote(args, action)
+
+
 def _runs(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         page = admin.workflows.runs(workflow=args.workflow, state=args.state, limit=args.limit)
@@ -243,6 +299,23 @@ def register(sub: Any) -> None:
     trigger.add_argument("workflow_id", type=positive_int, metavar="WORKFLOW_ID")
     trigger.add_argument("--params", metavar="JSON", help="the run's starting context, a JSON object")
     trigger.set_defaults(handler=_trigger)
+
+    schedule = remote_parser(commands, "schedule", "show or set when a workflow runs by itself")
+    schedule.add_argument("workflow_id", type=positive_int, metavar="WORKFLOW_ID")
+    kind = schedule.add_mutually_exclusive_group()
+    kind.add_argument("--cron", metavar="EXPR", help='a cron expression, e.g. "0 0 2 * * ?"')
+    kind.add_argument("--fix-rate", type=positive_int, metavar="SECONDS", help="every SECONDS seconds")
+    kind.add_argument("--manual", action="store_true", help="no schedule (trigger only)")
+    schedule.add_argument("--tz", metavar="ZONE", help="IANA time zone of a cron schedule ('': the admin's)")
+    schedule.add_argument("--misfire", choices=("DO_NOTHING", "FIRE_ONCE_NOW"),
+                          help="a fire missed by more than 5 s")
+    schedule.add_argument("--overlap", choices=("skip", "queue_one", "allow"),
+                          help="a fire while a run is going: skip (default), queue one, allow")
+    schedule.add_argument("--params", metavar="JSON", help="the scheduled runs' starting context")
+    switch = schedule.add_mutually_exclusive_group()
+    switch.add_argument("--start", action="store_true", help="start the schedule")
+    switch.add_argument("--stop", action="store_true", help="stop the schedule")
+    schedule.set_defaults(handler=_schedule)
 
     runs = remote_parser(commands, "runs", "list workflow runs, newest first")
     runs.add_argument("--workflow", type=positive_int, metavar="ID", help="only runs of this workflow")

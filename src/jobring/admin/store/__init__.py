@@ -52,6 +52,7 @@ from jobring.admin.store.records import (
     User,
 )
 from jobring.admin.store.users import SessionRepository, SettingRepository, TokenRepository, UserRepository
+from jobring.admin.store.workflow_schedules import WorkflowScheduleRepository
 from jobring.admin.store.workflows import WorkflowRepository
 
 
@@ -79,6 +80,7 @@ class Store:
         self.alarms = AlarmEventRepository(self.db)
         self.delayed = DelayedFireRepository(self.db)
         self.workflows = WorkflowRepository(self.db)
+        self.workflow_schedules = WorkflowScheduleRepository(self.db)
         self.calendars = CalendarRepository(self.db)
 
     @classmethod

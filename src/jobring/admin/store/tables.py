@@ -387,6 +387,29 @@ workflow_run = Table(
     sqlite_autoincrement=True,
 )
 
+# A workflow's schedule (docs/workflows.md#scheduling), one row at most per workflow. A fire is
+# claimed by moving ``next_fire_at`` on by compare-and-set (one admin wins each instant);
+# ``queued_at``: the planned instant of a fire waiting for the running run (overlap queue_one).
+workflow_schedule = Table(
+    "jobring_workflow_schedule",
+    metadata,
+    Column("workflow_id", Integer, primary_key=True, autoincrement=False),
+    Column("schedule_type", String(16), nullable=False),
+    Column("schedule_conf", String(128), nullable=False, server_default=""),
+    Column("time_zone", String(64), nullable=True),
+    Column("misfire_strategy", String(32), nullable=False, server_default="DO_NOTHING"),
+    Column("overlap", String(16), nullable=False, server_default="skip"),
+    Column("params", Text, nullable=True),  # the starting context of scheduled runs (JSON object)
+    Column("enabled", Integer, nullable=False, server_default="0"),
+    Column("next_fire_at", BigInteger, nullable=False, server_default="0"),
+    Column("queued_at", BigInteger, nullable=False, server_default="0"),
+    Column("last_fire_at", BigInteger, nullable=False, server_default="0"),
+    Column("last_result", String(255), nullable=False, server_default=""),
+    Column("updated_by", String(64), nullable=True),
+    Column("updated_at", BigInteger, nullable=False),
+    Index("ix_workflow_schedule_due", "enabled", "next_fire_at"),
+)
+
 # One row per job attempt a workflow run starts: the outbox of the engine's StartJob commands
 # (written with the step that emits them) and the link to the run log. ``state``: pending (to
 # fire), firing (claimed by ``claimed_by``), running (``log_id`` known), ended.

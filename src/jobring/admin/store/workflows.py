@@ -19,7 +19,14 @@ from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, check_paging, chunks, new_id
-from jobring.admin.store.tables import job_log, workflow, workflow_node_run, workflow_run, workflow_version
+from jobring.admin.store.tables import (
+    job_log,
+    workflow,
+    workflow_node_run,
+    workflow_run,
+    workflow_schedule,
+    workflow_version,
+)
 from jobring.errors import JobringError
 
 __all__ = [
@@ -330,6 +337,8 @@ class WorkflowRepository(Repository):
                 )
             await conn.execute(delete(workflow_run).where(workflow_run.c.workflow_id == workflow_id))
             await conn.execute(delete(workflow_version).where(workflow_version.c.workflow_id == workflow_id))
+            schedule_row = workflow_schedule.c.workflow_id == workflow_id
+            await conn.execute(delete(workflow_schedule).where(schedule_row))
             result = await conn.execute(delete(workflow).where(workflow.c.id == workflow_id))
             return bool(result.rowcount)
 

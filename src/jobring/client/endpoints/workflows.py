@@ -60,6 +60,17 @@ def trigger_workflow(workflow_id: int, params: dict[str, Any] | None = None) -> 
     return post(_workflow(workflow_id) + "/trigger", as_object, {"params": params or {}})
 
 
+def get_schedule(workflow_id: int) -> Call[JsonObject]:
+    """A workflow's schedule, with its next fire times."""
+    return get(_workflow(workflow_id) + "/schedule", as_object)
+
+
+def set_schedule(workflow_id: int, schedule: dict[str, Any]) -> Call[JsonObject]:
+    """Set the schedule (``schedule_type``, ``schedule_conf``, ``schedule_timezone``,
+    ``misfire_strategy``, ``overlap``, ``params``, ``enabled``)."""
+    return put(_workflow(workflow_id) + "/schedule", as_object, schedule)
+
+
 def list_runs(*, workflow: int | None = None, state: str | None = None, offset: int = 0,
               limit: int = 50) -> Call[Page]:
     """Workflow runs, newest first; ``state``: running, success, failed or stopped."""
@@ -101,6 +112,8 @@ class WorkflowsApi(ApiGroup[M]):
     update = Endpoint(update_workflow)
     delete = Endpoint(delete_workflow)
     trigger = Endpoint(trigger_workflow)
+    schedule = Endpoint(get_schedule)
+    set_schedule = Endpoint(set_schedule)
     runs = Endpoint(list_runs)
     run = Endpoint(get_run)
     stop = Endpoint(stop_run)

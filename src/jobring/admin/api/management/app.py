@@ -22,6 +22,7 @@ from jobring.admin.api.management import (
     jobs,
     runs,
     users,
+    workflow_schedules,
     workflows,
 )
 from jobring.admin.api.management.docs import install_docs
@@ -56,7 +57,8 @@ def _api_app() -> FastAPI:
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (auth, jobs, calendars, glue, runs, groups, users, dashboard, audit, workflows):
+    for module in (auth, jobs, calendars, glue, runs, groups, users, dashboard, audit, workflows,
+                   workflow_schedules):
         app.include_router(module.router)
     return app
 

@@ -1,0 +1,136 @@
+"""The workflow scheduler against a real store, the real driver and an executor double, with a
+manual clock: two admins sweeping at the same instant start one run; the overlap rules skip or
+queue a fire while a run is going; a fire missed by more than the threshold follows the misfire
+rule; a node's job moved to another group keeps the scheduled run from starting."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+import pytest
+
+from jobring.admin.scheduler.workflow_schedules import WorkflowScheduler
+from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.store import Store
+from jobring.admin.store.workflow_schedules import WorkflowSchedule
+from jobring.admin.store.workflows import WorkflowRecord
+from jobring.core.workflow import parse_workflow
+from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
+
+pytestmark = pytest.mark.timeout(30)
+MINUTE = 60_000
+
+
+@dataclass
+class Sched:
+    env: Env
+    a: WorkflowScheduler
+    b: WorkflowScheduler
+
+    async def workflow(self, overlap: str = "skip", misfire: str = "DO_NOTHING") -> WorkflowRecord:
+        job = await self.env.job()
+        node = {"key": "a", "job_id": job.id, "params": "{{ day }}"}
+        graph = parse_workflow({"nodes": [node], "edges": []})
+        wf = await self.env.store.workflows.create("w", self.env.group_id, "", graph.to_json(), None, T0)
+        await self.env.store.workflow_schedules.put(WorkflowSchedule(
+            workflow_id=wf, schedule_type="FIX_RATE", schedule_conf="60", time_zone=None,
+            misfire_strategy=misfire, overlap=overlap, enabled=True, updated_at=T0, params={"day": "d1"},
+            next_fire_at=T0 + MINUTE))
+        record = await self.env.store.workflows.get(wf)
+        assert record is not None
+        return record
+
+    async def runs(self, wf: int) -> list[int]:
+        records, _ = await self.env.store.workflows.list_runs(workflow_id=wf, group_ids=None, status=None,
+                                                              offset=0, limit=50)
+        return sorted(r.id for r in records)
+
+    async def end(self, run_id: int) -> None:
+        record = await self.env.store.workflows.get_run(run_id)
+        assert record is not None and record.state is not None
+        assert await self.env.store.workflows.advance(run_id, record.rev, "success", record.state, T0, [])
+
+    async def schedule(self, wf: int) -> WorkflowSchedule:
+        got = await self.env.store.workflow_schedules.get(wf)
+        assert got is not None
+        return got
+
+
+@pytest.fixture
+async def sched(sqlite_store: Store) -> AsyncIterator[Sched]:
+    env = await make_env(sqlite_store, HOSTS)
+    driver = WorkflowDriver(sqlite_store, env.trigger, None, env.clock, node_id="node-a")
+    a = WorkflowScheduler(sqlite_store, driver, env.clock, default_zone="UTC")
+    b = WorkflowScheduler(sqlite_store, driver, env.clock, default_zone="UTC")
+    try:
+        yield Sched(env, a, b)
+    finally:
+        await env.trigger.close()
+
+
+async def test_two_admins_at_the_same_instant_start_one_run(sched: Sched) -> None:
+    wf = await sched.workflow()
+    await asyncio.gather(sched.a.tick(), sched.b.tick())
+    assert await sched.runs(wf.id) == []  # not due yet
+    sched.env.clock.set(T0 + MINUTE + 30)
+    await asyncio.gather(sched.a.tick(), sched.b.tick())
+    (run_id,) = await sched.runs(wf.id)
+    run = await sched.env.store.workflows.get_run(run_id)
+    assert run is not None and run.triggered_by == "schedule"
+    # The schedule's params are the run's starting context (the node's params rendered from it).
+    assert [c.body["executorParams"] for c in sched.env.double.runs()] == ["d1"]
+    schedule = await sched.schedule(wf.id)
+    assert schedule.next_fire_at == T0 + 2 * MINUTE and f"started run {run_id}" in schedule.last_result
+    assert 0 < sched.a.next_wait_s() <= 1.0
+
+
+async def test_skip_drops_a_fire_while_a_run_is_going(sched: Sched) -> None:
+    wf = await sched.workflow(overlap="skip")
+    sched.env.clock.set(T0 + MINUTE)
+    await sched.a.tick()
+    sched.env.clock.set(T0 + 2 * MINUTE)
+    await sched.a.tick()
+    assert len(await sched.runs(wf.id)) == 1
+    assert "skipped: a run is still running" in (await sched.schedule(wf.id)).last_result
+
+
+async def test_queue_one_starts_the_waiting_fire_when_the_run_ends(sched: Sched) -> None:
+    wf = await sched.workflow(overlap="queue_one")
+    sched.env.clock.set(T0 + MINUTE)
+    await sched.a.tick()
+    (first,) = await sched.runs(wf.id)
+    sched.env.clock.set(T0 + 2 * MINUTE)
+    await sched.a.tick()
+    sched.env.clock.set(T0 + 3 * MINUTE)
+    await sched.a.tick()  # one waits already: this fire is skipped
+    assert await sched.runs(wf.id) == [first]
+    assert (await sched.schedule(wf.id)).queued_at == T0 + 2 * MINUTE
+    await sched.end(first)
+    await asyncio.gather(sched.a.tick(), sched.b.tick())
+    assert len(await sched.runs(wf.id)) == 2
+    assert (await sched.schedule(wf.id)).queued_at == 0
+
+
+async def test_a_missed_fire_follows_the_misfire_rule(sched: Sched) -> None:
+    skipped = await sched.workflow(misfire="DO_NOTHING")
+    fired = await sched.workflow(misfire="FIRE_ONCE_NOW")
+    sched.env.clock.set(T0 + 10 * MINUTE + 1_000)  # ten minutes late
+    await sched.a.tick()
+    assert await sched.runs(skipped.id) == [] and len(await sched.runs(fired.id)) == 1
+    # Both resume at the first instant within the threshold (it fires late, on the next sweep).
+    for wf in (skipped, fired):
+        assert (await sched.schedule(wf.id)).next_fire_at == T0 + 10 * MINUTE
+
+
+async def test_a_job_moved_to_another_group_keeps_the_run_from_starting(sched: Sched) -> None:
+    wf = await sched.workflow()
+    job_id = int(wf.definition["nodes"][0]["job_id"])
+    job = await sched.env.store.jobs.get(job_id)
+    assert job is not None
+    await sched.env.store.jobs.update(replace(job, job_group=sched.env.group_id + 100))
+    sched.env.clock.set(T0 + MINUTE)
+    await sched.a.tick()
+    assert await sched.runs(wf.id) == []
+    assert "not started" in (await sched.schedule(wf.id)).last_result

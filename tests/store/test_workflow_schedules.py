@@ -1,0 +1,52 @@
+"""Contract tests of ``store.workflow_schedules`` on every backend: the row replaced whole, the
+due list, and the two compare-and-sets that let one admin fire each instant."""
+
+from __future__ import annotations
+
+from jobring.admin.store import Store
+from jobring.admin.store.workflow_schedules import WorkflowSchedule
+
+T0 = 1_773_144_000_000
+GRAPH = {"nodes": [{"key": "a", "job_id": 1}], "edges": []}
+
+
+def _schedule(workflow_id: int, **over: object) -> WorkflowSchedule:
+    base = WorkflowSchedule(workflow_id=workflow_id, schedule_type="FIX_RATE", schedule_conf="60",
+                            time_zone=None, misfire_strategy="DO_NOTHING", overlap="skip", enabled=True,
+                            updated_at=T0,
+                            params={"day": "x"}, next_fire_at=T0 + 60_000, updated_by="ann")
+    return WorkflowSchedule(**{**{f: getattr(base, f) for f in base.__slots__}, **over})  # type: ignore[arg-type]
+
+
+async def test_a_schedule_is_stored_whole_and_claimed_once_per_instant(store: Store) -> None:
+    wf = await store.workflows.create("w", 3, "", GRAPH, None, T0)
+    schedules = store.workflow_schedules
+    assert await schedules.get(wf) is None and await schedules.earliest() is None
+    await schedules.put(_schedule(wf))
+    got = await schedules.get(wf)
+    assert got is not None and (got.schedule_conf, got.enabled, got.params, got.next_fire_at) == (
+        "60", True, {"day": "x"}, T0 + 60_000)
+    assert await schedules.earliest() == T0 + 60_000
+    assert await schedules.due(T0) == []
+    assert [s.workflow_id for s in await schedules.due(T0 + 60_000)] == [wf]
+    # Two admins claim the same instant: one wins, and the schedule moves on to the next one.
+    first = await schedules.claim(wf, T0 + 60_000, T0 + 120_000, queued_at=0, result="a")
+    second = await schedules.claim(wf, T0 + 60_000, T0 + 120_000, queued_at=0, result="b")
+    assert (first, second) == (True, False)
+    got = await schedules.get(wf)
+    assert got is not None
+    assert (got.next_fire_at, got.last_fire_at, got.last_result) == (T0 + 120_000, T0 + 60_000, "a")
+    # A fire waiting for the running run (queue_one) is due whatever the time, and taken once.
+    assert await schedules.claim(wf, T0 + 120_000, T0 + 180_000, queued_at=T0 + 120_000, result="queued")
+    assert [s.queued_at for s in await schedules.due(T0)] == [T0 + 120_000]
+    assert await schedules.take_queued(wf, T0 + 120_000) and not await schedules.take_queued(wf, T0 + 120_000)
+    await schedules.note(wf, "started run 5")
+    assert (await schedules.get(wf)).last_result == "started run 5"  # type: ignore[union-attr]
+    # A stopped schedule is neither due nor claimable.
+    await schedules.put(_schedule(wf, enabled=False, next_fire_at=0))
+    assert await schedules.due(T0 + 10**9) == [] and await schedules.earliest() is None
+    assert not await schedules.claim(wf, 0, T0, queued_at=0, result="x")
+    assert set(await schedules.get_many([wf, wf + 1])) == {wf}
+    # Deleting the workflow deletes its schedule.
+    assert await store.workflows.delete(wf)
+    assert await schedules.get(wf) is None
