@@ -1,7 +1,7 @@
 """Workflow schedules: ``jobring_workflow_schedule``, at most one row per workflow (cron or
 fixed rate, time zone, misfire and overlap rules, the next planned instant).
 
-Revision ID: 0027
+Revision ID: 0024
 Revises: 0023
 Create Date: 2026-12-02
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0027"
+revision = "0024"
 down_revision = "0023"
 branch_labels = None
 depends_on = None
