@@ -393,6 +393,7 @@ export const en = {
   "trigger.type.MISFIRE": "Misfire (run late)",
   "trigger.type.DELAYED": "Delayed (Run at)",
   "trigger.type.WORKFLOW": "Workflow",
+  "trigger.type.BACKFILL": "Backfill",
   "glue.type.BEAN": "BEAN (executor handler)",
   "glue.type.GLUE_GROOVY": "GLUE script (Groovy)",
   "glue.type.GLUE_SHELL": "GLUE script (Shell)",

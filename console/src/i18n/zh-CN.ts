@@ -395,6 +395,7 @@ export const zhCN: Messages = {
   "trigger.type.MISFIRE": "调度过期补偿",
   "trigger.type.DELAYED": "延迟执行",
   "trigger.type.WORKFLOW": "工作流",
+  "trigger.type.BACKFILL": "补数据",
   "glue.type.BEAN": "BEAN（执行器处理器）",
   "glue.type.GLUE_GROOVY": "GLUE 脚本（Groovy）",
   "glue.type.GLUE_SHELL": "GLUE 脚本（Shell）",
