@@ -36,7 +36,8 @@ async def test_a_backfill_hands_out_its_instants_once_and_ends(store: Store) -> 
     row = await store.backfills.get(backfill)
     assert row is not None and (row.status, row.total, row.parallelism, row.started, row.created_by) == (
         "running", 4, 2, 0, "alice")
-    assert [i.logical_ms for i in await store.backfills.instants(backfill)] == [T0 + i * DAY for i in range(4)]
+    listed = await store.backfills.instants(backfill)
+    assert [i.logical_ms for i in listed] == [T0 + i * DAY for i in range(4)]
     assert (await store.backfills.instants(backfill))[0].interval_start_ms == T0 - DAY
     assert await store.backfills.hand_out(backfill, 0, 2, T0 + 5)
     assert not await store.backfills.hand_out(backfill, 0, 2, T0 + 6)  # another node was first
@@ -56,12 +57,13 @@ async def test_a_backfill_hands_out_its_instants_once_and_ends(store: Store) -> 
 async def test_backfill_progress_comes_from_the_run_log(store: Store) -> None:
     group, job, backfill = await _backfill(store)
     first, second, third = await store.logs.insert_fires(
-        [_run(group, job, backfill, T0), _run(group, job, backfill, T0 + DAY), _run(group, job, backfill, T0 + 2 * DAY)])
+        [_run(group, job, backfill, T0 + i * DAY) for i in range(3)])
     assert first and second and third
     progress = await store.backfills.progress(backfill)
     assert (progress.recorded, progress.running, progress.succeeded, progress.failed) == (3, 3, 0, 0)
     await store.logs.update_trigger_results([TriggerResult(third, None, 500, "no executor")])
-    await store.logs.record_results([HandleResult(first, 200, None, NOW), HandleResult(second, 500, "x", NOW)])
+    await store.logs.record_results(
+        [HandleResult(first, 200, None, NOW), HandleResult(second, 500, "x", NOW)])
     progress = await store.backfills.progress(backfill)
     assert (progress.recorded, progress.running, progress.succeeded, progress.failed) == (3, 0, 1, 2)
     # A retry of the failed instant is a new attempt of it: in progress again, then a success.

@@ -17,8 +17,8 @@ import orjson
 from jobring.admin.api.management.models import JobTiming
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.api.management.timemodels import PreviewExcluded, PreviewFire, TimingPreview
-from jobring.admin.scheduler.ports import Schedule as LoopSchedule
 from jobring.admin.scheduler.logical import check_params_template, params_templated
+from jobring.admin.scheduler.ports import Schedule as LoopSchedule
 from jobring.admin.scheduler.timed import (
     calendar_names,
     compile_calendars,
