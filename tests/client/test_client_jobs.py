@@ -116,7 +116,8 @@ async def test_backfill_dry_run_start_list_show_and_cancel(env: AdminEnv) -> Non
         with pytest.raises(AdminApiError) as info:
             await admin.jobs.backfill(job["id"], dates=["2026-02-30"])
         assert info.value.status == 422 and info.value.field == "dates[0]"
-        started = await admin.jobs.backfill(job["id"], start="2026-03-01T00:00:00Z", end="2026-03-05T00:00:00Z",
+        started = await admin.jobs.backfill(job["id"], start="2026-03-01T00:00:00Z",
+                                            end="2026-03-05T00:00:00Z",
                                             parallelism=2)
         assert (started["status"], started["total"]) == ("running", 4)
         [listed] = await admin.jobs.backfills(job["id"])
