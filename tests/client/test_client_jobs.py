@@ -97,3 +97,34 @@ async def test_trigger_at_lists_and_cancels_delayed_runs(env: AdminEnv) -> None:
         with pytest.raises(AdminApiError) as info:
             await admin.jobs.trigger_at(job["id"])
         assert info.value.field == "at"
+
+
+async def test_backfill_dry_run_start_list_show_and_cancel(env: AdminEnv) -> None:
+    group = await env.group()
+    async with env.client() as admin:
+        job = await admin.jobs.create({"job_group": group, "job_desc": "daily", "executor_handler": "h",
+                                       "schedule_type": "CRON", "schedule_conf": "0 0 2 * * ?",
+                                       "schedule_timezone": "Asia/Shanghai"})
+        dry = await admin.jobs.backfill(job["id"], dates=["2026-03-01", "2026-03-03"], dry_run=True,
+                                        order="newest_first", parallelism=2)
+        # 02:00 in Shanghai is 18:00 UTC the day before; newest first.
+        assert [i["logical_iso"] for i in dry["instants"]] == ["2026-03-02T18:00:00Z", "2026-02-28T18:00:00Z"]
+        assert dry["id"] is None and dry["status"] == "dry_run"
+        with pytest.raises(AdminApiError) as info:
+            await admin.jobs.backfill(job["id"], start="2026-03-01T00:00:00Z")
+        assert info.value.status == 422 and info.value.field == "end"
+        with pytest.raises(AdminApiError) as info:
+            await admin.jobs.backfill(job["id"], dates=["2026-02-30"])
+        assert info.value.status == 422 and info.value.field == "dates[0]"
+        started = await admin.jobs.backfill(job["id"], start="2026-03-01T00:00:00Z",
+                                            end="2026-03-05T00:00:00Z",
+                                            parallelism=2)
+        assert (started["status"], started["total"]) == ("running", 4)
+        [listed] = await admin.jobs.backfills(job["id"])
+        assert listed["id"] == started["id"]
+        assert (await admin.jobs.get_backfill(started["id"]))["order"] == "oldest_first"
+        cancelled = await admin.jobs.cancel_backfill(started["id"])
+        assert cancelled["status"] == "cancelled" and cancelled["ended_at"] is not None
+        with pytest.raises(AdminApiError) as info:
+            await admin.jobs.get_backfill(started["id"] + 1000)
+        assert info.value.status == 404

@@ -138,6 +138,9 @@ class RunCall:
     log_id: int
     job_id: int
     at_ms: int
+    params: str = ""
+    logical_time: int | None = None  # jobring's logicalTime field
+    data_interval_start: int | None = None
 
 
 @dataclass
@@ -186,7 +189,9 @@ class RecordingExecutor:
                 self.repeats += 1
                 return orjson.dumps({"code": 200, "msg": "already received"})
             self._seen.add(log_id)
-            self.calls.append(RunCall(log_id, int(param["jobId"]), time.time_ns() // 1_000_000))
+            self.calls.append(RunCall(log_id, int(param["jobId"]), time.time_ns() // 1_000_000,
+                                      param.get("executorParams") or "", param.get("logicalTime"),
+                                      param.get("dataIntervalStart")))
         elif name == b"received":
             self.asked += 1
             if self.dialect != "jobring":

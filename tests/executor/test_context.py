@@ -124,3 +124,16 @@ def test_current_context_and_logging_handler() -> None:
     assert sink.lines[0].startswith("[tests.context.user#test_current_context_and_logging_handler]-[")
     assert sink.lines[0].endswith("-[MainThread] inside the run")
     assert "Traceback (most recent call last)" in sink.lines[1] and "KeyError: 'k'" in sink.lines[1]
+
+
+def test_logical_time_and_data_interval() -> None:
+    ctx = make_ctx(Lines())
+    assert ctx.logical_time is None and ctx.data_interval is None  # an admin that sends none
+    day = 86_400_000
+    ctx = JobContext(job_id=3, params="", log_id=9, log_date_time=1795350973184, shard_index=0, shard_total=1,
+                     sink=Lines(), line_format=plain_format, logical_time_ms=1772330400000,
+                     data_interval_start_ms=1772330400000 - day)
+    assert ctx.logical_time == datetime(2026, 3, 1, 2, tzinfo=UTC)
+    assert ctx.data_interval == (datetime(2026, 2, 28, 2, tzinfo=UTC), datetime(2026, 3, 1, 2, tzinfo=UTC))
+    ctx.data_interval_start_ms = None
+    assert ctx.data_interval == (None, datetime(2026, 3, 1, 2, tzinfo=UTC))

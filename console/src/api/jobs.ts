@@ -31,3 +31,11 @@ export type DelayedQuery = QueryOf<"/delayed-runs">;
 export const listDelayed = (query: DelayedQuery) => ok(api.GET("/delayed-runs", { params: { query } }));
 export const cancelDelayed = (jobId: number, fireId: number) =>
   ok(api.DELETE("/jobs/{job_id}/delayed/{fire_id}", { params: { path: { job_id: jobId, fire_id: fireId } } }));
+
+export type Backfill = Schemas["BackfillOut"];
+/** Backfill a job's past instants; with dry_run only list them. */
+export const backfillJob = (jobId: number, body: Schemas["BackfillIn"]) =>
+  ok(api.POST("/jobs/{job_id}/backfill", { ...path(jobId), body }));
+export const listBackfills = (jobId: number) => ok(api.GET("/jobs/{job_id}/backfills", path(jobId)));
+export const cancelBackfill = (backfillId: number) =>
+  ok(api.DELETE("/backfills/{backfill_id}", { params: { path: { backfill_id: backfillId } } }));

@@ -72,6 +72,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/backfills/{backfill_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A backfill and its progress */
+        get: operations["get_backfill_backfills__backfill_id__get"];
+        put?: never;
+        post?: never;
+        /** Cancel a backfill: no further instant starts (runs in progress finish) */
+        delete: operations["cancel_backfill_backfills__backfill_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/calendars": {
         parameters: {
             query?: never;
@@ -300,6 +318,40 @@ export interface paths {
         head?: never;
         /** Update some fields of a job (only the fields sent are validated) */
         patch: operations["update_job_jobs__job_id__patch"];
+        trace?: never;
+    };
+    "/jobs/{job_id}/backfill": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Backfill a job's past instants (or, with dry_run, list them) */
+        post: operations["create_backfill_jobs__job_id__backfill_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{job_id}/backfills": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A job's backfills, newest first */
+        get: operations["list_backfills_jobs__job_id__backfills_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/jobs/{job_id}/copy": {
@@ -987,6 +1039,144 @@ export interface components {
              * @description the API token used, if any
              */
             token_id: number | null;
+        };
+        /**
+         * BackfillIn
+         * @description A range (``start`` .. ``end``, both included) or a list of ``dates`` (local days).
+         * @example {
+         *       "dry_run": true,
+         *       "end": "2026-03-30T00:00:00Z",
+         *       "order": "oldest_first",
+         *       "parallelism": 3,
+         *       "start": "2026-03-01T00:00:00Z"
+         *     }
+         */
+        BackfillIn: {
+            /** Dates */
+            dates?: string[] | null;
+            /**
+             * Dry Run
+             * @description list the instants, start nothing
+             * @default false
+             */
+            dry_run: boolean;
+            /**
+             * End
+             * @description ISO 8601 with an offset, or epoch ms
+             */
+            end?: number | string | null;
+            /**
+             * Honour Calendars
+             * @description list instants the job's calendars exclude as skipped instead of running them
+             * @default false
+             */
+            honour_calendars: boolean;
+            /**
+             * Order
+             * @default oldest_first
+             * @enum {string}
+             */
+            order: "oldest_first" | "newest_first";
+            /**
+             * Parallelism
+             * @default 1
+             */
+            parallelism: number;
+            /**
+             * Start
+             * @description ISO 8601 with an offset, or epoch ms
+             */
+            start?: number | string | null;
+        };
+        /** BackfillInstantOut */
+        BackfillInstantOut: {
+            /**
+             * Interval Start
+             * @description the data interval's start (previous instant)
+             */
+            interval_start?: number | null;
+            /**
+             * Logical
+             * @description the instant the run stands for, epoch ms
+             */
+            logical: number;
+            /** Logical Iso */
+            logical_iso: string;
+        };
+        /**
+         * BackfillOut
+         * @description A backfill (``id`` null for a dry run) and its progress.
+         */
+        BackfillOut: {
+            /** Created At */
+            created_at?: number | null;
+            /** Created By */
+            created_by?: string | null;
+            /** Ended At */
+            ended_at?: number | null;
+            /**
+             * Failed
+             * @description instants whose runs ended, none successful
+             * @default 0
+             */
+            failed: number;
+            /** Id */
+            id?: number | null;
+            /**
+             * Instants
+             * @description a dry run's instants, in order
+             */
+            instants?: components["schemas"]["BackfillInstantOut"][] | null;
+            /** Job Group */
+            job_group: number;
+            /** Job Id */
+            job_id: number;
+            /** Order */
+            order: string;
+            /** Parallelism */
+            parallelism: number;
+            /**
+             * Running
+             * @description runs in progress (retries included)
+             * @default 0
+             */
+            running: number;
+            /**
+             * Skipped
+             * @description excluded by a calendar
+             */
+            skipped?: components["schemas"]["BackfillSkippedOut"][] | null;
+            /**
+             * Started
+             * @description instants handed out to be started
+             * @default 0
+             */
+            started: number;
+            /**
+             * Status
+             * @description running, done, cancelled; dry_run for a dry run
+             */
+            status: string;
+            /**
+             * Succeeded
+             * @description instants with a successful run
+             * @default 0
+             */
+            succeeded: number;
+            /**
+             * Total
+             * @description instants to run
+             */
+            total: number;
+        };
+        /** BackfillSkippedOut */
+        BackfillSkippedOut: {
+            /** Instant */
+            instant: number;
+            /** Instant Iso */
+            instant_iso: string;
+            /** Reason */
+            reason: string;
         };
         /**
          * BlockStrategy
@@ -1734,6 +1924,11 @@ export interface components {
             /** Max Runs */
             max_runs?: number | null;
             /**
+             * Params Template
+             * @description executor_param is a template over the run's logical time ({{ logical_date | fmt("%Y%m%d") }}, data_interval_start, data_interval_end)
+             */
+            params_template?: boolean | null;
+            /**
              * Start At
              * @description ISO 8601 with an offset, or epoch ms
              */
@@ -1754,6 +1949,11 @@ export interface components {
             jitter_seconds?: number | null;
             /** Max Runs */
             max_runs?: number | null;
+            /**
+             * Params Template
+             * @default false
+             */
+            params_template: boolean;
             /** Start At */
             start_at?: string | null;
         };
@@ -3354,6 +3554,212 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["MeOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_backfill_backfills__backfill_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                backfill_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_backfill_backfills__backfill_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                backfill_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillOut"];
                 };
             };
             /** @description Bad request */
@@ -5666,6 +6072,218 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobUpdateOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_backfill_jobs__job_id__backfill_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BackfillIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_backfills_jobs__job_id__backfills_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackfillOut"][];
                 };
             };
             /** @description Bad request */

@@ -133,10 +133,12 @@ export interface TimingForm {
   end_at: string;
   max_runs: string | number;
   jitter_seconds: string | number;
+  params_template: boolean;
 }
 
 export const blankTiming = (): TimingForm => ({
   calendars: [], calendar_action: "skip", start_at: "", end_at: "", max_runs: "", jitter_seconds: "",
+  params_template: false,
 });
 
 /** The job's `timing` for the API: null when no rule is set. */
@@ -150,12 +152,13 @@ export function timingOf(form: TimingForm): Record<string, unknown> | null {
   if (form.end_at.trim()) timing.end_at = form.end_at.trim();
   if (form.max_runs !== "" && Number(form.max_runs) > 0) timing.max_runs = Number(form.max_runs);
   if (form.jitter_seconds !== "" && Number(form.jitter_seconds) > 0) timing.jitter_seconds = Number(form.jitter_seconds);
+  if (form.params_template) timing.params_template = true;
   return Object.keys(timing).length ? timing : null;
 }
 
 export function timingFormOf(timing: {
   calendars?: string[]; calendar_action?: string; start_at?: string | null; end_at?: string | null;
-  max_runs?: number | null; jitter_seconds?: number | null;
+  max_runs?: number | null; jitter_seconds?: number | null; params_template?: boolean;
 } | null | undefined): TimingForm {
   return {
     calendars: timing?.calendars ?? [],
@@ -164,5 +167,6 @@ export function timingFormOf(timing: {
     end_at: timing?.end_at ?? "",
     max_runs: timing?.max_runs ?? "",
     jitter_seconds: timing?.jitter_seconds ?? "",
+    params_template: timing?.params_template ?? false,
   };
 }

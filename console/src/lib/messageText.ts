@@ -15,6 +15,7 @@ const TRIGGER_TYPES: Record<string, string> = {
   "Manual trigger": "MANUAL", "Cron trigger": "CRON", "Fixed-rate trigger": "FIX_RATE",
   "Fail retry trigger": "RETRY", "Parent job trigger": "PARENT", "Api trigger": "API",
   "Misfire compensation trigger": "MISFIRE", "Delayed trigger": "DELAYED", "Workflow trigger": "WORKFLOW",
+  "Backfill trigger": "BACKFILL",
 };
 
 // A kill's reason followed by what happened to the run (core/runstate.KILLED_SUFFIXES).

@@ -52,6 +52,7 @@ from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
 from jobring.admin.runtime import AdminRuntime
 from jobring.admin.scheduler.adapters import StoreLeases, TriggerFirePort
+from jobring.admin.scheduler.backfills import BackfillRunner
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -171,13 +172,21 @@ async def start_runtime(
     workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id)
     monitors.add(workflows)
     monitors.add(WorkflowScheduler(store, workflows, clock, default_zone=state.default_timezone))
-    callbacks.results_listener = workflows.notify
+    backfills = BackfillRunner(store, trigger, clock)
+    monitors.add(backfills)
+
+    def results_listener(results: Sequence[tuple[int, int, str | None]]) -> None:
+        workflows.notify(results)
+        backfills.results(results)
+
+    callbacks.results_listener = results_listener
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
                            ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
                            DelayedFireRunner(store, trigger, clock))
     # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
     runtime.workflows = workflows
+    runtime.backfills = backfills
     runtime.metrics = AdminMetrics(runtime)
     runtime.metrics.instrument(alarmer)
     runtime.liveness = liveness
@@ -273,7 +282,7 @@ def create_app(
                 store=runtime.store, settings=runtime.settings, secrets=runtime.secrets,
                 trigger=runtime.trigger,
                 executors=runtime.executors, clock=runtime.clock, executor_tokens=runtime.executor_tokens,
-                delayed=runtime.delayed, workflows=runtime.workflows,
+                delayed=runtime.delayed, workflows=runtime.workflows, backfills=runtime.backfills,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(

@@ -74,6 +74,8 @@ class AuditAction(StrEnum):
     JOB_TRIGGER = "job.trigger"
     JOB_TRIGGER_AT = "job.trigger_at"  # a delayed run asked for
     JOB_DELAYED_CANCEL = "job.delayed_cancel"
+    JOB_BACKFILL = "job.backfill"  # a backfill started
+    JOB_BACKFILL_CANCEL = "job.backfill_cancel"
     JOB_DECLARED_STOP = "job.declared_stop"  # its executor no longer declares it
     JOB_DECLARED_DELETE = "job.declared_delete"  # not declared for the grace period: deleted
     CALENDAR_CREATE = "calendar.create"

@@ -13,6 +13,7 @@ from jobring.admin.bootstrap import Secrets
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.metrics import AdminMetrics
 from jobring.admin.scheduler.adapters import StoreLeases
+from jobring.admin.scheduler.backfills import BackfillRunner
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -56,6 +57,7 @@ class AdminRuntime:
     metrics: AdminMetrics | None = None
     liveness: NodeLiveness | None = None
     workflows: WorkflowDriver | None = None
+    backfills: BackfillRunner | None = None
 
     async def stop(self) -> None:
         """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB;

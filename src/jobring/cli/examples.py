@@ -68,6 +68,9 @@ EXAMPLES: dict[str, str] = {
     "groups disable": "jobring groups disable my-app http://10.0.0.7:9999/",
     "groups enable": "jobring groups enable my-app http://10.0.0.7:9999/",
     "jobs delayed": "jobring jobs delayed 12 --cancel 3",
+    "jobs backfill": "jobring jobs backfill 12 --start 2026-03-01T00:00:00Z --end 2026-03-30T23:59:59Z "
+                     "--parallelism 3 --dry-run",
+    "jobs backfills": "jobring jobs backfills 12 --cancel 4",
     "users": "jobring users add alice --role operator --group my-app",
     "users list": "jobring users list --role operator",
     "users add": "JOBRING_USER_PASSWORD=... jobring users add alice --role operator --group my-app",

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from jobring.cli.backfills import register_backfill
 from jobring.cli.common import UsageError
 from jobring.cli.jobfields import (
     add_job_options,
@@ -412,6 +413,7 @@ def register(sub: Any) -> None:
     delayed.add_argument("--cancel", type=positive_int, metavar="DELAYED_ID", help="cancel this delayed run")
 
     register_glue(commands)
+    register_backfill(commands)
 
     upcoming = _job_command(commands, "next", "the job's next fire times (exit 1 when it never fires)", _next)
     upcoming.add_argument("--count", type=positive_int, default=5, metavar="N", help="how many (default 5)")

@@ -59,6 +59,7 @@ class TriggerType(StrEnum):
     MISFIRE = "MISFIRE"
     DELAYED = "DELAYED"  # a one-shot run asked for a later instant (jobring)
     WORKFLOW = "WORKFLOW"  # a workflow node's run (jobring)
+    BACKFILL = "BACKFILL"  # a backfill's run, standing for a past instant (jobring)
 
 
 class ManagedBy(StrEnum):

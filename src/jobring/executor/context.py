@@ -120,6 +120,8 @@ class JobContext:
         "log_date_time",
         "shard_index",
         "shard_total",
+        "logical_time_ms",
+        "data_interval_start_ms",
         "_sink",
         "_format",
         "_thread_label",
@@ -139,8 +141,12 @@ class JobContext:
         sink: LineSink,
         line_format: Callable[[str, int, str, str], str],
         thread_label: str | None = None,
+        logical_time_ms: int | None = None,
+        data_interval_start_ms: int | None = None,
     ) -> None:
         self.job_id = job_id
+        self.logical_time_ms = logical_time_ms
+        self.data_interval_start_ms = data_interval_start_ms
         self.params = params
         self.log_id = log_id
         self.log_date_time = log_date_time
@@ -157,6 +163,24 @@ class JobContext:
     def trigger_time(self) -> datetime:
         """When the admin triggered this run (logDateTime), as an aware UTC datetime."""
         return datetime.fromtimestamp(self.log_date_time / 1000, tz=UTC)
+
+    @property
+    def logical_time(self) -> datetime | None:
+        """The instant this run stands for (its business time), as an aware UTC datetime: a
+        scheduled run's planned instant, a backfill run's past instant; None when the admin
+        sent none (a manual run, or an XXL-JOB admin)."""
+        ms = self.logical_time_ms
+        return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+    @property
+    def data_interval(self) -> tuple[datetime | None, datetime] | None:
+        """``(start, end)`` of the data this run covers: the previous instant of the job's
+        schedule and :attr:`logical_time` (start None when the admin did not send it)."""
+        end = self.logical_time
+        if end is None:
+            return None
+        start = self.data_interval_start_ms
+        return None if start is None else datetime.fromtimestamp(start / 1000, tz=UTC), end
 
     @property
     def cancelled(self) -> bool:

@@ -77,6 +77,8 @@ async def run_in_process(
             "log_date_time": ctx.log_date_time,
             "shard_index": ctx.shard_index,
             "shard_total": ctx.shard_total,
+            "logical_time_ms": ctx.logical_time_ms,
+            "data_interval_start_ms": ctx.data_interval_start_ms,
         },
     }
     # -c rather than -m: running a module of an imported package as __main__ warns on stderr.

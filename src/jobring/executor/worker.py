@@ -468,6 +468,8 @@ class _Worker:
             sink=writer,
             line_format=format_line,
             thread_label=None if threaded else self.label,
+            logical_time_ms=param.logical_time,
+            data_interval_start_ms=param.data_interval_start,
         )
         run.ctx = ctx
         try:

@@ -62,6 +62,10 @@ def _long(data: dict[str, Any], key: str, default: int = 0) -> int:
     return _int(data, key, default, INT64)
 
 
+def _optional_long(data: dict[str, Any], key: str) -> int | None:
+    return None if data.get(key) is None else _int(data, key, 0, INT64)
+
+
 def in_int32(value: int) -> bool:
     return INT32[0] <= value <= INT32[1]
 
@@ -158,9 +162,13 @@ class TriggerParam:
     glue_updatetime: int = 0
     broadcast_index: int = 0
     broadcast_total: int = 1
+    # jobring: the run's logical (business) time and the start of its data interval, epoch ms
+    # (XXL-JOB executors ignore these fields).
+    logical_time: int | None = None
+    data_interval_start: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "jobId": self.job_id,
             "executorHandler": self.executor_handler,
             "executorParams": self.executor_params,
@@ -174,6 +182,11 @@ class TriggerParam:
             "broadcastIndex": self.broadcast_index,
             "broadcastTotal": self.broadcast_total,
         }
+        if self.logical_time is not None:
+            out["logicalTime"] = self.logical_time
+            if self.data_interval_start is not None:
+                out["dataIntervalStart"] = self.data_interval_start
+        return out
 
     @classmethod
     def decode(cls, body: bytes | dict[str, Any]) -> TriggerParam:
@@ -193,6 +206,8 @@ class TriggerParam:
             glue_updatetime=_long(d, "glueUpdatetime"),
             broadcast_index=_int(d, "broadcastIndex"),
             broadcast_total=_int(d, "broadcastTotal", 1),
+            logical_time=_optional_long(d, "logicalTime"),
+            data_interval_start=_optional_long(d, "dataIntervalStart"),
         )
 
 

@@ -251,6 +251,7 @@ async def test_validity_window_and_run_limit_in_previews(sqlite_store: Store) ->
             "jitter_seconds": 60,
             "calendars": [],
             "calendar_action": "skip",
+            "params_template": False,
         }
         r = await http.post("/jobs", json=job_body(env.group_a, timing={"end_at": T0 - 1}))
         assert r.status_code == 201

@@ -368,9 +368,11 @@ async def test_prepared_fires_send_the_same_run_body_as_a_fire_at_once(env: Env)
     for n, (log_ids, version) in enumerate(zip((b.log_ids[0] for b in sent), (job, job, edited),
                                                strict=True), start=1):
         expected.append({**expected[0], "logId": log_ids[0], "logDateTime": T0 + n * 1000,
+                         "logicalTime": T0 + n * 1000,  # a scheduled fire stands for its instant
                          "executorParams": version.executor_param,
                          "glueUpdatetime": 0 if version.glue_updatetime is None
                          else int(version.glue_updatetime.replace(tzinfo=UTC).timestamp() * 1000)})
     assert expected[0]["logId"] == first.log_ids[0] and expected[0]["executorTimeout"] == 7
+    assert expected[0]["logicalTime"] == T0
     assert [TriggerParam.decode(body).to_dict() for body in bodies] == expected
     await env.trigger.flush_results()

@@ -45,8 +45,11 @@ log = logging.getLogger("jobring.admin.scheduler.trigger")
 _PROBING = (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)  # strategies that call executors first
 _SERIAL = BlockStrategy.SERIAL_EXECUTION.value
 _MARK_LATE_MS = 1_000  # a scheduled fire sent this late says so in its trigger message
-_PER_FIRE = ("logId", "logDateTime", "broadcastIndex", "broadcastTotal")
+_PER_FIRE = ("logId", "logDateTime", "broadcastIndex", "broadcastTotal", "logicalTime", "dataIntervalStart")
 _BODY_TAIL = b'%s,"logId":%d,"logDateTime":%d,"broadcastIndex":%d,"broadcastTotal":%d}'
+# A run's logical time for executors that read it (jobring's); others ignore unknown fields.
+_LOGICAL = b',"logicalTime":%d}'
+_LOGICAL_INTERVAL = b',"logicalTime":%d,"dataIntervalStart":%d}'
 _BODIES_KEPT = 20_000  # encoded /run heads kept (one per job fired); all dropped past that
 
 
@@ -219,6 +222,8 @@ class FireDispatcher:
     def _route_now(self, plan: FirePlan, shard: tuple[int, int], now_ms: int) -> RouteResult | None:
         """The route, or why there is none, when no probe is needed; None for the strategies
         that probe executors (FAILOVER, BUSYOVER)."""
+        if plan.refusal is not None:
+            return RouteResult((), plan.refusal)
         addresses = self._live(plan)
         if not addresses:
             handler = bean_handler(plan.req.job)
@@ -308,9 +313,15 @@ class FireDispatcher:
                 self._bodies.clear()
             constant = self._run_param(plan, shard, log_id).to_dict()
             for name in _PER_FIRE:
-                del constant[name]
+                constant.pop(name, None)
             cached = self._bodies[job.id] = (key, dumps(constant)[:-1])
-        return _BODY_TAIL % (cached[1], log_id, plan.trigger_time_ms, shard[0], shard[1])
+        body = _BODY_TAIL % (cached[1], log_id, plan.trigger_time_ms, shard[0], shard[1])
+        logical = plan.logical_ms
+        if logical is None:
+            return body
+        if plan.interval_start_ms is None:
+            return body[:-1] + _LOGICAL % logical
+        return body[:-1] + _LOGICAL_INTERVAL % (logical, plan.interval_start_ms)
 
     @staticmethod
     def _run_param(plan: FirePlan, shard: tuple[int, int], log_id: int) -> TriggerParam:
@@ -329,6 +340,8 @@ class FireDispatcher:
             glue_updatetime=0 if glue_time is None else int(glue_time.replace(tzinfo=UTC).timestamp() * 1000),
             broadcast_index=shard[0],
             broadcast_total=shard[1],
+            logical_time=plan.logical_ms,
+            data_interval_start=plan.interval_start_ms,
         )
 
     def _result(

@@ -171,6 +171,10 @@ class FailMonitor(Monitor):
                     # A child run's retry stays in its tree: its children use the same budget.
                     root_run_id=entry.root_run_id,
                     child_depth=entry.child_depth,
+                    # A retry stands for the same instant (and stays in its backfill).
+                    logical_time=_logical_of(entry),
+                    data_interval_start=entry.data_interval_start,
+                    backfill_id=entry.backfill_id,
                 )
             )
         # Only the message is touched, in the statement: a dispatch confirmation that landed
@@ -259,3 +263,10 @@ async def alarm_recoveries(store: Store, alarms: AlarmService, log_ids: Sequence
             alarms.submit(AlarmKind.RECOVERY, entry, job, f"Recovered after failed run {previous.id}")
             queued += 1
     return queued
+
+
+def _logical_of(entry: LogEntry) -> int | None:
+    if entry.logical_time is not None:
+        return entry.logical_time
+    planned = entry.planned_time
+    return planned if planned is not None and planned >= 0 else None

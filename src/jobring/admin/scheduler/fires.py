@@ -26,6 +26,7 @@ TRIGGER_TYPE_TITLES = {
     TriggerType.MISFIRE: "Misfire compensation trigger",
     TriggerType.DELAYED: "Delayed trigger",
     TriggerType.WORKFLOW: "Workflow trigger",
+    TriggerType.BACKFILL: "Backfill trigger",
 }
 MSG_ADDRESS_EMPTY = "Trigger Fail: registry address is empty"
 _ONE_SHARD = ((0, 1),)
@@ -72,6 +73,11 @@ class FireRequest:
     child_depth: int = 0
     retry_of: int | None = None  # a retry: the run it re-runs
     workflow_node_run_id: int | None = None  # a workflow node's attempt (its run's identity)
+    # Logical (business) time, epoch ms: a backfill's instant (its identity, with backfill_id
+    # and attempt), or given by the caller; None: the planned instant of a scheduled fire.
+    logical_time: int | None = None
+    data_interval_start: int | None = None
+    backfill_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +122,7 @@ class FirePlan:
 
     __slots__ = ("req", "strategy", "param", "retry_count", "trigger_time_ms", "addresses",
                  "manual_addresses", "shards", "problem", "token", "app_name", "log_ids", "duplicate",
-                 "undeclared")
+                 "undeclared", "logical_ms", "interval_start_ms", "refusal")
 
     def __init__(self, req: FireRequest, strategy: RouteStrategy | None, param: str, retry_count: int,
                  trigger_time_ms: int) -> None:
@@ -135,6 +141,9 @@ class FirePlan:
         self.app_name: str | None = None  # the group's appname (a 3.5 executor wants it in a header)
         self.log_ids: list[int] = []
         self.duplicate = False
+        self.logical_ms: int | None = None  # sent to executors as logicalTime
+        self.interval_start_ms: int | None = None  # ... as dataIntervalStart
+        self.refusal: str | None = None  # why it must fail without being sent (recorded first)
 
 
 class PreparedBatch:

@@ -16,6 +16,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobring.admin.scheduler.fires import FirePlan, FireRequest, TriggerRejected
+from jobring.admin.scheduler.logical import (
+    default_logical_ms,
+    logical_of,
+    params_templated,
+    render_params,
+)
 from jobring.admin.store.errors import public_reason
 from jobring.admin.store.records import NewLog, TriggerResult
 from jobring.core.clock import Clock
@@ -46,8 +52,9 @@ class FireRecorder:
     """Plans fires and writes (or withdraws) their run-log rows and trigger results."""
 
     def __init__(self, store: Store, *, node_id: str, clock: Clock, resolve: Resolver,
-                 result_flush_ms: int = 100) -> None:
+                 result_flush_ms: int = 100, admin_timezone: str = "UTC") -> None:
         self._store = store
+        self._admin_timezone = admin_timezone  # the zone of jobs without their own
         self.node_id = node_id
         self._clock = clock
         self._resolve = resolve
@@ -64,7 +71,7 @@ class FireRecorder:
         """Plan the requests and record their log rows (resolving their groups meanwhile).
         TriggerRejected for a request that must not run; raising otherwise: none recorded."""
         now_ms = self._clock.now_ms()
-        plans = [self._plan(r, now_ms) for r in reqs]
+        plans = [self._plan(r, now_ms, self._admin_timezone) for r in reqs]
         if any(r.address_override for r in reqs):
             # A manual address list is checked against the group before anything is recorded.
             await self._resolve(plans)
@@ -91,7 +98,7 @@ class FireRecorder:
         return await self._store.fires.withdraw(ids, holder=self.node_id)
 
     @staticmethod
-    def _plan(req: FireRequest, now_ms: int) -> FirePlan:
+    def _plan(req: FireRequest, now_ms: int, admin_timezone: str) -> FirePlan:
         job = req.job
         if req.address_override and req.trigger_type not in _MANUAL_KINDS:
             raise TriggerRejected("an address list may be given only with a manual or delayed trigger")
@@ -101,7 +108,20 @@ class FireRecorder:
         # its run log under that day); a late one (misfire) at the time it really runs.
         planned = req.planned_time
         trigger_time = now_ms if planned is None or planned < now_ms else planned
-        return FirePlan(req, parse_strategy(job.executor_route_strategy), param, max(retry, 0), trigger_time)
+        plan = FirePlan(req, parse_strategy(job.executor_route_strategy), param, max(retry, 0), trigger_time)
+        logical = req.logical_time
+        if logical is None:
+            logical = default_logical_ms(req.trigger_type, planned)
+        plan.logical_ms, plan.interval_start_ms = logical, req.data_interval_start
+        if job.timing is not None and params_templated(job):
+            when = logical_of(job, logical, req.data_interval_start, now_ms, admin_timezone)
+            plan.logical_ms, plan.interval_start_ms = when.logical_ms, when.interval_start_ms
+            try:
+                plan.param = render_params(param, when)
+            except ValueError as exc:
+                # Recorded and failed visibly (never sent with the unrendered text).
+                plan.refusal = f"Trigger Fail: the params template does not render: {exc}"
+        return plan
 
     def _new_log(self, plan: FirePlan, shard: tuple[int, int] | None, identity: bool) -> NewLog:
         job = plan.req.job
@@ -123,6 +143,10 @@ class FireRecorder:
             child_depth=plan.req.child_depth,
             retry_of=plan.req.retry_of,
             workflow_node_run_id=plan.req.workflow_node_run_id if identity else None,
+            # Kept on the row when it is not the planned instant (backfills, templated params).
+            logical_time=plan.logical_ms if plan.logical_ms != plan.req.planned_time else None,
+            data_interval_start=plan.interval_start_ms,
+            backfill_id=plan.req.backfill_id if identity else None,
         )
 
     async def _insert_identities(self, plans: list[FirePlan]) -> None:

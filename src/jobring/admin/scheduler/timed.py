@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 # The timing keys the admin applies today; the others of core.timing.rules (dst, catch_up,
 # overlap) are refused until they are wired (issue 24 items 3, 4, 6).
-WIRED_KEYS = ("start_at", "end_at", "max_runs", "jitter_seconds", "calendars", "calendar_action")
+WIRED_KEYS = ("start_at", "end_at", "max_runs", "jitter_seconds", "calendars", "calendar_action",
+              "params_template")
 _MEMO = 512  # events remembered per job (a plan lists at most 100 skipped instants)
 _REPLANS = 8  # plans in a row that ended at core's search limit before giving up
 
@@ -253,7 +254,7 @@ def normalized_timing(rules: TimingRules) -> dict[str, object] | None:
     kept: dict[str, object] = {}
     for key in WIRED_KEYS:
         value = spec.get(key)
-        if value is None or value == [] or (key == "jitter_seconds" and value == 0):
+        if value is None or value == [] or value is False or (key == "jitter_seconds" and value == 0):
             continue
         if key == "calendar_action" and (value == "skip" or not spec.get("calendars")):
             continue

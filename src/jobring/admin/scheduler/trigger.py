@@ -72,7 +72,7 @@ class TriggerService:
             store, client, node_id=node_id, clock=clock, fast_pool=fast_pool, slow_pool=slow_pool,
             rng=rng, router=router, group_cache_ms=group_cache_ms, address_policy=address_policy)
         self.recorder = FireRecorder(store, node_id=node_id, clock=clock, resolve=self.dispatcher.resolve,
-                                     result_flush_ms=result_flush_ms)
+                                     result_flush_ms=result_flush_ms, admin_timezone=admin_timezone)
         self._in_flight: set[asyncio.Task[list[FireResult]]] = set()
         self._closed = False
         # For metrics (read at scrape time): fires requested through ``fire_batch`` (manual,

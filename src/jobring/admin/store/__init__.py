@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store.alarms import AlarmEventRepository
 from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, NewAuditEvent
+from jobring.admin.store.backfills import BackfillRepository
 from jobring.admin.store.calendars import CalendarRepository, CalendarRow
 from jobring.admin.store.delayed import DelayedFire, DelayedFireRepository
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
@@ -82,6 +83,7 @@ class Store:
         self.workflows = WorkflowRepository(self.db)
         self.workflow_schedules = WorkflowScheduleRepository(self.db)
         self.calendars = CalendarRepository(self.db)
+        self.backfills = BackfillRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:

@@ -122,6 +122,9 @@ class NewLog:
     retry_of: int | None = None  # a retry: the run it re-runs
     workflow_node_run_id: int | None = None  # a workflow node's attempt (unique)
     alarm_status: int = 0  # 1 (not needed): never retried nor alarmed (a calendar skip)
+    logical_time: int | None = None  # the instant the run stands for (backfills, templated params)
+    data_interval_start: int | None = None
+    backfill_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,9 @@ class LogEntry:
     child_fires: int = 0
     retry_of: int | None = None
     workflow_node_run_id: int | None = None
+    logical_time: int | None = None
+    data_interval_start: int | None = None
+    backfill_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,6 +145,14 @@ job_log = Table(
     # A workflow node's run: the node attempt (``jobring_workflow_node_run.id``) it carries out;
     # unique, so an attempt is recorded at most once whichever admin fires it.
     Column("workflow_node_run_id", BigInteger, nullable=True),
+    # Logical (business) time of the run and the start of its data interval, epoch ms (issue
+    # 24): set on backfill runs and runs whose params are templated; a scheduled run's logical
+    # time is otherwise its planned_time.
+    Column("logical_time", BigInteger, nullable=True),
+    Column("data_interval_start", BigInteger, nullable=True),
+    # A backfill's run (``jobring_backfill.id``); with logical_time and attempt unique, so an
+    # instant of a backfill is recorded at most once per attempt whichever admin fires it.
+    Column("backfill_id", BigInteger, nullable=True),
     UniqueConstraint("job_id", "planned_time", name="ux_job_log_planned_fire"),
     Index("I_trigger_time", "trigger_time"),
     Index("I_handle_code", "handle_code"),
@@ -156,6 +164,7 @@ job_log = Table(
     Index("ix_job_log_planned", "planned_time"),  # the dashboard's node lateness
     Index("ix_job_log_retry_of", "retry_of"),  # a run's attempts
     Index("ux_job_log_workflow_node", "workflow_node_run_id", unique=True),
+    Index("ux_job_log_backfill", "backfill_id", "logical_time", "attempt", unique=True),
     sqlite_autoincrement=True,
 )
 
@@ -449,6 +458,32 @@ calendar = Table(
     Column("update_time", BigInteger, nullable=False, server_default="0"),
     Column("updated_by", String(64), nullable=True),
     UniqueConstraint("name", name="ux_calendar_name"),
+    sqlite_autoincrement=True,
+)
+
+# Backfills (issue 24): one row per request. ``instants`` is the JSON list of the runs to start
+# in their order ([logical ms, data interval start ms | null], ...); ``started`` counts those
+# handed out (advanced by compare-and-set, which keeps the parallelism cap across admins);
+# ``claimed_at`` is when the last hand-out happened (a node that died after it leaves instants
+# without a run; another node fires them after a grace period). Times epoch ms.
+backfill = Table(
+    "jobring_backfill",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("job_group", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("request", Text, nullable=False),
+    Column("instants", LongText, nullable=False),
+    Column("total", Integer, nullable=False),
+    Column("parallelism", Integer, nullable=False),
+    Column("started", Integer, nullable=False, server_default="0"),
+    Column("claimed_at", BigInteger, nullable=True),
+    Column("created_by", String(64), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger, nullable=True),
+    Index("ix_backfill_job", "job_id", "id"),
+    Index("ix_backfill_status", "status"),
     sqlite_autoincrement=True,
 )
 

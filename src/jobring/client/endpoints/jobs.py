@@ -132,6 +132,34 @@ def cancel_delayed(job_id: int, delayed_id: int) -> Call[None]:
     return delete(f"{_job(job_id)}/delayed/{path_part(delayed_id)}", as_nothing)
 
 
+def backfill_job(
+    job_id: int, *, start: str | int | None = None, end: str | int | None = None,
+    dates: Sequence[str] | None = None, order: str = "oldest_first", parallelism: int = 1,
+    honour_calendars: bool = False, dry_run: bool = False,
+) -> Call[JsonObject]:
+    """Backfill the job's instants in ``start``..``end`` (both included) or on ``dates`` (local
+    days); with ``dry_run`` only list them."""
+    body = compact({"start": start, "end": end, "dates": list(dates) if dates else None, "order": order,
+                    "parallelism": parallelism, "honour_calendars": honour_calendars or None,
+                    "dry_run": dry_run or None})
+    return post(_job(job_id) + "/backfill", as_object, body)
+
+
+def job_backfills(job_id: int, *, limit: int = 20) -> Call[list[JsonObject]]:
+    """The job's backfills with their progress, newest first."""
+    return get(_job(job_id) + "/backfills", as_list, limit=limit)
+
+
+def get_backfill(backfill_id: int) -> Call[JsonObject]:
+    """A backfill and its progress."""
+    return get(f"/backfills/{path_part(backfill_id)}", as_object)
+
+
+def cancel_backfill(backfill_id: int) -> Call[JsonObject]:
+    """Cancel a backfill: no further instant starts (runs in progress finish)."""
+    return delete(f"/backfills/{path_part(backfill_id)}", as_object)
+
+
 def preview_schedule(
     schedule_type: str,
     schedule_conf: str | None = None,
@@ -171,6 +199,10 @@ class JobsApi(ApiGroup[M]):
     all_delayed = Endpoint(all_delayed_runs)
     cancel_delayed = Endpoint(cancel_delayed)
     preview = Endpoint(preview_schedule)
+    backfill = Endpoint(backfill_job)
+    backfills = Endpoint(job_backfills)
+    get_backfill = Endpoint(get_backfill)
+    cancel_backfill = Endpoint(cancel_backfill)
 
 
 def get_glue(job_id: int) -> Call[JsonObject]:

@@ -7,7 +7,7 @@ The JSON spec (every key optional)::
      "jitter_seconds": 30, "calendars": ["cn-holidays"], "calendar_action": "skip",
      "dst": {"gap": "skip", "repeat": "second"},
      "catch_up": {"window_seconds": 3600, "mode": "each", "limit": 100},
-     "overlap": "allow_all"}
+     "overlap": "allow_all", "params_template": true}
 
 Instants are ISO 8601 with an offset (or ``Z``) or epoch milliseconds. Both ends of the
 validity window are included.
@@ -43,6 +43,7 @@ _KEYS = (
     "dst",
     "catch_up",
     "overlap",
+    "params_template",
 )
 
 
@@ -79,6 +80,8 @@ class TimingRules:
     dst: DstRules = field(default_factory=DstRules)
     catch_up: CatchUpRules | None = None
     overlap: OverlapPolicy = OverlapPolicy.ALLOW_ALL
+    # The job's executor params are a template over its logical time (``logical_date`` ...).
+    params_template: bool = False
 
     def to_spec(self) -> dict[str, object]:
         spec: dict[str, object] = {
@@ -87,6 +90,7 @@ class TimingRules:
             "overlap": self.overlap.value,
             "jitter_seconds": self.jitter_ms // 1000,
             "calendars": [c.name for c in self.calendars.calendars],
+            "params_template": self.params_template,
         }
         if self.start_at_ms is not None:
             spec["start_at"] = _iso(self.start_at_ms)
@@ -206,7 +210,14 @@ def parse_timing_rules(spec: Mapping[str, object] | None, calendars: Mapping[str
         dst=parse_dst_rules(dst_spec),
         catch_up=_parse_catch_up(spec.get("catch_up")),
         overlap=parse_choice(OverlapPolicy, spec.get("overlap", OverlapPolicy.ALLOW_ALL.value), "overlap"),
+        params_template=_flag(spec.get("params_template", False), "params_template"),
     )
+
+
+def _flag(value: object, field_name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TimingError(field_name, "must be true or false")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,12 @@ def decode_trigger(body: bytes) -> TriggerParam:
         and in_int32(job_id) and in_int32(timeout) and in_int32(index) and in_int32(total)
         and in_int64(log_id) and in_int64(log_time) and in_int64(glue_time)
     ):
-        return TriggerParam(job_id, handler, params, block, timeout, log_id, log_time, glue_type,
-                            glue_source, glue_time, index, total)
+        logical, start = d.get("logicalTime"), d.get("dataIntervalStart")
+        if (logical is None or (type(logical) is int and in_int64(logical))) and (
+            start is None or (type(start) is int and in_int64(start))
+        ):
+            return TriggerParam(job_id, handler, params, block, timeout, log_id, log_time, glue_type,
+                                glue_source, glue_time, index, total, logical, start)
     return TriggerParam.decode(d)  # nulls, numbers as strings, wrong types: the full checks
 
 

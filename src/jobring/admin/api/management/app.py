@@ -15,6 +15,7 @@ from jobring.admin.api.json_errors import InternalErrors
 from jobring.admin.api.management import (
     audit,
     auth,
+    backfills,
     calendars,
     dashboard,
     glue,
@@ -57,7 +58,7 @@ def _api_app() -> FastAPI:
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (auth, jobs, calendars, glue, runs, groups, users, dashboard, audit, workflows,
+    for module in (auth, jobs, backfills, calendars, glue, runs, groups, users, dashboard, audit, workflows,
                    workflow_schedules):
         app.include_router(module.router)
     return app

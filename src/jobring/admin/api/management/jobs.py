@@ -115,6 +115,7 @@ async def create_job(body: JobCreate, services: Services, principal: Writer) -> 
     ensure_group_write(principal, body.job_group, missing_group("job_group", body.job_group))
     timing_json = await timing.timing_text(services, body.timing, body.job_group)
     job = replace(job_from_create(body), timing=timing_json)
+    timing.check_template(job)
     job = await jobservice.create_job(services, job, principal)
     await services.audit.job_event(principal, AuditAction.JOB_CREATE, job, snapshot=True)
     return _out(principal, job)
@@ -143,6 +144,7 @@ async def update_job(job_id: JobId, body: JobUpdate, services: Services, princip
         new = replace(new, timing=await timing.timing_text(services, body.timing, new.job_group))
     elif new.job_group != old.job_group:
         await timing.check_stored_timing(services, new)
+    timing.check_template(new)
     warnings: list[str] = []
     updated = await jobservice.update_job(services, old, new, principal, warnings)
     await services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)

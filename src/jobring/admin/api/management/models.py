@@ -259,6 +259,9 @@ class JobTiming(Strict):
     jitter_seconds: Annotated[int, Field(ge=0, le=86_400)] | None = None
     calendars: Annotated[list[CalendarName], Field(max_length=16)] | None = None
     calendar_action: Literal["skip", "move"] | None = None
+    params_template: bool | None = Field(
+        None, description="executor_param is a template over the run's logical time "
+        "({{ logical_date | fmt(\"%Y%m%d\") }}, data_interval_start, data_interval_end)")
 
 
 class JobTimingOut(BaseModel):
@@ -268,6 +271,7 @@ class JobTimingOut(BaseModel):
     jitter_seconds: int | None = None
     calendars: list[str] = Field(default_factory=list)
     calendar_action: str = "skip"
+    params_template: bool = False
 
 
 class PauseNoteOut(BaseModel):

@@ -17,6 +17,7 @@ import orjson
 from jobring.admin.api.management.models import JobTiming
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.api.management.timemodels import PreviewExcluded, PreviewFire, TimingPreview
+from jobring.admin.scheduler.logical import check_params_template, params_templated
 from jobring.admin.scheduler.ports import Schedule as LoopSchedule
 from jobring.admin.scheduler.timed import (
     calendar_names,
@@ -76,6 +77,15 @@ async def timing_text(services: ManagementServices, timing: JobTiming | None, gr
         raise _field(exc) from None
     normal = normalized_timing(rules)
     return None if normal is None else orjson.dumps(normal).decode()
+
+
+def check_template(job: JobInfo) -> None:
+    """A job whose params are a template must have params that parse (FieldError naming
+    ``executor_param``)."""
+    if params_templated(job):
+        problem = check_params_template(job.executor_param)
+        if problem is not None:
+            raise FieldError("executor_param", f"not a valid template (timing.params_template): {problem}")
 
 
 async def check_stored_timing(services: ManagementServices, job: JobInfo) -> None:
