@@ -169,7 +169,12 @@ async def start_runtime(
                                 child_fire_budget=settings.child_fire_budget)
     workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id)
     monitors.add(workflows)
-    callbacks.results_listener = workflows.notify
+
+    def results_recorded(results: Sequence[tuple[int, int, str | None]]) -> None:
+        workflows.notify(results)
+        trigger.flow.poke()  # a run ended: queued runs may start
+
+    callbacks.results_listener = results_recorded
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
                            ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
@@ -182,6 +187,7 @@ async def start_runtime(
     if liveness is not None:
         await liveness.start()
     await loop.start()
+    trigger.flow.start()
     monitors.start()
     runtime.delayed.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)

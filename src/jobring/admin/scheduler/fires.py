@@ -116,7 +116,7 @@ class FirePlan:
 
     __slots__ = ("req", "strategy", "param", "retry_count", "trigger_time_ms", "addresses",
                  "manual_addresses", "shards", "problem", "token", "app_name", "log_ids", "duplicate",
-                 "undeclared")
+                 "undeclared", "flow")
 
     def __init__(self, req: FireRequest, strategy: RouteStrategy | None, param: str, retry_count: int,
                  trigger_time_ms: int) -> None:
@@ -135,6 +135,9 @@ class FirePlan:
         self.app_name: str | None = None  # the group's appname (a 3.5 executor wants it in a header)
         self.log_ids: list[int] = []
         self.duplicate = False
+        # The flow settings (JSON) of the job and of its group when either has some: the fire
+        # then goes through flow control's admission (admin/scheduler/flowgate.py).
+        self.flow: tuple[str | None, str | None] | None = None
 
 
 class PreparedBatch:

@@ -21,6 +21,7 @@ from jobring.admin.store.delayed import DelayedFire, DelayedFireRepository
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
+from jobring.admin.store.flow import FlowRepository
 from jobring.admin.store.groups import EXECUTOR, GroupRepository, RegistryRepository
 from jobring.admin.store.insights import InsightRepository, NodeActivity
 from jobring.admin.store.jobs import JobRepository
@@ -80,6 +81,7 @@ class Store:
         self.delayed = DelayedFireRepository(self.db)
         self.workflows = WorkflowRepository(self.db)
         self.calendars = CalendarRepository(self.db)
+        self.flow = FlowRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -120,6 +122,7 @@ __all__ = [
     "DelayedFire",
     "DelayedFireRepository",
     "FireRepository",
+    "FlowRepository",
     "GlueRepository",
     "GlueVersion",
     "GroupRepository",
