@@ -17,6 +17,7 @@ from jobring.admin.api.management import (
     auth,
     calendars,
     dashboard,
+    flow,
     glue,
     groups,
     jobs,
@@ -56,7 +57,7 @@ def _api_app() -> FastAPI:
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (auth, jobs, calendars, glue, runs, groups, users, dashboard, audit, workflows):
+    for module in (auth, jobs, calendars, glue, runs, flow, groups, users, dashboard, audit, workflows):
         app.include_router(module.router)
     return app
 
