@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +67,9 @@ class Gated:
     held: list[TriggerResult] = field(default_factory=list)
 
 
-def _scopes(texts: Sequence[str]) -> tuple[Scope, ...]:
+@functools.lru_cache(maxsize=65_536)
+def _scopes(texts: tuple[str, ...]) -> tuple[Scope, ...]:
+    # Runs of one job share their scopes: parsed once, not once per run and pass.
     return tuple(Scope.parse(t) for t in texts)
 
 
