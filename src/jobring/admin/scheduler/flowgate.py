@@ -32,7 +32,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.flow import FlowAdmitted, FlowArrival, FlowOutcome, FlowView
 from jobring.admin.store.records import LogEntry, TriggerResult
 from jobring.core.clock import Clock
-from jobring.core.enums import TriggerType
+from jobring.core.enums import RouteStrategy, TriggerType
 from jobring.core.flow import (
     DEFAULT_AGING_MS,
     Admission,
@@ -146,8 +146,11 @@ class FlowGate:
                 continue
             texts = tuple(str(s) for s in flow.scopes)
             key = fair_key(flow.scopes)
+            broadcast = plan.strategy is RouteStrategy.SHARDING_BROADCAST
             by_group.setdefault(job.job_group, []).extend(
-                FlowArrival(i, job.id, texts, key, flow.priority) for i in plan.log_ids)
+                FlowArrival(i, job.id, texts, key, flow.priority,
+                            f"{shard[0]}/{shard[1]}" if broadcast else None)
+                for shard, i in zip(plan.shards, plan.log_ids, strict=True))
         started: set[int] = set()
         for group_id, arrivals in by_group.items():
             try:

@@ -52,6 +52,7 @@ class FlowArrival:
     scopes: tuple[str, ...]
     fair_key: str
     priority: int
+    sharding: str | None = None  # a broadcast's shard ("index/total"), kept on its row if it waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +212,11 @@ class FlowRepository(Repository):
             await conn.execute(insert(flow_run), list(part))
         unsent = {"trigger_code": 0, "handle_code": 0}
         if outcome.queue:
-            await update_rows(conn, job_log, {i: {"trigger_msg": (QUEUED_PREFIX + why)[:_MSG_MAX]}
-                                              for i, why in outcome.queue.items()}, match=unsent)
+            # A waiting broadcast shard keeps which shard it is for its later dispatch.
+            await update_rows(conn, job_log, {i: {"trigger_msg": (QUEUED_PREFIX + why)[:_MSG_MAX],
+                                                  "executor_sharding_param": by_arrival[i].sharding}
+                                              for i, why in outcome.queue.items()},
+                              match=unsent, keep_when_null=("executor_sharding_param",))
         if outcome.skip:
             await update_rows(conn, job_log, {i: {"trigger_code": _FAILED, "trigger_msg": msg[:_MSG_MAX],
                                                   "alarm_status": 1} for i, msg in outcome.skip.items()},
