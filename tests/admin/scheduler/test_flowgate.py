@@ -193,7 +193,8 @@ async def test_jobs_without_flow_settings_never_reach_the_gate(env: Env) -> None
 
 async def test_queued_broadcast_shards_start_as_their_own_shard(env: Env) -> None:
     job = await env.job(flow=_flow(max_concurrent_runs=1), executor_route_strategy="SHARDING_BROADCAST")
-    ids = [i for _ in range(2) for i in (await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))).log_ids]
+    ids = [i for _ in range(2)
+           for i in (await env.trigger.fire(FireRequest(job, TriggerType.MANUAL))).log_ids]
     assert len(ids) == 2 * len(HOSTS) and _sent(env) == ids[:1]
     for n, log_id in enumerate(ids[:-1]):
         await _finish(env, log_id)
