@@ -26,6 +26,8 @@ EVERY_OPTION = [
     "--deadline", "90", "--child", "3", "--author", "ana", "--glue-type", "GLUE_PYTHON",
     "--glue-remark", "first", "--calendar", "holidays", "--calendar-action", "move", "--start-at",
     "2026-01-01T00:00:00Z", "--end-at", "2026-12-31T00:00:00Z", "--max-runs", "5", "--jitter", "30",
+    "--max-concurrent", "30", "--concurrency-key", "{{params.tenant}}", "--key-limit", "2", "--on-limit",
+    "skip", "--rate-limit", "10/minute", "--priority", "3",
 ]
 
 
@@ -117,3 +119,31 @@ async def test_glue_jobs_from_add_to_versions(env: AdminEnv, cli: Cli, tmp_path:
     assert table.out.split()[:2] == ["VERSION", "TYPE"]
     both = await cli("jobs", "glue", str(job_id), "--history", "--restore", "1")
     assert both.code == 2 and "exclude each other" in both.err
+
+
+async def test_flow_control_options_and_runs_cancel(env: AdminEnv, cli: Cli) -> None:
+    await env.group("tenants", "Tenants")
+    added = await cli("jobs", "add", "--group", "tenants", "--desc", "per tenant", "--handler", "h", "--none",
+                      "--max-concurrent", "1", "--concurrency-key", "{{params.tenant}}", "--key-limit", "1",
+                      "--rate-limit", "5/minute", "--priority", "3", "--json")
+    assert added.code == 0, added.err
+    job = json.loads(added.out)
+    assert job["flow"] == {"max_concurrent_runs": 1, "concurrency_key": "{{params.tenant}}", "key_limit": 1,
+                           "on_limit": "queue", "rate_limit": 5, "rate_period": "minute", "priority": 3}
+    edited = await cli("jobs", "edit", str(job["id"]), "--rate-limit", "0", "--concurrency-key", "",
+                       "--on-limit", "skip", "--json")
+    assert edited.code == 0, edited.err
+    flow = json.loads(edited.out)["flow"]
+    assert (flow["rate_limit"], flow["concurrency_key"], flow["key_limit"]) == (None, None, None)
+    assert (flow["max_concurrent_runs"], flow["on_limit"], flow["priority"]) == (1, "skip", 3)
+    bad = await cli("jobs", "edit", str(job["id"]), "--priority", "5")
+    assert bad.code == 2
+    removed = await cli("jobs", "edit", str(job["id"]), "--no-flow", "--json")
+    assert removed.code == 0 and json.loads(removed.out)["flow"] is None
+    group = await cli("groups", "flow", "tenants", "--max-concurrent", "30", "--rate-limit", "100")
+    assert group.code == 0, group.err
+    assert "max_concurrent_runs=30" in group.out and "rate_limit=100/second" in group.out
+    shown = await cli("groups", "flow", "tenants", "--json")
+    assert json.loads(shown.out)["max_concurrent_runs"] == 30
+    not_queued = await cli("runs", "cancel", "999")
+    assert not_queued.code != 0

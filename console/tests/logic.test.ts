@@ -8,7 +8,7 @@ const run = { state: "running" as const, trigger_time: T0, duration_ms: null };
 
 describe("run state presentation", () => {
   it("polls only the states that can still change", () => {
-    expect(RUN_STATES.filter((s) => !isFinal(s))).toEqual(["scheduled", "dispatching", "running"]);
+    expect(RUN_STATES.filter((s) => !isFinal(s))).toEqual(["scheduled", "queued", "dispatching", "running"]);
   });
 
   it("shows the API's duration once finished, the live time while running", () => {
@@ -33,5 +33,21 @@ describe("sideBySide", () => {
       { left: "c", right: "c", kind: "same" },
       { left: null, right: "d", kind: "added" },
     ]);
+  });
+});
+
+describe("flow control form", () => {
+  it("sends null when nothing is set, and only the fields set", async () => {
+    const { blankFlow, flowFormOf, flowOf } = await import("../src/lib/flowForm");
+    expect(flowOf(blankFlow())).toBeNull();
+    const form = { ...blankFlow(), max_concurrent_runs: 30, concurrency_key: " {{params.tenant}} ", key_limit: "2",
+      on_limit: "skip" as const, rate_limit: "10", rate_period: "minute" as const, priority: "3" };
+    expect(flowOf(form)).toEqual({ max_concurrent_runs: 30, concurrency_key: "{{params.tenant}}", key_limit: 2,
+      on_limit: "skip", rate_limit: 10, rate_period: "minute", priority: 3 });
+    // A key limit without a key is dropped (the key field was cleared).
+    expect(flowOf({ ...blankFlow(), key_limit: 4 })).toBeNull();
+    const back = flowFormOf({ max_concurrent_runs: 5, concurrency_key: null, key_limit: null, on_limit: "queue",
+      rate_limit: null, rate_period: "second", priority: null });
+    expect(flowOf(back)).toEqual({ max_concurrent_runs: 5, concurrency_key: null, key_limit: null, rate_limit: null, priority: null });
   });
 });

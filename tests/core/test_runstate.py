@@ -39,6 +39,12 @@ CASES: list[tuple[int, str | None, int, str | None, int | None, RunState]] = [
     (500, FIRE + "connection refused", 0, None, NOW_MS - 5, RunState.FAILED),
     (500, None, 0, None, None, RunState.FAILED),
     (404, "not found", 0, None, None, RunState.FAILED),
+    (0, runstate.QUEUED_PREFIX + "job:7 full", 0, None, None, RunState.QUEUED),
+    (0, runstate.QUEUED_PREFIX + "job:7 full", 0, None, NOW_MS + 9_000, RunState.QUEUED),
+    (500, runstate.FLOW_SKIP_PREFIX + "job:7 (2 of 2 running)", 0, None, None, RunState.SKIPPED),
+    (0, runstate.QUEUED_PREFIX + "job:7 full", 500, runstate.FLOW_CANCEL_PREFIX + " (alice)", None,
+     RunState.KILLED),
+    (200, "ok", 500, runstate.FLOW_CANCEL_PREFIX + ": replaced by run 9", None, RunState.KILLED),
 ]
 
 
@@ -52,7 +58,7 @@ def test_run_state(case: tuple[int, str | None, int, str | None, int | None, Run
 
 def test_every_state_is_covered_and_final_flags() -> None:
     assert {c[-1] for c in CASES} == set(RunState)
-    waiting = {RunState.SCHEDULED, RunState.DISPATCHING, RunState.RUNNING}
+    waiting = {RunState.SCHEDULED, RunState.QUEUED, RunState.DISPATCHING, RunState.RUNNING}
     assert {s for s in RunState if not s.is_final} == waiting
     assert {s for s in RunState if s.is_active} == {RunState.DISPATCHING, RunState.RUNNING}
 
@@ -74,7 +80,8 @@ def test_markers_match_the_writers_and_hold_no_like_wildcards() -> None:
     assert runs.KILLED_BY_USER == runstate.KILLED_BY_USER
     markers = (runstate.LOST_RESULT_MSG, runstate.LOST_DISPATCH_PREFIX, runstate.DISCARD_MARK,
                runstate.LOST_PREFIX, runstate.CALENDAR_SKIP_PREFIX,
-               runstate.KILLED_BY_USER, *runstate.KILLED_SUFFIXES)
+               runstate.KILLED_BY_USER, *runstate.KILLED_SUFFIXES, runstate.QUEUED_PREFIX,
+               runstate.FLOW_SKIP_PREFIX, runstate.FLOW_CANCEL_PREFIX)
     assert not any("%" in m or "_" in m for m in markers)
 
 
@@ -84,6 +91,7 @@ def test_killed_by_user() -> None:
     assert not runstate.killed_by_user(worker.REASON_COVER_EARLY + worker.SUFFIX_RUNNING)
     assert not runstate.killed_by_user(worker.REASON_STOPPING + worker.SUFFIX_RUNNING)
     assert not runstate.killed_by_user(None)
+    assert runstate.killed_by_user(runstate.FLOW_CANCEL_PREFIX + ": replaced by run 9")
 
 
 def test_duration() -> None:

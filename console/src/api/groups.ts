@@ -15,3 +15,6 @@ export const rotateGroupToken = (groupId: number) =>
 export const setAddressDisabled = (groupId: number, address: string, disabled: boolean) => (disabled
   ? ok(api.POST("/groups/{group_id}/addresses/disable", { ...path(groupId), body: { address } }))
   : ok(api.POST("/groups/{group_id}/addresses/enable", { ...path(groupId), body: { address } })));
+/** Sets the flow control of every job of the group (an empty body: none); the group. */
+export const setGroupFlow = (groupId: number, body: Schemas["FlowIn"]) =>
+  ok(api.PUT("/groups/{group_id}/flow", { ...path(groupId), body }));

@@ -8,5 +8,6 @@ export const getRun = (runId: number) => ok(api.GET("/runs/{run_id}", path(runId
 export const getRunLog = (runId: number, fromLine: number) =>
   ok(api.GET("/runs/{run_id}/log", { params: { path: { run_id: runId }, query: { from_line: fromLine } } }));
 export const getRunAttempts = (runId: number) => ok(api.GET("/runs/{run_id}/attempts", path(runId)));
+export const cancelRun = (runId: number) => ok(api.POST("/runs/{run_id}/cancel", path(runId)));
 export const killRun = (runId: number) => ok(api.POST("/runs/{run_id}/kill", path(runId)));
 export const clearRuns = (body: Schemas["ClearIn"]) => ok(api.POST("/runs/clear", { body }));

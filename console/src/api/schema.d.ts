@@ -283,6 +283,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/groups/{group_id}/flow": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Set the flow control of every job of a group (an empty body: none) */
+        put: operations["set_group_flow_groups__group_id__flow_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs": {
         parameters: {
             query?: never;
@@ -587,6 +604,23 @@ export interface paths {
         get: operations["run_attempts_runs__run_id__attempts_get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel a queued run */
+        post: operations["cancel_run_runs__run_id__cancel_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1581,6 +1615,71 @@ export interface components {
                 [key: string]: string | number | boolean;
             };
         };
+        /**
+         * FlowIn
+         * @description Flow control of a job or of every job of a group; every field optional, all left out
+         *     (or null): no flow control.
+         * @example {
+         *       "concurrency_key": "{{params.tenant}}",
+         *       "key_limit": 2,
+         *       "max_concurrent_runs": 30,
+         *       "on_limit": "queue",
+         *       "priority": 2,
+         *       "rate_limit": 10,
+         *       "rate_period": "second"
+         *     }
+         */
+        FlowIn: {
+            /**
+             * Concurrency Key
+             * @description a template rendered per run, e.g. {{params.tenant}}: a counter per value
+             */
+            concurrency_key?: string | null;
+            /**
+             * Key Limit
+             * @description runs at a time per concurrency key value
+             */
+            key_limit?: number | null;
+            /**
+             * Max Concurrent Runs
+             * @description runs at a time, across every admin node
+             */
+            max_concurrent_runs?: number | null;
+            /**
+             * On Limit
+             * @description when a limit is reached: wait (queued, default), skip the run, or cancel the oldest running run
+             */
+            on_limit?: ("queue" | "skip" | "cancel_oldest") | null;
+            /**
+             * Priority
+             * @description 1 low, 2 normal (default), 3 high: orders queued runs
+             */
+            priority?: number | null;
+            /**
+             * Rate Limit
+             * @description starts per rate_period: per key when a concurrency key is set
+             */
+            rate_limit?: number | null;
+            /** Rate Period */
+            rate_period?: ("second" | "minute" | "hour") | null;
+        };
+        /** FlowOut */
+        FlowOut: {
+            /** Concurrency Key */
+            concurrency_key: string | null;
+            /** Key Limit */
+            key_limit: number | null;
+            /** Max Concurrent Runs */
+            max_concurrent_runs: number | null;
+            /** On Limit */
+            on_limit: string;
+            /** Priority */
+            priority: number | null;
+            /** Rate Limit */
+            rate_limit: number | null;
+            /** Rate Period */
+            rate_period: string;
+        };
         /** GlueOut */
         GlueOut: {
             /** Glue Remark */
@@ -1666,6 +1765,8 @@ export interface components {
              * @description taken out of routing by hand
              */
             disabled_addresses: string[];
+            /** @description flow control of every job of the group (null: none) */
+            flow?: components["schemas"]["FlowOut"] | null;
             /**
              * Has Access Token
              * @description the group has its own executor token (admins read it at /groups/{id}/access-token)
@@ -1758,6 +1859,8 @@ export interface components {
              * @default 0
              */
             executor_timeout: number;
+            /** @description concurrency and rate limits, concurrency key, priority */
+            flow?: components["schemas"]["FlowIn"] | null;
             /** Glue Remark */
             glue_remark?: string | null;
             /** Glue Source */
@@ -1839,6 +1942,8 @@ export interface components {
             executor_route_strategy: string | null;
             /** Executor Timeout */
             executor_timeout: number;
+            /** @description its flow control (null: none) */
+            flow?: components["schemas"]["FlowOut"] | null;
             /** Glue Remark */
             glue_remark: string | null;
             /** Glue Type */
@@ -1993,6 +2098,8 @@ export interface components {
             executor_route_strategy?: components["schemas"]["RouteStrategy"];
             /** Executor Timeout */
             executor_timeout?: number;
+            /** @description null: no flow control */
+            flow?: components["schemas"]["FlowIn"] | null;
             /** Glue Remark */
             glue_remark?: string | null;
             glue_type?: components["schemas"]["GlueType"];
@@ -2065,6 +2172,8 @@ export interface components {
             executor_route_strategy: string | null;
             /** Executor Timeout */
             executor_timeout: number;
+            /** @description its flow control (null: none) */
+            flow?: components["schemas"]["FlowOut"] | null;
             /** Glue Remark */
             glue_remark: string | null;
             /** Glue Type */
@@ -2622,7 +2731,7 @@ export interface components {
          * @description The states a run can be in (see the module docstring for how each is recognised).
          * @enum {string}
          */
-        RunState: "scheduled" | "dispatching" | "running" | "success" | "failed" | "killed" | "timed_out" | "lost" | "skipped";
+        RunState: "scheduled" | "dispatching" | "running" | "success" | "failed" | "killed" | "timed_out" | "lost" | "skipped" | "queued";
         /**
          * ScheduleType
          * @enum {string}
@@ -5627,6 +5736,113 @@ export interface operations {
             };
         };
     };
+    set_group_flow_groups__group_id__flow_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                group_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FlowIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_jobs_jobs_get: {
         parameters: {
             query?: {
@@ -7870,6 +8086,109 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunOut"][];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_run_runs__run_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunOut"];
                 };
             };
             /** @description Bad request */

@@ -2,10 +2,10 @@ import type { Run, RunState } from "../api/client";
 
 /** Every run state, in the order the console lists them (the API's `RunState`). */
 export const RUN_STATES: readonly RunState[] = [
-  "scheduled", "dispatching", "running", "success", "failed", "killed", "timed_out", "lost", "skipped",
+  "scheduled", "queued", "dispatching", "running", "success", "failed", "killed", "timed_out", "lost", "skipped",
 ];
 
-const GOING: ReadonlySet<RunState> = new Set(["scheduled", "dispatching", "running"]);
+const GOING: ReadonlySet<RunState> = new Set(["scheduled", "queued", "dispatching", "running"]);
 
 /** True once the run has ended: the console stops polling it. */
 export function isFinal(state: RunState): boolean {

@@ -238,6 +238,23 @@ describe("JobEditView", () => {
     expect(updateJob).toHaveBeenCalledWith(7, expect.objectContaining({ timing: { calendars: ["holidays"], calendar_action: "move" } }));
   });
 
+  it("edits the job's flow control and sends only the settings given", async () => {
+    vi.mocked(getJob).mockResolvedValue(job({ id: 7, flow: { max_concurrent_runs: 3, concurrency_key: null, key_limit: null,
+      on_limit: "queue", rate_limit: null, rate_period: "second", priority: null } }));
+    vi.mocked(updateJob).mockResolvedValue(job({ id: 7 }));
+    const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
+    expect((wrapper.find("input[name=flow_max_concurrent_runs]").element as HTMLInputElement).value).toBe("3");
+    expect(wrapper.find("input[name=flow_key_limit]").exists()).toBe(false);
+    await wrapper.find("input[name=flow_concurrency_key]").setValue("{{params.tenant}}");
+    await wrapper.find("input[name=flow_key_limit]").setValue("2");
+    await wrapper.find("select[name=flow_on_limit]").setValue("skip");
+    await wrapper.find("select[name=flow_priority]").setValue("3");
+    await wrapper.find("form.editor").trigger("submit");
+    await flushPromises();
+    expect(updateJob).toHaveBeenCalledWith(7, expect.objectContaining({ flow: {
+      max_concurrent_runs: 3, concurrency_key: "{{params.tenant}}", key_limit: 2, rate_limit: null, priority: 3, on_limit: "skip" } }));
+  });
+
   it("asks why when stopping, and shows who paused the job, why and when", async () => {
     vi.mocked(getJob).mockResolvedValue(job({ id: 7, job_group: 4, trigger_status: 1 }));
     vi.mocked(setJobStarted).mockResolvedValue(job({

@@ -7,7 +7,7 @@ import { ApiError, type Schemas } from "../../src/api/client";
 import { getDashboard } from "../../src/api/dashboard";
 import { listGroups } from "../../src/api/groups";
 import { deleteJob, listDelayed, listJobs, setJobStarted } from "../../src/api/jobs";
-import { clearRuns, killRun, listRuns } from "../../src/api/runs";
+import { cancelRun, clearRuns, killRun, listRuns } from "../../src/api/runs";
 import AuditView from "../../src/views/AuditView.vue";
 import DashboardView from "../../src/views/DashboardView.vue";
 import JobsView from "../../src/views/JobsView.vue";
@@ -217,6 +217,20 @@ describe("RunsView", () => {
     await clickAndConfirm(wrapper, wrapper.find("tr[data-run-id='11'] .danger-text"));
     expect(killRun).toHaveBeenCalledWith(11);
     expect(toastTexts("ok")).toEqual(["Run killed."]);
+  });
+
+  it("shows a queued run with its state and cancels it once confirmed", async () => {
+    vi.mocked(listRuns).mockResolvedValue(page([
+      run({ id: 21, state: "queued", trigger_code: 0, handle_code: 0, trigger_msg: "queued: limit reached: group:1" }),
+      run({ id: 22, state: "running", handle_code: 0, duration_ms: null }),
+    ]));
+    vi.mocked(cancelRun).mockResolvedValue(run({ id: 21, state: "killed" }));
+    const { wrapper } = await mountView(RunsView, { path: "/runs?state=queued" });
+    expect(wrapper.find("tr[data-run-id='21'] [data-state=queued]").text()).toBe("Queued");
+    expect(wrapper.find("tr[data-run-id='22'] [data-testid=cancel-run]").exists()).toBe(false);
+    await clickAndConfirm(wrapper, wrapper.find("tr[data-run-id='21'] [data-testid=cancel-run]"));
+    expect(cancelRun).toHaveBeenCalledWith(21);
+    expect(toastTexts("ok")).toEqual(["Run cancelled."]);
   });
 
   it("clears the runs of a rule once confirmed", async () => {

@@ -175,11 +175,12 @@ async def start_runtime(
     backfills = BackfillRunner(store, trigger, clock)
     monitors.add(backfills)
 
-    def results_listener(results: Sequence[tuple[int, int, str | None]]) -> None:
+    def results_recorded(results: Sequence[tuple[int, int, str | None]]) -> None:
         workflows.notify(results)
         backfills.results(results)
+        trigger.flow.poke()  # a run ended: queued runs may start
 
-    callbacks.results_listener = results_listener
+    callbacks.results_listener = results_recorded
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
                            ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
@@ -193,6 +194,7 @@ async def start_runtime(
     if liveness is not None:
         await liveness.start()
     await loop.start()
+    trigger.flow.start()
     monitors.start()
     runtime.delayed.start()
     log.info("admin node %s scheduling on %s", node_id, store.backend)

@@ -66,6 +66,7 @@ class AuditAction(StrEnum):
     GROUP_TOKEN_ROTATE = "group.token_rotate"
     GROUP_ADDRESS_DISABLE = "group.address_disable"
     GROUP_ADDRESS_ENABLE = "group.address_enable"
+    GROUP_FLOW = "group.flow"  # the group's flow control set
     JOB_CREATE = "job.create"
     JOB_UPDATE = "job.update"
     JOB_DELETE = "job.delete"
@@ -84,6 +85,7 @@ class AuditAction(StrEnum):
     GLUE_SAVE = "glue.save"
     GLUE_RESTORE = "glue.restore"
     RUN_KILL = "run.kill"
+    RUN_CANCEL = "run.cancel"  # a queued run cancelled
     WORKFLOW_CREATE = "workflow.create"
     WORKFLOW_UPDATE = "workflow.update"
     WORKFLOW_DELETE = "workflow.delete"

@@ -34,6 +34,7 @@ EXAMPLES: dict[str, str] = {
     "runs show": "jobring runs show 3051",
     "runs log": "jobring runs log 3051 --follow",
     "runs kill": "jobring runs kill 3051",
+    "runs cancel": "jobring runs cancel 3052",
     "runs clear": "jobring runs clear --rule older_than_1_month --group my-app",
     "workflows": "jobring workflows create --file nightly.json",
     "workflows list": "jobring workflows list",
@@ -66,6 +67,8 @@ EXAMPLES: dict[str, str] = {
     "groups delete": "jobring groups delete billing",
     "groups token": "export JOBRING_EXECUTOR_ACCESS_TOKEN=$(jobring groups token my-app)",
     "groups disable": "jobring groups disable my-app http://10.0.0.7:9999/",
+    "groups flow": "jobring groups flow my-app --max-concurrent 30 --concurrency-key '{{params.tenant}}' "
+                   "--key-limit 2",
     "groups enable": "jobring groups enable my-app http://10.0.0.7:9999/",
     "jobs delayed": "jobring jobs delayed 12 --cancel 3",
     "jobs backfill": "jobring jobs backfill 12 --start 2026-03-01T00:00:00Z --end 2026-03-30T23:59:59Z "

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobring.cli.common import UsageError
+from jobring.cli.flowopts import add_flow_options, flow_changes, merged_flow
 from jobring.cli.remote import (
     group_parser,
     group_ref,
@@ -166,6 +167,33 @@ def _delete(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _describe_flow(flow: dict[str, Any] | None) -> str:
+    if not flow:
+        return "none"
+    shown = {k: v for k, v in flow.items() if v is not None and k != "rate_period"}
+    if "rate_limit" in shown:
+        shown["rate_limit"] = f"{shown['rate_limit']}/{flow.get('rate_period') or 'second'}"
+    return ", ".join(f"{k}={v}" for k, v in shown.items())
+
+
+def _flow(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        group_id = _group_id(admin, args.group)
+        changes = flow_changes(args)
+        if changes is None:
+            group = admin.groups.get(group_id)
+        else:
+            current = admin.groups.get(group_id).get("flow")
+            group = admin.groups.set_flow(group_id, merged_flow(current, changes))
+        if args.json:
+            print_json(group.get("flow"))
+        else:
+            print(f"group {group['id']} flow control: {_describe_flow(group.get('flow'))}")
+        return 0
+
+    return run_remote(args, action)
+
+
 def register(sub: Any) -> None:
     """Add this module's commands to the top-level parser."""
     _, commands = group_parser(sub, "groups", "executor groups on a running admin")
@@ -194,6 +222,12 @@ def register(sub: Any) -> None:
                       help="make the addresses fixed: these (repeatable)")
     edit.add_argument("--auto", action="store_true", help="let executors register themselves again")
     edit.set_defaults(handler=_edit)
+
+    flow = remote_parser(commands, "flow", "show or change the flow control of every job of a group "
+                         "(limits, concurrency key, rate, priority)")
+    flow.add_argument("group", type=group_ref, metavar="GROUP", help="appname or id")
+    add_flow_options(flow, editing=True, what="the group's jobs")
+    flow.set_defaults(handler=_flow)
 
     delete = remote_parser(commands, "delete", "delete a group (refused while jobs use it)")
     delete.add_argument("group", type=group_ref, metavar="GROUP", help="appname or id")

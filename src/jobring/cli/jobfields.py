@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from jobring.cli.common import UsageError
+from jobring.cli.flowopts import add_flow_options, flow_changes, merged_flow
 from jobring.cli.remote import group_ref, positive_int
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy
 
@@ -108,6 +109,7 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
                         help=f"{', '.join(GLUE_TYPES)} (default BEAN: a handler in the executor's code)")
     parser.add_argument("--glue-remark", metavar="TEXT", help="note on the GLUE source's version")
     _timing_options(parser, creating=creating)
+    add_flow_options(parser, editing=not creating)
     if creating:
         parser.add_argument("--glue-source", metavar="FILE",
                             help="the GLUE script, read from FILE ('-': standard input); "
@@ -232,4 +234,8 @@ def job_fields(args: argparse.Namespace, group_id: int | None) -> dict[str, Any]
     if timing is not None:
         # On edit the caller merges these with the job's current rules (the API replaces them).
         fields["timing"] = merged_timing(None, timing) if creating else timing
+    flow = flow_changes(args)
+    if flow is not None:
+        # On edit the caller merges these with the job's current settings (the API replaces them).
+        fields["flow"] = merged_flow(None, flow) if creating else flow
     return fields

@@ -11,6 +11,7 @@ from typing import Any
 
 from jobring.cli.backfills import register_backfill
 from jobring.cli.common import UsageError
+from jobring.cli.flowopts import merged_flow
 from jobring.cli.jobfields import (
     add_job_options,
     job_fields,
@@ -147,6 +148,8 @@ def _edit(args: argparse.Namespace) -> int:
         if "timing" in changes:
             current = admin.jobs.get(args.job_id).get("timing")
             changes["timing"] = merged_timing(current, changes["timing"])
+        if "flow" in changes:
+            changes["flow"] = merged_flow(admin.jobs.get(args.job_id).get("flow"), changes["flow"])
         job = admin.jobs.update(args.job_id, changes)
         if args.json:
             print_json(job)

@@ -202,6 +202,18 @@ def _kill(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _cancel(args: argparse.Namespace) -> int:
+    def action(admin: AdminClient) -> int:
+        run = admin.runs.cancel(args.run_id)
+        if args.json:
+            print_json(run)
+        else:
+            print(f"run {args.run_id} cancelled: {run.get('handle_msg') or '-'}")
+        return 0
+
+    return run_remote(args, action)
+
+
 def _state_list(text: str) -> str:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     known = {s.value for s in RunState}
@@ -270,6 +282,10 @@ def register(sub: Any) -> None:
     kill = remote_parser(commands, "kill", "ask the run's executor to kill it")
     kill.add_argument("run_id", type=positive_int, metavar="RUN_ID")
     kill.set_defaults(handler=_kill)
+
+    cancel = remote_parser(commands, "cancel", "cancel a queued run (flow control); it never starts")
+    cancel.add_argument("run_id", type=positive_int, metavar="RUN_ID")
+    cancel.set_defaults(handler=_cancel)
 
     clear = remote_parser(commands, "clear", "delete old runs by a rule")
     clear.add_argument("--rule", choices=CLEAR_RULES, required=True, metavar="RULE",

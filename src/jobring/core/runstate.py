@@ -17,12 +17,14 @@ A row is read in this order (the first rule that applies wins):
    - the lost-run monitor's "recorded but never dispatched" message: ``lost``;
    - the executor's DISCARD_LATER answer ("block strategy effect：Discard Later", the previous
      run is still going), or the admin's calendar skip (``"skipped by calendar ..."``: a
-     calendar of the job excludes the instant): ``skipped``;
+     calendar of the job excludes the instant), or a flow limit whose policy is skip
+     (``"skipped by flow limit ..."``): ``skipped``;
    - anything else: ``failed``.
 3. ``trigger_code`` 200 and no result yet: ``running``.
-4. ``trigger_code`` 0: the row was recorded before its ``/run`` call. A fire recorded ahead
-   whose planned instant is still in the future is ``scheduled``; one due (or a manual
-   trigger, which has no planned instant) is ``dispatching``.
+4. ``trigger_code`` 0: the row was recorded before its ``/run`` call. One that flow control
+   holds back (``trigger_msg`` starting ``"queued: "``, the reason it waits) is ``queued``;
+   a fire recorded ahead whose planned instant is still in the future is ``scheduled``; one
+   due (or a manual trigger, which has no planned instant) is ``dispatching``.
 
 ``admin.store.logs.state_condition`` is the same rules as SQL; a test keeps them equal.
 """
@@ -34,12 +36,15 @@ from enum import StrEnum
 __all__ = [
     "CALENDAR_SKIP_PREFIX",
     "DISCARD_MARK",
+    "FLOW_CANCEL_PREFIX",
+    "FLOW_SKIP_PREFIX",
     "KILLED_BY_USER",
     "KILLED_SUFFIXES",
     "KILL_REASON",
     "LOST_DISPATCH_PREFIX",
     "LOST_PREFIX",
     "LOST_RESULT_MSG",
+    "QUEUED_PREFIX",
     "RunState",
     "duration_ms",
     "killed_by_user",
@@ -58,6 +63,12 @@ LOST_DISPATCH_PREFIX = "Trigger Fail: the fire was recorded but never dispatched
 DISCARD_MARK = "block strategy effect：Discard Later"
 # The admin's record of an instant a calendar excluded (trigger_msg of a ``skipped`` row).
 CALENDAR_SKIP_PREFIX = "skipped by calendar "
+# Flow control (jobring.core.flow): a run waiting for room (trigger_msg, with trigger_code 0),
+# one a full limit skipped (trigger_msg), one cancelled (handle_msg: by the cancel_oldest
+# policy, or by a user while it was queued).
+QUEUED_PREFIX = "queued: "
+FLOW_SKIP_PREFIX = "skipped by flow limit "
+FLOW_CANCEL_PREFIX = "cancelled by flow control"
 
 _OK = 200
 _TIMEOUT = 502
@@ -75,6 +86,7 @@ class RunState(StrEnum):
     TIMED_OUT = "timed_out"
     LOST = "lost"
     SKIPPED = "skipped"
+    QUEUED = "queued"
 
     @property
     def is_final(self) -> bool:
@@ -87,11 +99,12 @@ class RunState(StrEnum):
         return self in (RunState.DISPATCHING, RunState.RUNNING)
 
 
-_NOT_FINAL = frozenset({RunState.SCHEDULED, RunState.DISPATCHING, RunState.RUNNING})
+_NOT_FINAL = frozenset({RunState.SCHEDULED, RunState.QUEUED, RunState.DISPATCHING, RunState.RUNNING})
 
 
 def _is_killed(msg: str) -> bool:
-    return msg.startswith(KILLED_BY_USER) or any(msg.endswith(s) for s in KILLED_SUFFIXES)
+    return (msg.startswith((KILLED_BY_USER, FLOW_CANCEL_PREFIX))
+            or any(msg.endswith(s) for s in KILLED_SUFFIXES))
 
 
 def killed_by_user(handle_msg: str | None) -> bool:
@@ -99,7 +112,8 @@ def killed_by_user(handle_msg: str | None) -> bool:
     that kill): such a run is not retried. A run killed by its executor's block strategy
     (COVER_EARLY) or by an executor stop is not a user's decision and is retried."""
     msg = handle_msg or ""
-    return msg.startswith(KILLED_BY_USER) or (msg.startswith(KILL_REASON) and _is_killed(msg))
+    return (msg.startswith((KILLED_BY_USER, FLOW_CANCEL_PREFIX))
+            or (msg.startswith(KILL_REASON) and _is_killed(msg)))
 
 
 def run_state(
@@ -129,9 +143,11 @@ def run_state(
         msg = trigger_msg or ""
         if msg.startswith(LOST_DISPATCH_PREFIX):
             return RunState.LOST
-        if DISCARD_MARK in msg or msg.startswith(CALENDAR_SKIP_PREFIX):
+        if DISCARD_MARK in msg or msg.startswith((CALENDAR_SKIP_PREFIX, FLOW_SKIP_PREFIX)):
             return RunState.SKIPPED
         return RunState.FAILED
+    if trigger_msg is not None and trigger_msg.startswith(QUEUED_PREFIX):
+        return RunState.QUEUED
     if planned_time is not None and planned_time > now_ms:
         return RunState.SCHEDULED
     return RunState.DISPATCHING

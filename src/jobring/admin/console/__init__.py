@@ -24,8 +24,8 @@ DIST = Path(__file__).parent / "dist"
 __all__ = ["CONTENT_SECURITY_POLICY", "DIST", "HtmlNotFound", "console_routes"]
 
 # The client-side routes' first path segments (the router in console/src/router.ts).
-APP_SECTIONS = ("login", "password", "jobs", "runs", "groups", "calendars", "workflows", "workflow-runs", "users",
-                "settings", "profile", "audit")
+APP_SECTIONS = ("login", "password", "jobs", "runs", "groups", "calendars", "workflows", "workflow-runs",
+                "users", "settings", "profile", "audit")
 ROOT_FILES = ("favicon.svg",)
 NO_CACHE = "no-cache"
 IMMUTABLE = "public, max-age=31536000, immutable"

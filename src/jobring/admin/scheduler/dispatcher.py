@@ -165,6 +165,8 @@ class FireDispatcher:
             plan.problem = f"executor group {req.job.job_group} not found"
         else:
             plan.token, plan.app_name = view.token, view.group.app_name
+            if req.job.flow is not None or view.group.flow is not None:
+                plan.flow = (req.job.flow, view.group.flow)
             if view.refused:
                 plan.problem = f"refused executor addresses not called: {', '.join(view.refused)}"
         if req.address_override:

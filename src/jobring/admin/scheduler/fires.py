@@ -122,7 +122,7 @@ class FirePlan:
 
     __slots__ = ("req", "strategy", "param", "retry_count", "trigger_time_ms", "addresses",
                  "manual_addresses", "shards", "problem", "token", "app_name", "log_ids", "duplicate",
-                 "undeclared", "logical_ms", "interval_start_ms", "refusal")
+                 "undeclared", "logical_ms", "interval_start_ms", "refusal", "flow")
 
     def __init__(self, req: FireRequest, strategy: RouteStrategy | None, param: str, retry_count: int,
                  trigger_time_ms: int) -> None:
@@ -144,6 +144,9 @@ class FirePlan:
         self.logical_ms: int | None = None  # sent to executors as logicalTime
         self.interval_start_ms: int | None = None  # ... as dataIntervalStart
         self.refusal: str | None = None  # why it must fail without being sent (recorded first)
+        # The flow settings (JSON) of the job and of its group when either has some: the fire
+        # then goes through flow control's admission (admin/scheduler/flowgate.py).
+        self.flow: tuple[str | None, str | None] | None = None
 
 
 class PreparedBatch:

@@ -30,6 +30,7 @@ from jobring.admin.scheduler.fires import (
     dispatch_error_reason,
     fire_results,
 )
+from jobring.admin.scheduler.flowgate import FlowGate
 from jobring.admin.scheduler.lanes import DispatchLanes
 from jobring.admin.scheduler.recorder import FireRecorder
 from jobring.admin.store.records import TriggerResult
@@ -73,6 +74,8 @@ class TriggerService:
             rng=rng, router=router, group_cache_ms=group_cache_ms, address_policy=address_policy)
         self.recorder = FireRecorder(store, node_id=node_id, clock=clock, resolve=self.dispatcher.resolve,
                                      result_flush_ms=result_flush_ms, admin_timezone=admin_timezone)
+        # Flow control: fires of jobs (or groups) with flow settings are admitted before sending.
+        self.flow = FlowGate(store, clock, self.dispatcher, self.recorder, client)
         self._in_flight: set[asyncio.Task[list[FireResult]]] = set()
         self._closed = False
         # For metrics (read at scrape time): fires requested through ``fire_batch`` (manual,
@@ -138,6 +141,8 @@ class TriggerService:
         if batch.state != "prepared":
             raise RuntimeError(f"prepared batch already {batch.state}")
         batch.state = "dispatched"
+        if any(p.flow is not None for p in batch.plans):
+            return await self._tracked(self._gated(batch.plans, record_later=record_later))
         # Scheduled fires (record_later) are written to their executors here, in the caller's
         # step; the task then waits for the answers.
         work = self.dispatcher.start(batch.plans, at_once=record_later)
@@ -165,6 +170,7 @@ class TriggerService:
     async def close(self) -> None:
         """Refuse new fires, wait for the ones in flight and record their results."""
         self._closed = True
+        await self.flow.close()
         if self._in_flight:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
         await self.recorder.close()
@@ -182,7 +188,22 @@ class TriggerService:
 
     async def _fire_batch(self, reqs: list[FireRequest]) -> list[FireResult]:
         plans = await self.recorder.prepare(reqs)
+        if any(p.flow is not None for p in plans):
+            return await self._gated(plans)
         return await self._settle(plans, self.dispatcher.start(plans))
+
+    async def _gated(self, plans: list[FirePlan], *, record_later: bool = False) -> list[FireResult]:
+        """Send the plans without flow settings at once, the others once admitted."""
+        plain = [p for p in plans if p.flow is None]
+        work = self.dispatcher.start(plain, at_once=record_later)
+        gated = await self.flow.admit([p for p in plans if p.flow is not None])
+        work += self.dispatcher.start(gated.send, at_once=record_later)
+        answers = await self.dispatcher.settle(work) + gated.write
+        if record_later:
+            self.recorder.write_later(answers)
+        else:
+            await self.recorder.write_results(answers)
+        return fire_results(plans, answers + gated.held)
 
     async def _settle(self, plans: list[FirePlan], work: list[Awaitable[TriggerResult]], *,
                       record_later: bool = False) -> list[FireResult]:

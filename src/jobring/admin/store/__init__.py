@@ -22,6 +22,7 @@ from jobring.admin.store.delayed import DelayedFire, DelayedFireRepository
 from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
+from jobring.admin.store.flow import FlowRepository
 from jobring.admin.store.groups import EXECUTOR, GroupRepository, RegistryRepository
 from jobring.admin.store.insights import InsightRepository, NodeActivity
 from jobring.admin.store.jobs import JobRepository
@@ -84,6 +85,7 @@ class Store:
         self.workflow_schedules = WorkflowScheduleRepository(self.db)
         self.calendars = CalendarRepository(self.db)
         self.backfills = BackfillRepository(self.db)
+        self.flow = FlowRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -124,6 +126,7 @@ __all__ = [
     "DelayedFire",
     "DelayedFireRepository",
     "FireRepository",
+    "FlowRepository",
     "GlueRepository",
     "GlueVersion",
     "GroupRepository",

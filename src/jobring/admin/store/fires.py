@@ -8,12 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, and_, delete, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 
 from jobring.admin.store.base import Repository, chunks, to_record
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.records import LogEntry
 from jobring.admin.store.tables import job_info, job_log
+from jobring.core.runstate import QUEUED_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,11 @@ class RecordedFire:
 
 
 _TRIGGER_FAILED = 500  # the protocol's failure code
+
+
+def _not_queued() -> ColumnElement[bool]:
+    # A run flow control holds back was never sent, and is not lost: it waits for room.
+    return ~func.coalesce(job_log.c.trigger_msg, "").like(QUEUED_PREFIX + "%")
 
 
 def _unconfirmed() -> ColumnElement[bool]:
@@ -48,7 +54,7 @@ class FireRepository(Repository):
         async with self._db.write() as conn:
             for part in chunks(list(log_ids)):
                 result = await conn.execute(delete(job_log).where(
-                    job_log.c.id.in_(part), _unconfirmed(), job_log.c.job_id.in_(held)))
+                    job_log.c.id.in_(part), _unconfirmed(), _not_queued(), job_log.c.job_id.in_(held)))
                 removed += int(result.rowcount)
         return removed
 
@@ -61,7 +67,7 @@ class FireRepository(Repository):
         found: builtins.list[RecordedFire] = []
         node = job_log.c.admin_node
         columns = (job_log.c.id, job_log.c.job_id, job_log.c.planned_time, node,
-                   job_log.c.trigger_code, job_log.c.dispatch_time)
+                   job_log.c.trigger_code, job_log.c.dispatch_time, job_log.c.trigger_msg)
         async with self._db.read() as conn:
             for part in chunks(sorted(since.items()), 100):
                 stmt = select(*columns).where(
@@ -70,7 +76,9 @@ class FireRepository(Repository):
                     or_(node.is_(None), node != other_than_node))
                 found.extend(
                     RecordedFire(int(r.id), int(r.job_id), int(r.planned_time), r.admin_node,
-                                 r.trigger_code != 0 or r.dispatch_time is not None)
+                                 r.trigger_code != 0 or r.dispatch_time is not None
+                                 # queued: flow control sends it, never the takeover
+                                 or (r.trigger_msg or "").startswith(QUEUED_PREFIX))
                     for r in (await conn.execute(stmt)).all())
         found.sort(key=lambda f: (f.job_id, f.planned_time))
         return found
@@ -82,7 +90,7 @@ class FireRepository(Repository):
         async with self._db.read() as conn:
             for part in chunks(sorted(set(log_ids))):
                 rows = await conn.execute(select(job_log).where(
-                    job_log.c.id.in_(part), _unconfirmed(), job_log.c.handle_code == 0))
+                    job_log.c.id.in_(part), _unconfirmed(), job_log.c.handle_code == 0, _not_queued()))
                 found.extend(to_record(LogEntry, r) for r in rows.all())
         return found
 
@@ -93,7 +101,7 @@ class FireRepository(Repository):
         that were triggered at or before the instant."""
         stmt = (select(job_log.c.id)
                 .where(job_log.c.id > after_id, job_log.c.trigger_code == 0, job_log.c.handle_code == 0,
-                       job_log.c.trigger_time <= utc_naive(triggered_before))
+                       job_log.c.trigger_time <= utc_naive(triggered_before), _not_queued())
                 .order_by(job_log.c.id).limit(limit))
         async with self._db.read() as conn:
             return [int(i) for i in (await conn.execute(stmt)).scalars()]

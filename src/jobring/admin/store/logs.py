@@ -64,11 +64,14 @@ from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
     CALENDAR_SKIP_PREFIX,
     DISCARD_MARK,
+    FLOW_CANCEL_PREFIX,
+    FLOW_SKIP_PREFIX,
     KILLED_BY_USER,
     KILLED_SUFFIXES,
     LOST_DISPATCH_PREFIX,
     LOST_PREFIX,
     LOST_RESULT_MSG,
+    QUEUED_PREFIX,
     RunState,
 )
 from jobring.core.timefmt import iso_ms
@@ -166,6 +169,7 @@ def _killed_msg() -> ColumnElement[bool]:
     msg = _msg(job_log.c.handle_msg)
     return or_(
         msg.like(KILLED_BY_USER + "%"),
+        msg.like(FLOW_CANCEL_PREFIX + "%"),
         *(msg.like("%" + s) for s in KILLED_SUFFIXES),
     )
 
@@ -175,9 +179,15 @@ def _lost_dispatch_msg() -> ColumnElement[bool]:
 
 
 def _discard_msg() -> ColumnElement[bool]:
-    """A skipped run's message: the executor's DISCARD_LATER or the admin's calendar skip."""
+    """A skipped run's message: the executor's DISCARD_LATER, the admin's calendar or flow skip."""
     msg = _msg(job_log.c.trigger_msg)
-    return or_(msg.like("%" + DISCARD_MARK + "%"), msg.like(CALENDAR_SKIP_PREFIX + "%"))
+    return or_(msg.like("%" + DISCARD_MARK + "%"), msg.like(CALENDAR_SKIP_PREFIX + "%"),
+               msg.like(FLOW_SKIP_PREFIX + "%"))
+
+
+def queued_msg() -> ColumnElement[bool]:
+    """A run flow control holds back (with trigger code 0): its message says why it waits."""
+    return _msg(job_log.c.trigger_msg).like(QUEUED_PREFIX + "%")
 
 
 def state_condition(state: RunState, now_ms: int) -> ColumnElement[bool]:
@@ -188,6 +198,8 @@ def state_condition(state: RunState, now_ms: int) -> ColumnElement[bool]:
     lost_result = or_(_msg(job_log.c.handle_msg) == LOST_RESULT_MSG,
                       _msg(job_log.c.handle_msg).like(LOST_PREFIX + "%"))
     not_sent = and_(handle == 0, trigger == 0)
+    waiting = and_(not_sent, queued_msg())
+    not_queued = not_(queued_msg())
     conditions: dict[RunState, Any] = {
         RunState.SUCCESS: lambda: handle == 200,
         RunState.TIMED_OUT: lambda: handle == 502,
@@ -202,11 +214,12 @@ def state_condition(state: RunState, now_ms: int) -> ColumnElement[bool]:
         ),
         RunState.SKIPPED: lambda: and_(unhandled_refused, not_(_lost_dispatch_msg()), _discard_msg()),
         RunState.RUNNING: lambda: and_(handle == 0, trigger == 200),
+        RunState.QUEUED: lambda: waiting,
         RunState.SCHEDULED: lambda: and_(
-            not_sent, job_log.c.planned_time.is_not(None), job_log.c.planned_time > now_ms
+            not_sent, not_queued, job_log.c.planned_time.is_not(None), job_log.c.planned_time > now_ms
         ),
         RunState.DISPATCHING: lambda: and_(
-            not_sent, or_(job_log.c.planned_time.is_(None), job_log.c.planned_time <= now_ms)
+            not_sent, not_queued, or_(job_log.c.planned_time.is_(None), job_log.c.planned_time <= now_ms)
         ),
     }
     result: ColumnElement[bool] = conditions[state]()

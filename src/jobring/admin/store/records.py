@@ -81,6 +81,7 @@ class JobInfo:
     declared_retired_at: int | None = None  # epoch ms the code stopped declaring it
     timing: str | None = None  # JSON timing rules (jobring.core.timing.rules); None: none
     pause_note: str | None = None  # JSON {"by", "reason", "at"} of the last pause
+    flow: str | None = None  # JSON flow settings (jobring.core.flow.settings); None: none
 
     @property
     def child_job_ids(self) -> list[int]:
@@ -285,6 +286,7 @@ class JobGroup:
     # The group's executor token (jobring addition); see admin/executor_tokens.py.
     access_token: str | None = field(default=None, repr=False)
     disabled_addresses: str | None = None
+    flow: str | None = None  # JSON flow settings of every job of the group; None: none
 
     @property
     def addresses(self) -> list[str]:

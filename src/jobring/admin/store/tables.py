@@ -46,6 +46,9 @@ job_group = Table(
     # jobring: addresses an admin took out of routing by hand (comma list); heartbeats
     # do not bring them back.
     Column("disabled_addresses", Text, nullable=True),
+    # jobring: flow settings of every job of the group (JSON, jobring.core.flow.settings;
+    # None: none)
+    Column("flow", Text, nullable=True),
     sqlite_autoincrement=True,
 )
 
@@ -102,6 +105,9 @@ job_info = Table(
     # pause (JSON: by, reason, at).
     Column("timing", Text, nullable=True),
     Column("pause_note", Text, nullable=True),
+    # Flow settings (JSON, jobring.core.flow.settings: limits, concurrency key, rate, priority;
+    # None: none, and the fire path reads nothing more).
+    Column("flow", Text, nullable=True),
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
@@ -485,6 +491,45 @@ backfill = Table(
     Index("ix_backfill_job", "job_id", "id"),
     Index("ix_backfill_status", "status"),
     sqlite_autoincrement=True,
+)
+
+# Flow control (issue 22, docs/dispatch.md "Flow control"): one row per run that flow control
+# holds, while it waits (``started_ms`` None: its run-log row is ``queued``) or runs (it then
+# counts in its scopes until its run-log row ends). ``scopes``: JSON list of scope texts.
+flow_run = Table(
+    "jobring_flow_run",
+    metadata,
+    Column("log_id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
+    Column("job_group", Integer, nullable=False),
+    Column("job_id", Integer, nullable=False),
+    Column("scopes", Text, nullable=False),
+    Column("fair_key", String(300), nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("enqueued_ms", BigInteger, nullable=False),
+    Column("started_ms", BigInteger, nullable=True),
+    Index("ix_flow_run_group", "job_group", "started_ms"),
+)
+
+# A rate limit's token bucket per scope (jobring.core.flow.ratelimit): level in millionths of
+# a token as of ``stamp_ms``.
+flow_bucket = Table(
+    "jobring_flow_bucket",
+    metadata,
+    Column("scope", String(300), primary_key=True),
+    Column("job_group", Integer, nullable=False),
+    Column("level", BigInteger, nullable=False),
+    Column("stamp_ms", BigInteger, nullable=False),
+    Index("ix_flow_bucket_group", "job_group"),
+)
+
+# The round-robin turn of each key that has runs waiting (jobring.core.flow.ordering).
+flow_turn = Table(
+    "jobring_flow_turn",
+    metadata,
+    Column("fair_key", String(300), primary_key=True),
+    Column("job_group", Integer, nullable=False),
+    Column("turn", BigInteger, nullable=False),
+    Index("ix_flow_turn_group", "job_group"),
 )
 
 SCHEDULE_LOCK = "schedule_lock"

@@ -88,6 +88,11 @@ def enable_address(group_id: int, address: str) -> Call[JsonObject]:
     return post(f"{_group(group_id)}/addresses/enable", as_object, {"address": address})
 
 
+def set_group_flow(group_id: int, flow: JsonObject | None) -> Call[JsonObject]:
+    """Set the flow control of every job of the group (None or {}: none); the group."""
+    return put(f"{_group(group_id)}/flow", as_object, flow or {})
+
+
 class GroupsApi(ApiGroup[M]):
     """Executor groups (the reference's xxl_job_group)."""
 
@@ -100,6 +105,7 @@ class GroupsApi(ApiGroup[M]):
     rotate_access_token = Endpoint(rotate_group_access_token)
     disable_address = Endpoint(disable_address)
     enable_address = Endpoint(enable_address)
+    set_flow = Endpoint(set_group_flow)
 
 
 def dashboard(days: int = 7) -> Call[JsonObject]:

@@ -71,6 +71,11 @@ def kill_run(run_id: int) -> Call[JsonObject]:
     return post(_run(run_id) + "/kill", as_object)
 
 
+def cancel_run(run_id: int) -> Call[JsonObject]:
+    """Cancel a queued run (flow control); the run, now ``killed``."""
+    return post(_run(run_id) + "/cancel", as_object)
+
+
 def clear_runs(rule: str, *, group: int | None = None, job: int | None = None) -> Call[JsonObject]:
     """Delete old runs by ``rule`` (older_than_1_day ... keep_last_100k, all):
     ``{"deleted": n}``."""
@@ -85,4 +90,5 @@ class RunsApi(ApiGroup[M]):
     attempts = Endpoint(run_attempts)
     log = Endpoint(run_log)
     kill = Endpoint(kill_run)
+    cancel = Endpoint(cancel_run)
     clear = Endpoint(clear_runs)

@@ -18,6 +18,7 @@ from jobring.admin.api.management import (
     backfills,
     calendars,
     dashboard,
+    flow,
     glue,
     groups,
     jobs,
@@ -58,8 +59,8 @@ def _api_app() -> FastAPI:
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (auth, jobs, backfills, calendars, glue, runs, groups, users, dashboard, audit, workflows,
-                   workflow_schedules):
+    for module in (auth, jobs, backfills, calendars, glue, runs, flow, groups, users, dashboard, audit,
+                   workflows, workflow_schedules):
         app.include_router(module.router)
     return app
 

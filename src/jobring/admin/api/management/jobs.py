@@ -11,6 +11,7 @@ from fastapi import APIRouter, Path, Query, Response
 from jobring.admin.api.management import jobservice, timing
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, bad_request, not_found
+from jobring.admin.api.management.flowmodels import flow_text
 from jobring.admin.api.management.models import (
     JOB_UPDATE_NOT_NULL,
     MAX_INT32,
@@ -50,10 +51,11 @@ def _out(principal: Principal, job: JobInfo) -> JobOut:
 
 
 def job_from_create(body: JobCreate) -> JobInfo:
-    data = body.model_dump(exclude={"child_job_ids", "alarm_targets", "timing"})
+    data = body.model_dump(exclude={"child_job_ids", "alarm_targets", "timing", "flow"})
     targets = jobservice.alarm_targets_text(body.alarm_targets)
     data["schedule_conf"] = quartz_conf(body.schedule_type, body.schedule_conf)
-    return JobInfo(**data, child_jobid=_child_list(body.child_job_ids), alarm_targets=targets)
+    return JobInfo(**data, child_jobid=_child_list(body.child_job_ids), alarm_targets=targets,
+                   flow=flow_text(body.flow))
 
 
 def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
@@ -65,6 +67,8 @@ def job_with_update(old: JobInfo, body: JobUpdate) -> JobInfo:
         # A cron expression and a rate look alike: the type sent along says which it is.
         raise FieldError("schedule_type", "required with schedule_conf")
     changes.pop("timing", None)  # validated by the caller (it needs the calendars)
+    if "flow" in changes:
+        changes["flow"] = flow_text(body.flow)
     if changes.get("schedule_conf") is not None:
         changes["schedule_conf"] = quartz_conf(changes.get("schedule_type"), changes["schedule_conf"])
     if "child_job_ids" in changes:

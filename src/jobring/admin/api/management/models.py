@@ -13,6 +13,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from jobring.admin.api.management.flowmodels import FlowIn, FlowOut, flow_out
 from jobring.admin.security.passwords import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
 from jobring.admin.security.roles import Role
 from jobring.admin.store.records import (
@@ -314,6 +315,7 @@ class JobFields(Strict):
     retry_backoff: RetryBackoffKind = "fixed"
     retry_backoff_max_s: RetryIntervalSeconds = 3600
     timing: JobTiming | None = Field(None, description="calendars, validity window, run limit, jitter")
+    flow: FlowIn | None = Field(None, description="concurrency and rate limits, concurrency key, priority")
 
 
 class JobCreate(JobFields):
@@ -367,6 +369,7 @@ class JobUpdate(Strict):
     retry_backoff: RetryBackoffKind | None = None
     retry_backoff_max_s: RetryIntervalSeconds | None = None
     timing: JobTiming | None = Field(None, description="null: no timing rules")
+    flow: FlowIn | None = Field(None, description="null: no flow control")
     managed_by: ManagedByName | None = Field(
         None, description="admin only: \"code\" lets the job's executor group manage it through the jobs "
                           "its code declares; \"console\" takes it back (the code no longer touches it)")
@@ -441,6 +444,7 @@ class JobOut(BaseModel):
                           "period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again")
     timing: JobTimingOut | None = Field(None, description="its timing rules (null: none)")
     pause_note: PauseNoteOut | None = Field(None, description="who stopped it last, why and when")
+    flow: FlowOut | None = Field(None, description="its flow control (null: none)")
 
     @classmethod
     def of(cls, job: JobInfo, *, reveal_urls: bool = False) -> JobOut:
@@ -448,7 +452,8 @@ class JobOut(BaseModel):
         return cls(**record_fields(cls, job, alarm_targets=targets_out(job, reveal_urls=reveal_urls),
                                    declared_by_executor=bool(job.declared_by_executor),
                                    timing=_json_model(JobTimingOut, job.timing),
-                                   pause_note=_json_model(PauseNoteOut, job.pause_note)))
+                                   pause_note=_json_model(PauseNoteOut, job.pause_note),
+                                   flow=flow_out(job.flow)))
 
 
 class JobUpdateOut(JobOut):
@@ -691,6 +696,7 @@ class GroupOut(BaseModel):
     has_access_token: bool = Field(
         description="the group has its own executor token (admins read it at /groups/{id}/access-token)"
     )
+    flow: FlowOut | None = Field(None, description="flow control of every job of the group (null: none)")
 
     @classmethod
     def of(cls, g: JobGroup, entries: list[RegistryEntry]) -> GroupOut:
@@ -700,7 +706,7 @@ class GroupOut(BaseModel):
                           dispatch="pull" if is_pull_address(e.registry_value) else "push") for e in entries
         ]
         return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token),
-                                   disabled_addresses=g.disabled))
+                                   disabled_addresses=g.disabled, flow=flow_out(g.flow)))
 
 
 class GroupTokenOut(BaseModel):
