@@ -47,6 +47,7 @@ from jobring.admin.bootstrap import bootstrap
 from jobring.admin.coexist import refuse_if_java_admin_alive
 from jobring.admin.console import HtmlNotFound, console_routes
 from jobring.admin.declared_retirement import RetiredDeclaredJobsMonitor
+from jobring.admin.distributed.service import DistributedService
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
@@ -170,12 +171,18 @@ async def start_runtime(
     workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id)
     monitors.add(workflows)
     callbacks.results_listener = workflows.notify
+    distributed = DistributedService(store, executors, clock)
+    distributed.record = callbacks.handle
+    callbacks.distributed = distributed
+    trigger.dispatcher.sharding = distributed
+    monitors.add(distributed)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
                            ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
                            DelayedFireRunner(store, trigger, clock))
     # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
     runtime.workflows = workflows
+    runtime.distributed = distributed
     runtime.metrics = AdminMetrics(runtime)
     runtime.metrics.instrument(alarmer)
     runtime.liveness = liveness
@@ -277,7 +284,8 @@ def create_app(
             executor_api.app = _ApiDispatch(
                 xxl3_api_app(services),
                 executor_api_app(runtime.registry, runtime.callbacks, runtime.executor_tokens,
-                                 address_policy(settings), pull=runtime.executors.pull),
+                                 address_policy(settings), pull=runtime.executors.pull,
+                                 distributed=runtime.distributed),
                 declare_api_app(services),
             )
             app.state.runtime = runtime

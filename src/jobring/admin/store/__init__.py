@@ -51,6 +51,7 @@ from jobring.admin.store.records import (
     TriggerResult,
     User,
 )
+from jobring.admin.store.subtasks import DistributedRepository
 from jobring.admin.store.users import SessionRepository, SettingRepository, TokenRepository, UserRepository
 from jobring.admin.store.workflows import WorkflowRepository
 
@@ -80,6 +81,7 @@ class Store:
         self.delayed = DelayedFireRepository(self.db)
         self.workflows = WorkflowRepository(self.db)
         self.calendars = CalendarRepository(self.db)
+        self.distributed = DistributedRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -119,6 +121,7 @@ __all__ = [
     "DayCount",
     "DelayedFire",
     "DelayedFireRepository",
+    "DistributedRepository",
     "FireRepository",
     "GlueRepository",
     "GlueVersion",
