@@ -278,7 +278,7 @@ def create_app(
                 store=runtime.store, settings=runtime.settings, secrets=runtime.secrets,
                 trigger=runtime.trigger,
                 executors=runtime.executors, clock=runtime.clock, executor_tokens=runtime.executor_tokens,
-                delayed=runtime.delayed, workflows=runtime.workflows,
+                delayed=runtime.delayed, workflows=runtime.workflows, distributed=runtime.distributed,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(

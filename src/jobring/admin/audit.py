@@ -82,6 +82,7 @@ class AuditAction(StrEnum):
     GLUE_SAVE = "glue.save"
     GLUE_RESTORE = "glue.restore"
     RUN_KILL = "run.kill"
+    RUN_RETRY_FAILED = "run.retry_failed"
     WORKFLOW_CREATE = "workflow.create"
     WORKFLOW_UPDATE = "workflow.update"
     WORKFLOW_DELETE = "workflow.delete"

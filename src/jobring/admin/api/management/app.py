@@ -21,6 +21,7 @@ from jobring.admin.api.management import (
     groups,
     jobs,
     runs,
+    subtasks,
     users,
     workflows,
 )
@@ -56,7 +57,8 @@ def _api_app() -> FastAPI:
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (auth, jobs, calendars, glue, runs, groups, users, dashboard, audit, workflows):
+    for module in (auth, jobs, calendars, glue, runs, subtasks, groups, users, dashboard, audit,
+                   workflows):
         app.include_router(module.router)
     return app
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from jobring.admin.alarms.outbound import Resolver, system_resolve
 from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets
+from jobring.admin.distributed.service import DistributedService
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -45,6 +46,7 @@ class ManagementServices:
     executor_tokens: ExecutorTokens | None = None
     delayed: DelayedFireRunner | None = None  # woken when a delayed fire is added
     workflows: WorkflowDriver | None = None  # starts and repairs workflow runs
+    distributed: DistributedService | None = None  # map / shard runs: retry failed sub-tasks
     alarm_resolve: Resolver = system_resolve  # host names of alarm targets checked on save
     audit: AuditLog = field(init=False)
     address_policy: AddressPolicy = field(init=False)
