@@ -59,9 +59,7 @@ async def test_map_reduce_joins_once_and_reduces_once(store: Store) -> None:
     # The same call again (the root task dispatched again) creates nothing.
     assert await store.distributed.add_map_call(run, "r", _tasks(5), "sum", T0) == (0, 5)
     claimed = await store.distributed.claim(run, [("http://a/", 2), ("http://b/", 2)], T0)
-    assert [(t.executor_address, t.attempt) for t in claimed] == [("http://a/", 1)] * 2 + [
-        ("http://b/", 1)
-    ] * 2
+    assert [(t.executor_address, t.attempt) for t in claimed] == [("http://a/", 1), ("http://b/", 1)] * 2
     assert await store.distributed.load(3) == {"http://a/": 2, "http://b/": 2}
     parent = await store.distributed.get(run)
     assert parent is not None and (parent.total, parent.running, parent.phase) == (5, 4, "mapping")

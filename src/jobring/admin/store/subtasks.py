@@ -615,26 +615,20 @@ class DistributedRepository(Repository):
                 return []
             updates: list[TaskUpdate] = []
             claimed: list[ClaimedTask] = []
-            position = 0
-            for address, count in slots:
-                for row in rows[position : position + count]:
-                    attempt = row.attempt + 1
-                    updates.append(TaskUpdate(row.id, Dispatched(attempt, address)))
-                    claimed.append(
-                        ClaimedTask(
-                            row.id,
-                            run_id,
-                            attempt,
-                            row.task_key,
-                            row.task_name,
-                            row.kind,
-                            row.item,
-                            row.shard_index,
-                            row.shard_total,
-                            address,
-                        )
-                    )
-                position += count
+            # Round-robin over the executors with room left: a small map spreads over all.
+            room = {address: count for address, count in slots if count > 0}
+            order = list(room)
+            turn = 0
+            for row in rows:
+                while room[order[turn % len(order)]] == 0:
+                    turn += 1
+                address = order[turn % len(order)]
+                room[address] -= 1
+                turn += 1
+                attempt = row.attempt + 1
+                updates.append(TaskUpdate(row.id, Dispatched(attempt, address)))
+                claimed.append(ClaimedTask(row.id, run_id, attempt, row.task_key, row.task_name, row.kind,
+                                           row.item, row.shard_index, row.shard_total, address))
             await self._apply(conn, updates, now_ms, None)
         return claimed
 
