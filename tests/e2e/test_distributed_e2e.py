@@ -128,9 +128,13 @@ class Cluster:
             after = page["next_after_id"]
 
 
-async def _start_executor(home: Path, admin: AdminNode) -> asyncio.subprocess.Process:
+def _write_executor(home: Path) -> None:
     home.mkdir(parents=True)
     (home / "mapred_jobs.py").write_text(EXECUTOR_CODE.format(app=APP), encoding="utf-8")
+
+
+async def _start_executor(home: Path, admin: AdminNode) -> asyncio.subprocess.Process:
+    _write_executor(home)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
     with (home / "executor.log").open("wb") as log:
@@ -150,8 +154,7 @@ async def _cluster(tmp_path: Path, executors: int, env: dict[str, str] | None = 
         async with AsyncAdminClient(node.base_url) as admin:
             await admin.login("admin", ADMIN_PASSWORD)
             group = (await admin.groups.create(APP, "Map reduce"))["id"]
-            for i in range(executors):
-                processes.append(await _start_executor(tmp_path / f"ex{i}", node))
+            processes.extend([await _start_executor(tmp_path / f"ex{i}", node) for i in range(executors)])
 
             async def online() -> bool | None:
                 found = await admin.groups.get(group)
@@ -253,7 +256,7 @@ async def test_an_executor_killed_mid_map(tmp_path: Path) -> None:
         lines = [f"w{i}" for i in range(60)]
         run_id = await cluster.trigger(job, "|".join(lines))
 
-        async def some_ran() -> bool | None:
+        async def some_ran(cluster: Cluster = cluster) -> bool | None:
             return True if len([x for x in cluster.ran(2) if x.startswith("map ")]) >= 2 else None
 
         await eventually("sub-tasks on the executor to kill", some_ran)
