@@ -26,6 +26,7 @@ EVERY_OPTION = [
     "--deadline", "90", "--child", "3", "--author", "ana", "--glue-type", "GLUE_PYTHON",
     "--glue-remark", "first", "--calendar", "holidays", "--calendar-action", "move", "--start-at",
     "2026-01-01T00:00:00Z", "--end-at", "2026-12-31T00:00:00Z", "--max-runs", "5", "--jitter", "30",
+    "--shard-count", "64", "--failure-tolerance", "1%",
 ]
 
 
