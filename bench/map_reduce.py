@@ -83,7 +83,8 @@ async def main(args: argparse.Namespace) -> None:
                         "--port", str(port), "--address", f"http://127.0.0.1:{port}/",
                         "--log-path", str(home / "logs"), cwd=home, env=env, stdout=out, stderr=out))
             await _online(admin, group, args.executors)
-            job = await admin.jobs.create({"job_group": group, "job_desc": "bench", "executor_handler": "fan_out"})
+            job = await admin.jobs.create(
+                {"job_group": group, "job_desc": "bench", "executor_handler": "fan_out"})
             before = rss_mb(node.proc.pid)
             peak = before
             started = time.monotonic()
