@@ -449,8 +449,8 @@ class JobOut(BaseModel):
                           "period (JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS) unless declared again")
     timing: JobTimingOut | None = Field(None, description="its timing rules (null: none)")
     pause_note: PauseNoteOut | None = Field(None, description="who stopped it last, why and when")
-    shard_count: int = Field(0, description="shards per run as sub-tasks (0: not sharded)")
-    failure_tolerance: str | None = Field(None, description="sub-tasks that may fail (null: none)")
+    shard_count: int = Field(description="shards per run as sub-tasks (0: not sharded)")
+    failure_tolerance: str | None = Field(description="sub-tasks that may fail (null: none)")
 
     @classmethod
     def of(cls, job: JobInfo, *, reveal_urls: bool = False) -> JobOut:
