@@ -103,27 +103,23 @@ class MapScope:
 
     async def map_async(self, items: Sequence[object], task_name: str) -> int:
         """Send ``items`` as sub-tasks running ``task_name``; returns the run's sub-task count."""
-        if not isinstance(items, Sequence) or isinstance(items, str | bytes):
-            raise DistributedError("map takes a list of JSON values")
         total: int = 0
-        for part in call_batches(len(items), MAX_MAP_ITEMS):
-            seq, self._calls = self._calls, self._calls + 1
-            answer = await self._link.call(
-                "map",
-                {
-                    "runId": self.run_id,
-                    "parentKey": self.key,
-                    "callSeq": seq,
-                    "task": task_name,
-                    "items": list(items[part.start : part.stop]),
-                    "reduce": self._reduce,
-                },
-            )
-            total = int(answer["total"])
+        for part in call_batches(len(_items(items)), MAX_MAP_ITEMS):
+            total = await self._call_map(items[part.start : part.stop], task_name)
         return total
 
+    async def _call_map(self, items: Sequence[object], task_name: str) -> int:
+        seq, self._calls = self._calls, self._calls + 1
+        body = {"runId": self.run_id, "parentKey": self.key, "callSeq": seq, "task": task_name,
+                "items": list(items), "reduce": self._reduce}
+        return int((await self._link.call("map", body))["total"])
+
     def map(self, items: Sequence[object], task_name: str) -> int:
-        return int(self._blocking(self.map_async(items, task_name)))
+        # One admin call at a time, each with its own time limit (a large map takes long).
+        total = 0
+        for part in call_batches(len(_items(items)), MAX_MAP_ITEMS):
+            total = int(self._blocking(self._call_map(items[part.start : part.stop], task_name)))
+        return total
 
     async def page_async(self, after_id: int) -> list[dict[str, Any]]:
         answer = await self._link.call(
@@ -158,6 +154,12 @@ class MapScope:
             work.close()
             raise DistributedError("an async handler awaits ctx.map_async(...) / ctx.results_async()")
         return asyncio.run_coroutine_threadsafe(work, self._loop).result(MAP_TIMEOUT_S)
+
+
+def _items(items: Sequence[object]) -> Sequence[object]:
+    if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+        raise DistributedError("map takes a list of JSON values")
+    return items
 
 
 class _LoggerSink:
