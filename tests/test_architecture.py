@@ -32,7 +32,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
                        "jobring.admin.scheduler", "jobring.admin.audit", "jobring.admin.adopt",
                        "jobring.admin.bootstrap", "jobring.admin.coexist", "jobring.admin.executor_tokens",
                        "jobring.admin.validation", "jobring.admin.declared_retirement",
-                       "jobring.admin.demo_seed"),
+                       "jobring.admin.demo_seed", "jobring.admin.distributed"),
     "admin.api": ("jobring.admin.api", "jobring.admin.console"),
     "admin.root": ("jobring.admin", "jobring.admin.app", "jobring.admin.runtime", "jobring.admin.node",
                    "jobring.admin.health", "jobring.admin.metrics", "jobring.admin.http_server"),

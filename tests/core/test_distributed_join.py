@@ -26,6 +26,7 @@ from jobring.core.distributed.join import (
 @pytest.mark.parametrize(("text", "total", "allowed"), [
     ("1%", 150, 1), ("1%", 99, 0), ("1%", 100, 1), ("2.5%", 200, 5), ("2.5 %", 199, 4), ("0.5%", 1000, 5),
     ("100%", 7, 7), ("0%", 10, 0), ("3", 10, 3), ("3", 2, 3), ("0", 5, 0),
+    ("3,10%", 10, 1), ("3, 10%", 1000, 3), ("10%,3", 1000, 3),
 ])
 def test_allowed_failures_rounding(text: str, total: int, allowed: int) -> None:
     assert FailureTolerance.parse(text).allowed(total) == allowed
@@ -37,7 +38,7 @@ def test_both_limits_take_the_smaller_and_none_allows_no_failure() -> None:
     assert FailureTolerance().allowed(10**6) == 0
 
 
-@pytest.mark.parametrize("text", ["", "x", "1.5", "-1", "-1%", "101%", "1/0%", "%"])
+@pytest.mark.parametrize("text", ["", "x", "1.5", "-1", "-1%", "101%", "1/0%", "%", "1,2", "1%,2%", "3,"])
 def test_bad_tolerances_name_the_field(text: str) -> None:
     with pytest.raises(JoinError) as err:
         FailureTolerance.parse(text)

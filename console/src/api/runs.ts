@@ -11,3 +11,10 @@ export const getRunAttempts = (runId: number) => ok(api.GET("/runs/{run_id}/atte
 export const cancelRun = (runId: number) => ok(api.POST("/runs/{run_id}/cancel", path(runId)));
 export const killRun = (runId: number) => ok(api.POST("/runs/{run_id}/kill", path(runId)));
 export const clearRuns = (body: Schemas["ClearIn"]) => ok(api.POST("/runs/clear", { body }));
+export type SubTaskQuery = QueryOf<"/runs/{run_id}/subtasks">;
+export type SubTaskPage = Schemas["SubTaskPageOut"];
+export type SubTask = Schemas["SubTaskOut"];
+export type SubTaskProgress = Schemas["ProgressOut"];
+export const getRunSubtasks = (runId: number, query: SubTaskQuery) =>
+  ok(api.GET("/runs/{run_id}/subtasks", { params: { path: { run_id: runId }, query } }));
+export const retryFailedSubtasks = (runId: number) => ok(api.POST("/runs/{run_id}/retry-failed", path(runId)));

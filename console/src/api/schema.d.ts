@@ -661,6 +661,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs/{run_id}/retry-failed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Retry only the failed sub-tasks of an ended distributed run */
+        post: operations["retry_failed_runs__run_id__retry_failed_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/subtasks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A distributed run's progress and sub-tasks (keyset pages by id) */
+        get: operations["list_subtasks_runs__run_id__subtasks_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/schedules/preview": {
         parameters: {
             query?: never;
@@ -1859,6 +1893,11 @@ export interface components {
              * @default 0
              */
             executor_timeout: number;
+            /**
+             * Failure Tolerance
+             * @description sub-tasks or shards that may fail with the run still a success: a count ("3"), a percentage ("1%"), or both ("3,1%": the smaller); null: none
+             */
+            failure_tolerance?: string | null;
             /** @description concurrency and rate limits, concurrency key, priority */
             flow?: components["schemas"]["FlowIn"] | null;
             /** Glue Remark */
@@ -1892,6 +1931,12 @@ export interface components {
             schedule_timezone?: string | null;
             /** @default NONE */
             schedule_type: components["schemas"]["ScheduleType"];
+            /**
+             * Shard Count
+             * @description run as this many shards over the group's jobring executors (sub-tasks with index/total; 0: not sharded)
+             * @default 0
+             */
+            shard_count: number;
             /** @description calendars, validity window, run limit, jitter */
             timing?: components["schemas"]["JobTiming"] | null;
         } & (unknown & unknown & unknown);
@@ -1942,6 +1987,11 @@ export interface components {
             executor_route_strategy: string | null;
             /** Executor Timeout */
             executor_timeout: number;
+            /**
+             * Failure Tolerance
+             * @description sub-tasks that may fail (null: none)
+             */
+            failure_tolerance: string | null;
             /** @description its flow control (null: none) */
             flow?: components["schemas"]["FlowOut"] | null;
             /** Glue Remark */
@@ -1975,6 +2025,11 @@ export interface components {
             schedule_timezone: string | null;
             /** Schedule Type */
             schedule_type: string;
+            /**
+             * Shard Count
+             * @description shards per run as sub-tasks (0: not sharded)
+             */
+            shard_count: number;
             /** @description its timing rules (null: none) */
             timing?: components["schemas"]["JobTimingOut"] | null;
             /**
@@ -2098,6 +2153,11 @@ export interface components {
             executor_route_strategy?: components["schemas"]["RouteStrategy"];
             /** Executor Timeout */
             executor_timeout?: number;
+            /**
+             * Failure Tolerance
+             * @description null: no failure allowed
+             */
+            failure_tolerance?: string | null;
             /** @description null: no flow control */
             flow?: components["schemas"]["FlowIn"] | null;
             /** Glue Remark */
@@ -2122,6 +2182,8 @@ export interface components {
             /** Schedule Timezone */
             schedule_timezone?: string | null;
             schedule_type?: components["schemas"]["ScheduleType"];
+            /** Shard Count */
+            shard_count?: number;
             /** @description null: no timing rules */
             timing?: components["schemas"]["JobTiming"] | null;
         } & (unknown & unknown & unknown & unknown);
@@ -2172,6 +2234,11 @@ export interface components {
             executor_route_strategy: string | null;
             /** Executor Timeout */
             executor_timeout: number;
+            /**
+             * Failure Tolerance
+             * @description sub-tasks that may fail (null: none)
+             */
+            failure_tolerance: string | null;
             /** @description its flow control (null: none) */
             flow?: components["schemas"]["FlowOut"] | null;
             /** Glue Remark */
@@ -2205,6 +2272,11 @@ export interface components {
             schedule_timezone: string | null;
             /** Schedule Type */
             schedule_type: string;
+            /**
+             * Shard Count
+             * @description shards per run as sub-tasks (0: not sharded)
+             */
+            shard_count: number;
             /** @description its timing rules (null: none) */
             timing?: components["schemas"]["JobTimingOut"] | null;
             /**
@@ -2610,6 +2682,51 @@ export interface components {
              */
             moved_by?: string | null;
         };
+        /** ProgressOut */
+        ProgressOut: {
+            /**
+             * Attempt
+             * @description join attempt: 1, then one more per retry of failed sub-tasks
+             */
+            attempt: number;
+            /**
+             * Failed
+             * @description failed or cancelled, final
+             */
+            failed: number;
+            /** Failure Tolerance */
+            failure_tolerance: string | null;
+            /**
+             * Kind
+             * @description map (map / map-reduce) or shard
+             */
+            kind: string;
+            /** Pending */
+            pending: number;
+            /**
+             * Phase
+             * @description mapping, reducing, succeeded, failed
+             */
+            phase: string;
+            /** Reduce Task */
+            reduce_task: string | null;
+            /**
+             * Result
+             * @description the reduce handler's result (JSON)
+             */
+            result?: unknown;
+            /**
+             * Root State
+             * @description the run's own handler (it maps): running, succeeded, failed
+             */
+            root_state: string;
+            /** Running */
+            running: number;
+            /** Succeeded */
+            succeeded: number;
+            /** Total */
+            total: number;
+        };
         /** RepairIn */
         RepairIn: {
             /**
@@ -2617,6 +2734,14 @@ export interface components {
              * @description the run's round as last read (null: current)
              */
             round?: number | null;
+        };
+        /** RetryFailedOut */
+        RetryFailedOut: {
+            /**
+             * Retried
+             * @description sub-tasks put back to pending
+             */
+            retried: number;
         };
         /** RevokedOut */
         RevokedOut: {
@@ -2781,6 +2906,66 @@ export interface components {
              * @description why the job is paused (shown with who and when)
              */
             reason?: string | null;
+        };
+        /** SubTaskOut */
+        SubTaskOut: {
+            /** Attempt */
+            attempt: number;
+            /**
+             * Created At
+             * @description epoch ms
+             */
+            created_at: number;
+            /** Dispatched At */
+            dispatched_at: number | null;
+            /** Ended At */
+            ended_at: number | null;
+            /** Executor Address */
+            executor_address: string | null;
+            /** Id */
+            id: number;
+            /**
+             * Key
+             * @description r/0.17: item 17 of the run's first map call; s/3: shard 3; reduce:...
+             */
+            key: string;
+            /**
+             * Kind
+             * @description map, shard or reduce
+             */
+            kind: string;
+            /** Message */
+            message: string | null;
+            /**
+             * Result
+             * @description its handler's return value (JSON)
+             */
+            result?: unknown;
+            /** Shard Index */
+            shard_index: number;
+            /** Shard Total */
+            shard_total: number;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "pending" | "running" | "succeeded" | "failed" | "cancelled";
+            /**
+             * Task
+             * @description the handler it runs
+             */
+            task: string;
+        };
+        /** SubTaskPageOut */
+        SubTaskPageOut: {
+            /** Items */
+            items: components["schemas"]["SubTaskOut"][];
+            /**
+             * Next After Id
+             * @description pass as after_id for the next page; null: last page
+             */
+            next_after_id: number | null;
+            progress: components["schemas"]["ProgressOut"];
         };
         /** TimedPreviewIn */
         TimedPreviewIn: {
@@ -8509,6 +8694,217 @@ export interface operations {
             };
             /** @description Executor calls unavailable */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    retry_failed_runs__run_id__retry_failed_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetryFailedOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_subtasks_runs__run_id__subtasks_get: {
+        parameters: {
+            query?: {
+                status?: ("pending" | "running" | "succeeded" | "failed" | "cancelled") | null;
+                /** @description the next_after_id of the last page */
+                after_id?: number;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SubTaskPageOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -15,7 +15,8 @@ export function job(over: Partial<Job> = {}): Job {
     executor_handler: "report", executor_param: null, executor_route_strategy: "FIRST", executor_timeout: 0,
     glue_remark: null, glue_type: "BEAN", glue_updatetime: null, misfire_strategy: "DO_NOTHING", retry_backoff: "fixed",
     retry_backoff_max_s: 0, schedule_conf: "0 0 2 * * ?", schedule_timezone: null, schedule_type: "CRON",
-    trigger_last_time: 0, trigger_next_time: 0, trigger_status: 0, add_time: null, update_time: null, ...over,
+    trigger_last_time: 0, trigger_next_time: 0, trigger_status: 0, add_time: null, update_time: null,
+    shard_count: 0, failure_tolerance: null, ...over,
   };
 }
 

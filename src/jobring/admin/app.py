@@ -47,6 +47,7 @@ from jobring.admin.bootstrap import bootstrap
 from jobring.admin.coexist import refuse_if_java_admin_alive
 from jobring.admin.console import HtmlNotFound, console_routes
 from jobring.admin.declared_retirement import RetiredDeclaredJobsMonitor
+from jobring.admin.distributed.service import DistributedService
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.health import health, ready
 from jobring.admin.metrics import AdminMetrics, metrics_response
@@ -181,6 +182,11 @@ async def start_runtime(
         trigger.flow.poke()  # a run ended: queued runs may start
 
     callbacks.results_listener = results_recorded
+    distributed = DistributedService(store, executors, clock)
+    distributed.record = callbacks.handle
+    callbacks.distributed = distributed
+    trigger.dispatcher.sharding = distributed
+    monitors.add(distributed)
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,
                            registry, callbacks, monitors, loop,
                            ExecutorTokens(store, secrets.access_token, clock), leases, alarmer,
@@ -188,6 +194,7 @@ async def start_runtime(
     # Before the loop starts: the metrics time every SQL statement and count monitor rounds.
     runtime.workflows = workflows
     runtime.backfills = backfills
+    runtime.distributed = distributed
     runtime.metrics = AdminMetrics(runtime)
     runtime.metrics.instrument(alarmer)
     runtime.liveness = liveness
@@ -285,12 +292,14 @@ def create_app(
                 trigger=runtime.trigger,
                 executors=runtime.executors, clock=runtime.clock, executor_tokens=runtime.executor_tokens,
                 delayed=runtime.delayed, workflows=runtime.workflows, backfills=runtime.backfills,
+                distributed=runtime.distributed,
             )
             management_api.app = management_app(services)
             executor_api.app = _ApiDispatch(
                 xxl3_api_app(services),
                 executor_api_app(runtime.registry, runtime.callbacks, runtime.executor_tokens,
-                                 address_policy(settings), pull=runtime.executors.pull),
+                                 address_policy(settings), pull=runtime.executors.pull,
+                                 distributed=runtime.distributed),
                 declare_api_app(services),
             )
             app.state.runtime = runtime

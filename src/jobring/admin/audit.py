@@ -86,6 +86,7 @@ class AuditAction(StrEnum):
     GLUE_RESTORE = "glue.restore"
     RUN_KILL = "run.kill"
     RUN_CANCEL = "run.cancel"  # a queued run cancelled
+    RUN_RETRY_FAILED = "run.retry_failed"
     WORKFLOW_CREATE = "workflow.create"
     WORKFLOW_UPDATE = "workflow.update"
     WORKFLOW_DELETE = "workflow.delete"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from jobring.admin.alarms.base import Alarmer
 from jobring.admin.bootstrap import Secrets
+from jobring.admin.distributed.service import DistributedService
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.metrics import AdminMetrics
 from jobring.admin.scheduler.adapters import StoreLeases
@@ -58,6 +59,7 @@ class AdminRuntime:
     liveness: NodeLiveness | None = None
     workflows: WorkflowDriver | None = None
     backfills: BackfillRunner | None = None
+    distributed: DistributedService | None = None
 
     async def stop(self) -> None:
         """Stop claiming, finish in-flight fires, release leases, stop monitors, close the DB;

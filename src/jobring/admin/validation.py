@@ -16,6 +16,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
 from jobring.core.cron import CronParseError, to_quartz
+from jobring.core.distributed import MAX_SHARDS, FailureTolerance
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.fielderror import FieldError as CoreFieldError
 from jobring.core.schedule import parse_schedule
@@ -208,6 +209,10 @@ def _check_alarms_and_retries(job: JobInfo) -> None:
     _check_enum("retry_backoff", job.retry_backoff, [b.value for b in RetryBackoff])
     if not 0 <= job.executor_fail_retry_interval_s <= MAX_RETRY_INTERVAL_S:
         raise FieldError("executor_fail_retry_interval_s", f"must be between 0 and {MAX_RETRY_INTERVAL_S}")
+    if job.failure_tolerance is not None:
+        FailureTolerance.parse(job.failure_tolerance)  # a JoinError names failure_tolerance
+    if not 0 <= job.shard_count <= MAX_SHARDS:
+        raise FieldError("shard_count", f"must be between 0 and {MAX_SHARDS}")
     if not 0 <= job.retry_backoff_max_s <= MAX_RETRY_INTERVAL_S:
         raise FieldError("retry_backoff_max_s", f"must be between 0 and {MAX_RETRY_INTERVAL_S}")
     if job.deadline_minutes is not None and not 1 <= job.deadline_minutes <= MAX_DEADLINE_MINUTES:

@@ -35,6 +35,8 @@ EXAMPLES: dict[str, str] = {
     "runs log": "jobring runs log 3051 --follow",
     "runs kill": "jobring runs kill 3051",
     "runs cancel": "jobring runs cancel 3052",
+    "runs subtasks": "jobring runs subtasks 3051 --status failed",
+    "runs retry-failed": "jobring runs retry-failed 3051",
     "runs clear": "jobring runs clear --rule older_than_1_month --group my-app",
     "workflows": "jobring workflows create --file nightly.json",
     "workflows list": "jobring workflows list",

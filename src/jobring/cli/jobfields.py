@@ -105,6 +105,11 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
     parser.add_argument("--child", type=_child_ids, action="append", metavar="JOB_IDS",
                         help="job(s) to trigger after a success: comma list, repeatable (edit: '' clears)")
     parser.add_argument("--author", help="who owns the job")
+    parser.add_argument("--shard-count", type=non_negative_int, metavar="N",
+                        help="run as N shards over the group's jobring executors (edit: 0 stops sharding)")
+    parser.add_argument("--failure-tolerance", metavar="COUNT|PERCENT",
+                        help="sub-tasks or shards that may fail with the run a success: 3, 1%%, or 3,1%% "
+                             "(edit: '' allows none)")
     parser.add_argument("--glue-type", choices=GLUE_TYPES, metavar="TYPE",
                         help=f"{', '.join(GLUE_TYPES)} (default BEAN: a handler in the executor's code)")
     parser.add_argument("--glue-remark", metavar="TEXT", help="note on the GLUE source's version")
@@ -217,13 +222,15 @@ def job_fields(args: argparse.Namespace, group_id: int | None) -> dict[str, Any]
         "retry_backoff": args.retry_backoff, "retry_backoff_max_s": args.retry_backoff_max,
         "alarm_email": args.alarm_email, "alarm_on": args.alarm_on, "alarm_recovery": args.alarm_recovery,
         "author": args.author, "glue_type": args.glue_type, "glue_remark": args.glue_remark,
-        "managed_by": getattr(args, "managed_by", None),
+        "managed_by": getattr(args, "managed_by", None), "shard_count": args.shard_count,
     }
     fields.update({key: value for key, value in optional.items() if value is not None})
     if args.deadline is not None:
         if args.deadline == 0 and creating:
             raise UsageError("--deadline: give the minutes (at least 1); without it the job has none")
         fields["deadline_minutes"] = args.deadline or None  # 0 on edit: remove it
+    if args.failure_tolerance is not None:
+        fields["failure_tolerance"] = args.failure_tolerance.strip() or None
     if args.child is not None:
         fields["child_job_ids"] = [job_id for ids in args.child for job_id in ids]
     if args.alarm_target is not None:

@@ -23,6 +23,7 @@ from jobring.cli.remote import (
     resolve_group,
     run_remote,
 )
+from jobring.cli.runs_distributed import add_commands as add_distributed_commands
 from jobring.client import AdminClient
 from jobring.core.runstate import RunState
 from jobring.core.runtext import log_text, message_lines, message_summary
@@ -295,3 +296,4 @@ def register(sub: Any) -> None:
                        help="only runs in this group (appname or id)")
     clear.add_argument("--yes", action="store_true", help="confirm --rule all over every job")
     clear.set_defaults(handler=_clear)
+    add_distributed_commands(commands)

@@ -20,7 +20,7 @@ import logging
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -127,6 +127,9 @@ class JobContext:
         "_thread_label",
         "_cancelled",
         "_fail_msg",
+        "_task_key",
+        "_item",
+        "_scope",
     )
 
     def __init__(
@@ -158,6 +161,9 @@ class JobContext:
         self._thread_label = thread_label
         self._cancelled = False
         self._fail_msg: str | None = None
+        self._task_key: str | None = None
+        self._item: Any = None
+        self._scope: Any = None  # executor.distributed.MapScope: what map / results call
 
     @property
     def trigger_time(self) -> datetime:
@@ -217,6 +223,47 @@ class JobContext:
     def write_raw(self, line: str) -> None:
         """Write one line as is (script and subprocess output); never raises on cancellation."""
         self._sink.write_line(line)
+
+    # --- distributed runs (docs/distributed-jobs.md) -------------------------------------------
+
+    @property
+    def task_key(self) -> str | None:
+        """The sub-task's key (``r/0.17``, ``s/3``), None for a run's own handler."""
+        return self._task_key
+
+    @property
+    def item(self) -> Any:
+        """The map item this sub-task got (decoded JSON), None otherwise."""
+        return self._item
+
+    def map(self, items: Sequence[object], task_name: str) -> int:
+        """Split the work: each item becomes a sub-task running the handler ``task_name`` on
+        any executor of the group; returns the run's sub-task count so far. Blocks while the
+        admin stores them (sync handlers; async ones await :meth:`map_async`)."""
+        return int(self._distributed().map(items, task_name))
+
+    async def map_async(self, items: Sequence[object], task_name: str) -> int:
+        """:meth:`map` for async handlers."""
+        return int(await self._distributed().map_async(items, task_name))
+
+    def results(self) -> Iterator[Any]:
+        """In a reduce handler: the succeeded sub-tasks' results, read from the admin a page
+        at a time (sync handlers; async ones await :meth:`results_async`)."""
+        return iter(self._distributed().results())
+
+    async def results_async(self) -> list[Any]:
+        """:meth:`results` for async handlers (all of them, as a list)."""
+        return list(await self._distributed().results_async())
+
+    def bind_subtask(self, key: str | None, item: Any, scope: Any) -> None:
+        """Engine use: what this run may map, and its sub-task key and item."""
+        self._task_key, self._item, self._scope = key, item, scope
+
+    def _distributed(self) -> Any:
+        if self._scope is None:
+            raise JobringError("map and results need a jobring admin and a jobring executor that "
+                               "started (not a glue script or a process-isolated handler)")
+        return self._scope
 
     def mark_cancelled(self) -> None:
         self._cancelled = True

@@ -27,6 +27,7 @@ from jobring.executor.config import (
 )
 from jobring.executor.context import JobHandler
 from jobring.executor.declare import Declarer, declaration, declaration_body
+from jobring.executor.distributed import AdminLink, SubTaskRunner
 from jobring.executor.http.app import ExecutorEndpoints
 from jobring.executor.http.limits import ServerLimits
 from jobring.executor.http.protocol import ExecutorHttpServer
@@ -102,6 +103,8 @@ class Executor:
         # The settings the code itself gives (they win over JOBRING_EXECUTOR_*), for messages.
         self._in_code = {name for name, value in self._explicit.items() if value is not None}
         self._handlers: dict[str, JobHandler] = {}
+        self._reducers: dict[str, str] = {}  # handler -> the reduce handler of its map
+        self._subtasks: SubTaskRunner | None = None
         self._declarations: dict[str, dict[str, Any]] = {}
         self._declarer: Declarer | None = None
         self._declare_task: asyncio.Task[None] | None = None
@@ -155,6 +158,7 @@ class Executor:
         author: str | None = None,
         start: bool = True,
         fields: Mapping[str, Any] | None = None,
+        reduce: str | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler ``name``; it is returned unchanged.
 
@@ -165,6 +169,8 @@ class Executor:
         ``alarm_email``, ``child_jobs`` ids, ``author``; ``fields``: any other job field
         by its API name). Only what is given is declared; a field edited in the console
         keeps its value until the code changes it. ``start=False`` keeps the job stopped.
+        ``reduce`` names the handler that runs once after the sub-tasks this handler maps
+        (``ctx.map``) have all ended (docs/distributed-jobs.md).
         """
         declared = declaration(
             name, cron=cron, fix_rate=fix_rate, start=start, more=fields or {},
@@ -175,6 +181,8 @@ class Executor:
 
         def register(func: F) -> F:
             self.add_handler(JobHandler(name, func, init=init, destroy=destroy, isolation=isolation))
+            if reduce is not None:
+                self._reducers[name] = reduce
             if declared is not None:
                 self._declarations[name] = declared
             return func
@@ -303,6 +311,10 @@ class Executor:
             await self._client.aclose()
             self._callback = self._client = None
             raise
+        self._subtasks = SubTaskRunner(self._handlers, AdminLink(self._client, s.admin_urls(), s.access_token,
+                                                                 s.app_name), reducers=self._reducers)
+        self._runner.distributed = self._subtasks
+        self.asgi_app().extra_routes["/jobring/subtasks"] = self._subtasks.accept
         self.asgi_app().bind(self._runner, self._runlog.read)
         if s.dispatch == "pull":
             self.address = pull_address(s.address)
@@ -368,6 +380,9 @@ class Executor:
             if self._endpoints is not None:
                 self._endpoints.unbind()
             await runner.close()
+            if self._subtasks is not None:
+                await self._subtasks.close()
+                self._subtasks = None
             if self._callback is not None:
                 await self._callback.close()
         finally:

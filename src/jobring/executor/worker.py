@@ -54,7 +54,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from jobring.core.buckets import Buckets
 from jobring.core.enums import BlockStrategy, GlueType
@@ -97,6 +97,12 @@ Unit = JobHandler | GlueScript
 
 def _msg_not_found(name: str) -> str:
     return f"job handler [{name}] not found."
+
+
+class RootScopes(Protocol):
+    """Gives a run's handler what ``ctx.map`` calls (executor.distributed.SubTaskRunner)."""
+
+    def root_scope(self, run_id: int, handler_name: str) -> Any: ...
 
 
 class _Run:
@@ -147,6 +153,8 @@ class JobRunner:
         # For metrics (read at scrape time): runs ended by state, handler durations (ms).
         self.ended: dict[str, int] = {}
         self.durations_ms = Buckets(HANDLER_MS_BOUNDS)
+        # Lets a run's handler map (executor.distributed; set by the executor when it starts).
+        self.distributed: RootScopes | None = None
 
     # --- admin-facing operations ------------------------------------------------------------
 
@@ -472,6 +480,8 @@ class _Worker:
             data_interval_start_ms=param.data_interval_start,
         )
         run.ctx = ctx
+        if runner.distributed is not None and isinstance(unit, JobHandler) and unit.isolation == "thread":
+            ctx.bind_subtask(None, None, runner.distributed.root_scope(param.log_id, unit.name))
         try:
             ctx.write(
                 _ENGINE,

@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from jobring.admin.api.distributed_api import DistributedApi
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, internal_failure_message
 from jobring.admin.api.pull_api import PullApi
 from jobring.admin.api.refusals import RefusalBudget
@@ -56,6 +57,7 @@ from jobring.protocol.models import (
 )
 
 if TYPE_CHECKING:
+    from jobring.admin.distributed.service import DistributedService
     from jobring.admin.scheduler.callbacks import CallbackService
     from jobring.admin.scheduler.monitors import RegistryService
     from jobring.admin.scheduler.pull import PullHub
@@ -103,9 +105,10 @@ class ExecutorApi:
     def __init__(
         self, registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
         policy: AddressPolicy | None = None, refusals: RefusalBudget | None = None,
-        pull: PullHub | None = None,
+        pull: PullHub | None = None, distributed: DistributedApi | None = None,
     ) -> None:
         self._pull = PullApi(pull) if pull is not None else None
+        self._distributed = distributed
         self._registry = registry
         self._callbacks = callbacks
         self._tokens: TokenChecker = GlobalToken(tokens) if isinstance(tokens, str) else tokens
@@ -163,6 +166,12 @@ class ExecutorApi:
                 return _answer(*await self._pull.poll(body, scope, app_header, request.receive))
         except ProtocolError as exc:
             return _answer(ReturnT.fail(f"request error: {exc}"), status=400)
+        return await self._jobring_call(uri, body, scope)
+
+    async def _jobring_call(self, uri: str, body: bytes, scope: TokenScope) -> Response:
+        """``api/jobring/...`` (distributed runs), or the reference's "uri not found"."""
+        if uri.startswith("jobring/") and self._distributed is not None:
+            return _answer(await self._distributed.call(uri, body, scope))
         return _answer(ReturnT.fail(msg_uri_not_found(uri)))
 
     async def _callback(self, body: bytes, scope: TokenScope) -> Response:
@@ -253,12 +262,14 @@ def _registry_ok(param: RegistryParam) -> bool:
 def executor_api_routes(
     registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
     policy: AddressPolicy | None = None, refusals: RefusalBudget | None = None,
-    pull: PullHub | None = None,
+    pull: PullHub | None = None, distributed: DistributedService | None = None,
 ) -> list[BaseRoute]:
     """Routes serving ``/api/<uri>``; include them at ``/`` and under the base path.
     ``tokens``: the checker, or one token valid for every group; ``pull``: this node's
-    mailboxes of pull executors (``api/pull``; None: no pull executors)."""
-    api = ExecutorApi(registry, callbacks, tokens, policy, refusals, pull)
+    mailboxes of pull executors (``api/pull``; None: no pull executors); ``distributed``:
+    ``api/jobring/...`` of map / map-reduce runs."""
+    api = ExecutorApi(registry, callbacks, tokens, policy, refusals, pull,
+                      DistributedApi(distributed) if distributed is not None else None)
     return [
         Route("/api/{uri:path}", api.endpoint, methods=_ALL_METHODS),
         Route("/api", api.endpoint, methods=_ALL_METHODS),
@@ -268,9 +279,10 @@ def executor_api_routes(
 def executor_api_app(
     registry: RegistryService, callbacks: CallbackService, tokens: TokenChecker | str,
     policy: AddressPolicy | None = None, pull: PullHub | None = None,
+    distributed: DistributedService | None = None,
 ) -> Starlette:
     """A standalone ASGI app with the executor-facing routes (tests, small deployments)."""
     return Starlette(
-        routes=executor_api_routes(registry, callbacks, tokens, policy, pull=pull),
+        routes=executor_api_routes(registry, callbacks, tokens, policy, pull=pull, distributed=distributed),
         exception_handlers=dict(JSON_ERROR_HANDLERS),
     )

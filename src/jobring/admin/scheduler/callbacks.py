@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobring.admin.scheduler.failures import alarm_recoveries
 from jobring.admin.scheduler.trigger import FireRequest, TriggerService
@@ -93,6 +93,13 @@ def child_summary(entries: Sequence[str], known: dict[int, JobInfo], granted: in
     return "\n".join(lines)
 
 
+class CallbackTaker(Protocol):
+    """Takes the callbacks that are not a run's result (admin/distributed)."""
+
+    async def take_callbacks(self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None
+                             ) -> tuple[list[HandleCallbackParam], set[int]]: ...
+
+
 class CallbackService:
     """Handles ``api/callback`` batches."""
 
@@ -110,6 +117,8 @@ class CallbackService:
         # Told every result this node records, as (log id, handle code, handle message): the
         # workflow driver advances the runs whose nodes these are (set by the app).
         self.results_listener: Callable[[Sequence[tuple[int, int, str | None]]], None] | None = None
+        # Takes the root tasks' results of distributed parents (admin/distributed; set by the app).
+        self.distributed: CallbackTaker | None = None
         # For metrics (read at scrape time): callback items received, runs ended by state.
         self.received = 0
         self.ended: dict[str, int] = {}
@@ -123,6 +132,18 @@ class CallbackService:
         The batch is worked through in chunks, each its own short transaction, at most
         ``concurrency`` chunks of all callers at a time and a yield to the event loop between
         chunks: a flood of callbacks neither holds the database nor the loop for long."""
+        if self.distributed is not None and items:
+            # A distributed parent's root task does not end its run: its join does.
+            kept, taken = await self.distributed.take_callbacks(items, guard)
+            if taken:
+                recorded = iter(await self._handle(kept, guard))
+                return [ResultOutcome.APPLIED if i.log_id in taken else next(recorded) for i in items]
+            items = kept
+        return await self._handle(items, guard)
+
+    async def _handle(
+        self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None
+    ) -> list[ResultOutcome]:
         outcomes: list[ResultOutcome] = []
         for start in range(0, len(items), CALLBACK_CHUNK):
             if start:

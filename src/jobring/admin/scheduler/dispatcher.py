@@ -14,7 +14,7 @@ import logging
 import random
 from collections.abc import Awaitable, Sequence
 from datetime import UTC
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.fires import (
@@ -28,7 +28,7 @@ from jobring.admin.scheduler.fires import (
     msg_no_handler,
 )
 from jobring.admin.scheduler.lanes import DispatchLanes, Lane
-from jobring.admin.store.records import JobGroup, TriggerResult
+from jobring.admin.store.records import JobGroup, JobInfo, TriggerResult
 from jobring.core.addresses import AddressPolicy, address_key, refused_addresses
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy
@@ -53,8 +53,17 @@ _LOGICAL_INTERVAL = b',"logicalTime":%d,"dataIntervalStart":%d}'
 _BODIES_KEPT = 20_000  # encoded /run heads kept (one per job fired); all dropped past that
 
 
+class ShardStarter(Protocol):
+    """Turns a recorded run of a job with a shard count into sub-tasks (admin/distributed)."""
+
+    async def start_sharded(self, log_id: int, job: JobInfo, param: str | None) -> str: ...
+
+
 class FireDispatcher:
     """Routes recorded fires and sends their /run calls."""
+
+    # Set by the app: a job with a shard count runs as sub-tasks, not one /run.
+    sharding: ShardStarter | None = None
 
     def __init__(
         self,
@@ -202,6 +211,9 @@ class FireDispatcher:
             if plan.duplicate:
                 continue
             for shard, log_id in zip(plan.shards, plan.log_ids, strict=True):
+                if plan.req.job.shard_count > 0 and self.sharding is not None and self._live(plan):
+                    work.append(self._sharded(plan, shard, log_id))
+                    continue
                 sent = self._send_now(plan, shard, log_id) if at_once else None
                 work.append(sent or self.lanes.run(
                     plan.req.job.id, functools.partial(self._dispatch, plan, shard, log_id)))
@@ -267,6 +279,12 @@ class FireDispatcher:
                 answer = await self._client.rerun_if_35(
                     address, self._run_param(plan, shard, log_id), plan.token, plan.app_name, answer)
         return self._result(plan, shard, log_id, route, answer, dispatch_time)
+
+    async def _sharded(self, plan: FirePlan, shard: tuple[int, int], log_id: int) -> TriggerResult:
+        assert self.sharding is not None
+        msg = await self.sharding.start_sharded(log_id, plan.req.job, plan.param)
+        route = RouteResult((), msg)  # no one executor: the sub-tasks go to all
+        return self._result(plan, shard, log_id, route, ReturnT.success(), self._clock.now_ms())
 
     def _send_now(
         self, plan: FirePlan, shard: tuple[int, int], log_id: int

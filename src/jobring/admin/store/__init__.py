@@ -53,6 +53,7 @@ from jobring.admin.store.records import (
     TriggerResult,
     User,
 )
+from jobring.admin.store.subtasks import DistributedRepository
 from jobring.admin.store.users import SessionRepository, SettingRepository, TokenRepository, UserRepository
 from jobring.admin.store.workflow_schedules import WorkflowScheduleRepository
 from jobring.admin.store.workflows import WorkflowRepository
@@ -86,6 +87,7 @@ class Store:
         self.calendars = CalendarRepository(self.db)
         self.backfills = BackfillRepository(self.db)
         self.flow = FlowRepository(self.db)
+        self.distributed = DistributedRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -125,6 +127,7 @@ __all__ = [
     "DayCount",
     "DelayedFire",
     "DelayedFireRepository",
+    "DistributedRepository",
     "FireRepository",
     "FlowRepository",
     "GlueRepository",

@@ -60,6 +60,7 @@ from jobring.admin.store.records import (
     TriggerResult,
 )
 from jobring.admin.store.run_estimate import estimate_runs
+from jobring.admin.store.subtasks import delete_children_of_deleted, lost_parents_condition
 from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
     CALENDAR_SKIP_PREFIX,
@@ -581,6 +582,7 @@ class LogRepository(Repository):
             job_log.c.trigger_code == 200,
             job_log.c.handle_code == 0,
             job_log.c.trigger_time <= utc_naive(triggered_before),
+            lost_parents_condition(),
         ]
         if group_ids is not None:
             where.append(job_log.c.job_group.in_(list(group_ids)))
@@ -608,7 +610,7 @@ class LogRepository(Repository):
         stmt = (
             select(job_log)
             .where(*of_app, job_log.c.handle_code == 0, job_log.c.trigger_code == 200,
-                   job_log.c.executor_address == address,
+                   job_log.c.executor_address == address, lost_parents_condition(),
                    or_(job_log.c.dispatch_time < dispatched_before_ms,
                        and_(job_log.c.dispatch_time.is_(None), job_log.c.trigger_time < utc_naive(before))))
             .order_by(job_log.c.id)
@@ -737,6 +739,7 @@ class LogRepository(Repository):
             async with self._db.write() as conn:
                 result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids), *where))
                 total += result.rowcount
+                await delete_children_of_deleted(conn, ids)
             after = ids[-1]
             if pause_s > 0:
                 await asyncio.sleep(pause_s)

@@ -82,6 +82,8 @@ class JobInfo:
     timing: str | None = None  # JSON timing rules (jobring.core.timing.rules); None: none
     pause_note: str | None = None  # JSON {"by", "reason", "at"} of the last pause
     flow: str | None = None  # JSON flow settings (jobring.core.flow.settings); None: none
+    shard_count: int = 0  # shards per run, as sub-tasks (0: not sharded)
+    failure_tolerance: str | None = None  # sub-tasks that may fail: "3", "1%" (None: none)
 
     @property
     def child_job_ids(self) -> list[int]:

@@ -108,6 +108,10 @@ job_info = Table(
     # Flow settings (JSON, jobring.core.flow.settings: limits, concurrency key, rate, priority;
     # None: none, and the fire path reads nothing more).
     Column("flow", Text, nullable=True),
+    # Distributed runs (docs/distributed-jobs.md): shards per run (0: not sharded) and how
+    # many sub-tasks may fail with the run still a success ("3", "1%"; None: none).
+    Column("shard_count", Integer, nullable=False, server_default="0"),
+    Column("failure_tolerance", String(32), nullable=True),
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
@@ -530,6 +534,67 @@ flow_turn = Table(
     Column("job_group", Integer, nullable=False),
     Column("turn", BigInteger, nullable=False),
     Index("ix_flow_turn_group", "job_group"),
+)
+
+# Distributed runs (docs/distributed-jobs.md). One row per parent run (a map / map-reduce
+# run, or a sharded run): its join phase and attempt, whether its root task has ended, and
+# its children's progress as counters, changed in the same write as the children.
+distributed_run = Table(
+    "jobring_distributed_run",
+    metadata,
+    Column("run_id", BigInteger, primary_key=True, autoincrement=False),  # xxl_job_log.id
+    Column("job_id", Integer, nullable=False),
+    Column("job_group", Integer, nullable=False),
+    Column("kind", String(8), nullable=False),  # map, shard
+    Column("phase", String(16), nullable=False),  # core.distributed.ParentPhase
+    Column("attempt", Integer, nullable=False, server_default="1"),  # join attempt (user retries)
+    Column("root_state", String(16), nullable=False),  # running, succeeded, failed
+    Column("root_msg", Text, nullable=True),
+    Column("params", String(512), nullable=True),  # the run's parameter (shards see it)
+    Column("reduce_task", String(64), nullable=True),
+    Column("tolerance", String(32), nullable=True),
+    Column("max_retries", Integer, nullable=False, server_default="0"),
+    Column("total", Integer, nullable=False, server_default="0"),
+    Column("succeeded", Integer, nullable=False, server_default="0"),
+    Column("failed", Integer, nullable=False, server_default="0"),
+    Column("running", Integer, nullable=False, server_default="0"),
+    Column("result", LongText, nullable=True),  # the reduce task's result (JSON)
+    Column("result_recorded", SmallInteger, nullable=False, server_default="0"),
+    Column("created_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger, nullable=True),
+    Index("ix_distributed_run_phase", "phase"),
+)
+
+# The children of distributed runs: shards ("s/<i>"), map sub-tasks (core.distributed
+# .mapping keys "r/0.17") and reduce tasks ("reduce:<run>:<attempt>"); unique per run and key,
+# so a repeated map call creates nothing twice. Kept out of xxl_job_log: the run list shows
+# the parent only. Deleted with their parent run (retention).
+subtask = Table(
+    "jobring_subtask",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("run_id", BigInteger, nullable=False),
+    Column("job_group", Integer, nullable=False),
+    Column("task_key", String(191), nullable=False),
+    Column("task_name", String(64), nullable=False),
+    Column("kind", String(8), nullable=False),  # map, shard, reduce
+    Column("shard_index", Integer, nullable=False, server_default="0"),
+    Column("shard_total", Integer, nullable=False, server_default="0"),
+    Column("item", LongText, nullable=True),  # the map item as JSON
+    Column("status", String(16), nullable=False),  # core.distributed.TaskState
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("losses", Integer, nullable=False, server_default="0"),
+    Column("executor_address", String(255), nullable=True),
+    Column("result", LongText, nullable=True),  # the handler's return value as JSON
+    Column("message", Text, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("dispatched_at", BigInteger, nullable=True),
+    Column("ended_at", BigInteger, nullable=True),
+    UniqueConstraint("run_id", "task_key", name="ux_subtask_run_key"),
+    Index("ix_subtask_run_status", "run_id", "status", "id"),
+    Index("ix_subtask_status_executor", "status", "executor_address"),
+    sqlite_autoincrement=True,
 )
 
 SCHEDULE_LOCK = "schedule_lock"

@@ -82,6 +82,19 @@ def clear_runs(rule: str, *, group: int | None = None, job: int | None = None) -
     return post("/runs/clear", as_object, compact({"rule": rule, "job_group": group, "job_id": job}))
 
 
+def run_subtasks(run_id: int, *, status: str | None = None, after_id: int = 0, limit: int = 100
+                 ) -> Call[JsonObject]:
+    """A distributed run's progress and one page of its sub-tasks by id:
+    ``{"progress": {...}, "items": [...], "next_after_id": id | None}`` (``status``: pending,
+    running, succeeded, failed, cancelled)."""
+    return get(_run(run_id) + "/subtasks", as_object, status=status, after_id=after_id, limit=limit)
+
+
+def retry_failed_subtasks(run_id: int) -> Call[JsonObject]:
+    """Retry only the failed sub-tasks of an ended distributed run: ``{"retried": n}``."""
+    return post(_run(run_id) + "/retry-failed", as_object)
+
+
 class RunsApi(ApiGroup[M]):
     """Runs of jobs (the reference's trigger log)."""
 
@@ -91,4 +104,6 @@ class RunsApi(ApiGroup[M]):
     log = Endpoint(run_log)
     kill = Endpoint(kill_run)
     cancel = Endpoint(cancel_run)
+    subtasks = Endpoint(run_subtasks)
+    retry_failed = Endpoint(retry_failed_subtasks)
     clear = Endpoint(clear_runs)

@@ -100,14 +100,22 @@ class FailureTolerance:
 
     @classmethod
     def parse(cls, text: str) -> FailureTolerance:
-        """``"3"`` (a count) or ``"1%"`` / ``"0.5 %"`` (a percentage, decimal, exact)."""
-        value = text.strip()
+        """``"3"`` (a count), ``"1%"`` / ``"0.5 %"`` (a percentage, decimal, exact), or both
+        separated by a comma (``"3, 1%"``: the smaller applies)."""
+        count: int | None = None
+        percent: Fraction | None = None
+        parts = [p.strip() for p in text.split(",")]
         try:
-            if value.endswith("%"):
-                return cls(max_failed_percent=Fraction(value[:-1].strip()))
-            return cls(max_failed=int(value))
+            for value in parts:
+                if value.endswith("%") and percent is None:
+                    percent = Fraction(value[:-1].strip())
+                elif not value.endswith("%") and count is None and value.isdigit():
+                    count = int(value)
+                else:
+                    raise ValueError(value)
         except (ValueError, ZeroDivisionError):
             raise JoinError("failure_tolerance", f"not a count or a percentage: {text!r}") from None
+        return cls(max_failed=count, max_failed_percent=percent)
 
     def allowed(self, total: int) -> int:
         """The most failed children a parent of ``total`` children may have and succeed."""

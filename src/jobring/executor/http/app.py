@@ -67,6 +67,8 @@ class ExecutorEndpoints:
         self._shutdown: Callable[[], Awaitable[None]] | None = None
         # GET /health, /ready, /status, /metrics (see jobring.executor.ops); None: 404-like.
         self.ops: Callable[[str, bool, bytes | None], OpsAnswer] | None = None
+        # jobring extensions by path (/jobring/subtasks: executor.distributed), token checked.
+        self.extra_routes: dict[str, Callable[[bytes], Awaitable[ReturnT]]] = {}
 
     def ops_for(self, method: str, path: str, token: bytes | None, authorization: bytes | None
                 ) -> OpsAnswer | None:
@@ -190,6 +192,9 @@ class ExecutorEndpoints:
             return ReturnT.fail(f"request error:answer cannot be encoded: {exc}").encode()
 
     async def _dispatch(self, path: str, body: bytes) -> ReturnT:
+        extra = self.extra_routes.get(path)
+        if extra is not None:
+            return await extra(body)
         if path not in ("/run", "/trigger", "/idleBeat", "/kill", "/log", "/received"):
             return ReturnT.fail(msg_uri_not_found(path))
         service, read_log = self._service, self._read_log

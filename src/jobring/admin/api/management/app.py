@@ -23,6 +23,7 @@ from jobring.admin.api.management import (
     groups,
     jobs,
     runs,
+    subtasks,
     users,
     workflow_schedules,
     workflows,
@@ -59,8 +60,8 @@ def _api_app() -> FastAPI:
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (auth, jobs, backfills, calendars, glue, runs, flow, groups, users, dashboard, audit,
-                   workflows, workflow_schedules):
+    for module in (auth, jobs, backfills, calendars, glue, runs, subtasks, flow, groups, users, dashboard,
+                   audit, workflows, workflow_schedules):
         app.include_router(module.router)
     return app
 

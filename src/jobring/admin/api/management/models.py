@@ -29,6 +29,7 @@ from jobring.admin.store.records import (
 )
 from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldError, text_problem
 from jobring.core.addresses import is_pull_address
+from jobring.core.distributed import MAX_SHARDS
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.masking import masked
 from jobring.core.runstate import RunState, duration_ms, run_state
@@ -283,6 +284,10 @@ class PauseNoteOut(BaseModel):
     at: int = Field(description="epoch ms")
 
 
+ShardCount = Annotated[int, Field(ge=0, le=MAX_SHARDS)]
+FailureToleranceText = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[0-9.%, ]+$")]
+
+
 class JobFields(Strict):
     """The writable fields of a job (the reference's names)."""
 
@@ -316,6 +321,11 @@ class JobFields(Strict):
     retry_backoff_max_s: RetryIntervalSeconds = 3600
     timing: JobTiming | None = Field(None, description="calendars, validity window, run limit, jitter")
     flow: FlowIn | None = Field(None, description="concurrency and rate limits, concurrency key, priority")
+    shard_count: ShardCount = Field(0, description="run as this many shards over the group's jobring "
+                                                   "executors (sub-tasks with index/total; 0: not sharded)")
+    failure_tolerance: FailureToleranceText | None = Field(
+        None, description="sub-tasks or shards that may fail with the run still a success: a count (\"3\"), "
+                          "a percentage (\"1%\"), or both (\"3,1%\": the smaller); null: none")
 
 
 class JobCreate(JobFields):
@@ -332,7 +342,7 @@ JOB_UPDATE_NOT_NULL = (
     "job_group", "job_desc", "schedule_type", "misfire_strategy", "executor_route_strategy",
     "executor_block_strategy", "executor_timeout", "executor_fail_retry_count", "glue_type",
     "alarm_on", "alarm_recovery", "executor_fail_retry_interval_s", "retry_backoff",
-    "retry_backoff_max_s", "managed_by",
+    "retry_backoff_max_s", "managed_by", "shard_count",
 )
 
 
@@ -370,6 +380,8 @@ class JobUpdate(Strict):
     retry_backoff_max_s: RetryIntervalSeconds | None = None
     timing: JobTiming | None = Field(None, description="null: no timing rules")
     flow: FlowIn | None = Field(None, description="null: no flow control")
+    shard_count: ShardCount | None = None
+    failure_tolerance: FailureToleranceText | None = Field(None, description="null: no failure allowed")
     managed_by: ManagedByName | None = Field(
         None, description="admin only: \"code\" lets the job's executor group manage it through the jobs "
                           "its code declares; \"console\" takes it back (the code no longer touches it)")
@@ -445,6 +457,8 @@ class JobOut(BaseModel):
     timing: JobTimingOut | None = Field(None, description="its timing rules (null: none)")
     pause_note: PauseNoteOut | None = Field(None, description="who stopped it last, why and when")
     flow: FlowOut | None = Field(None, description="its flow control (null: none)")
+    shard_count: int = Field(description="shards per run as sub-tasks (0: not sharded)")
+    failure_tolerance: str | None = Field(description="sub-tasks that may fail (null: none)")
 
     @classmethod
     def of(cls, job: JobInfo, *, reveal_urls: bool = False) -> JobOut:

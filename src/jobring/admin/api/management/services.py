@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from jobring.admin.alarms.outbound import Resolver, system_resolve
 from jobring.admin.audit import AuditLog
 from jobring.admin.bootstrap import Secrets
+from jobring.admin.distributed.service import DistributedService
 from jobring.admin.executor_tokens import ExecutorTokens
 from jobring.admin.scheduler.backfills import BackfillRunner
 from jobring.admin.scheduler.delayed import DelayedFireRunner
@@ -47,6 +48,7 @@ class ManagementServices:
     delayed: DelayedFireRunner | None = None  # woken when a delayed fire is added
     workflows: WorkflowDriver | None = None  # starts and repairs workflow runs
     backfills: BackfillRunner | None = None  # woken when a backfill is created
+    distributed: DistributedService | None = None  # map / shard runs: retry failed sub-tasks
     alarm_resolve: Resolver = system_resolve  # host names of alarm targets checked on save
     audit: AuditLog = field(init=False)
     address_policy: AddressPolicy = field(init=False)

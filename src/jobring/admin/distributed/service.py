@@ -1,0 +1,250 @@
+"""The admin's side of distributed runs: map calls, sub-task results, the root task's result,
+sharded fires, "retry failed", and the periodic sweep (docs/distributed-jobs.md).
+
+A parent run stays open (no result) while its sub-tasks run. When the join ends it (inside
+a store write, see :mod:`jobring.admin.store.subtasks`), its result is recorded like an
+executor's callback, through the callback service: child jobs, workflow edges, retries and
+alarms follow the parent's outcome, not its root task's. The root task's own callback is
+taken here and never recorded as the run's result. The sweep (every second, and at once when
+woken by a map call or results) sends pending sub-tasks, takes back those of executors that
+left their group, and records parents that ended while no node recorded them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import replace
+from typing import Any
+
+from jobring.admin.distributed.pump import SubTaskPump
+from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.scheduler.monitor_base import Monitor
+from jobring.admin.store import GroupGuard, JobInfo, Store
+from jobring.admin.store.subtasks import KIND_MAP, DistributedRun, NewSubTask, TaskUpdate
+from jobring.core.clock import Clock
+from jobring.core.distributed import (
+    MAX_ITEM_BYTES,
+    FailureTolerance,
+    Finished,
+    MapLimitError,
+    ParentPhase,
+    check_shard_total,
+    plan_map,
+)
+from jobring.core.enums import HandleCode
+from jobring.protocol.models import HandleCallbackParam
+
+__all__ = ["DistributedService", "SubTaskResult", "outcome_of"]
+
+log = logging.getLogger(__name__)
+
+Record = Callable[[Sequence[HandleCallbackParam]], Awaitable[object]]
+SubTaskResult = tuple[int, int, bool, str | None, str | None]  # id, attempt, ok, result JSON, message
+_TAKE_BACK_EVERY_S = 2.0
+_RESULT_SHOWN = 1_000
+_HANDLER = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # a reduce handler's name
+
+
+def outcome_of(run: DistributedRun) -> tuple[int, str]:
+    """The parent run's handle code and message, from its join state."""
+    tolerance = FailureTolerance.parse(run.tolerance) if run.tolerance else FailureTolerance()
+    allowed = tolerance.allowed(run.total)
+    what = "shards" if run.kind == "shard" else "sub-tasks"
+    counts = f"{run.succeeded} of {run.total} {what} succeeded, {run.failed} failed"
+    if run.tolerance:
+        counts += f" (failure tolerance {run.tolerance}: {allowed} allowed)"
+    if run.phase == ParentPhase.SUCCEEDED.value:
+        msg = counts
+        if run.reduce_task:
+            shown = (
+                run.result
+                if run.result is None or len(run.result) <= _RESULT_SHOWN
+                else (run.result[:_RESULT_SHOWN] + "...")
+            )
+            msg += f"; reduce {run.reduce_task}: {shown}"
+        return HandleCode.SUCCESS, msg
+    if run.root_state == "failed":
+        return HandleCode.FAIL, f"root task failed: {run.root_msg or ''}; {counts}"
+    if run.failed > allowed:
+        return HandleCode.FAIL, f"too many {what} failed: {counts}"
+    return HandleCode.FAIL, f"reduce {run.reduce_task} failed: {run.root_msg or ''}; {counts}"
+
+
+class DistributedService(Monitor):
+    """One per admin node; ``record`` (the callback service's ``handle``) is set by the app."""
+
+    name = "distributed-runs"
+
+    def __init__(
+        self,
+        store: Store,
+        client: ExecutorClient,
+        clock: Clock,
+        *,
+        interval_s: float = 1.0,
+        window: int = 2_000,
+        batch: int = 500,
+    ) -> None:
+        super().__init__(interval_s)
+        self._store = store
+        self._clock = clock
+        self.pump = SubTaskPump(store, client, clock, self._record_ended, window=window, batch=batch)
+        self.record: Record | None = None
+        self._last_take_back = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- executor-facing --------------------------------------------------------------------
+
+    async def map_call(
+        self,
+        run_id: int,
+        parent_key: str,
+        call_seq: int,
+        task_name: str,
+        items: Sequence[object],
+        reduce_task: str | None,
+        guard: GroupGuard | None,
+    ) -> tuple[int, int]:
+        """Store a ``map`` call's sub-tasks; (created, total). MapLimitError, NotFound, Conflict."""
+        if reduce_task is not None and not _HANDLER.fullmatch(reduce_task):
+            raise MapLimitError("task_name", "reduce", f"{reduce_task[:80]!r} is not a usable handler name")
+        planned = plan_map(parent_key, call_seq, task_name, items, subtasks_so_far=0)
+        tasks = [NewSubTask(t.key, t.task_name, KIND_MAP, t.item_json) for t in planned]
+        created, total = await self._store.distributed.add_map_call(
+            run_id, parent_key, tasks, reduce_task, self._clock.now_ms(), guard=guard
+        )
+        if created:
+            self.wake()
+        return created, total
+
+    async def results(self, results: Sequence[SubTaskResult], guard: GroupGuard | None) -> int:
+        """Sub-task results from an executor (the guard's groups only); returns rows changed."""
+        updates = []
+        for task_id, attempt, ok, result, msg in results:
+            if ok and result is not None and len(result.encode("utf-8")) > MAX_ITEM_BYTES:
+                ok, result, msg = (
+                    False,
+                    None,
+                    f"the result is over MAX_ITEM_BYTES ({MAX_ITEM_BYTES} bytes as JSON)",
+                )
+            updates.append(TaskUpdate(task_id, Finished(attempt, ok), result if ok else None, msg))
+        changed, ended = await self._store.distributed.apply(updates, self._clock.now_ms(), guard=guard)
+        if ended:
+            await self._record_ended(ended)
+        self.wake()
+        return changed
+
+    async def reduce_input(
+        self, run_id: int, after_id: int, limit: int, guard: GroupGuard | None
+    ) -> list[dict[str, Any]]:
+        rows = await self._store.distributed.results(run_id, after_id=after_id, limit=limit, guard=guard)
+        return [
+            {"id": i, "key": key, "result": None if text is None else json.loads(text)}
+            for i, key, text in rows
+        ]
+
+    async def take_callbacks(
+        self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None
+    ) -> tuple[list[HandleCallbackParam], set[int]]:
+        """Split a callback batch: the root tasks' results of parents still joining are taken
+        here (returned as taken ids); a parent that ended is reported with the join's outcome,
+        whoever sends it; every other item is kept as it is."""
+        parents = await self._store.distributed.get_many({i.log_id for i in items})
+        if not parents:
+            return list(items), set()
+        decided: list[HandleCallbackParam | None] = []  # None: a root task's result
+        roots: list[tuple[int, bool, str | None]] = []
+        for item in items:
+            parent = parents.get(item.log_id)
+            if parent is None or (guard is not None and not guard.allows(parent.job_group)):
+                decided.append(item)
+            elif ParentPhase(parent.phase).is_final:
+                code, msg = outcome_of(parent)
+                decided.append(replace(item, handle_code=code, handle_msg=msg))
+            else:
+                decided.append(None)
+                roots.append((item.log_id, item.handle_code == HandleCode.SUCCESS, item.handle_msg))
+        taken: set[int] = set()
+        if roots:
+            taken, ended = await self._store.distributed.root_finished(
+                roots, self._clock.now_ms(), guard=guard
+            )
+            if ended:
+                self._spawn(self._record_ended(ended))
+        kept = [
+            d if d is not None else item
+            for d, item in zip(decided, items, strict=True)
+            if d is not None or item.log_id not in taken
+        ]
+        return kept, taken
+
+    # --- admin-facing -----------------------------------------------------------------------
+
+    async def start_sharded(self, log_id: int, job: JobInfo, param: str | None) -> str:
+        """A fire of a job with a shard count: its run becomes a parent of that many shards."""
+        check_shard_total(job.shard_count)
+        await self._store.distributed.start_sharded(
+            log_id,
+            job.id,
+            job.job_group,
+            job.executor_handler or "",
+            job.shard_count,
+            param,
+            job.failure_tolerance,
+            job.executor_fail_retry_count,
+            self._clock.now_ms(),
+        )
+        self.wake()
+        return f"sharded: {job.shard_count} shard(s) as sub-tasks over the group's executors"
+
+    async def retry_failed(self, run_id: int) -> int:
+        """Retry the failed sub-tasks of an ended parent; returns how many. NotFound, JoinError."""
+        count, ended = await self._store.distributed.retry_failed(run_id, self._clock.now_ms())
+        if ended:
+            await self._record_ended(ended)
+        self.wake()
+        return count
+
+    # --- the sweep --------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_take_back >= _TAKE_BACK_EVERY_S:
+            self._last_take_back = now
+            await self.pump.take_back()
+            unrecorded = await self._store.distributed.unrecorded()
+            if unrecorded:
+                await self._record_ended(unrecorded)
+        await self.pump.round()
+
+    async def _record_ended(self, parents: Sequence[DistributedRun]) -> None:
+        """Record each ended parent's result on its run (children, alarms, workflows follow)."""
+        if self.record is None or not parents:
+            return
+        items = []
+        for parent in parents:
+            code, msg = outcome_of(parent)
+            items.append(HandleCallbackParam(parent.run_id, parent.created_at, code, msg))
+            log.info(
+                "run %s ended %s: %s", parent.run_id, parent.phase, msg[:200], extra={"run_id": parent.run_id}
+            )
+        await self.record(items)
+        await self._store.distributed.mark_recorded(
+            {p.run_id for p in parents}, {p.run_id: p.attempt for p in parents}
+        )
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        await super().stop()
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.pump.close()
