@@ -4,13 +4,16 @@ attempt)."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.store import JobGroup, JobInfo, NewLog, Store
-from jobring.admin.store.backfills import BackfillInstant, BackfillStatus
+from jobring.admin.store.backfills import BackfillCaps, BackfillInstant, BackfillStatus
+from jobring.admin.store.errors import Conflict, NotFound
 from jobring.admin.store.records import HandleResult, TriggerResult
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
@@ -90,3 +93,41 @@ async def test_an_instant_of_a_backfill_is_recorded_once_per_attempt(store: Stor
     _, _, other = await _backfill(store)
     plain = NewLog(group, job, NOW, executor_handler="h", trigger_type="MANUAL", logical_time=T0)
     assert None not in await store.logs.insert_fires([_run(group, job, other, T0), plain, plain])
+
+
+async def test_backfill_caps_hold_under_concurrent_creates(store: Store) -> None:
+    group, job, _ = await _backfill(store)
+    other = await store.jobs.create(JobInfo(job_group=group, job_desc="k", executor_handler="h"))
+    instants = [BackfillInstant(T0, None)]
+    caps = BackfillCaps(per_job=3, per_group=5, total=100)
+
+    async def create(job_id: int) -> int | None:
+        try:
+            return await store.backfills.create(job_id, group, "{}", instants, 1, "bob", T0, caps=caps)
+        except Conflict:
+            return None
+
+    made = await asyncio.gather(*[create(job if n % 2 else other) for n in range(12)])
+    # One is running already: the group cap (5) stops the rest, the job's (3) holds within it.
+    assert sum(m is not None for m in made) == 4
+    running = await store.backfills.running()
+    assert len(running) == 5 and sum(r.job_id == job for r in running) <= 3
+
+
+async def test_a_backfill_is_created_in_its_jobs_current_group_only(store: Store) -> None:
+    group, job, backfill = await _backfill(store)
+    other = await store.groups.create(JobGroup(app_name="bf-other", title="O"), NOW)
+    with pytest.raises(NotFound):
+        await store.backfills.create(job, group, "{}", [BackfillInstant(T0, None)], 1, "bob", T0,
+                                     group_ids=[other])
+    found = await store.jobs.get(job)
+    assert found is not None
+    await store.jobs.update(replace(found, job_group=other))
+    assert not await store.backfills.end(backfill, BackfillStatus.CANCELLED, T0, group_ids=[group])
+    made = await store.backfills.create(job, group, "{}", [BackfillInstant(T0, None)], 1, "bob", T0,
+                                        group_ids=[other])
+    row = await store.backfills.get(made)
+    assert row is not None and row.job_group == other
+    assert await store.backfills.end(backfill, BackfillStatus.CANCELLED, T0, group_ids=[other])
+    page = await store.backfills.running(limit=1)
+    assert [r.id for r in page] == [made] and await store.backfills.running(1, after_id=made) == []

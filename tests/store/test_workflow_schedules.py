@@ -50,3 +50,13 @@ async def test_a_schedule_is_stored_whole_and_claimed_once_per_instant(store: St
     # Deleting the workflow deletes its schedule.
     assert await store.workflows.delete(wf)
     assert await schedules.get(wf) is None
+
+
+async def test_waiting_fires_never_hide_a_due_instant(store: Store) -> None:
+    schedules = store.workflow_schedules
+    for wid in range(1, 7):  # waiting fires (queue_one), nothing more planned
+        await schedules.put(_schedule(wid, next_fire_at=T0 - 1_000, overlap="queue_one"))
+        assert await schedules.claim(wid, T0 - 1_000, 0, queued_at=T0 - 1_000 + wid, result="x")
+    await schedules.put(_schedule(500, next_fire_at=T0 - 5))
+    due = [s.workflow_id for s in await schedules.due(T0, limit=5)]
+    assert due[0] == 500 and len(due) == 6 and set(due[1:]) <= set(range(1, 7))

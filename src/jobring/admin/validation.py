@@ -7,9 +7,11 @@ the store: the group exists, child jobs exist and form no cycle.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobring.admin.store import Store
@@ -96,6 +98,42 @@ def check_text(
         raise FieldError(field, problem)
     if required and not value.strip():
         raise FieldError(field, "must not be blank")
+
+
+_INT64 = 2**63
+_JSON_DEPTH = 64
+
+
+def _scalar_problem(item: Any) -> str | None:
+    if isinstance(item, bool) or item is None:
+        return None
+    if isinstance(item, int):
+        return None if -_INT64 <= item < _INT64 else "integers must fit in 64 bits (±2^63)"
+    if isinstance(item, float):
+        return None if math.isfinite(item) else "numbers must be finite"
+    if isinstance(item, str):  # control characters are fine: JSON escapes them
+        surrogate = any(0xD800 <= ord(ch) <= 0xDFFF for ch in item)
+        return "must be valid Unicode (no lone surrogates)" if surrogate else None
+    return f"unsupported value of type {type(item).__name__}"
+
+
+def _json_problem(item: Any, depth: int) -> str | None:
+    if depth > _JSON_DEPTH:
+        return f"must be nested at most {_JSON_DEPTH} levels deep"
+    if isinstance(item, dict):
+        pairs = [(str(k), v) for k, v in item.items()]
+        return next((p for k, v in pairs if (p := _scalar_problem(k) or _json_problem(v, depth + 1))), None)
+    if isinstance(item, list | tuple):
+        return next((p for v in item if (p := _json_problem(v, depth + 1))), None)
+    return _scalar_problem(item)
+
+
+def check_json_value(field: str, value: Any) -> None:
+    """A JSON value the store can keep and give back (its serializer, orjson, refuses the
+    rest): integers within 64 bits, finite numbers, valid Unicode, at most 64 levels deep."""
+    problem = _json_problem(value, 0)
+    if problem:
+        raise FieldError(field, problem)
 
 
 def check_timezone(field: str, tz: str | None) -> None:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOST_AFTER_MS = 30_000  # handed out this long ago and still not recorded: the node died
+PAGE = 500  # running backfills read at once (the runner pages through all of them)
 _CACHED = 64  # backfills whose instants are kept in memory (they never change)
 
 
@@ -43,12 +44,13 @@ class BackfillRunner(Monitor):
     name = "backfills"
 
     def __init__(self, store: Store, trigger: TriggerService, clock: Clock, *, interval_s: float = 1.0,
-                 lost_after_ms: int = LOST_AFTER_MS) -> None:
+                 lost_after_ms: int = LOST_AFTER_MS, page: int = PAGE) -> None:
         super().__init__(interval_s)
         self._store = store
         self._trigger = trigger
         self._clock = clock
         self._lost_after_ms = lost_after_ms
+        self._page = page
         self._instants: dict[int, list[BackfillInstant]] = {}
         self._active = True  # a running backfill was seen (results wake the runner only then)
         self.fired = 0
@@ -59,9 +61,9 @@ class BackfillRunner(Monitor):
             self.wake()
 
     async def tick(self) -> None:
-        rows = await self._store.backfills.running()
+        rows = await self._running()
         self._active = bool(rows)
-        for row in rows:
+        for row in _by_turns(rows):
             try:
                 await self._advance(row)
             except Exception:
@@ -69,6 +71,15 @@ class BackfillRunner(Monitor):
         if len(self._instants) > _CACHED:
             running = {row.id for row in rows}
             self._instants = {k: v for k, v in self._instants.items() if k in running}
+
+    async def _running(self) -> list[BackfillRow]:
+        """Every running backfill (the creation caps bound them), page by page."""
+        rows: list[BackfillRow] = []
+        while True:
+            page = await self._store.backfills.running(self._page, rows[-1].id if rows else 0)
+            rows.extend(page)
+            if len(page) < self._page:
+                return rows
 
     async def _advance(self, row: BackfillRow) -> None:
         store, now = self._store, self._clock.now_ms()
@@ -128,3 +139,13 @@ class BackfillRunner(Monitor):
                 log.warning("backfill %d: instant %d not run: %s", backfill_id, instant.logical_ms, exc)
             else:
                 self.fired += 1
+
+
+def _by_turns(rows: Sequence[BackfillRow]) -> list[BackfillRow]:
+    """The backfills taking turns by group (one of each group, then the next of each), so a
+    group with many backfills does not start its runs before every other group's."""
+    groups: dict[int, list[BackfillRow]] = {}
+    for row in rows:
+        groups.setdefault(row.job_group, []).append(row)
+    turns = list(groups.values())
+    return [queue[n] for n in range(max(map(len, turns), default=0)) for queue in turns if n < len(queue)]

@@ -8,10 +8,17 @@ starts them, queues them, skips them or cancels them (and perhaps the oldest run
 Fires of jobs without settings never come here: the trigger checks ``plan.flow``, read with
 the job and its group, and asks nothing more.
 
-Queued runs start in later passes: after a result is recorded on this node (the callback
-pokes the pump), when a rate-limited run's token is due, and at least every ``poll_ms`` on
-every node (a run that ended through another node, a kill, the lost-run monitor). The node
-whose pass starts a stored run dispatches it.
+Queued runs start in later passes, run only when something may have changed: after a result
+is recorded on this node (the callback pokes the pump), when a rate-limited run's token is due
+(the admission's ``wake_ms``), after a queued run is cancelled or flow settings change on this
+node (:meth:`FlowGate.changed`), and every ``poll_ms`` (30 s) on every node as a safety net. A
+group whose last pass started nothing is passed again on a poke only if one of its running runs
+has ended since (a cheap read outside the group's lock): a big queue that cannot move costs no
+locked pass per result. The node whose pass starts a stored run dispatches it.
+
+A job keeps at most ``max_queued_per_job`` runs waiting and a group ``max_queued_per_group``:
+a new arrival past either is skipped (its trigger fails with a message saying the queue is
+full), which bounds what every pass reads under the lock.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections import Counter
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +62,10 @@ from jobring.protocol.models import FAIL_CODE, SUCCESS_CODE
 log = logging.getLogger(__name__)
 
 __all__ = ["FlowGate", "Gated"]
+
+MAX_QUEUED_PER_JOB = 1_000  # runs of one job waiting at once (more arrivals are skipped)
+MAX_QUEUED_PER_GROUP = 5_000  # of one group; also what one pass reads
+SAFETY_POLL_MS = 30_000  # a pass of every waiting group even without a poke
 
 
 @dataclass
@@ -110,7 +122,9 @@ class FlowGate:
 
     def __init__(self, store: Store, clock: Clock, dispatcher: FireDispatcher, recorder: FireRecorder,
                  client: ExecutorClient | None = None, *, aging_ms: int | None = DEFAULT_AGING_MS,
-                 max_starts: int = 1_000, poll_ms: int = 1_000) -> None:
+                 max_starts: int = 1_000, poll_ms: int = SAFETY_POLL_MS,
+                 max_queued_per_job: int = MAX_QUEUED_PER_JOB,
+                 max_queued_per_group: int = MAX_QUEUED_PER_GROUP) -> None:
         self._store = store
         self._clock = clock
         self._dispatcher = dispatcher
@@ -119,8 +133,13 @@ class FlowGate:
         self._aging_ms = aging_ms
         self._max_starts = max_starts
         self._poll_s = poll_ms / 1000
+        self.max_queued_per_job = max_queued_per_job
+        self.max_queued_per_group = max_queued_per_group
         self._poked = asyncio.Event()
         self._wake_ms: int | None = None
+        # Groups whose last pass started nothing while runs waited -> when a token is due
+        # (None: none): the pump passes them again only when something may have changed.
+        self._stuck: dict[int, int | None] = {}
         self._busy = False  # runs were waiting at the last look: results poke the pump
         self._task: asyncio.Task[None] | None = None
         self._work: set[asyncio.Task[None]] = set()
@@ -186,15 +205,21 @@ class FlowGate:
         def decide(view: FlowView, new: Sequence[FlowArrival]) -> FlowOutcome:
             admission = self._decide(view, new, now)
             decision.append(admission)
-            return self._outcome(admission, new)
+            return self._capped(view, new, self._outcome(admission, new))
 
-        admitted = await self._store.flow.admission(group_id, arrivals, now, decide)
+        admitted = await self._store.flow.admission(group_id, arrivals, now, decide,
+                                                    max_queued=self.max_queued_per_group)
         out = admitted.outcome
+        waiting = bool(out.queue or decision and decision[0].waiting)
+        if waiting and not out.start:
+            self._stuck[group_id] = decision[0].wake_ms if decision else None
+        else:
+            self._stuck.pop(group_id, None)
         self.counts["started"] += len(out.start)
         self.counts["queued"] += len(out.queue)
         self.counts["skipped"] += len(out.skip)
         self.counts["cancelled"] += len(out.cancel)
-        if out.queue or decision and decision[0].waiting:
+        if waiting:
             self._busy = True
         if decision and decision[0].wake_ms is not None:
             self._wake_at(decision[0].wake_ms)
@@ -214,6 +239,26 @@ class FlowGate:
         buckets = {Scope.parse(k): BucketState(level, stamp) for k, (level, stamp) in view.buckets.items()}
         snapshot = FlowSnapshot(queued, running, limits, rates, buckets, view.turns)
         return admit(snapshot, now, aging_ms=self._aging_ms, max_starts=self._max_starts)
+
+    def _capped(self, view: FlowView, arrivals: Sequence[FlowArrival], out: FlowOutcome) -> FlowOutcome:
+        """Skip the arrivals that would queue past the job's or the group's queue cap."""
+        per_job = Counter(view.queued_per_job)
+        in_group = sum(per_job.values())
+        jobs = {a.log_id: a.job_id for a in arrivals}
+        for log_id in [i for i in out.queue if i in jobs]:
+            job_id = jobs[log_id]
+            job_cap, group_cap = self.max_queued_per_job, self.max_queued_per_group
+            if per_job[job_id] >= job_cap:
+                why = f"job {job_id} has {per_job[job_id]} runs queued (at most {job_cap})"
+            elif in_group >= group_cap:
+                why = f"group {view.group_id} has {in_group} runs queued (at most {group_cap})"
+            else:
+                per_job[job_id] += 1
+                in_group += 1
+                continue
+            del out.queue[log_id]
+            out.skip[log_id] = f"{FLOW_SKIP_PREFIX}queue full: {why}"
+        return out
 
     @staticmethod
     def _settings(text: str | None, owner: str) -> FlowSettings | None:
@@ -301,6 +346,11 @@ class FlowGate:
         if self._busy:
             self._poked.set()
 
+    def changed(self, group_id: int) -> None:
+        """The group's flow settings or queue changed (on this node): pass it again soon."""
+        self._stuck.pop(group_id, None)
+        self.poke()
+
     def _wake_at(self, at_ms: int) -> None:
         if self._wake_ms is None or at_ms < self._wake_ms:
             self._wake_ms = at_ms
@@ -322,9 +372,11 @@ class FlowGate:
             await asyncio.wait(set(self._work), timeout=5.0)
 
     async def _pump(self) -> None:
+        loop = asyncio.get_running_loop()
         backoff = self._poll_s
+        next_full = loop.time() + self._poll_s
         while True:
-            timeout = backoff
+            timeout = min(backoff, max(0.0, next_full - loop.time()))
             if self._wake_ms is not None:
                 timeout = min(timeout, max(0.0, (self._wake_ms - self._clock.now_ms()) / 1000))
             with contextlib.suppress(TimeoutError):
@@ -332,8 +384,11 @@ class FlowGate:
             self._poked.clear()
             if self._wake_ms is not None and self._wake_ms <= self._clock.now_ms():
                 self._wake_ms = None
+            full = loop.time() >= next_full
+            if full:
+                next_full = loop.time() + self._poll_s
             try:
-                await self.pump_once()
+                await self.pump_once(full=full)
                 backoff = self._poll_s
             except asyncio.CancelledError:
                 raise
@@ -341,12 +396,20 @@ class FlowGate:
                 backoff = min(30.0, backoff * 2)
                 log.exception("flow-control pass failed; next try in %.1f s", backoff)
 
-    async def pump_once(self) -> int:
-        """One pass of every group with runs waiting; the runs started."""
+    async def pump_once(self, *, full: bool = True) -> int:
+        """One pass of every group with runs waiting; the runs started. Without ``full``, a
+        group whose last pass started nothing is passed only when a token is due or one of
+        its running runs ended since."""
         groups = await self._store.flow.waiting_groups()
         self._busy = bool(groups)
+        self._stuck = {g: w for g, w in self._stuck.items() if g in groups}
+        now = self._clock.now_ms()
         started = 0
         for group_id in groups:
+            if not full and group_id in self._stuck:
+                wake = self._stuck[group_id]
+                if (wake is None or wake > now) and not await self._store.flow.ended_held(group_id):
+                    continue
             started += len((await self.pass_group(group_id)).outcome.start)
         return started
 

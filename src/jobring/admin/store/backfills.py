@@ -17,9 +17,11 @@ from enum import StrEnum
 
 import orjson
 from sqlalchemy import ColumnElement, and_, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, new_id
-from jobring.admin.store.tables import backfill, job_log
+from jobring.admin.store.errors import Conflict, NotFound
+from jobring.admin.store.tables import backfill, job_group, job_info, job_log
 
 SUCCESS = 200
 
@@ -65,6 +67,17 @@ class BackfillProgress:
 _ROW_COLUMNS = [c for c in backfill.c if c.name != "instants"]
 
 
+@dataclass(frozen=True, slots=True)
+class BackfillCaps:
+    """Running backfills allowed at once: of one job, of one group (its jobs' current group),
+    and in all. The first two hold exactly (counted under the job's and the group's row
+    locks); the overall cap can be passed by the groups creating at the same instant."""
+
+    per_job: int
+    per_group: int
+    total: int
+
+
 def _row(row: object) -> BackfillRow:
     return BackfillRow(**row._asdict())  # type: ignore[attr-defined]
 
@@ -78,16 +91,57 @@ class BackfillRepository(Repository):
 
     async def create(
         self, job_id: int, job_group: int, request: str, instants: Sequence[BackfillInstant],
-        parallelism: int, created_by: str | None, now_ms: int,
+        parallelism: int, created_by: str | None, now_ms: int, *,
+        group_ids: Sequence[int] | None = None, caps: BackfillCaps | None = None,
     ) -> int:
+        """Store a running backfill of the job in its current group (read under the job's
+        lock, so a move to another group and this insert never interleave). NotFound when the
+        job is gone or its group is not in ``group_ids`` (None: any group); Conflict past
+        ``caps`` (counted in the same transaction)."""
         values = {
-            "job_id": job_id, "job_group": job_group, "status": BackfillStatus.RUNNING.value,
+            "job_id": job_id, "status": BackfillStatus.RUNNING.value,
             "request": request, "total": len(instants), "parallelism": parallelism, "started": 0,
             "created_by": created_by, "created_at": now_ms,
             "instants": orjson.dumps([[i.logical_ms, i.interval_start_ms] for i in instants]).decode(),
         }
-        async with self._db.write() as conn:
-            return new_id(await conn.execute(insert(backfill).values(**values)))
+        async with self._db.write(read_committed=True) as conn:
+            group = await self._lock_job(conn, job_id)
+            if group is None or (group_ids is not None and group not in group_ids):
+                raise NotFound(f"job {job_id} not found")
+            if caps is not None:
+                await self._check_caps(conn, job_id, group, caps)
+            return new_id(await conn.execute(insert(backfill).values(**values, job_group=group)))
+
+    @staticmethod
+    async def _lock_job(conn: AsyncConnection, job_id: int) -> int | None:
+        """Lock the job's row and then its group's (SQLite: the write transaction already
+        excludes every other writer); the job's group, None when the job is gone."""
+        stmt = select(job_info.c.job_group).where(job_info.c.id == job_id)
+        if conn.dialect.name != "sqlite":
+            stmt = stmt.with_for_update()
+        group = (await conn.execute(stmt)).scalar_one_or_none()
+        if group is not None and conn.dialect.name != "sqlite":
+            await conn.execute(select(job_group.c.id).where(job_group.c.id == group).with_for_update())
+        return None if group is None else int(group)
+
+    @staticmethod
+    async def _check_caps(conn: AsyncConnection, job_id: int, group: int, caps: BackfillCaps) -> None:
+        running = backfill.c.status == BackfillStatus.RUNNING.value
+        of_job = (await conn.execute(
+            select(func.count()).where(running, backfill.c.job_id == job_id))).scalar_one()
+        if of_job >= caps.per_job:
+            raise Conflict(f"job {job_id} has {of_job} running backfills (at most {caps.per_job}); "
+                           "cancel one or wait")
+        # The group's jobs as they are now: a backfill follows its job to another group.
+        of_group = (await conn.execute(
+            select(func.count()).select_from(backfill.join(job_info, job_info.c.id == backfill.c.job_id))
+            .where(running, job_info.c.job_group == group))).scalar_one()
+        if of_group >= caps.per_group:
+            raise Conflict(f"group {group} has {of_group} running backfills (at most {caps.per_group}); "
+                           "cancel one or wait")
+        total = (await conn.execute(select(func.count()).where(running))).scalar_one()
+        if total >= caps.total:
+            raise Conflict(f"{total} backfills are running (at most {caps.total} in all); try later")
 
     async def get(self, backfill_id: int) -> BackfillRow | None:
         async with self._db.read() as conn:
@@ -101,8 +155,10 @@ class BackfillRepository(Repository):
         async with self._db.read() as conn:
             return [_row(r) for r in (await conn.execute(stmt)).all()]
 
-    async def running(self, limit: int = 500) -> builtins.list[BackfillRow]:
-        stmt = (select(*_ROW_COLUMNS).where(backfill.c.status == BackfillStatus.RUNNING.value)
+    async def running(self, limit: int = 500, after_id: int = 0) -> builtins.list[BackfillRow]:
+        """Running backfills by id, from after ``after_id`` (a page; the caller pages on)."""
+        stmt = (select(*_ROW_COLUMNS).where(backfill.c.status == BackfillStatus.RUNNING.value,
+                                            backfill.c.id > after_id)
                 .order_by(backfill.c.id).limit(limit))
         async with self._db.read() as conn:
             return [_row(r) for r in (await conn.execute(stmt)).all()]
@@ -129,9 +185,10 @@ class BackfillRepository(Repository):
             return bool((await conn.execute(stmt)).rowcount)
 
     async def end(self, backfill_id: int, status: BackfillStatus, now_ms: int, *,
-                  job_group: int | None = None) -> bool:
+                  job_group: int | None = None, group_ids: Sequence[int] | None = None) -> bool:
         """Move a running backfill to ``status`` (done or cancelled); False when it had ended
-        (or, with ``job_group``, belongs to another group: checked inside the write)."""
+        (or, with ``job_group``, belongs to another group; with ``group_ids``, its job is now in
+        none of them: both checked inside the write)."""
         stmt = (
             update(backfill)
             .where(backfill.c.id == backfill_id, backfill.c.status == BackfillStatus.RUNNING.value)
@@ -139,6 +196,9 @@ class BackfillRepository(Repository):
         )
         if job_group is not None:
             stmt = stmt.where(backfill.c.job_group == job_group)
+        if group_ids is not None:
+            stmt = stmt.where(backfill.c.job_id.in_(
+                select(job_info.c.id).where(job_info.c.job_group.in_(list(group_ids)))))
         async with self._db.write() as conn:
             return bool((await conn.execute(stmt)).rowcount)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import and_, delete, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, chunks, to_record, update_rows
@@ -79,6 +79,7 @@ class FlowView:
     active: Sequence[FlowRow]
     buckets: Mapping[str, tuple[int, int]]
     turns: Mapping[str, int]
+    queued_per_job: Mapping[int, int] = field(default_factory=dict)  # every waiting run, not only ``queued``
 
 
 @dataclass
@@ -130,6 +131,16 @@ class FlowRepository(Repository):
         async with self._db.read() as conn:
             return sorted(int(g) for g in (await conn.execute(stmt)).scalars())
 
+    async def ended_held(self, group_id: int) -> bool:
+        """Whether a run the group holds as running has ended (or lost its row): a cheap look,
+        outside any lock, before a pass that could then start a queued run."""
+        alive = select(job_log.c.id).where(job_log.c.id == flow_run.c.log_id, job_log.c.handle_code == 0,
+                                           job_log.c.trigger_code.in_((0, 200)))
+        stmt = select(flow_run.c.log_id).where(flow_run.c.job_group == group_id,
+                                               flow_run.c.started_ms.is_not(None), ~exists(alive)).limit(1)
+        async with self._db.read() as conn:
+            return (await conn.execute(stmt)).first() is not None
+
     async def held(self, group_id: int) -> builtins.list[FlowRow]:
         """The group's held runs (waiting and running), oldest first."""
         stmt = select(flow_run).where(flow_run.c.job_group == group_id).order_by(flow_run.c.log_id)
@@ -171,6 +182,10 @@ class FlowRepository(Repository):
                 select(flow_run).where(flow_run.c.job_group == group_id, flow_run.c.started_ms.is_(None))
                 .order_by(flow_run.c.priority.desc(), flow_run.c.enqueued_ms, flow_run.c.log_id)
                 .limit(max_queued))).all()]
+            per_job = {int(r.job_id): int(r.n) for r in (await conn.execute(
+                select(flow_run.c.job_id, func.count().label("n"))
+                .where(flow_run.c.job_group == group_id, flow_run.c.started_ms.is_(None))
+                .group_by(flow_run.c.job_id))).all()}
             job_ids = {r.job_id for r in queued} | {a.job_id for a in arrivals}
             job_flows: dict[int, str | None] = {}
             for part in chunks(sorted(job_ids)):
@@ -181,7 +196,7 @@ class FlowRepository(Repository):
                 select(flow_bucket).where(flow_bucket.c.job_group == group_id))).all()}
             turns = {str(r.fair_key): int(r.turn) for r in (await conn.execute(
                 select(flow_turn).where(flow_turn.c.job_group == group_id))).all()}
-            view = FlowView(group_id, group_flow, job_flows, queued, active, buckets, turns)
+            view = FlowView(group_id, group_flow, job_flows, queued, active, buckets, turns, per_job)
             outcome = decide(view, arrivals)
             return await self._apply(conn, group_id, view, arrivals, outcome, now_ms)
 

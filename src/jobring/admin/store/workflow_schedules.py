@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import delete, func, insert, select, update
 
 from jobring.admin.store.base import Repository, chunks
 from jobring.admin.store.tables import workflow_schedule
@@ -100,16 +100,22 @@ class WorkflowScheduleRepository(Repository):
         return bool(result.rowcount)
 
     async def due(self, now_ms: int, limit: int = 100) -> builtins.list[WorkflowSchedule]:
-        """Started schedules whose planned instant has come, and fires waiting for a run to end."""
+        """Started schedules whose planned instant has come, and fires waiting for a run to end:
+        two reads, each with its own ``limit``, so waiting fires never hide a due instant."""
         c = workflow_schedule.c
-        stmt = (
+        instants = (
             select(workflow_schedule)
-            .where(or_(and_(c.enabled == 1, c.next_fire_at > 0, c.next_fire_at <= now_ms), c.queued_at > 0))
+            .where(c.enabled == 1, c.next_fire_at > 0, c.next_fire_at <= now_ms)
             .order_by(c.next_fire_at)
             .limit(limit)
         )
+        waiting = select(workflow_schedule).where(c.queued_at > 0).order_by(c.queued_at).limit(limit)
         async with self._db.read() as conn:
-            return [_record(r) for r in (await conn.execute(stmt)).all()]
+            rows = [_record(r) for r in (await conn.execute(instants)).all()]
+            seen = {r.workflow_id for r in rows}
+            queued = [_record(r) for r in (await conn.execute(waiting)).all()]
+        rows += [r for r in queued if r.workflow_id not in seen]
+        return rows
 
     async def earliest(self) -> int | None:
         """The soonest planned instant of the started schedules (None: none planned)."""

@@ -8,6 +8,7 @@ time and data interval. A dry run lists the instants and starts nothing.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -21,7 +22,8 @@ from jobring.admin.api.management.errors import ERROR_RESPONSES, not_found
 from jobring.admin.api.management.models import MAX_INT32, InstantOrMs, Strict
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.audit import AuditAction
-from jobring.admin.store.backfills import BackfillInstant, BackfillRow, BackfillStatus
+from jobring.admin.security.principal import Principal
+from jobring.admin.store.backfills import BackfillCaps, BackfillInstant, BackfillRow, BackfillStatus
 from jobring.admin.store.records import JobInfo
 from jobring.admin.validation import FieldError
 from jobring.core.schedule import CronSchedule, FixRateSchedule, ScheduleError, parse_schedule
@@ -40,6 +42,8 @@ router = APIRouter(tags=["backfills"], responses=ERROR_RESPONSES)
 JobId = Annotated[int, Path(ge=1, le=MAX_INT32)]
 BackfillId = Annotated[int, Path(ge=1, le=2**53)]
 MAX_RUNNING_PER_JOB = 10  # running backfills of one job at once
+MAX_RUNNING_PER_GROUP = 50  # of one group's jobs: one group cannot crowd out the others
+MAX_RUNNING_TOTAL = 500  # in all: what the runner walks each tick
 DateText = Annotated[str, Field(max_length=10, description="YYYY-MM-DD in the job's zone",
                                  json_schema_extra={"format": "calendar-date"})]
 
@@ -159,22 +163,21 @@ async def create_backfill(
     if not plan.runs:
         raise FieldError("start" if body.dates is None else "dates", "no instant of the job's schedule in it")
     store = services.store
-    running = [b for b in await store.backfills.for_job(job.id, 200) if b.status == BackfillStatus.RUNNING]
-    if len(running) >= MAX_RUNNING_PER_JOB:
-        raise Conflict(f"job {job.id} has {len(running)} running backfills (at most {MAX_RUNNING_PER_JOB}); "
-                       "cancel one or wait")
     request = body.model_dump(exclude={"dry_run"}, exclude_none=True)
     instants = [BackfillInstant(r.logical_ms, r.interval_start_ms) for r in plan.runs]
+    # The caps and the caller's groups are checked again inside the insert, under the job's
+    # lock: a job moved to another group meanwhile, or concurrent requests, cannot slip past.
     backfill_id = await store.backfills.create(
         job.id, job.job_group, orjson.dumps(request).decode(), instants, plan.parallelism,
-        principal.user.username, services.now_ms())
+        principal.user.username, services.now_ms(), group_ids=principal.readable_group_ids(),
+        caps=BackfillCaps(MAX_RUNNING_PER_JOB, MAX_RUNNING_PER_GROUP, MAX_RUNNING_TOTAL))
     await services.audit.job_event(principal, AuditAction.JOB_BACKFILL, job, backfill=backfill_id,
                                    total=len(instants), parallelism=plan.parallelism, order=body.order)
     if services.backfills is not None:
         services.backfills.wake()
     row = await store.backfills.get(backfill_id)
     assert row is not None
-    out = _out(row, body.order)
+    out = _out(replace(row, job_group=job.job_group), body.order)
     out.skipped = skipped
     return out
 
@@ -187,13 +190,18 @@ async def list_backfills(
 ) -> list[BackfillOut]:
     job = await jobservice.load_job_for_read(services, principal, job_id)
     rows = await services.store.backfills.for_job(job.id, limit)
-    return [await _with_progress(services, row) for row in rows]
+    return [await _with_progress(services, replace(row, job_group=job.job_group)) for row in rows]
 
 
-async def _load(services: ManagementServices, principal: Reader, backfill_id: int) -> BackfillRow:
+async def _load(services: ManagementServices, principal: Principal, backfill_id: int) -> BackfillRow:
+    """The backfill, with its job's current group (the one its runs fire in, the one that
+    decides who sees it), when the caller may see that group."""
     row = await services.store.backfills.get(backfill_id)
     if row is None:
         raise not_found("backfill", backfill_id)
+    job = await services.store.jobs.get(row.job_id)
+    if job is not None:
+        row = replace(row, job_group=job.job_group)
     ensure_group_read(principal, row.job_group, not_found("backfill", backfill_id))
     return row
 
@@ -211,11 +219,15 @@ async def cancel_backfill(backfill_id: BackfillId, services: Services, principal
     row = await _load(services, principal, backfill_id)
     ensure_group_write(principal, row.job_group, not_found("backfill", backfill_id))
     now = services.now_ms()
-    if not await services.store.backfills.end(row.id, BackfillStatus.CANCELLED, now, job_group=row.job_group):
-        raise Conflict(f"backfill {row.id} has already ended ({row.status})")
+    groups = principal.readable_group_ids()
+    if not await services.store.backfills.end(row.id, BackfillStatus.CANCELLED, now, group_ids=groups):
+        current = await services.store.backfills.get(row.id)
+        if current is None or current.status == BackfillStatus.RUNNING:  # its job moved meanwhile
+            raise not_found("backfill", backfill_id)
+        raise Conflict(f"backfill {row.id} has already ended ({current.status})")
     job = await services.store.jobs.get(row.job_id)
     if job is not None:
         await services.audit.job_event(principal, AuditAction.JOB_BACKFILL_CANCEL, job, backfill=row.id)
     updated = await services.store.backfills.get(row.id)
     assert updated is not None
-    return await _with_progress(services, updated)
+    return await _with_progress(services, replace(updated, job_group=row.job_group))

@@ -36,6 +36,7 @@ async def set_group_flow(
         raise missing
     if services.trigger is not None:
         services.trigger.forget_groups()  # scheduled fires read groups through a short cache
+        services.trigger.flow.changed(group_id)  # a raised limit may start queued runs
     old, new = flow_out(before.flow), flow_out(text)
     await services.audit.record(
         principal, AuditAction.GROUP_FLOW, target_type="group", target_id=group_id, group_id=group_id,
@@ -61,6 +62,8 @@ async def cancel_run(
     cancelled = await services.store.flow.cancel_queued(run_id, [entry.job_group], message, services.now_ms())
     if cancelled is None:
         raise ApiError(409, f"run {run_id} is not queued")
+    if services.trigger is not None:
+        services.trigger.flow.changed(entry.job_group)  # a run behind it (same key) may start
     await services.audit.record(principal, AuditAction.RUN_CANCEL, target_type="run", target_id=run_id,
                                 group_id=entry.job_group, details={"job_id": entry.job_id})
     return RunOut.of(cancelled, services.now_ms())

@@ -151,6 +151,8 @@ async def update_job(job_id: JobId, body: JobUpdate, services: Services, princip
     timing.check_template(new)
     warnings: list[str] = []
     updated = await jobservice.update_job(services, old, new, principal, warnings)
+    if services.trigger is not None and updated.flow != old.flow:
+        services.trigger.flow.changed(old.job_group)  # a raised limit may start queued runs
     await services.audit.job_event(principal, AuditAction.JOB_UPDATE, updated, before=old)
     return JobUpdateOut(**_out(principal, updated).model_dump(), warnings=warnings)
 

@@ -6,9 +6,10 @@ workflow). The schedule types, cron syntax, time zones and misfire rules are the
 
 from __future__ import annotations
 
-import json
+import hashlib
 from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,7 +21,14 @@ from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.admin.store.workflows import WorkflowRecord
-from jobring.admin.validation import FieldError, check_schedule, quartz_conf
+from jobring.admin.validation import (
+    FieldError,
+    check_json_value,
+    check_schedule,
+    check_text,
+    check_timezone,
+    quartz_conf,
+)
 from jobring.core.schedule import next_fire_times, parse_schedule
 
 router = APIRouter(tags=["workflows"], responses=ERROR_RESPONSES)
@@ -100,6 +108,13 @@ def _out(
     )
 
 
+def _digest(params: Any) -> dict[str, Any]:
+    """Params in the audit log as their sha256 and size: they may carry secrets, and a change
+    of them alone must still show."""
+    data = orjson.dumps(dict(params), option=orjson.OPT_SORT_KEYS)
+    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
 def _zone(services: ManagementServices) -> str:
     return services.settings.timezone or "UTC"
 
@@ -129,13 +144,18 @@ async def put_workflow_schedule(
 ) -> WorkflowScheduleOut:
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
+    # Stored, echoed and audited whatever the type: one line of plain text, a real zone.
+    check_text("schedule_conf", body.schedule_conf, 128, one_line=True)
+    check_text("schedule_timezone", body.schedule_timezone, 64, one_line=True)
+    check_timezone("schedule_timezone", body.schedule_timezone)
     zone = body.schedule_timezone or _zone(services)
     conf = quartz_conf(body.schedule_type, body.schedule_conf.strip()) or ""
     if body.schedule_type != "NONE":
         check_schedule(body.schedule_type, conf, zone)
     elif body.enabled:
         raise FieldError("enabled", "a workflow without a schedule (NONE) cannot be started")
-    if len(json.dumps(body.params, separators=(",", ":")).encode()) > PARAMS_MAX_BYTES:
+    check_json_value("params", body.params)
+    if len(orjson.dumps(body.params)) > PARAMS_MAX_BYTES:  # the store's serializer
         raise FieldError("params", f"at most {PARAMS_MAX_BYTES // 1024} KiB")
     now = services.now_ms()
     before = await services.store.workflow_schedules.get(workflow_id)
@@ -163,7 +183,8 @@ async def put_workflow_schedule(
         target_type="workflow",
         target_id=workflow_id,
         group_id=record.job_group,
-        before={f: getattr(before, f) for f in fields} if before else None,
-        after={f: getattr(schedule, f) for f in fields},
+        before=None if before is None else {**{f: getattr(before, f) for f in fields},
+                                            "params": _digest(before.params)},
+        after={**{f: getattr(schedule, f) for f in fields}, "params": _digest(schedule.params)},
     )
     return _out(workflow_id, schedule, _zone(services), now)

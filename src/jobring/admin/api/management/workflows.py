@@ -20,6 +20,7 @@ from jobring.admin.audit import AuditAction
 from jobring.admin.scheduler.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.security.principal import Principal
 from jobring.admin.store.workflows import WorkflowBusy, WorkflowRecord, WorkflowRunRecord
+from jobring.admin.validation import check_json_value
 from jobring.core.workflow import (
     Event,
     JobRef,
@@ -146,6 +147,8 @@ def _invalid(exc: WorkflowInvalid) -> ApiError:
 
 
 def _parse(body: WorkflowIn) -> WorkflowGraph:
+    check_json_value("nodes", body.nodes)  # stored as JSON (orjson): 64-bit integers at most
+    check_json_value("edges", body.edges)
     try:
         graph = parse_workflow({"nodes": body.nodes, "edges": body.edges})
         check_run_budget(graph)
@@ -384,8 +387,9 @@ async def trigger_workflow(
 ) -> WorkflowTriggerOut:
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
-    driver = _driver(services)
     params = (body or WorkflowTriggerIn()).params
+    check_json_value("params", params)
+    driver = _driver(services)
     try:  # deleted meanwhile: as if it had never been there
         graph = await driver.graph(record.id, record.version)
         await _check_jobs(services, principal, graph, workflow_id, record.job_group)
