@@ -53,6 +53,7 @@ from jobring.admin.metrics import AdminMetrics, metrics_response
 from jobring.admin.runtime import AdminRuntime
 from jobring.admin.scheduler.adapters import StoreLeases, TriggerFirePort
 from jobring.admin.scheduler.backfills import BackfillRunner
+from jobring.admin.scheduler.overlap import OverlapGate, OverlapRunner
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
@@ -153,8 +154,9 @@ async def start_runtime(
     config = loop_config or loop_config_of(settings, store.backend)
     leases = StoreLeases(store, node_id, UnsureFires(store, trigger, executors))
     liveness = node_liveness(store, node_id, clock) if settings.node_locks else None
+    overlap = OverlapGate(store, clock, executors, node_id)
     loop = ScheduleLoop(
-        leases, TriggerFirePort(trigger), LoopTimers(clock), parse_schedule,
+        leases, TriggerFirePort(trigger, overlap), LoopTimers(clock), parse_schedule,
         admin_timezone=state.default_timezone, config=config, liveness=liveness,
         timing=StoreTiming(store, clock, node_id),
     )
@@ -174,10 +176,13 @@ async def start_runtime(
     monitors.add(WorkflowScheduler(store, workflows, clock, default_zone=state.default_timezone))
     backfills = BackfillRunner(store, trigger, clock)
     monitors.add(backfills)
+    overlap_waits = OverlapRunner(store, trigger)
+    monitors.add(overlap_waits)
 
     def results_listener(results: Sequence[tuple[int, int, str | None]]) -> None:
         workflows.notify(results)
         backfills.results(results)
+        overlap_waits.results(results)
 
     callbacks.results_listener = results_listener
     runtime = AdminRuntime(settings, node_id, clock, store, secrets, executors, trigger,

@@ -16,8 +16,9 @@ A row is read in this order (the first rule that applies wins):
 2. ``trigger_code`` set and not 200 (the dispatch did not start the run):
    - the lost-run monitor's "recorded but never dispatched" message: ``lost``;
    - the executor's DISCARD_LATER answer ("block strategy effect：Discard Later", the previous
-     run is still going), or the admin's calendar skip (``"skipped by calendar ..."``: a
-     calendar of the job excludes the instant): ``skipped``;
+     run is still going), or the admin's skip (``"skipped by calendar ..."``: a calendar of
+     the job excludes the instant; ``"skipped by overlap: ..."``, ``"skipped by catch-up:
+     ..."``: the job's overlap policy or catch-up window left it out): ``skipped``;
    - anything else: ``failed``.
 3. ``trigger_code`` 200 and no result yet: ``running``.
 4. ``trigger_code`` 0: the row was recorded before its ``/run`` call. A fire recorded ahead
@@ -33,6 +34,7 @@ from enum import StrEnum
 
 __all__ = [
     "CALENDAR_SKIP_PREFIX",
+    "SKIP_PREFIX",
     "DISCARD_MARK",
     "KILLED_BY_USER",
     "KILLED_SUFFIXES",
@@ -56,8 +58,10 @@ LOST_PREFIX = "lost:"  # the lost-run monitor's marker of runs whose executor we
 KILL_REASON = "scheduling center kill job."
 LOST_DISPATCH_PREFIX = "Trigger Fail: the fire was recorded but never dispatched"
 DISCARD_MARK = "block strategy effect：Discard Later"
-# The admin's record of an instant a calendar excluded (trigger_msg of a ``skipped`` row).
-CALENDAR_SKIP_PREFIX = "skipped by calendar "
+# The admin's record of an instant it did not run (trigger_msg of a ``skipped`` row): a calendar
+# excluded it, the job's overlap policy or its catch-up window left it out (issue 24).
+SKIP_PREFIX = "skipped by "
+CALENDAR_SKIP_PREFIX = SKIP_PREFIX + "calendar "
 
 _OK = 200
 _TIMEOUT = 502
@@ -129,7 +133,7 @@ def run_state(
         msg = trigger_msg or ""
         if msg.startswith(LOST_DISPATCH_PREFIX):
             return RunState.LOST
-        if DISCARD_MARK in msg or msg.startswith(CALENDAR_SKIP_PREFIX):
+        if DISCARD_MARK in msg or msg.startswith(SKIP_PREFIX):
             return RunState.SKIPPED
         return RunState.FAILED
     if planned_time is not None and planned_time > now_ms:

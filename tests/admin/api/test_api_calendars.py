@@ -145,7 +145,12 @@ INVALID_TIMING = [
     ({"max_runs": 0}, "timing.max_runs"),
     ({"start_at": "2026-02-01T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"}, "timing.end_at"),
     ({"start_at": "2026-02-01T00:00:00"}, "timing.start_at"),
-    ({"overlap": "skip"}, "timing.overlap"),
+    ({"overlap": "sometimes"}, "timing.overlap"),
+    ({"catch_up": {"window_seconds": 5}}, "timing.catch_up.window_seconds"),
+    ({"catch_up": {"window_seconds": 60, "mode": "all"}}, "timing.catch_up.mode"),
+    ({"dst": {"gap": "later"}}, "timing.dst.gap"),
+    ({"dst": {"repeat": "third"}}, "timing.dst.repeat"),
+    ({"jitter": 3}, "timing.jitter"),
 ]
 
 
@@ -252,7 +257,21 @@ async def test_validity_window_and_run_limit_in_previews(sqlite_store: Store) ->
             "calendars": [],
             "calendar_action": "skip",
             "params_template": False,
+            "overlap": "allow_all",
+            "catch_up": None,
+            "dst": {"gap": "skip", "repeat": "second"},
         }
+        r = await http.post("/jobs", json=job_body(env.group_a, timing={
+            "overlap": "buffer_one", "catch_up": {"window_seconds": 600, "mode": "once"},
+            "dst": {"gap": "next_valid", "repeat": "both"}}))
+        assert r.status_code == 201, r.text
+        timing = r.json()["timing"]
+        assert timing["overlap"] == "buffer_one" and timing["dst"] == {"gap": "next_valid", "repeat": "both"}
+        assert timing["catch_up"] == {"window_seconds": 600, "mode": "once", "limit": 100}
+        stored = await sqlite_store.jobs.get(r.json()["id"])
+        assert stored is not None and '"overlap":"buffer_one"' in (stored.timing or "")
+        r = await http.post("/jobs", json=job_body(env.group_a, timing={"overlap": "allow_all"}))
+        assert r.status_code == 201 and r.json()["timing"] is None  # only defaults: no rules
         r = await http.post("/jobs", json=job_body(env.group_a, timing={"end_at": T0 - 1}))
         assert r.status_code == 201
         r = await http.post(f"/jobs/{r.json()['id']}/start")

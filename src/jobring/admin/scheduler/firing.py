@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from jobring.admin.scheduler.advance import AdvanceWriter
 from jobring.admin.scheduler.ahead import Ahead
+from jobring.admin.scheduler.catchup import CaughtUp, catch_up_due
 from jobring.admin.scheduler.fence import SendFence
 from jobring.admin.scheduler.held import Held, HeldSet
 from jobring.admin.scheduler.leases import LeaseKeeper
@@ -123,6 +124,11 @@ class FireTimer:
         while (held := pop_due(until)) is not None:
             if held.lease_until_ms <= lease_ok and self._leases.lapsed(held, now):
                 continue
+            if now - held.planned_ms > threshold and type(held.schedule) is TimedSchedule:
+                caught = catch_up_due(held.schedule, held.planned_ms, now)
+                if caught is not None:
+                    self._catch_up(held, caught, horizon, fires, prepared, outcomes)
+                    continue
             decision = decide_fire(held.planned_ms, now, held.job.misfire_strategy,
                                    held.schedule.next_fire_ms, threshold)
             if decision.fires and type(held.schedule) is TimedSchedule:
@@ -165,6 +171,28 @@ class FireTimer:
             stats.batches += 1
             self._batches_inflight += 1
             self._spawn(self._dispatch(fires, prepared, outcomes), "fire batch")
+
+    def _catch_up(self, held: Held, caught: CaughtUp, horizon: int, fires: list[PlannedFire],
+                  prepared: list[Ahead | None], outcomes: list[tuple[Held, FireDecision]]) -> None:
+        """A late fire of a job with a catch-up window: fire the missed instants it keeps, record
+        the others as skipped (see :mod:`.catchup`)."""
+        for slot in held.prepared.values():
+            self._readahead.withdraw(slot)
+        held.prepared.clear()
+        self._stats.skipped += len(caught.skipped)
+        if caught.skipped and self._timing is not None:
+            self._spawn(self._timing.record_skipped(held.job, caught.skipped), "record catch-up skips")
+        log.info("job %s catches up %d missed instants (%d skipped); it resumes at %s", held.job.id,
+                 len(caught.fires), len(caught.skipped), "-" if caught.next_ms is None else iso_ms(caught.next_ms),
+                 extra={"job_id": held.job.id})
+        last = FireDecision(held.planned_ms, None, caught.next_ms)
+        self._continue(held, last, horizon)
+        if not caught.fires:
+            self._advance.queue(held, last)
+        for instant in caught.fires:
+            fires.append(PlannedFire(held.job, TriggerType.MISFIRE, instant))
+            prepared.append(None)
+            outcomes.append((held, FireDecision(instant, TriggerType.MISFIRE, caught.next_ms)))
 
     def _skip(self, held: Held, skip: SkippedFire, decision: FireDecision, horizon: int) -> None:
         """An instant a calendar excluded is due: record it as a ``skipped`` run, send nothing."""

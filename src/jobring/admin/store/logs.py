@@ -62,7 +62,7 @@ from jobring.admin.store.records import (
 from jobring.admin.store.run_estimate import estimate_runs
 from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
-    CALENDAR_SKIP_PREFIX,
+    SKIP_PREFIX,
     DISCARD_MARK,
     KILLED_BY_USER,
     KILLED_SUFFIXES,
@@ -175,9 +175,9 @@ def _lost_dispatch_msg() -> ColumnElement[bool]:
 
 
 def _discard_msg() -> ColumnElement[bool]:
-    """A skipped run's message: the executor's DISCARD_LATER or the admin's calendar skip."""
+    """A skipped run's message: the executor's DISCARD_LATER or the admin's skip (calendar, overlap, catch-up)."""
     msg = _msg(job_log.c.trigger_msg)
-    return or_(msg.like("%" + DISCARD_MARK + "%"), msg.like(CALENDAR_SKIP_PREFIX + "%"))
+    return or_(msg.like("%" + DISCARD_MARK + "%"), msg.like(SKIP_PREFIX + "%"))
 
 
 def state_condition(state: RunState, now_ms: int) -> ColumnElement[bool]:

@@ -121,6 +121,19 @@ async def timed_schedule(services: ManagementServices, job: JobInfo, schedule: S
     return wrap(schedule, rules, job.id, runs_before=runs, counted_from=now_ms + 1)
 
 
+def catch_up_from(job: JobInfo, now_ms: int) -> int | None:
+    """Where a job started again resumes when it has a catch-up window: the later of its pause
+    (the pause note's time) and the window's start; None: from now (no window, or no note)."""
+    if not job.timing or '"catch_up"' not in job.timing or not job.pause_note:
+        return None
+    try:
+        window = orjson.loads(job.timing)["catch_up"]["window_seconds"] * 1000
+        paused_at = int(orjson.loads(job.pause_note)["at"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return min(now_ms, max(paused_at, now_ms - window))
+
+
 def pause_note_text(by: str, reason: str | None, at_ms: int) -> str:
     """A pause note's stored JSON; FieldError naming ``reason``."""
     try:
