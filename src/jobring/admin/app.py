@@ -53,13 +53,13 @@ from jobring.admin.metrics import AdminMetrics, metrics_response
 from jobring.admin.runtime import AdminRuntime
 from jobring.admin.scheduler.adapters import StoreLeases, TriggerFirePort
 from jobring.admin.scheduler.backfills import BackfillRunner
-from jobring.admin.scheduler.overlap import OverlapGate, OverlapRunner
 from jobring.admin.scheduler.callbacks import CallbackService
 from jobring.admin.scheduler.delayed import DelayedFireRunner
 from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.liveness import NodeLiveness
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
+from jobring.admin.scheduler.overlap import OverlapGate, OverlapRunner
 from jobring.admin.scheduler.pull import PullHub
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.timing_book import StoreTiming

@@ -32,9 +32,10 @@ def catch_up_due(schedule: TimedSchedule, planned_ms: int, now_ms: int) -> Caugh
     if rules.catch_up is None or planned_ms <= 0:
         return None
     logical = schedule.logical_of(planned_ms) or planned_ms
-    result = catch_up(schedule.timeline, rules, schedule.job_id, logical - 1, now_ms, schedule.runs_at(now_ms))
+    result = catch_up(schedule.timeline, rules, schedule.job_id, logical - 1, now_ms,
+                      schedule.runs_at(now_ms))
     fires = tuple(f.logical_ms for f in result.fires)
     for instant in fires:
         schedule.count_fire(instant)
-    following = schedule.next_fire_ms(max(result.resume_after_ms, *fires) if fires else result.resume_after_ms)
+    following = schedule.next_fire_ms(max(result.resume_after_ms, *fires))
     return CaughtUp(fires, result.skipped, following)

@@ -59,7 +59,8 @@ def overlap_policy(job: JobInfo) -> OverlapPolicy | None:
         return known  # type: ignore[return-value]
     try:
         spec = orjson.loads(text)
-        policy: OverlapPolicy | None = parse_choice(OverlapPolicy, spec.get("overlap", "allow_all"), "overlap")
+        policy: OverlapPolicy | None = parse_choice(OverlapPolicy, spec.get("overlap", "allow_all"),
+                                                    "overlap")
     except (ValueError, AttributeError, TimingError):
         policy = None  # validated when written; the loop refuses such a job when it adopts it
     if policy is OverlapPolicy.ALLOW_ALL:
@@ -92,17 +93,17 @@ class OverlapGate:
         """The fires to start now, in order; the others are recorded as skipped or wait."""
         if not any(r.job.timing for r in requests):
             return list(requests)
-        started: list[FireRequest] = []
         gated: dict[int, list[tuple[FireRequest, OverlapPolicy]]] = {}
         for req in requests:
             policy = overlap_policy(req.job) if req.planned_time is not None else None
-            if policy is None:
-                started.append(req)
-            else:
+            if policy is not None:
                 gated.setdefault(req.job.id, []).append((req, policy))
+        if not gated:
+            return list(requests)
+        held_back = {id(req) for items in gated.values() for req, _ in items}
         for items in gated.values():
-            started += await self._decide(items)
-        return started
+            held_back -= {id(req) for req in await self._decide(items)}
+        return [req for req in requests if id(req) not in held_back]
 
     async def _decide(self, items: list[tuple[FireRequest, OverlapPolicy]]) -> list[FireRequest]:
         store = self._store

@@ -62,13 +62,13 @@ from jobring.admin.store.records import (
 from jobring.admin.store.run_estimate import estimate_runs
 from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
-    SKIP_PREFIX,
     DISCARD_MARK,
     KILLED_BY_USER,
     KILLED_SUFFIXES,
     LOST_DISPATCH_PREFIX,
     LOST_PREFIX,
     LOST_RESULT_MSG,
+    SKIP_PREFIX,
     RunState,
 )
 from jobring.core.timefmt import iso_ms
@@ -175,7 +175,8 @@ def _lost_dispatch_msg() -> ColumnElement[bool]:
 
 
 def _discard_msg() -> ColumnElement[bool]:
-    """A skipped run's message: the executor's DISCARD_LATER or the admin's skip (calendar, overlap, catch-up)."""
+    """A skipped run's message: the executor's DISCARD_LATER or the admin's skip (calendar,
+    overlap, catch-up)."""
     msg = _msg(job_log.c.trigger_msg)
     return or_(msg.like("%" + DISCARD_MARK + "%"), msg.like(SKIP_PREFIX + "%"))
 

@@ -127,7 +127,7 @@ def catch_up_from(job: JobInfo, now_ms: int) -> int | None:
     if not job.timing or '"catch_up"' not in job.timing or not job.pause_note:
         return None
     try:
-        window = orjson.loads(job.timing)["catch_up"]["window_seconds"] * 1000
+        window = int(orjson.loads(job.timing)["catch_up"]["window_seconds"]) * 1000
         paused_at = int(orjson.loads(job.pause_note)["at"])
     except (ValueError, KeyError, TypeError):
         return None
