@@ -319,3 +319,28 @@ async def test_a_unix_cron_is_stored_as_quartz_and_a_quartz_mistake_gets_a_sugge
             },
         )
         assert r.json()["times"] == [T0 + DAY]
+
+
+DST_PREVIEWS = [
+    # America/New_York 2026-03-08: 02:00 EST becomes 03:00 EDT (07:00Z).
+    ("0 30 2 * * ?", {"gap": "skip"}, "2026-03-07T00:00:00Z", ["2026-03-07T07:30:00Z", "2026-03-09T06:30:00Z"]),
+    ("0 30 2 * * ?", {"gap": "next_valid"}, "2026-03-07T00:00:00Z",
+     ["2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z"]),
+    # 2026-11-01: 02:00 EDT becomes 01:00 EST; 01:30 shows at 05:30Z (EDT) and 06:30Z (EST).
+    ("0 30 1 * * ?", {"repeat": "first"}, "2026-11-01T00:00:00Z", ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]),
+    ("0 30 1 * * ?", {"repeat": "second"}, "2026-11-01T00:00:00Z",
+     ["2026-11-01T06:30:00Z", "2026-11-02T06:30:00Z"]),
+    ("0 30 1 * * ?", {"repeat": "both"}, "2026-11-01T00:00:00Z", ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z"]),
+]
+
+
+@pytest.mark.parametrize(("cron", "dst", "start", "expected"), DST_PREVIEWS)
+async def test_previews_honour_the_daylight_saving_rules(
+    sqlite_store: Store, cron: str, dst: dict[str, str], start: str, expected: list[str]
+) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        r = await http.post("/schedules/preview", json={
+            "schedule_type": "CRON", "schedule_conf": cron, "timezone": "America/New_York", "count": 2,
+            "job_group": env.group_a, "timing": {"dst": dst, "start_at": start}})
+        assert r.status_code == 200, r.text
+        assert [f["fire_at_iso"] for f in r.json()["fires"]] == expected

@@ -146,7 +146,7 @@ def pause_note_text(by: str, reason: str | None, at_ms: int) -> str:
 def timing_preview(schedule: Schedule, rules: TimingRules, job_id: int, after_ms: int, runs: int,
                    count: int) -> TimingPreview:
     """The next ``count`` fires under ``rules`` and the instants the calendars exclude on the way."""
-    found = preview(timeline_of(schedule), rules, job_id, after_ms, runs, count)
+    found = preview(timeline_of(schedule, rules.dst), rules, job_id, after_ms, runs, count)
     return TimingPreview(
         fires=[PreviewFire(logical=f.logical_ms, fire_at=f.fire_at_ms, fire_at_iso=iso(f.fire_at_ms),
                            moved_by=None if f.moved_by is None else f.moved_by.text) for f in found.fires],
