@@ -141,6 +141,23 @@ async def test_job_timing_options_next_and_pause(env: AdminEnv, cli: Cli) -> Non
         None,
         ["holidays"],
     )
+    edited = await cli("jobs", "edit", str(job["id"]), "--overlap", "buffer_one", "--catch-up", "600",
+                       "--catch-up-mode", "once", "--dst-gap", "next_valid", "--json")
+    assert edited.code == 0, edited.err
+    timing = json.loads(edited.out)["timing"]
+    assert timing["overlap"] == "buffer_one" and timing["max_runs"] is None
+    assert timing["catch_up"] == {"window_seconds": 600, "mode": "once", "limit": 100}
+    assert timing["dst"] == {"gap": "next_valid", "repeat": "second"}
+    # A partial catch-up or DST change keeps the parts not named.
+    edited = await cli("jobs", "edit", str(job["id"]), "--catch-up-limit", "5", "--dst-repeat", "both",
+                       "--overlap", "allow_all", "--json")
+    timing = json.loads(edited.out)["timing"]
+    assert timing["catch_up"] == {"window_seconds": 600, "mode": "once", "limit": 5}
+    assert timing["dst"] == {"gap": "next_valid", "repeat": "both"} and timing["overlap"] == "allow_all"
+    edited = await cli("jobs", "edit", str(job["id"]), "--catch-up", "0", "--json")
+    assert json.loads(edited.out)["timing"]["catch_up"] is None
+    bad = await cli("jobs", "edit", str(job["id"]), "--catch-up", "5")
+    assert bad.code == 2 and "timing.catch_up.window_seconds" in bad.err
     cleared = await cli("jobs", "edit", str(job["id"]), "--no-timing", "--json")
     assert json.loads(cleared.out)["timing"] is None
     assert (await cli("jobs", "start", str(job["id"]))).code == 0

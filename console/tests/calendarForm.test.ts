@@ -39,4 +39,15 @@ describe("calendar form", () => {
     expect(timingOf(form)).toEqual({ calendars: ["h"], calendar_action: "move", max_runs: 3, start_at: "2026-01-01T00:00:00Z" });
     expect(timingOf({ ...form, calendars: [], max_runs: "", jitter_seconds: 0 })).toEqual({ start_at: "2026-01-01T00:00:00Z" });
   });
+
+  it("sends the overlap policy, catch-up window and DST rules only when not the defaults", () => {
+    const fromApi = { overlap: "allow_all", catch_up: null, dst: { gap: "skip", repeat: "second" } };
+    expect(timingOf(timingFormOf(fromApi))).toBeNull();
+    const form = timingFormOf({ overlap: "buffer_one", catch_up: { window_seconds: 600, mode: "once", limit: 100 },
+      dst: { gap: "next_valid", repeat: "second" } });
+    expect(timingOf(form)).toEqual({ overlap: "buffer_one", catch_up: { window_seconds: 600, mode: "once", limit: 100 },
+      dst: { gap: "next_valid", repeat: "second" } });
+    expect(timingOf({ ...form, catch_up_seconds: "", overlap: "allow_all" })).toEqual({ dst: { gap: "next_valid", repeat: "second" } });
+    expect(timingOf({ ...timingFormOf(null), catch_up_seconds: 60 })).toEqual({ catch_up: { window_seconds: 60, mode: "each" } });
+  });
 });

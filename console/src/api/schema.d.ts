@@ -1463,6 +1463,25 @@ export interface components {
              */
             zone: string;
         };
+        /**
+         * CatchUpIn
+         * @description A catch-up window (docs/time.md, Catch-up).
+         */
+        CatchUpIn: {
+            /**
+             * Limit
+             * @default 100
+             */
+            limit: number;
+            /**
+             * Mode
+             * @default each
+             * @enum {string}
+             */
+            mode: "each" | "once";
+            /** Window Seconds */
+            window_seconds: number;
+        };
         /** ClearIn */
         ClearIn: {
             /** Job Group */
@@ -1606,6 +1625,24 @@ export interface components {
              * @default scheduled
              */
             state: string;
+        };
+        /**
+         * DstIn
+         * @description Daylight-saving rules: a wall time in a spring-forward gap, one shown twice at fall-back.
+         */
+        DstIn: {
+            /**
+             * Gap
+             * @default skip
+             * @enum {string}
+             */
+            gap: "skip" | "next_valid";
+            /**
+             * Repeat
+             * @default second
+             * @enum {string}
+             */
+            repeat: "first" | "second" | "both";
         };
         /** ErrorBody */
         ErrorBody: {
@@ -2074,6 +2111,10 @@ export interface components {
             calendar_action?: ("skip" | "move") | null;
             /** Calendars */
             calendars?: string[] | null;
+            /** @description after downtime or a pause: missed instants within the window fire */
+            catch_up?: components["schemas"]["CatchUpIn"] | null;
+            /** @description daylight-saving rules (CRON; default: Quartz's) */
+            dst?: components["schemas"]["DstIn"] | null;
             /**
              * End At
              * @description ISO 8601 with an offset, or epoch ms
@@ -2083,6 +2124,11 @@ export interface components {
             jitter_seconds?: number | null;
             /** Max Runs */
             max_runs?: number | null;
+            /**
+             * Overlap
+             * @description what a fire does while runs of the job are in progress (default allow_all)
+             */
+            overlap?: ("skip" | "buffer_one" | "buffer_all" | "cancel_other" | "terminate_other" | "allow_all") | null;
             /**
              * Params Template
              * @description executor_param is a template over the run's logical time ({{ logical_date | fmt("%Y%m%d") }}, data_interval_start, data_interval_end)
@@ -2103,12 +2149,19 @@ export interface components {
             calendar_action: string;
             /** Calendars */
             calendars?: string[];
+            catch_up?: components["schemas"]["CatchUpIn"] | null;
+            dst?: components["schemas"]["DstIn"];
             /** End At */
             end_at?: string | null;
             /** Jitter Seconds */
             jitter_seconds?: number | null;
             /** Max Runs */
             max_runs?: number | null;
+            /**
+             * Overlap
+             * @default allow_all
+             */
+            overlap: string;
             /**
              * Params Template
              * @default false

@@ -134,11 +134,22 @@ export interface TimingForm {
   max_runs: string | number;
   jitter_seconds: string | number;
   params_template: boolean;
+  /** skip, buffer_one, buffer_all, cancel_other, terminate_other, allow_all (default). */
+  overlap: string;
+  /** Catch-up window in seconds ("" or 0: none). */
+  catch_up_seconds: string | number;
+  catch_up_mode: string;
+  catch_up_limit: string | number;
+  dst_gap: string;
+  dst_repeat: string;
 }
+
+export const OVERLAP_POLICIES = ["allow_all", "skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other"] as const;
 
 export const blankTiming = (): TimingForm => ({
   calendars: [], calendar_action: "skip", start_at: "", end_at: "", max_runs: "", jitter_seconds: "",
-  params_template: false,
+  params_template: false, overlap: "allow_all", catch_up_seconds: "", catch_up_mode: "each", catch_up_limit: "",
+  dst_gap: "skip", dst_repeat: "second",
 });
 
 /** The job's `timing` for the API: null when no rule is set. */
@@ -153,12 +164,21 @@ export function timingOf(form: TimingForm): Record<string, unknown> | null {
   if (form.max_runs !== "" && Number(form.max_runs) > 0) timing.max_runs = Number(form.max_runs);
   if (form.jitter_seconds !== "" && Number(form.jitter_seconds) > 0) timing.jitter_seconds = Number(form.jitter_seconds);
   if (form.params_template) timing.params_template = true;
+  if (form.overlap && form.overlap !== "allow_all") timing.overlap = form.overlap;
+  if (form.catch_up_seconds !== "" && Number(form.catch_up_seconds) > 0) {
+    const catchUp: Record<string, unknown> = { window_seconds: Number(form.catch_up_seconds), mode: form.catch_up_mode || "each" };
+    if (form.catch_up_limit !== "" && Number(form.catch_up_limit) > 0) catchUp.limit = Number(form.catch_up_limit);
+    timing.catch_up = catchUp;
+  }
+  if (form.dst_gap !== "skip" || form.dst_repeat !== "second") timing.dst = { gap: form.dst_gap, repeat: form.dst_repeat };
   return Object.keys(timing).length ? timing : null;
 }
 
 export function timingFormOf(timing: {
   calendars?: string[]; calendar_action?: string; start_at?: string | null; end_at?: string | null;
-  max_runs?: number | null; jitter_seconds?: number | null; params_template?: boolean;
+  max_runs?: number | null; jitter_seconds?: number | null; params_template?: boolean; overlap?: string;
+  catch_up?: { window_seconds: number; mode?: string; limit?: number } | null;
+  dst?: { gap?: string; repeat?: string } | null;
 } | null | undefined): TimingForm {
   return {
     calendars: timing?.calendars ?? [],
@@ -168,5 +188,11 @@ export function timingFormOf(timing: {
     max_runs: timing?.max_runs ?? "",
     jitter_seconds: timing?.jitter_seconds ?? "",
     params_template: timing?.params_template ?? false,
+    overlap: timing?.overlap ?? "allow_all",
+    catch_up_seconds: timing?.catch_up?.window_seconds ?? "",
+    catch_up_mode: timing?.catch_up?.mode ?? "each",
+    catch_up_limit: timing?.catch_up?.limit ?? "",
+    dst_gap: timing?.dst?.gap ?? "skip",
+    dst_repeat: timing?.dst?.repeat ?? "second",
   };
 }

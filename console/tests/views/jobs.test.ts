@@ -219,7 +219,7 @@ describe("JobEditView", () => {
       fires: [{ logical: jan(1), fire_at: jan(1), fire_at_iso: "" }, { logical: jan(3), fire_at: jan(3), fire_at_iso: "" }],
       excluded: [{ instant: jan(2), instant_iso: "", reason: "calendar 'holidays': dates[0] (2026-01-02)", calendar: "holidays" }],
     });
-    vi.mocked(updateJob).mockResolvedValue(job({ id: 7, job_group: 4, timing: { calendars: ["holidays"], calendar_action: "move", params_template: false } }));
+    vi.mocked(updateJob).mockResolvedValue(job({ id: 7, job_group: 4, timing: { calendars: ["holidays"], calendar_action: "move", params_template: false, overlap: "allow_all" } }));
     const { wrapper } = await mountView(JobEditView, { path: "/jobs/7", props: { id: "7" } });
     const offered = wrapper.findAll("[data-testid=job-calendars] input[type=checkbox]").map((i) => i.attributes("name"));
     expect(offered).toEqual(["calendar_holidays", "calendar_reports-only"]);

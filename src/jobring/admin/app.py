@@ -60,6 +60,7 @@ from jobring.admin.scheduler.dispatch import ExecutorClient
 from jobring.admin.scheduler.liveness import NodeLiveness
 from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
 from jobring.admin.scheduler.monitors import Monitors, RegistryService
+from jobring.admin.scheduler.overlap import OverlapGate, OverlapRunner
 from jobring.admin.scheduler.pull import PullHub
 from jobring.admin.scheduler.timers import LoopTimers
 from jobring.admin.scheduler.timing_book import StoreTiming
@@ -154,8 +155,9 @@ async def start_runtime(
     config = loop_config or loop_config_of(settings, store.backend)
     leases = StoreLeases(store, node_id, UnsureFires(store, trigger, executors))
     liveness = node_liveness(store, node_id, clock) if settings.node_locks else None
+    overlap = OverlapGate(store, clock, executors, node_id)
     loop = ScheduleLoop(
-        leases, TriggerFirePort(trigger), LoopTimers(clock), parse_schedule,
+        leases, TriggerFirePort(trigger, overlap), LoopTimers(clock), parse_schedule,
         admin_timezone=state.default_timezone, config=config, liveness=liveness,
         timing=StoreTiming(store, clock, node_id),
     )
@@ -175,11 +177,14 @@ async def start_runtime(
     monitors.add(WorkflowScheduler(store, workflows, clock, default_zone=state.default_timezone))
     backfills = BackfillRunner(store, trigger, clock)
     monitors.add(backfills)
+    overlap_waits = OverlapRunner(store, trigger)
+    monitors.add(overlap_waits)
 
     def results_recorded(results: Sequence[tuple[int, int, str | None]]) -> None:
         workflows.notify(results)
         backfills.results(results)
         trigger.flow.poke()  # a run ended: queued runs may start
+        overlap_waits.results(results)
 
     callbacks.results_listener = results_recorded
     distributed = DistributedService(store, executors, clock)

@@ -125,6 +125,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
                                  "console takes it back")
 
 
+_OVERLAP = ("skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other", "allow_all")
+
+
 def _timing_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
     clears = "" if creating else " ('' clears it)"
     parser.add_argument("--calendar", action="append", metavar="NAME",
@@ -142,9 +145,26 @@ def _timing_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
     parser.add_argument("--jitter", type=non_negative_int, metavar="SECONDS",
                         help="start each fire up to SECONDS later (the same delay on every admin node; "
                              "never past the next instant)")
+    parser.add_argument("--overlap", choices=_OVERLAP,
+                        help="what a fire does while runs of the job are in progress on any executor "
+                             "(default allow_all; docs/time.md)")
+    parser.add_argument("--catch-up", type=non_negative_int, metavar="SECONDS",
+                        help="catch-up window: after downtime or a pause, missed instants this recent "
+                             "fire" + ("" if creating else " (0 removes it)"))
+    parser.add_argument("--catch-up-mode", choices=("each", "once"),
+                        help="missed instants in the window fire once each (default) or only the latest")
+    parser.add_argument("--catch-up-limit", type=non_negative_int, metavar="N",
+                        help="at most N catch-up fires at once (default 100)")
+    parser.add_argument("--dst-gap", choices=("skip", "next_valid"),
+                        help="a wall time in a spring-forward gap: not fired (default) or fired at the "
+                             "first valid time after it")
+    parser.add_argument("--dst-repeat", choices=("first", "second", "both"),
+                        help="a wall time shown twice at fall-back fires at its first, second (default) "
+                             "or both showings")
     if not creating:
         parser.add_argument("--no-timing", action="store_true",
-                            help="remove every timing rule (calendars, window, limit, jitter)")
+                            help="remove every timing rule (calendars, window, limit, jitter, overlap, "
+                                 "catch-up, daylight saving)")
 
 
 def timing_changes(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -165,6 +185,16 @@ def timing_changes(args: argparse.Namespace) -> dict[str, Any] | None:
         changes["max_runs"] = args.max_runs or None
     if args.jitter is not None:
         changes["jitter_seconds"] = args.jitter or None
+    if args.overlap is not None:
+        changes["overlap"] = None if args.overlap == "allow_all" else args.overlap
+    catch_up = {key: value for key, value in (("window_seconds", args.catch_up), ("mode", args.catch_up_mode),
+                                               ("limit", args.catch_up_limit)) if value is not None}
+    if catch_up:
+        changes["catch_up"] = None if args.catch_up == 0 else catch_up
+    dst = {key: value for key, value in (("gap", args.dst_gap), ("repeat", args.dst_repeat))
+           if value is not None}
+    if dst:
+        changes["dst"] = dst
     return changes or None
 
 
@@ -173,7 +203,12 @@ def merged_timing(current: dict[str, Any] | None, changes: dict[str, Any]) -> di
     if not changes:
         return None
     merged = {key: value for key, value in (current or {}).items() if value not in (None, [])}
-    merged.update(changes)
+    for key, value in changes.items():
+        # A partial catch-up or DST change keeps the parts not named.
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
     kept = {key: value for key, value in merged.items() if value is not None}
     if not kept.get("calendars"):
         kept.pop("calendar_action", None)

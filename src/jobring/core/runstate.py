@@ -16,9 +16,10 @@ A row is read in this order (the first rule that applies wins):
 2. ``trigger_code`` set and not 200 (the dispatch did not start the run):
    - the lost-run monitor's "recorded but never dispatched" message: ``lost``;
    - the executor's DISCARD_LATER answer ("block strategy effect：Discard Later", the previous
-     run is still going), or the admin's calendar skip (``"skipped by calendar ..."``: a
-     calendar of the job excludes the instant), or a flow limit whose policy is skip
-     (``"skipped by flow limit ..."``): ``skipped``;
+     run is still going), or the admin's skip (``"skipped by calendar ..."``: a calendar of
+     the job excludes the instant; ``"skipped by overlap: ..."``, ``"skipped by catch-up:
+     ..."``: the job's overlap policy or catch-up window left it out; ``"skipped by flow limit
+     ..."``: a flow limit whose policy is skip): ``skipped``;
    - anything else: ``failed``.
 3. ``trigger_code`` 200 and no result yet: ``running``.
 4. ``trigger_code`` 0: the row was recorded before its ``/run`` call. One that flow control
@@ -35,6 +36,7 @@ from enum import StrEnum
 
 __all__ = [
     "CALENDAR_SKIP_PREFIX",
+    "SKIP_PREFIX",
     "DISCARD_MARK",
     "FLOW_CANCEL_PREFIX",
     "FLOW_SKIP_PREFIX",
@@ -61,13 +63,15 @@ LOST_PREFIX = "lost:"  # the lost-run monitor's marker of runs whose executor we
 KILL_REASON = "scheduling center kill job."
 LOST_DISPATCH_PREFIX = "Trigger Fail: the fire was recorded but never dispatched"
 DISCARD_MARK = "block strategy effect：Discard Later"
-# The admin's record of an instant a calendar excluded (trigger_msg of a ``skipped`` row).
-CALENDAR_SKIP_PREFIX = "skipped by calendar "
+# The admin's record of an instant it did not run (trigger_msg of a ``skipped`` row): a calendar
+# excluded it, the job's overlap policy or its catch-up window left it out (issue 24).
+SKIP_PREFIX = "skipped by "
+CALENDAR_SKIP_PREFIX = SKIP_PREFIX + "calendar "
 # Flow control (jobring.core.flow): a run waiting for room (trigger_msg, with trigger_code 0),
 # one a full limit skipped (trigger_msg), one cancelled (handle_msg: by the cancel_oldest
 # policy, or by a user while it was queued).
 QUEUED_PREFIX = "queued: "
-FLOW_SKIP_PREFIX = "skipped by flow limit "
+FLOW_SKIP_PREFIX = SKIP_PREFIX + "flow limit "
 FLOW_CANCEL_PREFIX = "cancelled by flow control"
 
 _OK = 200
@@ -143,7 +147,7 @@ def run_state(
         msg = trigger_msg or ""
         if msg.startswith(LOST_DISPATCH_PREFIX):
             return RunState.LOST
-        if DISCARD_MARK in msg or msg.startswith((CALENDAR_SKIP_PREFIX, FLOW_SKIP_PREFIX)):
+        if DISCARD_MARK in msg or msg.startswith(SKIP_PREFIX):
             return RunState.SKIPPED
         return RunState.FAILED
     if trigger_msg is not None and trigger_msg.startswith(QUEUED_PREFIX):

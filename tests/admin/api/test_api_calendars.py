@@ -145,7 +145,12 @@ INVALID_TIMING = [
     ({"max_runs": 0}, "timing.max_runs"),
     ({"start_at": "2026-02-01T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"}, "timing.end_at"),
     ({"start_at": "2026-02-01T00:00:00"}, "timing.start_at"),
-    ({"overlap": "skip"}, "timing.overlap"),
+    ({"overlap": "sometimes"}, "timing.overlap"),
+    ({"catch_up": {"window_seconds": 5}}, "timing.catch_up.window_seconds"),
+    ({"catch_up": {"window_seconds": 60, "mode": "all"}}, "timing.catch_up.mode"),
+    ({"dst": {"gap": "later"}}, "timing.dst.gap"),
+    ({"dst": {"repeat": "third"}}, "timing.dst.repeat"),
+    ({"jitter": 3}, "timing.jitter"),
 ]
 
 
@@ -252,7 +257,21 @@ async def test_validity_window_and_run_limit_in_previews(sqlite_store: Store) ->
             "calendars": [],
             "calendar_action": "skip",
             "params_template": False,
+            "overlap": "allow_all",
+            "catch_up": None,
+            "dst": {"gap": "skip", "repeat": "second"},
         }
+        r = await http.post("/jobs", json=job_body(env.group_a, timing={
+            "overlap": "buffer_one", "catch_up": {"window_seconds": 600, "mode": "once"},
+            "dst": {"gap": "next_valid", "repeat": "both"}}))
+        assert r.status_code == 201, r.text
+        timing = r.json()["timing"]
+        assert timing["overlap"] == "buffer_one" and timing["dst"] == {"gap": "next_valid", "repeat": "both"}
+        assert timing["catch_up"] == {"window_seconds": 600, "mode": "once", "limit": 100}
+        stored = await sqlite_store.jobs.get(r.json()["id"])
+        assert stored is not None and '"overlap":"buffer_one"' in (stored.timing or "")
+        r = await http.post("/jobs", json=job_body(env.group_a, timing={"overlap": "allow_all"}))
+        assert r.status_code == 201 and r.json()["timing"] is None  # only defaults: no rules
         r = await http.post("/jobs", json=job_body(env.group_a, timing={"end_at": T0 - 1}))
         assert r.status_code == 201
         r = await http.post(f"/jobs/{r.json()['id']}/start")
@@ -300,3 +319,31 @@ async def test_a_unix_cron_is_stored_as_quartz_and_a_quartz_mistake_gets_a_sugge
             },
         )
         assert r.json()["times"] == [T0 + DAY]
+
+
+DST_PREVIEWS = [
+    # America/New_York 2026-03-08: 02:00 EST becomes 03:00 EDT (07:00Z).
+    ("0 30 2 * * ?", {"gap": "skip"}, "2026-03-07T00:00:00Z",
+     ["2026-03-07T07:30:00Z", "2026-03-09T06:30:00Z"]),
+    ("0 30 2 * * ?", {"gap": "next_valid"}, "2026-03-07T00:00:00Z",
+     ["2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z"]),
+    # 2026-11-01: 02:00 EDT becomes 01:00 EST; 01:30 shows at 05:30Z (EDT) and 06:30Z (EST).
+    ("0 30 1 * * ?", {"repeat": "first"}, "2026-11-01T00:00:00Z",
+     ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]),
+    ("0 30 1 * * ?", {"repeat": "second"}, "2026-11-01T00:00:00Z",
+     ["2026-11-01T06:30:00Z", "2026-11-02T06:30:00Z"]),
+    ("0 30 1 * * ?", {"repeat": "both"}, "2026-11-01T00:00:00Z",
+     ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z"]),
+]
+
+
+@pytest.mark.parametrize(("cron", "dst", "start", "expected"), DST_PREVIEWS)
+async def test_previews_honour_the_daylight_saving_rules(
+    sqlite_store: Store, cron: str, dst: dict[str, str], start: str, expected: list[str]
+) -> None:
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        r = await http.post("/schedules/preview", json={
+            "schedule_type": "CRON", "schedule_conf": cron, "timezone": "America/New_York", "count": 2,
+            "job_group": env.group_a, "timing": {"dst": dst, "start_at": start}})
+        assert r.status_code == 200, r.text
+        assert [f["fire_at_iso"] for f in r.json()["fires"]] == expected

@@ -12,7 +12,7 @@ import jobring.admin.scheduler as scheduler_pkg
 _SCHEDULER = Path(scheduler_pkg.__file__).parent
 # The loop's parts: what they may import from jobring is each other, core and pure records.
 _LOOP_PARTS = ("ports", "loop", "loop_config", "ahead", "held", "leases", "readahead", "firing", "fence",
-               "advance", "timers", "timed")
+               "advance", "timers", "timed", "catchup")
 _ALLOWED = tuple(f"jobring.admin.scheduler.{name}" for name in _LOOP_PARTS) + (
     "jobring.core.", "jobring.admin.store.records")
 _ADAPTERS = ("aiohttp", "httpx", "jobring.admin.scheduler.trigger", "jobring.admin.scheduler.dispatch",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from jobring.admin.scheduler.ports import PlannedFire
 from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerService
@@ -11,6 +12,9 @@ from jobring.admin.scheduler.unsure import UnsureFires
 from jobring.admin.store import NotFound, Store
 from jobring.admin.store.records import HeldJobs, JobInfo
 from jobring.core.enums import ScheduleType, TriggerType
+
+if TYPE_CHECKING:
+    from jobring.admin.scheduler.overlap import OverlapGate
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +109,19 @@ class StoreLeases:
 
 class TriggerFirePort:
     """The loop's fire port over the trigger service: fires recorded at the instant
-    (``__call__``) or ahead of it (:class:`FirePreparer`). Scheduled fires carry their instant."""
+    (``__call__``) or ahead of it (:class:`FirePreparer`). Scheduled fires carry their instant.
+    Fires of jobs with an overlap policy (never recorded ahead) pass through ``overlap``."""
 
-    def __init__(self, trigger: TriggerService) -> None:
+    def __init__(self, trigger: TriggerService, overlap: OverlapGate | None = None) -> None:
         self._trigger = trigger
+        self._overlap = overlap
 
     async def __call__(self, fires: Sequence[PlannedFire]) -> None:
-        await self._trigger.fire_batch(_requests(fires))
+        requests = _requests(fires)
+        if self._overlap is not None:
+            requests = await self._overlap.admit(requests)
+        if requests:
+            await self._trigger.fire_batch(requests)
 
     async def prepare(self, fires: Sequence[PlannedFire]) -> list[PreparedBatch | None]:
         batch = await self._trigger.prepare_batch(_requests(fires))

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from jobring.admin.scheduler.advance import AdvanceWriter
 from jobring.admin.scheduler.ahead import Ahead
+from jobring.admin.scheduler.catchup import catch_up_due
 from jobring.admin.scheduler.fence import SendFence
 from jobring.admin.scheduler.held import Held, HeldSet
 from jobring.admin.scheduler.leases import LeaseKeeper
@@ -121,7 +122,9 @@ class FireTimer:
         lateness_ms, lateness = stats.lateness_ms, stats.lateness
         pop_due = self._held.pop_due
         while (held := pop_due(until)) is not None:
-            if held.lease_until_ms <= lease_ok and self._leases.lapsed(held, now):
+            if (held.lease_until_ms <= lease_ok and self._leases.lapsed(held, now)) or (
+                    now - held.planned_ms > threshold and self._catch_up(held, now, horizon, fires, prepared,
+                                                                         outcomes)):
                 continue
             decision = decide_fire(held.planned_ms, now, held.job.misfire_strategy,
                                    held.schedule.next_fire_ms, threshold)
@@ -165,6 +168,33 @@ class FireTimer:
             stats.batches += 1
             self._batches_inflight += 1
             self._spawn(self._dispatch(fires, prepared, outcomes), "fire batch")
+
+    def _catch_up(self, held: Held, now: int, horizon: int, fires: list[PlannedFire],
+                  prepared: list[Ahead | None], outcomes: list[tuple[Held, FireDecision]]) -> bool:
+        """A late fire of a job with a catch-up window: fire the missed instants it keeps, record
+        the others as skipped (see :mod:`.catchup`). False: the job has no window."""
+        schedule = held.schedule
+        caught = catch_up_due(schedule, held.planned_ms, now) if type(schedule) is TimedSchedule else None
+        if caught is None:
+            return False
+        for slot in held.prepared.values():
+            self._readahead.withdraw(slot)
+        held.prepared.clear()
+        self._stats.skipped += len(caught.skipped)
+        if caught.skipped and self._timing is not None:
+            self._spawn(self._timing.record_skipped(held.job, caught.skipped), "record catch-up skips")
+        log.info("job %s catches up %d missed instants (%d skipped); it resumes at %s", held.job.id,
+                 len(caught.fires), len(caught.skipped),
+                 "-" if caught.next_ms is None else iso_ms(caught.next_ms), extra={"job_id": held.job.id})
+        last = FireDecision(held.planned_ms, None, caught.next_ms)
+        self._continue(held, last, horizon)
+        if not caught.fires:
+            self._advance.queue(held, last)
+        for instant in caught.fires:
+            fires.append(PlannedFire(held.job, TriggerType.MISFIRE, instant))
+            prepared.append(None)
+            outcomes.append((held, FireDecision(instant, TriggerType.MISFIRE, caught.next_ms)))
+        return True
 
     def _skip(self, held: Held, skip: SkippedFire, decision: FireDecision, horizon: int) -> None:
         """An instant a calendar excluded is due: record it as a ``skipped`` run, send nothing."""

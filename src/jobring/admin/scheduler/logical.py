@@ -20,7 +20,14 @@ from jobring.core.enums import TriggerType
 from jobring.core.expression import ExpressionError
 from jobring.core.schedule import ScheduleError, parse_schedule
 from jobring.core.templating import parse_template
-from jobring.core.timing import LogicalTime, logical_time, manual_logical_time
+from jobring.core.timing import (
+    DstRules,
+    LogicalTime,
+    TimingError,
+    logical_time,
+    manual_logical_time,
+    parse_dst_rules,
+)
 from jobring.core.timing.timeline import EmptyTimeline, Timeline
 
 _SCHEDULED = (TriggerType.CRON, TriggerType.FIX_RATE, TriggerType.MISFIRE)
@@ -54,9 +61,20 @@ def default_logical_ms(trigger_type: TriggerType, planned_time: int | None) -> i
     return None
 
 
+def _dst(job: JobInfo) -> DstRules | None:
+    """The job's daylight-saving rules (None: Quartz's, or unreadable timing)."""
+    text = job.timing
+    if not text or '"dst"' not in text:
+        return None
+    try:
+        return parse_dst_rules(orjson.loads(text).get("dst"))
+    except (ValueError, AttributeError, TimingError):
+        return None
+
+
 def _timeline(job: JobInfo, zone: str) -> Timeline:
     try:
-        return timeline_of(parse_schedule(job.schedule_type or "NONE", job.schedule_conf, zone))
+        return timeline_of(parse_schedule(job.schedule_type or "NONE", job.schedule_conf, zone), _dst(job))
     except (ScheduleError, ValueError):
         return EmptyTimeline()
 

@@ -18,14 +18,17 @@ from jobring.admin.scheduler.loop_config import LoopConfig
 from jobring.admin.scheduler.ports import FireBatch, FirePreparer, PlannedFire
 from jobring.admin.scheduler.timed import TimedSchedule
 from jobring.core.enums import TriggerType
+from jobring.core.timing import OverlapPolicy
 
 log = logging.getLogger(__name__)
 
 
 def _excluded(held: Held, instant: int) -> bool:
-    """An instant a calendar excluded: recorded as skipped at its time, never prepared."""
+    """Never prepared: an instant a calendar excluded (recorded as skipped at its time), a fire
+    of a job with an overlap policy (decided at its instant, see :mod:`.overlap`)."""
     schedule = held.schedule
-    return type(schedule) is TimedSchedule and schedule.skip_at(instant) is not None
+    return type(schedule) is TimedSchedule and (
+        schedule.skip_at(instant) is not None or schedule.rules.overlap is not OverlapPolicy.ALLOW_ALL)
 
 
 class ReadAhead:

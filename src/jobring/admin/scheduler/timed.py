@@ -18,10 +18,13 @@ from dataclasses import dataclass
 import orjson
 
 from jobring.admin.scheduler.ports import Schedule
-from jobring.core.schedule import FixRateSchedule
+from jobring.core.schedule import CronSchedule, FixRateSchedule
 from jobring.core.timing import (
     Calendar,
+    DstCron,
+    DstRules,
     PlanEnd,
+    SkipKind,
     SkippedFire,
     TimingError,
     TimingRules,
@@ -33,10 +36,14 @@ from jobring.core.timing.timeline import FixedRateTimeline, GridTimeline, Timeli
 
 log = logging.getLogger(__name__)
 
-# The timing keys the admin applies today; the others of core.timing.rules (dst, catch_up,
-# overlap) are refused until they are wired (issue 24 items 3, 4, 6).
+# The timing keys the admin applies (every key of core.timing.rules); a stored key outside them
+# is refused.
 WIRED_KEYS = ("start_at", "end_at", "max_runs", "jitter_seconds", "calendars", "calendar_action",
-              "params_template")
+              "params_template", "overlap", "catch_up", "dst")
+_DEFAULTS: dict[str, object] = {"overlap": "allow_all", "dst": {"gap": "skip", "repeat": "second"},
+                                "jitter_seconds": 0, "calendar_action": "skip"}
+_CATCH_UP_KINDS = (SkipKind.CATCH_UP_WINDOW, SkipKind.CATCH_UP_ONCE, SkipKind.CATCH_UP_LIMIT,
+                   SkipKind.NOT_CAUGHT_UP)
 _MEMO = 512  # events remembered per job (a plan lists at most 100 skipped instants)
 _REPLANS = 8  # plans in a row that ended at core's search limit before giving up
 
@@ -99,14 +106,17 @@ class _Event:
     skip: SkippedFire | None = None
 
 
-def timeline_of(base: Schedule) -> Timeline:
-    """The instants of ``base`` both ways: a cron expression's own; a FIX_RATE schedule's grid of
-    its interval from the epoch (every 30 s at :00 and :30). A plain FIX_RATE job counts its
+def timeline_of(base: Schedule, dst: DstRules | None = None) -> Timeline:
+    """The instants of ``base`` both ways: a cron expression's own (under the job's daylight-saving
+    rules ``dst``); a FIX_RATE schedule's grid of its interval from the epoch (every 30 s at :00
+    and :30). A plain FIX_RATE job counts its
     interval from its previous fire, but under timing rules a fire may start later than the
     instant it stands for (a move, jitter) and a node adopting the job knows only that start:
     a fixed grid keeps every node and every adoption on the same instants."""
     if isinstance(base, FixRateSchedule):
         return FixedRateTimeline(base.interval_seconds * 1000, 0)
+    if dst is not None and not dst.is_quartz and isinstance(base, CronSchedule):
+        return GridTimeline(DstCron(base.expression, dst).next_fire_ms)
     return GridTimeline(base.next_fire_ms)
 
 
@@ -125,7 +135,7 @@ class TimedSchedule:
 
     def __init__(self, base: Schedule, rules: TimingRules, job_id: int, *, runs_before: int = 0,
                  counted_from: int = 0) -> None:
-        self._timeline = timeline_of(base)
+        self._timeline = timeline_of(base, rules.dst)
         self._rules = rules
         self._job_id = job_id
         self._events: dict[int, _Event] = {}
@@ -136,6 +146,22 @@ class TimedSchedule:
     @property
     def rules(self) -> TimingRules:
         return self._rules
+
+    @property
+    def timeline(self) -> Timeline:
+        return self._timeline
+
+    @property
+    def job_id(self) -> int:
+        return self._job_id
+
+    def runs_at(self, after_ms: int) -> int:
+        """The job's scheduled runs counted for ``max_runs`` up to ``after_ms``."""
+        return self._runs(after_ms)
+
+    def count_fire(self, start_ms: int) -> None:
+        """A fire planned outside :meth:`next_fire_ms` (a catch-up fire) counts for ``max_runs``."""
+        self._count(start_ms)
 
     def next_fire_ms(self, after_ms: int) -> int | None:
         """The first event after ``after_ms`` (None: the schedule ended)."""
@@ -222,7 +248,9 @@ class TimedSchedule:
 
 
 def skip_message(skip: SkippedFire) -> str:
-    """A skipped run's trigger message (core.runstate reads ``skipped by calendar ...``)."""
+    """A skipped run's trigger message (core.runstate reads ``skipped by ...``)."""
+    if skip.reason.kind in _CATCH_UP_KINDS:
+        return f"skipped by catch-up: {skip.reason.text}"
     return f"skipped by {skip.reason.text}"
 
 
@@ -254,9 +282,9 @@ def normalized_timing(rules: TimingRules) -> dict[str, object] | None:
     kept: dict[str, object] = {}
     for key in WIRED_KEYS:
         value = spec.get(key)
-        if value is None or value == [] or value is False or (key == "jitter_seconds" and value == 0):
+        if value is None or value == [] or value is False or value == _DEFAULTS.get(key):
             continue
-        if key == "calendar_action" and (value == "skip" or not spec.get("calendars")):
+        if key == "calendar_action" and not spec.get("calendars"):
             continue
         kept[key] = value
     return kept or None

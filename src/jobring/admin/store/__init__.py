@@ -30,6 +30,7 @@ from jobring.admin.store.logs import HANDLE_MSG_MAX, LogRepository
 from jobring.admin.store.migrate import UpgradeResult, current_revision, head_revision, upgrade_database
 from jobring.admin.store.misc import GlueRepository, ReportRepository, ScheduleLock
 from jobring.admin.store.nodes import SchedulerNodeRepository
+from jobring.admin.store.overlap import OverlapRepository
 from jobring.admin.store.records import (
     ApiToken,
     ClearRule,
@@ -88,6 +89,7 @@ class Store:
         self.backfills = BackfillRepository(self.db)
         self.flow = FlowRepository(self.db)
         self.distributed = DistributedRepository(self.db)
+        self.overlap = OverlapRepository(self.db)
 
     @classmethod
     async def open(cls, url: str, *, upgrade: bool = True) -> Store:

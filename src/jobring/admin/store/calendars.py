@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from jobring.admin.store.base import Repository, like_pattern, new_id
 from jobring.admin.store.errors import Conflict
 from jobring.admin.store.tables import calendar, job_info, job_log
-from jobring.core.runstate import CALENDAR_SKIP_PREFIX
+from jobring.core.runstate import SKIP_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +108,11 @@ class CalendarRepository(Repository):
 
     async def runs_before(self, job_id: int, before_ms: int) -> int:
         """The job's scheduled runs planned before ``before_ms`` (what ``max_runs`` counts):
-        its run-log rows with a planned instant, calendar skips left out."""
+        its run-log rows with a planned instant, skips (calendar, overlap, catch-up) left out."""
         stmt = (
             select(func.count()).select_from(job_log)
             .where(job_log.c.job_id == job_id, job_log.c.planned_time > 0, job_log.c.planned_time < before_ms,
-                   not_(func.coalesce(job_log.c.trigger_msg, "").like(CALENDAR_SKIP_PREFIX + "%")))
+                   not_(func.coalesce(job_log.c.trigger_msg, "").like(SKIP_PREFIX + "%")))
         )
         async with self._db.read() as conn:
             return int((await conn.execute(stmt)).scalar_one())

@@ -63,16 +63,15 @@ from jobring.admin.store.run_estimate import estimate_runs
 from jobring.admin.store.subtasks import delete_children_of_deleted, lost_parents_condition
 from jobring.admin.store.tables import job_group, job_log
 from jobring.core.runstate import (
-    CALENDAR_SKIP_PREFIX,
     DISCARD_MARK,
     FLOW_CANCEL_PREFIX,
-    FLOW_SKIP_PREFIX,
     KILLED_BY_USER,
     KILLED_SUFFIXES,
     LOST_DISPATCH_PREFIX,
     LOST_PREFIX,
     LOST_RESULT_MSG,
     QUEUED_PREFIX,
+    SKIP_PREFIX,
     RunState,
 )
 from jobring.core.timefmt import iso_ms
@@ -180,10 +179,10 @@ def _lost_dispatch_msg() -> ColumnElement[bool]:
 
 
 def _discard_msg() -> ColumnElement[bool]:
-    """A skipped run's message: the executor's DISCARD_LATER, the admin's calendar or flow skip."""
+    """A skipped run's message: the executor's DISCARD_LATER or the admin's skip (calendar,
+    overlap, catch-up)."""
     msg = _msg(job_log.c.trigger_msg)
-    return or_(msg.like("%" + DISCARD_MARK + "%"), msg.like(CALENDAR_SKIP_PREFIX + "%"),
-               msg.like(FLOW_SKIP_PREFIX + "%"))
+    return or_(msg.like("%" + DISCARD_MARK + "%"), msg.like(SKIP_PREFIX + "%"))
 
 
 def queued_msg() -> ColumnElement[bool]:

@@ -597,4 +597,21 @@ subtask = Table(
     sqlite_autoincrement=True,
 )
 
+# Overlap policies (issue 24): fires of a job waiting for its runs in progress to end
+# (``buffer_one``, ``buffer_all``, ``cancel_other``), oldest first; each keeps its identity
+# (job id, planned instant), so a fire waits at most once. Times epoch ms.
+overlap_wait = Table(
+    "jobring_overlap_wait",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("job_group", Integer, nullable=False),
+    Column("planned_time", BigInteger, nullable=False),
+    Column("logical_time", BigInteger, nullable=False),
+    Column("trigger_type", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    UniqueConstraint("job_id", "planned_time", name="ux_overlap_wait"),
+    sqlite_autoincrement=True,
+)
+
 SCHEDULE_LOCK = "schedule_lock"

@@ -298,7 +298,11 @@ async def start_job(services: ManagementServices, job: JobInfo) -> JobInfo:
     if job.schedule_type == ScheduleType.NONE:
         raise BadRequest("a job with schedule_type NONE cannot be started; trigger it instead",
                          "schedule_type")
-    next_ms = await next_fire_after(services, job, services.now_ms())
+    now = services.now_ms()
+    # A job with a catch-up window resumes at its first instant since the pause (within the
+    # window): the loop finds it late and catches up (docs/time.md, Catch-up).
+    after = timing.catch_up_from(job, now) or now
+    next_ms = await next_fire_after(services, job, after)
     await services.store.jobs.set_status(job.id, int(TriggerStatus.RUNNING), next_ms, clear_note=True)
     return await load_job(services, job.id)
 

@@ -247,6 +247,24 @@ InstantOrMs = Annotated[int, Field(ge=0, le=4_102_444_799_999)] | Annotated[
     str, Field(max_length=40, json_schema_extra={"format": "offset-date-time"})]
 
 
+OverlapName = Literal["skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other", "allow_all"]
+
+
+class CatchUpIn(Strict):
+    """A catch-up window (docs/time.md, Catch-up)."""
+
+    window_seconds: Annotated[int, Field(ge=10, le=366 * 86_400)]
+    mode: Literal["each", "once"] = "each"
+    limit: Annotated[int, Field(ge=1, le=1_000)] = 100
+
+
+class DstIn(Strict):
+    """Daylight-saving rules: a wall time in a spring-forward gap, one shown twice at fall-back."""
+
+    gap: Literal["skip", "next_valid"] = "skip"
+    repeat: Literal["first", "second", "both"] = "second"
+
+
 class JobTiming(Strict):
     """A job's timing rules; every field optional (see docs/time.md)."""
 
@@ -264,6 +282,11 @@ class JobTiming(Strict):
     params_template: bool | None = Field(
         None, description="executor_param is a template over the run's logical time "
         "({{ logical_date | fmt(\"%Y%m%d\") }}, data_interval_start, data_interval_end)")
+    overlap: OverlapName | None = Field(
+        None, description="what a fire does while runs of the job are in progress (default allow_all)")
+    catch_up: CatchUpIn | None = Field(
+        None, description="after downtime or a pause: missed instants within the window fire")
+    dst: DstIn | None = Field(None, description="daylight-saving rules (CRON; default: Quartz's)")
 
 
 class JobTimingOut(BaseModel):
@@ -274,6 +297,9 @@ class JobTimingOut(BaseModel):
     calendars: list[str] = Field(default_factory=list)
     calendar_action: str = "skip"
     params_template: bool = False
+    overlap: str = "allow_all"
+    catch_up: CatchUpIn | None = None
+    dst: DstIn = Field(default_factory=DstIn)
 
 
 class PauseNoteOut(BaseModel):

@@ -121,6 +121,19 @@ async def timed_schedule(services: ManagementServices, job: JobInfo, schedule: S
     return wrap(schedule, rules, job.id, runs_before=runs, counted_from=now_ms + 1)
 
 
+def catch_up_from(job: JobInfo, now_ms: int) -> int | None:
+    """Where a job started again resumes when it has a catch-up window: the later of its pause
+    (the pause note's time) and the window's start; None: from now (no window, or no note)."""
+    if not job.timing or '"catch_up"' not in job.timing or not job.pause_note:
+        return None
+    try:
+        window = int(orjson.loads(job.timing)["catch_up"]["window_seconds"]) * 1000
+        paused_at = int(orjson.loads(job.pause_note)["at"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return min(now_ms, max(paused_at, now_ms - window))
+
+
 def pause_note_text(by: str, reason: str | None, at_ms: int) -> str:
     """A pause note's stored JSON; FieldError naming ``reason``."""
     try:
@@ -133,7 +146,7 @@ def pause_note_text(by: str, reason: str | None, at_ms: int) -> str:
 def timing_preview(schedule: Schedule, rules: TimingRules, job_id: int, after_ms: int, runs: int,
                    count: int) -> TimingPreview:
     """The next ``count`` fires under ``rules`` and the instants the calendars exclude on the way."""
-    found = preview(timeline_of(schedule), rules, job_id, after_ms, runs, count)
+    found = preview(timeline_of(schedule, rules.dst), rules, job_id, after_ms, runs, count)
     return TimingPreview(
         fires=[PreviewFire(logical=f.logical_ms, fire_at=f.fire_at_ms, fire_at_iso=iso(f.fire_at_ms),
                            moved_by=None if f.moved_by is None else f.moved_by.text) for f in found.fires],

@@ -1,0 +1,183 @@
+"""Overlap policies and catch-up windows on real admin processes (issue 24 items 3 and 4).
+
+- Catch-up after an admin outage: the admin is stopped, the job's planned instant is a minute in
+  the past when it comes back (as after a minute's outage), and the job has a 20 s window: the
+  missed instants of the last 20 s fire once each (MISFIRE runs), the older ones are recorded as
+  skipped runs, then the job goes on on time; every missed second is accounted for once.
+- Overlap with a long-running handler: the recording executor never reports a result by itself
+  (a run is in progress until the test sends its callback). ``skip`` records the fires due meanwhile
+  as skipped; ``buffer_one`` keeps one waiting and starts it as soon as the run ends;
+  ``terminate_other`` kills the running one on its executor and starts the new one at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import pytest
+
+from jobring.admin.scheduler.overlap import TERMINATED_MSG
+from jobring.admin.store import Store
+from jobring.admin.store.records import LogEntry
+from tests.dbs import (
+    BackendUnavailable,
+    acreate_test_database,
+    adrop_test_database,
+    must_fail_when_unavailable,
+)
+from tests.e2e.admin_nodes import TOKEN, RecordingExecutor, add_manual_group, now_ms, start_admin, stop
+from tests.e2e.security_kit import logged_in
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+T = TypeVar("T")
+SECOND = 1_000
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[tuple[str, Store]]:
+    try:
+        url = await acreate_test_database("sqlite", tmp_path)
+    except BackendUnavailable as exc:
+        if must_fail_when_unavailable():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    opened = await Store.open(url)
+    try:
+        yield url, opened
+    finally:
+        await opened.close()
+        await adrop_test_database(url)
+
+
+async def _until(what: str, check: Callable[[], Awaitable[T | None]], limit_s: float = 30.0) -> T:
+    deadline = time.monotonic() + limit_s
+    while True:
+        value = await check()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not in {limit_s} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _callback(base_url: str, log_id: int) -> None:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        r = await http.post("/xxl-job-admin/api/callback", headers={"XXL-JOB-ACCESS-TOKEN": TOKEN},
+                            json=[{"logId": log_id, "logDateTim": now_ms(), "handleCode": 200,
+                                   "handleMsg": None}])
+        assert r.status_code == 200 and r.json()["code"] == 200, r.text
+
+
+def _job(group: int, timing: dict[str, object]) -> dict[str, object]:
+    return {"job_group": group, "job_desc": "policy", "executor_handler": "slow", "schedule_type": "CRON",
+            "schedule_conf": "* * * * * ?", "schedule_timezone": "UTC", "timing": timing}
+
+
+async def _runs(store: Store, job_id: int) -> list[LogEntry]:
+    return sorted(await store.logs.for_job(job_id), key=lambda e: e.planned_time or 0)
+
+
+async def test_catch_up_after_an_admin_outage(database: tuple[str, Store], tmp_path: Path) -> None:
+    url, store = database
+    executor = RecordingExecutor()
+    await executor.start()
+    group = await add_manual_group(store, executor.address)
+    node = await start_admin(url, "catch-up-a", tmp_path)
+    try:
+        async with logged_in(node) as http:
+            r = await http.post("/jobs", json=_job(group, {"catch_up": {"window_seconds": 20}}))
+            assert r.status_code == 201, r.text
+            job = r.json()
+            assert job["timing"]["catch_up"] == {"window_seconds": 20, "mode": "each", "limit": 100}
+        assert await stop(node) == 0
+        # The job was running when the admin went down a minute ago: its planned instant is a
+        # minute old when the admin comes back.
+        down_from = (now_ms() // SECOND - 60) * SECOND
+        await store.jobs.set_status(job["id"], 1, down_from)
+        before: set[int | None] = set()
+        sent_before = len(executor.calls)
+        node = await start_admin(url, "catch-up-b", tmp_path)
+        back = now_ms()
+
+        async def on_time_again() -> list[LogEntry] | None:
+            runs = [e for e in await _runs(store, job["id"]) if e.planned_time not in before]
+            on_time = any(e.trigger_type == "CRON" and (e.planned_time or 0) > back for e in runs)
+            return runs if on_time else None
+
+        runs = await _until("the job on time again", on_time_again)
+        caught = [e.planned_time or 0 for e in runs if e.trigger_type == "MISFIRE"]
+        skipped = [e for e in runs if (e.trigger_msg or "").startswith("skipped by catch-up")]
+        assert caught and skipped
+        # The missed instants within the window fired once each; the older ones were skipped.
+        assert max(caught) - min(caught) <= 20 * SECOND and min(caught) >= back - 21 * SECOND
+        assert max(e.planned_time or 0 for e in skipped) < min(caught)
+        assert all("older than the catch-up window" in (e.trigger_msg or "") for e in skipped)
+        # Every second from the outage on is accounted for once: skipped, caught up, or fired.
+        planned = sorted(e.planned_time or 0 for e in runs if (e.planned_time or 0) >= down_from)
+        assert planned == list(range(down_from, planned[-1] + 1, SECOND))
+        received = {c.log_id for c in executor.calls[sent_before:]}
+        assert received >= {e.id for e in runs if e.trigger_type == "MISFIRE"}
+    finally:
+        await stop(node)
+        await executor.stop()
+
+
+async def test_overlap_policies_with_a_long_running_handler(
+    database: tuple[str, Store], tmp_path: Path
+) -> None:
+    url, store = database
+    executor = RecordingExecutor()
+    await executor.start()
+    group = await add_manual_group(store, executor.address)
+    node = await start_admin(url, "overlap-a", tmp_path)
+    try:
+        async with logged_in(node) as http:
+            jobs = {}
+            for policy in ("skip", "buffer_one", "terminate_other"):
+                r = await http.post("/jobs", json=_job(group, {"overlap": policy}))
+                assert r.status_code == 201 and r.json()["timing"]["overlap"] == policy, r.text
+                jobs[policy] = r.json()["id"]
+                assert (await http.post(f"/jobs/{jobs[policy]}/start")).status_code == 200
+
+            def calls(policy: str) -> list[int]:
+                return [c.log_id for c in executor.calls if c.job_id == jobs[policy]]
+
+            async def skipped(policy: str, at_least: int) -> list[LogEntry] | None:
+                runs = [e for e in await _runs(store, jobs[policy])
+                        if (e.trigger_msg or "").startswith("skipped by overlap")]
+                return runs if len(runs) >= at_least else None
+
+            # skip: the first run goes on; the fires due meanwhile are recorded as skipped.
+            await _until("skip: 3 fires skipped", lambda: skipped("skip", 3))
+            assert len(calls("skip")) == 1
+            await _callback(node.base_url, calls("skip")[0])
+            await _until("skip: a run after the first ended",
+                         lambda: asyncio.sleep(0, calls("skip")[1:] or None))
+
+            # buffer_one: one fire waits (the later ones are skipped) and starts once the run ends.
+            await _until("buffer_one: later fires skipped", lambda: skipped("buffer_one", 2))
+            assert len(calls("buffer_one")) == 1
+            waiting = await store.overlap.waiting(jobs["buffer_one"])
+            assert len(waiting) == 1
+            await _callback(node.base_url, calls("buffer_one")[0])
+            await _until("buffer_one: the waiting fire started",
+                         lambda: asyncio.sleep(0, calls("buffer_one")[1:] or None))
+            second = await store.logs.get(calls("buffer_one")[1])
+            assert second is not None and second.planned_time == waiting[0].planned_time
+            (call,) = [c for c in executor.calls if c.log_id == second.id]
+            assert call.logical_time == waiting[0].planned_time  # it stands for its instant
+
+            # terminate_other: each fire ends the run before it (recorded failed) and starts at once.
+            await _until("terminate_other: 3 runs",
+                         lambda: asyncio.sleep(0, calls("terminate_other")[2:] or None))
+            first = await store.logs.get(calls("terminate_other")[0])
+            assert first is not None and first.handle_code == 500 and first.handle_msg == TERMINATED_MSG
+            assert len(await store.overlap.in_progress(jobs["terminate_other"])) <= 2
+    finally:
+        await stop(node)
+        await executor.stop()
