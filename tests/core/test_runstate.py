@@ -65,8 +65,8 @@ def test_every_state_is_covered_and_final_flags() -> None:
 
 def test_markers_match_the_writers_and_hold_no_like_wildcards() -> None:
     from jobring.admin.api.management import runs
-    from jobring.admin.scheduler import monitors
-    from jobring.admin.scheduler.timed import skip_message
+    from jobring.admin.loop.timed import skip_message
+    from jobring.admin.monitors import monitors
     from jobring.core.timing import SkipKind, SkippedFire, SkipReason
 
     assert runstate.LOST_RESULT_MSG == monitors.MSG_RESULT_LOST
