@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import update
 
 from jobring.admin.store import JobGroup, JobInfo, NewLog, Store
-from jobring.admin.store.logs import state_condition
+from jobring.admin.store.log_conditions import state_condition
 from jobring.admin.store.tables import job_log
 from jobring.core import runstate
 from jobring.core.runstate import RunState, duration_ms, run_state
