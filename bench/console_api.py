@@ -33,10 +33,10 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from tests.dbs import acreate_test_database, adrop_test_database  # noqa: E402
 
 from jobring.admin.api.management import ManagementServices, management_app  # noqa: E402
-from jobring.admin.bootstrap import Secrets  # noqa: E402
 from jobring.admin.security.roles import Role  # noqa: E402
 from jobring.admin.security.tokens import generate_api_token, hash_api_token  # noqa: E402
-from jobring.admin.settings import AdminSettings  # noqa: E402
+from jobring.admin.services.bootstrap import Secrets  # noqa: E402
+from jobring.admin.services.settings import AdminSettings  # noqa: E402
 from jobring.admin.store import Store  # noqa: E402
 from jobring.core.clock import ManualClock  # noqa: E402
 from jobring.core.runstate import KILLED_BY_USER, LOST_RESULT_MSG  # noqa: E402

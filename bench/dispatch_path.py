@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 
 import httpx
 
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.trigger import FireRequest, TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo
+from jobring.admin.trigger.trigger import FireRequest, TriggerService
 from jobring.core.clock import SystemClock
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import TriggerParam

@@ -13,8 +13,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from jobring.admin.scheduler.http1 import Http1Client
-from jobring.admin.scheduler.http1wire import HIGH_WATER, MAX_BODY, MAX_HEAD, Connection
+from jobring.http1.client import Http1Client
+from jobring.http1.wire import HIGH_WATER, MAX_BODY, MAX_HEAD, Connection
 
 # As a Java (Spring Boot / netty) executor answers a /run.
 ANSWER = (b"HTTP/1.1 200 \r\nContent-Type: text/html;charset=UTF-8\r\nContent-Length: 23\r\n"

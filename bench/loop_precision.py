@@ -21,10 +21,10 @@ sys.path.insert(0, str(ROOT))
 
 from tests.e2e.admin_nodes import fix_rate  # noqa: E402
 
-from jobring.admin.scheduler.adapters import StoreLeases  # noqa: E402
-from jobring.admin.scheduler.loop import ScheduleLoop  # noqa: E402
-from jobring.admin.scheduler.ports import PlannedFire  # noqa: E402
-from jobring.admin.scheduler.timers import LoopTimers  # noqa: E402
+from jobring.admin.loop.adapters import StoreLeases  # noqa: E402
+from jobring.admin.loop.loop import ScheduleLoop  # noqa: E402
+from jobring.admin.loop.ports import PlannedFire  # noqa: E402
+from jobring.admin.loop.timers import LoopTimers  # noqa: E402
 from jobring.admin.store import Store  # noqa: E402
 from jobring.core.clock import SystemClock  # noqa: E402
 from jobring.core.schedule import parse_schedule  # noqa: E402

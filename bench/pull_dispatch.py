@@ -44,8 +44,8 @@ from starlette.routing import Route
 
 from jobring.admin.api.executor_api import GlobalToken
 from jobring.admin.api.pull_api import PullApi
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.pull import PullHub
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.dispatch.pull import PullHub
 from jobring.protocol.models import ACCESS_TOKEN_HEADER, TriggerParam, dumps
 
 TOKEN = "bench-pull-token-0123456789"

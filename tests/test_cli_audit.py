@@ -11,7 +11,7 @@ import pytest
 
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
-from jobring.admin.settings import AdminSettings, load_settings
+from jobring.admin.services.settings import AdminSettings, load_settings
 from jobring.admin.store import Store
 from jobring.cli.admin import validate_settings
 from jobring.cli.audit import details_text, parse_when

@@ -20,8 +20,8 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from jobring.admin.scheduler.adapters import _recorded_type
-from jobring.admin.scheduler.ports import PlannedFire
+from jobring.admin.loop.adapters import _recorded_type
+from jobring.admin.loop.ports import PlannedFire
 from jobring.admin.store import Store, upgrade_database
 from jobring.admin.store.records import JobInfo
 from jobring.cli import admin as admin_cmd
@@ -198,7 +198,7 @@ def test_jobring_admin_logs_where_it_listens_once(
         sock.close()
         return 0
 
-    monkeypatch.setattr("jobring.admin.node.serve", serve)
+    monkeypatch.setattr("jobring.admin.runtime.node.serve", serve)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

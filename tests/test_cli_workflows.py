@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from tests.client.adminkit import AdminEnv, admin_env
 from tests.client.clikit import Cli, cli_for

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from jobring.admin.scheduler.loop import LoopConfig
-from jobring.admin.settings import AdminSettings, LoopSettings
+from jobring.admin.loop.loop import LoopConfig
+from jobring.admin.services.settings import AdminSettings, LoopSettings
 from jobring.executor.config import ExecutorSettings
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jobring.admin.app import loop_config_of
-from jobring.admin.scheduler.loop import LoopConfig
-from jobring.admin.settings import AdminSettings, LoopSettings, load_settings
+from jobring.admin.loop.loop import LoopConfig
+from jobring.admin.runtime.app import loop_config_of
+from jobring.admin.services.settings import AdminSettings, LoopSettings, load_settings
 from jobring.cli import main
 from jobring.configbase import ConfigError
 from jobring.executor.config import load_executor_settings

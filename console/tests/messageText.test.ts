@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { localizeLine } from "../src/lib/messageText";
 import { messageLines } from "../src/lib/runText";
 
-// A trigger message as admin/scheduler/dispatcher.py writes it, then a retry's marker.
+// A trigger message as admin/trigger/dispatcher.py writes it, then a retry's marker.
 const TRIGGER = [
   "Trigger type: Cron trigger", "Admin node: node-1", "Executor registry type: automatic",
   "Executor addresses: [http://127.0.0.1:9999]", "Route strategy: FIRST", "Block strategy: SERIAL_EXECUTION",

@@ -5,7 +5,7 @@ Every line has an ISO 8601 UTC instant. Scheduling and dispatch lines carry the 
 ``extra=``): JSON lines have them as keys, plain lines append them as ``key=value``.
 
     JOBRING_LOG_FORMAT=json   {"ts": "2026-11-23T21:40:46.123Z", "level": "WARNING",
-                               "logger": "jobring.admin.scheduler.trigger", "msg": "...",
+                               "logger": "jobring.admin.trigger.trigger", "msg": "...",
                                "job_id": 12, "run_id": 3051, "address": "http://10.0.0.7:9999/"}
 """
 

@@ -17,15 +17,15 @@ from starlette.routing import Mount
 
 from jobring.admin.api.management import ManagementServices, management_app, xxl3_api_routes
 from jobring.admin.api.management.declared import declare_api_routes
-from jobring.admin.bootstrap import Secrets
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.security.passwords import hash_password
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.bootstrap import Secrets
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.core.clock import ManualClock
 from jobring.protocol.models import LogResult, ReturnT
 from tests.admin.executor_double import ExecutorDouble

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import orjson
 
-from jobring.admin.scheduler.http1 import Connect
+from jobring.http1.client import Connect
 from jobring.protocol.models import ReturnT
 from tests.admin.loopback import LoopbackServer
 

@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
-from jobring.admin.scheduler.ports import FireBatch, Liveness, PlannedFire, TimingPort
-from jobring.admin.scheduler.timers import ManualTimers, Timers
-from jobring.admin.scheduler.trigger import PreparedBatch
+from jobring.admin.loop.loop import LoopConfig, ScheduleLoop
+from jobring.admin.loop.ports import FireBatch, Liveness, PlannedFire, TimingPort
+from jobring.admin.loop.timers import ManualTimers, Timers
 from jobring.admin.store.records import HeldJobs, JobInfo
+from jobring.admin.trigger.trigger import PreparedBatch
 from jobring.core.clock import ManualClock
 from jobring.core.schedule import parse_schedule
 

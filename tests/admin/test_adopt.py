@@ -12,21 +12,21 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, select, text, update
 
-from jobring.admin.adopt import resolve_database_state
 from jobring.admin.alarms import Alarmer, AlarmService
-from jobring.admin.bootstrap import apply_configured_admin_password
-from jobring.admin.coexist import (
+from jobring.admin.monitors.failures import FailMonitor
+from jobring.admin.monitors.monitors import LostRunMonitor, ReportMonitor
+from jobring.admin.monitors.retention import RetentionMonitor
+from jobring.admin.security.passwords import hash_password, verify_password
+from jobring.admin.security.roles import Role
+from jobring.admin.services.adopt import resolve_database_state
+from jobring.admin.services.bootstrap import apply_configured_admin_password
+from jobring.admin.services.coexist import (
     ForeignRunWatch,
     JavaAdminAlive,
     java_admin_signs,
     refuse_if_java_admin_alive,
 )
-from jobring.admin.scheduler.failures import FailMonitor
-from jobring.admin.scheduler.monitors import LostRunMonitor, ReportMonitor
-from jobring.admin.scheduler.retention import RetentionMonitor
-from jobring.admin.security.passwords import hash_password, verify_password
-from jobring.admin.security.roles import Role
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import NewLog, Store, create_engine, upgrade_database
 from jobring.admin.store.tables import job_log, job_user
 from jobring.admin.store.xxl_schema import AdoptionRefused

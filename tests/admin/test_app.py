@@ -12,9 +12,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from jobring.admin.app import create_app
-from jobring.admin.runtime import AdminRuntime
-from jobring.admin.settings import AdminSettings
+from jobring.admin.runtime.admin_runtime import AdminRuntime
+from jobring.admin.runtime.app import create_app
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store.records import JobGroup
 from jobring.cli import main
 from tests.e2e.admin_nodes import fix_rate, now_ms

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from jobring.admin.audit import (
+from jobring.admin.security.principal import AuthMethod, Principal
+from jobring.admin.services.audit import (
     MAX_DETAILS_CHARS,
     REDACTED,
     Actor,
@@ -15,7 +16,6 @@ from jobring.admin.audit import (
     redact,
     source_digest,
 )
-from jobring.admin.security.principal import AuthMethod, Principal
 from jobring.admin.store.records import User
 
 

@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from jobring.admin.bootstrap import ACCESS_TOKEN_SETTING, ADMIN_USERNAME, SESSION_SECRET_SETTING, bootstrap
 from jobring.admin.security.passwords import verify_password
 from jobring.admin.security.roles import Role
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.bootstrap import (
+    ACCESS_TOKEN_SETTING,
+    ADMIN_USERNAME,
+    SESSION_SECRET_SETTING,
+    bootstrap,
+)
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.configbase import ConfigError
 

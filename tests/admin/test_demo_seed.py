@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from jobring.admin.demo_seed import DEMO_APP_NAME, seed_demo
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.demo_seed import DEMO_APP_NAME, seed_demo
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.cli.local import prepare_local
 from jobring.core.schedule import parse_schedule

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from jobring.admin.app import create_app
-from jobring.admin.metrics import ADMIN_METRICS
-from jobring.admin.runtime import AdminRuntime
-from jobring.admin.settings import AdminSettings, load_settings
+from jobring.admin.runtime.admin_runtime import AdminRuntime
+from jobring.admin.runtime.app import create_app
+from jobring.admin.runtime.metrics import ADMIN_METRICS
+from jobring.admin.services.settings import AdminSettings, load_settings
 from jobring.configbase import ConfigError
 
 TOKEN = "ops-test-token-0123456"
@@ -191,7 +191,7 @@ async def test_alarm_channels_and_monitor_rounds_are_counted(
 
 
 def test_dispatch_error_reasons() -> None:
-    from jobring.admin.scheduler.trigger import dispatch_error_reason
+    from jobring.admin.trigger.trigger import dispatch_error_reason
 
     url = "http://10.0.0.7:9999/run"
     assert dispatch_error_reason(None, None) == "no_address"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.core.clock import ManualClock
 from jobring.core.enums import AddressType
 from tests.admin.executor_double import ExecutorDouble

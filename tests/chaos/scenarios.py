@@ -92,7 +92,7 @@ async def node_sigkill(c: Cluster, t: Timing, dialect: str = "jobring") -> Verdi
     The fires the killed node recorded under its send fence may or may not have reached the
     executor before it died: the survivor asks the executor (``dialect`` "jobring":
     ``/received``; "xxl": ``/log``, as xxl-job-core answers it) and sends again, with the
-    same run id, the ones it never received (scheduler/unsure.py)."""
+    same run id, the ones it never received (trigger/unsure.py)."""
     c.executor.dialect = dialect
     # Answers held 300 ms: at the kill the victim has fires out that it never saw confirmed
     # (about 3 of its ~10 jobs a second), so the survivor must resolve some, every run.

@@ -1,4 +1,4 @@
-"""The test-only clock offset of an admin node (JOBRING_CLOCK_OFFSET_MS, read in admin/app.py)."""
+"""The test-only clock offset of an admin node (JOBRING_CLOCK_OFFSET_MS, read in admin/runtime/app.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jobring.admin.app import _process_clock
+from jobring.admin.runtime.app import _process_clock
 from jobring.core.clock import SystemClock
 
 

@@ -22,14 +22,14 @@ from starlette.routing import Mount
 
 from jobring.admin.api.management.app import management_app
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.bootstrap import ADMIN_USERNAME, bootstrap
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.security.passwords import hash_password
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.bootstrap import ADMIN_USERNAME, bootstrap
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.client import AsyncAdminClient
 from jobring.core.clock import ManualClock
 from tests.admin.executor_double import ExecutorDouble

@@ -8,8 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from jobring.admin.scheduler import callbacks, failures, fires, monitors
-from jobring.admin.scheduler.fires import TRIGGER_TYPE_TITLES
+from jobring.admin.monitors import failures, monitors
+from jobring.admin.services import callbacks
+from jobring.admin.trigger import fires
+from jobring.admin.trigger.fires import TRIGGER_TYPE_TITLES
 from jobring.core import runstate
 from jobring.executor import received, runlog, worker
 from jobring.executor.http import app as executor_app

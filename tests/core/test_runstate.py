@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import update
 
 from jobring.admin.store import JobGroup, JobInfo, NewLog, Store
-from jobring.admin.store.logs import state_condition
+from jobring.admin.store.log_conditions import state_condition
 from jobring.admin.store.tables import job_log
 from jobring.core import runstate
 from jobring.core.runstate import RunState, duration_ms, run_state
@@ -65,8 +65,8 @@ def test_every_state_is_covered_and_final_flags() -> None:
 
 def test_markers_match_the_writers_and_hold_no_like_wildcards() -> None:
     from jobring.admin.api.management import runs
-    from jobring.admin.scheduler import monitors
-    from jobring.admin.scheduler.timed import skip_message
+    from jobring.admin.loop.timed import skip_message
+    from jobring.admin.monitors import monitors
     from jobring.core.timing import SkipKind, SkippedFire, SkipReason
 
     assert runstate.LOST_RESULT_MSG == monitors.MSG_RESULT_LOST

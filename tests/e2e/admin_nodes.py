@@ -148,7 +148,7 @@ class RecordingExecutor:
     """Answers ``/run`` (and anything else) with ReturnT success; records /run calls.
 
     ``dialect`` says how it answers an admin that asks whether it received a run (after a
-    takeover, scheduler/unsure.py): "jobring" answers ``/received`` from the runs it got
+    takeover, trigger/unsure.py): "jobring" answers ``/received`` from the runs it got
     and takes a repeated run id as already received (not run, not recorded again), as the
     jobring executor does; "xxl" does not know ``/received`` and answers ``/log`` like
     xxl-job-core (a log file per run it got, ``readLog fail, logFile not exists`` else),

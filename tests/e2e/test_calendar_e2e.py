@@ -1,7 +1,7 @@
 """A job with a holiday calendar, on a real admin process: the holiday's instant is recorded
 as a skipped run naming the calendar (nothing is sent), and the next day's instant fires.
 
-The admin's clock is shifted with its test-only JOBRING_CLOCK_OFFSET_MS (admin/app.py) to a
+The admin's clock is shifted with its test-only JOBRING_CLOCK_OFFSET_MS (admin/runtime/app.py) to a
 few seconds before each midnight: one admin run before the holiday's midnight, a second
 (restarted as after a day) before the next midnight."""
 

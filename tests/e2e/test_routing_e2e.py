@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jobring.admin.scheduler.trigger import FireRequest
 from jobring.admin.store import Store
+from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from tests.e2e.pyxxl_harness import Admin, running_admin
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 import httpx
 import pytest
 
-from jobring.admin.scheduler.overlap import TERMINATED_MSG
+from jobring.admin.loop.overlap import TERMINATED_MSG
 from jobring.admin.store import Store
 from jobring.admin.store.records import LogEntry
 from tests.dbs import (

@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from jobring.admin.api.pull_api import PullApi
-from jobring.admin.executor_tokens import TokenScope
-from jobring.admin.scheduler.pull import PullCallError, PullHub
+from jobring.admin.dispatch.pull import PullCallError, PullHub
+from jobring.admin.services.executor_tokens import TokenScope
 from jobring.configbase import ConfigError
 from jobring.executor.config import load_executor_settings
 from jobring.executor.pull import PullChannel, pull_address

@@ -23,7 +23,7 @@ from jobring.admin.store import (
     TriggerResult,
     create_engine,
 )
-from jobring.admin.store.logs import unalarmed_failure_statements
+from jobring.admin.store.log_conditions import unalarmed_failure_statements
 from jobring.admin.store.run_estimate import round_estimate
 from jobring.admin.store.tables import job_log
 

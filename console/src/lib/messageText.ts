@@ -25,7 +25,7 @@ const KILLED_SUFFIXES: readonly [string, MessageKey][] = [
 ];
 
 const KNOWN: readonly KnownLine[] = [
-  // the admin's trigger message (admin/scheduler/dispatcher.py)
+  // the admin's trigger message (admin/trigger/dispatcher.py)
   { pattern: /^Admin node: (?<value>.*)$/, key: "msg.adminNode" },
   { pattern: /^Executor registry type: manual$/, key: "msg.registryManual" },
   { pattern: /^Executor registry type: automatic$/, key: "msg.registryAutomatic" },

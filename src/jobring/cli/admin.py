@@ -14,7 +14,7 @@ from jobring.cli.common import UsageError, add_log_options
 from jobring.listen import PortInUse, listen_socket
 
 if TYPE_CHECKING:  # pydantic is imported only by the commands that read settings
-    from jobring.admin.settings import AdminSettings
+    from jobring.admin.services.settings import AdminSettings
 
 # Not the executors' default 9999: one's own first executor must not collide with the demo.
 DEMO_PORT = 9990
@@ -90,7 +90,7 @@ def validate_settings(settings: AdminSettings) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> AdminSettings:
     """Settings from defaults, the config file, JOBRING_* and the options; UsageError if invalid."""
-    from jobring.admin.settings import load_settings
+    from jobring.admin.services.settings import load_settings
     from jobring.configbase import ConfigError
 
     try:
@@ -126,8 +126,8 @@ def _serve(settings: AdminSettings, sock: socket.socket, *, log_address: bool = 
     # Imported here so `jobring --help` and the other commands stay light.
     import logging
 
-    from jobring.admin.app import make_node_id
-    from jobring.admin.node import serve
+    from jobring.admin.runtime.app import make_node_id
+    from jobring.admin.runtime.node import serve
     from jobring.logsetup import set_log_node, setup_logging
 
     if settings.node_id is None:

@@ -6,8 +6,8 @@ import asyncio
 import sys
 from typing import TextIO
 
-from jobring.admin.adopt import AdoptionReport, gather_report, record_adoption
 from jobring.admin.security.secrets_policy import access_token_problem
+from jobring.admin.services.adopt import AdoptionReport, gather_report, record_adoption
 from jobring.admin.store import Store, create_engine, upgrade_database
 from jobring.admin.store.migrate import current_revision
 from jobring.admin.store.xxl_schema import AdoptionRefused
@@ -97,7 +97,7 @@ async def _gather(url: str) -> AdoptionReport:
 
 
 async def _apply(url: str, report: AdoptionReport, zone_name: str, now_ms: int) -> dict[str, str]:
-    from jobring.admin.audit import Actor, ActorKind, AuditAction, AuditLog
+    from jobring.admin.services.audit import Actor, ActorKind, AuditAction, AuditLog
     from jobring.core.clock import SystemClock
 
     engine = create_engine(url)

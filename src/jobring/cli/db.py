@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
 
 
 def _database_url(args: argparse.Namespace) -> str:
-    from jobring.admin.settings import load_settings
+    from jobring.admin.services.settings import load_settings
     from jobring.admin.store import normalize_url  # SQLAlchemy is imported only when used
     from jobring.configbase import ConfigError
 

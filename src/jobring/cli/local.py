@@ -10,7 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.settings import AdminSettings
 from jobring.errors import JobringError
 
 DEMO_LOG_PATH = os.path.join("var", "demo-executor")
@@ -46,9 +46,9 @@ async def prepare_local(settings: AdminSettings, demo_port: int) -> str:
     listens before the admin serves: a demo job left running fires at once after a restart
     instead of failing "registry address is empty" until the executor registered again.
     """
-    from jobring.admin.bootstrap import bootstrap
-    from jobring.admin.demo_seed import DEMO_APP_NAME, seed_demo
-    from jobring.admin.scheduler.monitors import RegistryService
+    from jobring.admin.monitors.monitors import RegistryService
+    from jobring.admin.services.bootstrap import bootstrap
+    from jobring.admin.services.demo_seed import DEMO_APP_NAME, seed_demo
     from jobring.admin.store import Store
     from jobring.core.clock import SystemClock
     from jobring.protocol.models import RegistryParam

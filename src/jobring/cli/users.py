@@ -124,8 +124,8 @@ async def reset_password(url: str, username: str, *, keep_legacy: bool) -> tuple
     """Give ``username`` a generated one-time password (change forced at next login), end
     its sessions and revoke its API tokens, audit it; returns the password and what was
     revoked. LookupError when there is no such user."""
-    from jobring.admin.audit import Actor, ActorKind, AuditAction, AuditLog
     from jobring.admin.security.passwords import generate_password, hash_password
+    from jobring.admin.services.audit import Actor, ActorKind, AuditAction, AuditLog
     from jobring.admin.store import Store, current_revision
     from jobring.core.clock import SystemClock
 
@@ -159,7 +159,7 @@ async def reset_password(url: str, username: str, *, keep_legacy: bool) -> tuple
 def _reset_offline(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from jobring.admin.settings import load_settings
+    from jobring.admin.services.settings import load_settings
     from jobring.configbase import ConfigError
 
     url = database_url(args)

@@ -27,7 +27,7 @@ A row is read in this order (the first rule that applies wins):
    a fire recorded ahead whose planned instant is still in the future is ``scheduled``; one
    due (or a manual trigger, which has no planned instant) is ``dispatching``.
 
-``admin.store.logs.state_condition`` is the same rules as SQL; a test keeps them equal.
+``admin.store.log_conditions.state_condition`` is the same rules as SQL; a test keeps them equal.
 """
 
 from __future__ import annotations

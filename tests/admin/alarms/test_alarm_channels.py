@@ -10,7 +10,7 @@ import pytest
 from jobring.admin.alarms import AlarmContext, Alarmer, AlarmKind, ChannelFactory, TargetError, parse_targets
 from jobring.admin.alarms.smtp import SmtpConfig
 from jobring.admin.alarms.targets import dump_targets, job_targets
-from jobring.admin.settings import AdminSettings, load_settings
+from jobring.admin.services.settings import AdminSettings, load_settings
 from jobring.admin.store.records import JobGroup, JobInfo, LogEntry
 from jobring.configbase import ConfigError
 from jobring.core.enums import AlarmStatus

@@ -14,7 +14,7 @@ from jobring.admin.alarms import AlarmContext, Alarmer, ChannelFactory, WebhookA
 from jobring.admin.alarms.base import AlarmOutcome
 from jobring.admin.alarms.outbound import AlarmHttp
 from jobring.admin.alarms.targets import dump_targets, parse_targets
-from jobring.admin.settings import load_settings
+from jobring.admin.services.settings import load_settings
 from jobring.admin.store.records import JobInfo, LogEntry
 from jobring.configbase import ConfigError
 from jobring.core.addresses import alarm_policy_from_text

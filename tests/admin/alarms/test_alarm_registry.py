@@ -21,8 +21,8 @@ from jobring.admin.alarms import (
 )
 from jobring.admin.alarms.registry import TargetError as RegistryTargetError
 from jobring.admin.alarms.setup import alarmer_from_settings
-from jobring.admin.scheduler.failures import FailMonitor
-from jobring.admin.settings import load_settings
+from jobring.admin.monitors.failures import FailMonitor
+from jobring.admin.services.settings import load_settings
 from jobring.configbase import ConfigError
 from jobring.core.enums import AlarmStatus
 from tests.admin.scheduler.test_monitors import add_log

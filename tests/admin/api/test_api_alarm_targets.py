@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.audit import AuditFilter
 from tests.admin.api.test_declared_jobs import declare

@@ -366,7 +366,7 @@ async def test_a_failed_audit_write_is_logged_and_the_action_stands(
     async with api_env(sqlite_store) as env, env.client("admin") as http:
         job = await env.add_job(env.group_a)
         monkeypatch.setattr(sqlite_store.audit, "insert", broken)
-        with caplog.at_level(logging.ERROR, logger="jobring.admin.audit"):
+        with caplog.at_level(logging.ERROR, logger="jobring.admin.services.audit"):
             r = await http.post(f"/jobs/{job}/start")
         assert r.status_code == 200
         [message] = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.ERROR]

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from jobring.admin.api.management import backfills as api
-from jobring.admin.scheduler.backfills import BackfillRunner
+from jobring.admin.monitors.backfills import BackfillRunner
 from jobring.admin.store import Store
 from tests.admin.api_harness import api_env
 

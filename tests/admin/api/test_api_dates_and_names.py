@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from jobring.admin.api.management.dashboard import FIRST_CHART_DAY, LAST_CHART_DAY, MAX_CHART_DAYS, _range
 from jobring.admin.api.management.errors import ApiError
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from tests.admin.api_harness import api_env
 

@@ -8,7 +8,7 @@ from sqlalchemy import update
 
 from jobring.admin.security.passwords import verify_password
 from jobring.admin.security.roles import Role
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.records import NewLog
 from jobring.admin.store.tables import job_info

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from tests.admin.api_harness import ApiEnv, api_env
 

@@ -12,9 +12,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 
-from jobring.admin.app import create_app
 from jobring.admin.console import CONTENT_SECURITY_POLICY, DIST, HtmlNotFound, console_routes
-from jobring.admin.settings import AdminSettings
+from jobring.admin.runtime.app import create_app
+from jobring.admin.services.settings import AdminSettings
 
 INDEX = '<!doctype html><script type="module" src="/assets/index-abc123.js"></script>'
 

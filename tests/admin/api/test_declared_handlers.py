@@ -15,12 +15,12 @@ import pytest
 from starlette.applications import Starlette
 
 from jobring.admin.api.executor_api import executor_api_routes
-from jobring.admin.scheduler.callbacks import CallbackService
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.monitors import RegistryMonitor, RegistryService
-from jobring.admin.scheduler.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.monitors.monitors import RegistryMonitor, RegistryService
+from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo
+from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
 from jobring.core.clock import ManualClock
 from jobring.core.enums import AddressType, RouteStrategy, TriggerType
 from tests.admin.api_harness import T0, api_env, at

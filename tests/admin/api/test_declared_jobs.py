@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jobring.admin.api.management.declared import executor_principal
-from jobring.admin.audit import Actor, ActorKind
+from jobring.admin.services.audit import Actor, ActorKind
 from jobring.admin.store import Conflict, Store
 from jobring.admin.store.records import JobInfo
 from tests.admin.api_harness import ACCESS_TOKEN, ApiEnv, api_env

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobring.admin.audit import AuditLog
-from jobring.admin.declared_retirement import DAY_MS, RetiredDeclaredJobsMonitor
-from jobring.admin.settings import AdminSettings
+from jobring.admin.monitors.declared_retirement import DAY_MS, RetiredDeclaredJobsMonitor
+from jobring.admin.services.audit import AuditLog
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.records import NewLog
 from tests.admin.api.test_declared_jobs import declare, jobs_by_handler

@@ -12,12 +12,12 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from jobring.admin.api.executor_api import executor_api_routes
-from jobring.admin.scheduler.callbacks import CallbackService
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.monitors import RegistryService
-from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.monitors.monitors import RegistryService
+from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, NewLog
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.core.clock import ManualClock
 from jobring.core.enums import AddressType
 from tests.admin.executor_double import ExecutorDouble

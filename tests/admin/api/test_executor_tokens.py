@@ -14,15 +14,15 @@ from starlette.applications import Starlette
 
 from jobring.admin.api.executor_api import executor_api_routes
 from jobring.admin.api.refusals import REFUSED_BURST, RefusalBudget
-from jobring.admin.executor_tokens import ExecutorTokens
-from jobring.admin.scheduler.callbacks import CallbackService
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.monitors import RegistryService
-from jobring.admin.scheduler.trigger import FireRequest, TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.monitors.monitors import RegistryService
 from jobring.admin.security.secrets_policy import weak_secrets
-from jobring.admin.settings import AdminSettings, load_settings
+from jobring.admin.services.callbacks import CallbackService
+from jobring.admin.services.executor_tokens import ExecutorTokens
+from jobring.admin.services.settings import AdminSettings, load_settings
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog
+from jobring.admin.trigger.trigger import FireRequest, TriggerService
 from jobring.configbase import ConfigError
 from jobring.core.addresses import policy_from_text
 from jobring.core.clock import ManualClock

@@ -40,15 +40,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount
 
 from jobring.admin.api.management import ManagementServices, management_app
-from jobring.admin.bootstrap import Secrets
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.trigger import TriggerService
-from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.security.passwords import hash_password
 from jobring.admin.security.roles import Role
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.bootstrap import Secrets
+from jobring.admin.services.settings import AdminSettings
+from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store, create_engine
 from jobring.admin.store.records import JobGroup, JobInfo
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.core.clock import SystemClock
 from tests.admin.api_harness import _log_answer
 from tests.admin.executor_double import ExecutorDouble

@@ -13,8 +13,8 @@ from sqlalchemy import text
 from starlette.applications import Starlette
 
 from jobring.admin.api.executor_api import executor_api_routes
-from jobring.admin.scheduler.callbacks import CallbackService
-from jobring.admin.scheduler.monitors import RegistryService
+from jobring.admin.monitors.monitors import RegistryService
+from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.store import Store
 from tests.admin.api_harness import ACCESS_TOKEN, ApiEnv, api_env
 

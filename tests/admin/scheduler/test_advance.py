@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from jobring.admin.scheduler.advance import advanced_row
+from jobring.admin.loop.advance import advanced_row
 from jobring.admin.store.records import JobInfo
 
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from jobring.admin.scheduler.callbacks import CallbackService, child_summary, parse_child_ids
-from jobring.admin.scheduler.trigger import FireRequest
+from jobring.admin.services.callbacks import CallbackService, child_summary, parse_child_ids
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo, ResultOutcome
+from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import HandleCallbackParam
 from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
@@ -54,7 +54,7 @@ def test_child_ids_and_summary() -> None:
 async def test_outcomes_repeat_and_unknown_are_logged(cb: CbEnv, caplog: pytest.LogCaptureFixture) -> None:
     job = await cb.env.job()
     log_id = await fired_log(cb.env, job)
-    caplog.set_level(logging.INFO, logger="jobring.admin.scheduler.callbacks")
+    caplog.set_level(logging.INFO, logger="jobring.admin.services.callbacks")
     outcomes = await cb.callbacks.handle([done(log_id, 500, "boom"), done(log_id, 200), done(424242)])
     assert outcomes == [ResultOutcome.APPLIED, ResultOutcome.REPEAT, ResultOutcome.NOT_FOUND]
     entry = await cb.env.store.logs.get(log_id)

@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 import pytest
 
 from jobring.admin.alarms import Alarmer, AlarmService
-from jobring.admin.scheduler.callbacks import CallbackService
-from jobring.admin.scheduler.failures import FailMonitor
-from jobring.admin.scheduler.trigger import FireRequest
+from jobring.admin.monitors.failures import FailMonitor
+from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo, LogEntry
+from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import HandleCallbackParam
 from tests.admin.api_harness import api_env
@@ -140,7 +140,7 @@ async def test_a_cycle_closed_by_two_updates_at_once_is_undone(
 ) -> None:
     from jobring.admin.api.management import jobservice
     from jobring.admin.api.management.declared import executor_principal
-    from jobring.admin.validation import FieldError
+    from jobring.admin.services.validation import FieldError
 
     async with api_env(sqlite_store) as env:
         a = await env.store.jobs.get(await env.add_job(env.group_a, job_desc="a"))

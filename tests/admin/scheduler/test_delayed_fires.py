@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import insert
 
-from jobring.admin.scheduler.delayed import DelayedFireRunner
+from jobring.admin.loop.delayed import DelayedFireRunner
 from jobring.admin.store import Store
 from jobring.admin.store.records import LogStatus
 from jobring.admin.store.tables import delayed_fire

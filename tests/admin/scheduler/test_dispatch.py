@@ -8,8 +8,8 @@ import httpx
 import orjson
 import pytest
 
-from jobring.admin.scheduler.dispatch import ExecutorClient, executor_url
-from jobring.admin.scheduler.http1 import Connect
+from jobring.admin.dispatch.client import ExecutorClient, executor_url
+from jobring.http1.client import Connect
 from jobring.protocol.models import LogParam, ReturnT, TriggerParam
 from tests.admin.executor_double import ExecutorDouble
 from tests.admin.loopback import Handler, LoopbackServer

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from jobring.admin.scheduler.http1 import Http1Client, HttpError
+from jobring.http1.client import Http1Client, HttpError
 
 Answer = Callable[[bytes], bytes | None]  # request head -> raw answer (None: close)
 

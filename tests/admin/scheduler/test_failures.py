@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobring.admin.alarms import AlarmContext, Alarmer, AlarmKind, AlarmOutcome, AlarmService
-from jobring.admin.scheduler.callbacks import CallbackService
-from jobring.admin.scheduler.failures import DeadlineMonitor, FailMonitor
-from jobring.admin.scheduler.monitors import LOST_PREFIX, LostRunMonitor, RegistryService
-from jobring.admin.scheduler.retention import ARMED_SETTING, RetentionMonitor
-from jobring.admin.scheduler.trigger import FireRequest
-from jobring.admin.settings import AdminSettings
+from jobring.admin.monitors.failures import DeadlineMonitor, FailMonitor
+from jobring.admin.monitors.monitors import LOST_PREFIX, LostRunMonitor, RegistryService
+from jobring.admin.monitors.retention import ARMED_SETTING, RetentionMonitor
+from jobring.admin.services.callbacks import CallbackService
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from jobring.admin.store.records import HandleResult, JobGroup, LogEntry, TriggerResult
+from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import AddressType, AlarmStatus, TriggerType
 from jobring.core.retry import retry_delay_ms
 from jobring.core.runstate import RunState
@@ -261,7 +261,7 @@ async def test_runs_of_a_gone_executor_are_lost_at_once(sqlite_store: Store) -> 
 async def test_group_created_after_registration_gets_addresses_and_disable_sticks(
     sqlite_store: Store,
 ) -> None:
-    from jobring.admin.scheduler.monitors import refresh_group_addresses
+    from jobring.admin.monitors.monitors import refresh_group_addresses
 
     env = await make_env(sqlite_store, HOSTS, AddressType.AUTO)
     try:

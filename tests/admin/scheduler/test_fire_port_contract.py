@@ -11,13 +11,13 @@ from datetime import datetime
 import pytest
 from sqlalchemy import select
 
-from jobring.admin.scheduler.adapters import StoreLeases, TriggerFirePort
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.ports import FirePreparer, LeaseStore, PlannedFire
-from jobring.admin.scheduler.trigger import PreparedBatch, TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.loop.adapters import StoreLeases, TriggerFirePort
+from jobring.admin.loop.ports import FirePreparer, LeaseStore, PlannedFire
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo
 from jobring.admin.store.tables import job_log
+from jobring.admin.trigger.trigger import PreparedBatch, TriggerService
 from jobring.core.clock import ManualClock
 from jobring.core.enums import TriggerType
 from tests.admin.executor_double import ExecutorDouble

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobring.admin.scheduler import flowgate
-from jobring.admin.scheduler.trigger import FireRequest
 from jobring.admin.store.records import HandleResult, JobInfo
+from jobring.admin.trigger import flowgate
+from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from jobring.core.flow.settings import FlowSettings
 from tests.admin.trigger_kit import HOSTS, Env, env_fixture

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobring.admin.scheduler.trigger import FireRequest
 from jobring.admin.store.records import HandleResult, JobInfo
+from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from jobring.core.flow.scopes import OnLimit
 from jobring.core.flow.settings import FlowSettings

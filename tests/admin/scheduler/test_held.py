@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from jobring.admin.scheduler.held import HeldSet
+from jobring.admin.loop.held import HeldSet
 from jobring.core.schedule import Schedule, parse_schedule
 from tests.admin.loop_fakes import T0, fix_rate_job
 

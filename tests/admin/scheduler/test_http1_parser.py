@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobring.admin.scheduler.http1wire import (
+from jobring.http1.wire import (
     HIGH_WATER,
     MAX_BODY,
     MAX_HEAD,

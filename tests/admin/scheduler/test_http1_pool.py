@@ -10,8 +10,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from jobring.admin.scheduler.http1 import Connect, Http1Client, HttpError
-from jobring.admin.scheduler.http1wire import Connection
+from jobring.http1.client import Connect, Http1Client, HttpError
+from jobring.http1.wire import Connection
 from tests.admin.loopback import LoopbackServer
 
 OK = b'{"code":200}'

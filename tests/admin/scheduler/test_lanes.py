@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from jobring.admin.scheduler.lanes import DispatchLanes, Lane
+from jobring.admin.trigger.lanes import DispatchLanes, Lane
 from jobring.core.clock import ManualClock
 
 

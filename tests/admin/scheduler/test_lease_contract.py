@@ -17,8 +17,8 @@ from datetime import datetime
 import pytest
 from sqlalchemy import select
 
-from jobring.admin.scheduler.adapters import StoreLeases
-from jobring.admin.scheduler.ports import LeaseStore
+from jobring.admin.loop.adapters import StoreLeases
+from jobring.admin.loop.ports import LeaseStore
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup, JobInfo, NewLog, TriggerResult
 from jobring.admin.store.tables import job_log

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from jobring.admin.scheduler.loop import LoopConfig, LoopState
+from jobring.admin.loop.loop import LoopConfig, LoopState
 from tests.admin.loop_fakes import T0, Harness, fix_rate_job
 
 

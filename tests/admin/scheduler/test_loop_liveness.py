@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from jobring.admin.scheduler.liveness import LivenessConfig, LivenessLost, NodeLiveness
-from jobring.admin.scheduler.loop import ScheduleLoop
+from jobring.admin.loop.liveness import LivenessConfig, LivenessLost, NodeLiveness
+from jobring.admin.loop.loop import ScheduleLoop
 from jobring.admin.store.records import JobInfo
 from jobring.core.clock import ManualClock
 from jobring.core.schedule import parse_schedule

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Mapping
 
 import pytest
 
-from jobring.admin.scheduler.loop import ScheduleLoop
-from jobring.admin.scheduler.timers import ManualTimers
+from jobring.admin.loop.loop import ScheduleLoop
+from jobring.admin.loop.timers import ManualTimers
 from jobring.admin.store.jobs import HeldJobs
 from jobring.admin.store.records import JobInfo
 from jobring.core.schedule import parse_schedule

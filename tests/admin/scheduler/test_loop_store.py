@@ -14,14 +14,14 @@ from datetime import datetime
 import pytest
 from sqlalchemy import select
 
-from jobring.admin.scheduler.adapters import StoreLeases, TriggerFirePort
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.loop import LoopConfig, ScheduleLoop
-from jobring.admin.scheduler.timers import ManualTimers
-from jobring.admin.scheduler.trigger import TriggerService
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.loop.adapters import StoreLeases, TriggerFirePort
+from jobring.admin.loop.loop import LoopConfig, ScheduleLoop
+from jobring.admin.loop.timers import ManualTimers
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobGroup
 from jobring.admin.store.tables import job_log
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.core.clock import ManualClock
 from jobring.core.schedule import parse_schedule
 from tests.admin.executor_double import ExecutorDouble

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Sequence
 import orjson
 import pytest
 
-from jobring.admin.scheduler.ports import Schedule
-from jobring.admin.scheduler.timed import TimedSchedule, compile_calendars, skip_message, timing_rules, wrap
+from jobring.admin.loop.ports import Schedule
+from jobring.admin.loop.timed import TimedSchedule, compile_calendars, skip_message, timing_rules, wrap
 from jobring.admin.store.records import JobInfo
 from jobring.core.schedule import parse_schedule
 from jobring.core.timing import SkippedFire, jitter_delay

@@ -14,19 +14,19 @@ from jobring.admin.alarms.mail import recipients
 from jobring.admin.alarms.outbound import AlarmHttp
 from jobring.admin.alarms.setup import alarmer_from_settings
 from jobring.admin.alarms.smtp import SmtpConfig
-from jobring.admin.scheduler.failures import FailMonitor
-from jobring.admin.scheduler.monitors import (
+from jobring.admin.monitors.failures import FailMonitor
+from jobring.admin.monitors.monitors import (
     MSG_RESULT_LOST,
     LostRunMonitor,
     Monitors,
     RegistryMonitor,
     ReportMonitor,
 )
-from jobring.admin.scheduler.retention import RetentionMonitor
-from jobring.admin.scheduler.trigger import TriggerService
-from jobring.admin.settings import AdminSettings
+from jobring.admin.monitors.retention import RetentionMonitor
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import NewAuditEvent, Store
 from jobring.admin.store.records import JobGroup, NewLog
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.core.enums import AddressType, AlarmStatus
 from tests.admin.trigger_kit import HOSTS, T0, Env, env_fixture
 

@@ -10,10 +10,10 @@ from typing import Any, cast
 
 import orjson
 
-from jobring.admin.scheduler.overlap import TERMINATED_MSG, OverlapGate, OverlapRunner, overlap_policy
-from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerService
+from jobring.admin.loop.overlap import TERMINATED_MSG, OverlapGate, OverlapRunner, overlap_policy
 from jobring.admin.store import JobGroup, JobInfo, NewLog, Store
 from jobring.admin.store.records import HandleResult, TriggerResult
+from jobring.admin.trigger.trigger import FireRequest, FireResult, TriggerService
 from jobring.core.clock import ManualClock
 from jobring.core.enums import TriggerType
 from jobring.core.runstate import RunState, run_state

@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from jobring.admin.api.pull_api import PullApi
-from jobring.admin.executor_tokens import TokenScope
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.pull import PullCallError, PullHub
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.dispatch.pull import PullCallError, PullHub
+from jobring.admin.services.executor_tokens import TokenScope
 from jobring.core.addresses import AddressRefused, address_key, check_executor_address, is_pull_address
 from jobring.protocol.models import ReturnT
 

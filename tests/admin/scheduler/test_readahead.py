@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from jobring.admin.scheduler.ahead import Ahead, Outcome
-from jobring.admin.scheduler.held import HeldSet
-from jobring.admin.scheduler.loop_config import LoopConfig
-from jobring.admin.scheduler.ports import FirePreparer, PlannedFire
-from jobring.admin.scheduler.readahead import ReadAhead
+from jobring.admin.loop.ahead import Ahead, Outcome
+from jobring.admin.loop.config import LoopConfig
+from jobring.admin.loop.held import HeldSet
+from jobring.admin.loop.ports import FirePreparer, PlannedFire
+from jobring.admin.loop.readahead import ReadAhead
 from jobring.core.enums import TriggerType
 from jobring.core.schedule import parse_schedule
 from tests.admin.loop_fakes import T0, fix_rate_job

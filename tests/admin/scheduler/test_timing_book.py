@@ -8,8 +8,8 @@ from datetime import datetime
 import orjson
 import pytest
 
-from jobring.admin.scheduler.timed import TimedSchedule
-from jobring.admin.scheduler.timing_book import StoreTiming
+from jobring.admin.loop.timed import TimedSchedule
+from jobring.admin.loop.timing_book import StoreTiming
 from jobring.admin.store import JobGroup, JobInfo, NewLog, Store
 from jobring.core.clock import ManualClock
 from jobring.core.runstate import RunState

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobring.admin.scheduler.trigger import FireRequest, PreparedBatch, TriggerRejected
 from jobring.admin.store import Store
+from jobring.admin.trigger.trigger import FireRequest, PreparedBatch, TriggerRejected
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import ReturnT, TriggerParam
 from tests.admin.executor_double import blocking_answer

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from jobring.admin.alarms import Alarmer, AlarmOutcome
-from jobring.admin.scheduler.trigger import FireRequest
 from jobring.admin.store import Store
+from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from tests.admin.scheduler.test_monitors import FakeChannel, add_log, fail_tick
 from tests.admin.trigger_kit import HOSTS, T0, make_env

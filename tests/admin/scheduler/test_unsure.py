@@ -1,5 +1,5 @@
 """Fires perhaps sent by a failed node: the executors are asked, and only what none of them
-received is sent again, with the same run id (scheduler/unsure.py)."""
+received is sent again, with the same run id (trigger/unsure.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.unsure import UnsureFires
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.store.records import HandleResult, NewLog
+from jobring.admin.trigger.unsure import UnsureFires
 from jobring.executor.runlog import MSG_LOG_FILE_NOT_EXISTS
 from jobring.protocol.models import ReturnT, msg_uri_not_found
 from tests.admin.trigger_kit import T0, Env, env_fixture
@@ -105,7 +105,7 @@ async def test_a_fire_confirmed_meanwhile_is_not_asked_about(env: Env) -> None:
 
 
 async def test_settling_a_takeover_hands_the_fires_perhaps_sent_to_the_resolver(env: Env) -> None:
-    from jobring.admin.scheduler.adapters import StoreLeases
+    from jobring.admin.loop.adapters import StoreLeases
 
     job = await env.job(trigger_status=1, trigger_next_time=T0, schedule_type="FIX_RATE", schedule_conf="1")
     under = await _recorded(env, job.id, T0)  # under the dead node's fence: perhaps sent

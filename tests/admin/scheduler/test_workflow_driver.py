@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from jobring.admin.scheduler import workflows as driver_module
-from jobring.admin.scheduler.callbacks import CallbackService
-from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.services import workflows as driver_module
+from jobring.admin.services.callbacks import CallbackService
+from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from jobring.admin.store import workflows as store_module
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowRecord

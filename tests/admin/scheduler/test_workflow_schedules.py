@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from jobring.admin.scheduler.workflow_schedules import WorkflowScheduler
-from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.monitors.workflow_schedules import WorkflowScheduler
+from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.admin.store.workflows import WorkflowRecord

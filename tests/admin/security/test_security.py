@@ -10,7 +10,7 @@ from sqlalchemy import text
 from jobring.admin.security.passwords import PasswordWorkers
 from jobring.admin.security.roles import Role
 from jobring.admin.security.sessions import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE, hash_session_id
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
 from tests.admin.api_harness import PASSWORD, ApiEnv, api_env
 

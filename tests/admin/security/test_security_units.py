@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from jobring.admin.executor_tokens import new_group_token
 from jobring.admin.security.passwords import (
     HashingBusy,
     PasswordWorkers,
@@ -41,7 +40,8 @@ from jobring.admin.security.tokens import (
     looks_like_api_token,
     typeable_secret,
 )
-from jobring.admin.settings import AdminSettings, load_settings
+from jobring.admin.services.executor_tokens import new_group_token
+from jobring.admin.services.settings import AdminSettings, load_settings
 from jobring.admin.store.records import User
 from jobring.configbase import ConfigError
 from jobring.core.clock import ManualClock

@@ -10,7 +10,7 @@ from __future__ import annotations
 from jobring.admin.alarms.base import Alarmer
 from jobring.admin.alarms.smtp import SmtpConfig
 from jobring.admin.alarms.targets import ChannelFactory, parse_targets
-from jobring.admin.settings import AdminSettings, alarm_policy
+from jobring.admin.services.settings import AdminSettings, alarm_policy
 
 
 def channel_factory(settings: AdminSettings) -> ChannelFactory:

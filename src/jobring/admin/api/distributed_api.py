@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from jobring.admin.distributed.service import DistributedService, SubTaskResult
-from jobring.admin.executor_tokens import TokenScope
+from jobring.admin.services.executor_tokens import TokenScope
 from jobring.core.distributed import JoinError, MapLimitError
 from jobring.errors import Conflict, JobringError, NotFound
 from jobring.protocol.models import ReturnT

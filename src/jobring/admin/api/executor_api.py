@@ -10,7 +10,7 @@ Mount ``executor_api_routes(...)`` (or the app from ``executor_api_app(...)``) a
 ``/`` and at the configured base path (e.g. ``/xxl-job-admin``).
 
 The token is an executor group's own token or the global one (opt-in, see
-:mod:`jobring.admin.executor_tokens`): a group token registers only under its group's
+:mod:`jobring.admin.services.executor_tokens`): a group token registers only under its group's
 appname and reports only results of its group's runs (the token's groups are a condition
 of the result's write itself; a result for an unknown run is refused, never kept). What a
 beat teaches the admin (an address left, the executor speaks 3.5, it restarted) is kept
@@ -38,7 +38,7 @@ from jobring.admin.api.distributed_api import DistributedApi
 from jobring.admin.api.json_errors import JSON_ERROR_HANDLERS, internal_failure_message
 from jobring.admin.api.pull_api import PullApi
 from jobring.admin.api.refusals import RefusalBudget
-from jobring.admin.executor_tokens import TokenScope
+from jobring.admin.services.executor_tokens import TokenScope
 from jobring.admin.store.groups import EXECUTOR
 from jobring.admin.store.records import ResultOutcome
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
@@ -57,10 +57,10 @@ from jobring.protocol.models import (
 )
 
 if TYPE_CHECKING:
+    from jobring.admin.dispatch.pull import PullHub
     from jobring.admin.distributed.service import DistributedService
-    from jobring.admin.scheduler.callbacks import CallbackService
-    from jobring.admin.scheduler.monitors import RegistryService
-    from jobring.admin.scheduler.pull import PullHub
+    from jobring.admin.monitors.monitors import RegistryService
+    from jobring.admin.services.callbacks import CallbackService
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from jobring.admin.executor_tokens import TokenScope
-from jobring.admin.scheduler.pull import PullHub, PullLimit
+from jobring.admin.dispatch.pull import PullHub, PullLimit
+from jobring.admin.services.executor_tokens import TokenScope
 from jobring.core.addresses import AddressRefused, address_key, check_executor_address, is_pull_address
 from jobring.protocol.models import ReturnT
 

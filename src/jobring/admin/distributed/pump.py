@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from jobring.admin.scheduler.dispatch import ExecutorClient
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.store import JobGroup, Store
 from jobring.admin.store.subtasks import ClaimedTask, DistributedRun, TaskUpdate
 from jobring.core.clock import Clock

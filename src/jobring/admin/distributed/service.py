@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
 from typing import Any
 
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.pump import SubTaskPump
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.monitor_base import Monitor
+from jobring.admin.monitors.base import Monitor
 from jobring.admin.store import GroupGuard, JobInfo, Store
 from jobring.admin.store.subtasks import KIND_MAP, DistributedRun, NewSubTask, TaskUpdate
 from jobring.core.clock import Clock

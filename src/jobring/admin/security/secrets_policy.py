@@ -8,7 +8,7 @@ import ipaddress
 import logging
 
 from jobring.admin.security.passwords import is_common_password, password_problem
-from jobring.admin.settings import AdminSettings
+from jobring.admin.services.settings import AdminSettings
 from jobring.configbase import ConfigError
 
 log = logging.getLogger(__name__)

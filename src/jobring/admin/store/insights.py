@@ -11,7 +11,7 @@ from sqlalchemy import ColumnElement, func, select
 
 from jobring.admin.store.base import Repository
 from jobring.admin.store.engine import utc_naive
-from jobring.admin.store.logs import state_condition
+from jobring.admin.store.log_conditions import state_condition
 from jobring.admin.store.tables import job_info, job_log, scheduler_node
 from jobring.core.runstate import RunState
 

@@ -285,7 +285,7 @@ class JobGroup:
     address_type: int = 0
     address_list: str | None = None
     update_time: datetime | None = None
-    # The group's executor token (jobring addition); see admin/executor_tokens.py.
+    # The group's executor token (jobring addition); see admin/services/executor_tokens.py.
     access_token: str | None = field(default=None, repr=False)
     disabled_addresses: str | None = None
     flow: str | None = None  # JSON flow settings of every job of the group; None: none

@@ -297,7 +297,7 @@ scheduler_node = Table(
     Column("lock_key", BigInteger, nullable=False, server_default="0"),
 )
 
-# Security-relevant actions: who did what, when, from where (see jobring.admin.audit).
+# Security-relevant actions: who did what, when, from where (see jobring.admin.services.audit).
 # Ids are never reused (AUTOINCREMENT on SQLite), so a deleted record leaves a visible gap.
 audit = Table(
     "jobring_audit",

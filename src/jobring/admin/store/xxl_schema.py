@@ -1,7 +1,7 @@
 """The XXL-JOB schema as found in a database: which release it is, whether jobring can adopt
 it, and the marks an adoption leaves (where XXL-JOB's history ends). The schema upgrade
 (:mod:`jobring.admin.store.migrate`) checks and marks here before and after every upgrade;
-:mod:`jobring.admin.adopt` reports and records the rest."""
+:mod:`jobring.admin.services.adopt` reports and records the rest."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from jobring.admin.api.management.docs import install_docs
 from jobring.admin.api.management.errors import install_error_handlers
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import SourceCapture
+from jobring.admin.services.audit import SourceCapture
 from jobring.protocol.edge import NoStore
 
 API_PREFIX = "/api/v1"

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from jobring.admin.api.management.deps import Admin, Services
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError
 from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, PageOut, Text
-from jobring.admin.audit import ActorKind, Outcome
+from jobring.admin.services.audit import ActorKind, Outcome
 from jobring.admin.store.audit import AuditEvent, AuditFilter
 
 router = APIRouter(tags=["audit"], responses=ERROR_RESPONSES)

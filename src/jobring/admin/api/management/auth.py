@@ -18,7 +18,6 @@ from jobring.admin.api.management.models import (
     UserOut,
 )
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import Actor, AuditAction, Outcome
 from jobring.admin.security.passwords import HashingBusy, hash_password, needs_rehash, password_problem
 from jobring.admin.security.principal import AuthMethod
 from jobring.admin.security.sessions import (
@@ -28,6 +27,7 @@ from jobring.admin.security.sessions import (
     hash_session_id,
     new_session_id,
 )
+from jobring.admin.services.audit import Actor, AuditAction, Outcome
 from jobring.admin.store.records import User
 
 router = APIRouter(tags=["auth"], responses=ERROR_RESPONSES)

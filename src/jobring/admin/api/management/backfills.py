@@ -21,11 +21,11 @@ from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_g
 from jobring.admin.api.management.errors import ERROR_RESPONSES, not_found
 from jobring.admin.api.management.models import MAX_INT32, InstantOrMs, Strict
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.validation import FieldError
 from jobring.admin.store.backfills import BackfillCaps, BackfillInstant, BackfillRow, BackfillStatus
 from jobring.admin.store.records import JobInfo
-from jobring.admin.validation import FieldError
 from jobring.core.schedule import CronSchedule, FixRateSchedule, ScheduleError, parse_schedule
 from jobring.core.timing import (
     MAX_BACKFILL_PARALLELISM,

@@ -32,13 +32,13 @@ from jobring.admin.api.management.timemodels import (
     CalendarParts,
     CalendarUpdate,
 )
-from jobring.admin.audit import AuditAction
-from jobring.admin.scheduler.timed import calendar_names
+from jobring.admin.loop.timed import calendar_names
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.validation import FieldError, missing_group
 from jobring.admin.store.calendars import CalendarRow
 from jobring.admin.store.errors import Conflict
 from jobring.admin.store.records import JobInfo
-from jobring.admin.validation import FieldError, missing_group
 from jobring.core.timing import Calendar, TimingError, calendar_from_ics, parse_calendar
 
 router = APIRouter(tags=["calendars"], responses=ERROR_RESPONSES)

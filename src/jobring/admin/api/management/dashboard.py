@@ -22,8 +22,8 @@ from jobring.admin.api.management.models import (
     SettingsOut,
 )
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction
 from jobring.admin.store.records import DayCount, LogStatus
 from jobring.admin.store.zones import zone_named
 from jobring.version import jobring_version

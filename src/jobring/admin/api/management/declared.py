@@ -17,7 +17,7 @@ only the fields whose *declared* value changed since the previous declaration (k
 ``declared_spec``): a field edited in the console keeps its value until the code changes
 that field. A job whose handler is no longer declared is *retired*: stopped at once and
 deleted with its runs ``JOBRING_DECLARED_JOBS_RETIRED_GRACE_DAYS`` later (by
-:mod:`jobring.admin.declared_retirement`) unless declared again. A group holds at most
+:mod:`jobring.admin.monitors.declared_retirement`) unless declared again. A group holds at most
 ``JOBRING_DECLARED_JOBS_MAX_PER_GROUP`` jobs managed by code, retired ones included, and a
 request may declare no more handlers than that. Fields are checked with the management
 API's rules (the ``JobUpdate`` model, the alarm target rules, then the job validation); one
@@ -48,12 +48,12 @@ from jobring.admin.api.management.errors import ApiError
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.models import JobUpdate
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import Actor, ActorKind, AuditAction, client_address, request_source
 from jobring.admin.security.principal import AuthMethod, Principal
 from jobring.admin.security.roles import Role
+from jobring.admin.services.audit import Actor, ActorKind, AuditAction, client_address, request_source
+from jobring.admin.services.validation import FieldError, text_problem
 from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo, User
-from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import GlueType, ManagedBy, ScheduleType, TriggerStatus
 from jobring.core.text import one_line_problem
 from jobring.errors import JobringError, Refused

@@ -15,7 +15,7 @@ from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_f
 from jobring.admin.api.management.flowmodels import FlowIn, flow_out, flow_text
 from jobring.admin.api.management.groups import _out as group_out
 from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, GroupOut, RunOut
-from jobring.admin.audit import AuditAction
+from jobring.admin.services.audit import AuditAction
 from jobring.core.runstate import FLOW_CANCEL_PREFIX
 
 router = APIRouter(tags=["flow control"], responses=ERROR_RESPONSES)

@@ -14,7 +14,7 @@ from jobring.admin.api.management import jobservice
 from jobring.admin.api.management.deps import Reader, Services, Writer
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32, GlueOut, GlueSave, GlueVersionOut, aware
-from jobring.admin.audit import AuditAction
+from jobring.admin.services.audit import AuditAction
 from jobring.admin.store.records import JobInfo
 from jobring.core.enums import GlueType
 

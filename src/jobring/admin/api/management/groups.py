@@ -33,12 +33,12 @@ from jobring.admin.api.management.models import (
     Text,
 )
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction
-from jobring.admin.executor_tokens import new_group_token
-from jobring.admin.scheduler.monitors import refresh_group_addresses
+from jobring.admin.monitors.monitors import refresh_group_addresses
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.executor_tokens import new_group_token
+from jobring.admin.services.validation import GroupFields, check_address, check_group
 from jobring.admin.store.records import JobGroup
-from jobring.admin.validation import GroupFields, check_address, check_group
 
 router = APIRouter(tags=["groups"], responses=ERROR_RESPONSES)
 

@@ -27,11 +27,17 @@ from jobring.admin.api.management.models import (
     TriggerOut,
 )
 from jobring.admin.api.management.timemodels import PreviewFire, StopIn, TimedPreviewIn, TimedPreviewOut
-from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.validation import (
+    FieldError,
+    check_schedule,
+    check_timezone,
+    missing_group,
+    quartz_conf,
+)
 from jobring.admin.store.delayed import DelayedFire
 from jobring.admin.store.records import JobInfo, JobSort
-from jobring.admin.validation import FieldError, check_schedule, check_timezone, missing_group, quartz_conf
 from jobring.core.enums import ManagedBy
 from jobring.core.schedule import next_fire_times, parse_schedule
 

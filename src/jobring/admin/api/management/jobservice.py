@@ -19,12 +19,8 @@ from jobring.admin.api.management import timing
 from jobring.admin.api.management.deps import ensure_group_read, ensure_group_write
 from jobring.admin.api.management.models import MAX_DELAY_MS
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.scheduler.trigger import FireRequest, FireResult, TriggerRejected
 from jobring.admin.security.principal import Principal
-from jobring.admin.store.delayed import DelayedFire
-from jobring.admin.store.records import JobInfo
-from jobring.admin.store.removal import remove_job_history
-from jobring.admin.validation import (
+from jobring.admin.services.validation import (
     FieldError,
     check_address,
     check_job,
@@ -32,6 +28,10 @@ from jobring.admin.validation import (
     check_no_cycle,
     missing_group,
 )
+from jobring.admin.store.delayed import DelayedFire
+from jobring.admin.store.records import JobInfo
+from jobring.admin.store.removal import remove_job_history
+from jobring.admin.trigger.trigger import FireRequest, FireResult, TriggerRejected
 from jobring.core.addresses import AddressRefused, target_urls
 from jobring.core.enums import GlueType, ScheduleType, TriggerStatus, TriggerType
 from jobring.core.schedule import parse_schedule

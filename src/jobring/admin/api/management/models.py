@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from jobring.admin.api.management.flowmodels import FlowIn, FlowOut, flow_out
 from jobring.admin.security.passwords import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
 from jobring.admin.security.roles import Role
+from jobring.admin.services.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldError, text_problem
 from jobring.admin.store.records import (
     ApiToken,
     ClearRule,
@@ -27,7 +28,6 @@ from jobring.admin.store.records import (
     RevokedAccess,
     User,
 )
-from jobring.admin.validation import APP_NAME_PATTERN, USERNAME_PATTERN, FieldError, text_problem
 from jobring.core.addresses import is_pull_address
 from jobring.core.distributed import MAX_SHARDS
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType

@@ -22,8 +22,8 @@ from jobring.admin.api.management.models import (
     RunOut,
 )
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction, Outcome
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction, Outcome
 from jobring.admin.store.records import HandleResult, LogEntry, LogStatus, RunCursor
 from jobring.core.enums import HandleCode
 from jobring.core.runstate import KILLED_BY_USER, RunState

@@ -1,4 +1,4 @@
-"""What the management API needs from the rest of the admin, wired by ``admin/app.py``."""
+"""What the management API needs from the rest of the admin, wired by ``admin/runtime/app.py``."""
 
 from __future__ import annotations
 
@@ -6,20 +6,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from jobring.admin.alarms.outbound import Resolver, system_resolve
-from jobring.admin.audit import AuditLog
-from jobring.admin.bootstrap import Secrets
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.service import DistributedService
-from jobring.admin.executor_tokens import ExecutorTokens
-from jobring.admin.scheduler.backfills import BackfillRunner
-from jobring.admin.scheduler.delayed import DelayedFireRunner
-from jobring.admin.scheduler.dispatch import ExecutorClient
-from jobring.admin.scheduler.trigger import TriggerService
-from jobring.admin.scheduler.workflows import WorkflowDriver
+from jobring.admin.loop.delayed import DelayedFireRunner
+from jobring.admin.monitors.backfills import BackfillRunner
 from jobring.admin.security.passwords import PasswordWorkers, shared_password_workers
 from jobring.admin.security.ratelimit import LoginRateLimiter
 from jobring.admin.security.sessions import DEFAULT_SESSION_MAX_AGE_S
-from jobring.admin.settings import AdminSettings, address_policy, alarm_policy
+from jobring.admin.services.audit import AuditLog
+from jobring.admin.services.bootstrap import Secrets
+from jobring.admin.services.executor_tokens import ExecutorTokens
+from jobring.admin.services.settings import AdminSettings, address_policy, alarm_policy
+from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.core.addresses import AddressPolicy, AlarmTargetPolicy
 from jobring.core.clock import Clock, SystemClock
 

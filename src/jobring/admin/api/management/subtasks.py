@@ -14,8 +14,8 @@ from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_g
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT64
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction
 from jobring.admin.store.records import LogEntry
 from jobring.admin.store.subtasks import DistributedRun, SubTaskRow
 

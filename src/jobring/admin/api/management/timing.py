@@ -17,9 +17,8 @@ import orjson
 from jobring.admin.api.management.models import JobTiming
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.api.management.timemodels import PreviewExcluded, PreviewFire, TimingPreview
-from jobring.admin.scheduler.logical import check_params_template, params_templated
-from jobring.admin.scheduler.ports import Schedule as LoopSchedule
-from jobring.admin.scheduler.timed import (
+from jobring.admin.loop.ports import Schedule as LoopSchedule
+from jobring.admin.loop.timed import (
     calendar_names,
     compile_calendars,
     normalized_timing,
@@ -27,9 +26,10 @@ from jobring.admin.scheduler.timed import (
     timing_rules,
     wrap,
 )
+from jobring.admin.services.validation import FieldError
 from jobring.admin.store.calendars import CalendarRow
 from jobring.admin.store.records import JobInfo
-from jobring.admin.validation import FieldError
+from jobring.admin.trigger.logical import check_params_template, params_templated
 from jobring.core.schedule import Schedule
 from jobring.core.timing import (
     Calendar,

@@ -26,18 +26,18 @@ from jobring.admin.api.management.models import (
     UserUpdate,
 )
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction
 from jobring.admin.security.passwords import password_problem
 from jobring.admin.security.roles import Role
 from jobring.admin.security.tokens import generate_api_token, hash_api_token
-from jobring.admin.store.records import ApiToken, User
-from jobring.admin.validation import (
+from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.validation import (
     ConflictingValue,
     FieldError,
     MissingReference,
     check_permission_groups,
     check_username,
 )
+from jobring.admin.store.records import ApiToken, User
 
 router = APIRouter(tags=["users"], responses=ERROR_RESPONSES)
 

@@ -17,11 +17,9 @@ from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_g
 from jobring.admin.api.management.errors import ERROR_RESPONSES, not_found
 from jobring.admin.api.management.models import MAX_INT32
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction
 from jobring.admin.security.principal import Principal
-from jobring.admin.store.workflow_schedules import WorkflowSchedule
-from jobring.admin.store.workflows import WorkflowRecord
-from jobring.admin.validation import (
+from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.validation import (
     FieldError,
     check_json_value,
     check_schedule,
@@ -29,6 +27,8 @@ from jobring.admin.validation import (
     check_timezone,
     quartz_conf,
 )
+from jobring.admin.store.workflow_schedules import WorkflowSchedule
+from jobring.admin.store.workflows import WorkflowRecord
 from jobring.core.schedule import next_fire_times, parse_schedule
 
 router = APIRouter(tags=["workflows"], responses=ERROR_RESPONSES)

@@ -16,11 +16,11 @@ from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_g
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, Line, PageOut
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction
-from jobring.admin.scheduler.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.validation import check_json_value
+from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.store.workflows import WorkflowBusy, WorkflowRecord, WorkflowRunRecord
-from jobring.admin.validation import check_json_value
 from jobring.core.workflow import (
     Event,
     JobRef,

@@ -30,11 +30,11 @@ from jobring.admin.api.management.deps import MUST_CHANGE_MESSAGE, principal_fro
 from jobring.admin.api.management.errors import ApiError, status_of
 from jobring.admin.api.management.limits import RequestGuard
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.audit import AuditAction, client_address, request_source
 from jobring.admin.security.principal import Principal
+from jobring.admin.services.audit import AuditAction, client_address, request_source
+from jobring.admin.services.validation import FieldError, text_problem
 from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo
-from jobring.admin.validation import FieldError, text_problem
 from jobring.core.enums import TriggerType
 from jobring.errors import Refused
 from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_METHOD_NOT_SUPPORTED

@@ -1,0 +1,427 @@
+"""The workflow driver: runs the pure engine (:mod:`jobring.core.workflow`) against the store.
+
+Every event (a run started, a node's job run dispatched or ended, a repair) is applied to the
+run's stored state and written back by compare-and-set on its revision, together with the node
+attempts the step starts (``store.workflows.advance``); on a lost race the event is applied
+again to the newer state, where the engine ignores what is already done. The attempts are an
+outbox: each is claimed by one admin before it is fired, and its job run carries the attempt's
+id under a unique key, so a node attempt runs at most once whichever admin fires it.
+
+Results come in promptly: the callback service hands this driver every result it records
+(:meth:`WorkflowDriver.on_results`), a trigger failure is applied where it happens. The
+periodic sweep (:meth:`tick`) catches the rest: attempts nobody fired (an admin died between
+storing a step and firing), attempts claimed by a node that died, and job runs ended
+without a callback (the lost-run monitor, a user's kill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import IntegrityError
+
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.monitors.base import Monitor
+from jobring.admin.store.records import HandleResult
+from jobring.admin.store.workflows import (
+    NewNodeRun,
+    NodeRunRecord,
+    NodeRunState,
+    WorkflowGone,
+    WorkflowRecord,
+)
+from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.core.clock import Clock
+from jobring.core.enums import HandleCode, TriggerType
+from jobring.core.expression import JsonValue
+from jobring.core.runstate import killed_by_user
+from jobring.core.workflow import (
+    Command,
+    Event,
+    FinishRun,
+    JobRef,
+    KillJob,
+    NodeDispatched,
+    NodeFinished,
+    NodeStatus,
+    Outcome,
+    RunStarted,
+    StartJob,
+    Step,
+    WorkflowGraph,
+    apply,
+    inherited_retries,
+    parse_workflow,
+    run_from_json,
+    run_to_json,
+)
+from jobring.errors import JobringError
+
+if TYPE_CHECKING:
+    from jobring.admin.store import Store
+
+log = logging.getLogger(__name__)
+
+STOPPED_BY_WORKFLOW = "killed: its workflow run stopped"
+_CONTENDED_TRIES = 50
+MAX_CONCURRENT_FIRES = 50
+"""Job starts one driver has in flight at once; the rest wait their turn (each is already a
+durable pending attempt, so nothing is lost if the admin stops while they wait)."""
+_GRAPHS_KEPT = 256
+
+
+class WorkflowRunGone(JobringError, LookupError):
+    """The run (or its workflow version) no longer exists."""
+
+
+class WorkflowDriver(Monitor):
+    """Starts workflow runs, fires their nodes, applies results and repairs; sweeps periodically."""
+
+    name = "workflow-driver"
+
+    def __init__(
+        self,
+        store: Store,
+        trigger: TriggerService,
+        executors: ExecutorClient | None,
+        clock: Clock,
+        *,
+        node_id: str,
+        interval_s: float = 2.0,
+        stale_ms: int = 30_000,
+        max_concurrent_fires: int = MAX_CONCURRENT_FIRES,
+    ) -> None:
+        super().__init__(interval_s)
+        self._store = store
+        self._trigger = trigger
+        self._executors = executors
+        self._clock = clock
+        self._node_id = node_id
+        self._stale_ms = stale_ms
+        self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Bounds the trigger calls only, not what follows them: a fire's result may start more
+        # attempts, and holding a slot while waiting for another could use them all up.
+        self._firing = asyncio.Semaphore(max_concurrent_fires)
+        self.lost_races = 0  # steps recomputed because another writer stored one first
+
+    # -- graphs -----------------------------------------------------------------------------------
+
+    async def graph(self, workflow_id: int, version: int) -> WorkflowGraph:
+        """The parsed graph of a saved version (versions never change: kept once parsed)."""
+        key = (workflow_id, version)
+        graph = self._graphs.get(key)
+        if graph is None:
+            doc = await self._store.workflows.definition(workflow_id, version)
+            if doc is None:
+                raise WorkflowRunGone(f"workflow {workflow_id} version {version} does not exist")
+            graph = parse_workflow(doc)
+            if len(self._graphs) >= _GRAPHS_KEPT:
+                self._graphs.clear()
+            self._graphs[key] = graph
+        return graph
+
+    # -- starting and applying ----------------------------------------------------------------------
+
+    async def start_run(
+        self, workflow: WorkflowRecord, params: Mapping[str, JsonValue], triggered_by: str | None
+    ) -> tuple[int, Step]:
+        """Start a run of the workflow's current version; (run id, first step). A step that is
+        not applied (bad params) records nothing: its note says why. WorkflowRunGone when the
+        workflow has been deleted."""
+        graph = await self.graph(workflow.id, workflow.version)
+        job_ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
+        jobs = await self._store.jobs.get_many(job_ids)
+        refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
+        now = self._clock.now_ms()
+        event = RunStarted(now, workflow.version, params, inherited_retries(graph, refs.get))
+        step, state = await asyncio.to_thread(_first_step, graph, event)  # see apply
+        if step.run is None or state is None:
+            return 0, step
+        try:
+            run_id = await self._store.workflows.start_run(
+                workflow.id,
+                workflow.version,
+                workflow.job_group,
+                step.run.status.value,
+                state,
+                triggered_by,
+                now,
+                _starts(step.commands),
+            )
+        except WorkflowGone as exc:  # deleted since it was read
+            raise WorkflowRunGone(str(exc)) from None
+        log.info("workflow %s run %s started (version %s)", workflow.id, run_id, workflow.version)
+        await self._carry_out(run_id, step.commands)
+        return run_id, step
+
+    async def apply(self, run_id: int, event: Event) -> Step:
+        """Apply ``event`` to the stored run (compare-and-set, retried on a lost race) and carry
+        out the commands of the step stored. WorkflowRunGone when the run does not exist."""
+        for _ in range(_CONTENDED_TRIES):
+            record = await self._store.workflows.get_run(run_id)
+            if record is None or record.state is None:
+                raise WorkflowRunGone(f"workflow run {run_id} does not exist")
+            graph = await self.graph(record.workflow_id, record.version)
+            # Reading, applying and writing back a large run's state takes tens of milliseconds
+            # of CPU: done in a worker thread so the loop keeps serving. The compare-and-set
+            # below is unchanged: the step was computed from revision record.rev, nothing else.
+            step, state = await asyncio.to_thread(_step, graph, record.state, event)
+            if state is None or step.run is None:
+                return step
+            stored = await self._store.workflows.advance(
+                run_id,
+                record.rev,
+                step.run.status.value,
+                state,
+                self._clock.now_ms(),
+                _starts(step.commands),
+            )
+            if stored:
+                await self._carry_out(run_id, step.commands)
+                return step
+            self.lost_races += 1
+        raise RuntimeError(f"workflow run {run_id}: {_CONTENDED_TRIES} writers in a row came first")
+
+    async def _carry_out(self, run_id: int, commands: Sequence[Command]) -> None:
+        starts = [c for c in commands if isinstance(c, StartJob)]
+        if starts:
+            wanted = {c.key for c in starts}
+            attempts = [
+                a
+                for a in await self._store.workflows.node_runs(run_id)
+                if (a.node_key, a.attempt, a.item) in wanted and a.state == NodeRunState.PENDING
+            ]
+            await asyncio.gather(*(self._fire(a) for a in attempts))
+        for command in commands:
+            if isinstance(command, KillJob):
+                await self._kill(run_id, command)
+            elif isinstance(command, FinishRun):
+                log.info("workflow run %s ended %s: %s", run_id, command.status.value, command.message)
+
+    # -- firing -------------------------------------------------------------------------------------
+
+    async def _fire(self, attempt: NodeRunRecord, *, stale: bool = False) -> None:
+        now = self._clock.now_ms()
+        stale_before = now - self._stale_ms if stale else None
+        if not await self._store.workflows.claim(attempt.id, self._node_id, now, stale_before):
+            return  # another admin has it
+        if not await self._still_wanted(attempt):
+            await self._store.workflows.ended([attempt.id], now)
+            return
+        log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
+        if log_id is None:
+            try:
+                log_id = await self._fire_job(attempt)
+            except IntegrityError:  # a node we took over for dead had recorded it after all
+                log_id = await self._store.workflows.log_of_node_run(attempt.id)
+            if log_id is None:
+                return
+        await self._store.workflows.fired(attempt.id, log_id)
+        await self.apply(
+            attempt.workflow_run_id,
+            NodeDispatched(
+                attempt.node_key, attempt.attempt, log_id, self._clock.now_ms(), _item(attempt.item)
+            ),
+        )
+        # A result recorded before the link was (a fast executor, a failed trigger) is applied
+        # here; one recorded after it reaches on_results.
+        entry = await self._store.logs.get(log_id)
+        if entry is not None and (
+            entry.handle_code != 0 or entry.trigger_code not in (0, HandleCode.SUCCESS)
+        ):
+            linked = replace(attempt, state=NodeRunState.RUNNING, log_id=log_id)
+            await self._finish(
+                linked, entry.trigger_code, entry.trigger_msg, entry.handle_code, entry.handle_msg
+            )
+
+    async def _still_wanted(self, attempt: NodeRunRecord) -> bool:
+        """Is the attempt still the running one of its node (a stop or a repair may have
+        superseded it since it was stored)?"""
+        record = await self._store.workflows.get_run(attempt.workflow_run_id)
+        if record is None or record.state is None:
+            return False
+        node = (await asyncio.to_thread(run_from_json, record.state)).node(attempt.node_key)
+        unit = (
+            node
+            if attempt.item < 0 or node.items is None or attempt.item >= len(node.items)
+            else node.items[attempt.item]
+        )
+        return unit.status is NodeStatus.RUNNING and unit.attempt == attempt.attempt
+
+    async def _fire_job(self, attempt: NodeRunRecord) -> int | None:
+        """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
+        None when it could not even be recorded (the attempt is then failed here)."""
+        job = await self._store.jobs.get(attempt.job_id)
+        problem = None
+        if job is None:
+            problem = f"job {attempt.job_id} no longer exists"
+        else:
+            if attempt.timeout_s is not None:
+                job = replace(job, executor_timeout=attempt.timeout_s)
+            request = FireRequest(
+                job,
+                TriggerType.WORKFLOW,
+                executor_param=attempt.params,
+                fail_retry_count=0,
+                workflow_node_run_id=attempt.id,
+            )
+            try:
+                async with self._firing:
+                    result = await self._trigger.fire(request)
+            except TriggerRejected as exc:
+                problem = str(exc)
+            else:
+                if result.log_ids:
+                    return result.log_ids[0]
+                problem = result.trigger_msg
+        await self._store.workflows.ended([attempt.id], self._clock.now_ms())
+        await self.apply(
+            attempt.workflow_run_id,
+            NodeFinished(
+                attempt.node_key,
+                attempt.attempt,
+                Outcome.FAILED,
+                self._clock.now_ms(),
+                _item(attempt.item),
+                message=f"not fired: {problem}",
+            ),
+        )
+        return None
+
+    async def _kill(self, run_id: int, command: KillJob) -> None:
+        attempts = [
+            a
+            for a in await self._store.workflows.node_runs(run_id)
+            if (a.node_key, a.attempt, a.item) == command.key and a.state != NodeRunState.ENDED
+        ]
+        now = self._clock.now_ms()
+        for attempt in attempts:
+            await self._store.workflows.ended([attempt.id], now)
+            log_id = attempt.log_id or command.run_id
+            if log_id is None:
+                continue
+            entry = await self._store.logs.get(log_id)
+            if entry is None or entry.handle_code != 0:
+                continue
+            if self._executors is not None and entry.executor_address:
+                group = await self._store.groups.get(entry.job_group)
+                token = (group.access_token if group else None) or None
+                answer = await self._executors.kill(
+                    entry.executor_address, entry.job_id, token, group.app_name if group else None
+                )
+                if not answer.ok:
+                    log.warning("workflow run %s: killing run %s failed: %s", run_id, log_id, answer.msg)
+            await self._store.logs.record_results(
+                [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, _naive_utc(now))]
+            )
+
+    # -- results ------------------------------------------------------------------------------------
+
+    async def on_results(self, results: Sequence[tuple[int, int, str | None]]) -> None:
+        """Job runs whose results were just recorded: ``(log id, handle code, handle message)``."""
+        by_log = {log_id: (code, msg) for log_id, code, msg in results}
+        for attempt in await self._store.workflows.node_runs_of_logs(list(by_log)):
+            if attempt.state == NodeRunState.RUNNING and attempt.log_id is not None:
+                code, msg = by_log[attempt.log_id]
+                await self._finish(attempt, HandleCode.SUCCESS, None, code, msg)
+
+    def notify(self, results: Sequence[tuple[int, int, str | None]]) -> None:
+        """:meth:`on_results` in the background (the callback answers without waiting for it)."""
+        self._spawn(self.on_results(results))
+
+    async def _finish(
+        self,
+        attempt: NodeRunRecord,
+        trigger_code: int,
+        trigger_msg: str | None,
+        handle_code: int,
+        handle_msg: str | None,
+    ) -> None:
+        if handle_code == 0 and trigger_code not in (0, HandleCode.SUCCESS):
+            outcome, message = Outcome.FAILED, f"trigger failed: {trigger_msg or ''}".strip()
+        elif handle_code == HandleCode.SUCCESS:
+            outcome, message = Outcome.SUCCESS, handle_msg or ""
+        else:
+            outcome = Outcome.KILLED if killed_by_user(handle_msg) else Outcome.FAILED
+            message = handle_msg or f"handle code {handle_code}"
+        event = NodeFinished(attempt.node_key, attempt.attempt, outcome, self._clock.now_ms(),
+                             _item(attempt.item), run_id=attempt.log_id, message=message)
+        with contextlib.suppress(WorkflowRunGone):  # the workflow was deleted meanwhile
+            await self.apply(attempt.workflow_run_id, event)
+        await self._store.workflows.ended([attempt.id], self._clock.now_ms())
+
+    # -- the sweep ----------------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        now = self._clock.now_ms()
+        for attempt in await self._store.workflows.to_fire(now, self._stale_ms):
+            try:
+                await self._fire(attempt, stale=attempt.state == NodeRunState.FIRING)
+            except WorkflowRunGone:
+                await self._store.workflows.ended([attempt.id], now)
+        for ended in await self._store.workflows.running_with_results():
+            try:
+                await self._finish(
+                    ended.node_run, ended.trigger_code, ended.trigger_msg, ended.handle_code, ended.handle_msg
+                )
+            except WorkflowRunGone:
+                await self._store.workflows.ended([ended.node_run.id], now)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(self._logged(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _logged(work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except Exception:
+            log.exception("advancing workflow runs failed (the sweep tries again)")
+
+    async def wait_idle(self) -> None:
+        """Wait for the background work started so far (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.wait_idle()
+
+
+def _first_step(graph: WorkflowGraph, event: RunStarted) -> tuple[Step, dict[str, Any] | None]:
+    step = apply(graph, None, event)
+    return step, None if step.run is None else run_to_json(step.run)
+
+
+def _step(graph: WorkflowGraph, state: Mapping[str, Any], event: Event) -> tuple[Step, dict[str, Any] | None]:
+    """``event`` applied to a stored state: the step and the new state document (None when
+    there is nothing to store)."""
+    run = run_from_json(state)
+    step = apply(graph, run, event)
+    if not step.applied or step.run is run or step.run is None:
+        return step, None
+    return step, run_to_json(step.run)
+
+
+def _item(item: int) -> int | None:
+    return None if item < 0 else item
+
+
+def _starts(commands: Sequence[Command]) -> list[NewNodeRun]:
+    return [
+        NewNodeRun(c.node, -1 if c.item is None else c.item, c.attempt, c.job_id, c.params, c.timeout_s)
+        for c in commands
+        if isinstance(c, StartJob)
+    ]
+
+
+def _naive_utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms // 1000, tz=UTC).replace(tzinfo=None)

@@ -1,0 +1,135 @@
+"""Run-log retention: deleting old runs in short batches, the console's "clear logs"."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from datetime import datetime, timedelta
+
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    delete,
+    func,
+    or_,
+    select,
+)
+
+from jobring.admin.store.base import Repository
+from jobring.admin.store.engine import utc_naive
+from jobring.admin.store.records import ClearRule
+from jobring.admin.store.subtasks import delete_children_of_deleted
+from jobring.admin.store.tables import job_log
+
+_RULE_AGE = {
+    ClearRule.OLDER_THAN_1_DAY: timedelta(days=1),
+    ClearRule.OLDER_THAN_1_WEEK: timedelta(weeks=1),
+    ClearRule.OLDER_THAN_1_MONTH: timedelta(days=30),
+    ClearRule.OLDER_THAN_3_MONTHS: timedelta(days=90),
+    ClearRule.OLDER_THAN_6_MONTHS: timedelta(days=180),
+    ClearRule.OLDER_THAN_1_YEAR: timedelta(days=365),
+}
+_RULE_KEEP = {
+    ClearRule.KEEP_LAST_1K: 1_000,
+    ClearRule.KEEP_LAST_10K: 10_000,
+    ClearRule.KEEP_LAST_30K: 30_000,
+    ClearRule.KEEP_LAST_100K: 100_000,
+}
+
+
+class LogRetention(Repository):
+    """Deleting run logs."""
+
+    async def count_older_than(self, before: datetime) -> int:
+        """How many logs were triggered before ``before``."""
+        async with self._db.read() as conn:
+            return int((await conn.execute(select(func.count()).select_from(job_log).where(
+                job_log.c.trigger_time < utc_naive(before)))).scalar_one())
+
+    async def delete_older_than(self, before: datetime, batch: int = 1000, pause_s: float = 0.0) -> int:
+        """Delete logs triggered before ``before``, ``batch`` rows per short transaction (with
+        ``pause_s`` between them); returns the count."""
+        return await self._delete_where([job_log.c.trigger_time < utc_naive(before)], batch, pause_s)
+
+    async def job_ids_over(self, keep: int) -> builtins.list[int]:
+        """Jobs with more than ``keep`` runs."""
+        stmt = (select(job_log.c.job_id).group_by(job_log.c.job_id)
+                .having(func.count() > keep).order_by(job_log.c.job_id))
+        async with self._db.read() as conn:
+            return [int(i) for i in (await conn.execute(stmt)).scalars()]
+
+    async def delete_beyond_newest(
+        self, job_id: int, keep: int, batch: int = 1000, pause_s: float = 0.0
+    ) -> int:
+        """Delete the job's runs older than its ``keep`` newest (by trigger time); returns the count."""
+        async with self._db.read() as conn:
+            pivot = (await conn.execute(
+                select(job_log.c.trigger_time, job_log.c.id)
+                .where(job_log.c.job_id == job_id)
+                .order_by(job_log.c.trigger_time.desc(), job_log.c.id.desc())
+                .offset(keep).limit(1))).first()
+        if pivot is None:
+            return 0
+        older = or_(job_log.c.trigger_time < pivot.trigger_time,
+                    and_(job_log.c.trigger_time == pivot.trigger_time, job_log.c.id <= pivot.id))
+        return await self._delete_where([job_log.c.job_id == job_id, older], batch, pause_s)
+
+    async def clear(
+        self,
+        rule: ClearRule,
+        now: datetime,
+        *,
+        group_id: int | None = None,
+        job_id: int | None = None,
+        batch: int = 1000,
+    ) -> int:
+        """The console's "clear logs": by age, keep the newest N, or all; optionally for one
+        group and/or job. Returns how many rows were deleted."""
+        where: builtins.list[ColumnElement[bool]] = []
+        if group_id:
+            where.append(job_log.c.job_group == group_id)
+        if job_id:
+            where.append(job_log.c.job_id == job_id)
+        if rule in _RULE_AGE:
+            where.append(job_log.c.trigger_time <= utc_naive(now) - _RULE_AGE[rule])
+        elif rule in _RULE_KEEP:
+            keep = _RULE_KEEP[rule]
+            async with self._db.read() as conn:
+                pivot = (
+                    await conn.execute(
+                        select(job_log.c.id)
+                        .where(*where)
+                        .order_by(job_log.c.id.desc())
+                        .offset(keep - 1)
+                        .limit(1)
+                    )
+                ).scalar()
+            if pivot is None:
+                return 0
+            where.append(job_log.c.id < pivot)
+        return await self._delete_where(where, batch)
+
+    async def _delete_where(
+        self, where: builtins.list[ColumnElement[bool]], batch: int, pause_s: float = 0.0
+    ) -> int:
+        """Delete in batches: the ids are read without a lock, then deleted by primary key in
+        a short transaction of their own (the condition repeated), so the table is never
+        locked for long; ``pause_s`` between batches leaves room to other writers."""
+        total = 0
+        after = 0
+        while True:
+            async with self._db.read() as conn:
+                ids = list((await conn.execute(
+                    select(job_log.c.id).where(*where, job_log.c.id > after)
+                    .order_by(job_log.c.id).limit(batch)
+                )).scalars())
+            if not ids:
+                return total
+            async with self._db.write() as conn:
+                result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids), *where))
+                total += result.rowcount
+                await delete_children_of_deleted(conn, ids)
+            after = ids[-1]
+            if pause_s > 0:
+                await asyncio.sleep(pause_s)
+
