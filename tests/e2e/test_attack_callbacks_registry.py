@@ -157,7 +157,12 @@ async def test_a_token_cannot_report_b_s_runs_even_those_created_while_it_posts(
     firsts = [r for r in failures if r[6] == 1]
     # (A retry fired as the job stopped can fail to trigger: it is a retry all the same.)
     retried = sorted(r[7] for r in runs if r[1] == failing and r[6] == 2)
-    assert retried == sorted(r[0] for r in firsts if r[8] == AlarmStatus.NOT_NEEDED), runs
+    handled = sorted(r[0] for r in firsts if r[8] == AlarmStatus.NOT_NEEDED)
+    assert set(retried) <= set(handled), runs
+    # With no alarm channel a refused retry is not alarmed either: it ends as handled too.
+    # Only the last failures can be refused so, those the monitor reached after the stop
+    # (it handles each failure within about a second, more under load).
+    assert set(handled) - set(retried) <= {r[0] for r in sorted(firsts)[-3:]}, runs
     assert all(r[8] not in (AlarmStatus.DEFAULT, AlarmStatus.LOCKED) for r in firsts), runs
     assert len(retried) >= 2, runs
 
