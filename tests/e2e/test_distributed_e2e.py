@@ -11,7 +11,6 @@ import asyncio
 import os
 import signal
 import sys
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 from jobring.client import AsyncAdminClient
 from tests.e2e.admin_nodes import ADMIN_PASSWORD, TOKEN, AdminNode, free_port, kill, start_admin
+from tests.e2e.waiting import eventually as wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -78,14 +78,7 @@ def after(ctx: JobContext) -> None:
 
 
 async def eventually(what: str, check: Callable[[], Awaitable[T | None]], limit_s: float = 90.0) -> T:
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = await check()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
+    return await wait_for(what, check, limit_s)
 
 
 class Cluster:

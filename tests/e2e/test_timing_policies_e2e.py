@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -31,6 +30,7 @@ from tests.dbs import (
 )
 from tests.e2e.admin_nodes import TOKEN, RecordingExecutor, add_manual_group, now_ms, start_admin, stop
 from tests.e2e.security_kit import logged_in
+from tests.e2e.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -55,14 +55,7 @@ async def database(tmp_path: Path) -> AsyncIterator[tuple[str, Store]]:
 
 
 async def _until(what: str, check: Callable[[], Awaitable[T | None]], limit_s: float = 30.0) -> T:
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = await check()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not in {limit_s} s: {what}")
-        await asyncio.sleep(0.05)
+    return await eventually(what, check, limit_s)
 
 
 async def _callback(base_url: str, log_id: int) -> None:

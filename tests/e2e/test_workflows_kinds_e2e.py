@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +17,7 @@ import pytest
 
 from jobring.client import AsyncAdminClient
 from tests.e2e.admin_nodes import ADMIN_PASSWORD, TOKEN, AdminNode, free_port, kill, start_admin
+from tests.e2e.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -68,17 +68,6 @@ def hang(ctx: JobContext) -> None:
         time.sleep(0.05)
     _note(f"{{ctx.params}} end")
 '''
-
-
-async def eventually(what: str, check: Callable[[], Awaitable[T | None]], limit_s: float = 60.0) -> T:
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = await check()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 class Kinds:
