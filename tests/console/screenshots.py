@@ -3,7 +3,8 @@
     make screenshots        # or: python -m tests.console.screenshots
 
 Starts a real admin and executor (as the browser tests do), adds a little data, and saves
-{en,zh}-{dashboard,jobs,job-editor,runs,run-log,groups,calendars,users}.png at 1440x900.
+{en,zh}-{dashboard,jobs,job-editor,runs,run-log,groups,calendars,workflow-editor,workflow-run,users}.png
+at 1440x900.
 """
 
 from __future__ import annotations
@@ -65,7 +66,41 @@ def _seed(stack: Stack) -> tuple[int, int]:
         raise AssertionError(f"the seeded runs did not finish: {runs}")
 
 
-def _shoot(page: Page, stack: Stack, lang: str, job: int, run: int) -> None:
+def _seed_workflow(stack: Stack) -> tuple[int, int]:
+    """A small nightly workflow, run once to its end: (workflow id, workflow run id)."""
+    group = stack.group_id()
+    with stack.api() as http:
+        def job(desc: str, handler: str) -> int:
+            r = http.post("/jobs", json={"job_group": group, "job_desc": desc, "executor_handler": handler,
+                                         "schedule_type": "NONE", "author": "data"})
+            r.raise_for_status()
+            return int(r.json()["id"])
+
+        nodes = [{"key": "extract", "job_id": job("Extract orders", "hello")},
+                 {"key": "route", "kind": "decision"},
+                 {"key": "full_report", "job_id": job("Full report", "report")},
+                 {"key": "quick_report", "job_id": job("Quick report", "hello")},
+                 {"key": "publish", "job_id": job("Publish", "hello"), "join": "any_success"}]
+        edges = [{"from": "extract", "to": "route"},
+                 {"from": "route", "to": "full_report", "when": "day == '20261201'"},
+                 {"from": "route", "to": "quick_report", "else": True},
+                 {"from": "full_report", "to": "publish"}, {"from": "quick_report", "to": "publish"}]
+        r = http.post("/workflows", json={"name": "nightly-orders", "job_group": group, "nodes": nodes,
+                                          "edges": edges, "description": "orders of the day, reported"})
+        r.raise_for_status()
+        workflow = int(r.json()["id"])
+        started = http.post(f"/workflows/{workflow}/trigger", json={"params": {"day": "20261201"}})
+        started.raise_for_status()
+        run = int(started.json()["workflow_run_id"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if http.get(f"/workflow-runs/{run}").json()["state"] != "running":
+                return workflow, run
+            time.sleep(0.3)
+        raise AssertionError("the seeded workflow run did not end")
+
+
+def _shoot(page: Page, stack: Stack, lang: str, job: int, run: int, workflow: tuple[int, int]) -> None:
     page.goto(stack.url + "/")
     page.evaluate(f"localStorage.setItem('jobring.locale', '{'zh-CN' if lang == 'zh' else 'en'}')")
     shots = {
@@ -76,6 +111,8 @@ def _shoot(page: Page, stack: Stack, lang: str, job: int, run: int) -> None:
         "run-log": f"/runs/{run}",
         "groups": "/groups",
         "calendars": "/calendars",
+        "workflow-editor": f"/workflows/{workflow[0]}",
+        "workflow-run": f"/workflow-runs/{workflow[1]}",
         "users": "/users",
     }
     for name, path in shots.items():
@@ -93,6 +130,7 @@ def main() -> int:
         try:
             stack.start()
             job, run = _seed(stack)
+            workflow = _seed_workflow(stack)
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=ensure_chromium())
                 viewport = {"width": 1440, "height": 900}
@@ -104,7 +142,7 @@ def main() -> int:
                 page.click("button[type=submit]")
                 page.wait_for_selector("main#main")
                 for lang in ("en", "zh"):
-                    _shoot(page, stack, lang, job, run)
+                    _shoot(page, stack, lang, job, run, workflow)
                 browser.close()
         finally:
             stack.stop()
