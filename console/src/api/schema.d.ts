@@ -3018,7 +3018,8 @@ export interface components {
              * @description pass as after_id for the next page; null: last page
              */
             next_after_id: number | null;
-            progress: components["schemas"]["ProgressOut"];
+            /** @description null: the run neither mapped nor was sharded */
+            progress: components["schemas"]["ProgressOut"] | null;
         };
         /** TimedPreviewIn */
         TimedPreviewIn: {

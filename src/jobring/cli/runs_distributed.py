@@ -40,6 +40,9 @@ def _subtasks(args: argparse.Namespace) -> int:
         if args.json:
             print_json(page)
             return 0
+        if page["progress"] is None:
+            print(f"run {args.run_id} has no sub-tasks (it neither mapped nor was sharded)")
+            return 0
         print(progress_line(page["progress"]))
         print_table(page["items"], [
             ("ID", "id"), ("KEY", "key"), ("TASK", "task"), ("STATUS", "status"), ("ATTEMPT", "attempt"),

@@ -66,7 +66,7 @@ class SubTaskOut(BaseModel):
 
 
 class SubTaskPageOut(BaseModel):
-    progress: ProgressOut
+    progress: ProgressOut | None = Field(description="null: the run neither mapped nor was sharded")
     items: list[SubTaskOut]
     next_after_id: int | None = Field(description="pass as after_id for the next page; null: last page")
 
@@ -114,7 +114,14 @@ async def list_subtasks(
     after_id: Annotated[int, Query(ge=0, le=MAX_INT64, description="the next_after_id of the last page")] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> SubTaskPageOut:
-    _, parent = await _parent(services, principal, run_id)
+    entry = await services.store.logs.get(run_id)
+    if entry is None:
+        raise not_found("run", run_id)
+    ensure_group_read(principal, entry.job_group, not_found("run", run_id))
+    parent = await services.store.distributed.get(run_id)
+    if parent is None or parent.job_group != entry.job_group:
+        # Any run may be asked (the run page does): one without sub-tasks has none.
+        return SubTaskPageOut(progress=None, items=[], next_after_id=None)
     rows = await services.store.distributed.page(run_id, status=status, after_id=after_id, limit=limit)
     return SubTaskPageOut(progress=_progress(parent), items=[SubTaskOut.of(r) for r in rows],
                           next_after_id=rows[-1].id if len(rows) == limit else None)
