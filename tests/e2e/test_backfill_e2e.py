@@ -7,26 +7,22 @@ the cap is checked without timing: run k+3 may only arrive after run k's callbac
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 import pytest
 
 from jobring.admin.store import Store
-from tests.dbs import (
-    BackendUnavailable,
-    acreate_test_database,
-    adrop_test_database,
-    must_fail_when_unavailable,
-)
-from tests.e2e.admin_nodes import TOKEN, RecordingExecutor, add_manual_group, now_ms, start_admin, stop
+from tests.e2e import sqlite_kit
+from tests.e2e.admin_nodes import RecordingExecutor, add_manual_group, start_admin, stop
 from tests.e2e.security_kit import logged_in
+from tests.e2e.sqlite_kit import report_success
 from tests.e2e.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+database = sqlite_kit.database  # the shared SQLite fixture
 
 T = TypeVar("T")
 FIRST_DAY = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
@@ -34,32 +30,12 @@ DAYS = 30
 CAP = 3
 
 
-@pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[tuple[str, Store]]:
-    try:
-        url = await acreate_test_database("sqlite", tmp_path)
-    except BackendUnavailable as exc:
-        if must_fail_when_unavailable():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    opened = await Store.open(url)
-    try:
-        yield url, opened
-    finally:
-        await opened.close()
-        await adrop_test_database(url)
 
 
 async def _until(what: str, check: Callable[[], Awaitable[T | None]], limit_s: float = 30.0) -> T:
     return await eventually(what, check, limit_s)
 
 
-async def _callback(base_url: str, log_id: int) -> None:
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        r = await http.post("/xxl-job-admin/api/callback", headers={"XXL-JOB-ACCESS-TOKEN": TOKEN},
-                            json=[{"logId": log_id, "logDateTim": now_ms(), "handleCode": 200,
-                                   "handleMsg": None}])
-        assert r.status_code == 200 and r.json()["code"] == 200, r.text
 
 
 async def test_a_backfill_of_30_days_with_cap_3_runs_in_order_with_logical_dates(
@@ -110,7 +86,7 @@ async def test_a_backfill_of_30_days_with_cap_3_runs_in_order_with_logical_dates
                 if done == 1:
                     progress = (await http.get(f"/backfills/{backfill['id']}")).json()
                     assert progress["running"] == CAP and progress["succeeded"] == 1, progress
-                await _callback(node.base_url, executor.calls[done].log_id)
+                await report_success(node.base_url, executor.calls[done].log_id)
 
             calls = executor.calls
             assert [c.logical_time for c in calls] == expected  # oldest first, each once
@@ -160,7 +136,7 @@ async def test_a_cancelled_backfill_starts_nothing_more(database: tuple[str, Sto
             again = await http.delete(f"/backfills/{backfill['id']}")
             assert again.status_code == 409, again.text
             for call in list(executor.calls):
-                await _callback(node.base_url, call.log_id)
+                await report_success(node.base_url, call.log_id)
 
             async def ended() -> dict[str, object] | None:
                 got = (await http.get(f"/backfills/{backfill['id']}")).json()

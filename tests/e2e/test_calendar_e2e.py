@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,16 +20,12 @@ from sqlalchemy import select
 from jobring.admin.store import Store
 from jobring.admin.store.tables import job_log
 from jobring.core.runstate import RunState, run_state
-from tests.dbs import (
-    BackendUnavailable,
-    acreate_test_database,
-    adrop_test_database,
-    must_fail_when_unavailable,
-)
+from tests.e2e import sqlite_kit
 from tests.e2e.admin_nodes import RecordingExecutor, add_manual_group, now_ms, start_admin, stop
 from tests.e2e.security_kit import logged_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timing, pytest.mark.timeout(180)]
+database = sqlite_kit.database  # the shared SQLite fixture
 
 HOLIDAY = datetime(2030, 1, 2, tzinfo=UTC)
 HOLIDAY_MS = int(HOLIDAY.timestamp() * 1000)
@@ -37,20 +33,6 @@ NEXT_DAY_MS = HOLIDAY_MS + 86_400_000
 LEAD_MS = 10_000  # the admin starts this long before the midnight it is to see
 
 
-@pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[tuple[str, Store]]:
-    try:
-        url = await acreate_test_database("sqlite", tmp_path)
-    except BackendUnavailable as exc:
-        if must_fail_when_unavailable():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    opened = await Store.open(url)
-    try:
-        yield url, opened
-    finally:
-        await opened.close()
-        await adrop_test_database(url)
 
 
 async def _rows(store: Store, job_id: int) -> list[Any]:

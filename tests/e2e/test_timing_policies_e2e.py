@@ -12,58 +12,34 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 import pytest
 
 from jobring.admin.loop.overlap import TERMINATED_MSG
 from jobring.admin.store import Store
 from jobring.admin.store.records import LogEntry
-from tests.dbs import (
-    BackendUnavailable,
-    acreate_test_database,
-    adrop_test_database,
-    must_fail_when_unavailable,
-)
-from tests.e2e.admin_nodes import TOKEN, RecordingExecutor, add_manual_group, now_ms, start_admin, stop
+from tests.e2e import sqlite_kit
+from tests.e2e.admin_nodes import RecordingExecutor, add_manual_group, now_ms, start_admin, stop
 from tests.e2e.security_kit import logged_in
+from tests.e2e.sqlite_kit import report_success
 from tests.e2e.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+database = sqlite_kit.database  # the shared SQLite fixture
 
 T = TypeVar("T")
 SECOND = 1_000
 
 
-@pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[tuple[str, Store]]:
-    try:
-        url = await acreate_test_database("sqlite", tmp_path)
-    except BackendUnavailable as exc:
-        if must_fail_when_unavailable():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    opened = await Store.open(url)
-    try:
-        yield url, opened
-    finally:
-        await opened.close()
-        await adrop_test_database(url)
 
 
 async def _until(what: str, check: Callable[[], Awaitable[T | None]], limit_s: float = 30.0) -> T:
     return await eventually(what, check, limit_s)
 
 
-async def _callback(base_url: str, log_id: int) -> None:
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        r = await http.post("/xxl-job-admin/api/callback", headers={"XXL-JOB-ACCESS-TOKEN": TOKEN},
-                            json=[{"logId": log_id, "logDateTim": now_ms(), "handleCode": 200,
-                                   "handleMsg": None}])
-        assert r.status_code == 200 and r.json()["code"] == 200, r.text
 
 
 def _job(group: int, timing: dict[str, object]) -> dict[str, object]:
@@ -153,7 +129,7 @@ async def test_overlap_policies_with_a_long_running_handler(
             # skip: the first run goes on; the fires due meanwhile are recorded as skipped.
             await _until("skip: 3 fires skipped", lambda: skipped("skip", 3))
             assert len(calls("skip")) == 1
-            await _callback(node.base_url, calls("skip")[0])
+            await report_success(node.base_url, calls("skip")[0])
             await _until("skip: a run after the first ended",
                          lambda: asyncio.sleep(0, calls("skip")[1:] or None))
 
@@ -162,7 +138,7 @@ async def test_overlap_policies_with_a_long_running_handler(
             assert len(calls("buffer_one")) == 1
             waiting = await store.overlap.waiting(jobs["buffer_one"])
             assert len(waiting) == 1
-            await _callback(node.base_url, calls("buffer_one")[0])
+            await report_success(node.base_url, calls("buffer_one")[0])
             await _until("buffer_one: the waiting fire started",
                          lambda: asyncio.sleep(0, calls("buffer_one")[1:] or None))
             second = await store.logs.get(calls("buffer_one")[1])
