@@ -62,6 +62,20 @@ async def test_executor_api_is_served_at_root_and_base_path(
     assert (await client.get("/api/v1/jobs")).status_code == 401
 
 
+async def test_no_task_outlives_the_lifespan(settings: AdminSettings) -> None:
+    # A runner left behind after stop would hang the event loop's shutdown (a test's teardown).
+    before = set(asyncio.all_tasks())
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
+            beat = {"registryGroup": "EXECUTOR", "registryKey": "demo", "registryValue": "http://127.0.0.1:9/"}
+            accepted = await client.post("/api/registry", json=beat, headers={"XXL-JOB-ACCESS-TOKEN": TOKEN})
+            assert accepted.json()["code"] == 200
+    left = [task.get_coro() for task in asyncio.all_tasks() - before]
+    assert left == []
+
+
 async def test_the_loop_fires_and_stop_releases_leases(settings: AdminSettings) -> None:
     app = create_app(settings)
     async with app.router.lifespan_context(app):
