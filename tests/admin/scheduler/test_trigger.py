@@ -299,27 +299,33 @@ async def test_cancelled_prepared_fires_free_their_instants(env: Env) -> None:
 
 
 async def test_prepared_fires_sent_with_results_recorded_later_in_one_flush(env: Env) -> None:
-    jobs = [await env.job() for _ in range(3)]
-    batch = await env.trigger.prepare_batch(
-        [FireRequest(j, TriggerType.CRON, planned_time=T0 + 1000) for j in jobs])
-    parts = batch.split()
-    env.clock.set(T0 + 1000)
-    results = await env.trigger.dispatch_prepared(PreparedBatch.merge(parts[:2]), record_later=True)
-    assert [r.trigger_code for r in results] == [200, 200] and len(env.double.runs()) == 2
-    ids = [r.log_ids[0] for r in results]
-    for log_id in ids:  # sent, not yet recorded
-        entry = await env.store.logs.get(log_id)
-        assert entry is not None and entry.trigger_code == 0 and entry.dispatch_time is None
-    assert await env.trigger.flush_results() == 2
-    for log_id in ids:
-        entry = await env.store.logs.get(log_id)
-        assert entry is not None and entry.trigger_code == 200 and entry.dispatch_time == T0 + 1000
-    # The third was never sent: withdrawing it frees its instant; a used-up part cannot be reused.
-    await env.hold(*jobs)
-    assert await env.trigger.cancel_prepared(parts[2]) == 1
-    assert await env.store.logs.for_job(jobs[2].id) == []
-    with pytest.raises(RuntimeError, match="already merged"):
-        await env.trigger.dispatch_prepared(parts[0])
+    # The timed flush is pushed out of the test's way (a loaded machine can take longer than
+    # the default 100 ms between the send and the checks): only flush_results writes here.
+    trigger = env.service(env.trigger.node_id, result_flush_ms=600_000)
+    try:
+        jobs = [await env.job() for _ in range(3)]
+        batch = await trigger.prepare_batch(
+            [FireRequest(j, TriggerType.CRON, planned_time=T0 + 1000) for j in jobs])
+        parts = batch.split()
+        env.clock.set(T0 + 1000)
+        results = await trigger.dispatch_prepared(PreparedBatch.merge(parts[:2]), record_later=True)
+        assert [r.trigger_code for r in results] == [200, 200] and len(env.double.runs()) == 2
+        ids = [r.log_ids[0] for r in results]
+        for log_id in ids:  # sent, not yet recorded
+            entry = await env.store.logs.get(log_id)
+            assert entry is not None and entry.trigger_code == 0 and entry.dispatch_time is None
+        assert await trigger.flush_results() == 2
+        for log_id in ids:
+            entry = await env.store.logs.get(log_id)
+            assert entry is not None and entry.trigger_code == 200 and entry.dispatch_time == T0 + 1000
+        # The third was never sent: withdrawing it frees its instant; a used-up part cannot be reused.
+        await env.hold(*jobs)
+        assert await trigger.cancel_prepared(parts[2]) == 1
+        assert await env.store.logs.for_job(jobs[2].id) == []
+        with pytest.raises(RuntimeError, match="already merged"):
+            await trigger.dispatch_prepared(parts[0])
+    finally:
+        await trigger.close()
 
 
 async def test_prepared_fires_beyond_the_free_lane_slots_wait_and_all_go_out(env: Env) -> None:
