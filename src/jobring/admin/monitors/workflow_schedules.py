@@ -15,13 +15,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from jobring.admin.monitors.base import Monitor
+from jobring.admin.services.workflow_access import check_tree
 from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.core.clock import Clock
 from jobring.core.planning import decide_fire
 from jobring.core.schedule import ScheduleError, parse_schedule
 from jobring.core.timefmt import iso_ms
-from jobring.core.workflow import JobRef, WorkflowInvalid, check_access
+from jobring.core.workflow import WorkflowInvalid
 from jobring.core.workflow.overlap import Overlap, OverlapAction, on_fire
 
 if TYPE_CHECKING:
@@ -130,14 +131,12 @@ class WorkflowScheduler(Monitor):
         log.info("workflow %s: %s", wid, text)
 
     async def _refusal(self, workflow_id: int, version: int, owner_group: int) -> str | None:
-        """Why the workflow may not run now (a node's job deleted or moved to another group)."""
+        """Why the workflow may not run now (a node's job deleted or moved to another group, a
+        sub-workflow gone or changed)."""
         graph = await self._driver.graph(workflow_id, version)
-        ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
-        jobs = await self._store.jobs.get_many(ids)
-        refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
         try:
-            check_access(graph, job_lookup=refs.get, may_operate=lambda group: group == owner_group,
-                         workflow_lookup=lambda _: None, workflow_id=workflow_id, owner_group=owner_group)
+            await check_tree(self._store, self._driver.graph, graph, workflow_id=workflow_id,
+                             owner_group=owner_group, may_operate=lambda group: group == owner_group)
         except WorkflowInvalid as exc:
             return str(exc)
         return None
