@@ -19,17 +19,31 @@ from jobring.core.workflow import (
     JobRef,
     NodeKind,
     WorkflowGraph,
+    WorkflowInvalid,
     check_access,
+    parse_workflow,
 )
 from jobring.core.workflow.model import MAX_NESTING
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
 
-__all__ = ["GraphSource", "check_tree"]
+__all__ = ["GraphSource", "check_tree", "store_graphs"]
 
 GraphSource = Callable[[int, int], Awaitable[WorkflowGraph]]
 """``graph(workflow_id, version)``: a saved version's parsed graph (the driver's cache)."""
+
+
+def store_graphs(store: Store) -> GraphSource:
+    """A :data:`GraphSource` reading the store (no cache: for a node without the driver)."""
+
+    async def graph(workflow_id: int, version: int) -> WorkflowGraph:
+        doc = await store.workflows.definition(workflow_id, version)
+        if doc is None:  # deleted between two reads
+            raise WorkflowInvalid("workflow_id", None, f"workflow {workflow_id} does not exist")
+        return parse_workflow(doc)
+
+    return graph
 
 
 def _children(graph: WorkflowGraph) -> set[int]:

@@ -19,7 +19,7 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction
 from jobring.admin.services.validation import check_json_value
-from jobring.admin.services.workflow_access import check_tree
+from jobring.admin.services.workflow_access import check_tree, store_graphs
 from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowBusy, WorkflowRecord, WorkflowRunRecord
 from jobring.core.workflow import (
@@ -177,7 +177,7 @@ async def _check_jobs(
     try:
         await check_tree(
             services.store,
-            _driver(services).graph,
+            services.workflows.graph if services.workflows is not None else store_graphs(services.store),
             graph,
             workflow_id=workflow_id,
             owner_group=owner_group,
