@@ -150,3 +150,36 @@ async def test_a_child_that_leads_back_above_it_is_refused_at_its_start(kit: Kit
     assert "not started" in nodes["to_b"].message and "may not recurse" in nodes["to_b"].message
     assert (await kit.env.store.workflows.list_runs(workflow_id=b.id))[1] == 0  # B never ran
     assert kit.fired() == []
+
+
+async def test_the_sweep_hands_over_a_child_end_no_admin_handed_over(kit: Kit) -> None:
+    parent, child = await _parent_and_child(kit)
+    run_id, _ = await kit.a.start_run(parent, {"day": "d1"}, "alice")
+    await kit.finish("p1")
+    (child_run,), _ = await kit.env.store.workflows.list_runs(workflow_id=child.id)
+    # The child's end was stored by an admin that stopped before handing it to the parent.
+    record = await kit.env.store.workflows.get_run(child_run.id)
+    assert record is not None and record.state is not None
+    state = {**record.state, "status": "success", "context": {**record.state["context"], "rows": 5}}
+    assert await kit.env.store.workflows.advance(child_run.id, record.rev, "success", state, T0, [])
+    assert kit.fired() == ["p1", "c1 d1"]
+    await kit.b.tick()
+    assert kit.fired() == ["p1", "c1 d1", "p2 5"]  # what the child added came back
+    status, nodes = await kit.state(run_id)
+    assert nodes["sub"].status.value == "success" and status == "running"
+
+
+async def test_a_sub_workflow_nodes_deadline_stops_the_child(kit: Kit) -> None:
+    job = await kit.env.job()
+    child = await kit.workflow({"nodes": [{"key": "c1", "job_id": job.id, "params": "c1"}]})
+    parent = await kit.workflow({"nodes": [{"key": "sub", "kind": "subworkflow", "workflow_id": child.id,
+                                            "timeout_s": 60}]})
+    run_id, _ = await kit.a.start_run(parent, {}, None)
+    (child_run,), _ = await kit.env.store.workflows.list_runs(workflow_id=child.id)
+    await kit.a.tick()
+    assert (await kit.state(child_run.id))[0] == "running"
+    kit.env.clock.advance(61_000)
+    await kit.a.tick()
+    assert (await kit.state(child_run.id))[0] == "stopped"
+    status, nodes = await kit.state(run_id)
+    assert status == "failed" and "timed_out" in nodes["sub"].message, nodes["sub"]
