@@ -17,6 +17,7 @@ running runs, so an edit after the parent's start cannot make a loop run).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -192,7 +193,8 @@ class Children:
             message=message,
             context=changes,
         )
-        await self._driver.apply(attempt.workflow_run_id, event)
+        with contextlib.suppress(LookupError):  # the parent run was deleted meanwhile
+            await self._driver.apply(attempt.workflow_run_id, event)
         await self._store.workflows.ended([attempt.id], self._clock.now_ms())
 
     async def on_child_end(self, parent_node_run_id: int) -> None:
