@@ -182,9 +182,9 @@ async def test_a_trigger_of_a_workflow_deleted_meanwhile_answers_404(
         store = env.store.workflows
         real_start = store.start_run
 
-        async def deleted_first(*args: Any) -> int:
+        async def deleted_first(*args: Any, **kwargs: Any) -> int:
             await store.delete(wf["id"])
-            return await real_start(*args)
+            return await real_start(*args, **kwargs)
 
         monkeypatch.setattr(store, "start_run", deleted_first)
         answer = await http.post(f"/workflows/{wf['id']}/trigger", json={"params": {}})
