@@ -72,3 +72,37 @@ async def test_bad_input_exits_2_naming_the_field(env: AdminEnv, cli: Cli, tmp_p
     assert not_json.code == 2 and "--file" in not_json.err
     assert (await cli("workflows", "trigger", "1", "--params", "[]")).code == 2
     assert (await cli("workflows", "run-show", "999")).code == 2
+
+
+async def test_a_sub_workflow_node_and_its_child_run(env: AdminEnv, cli: Cli, tmp_path: Path) -> None:
+    group = await env.group()
+    job = (await env.job(group))["id"]
+    child = {"name": "child", "job_group": group, "nodes": [{"key": "c", "job_id": job}], "edges": []}
+    child_id = (await cli("workflows", "create", "--file", _write(tmp_path / "c.json", child))).out.split()[2]
+    parent = {"name": "parent", "job_group": group,
+              "nodes": [{"key": "sub", "kind": "subworkflow", "workflow_id": int(child_id)}], "edges": []}
+    made = await cli("workflows", "create", "--file", _write(tmp_path / "p.json", parent))
+    parent_id = made.out.split()[2]
+    assert f"workflow {child_id}" in (await cli("workflows", "show", parent_id)).out
+    run_id = (await cli("workflows", "trigger", parent_id)).out.split()[-1]
+    run = json.loads((await cli("workflows", "run-show", run_id, "--json")).out)
+    child_run = run["nodes"][0]["run_id"]
+    assert f"workflow run {child_run}" in (await cli("workflows", "run-show", run_id)).out
+    shown = await cli("workflows", "run-show", str(child_run))
+    assert f"a sub-workflow run of workflow run {run_id}" in shown.out
+    looping = {**child, "nodes": [{"key": "back", "kind": "subworkflow", "workflow_id": int(parent_id)}]}
+    refused = await cli("workflows", "update", child_id, "--file", _write(tmp_path / "l.json", looping))
+    assert refused.code == 2 and "(node 'back')" in refused.err and "may not recurse" in refused.err
+
+
+async def test_a_one_shot_schedule(env: AdminEnv, cli: Cli, tmp_path: Path) -> None:
+    group = await env.group()
+    job = (await env.job(group))["id"]
+    doc = {"name": "once", "job_group": group, "nodes": [{"key": "a", "job_id": job}], "edges": []}
+    wf = (await cli("workflows", "create", "--file", _write(tmp_path / "w.json", doc))).out.split()[2]
+    set_ = await cli("workflows", "schedule", wf, "--once", "2099-12-01 02:00", "--tz", "Asia/Shanghai",
+                     "--start")
+    assert set_.code == 0 and "ONCE 2099-12-01T02:00:00 (Asia/Shanghai), started" in set_.out, set_.err
+    assert "next fire 2099-11-30" in set_.out  # 18:00 UTC the day before
+    refused = await cli("workflows", "schedule", wf, "--once", "soon")
+    assert refused.code == 2 and "schedule_conf" in refused.err

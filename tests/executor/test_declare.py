@@ -185,3 +185,52 @@ async def test_nothing_is_sent_without_declarations_unless_always(tmp_path: Path
         assert always.declarer is not None
     finally:
         await always.shutdown()
+
+
+def test_a_declared_workflow_is_sent_with_a_job_for_each_handler_it_runs() -> None:
+    ex = executor()
+
+    @ex.job("extract", cron="0 0 2 * * ?")
+    def extract() -> None: ...
+
+    @ex.job("load")
+    def load() -> None: ...
+
+    ex.workflow("part", nodes=[{"key": "p", "job": "load"}])
+    ex.workflow("nightly", description="every night",
+                nodes=[{"key": "e", "job": "extract"},
+                       {"key": "s", "kind": "subworkflow", "workflow": "part"}],
+                edges=[{"from": "e", "to": "s"}])
+    # "load" declares no job fields: it gets a plain job, as the workflow runs it.
+    assert [d["handler"] for d in ex.declarations] == ["extract", "load"]
+    assert ex.declarations[1] == {"handler": "load", "fields": {}, "start": True}
+    body = orjson.loads(declaration_body("billing", ex.declarations, [
+        {"name": "part", "description": "", "nodes": [{"key": "p", "job": "load"}], "edges": []}]))
+    assert [w["name"] for w in body["workflows"]] == ["part"] and body["declaration_hash"]
+
+
+@pytest.mark.parametrize("nodes", [[], "abc", [{"key": "a", "job_id": 3}], [{"key": "s", "workflow_id": 1}]])
+def test_a_workflow_declaration_is_refused_at_once(nodes: object) -> None:
+    with pytest.raises(ValueError, match="workflow 'w'"):
+        executor().workflow("w", nodes=nodes)  # type: ignore[arg-type]
+
+
+async def test_an_executor_with_only_a_workflow_declares(tmp_path: Path) -> None:
+    admin = FakeAdmin()
+    await admin.start()
+    ex = Executor(app_name="billing", admin_addresses=[admin.base_url], access_token="tok", host="127.0.0.1",
+                  port=0, log_path=str(tmp_path), environ={}, beat_interval_s=30)
+
+    @ex.job("step")
+    def step() -> None: ...
+
+    ex.workflow("flow", nodes=[{"key": "a", "job": "step"}])
+    await ex.startup()
+    try:
+        await admin.wait_for(lambda a: any(p.endswith("api/jobring/declareJobs") for p in a.paths()))
+        sent = next(r.json() for r in admin.requests if r.path.endswith("declareJobs"))
+        assert [w["name"] for w in sent["workflows"]] == ["flow"]
+        assert sent["declarations"] == [{"handler": "step", "fields": {}, "start": True}]
+    finally:
+        await ex.shutdown()
+        await admin.stop()

@@ -2454,7 +2454,7 @@ export interface components {
             message: string;
             /**
              * Run Id
-             * @description the job run (run log id) of the latest attempt
+             * @description the job run (run log id) of the latest attempt; of a sub-workflow node, its workflow run
              */
             run_id: number | null;
             /** Skip Reason */
@@ -2469,6 +2469,11 @@ export interface components {
              * @description waiting, running, success, failed, skipped, stopped
              */
             state: string;
+            /**
+             * Workflow Id
+             * @description a sub-workflow node's workflow
+             */
+            workflow_id?: number | null;
         };
         /** OnlineAddress */
         OnlineAddress: {
@@ -3373,6 +3378,11 @@ export interface components {
             id: number;
             /** Job Group */
             job_group: number;
+            /**
+             * Managed By
+             * @description "code": declared by an executor in its code (read-only here)
+             */
+            managed_by?: string | null;
             /** Name */
             name: string;
             /** Nodes */
@@ -3408,6 +3418,11 @@ export interface components {
             /** Nodes */
             nodes: components["schemas"]["NodeRunOut"][];
             /**
+             * Parent Run Id
+             * @description the workflow run whose sub-workflow node started this run
+             */
+            parent_run_id?: number | null;
+            /**
              * Round
              * @description repair round: repairs name it so a repeated click repairs once
              */
@@ -3434,6 +3449,11 @@ export interface components {
             id: number;
             /** Job Group */
             job_group: number;
+            /**
+             * Parent Run Id
+             * @description the workflow run whose sub-workflow node started this run
+             */
+            parent_run_id?: number | null;
             /** Started At */
             started_at: number;
             /**
@@ -3478,7 +3498,7 @@ export interface components {
             };
             /**
              * Schedule Conf
-             * @description cron expression, or seconds for FIX_RATE
+             * @description cron expression, seconds for FIX_RATE, or for ONCE a date and time (2026-12-01T02:00:00, in schedule_timezone unless it carries an offset)
              * @default
              */
             schedule_conf: string;
@@ -3492,7 +3512,7 @@ export interface components {
              * @default NONE
              * @enum {string}
              */
-            schedule_type: "NONE" | "CRON" | "FIX_RATE";
+            schedule_type: "NONE" | "CRON" | "FIX_RATE" | "ONCE";
         };
         /** WorkflowScheduleOut */
         WorkflowScheduleOut: {
@@ -3531,6 +3551,12 @@ export interface components {
             schedule_timezone: string | null;
             /** Schedule Type */
             schedule_type: string;
+            /**
+             * Spent
+             * @description a started ONCE schedule whose instant has passed
+             * @default false
+             */
+            spent: boolean;
             /** Updated At */
             updated_at: number | null;
             /** Updated By */

@@ -1,7 +1,7 @@
 // A workflow's graph in the console: the editor's form of nodes and edges (text fields, as the
 // inputs hold them), the API body made from it, and a layered layout for the SVG picture.
 
-export const NODE_KINDS = ["job", "decision", "fanout"] as const;
+export const NODE_KINDS = ["job", "decision", "fanout", "subworkflow"] as const;
 export type NodeKind = (typeof NODE_KINDS)[number];
 export const JOINS = ["all_success", "any_success", "all_done"] as const;
 export const FAILURE_RULES = ["stop", "skip_descendants", "continue"] as const;
@@ -11,6 +11,8 @@ export interface NodeForm {
   key: string;
   kind: NodeKind;
   job_id: string;
+  /** a sub-workflow node's workflow */
+  workflow_id: string;
   params: string;
   join: string;
   on_failure: string;
@@ -34,7 +36,7 @@ const text = (v: unknown): string => (typeof v === "string" ? v : typeof v === "
 
 export function blankNode(key: string, kind: NodeKind = "job"): NodeForm {
   return {
-    key, kind, job_id: "", params: "", join: "all_success", on_failure: "stop", retries: "", timeout_s: "",
+    key, kind, job_id: "", workflow_id: "", params: "", join: "all_success", on_failure: "stop", retries: "", timeout_s: "",
     result_json: false, items: "", parallelism: kind === "fanout" ? "4" : "",
   };
 }
@@ -44,7 +46,7 @@ export function nodeForm(doc: Doc): NodeForm {
   const kind = NODE_KINDS.find((k) => k === doc.kind) ?? "job";
   return {
     ...blankNode(text(doc.key), kind),
-    job_id: text(doc.job_id), params: text(doc.params), join: text(doc.join) || "all_success",
+    job_id: text(doc.job_id), workflow_id: text(doc.workflow_id), params: text(doc.params), join: text(doc.join) || "all_success",
     on_failure: text(doc.on_failure) || "stop", retries: text(doc.retries), timeout_s: text(doc.timeout_s),
     result_json: doc.result_json === true, items: text(doc.items), parallelism: text(doc.parallelism),
   };
@@ -69,12 +71,15 @@ export function nodeDoc(node: NodeForm): Doc {
   const put = (name: string, value: unknown) => {
     if (value !== undefined && value !== "") doc[name] = value;
   };
-  if (node.kind !== "decision") {
+  if (node.kind === "job" || node.kind === "fanout") {
     put("job_id", number(node.job_id));
     put("params", node.params);
+    if (node.result_json) doc.result_json = true;
+  }
+  if (node.kind === "subworkflow") put("workflow_id", number(node.workflow_id));
+  if (node.kind !== "decision") {
     put("timeout_s", number(node.timeout_s));
     put("retries", number(node.retries));
-    if (node.result_json) doc.result_json = true;
   }
   if (node.kind === "fanout") {
     put("items", node.items.trim());

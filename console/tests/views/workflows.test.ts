@@ -55,7 +55,7 @@ function schedule(over: Partial<WorkflowSchedule> = {}): WorkflowSchedule {
   return {
     workflow_id: 3, schedule_type: "NONE", schedule_conf: "", schedule_timezone: null, misfire_strategy: "DO_NOTHING",
     overlap: "skip", params: {}, enabled: false, next_fire_at: null, next_times: [], queued: false, last_fire_at: null,
-    last_result: "", updated_by: null, updated_at: null, ...over,
+    last_result: "", updated_by: null, updated_at: null, spent: false, ...over,
   };
 }
 

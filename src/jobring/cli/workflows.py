@@ -21,6 +21,7 @@ from jobring.cli.remote import (
     run_remote,
 )
 from jobring.client import AdminClient
+from jobring.core.timefmt import iso_ms
 
 RUN_STATES = ("running", "success", "failed", "stopped")
 
@@ -34,7 +35,8 @@ _WORKFLOW_COLUMNS = (
 
 
 def _ms_text(value: Any) -> str | None:
-    return instant_text(value) if isinstance(value, int) else None
+    # The workflow API gives epoch milliseconds (instant_text reads ISO text).
+    return instant_text(iso_ms(value)) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 _RUN_COLUMNS = (
@@ -47,11 +49,23 @@ _RUN_COLUMNS = (
     ("BY", "triggered_by"),
 )
 
+def _node_target(node: Mapping[str, Any]) -> Any:
+    """A node's job, or a sub-workflow node's workflow."""
+    return f"workflow {node['workflow_id']}" if node.get("workflow_id") else node.get("job_id")
+
+
+def _node_run(node: Mapping[str, Any]) -> Any:
+    """A node's job run, or a sub-workflow node's workflow run (``run-show`` it)."""
+    if node.get("workflow_id") and node.get("run_id"):
+        return f"workflow run {node['run_id']}"
+    return node.get("run_id")
+
+
 _NODE_COLUMNS = (
     ("NODE", "key"),
     ("STATE", lambda n: n["state"] + (f" ({n['skip_reason']})" if n.get("skip_reason") else "")),
-    ("JOB", "job_id"),
-    ("RUN", "run_id"),
+    ("JOB", _node_target),
+    ("RUN", _node_run),
     ("TRY", "attempt"),
     ("STARTED (UTC)", lambda n: _ms_text(n.get("started_at"))),
     ("DURATION", lambda n: f"{n['duration_ms']}ms" if isinstance(n.get("duration_ms"), int) else None),
@@ -88,6 +102,8 @@ def _params(text: str | None) -> dict[str, Any]:
 def _print_run(run: Mapping[str, Any]) -> None:
     head = f"workflow run {run['id']} of workflow {run['workflow_id']} (version {run['version']})"
     print(f"{head}: {run['state']}" + (f" - {run['message']}" if run.get("message") else ""))
+    if run.get("parent_run_id"):
+        print(f"a sub-workflow run of workflow run {run['parent_run_id']} (repair that run)")
     print(f"round {run['round']}, started {_ms_text(run['started_at'])}"
           + (f", ended {_ms_text(run['ended_at'])}" if run.get("ended_at") else ""))
     print_table(run["nodes"], _NODE_COLUMNS)
@@ -110,10 +126,12 @@ def _show(args: argparse.Namespace) -> int:
         if args.json:
             print_json(workflow)
             return 0
+        declared = ", declared in code" if workflow.get("managed_by") == "code" else ""
         print(f"workflow {workflow['id']} {workflow['name']!r} (group {workflow['job_group']}, "
-              f"version {workflow['version']})")
+              f"version {workflow['version']}{declared})")
         print_table(workflow["nodes"], (("NODE", "key"), ("KIND", lambda n: n.get("kind", "job")),
-                                         ("JOB", "job_id"), ("JOIN", lambda n: n.get("join", "all_success")),
+                                         ("JOB", _node_target),
+                                         ("JOIN", lambda n: n.get("join", "all_success")),
                                          ("ON FAILURE", lambda n: n.get("on_failure", "stop"))))
         for edge in workflow["edges"]:
             when = f"  when {edge['when']}" if "when" in edge else ("  else" if edge.get("else") else "")
@@ -180,6 +198,8 @@ def _schedule_changes(args: argparse.Namespace) -> dict[str, Any]:
         changes.update(schedule_type="CRON", schedule_conf=args.cron)
     elif args.fix_rate is not None:
         changes.update(schedule_type="FIX_RATE", schedule_conf=str(args.fix_rate))
+    elif args.once is not None:
+        changes.update(schedule_type="ONCE", schedule_conf=args.once)
     elif args.manual:
         changes.update(schedule_type="NONE", schedule_conf="", enabled=False)
     if args.tz is not None:
@@ -204,6 +224,8 @@ def _print_schedule(schedule: Mapping[str, Any]) -> None:
           f"{schedule['misfire_strategy']}, overlap {schedule['overlap']}")
     if schedule.get("next_fire_at"):
         print(f"next fire {_ms_text(schedule['next_fire_at'])}")
+    if schedule.get("spent"):
+        print("spent: its one fire is over (set another time to plan it again)")
     if schedule.get("queued"):
         print("a fire is waiting for the running run to end")
     if schedule.get("last_result"):
@@ -305,8 +327,11 @@ def register(sub: Any) -> None:
     kind = schedule.add_mutually_exclusive_group()
     kind.add_argument("--cron", metavar="EXPR", help='a cron expression, e.g. "0 0 2 * * ?"')
     kind.add_argument("--fix-rate", type=positive_int, metavar="SECONDS", help="every SECONDS seconds")
+    kind.add_argument("--once", metavar="DATETIME",
+                      help='once, at "2026-12-01 02:00" in --tz (or with its own offset, "...+08:00")')
     kind.add_argument("--manual", action="store_true", help="no schedule (trigger only)")
-    schedule.add_argument("--tz", metavar="ZONE", help="IANA time zone of a cron schedule ('': the admin's)")
+    schedule.add_argument("--tz", metavar="ZONE",
+                          help="IANA time zone of a cron or one-shot schedule ('': the admin's)")
     schedule.add_argument("--misfire", choices=("DO_NOTHING", "FIRE_ONCE_NOW"),
                           help="a fire missed by more than 5 s")
     schedule.add_argument("--overlap", choices=("skip", "queue_one", "allow"),

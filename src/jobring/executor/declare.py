@@ -1,4 +1,5 @@
-"""Jobs declared in code: ``@executor.job("nightly", cron="0 0 2 * * ?", retries=2)``.
+"""Jobs declared in code: ``@executor.job("nightly", cron="0 0 2 * * ?", retries=2)``, and
+workflows of those jobs: ``executor.workflow("nightly", nodes=[{"key": "a", "job": "extract"}])``.
 
 After the executor registered, it sends its declarations once to the admin's jobring
 extension ``api/jobring/declareJobs`` (the admin creates or updates the group's jobs, see
@@ -78,10 +79,46 @@ def declaration(
     return {"handler": handler, "fields": fields, "start": start}
 
 
-def declaration_body(app_name: str, declarations: Sequence[Mapping[str, Any]]) -> bytes:
+_NODE_IDS = ("job_id", "workflow_id")
+
+
+def workflow_declaration(
+    name: str, nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str, Any]], description: str
+) -> dict[str, Any]:
+    """A workflow declared next to the jobs: its nodes name their job by this executor's
+    handler (``"job": "extract"``) and a sub-workflow by a workflow name of the group
+    (``"workflow": "nightly-part"``, declared before it); everything else is the API's node
+    (docs/workflows.md). The admin checks the rest and refuses naming the workflow and node."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 100 or "\n" in name:
+        raise ValueError(f"workflow {name!r}: the name must be one line of 1-100 characters")
+    if isinstance(nodes, str | bytes) or not nodes or not all(isinstance(n, Mapping) for n in nodes):
+        raise ValueError(f"workflow {name!r}: nodes must be a non-empty list of objects")
+    if isinstance(edges, str | bytes) or not all(isinstance(e, Mapping) for e in edges):
+        raise ValueError(f"workflow {name!r}: edges must be a list of objects")
+    for node in nodes:
+        for field in _NODE_IDS:
+            if field in node:
+                raise ValueError(f"workflow {name!r}, node {node.get('key')!r}: {field} is not declared in "
+                                 "code (ids differ between admins): name the handler (job) or the workflow")
+    return {"name": name, "description": str(description), "nodes": [dict(n) for n in nodes],
+            "edges": [dict(e) for e in edges]}
+
+
+def workflow_handlers(workflows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The handlers the declared workflows' nodes run."""
+    return {str(node["job"]) for wf in workflows for node in wf["nodes"] if isinstance(node.get("job"), str)}
+
+
+def declaration_body(
+    app_name: str, declarations: Sequence[Mapping[str, Any]], workflows: Sequence[Mapping[str, Any]] = ()
+) -> bytes:
+    """The request body: the jobs (by handler) and the workflows (in declaration order: a
+    sub-workflow is declared before the workflows that run it)."""
     ordered = sorted(declarations, key=lambda d: str(d["handler"]))
-    digest = hashlib.sha256(orjson.dumps(ordered, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return orjson.dumps({"appname": app_name, "declarations": ordered, "declaration_hash": digest})
+    flows = list(workflows)
+    digest = hashlib.sha256(orjson.dumps([ordered, flows], option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return orjson.dumps({"appname": app_name, "declarations": ordered, "workflows": flows,
+                         "declaration_hash": digest})
 
 
 class Declarer:

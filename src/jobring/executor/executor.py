@@ -26,7 +26,13 @@ from jobring.executor.config import (
     load_executor_settings,
 )
 from jobring.executor.context import JobHandler
-from jobring.executor.declare import Declarer, declaration, declaration_body
+from jobring.executor.declare import (
+    Declarer,
+    declaration,
+    declaration_body,
+    workflow_declaration,
+    workflow_handlers,
+)
 from jobring.executor.distributed import AdminLink, SubTaskRunner
 from jobring.executor.http.app import ExecutorEndpoints
 from jobring.executor.http.limits import ServerLimits
@@ -106,6 +112,7 @@ class Executor:
         self._reducers: dict[str, str] = {}  # handler -> the reduce handler of its map
         self._subtasks: SubTaskRunner | None = None
         self._declarations: dict[str, dict[str, Any]] = {}
+        self._workflows: dict[str, dict[str, Any]] = {}
         self._declarer: Declarer | None = None
         self._declare_task: asyncio.Task[None] | None = None
         self._endpoints: ExecutorEndpoints | None = None
@@ -189,6 +196,24 @@ class Executor:
 
         return register
 
+    def workflow(
+        self,
+        name: str,
+        *,
+        nodes: Sequence[Mapping[str, Any]],
+        edges: Sequence[Mapping[str, Any]] = (),
+        description: str = "",
+    ) -> None:
+        """Declare the workflow ``name`` of this executor group in code, next to its jobs.
+
+        A node names its job by this executor's handler (``{"key": "a", "job": "extract"}``),
+        a sub-workflow node a workflow of the group by name (``{"kind": "subworkflow",
+        "workflow": "part"}``, declared first); other node fields are the API's
+        (docs/workflows.md). Under a jobring admin the workflow is created, or saved as a new
+        version when the declaration changed, when the executor starts; it is read-only in the
+        console. A handler a workflow runs gets a job even without job keywords."""
+        self._workflows[name] = workflow_declaration(name, nodes, edges, description)
+
     @property
     def declarer(self) -> Declarer | None:
         """What became of the declarations sent at this start (None: nothing to send)."""
@@ -196,8 +221,12 @@ class Executor:
 
     @property
     def declarations(self) -> list[dict[str, Any]]:
-        """The jobs declared in code, as sent to the admin."""
-        return [self._declarations[n] for n in sorted(self._declarations)]
+        """The jobs declared in code, as sent to the admin (with a plain job for each handler a
+        declared workflow runs that declares none)."""
+        implicit = {h: {"handler": h, "fields": {}, "start": True}
+                    for h in workflow_handlers(list(self._workflows.values())) if h not in self._declarations}
+        found = {**implicit, **self._declarations}
+        return [found[n] for n in sorted(found)]
 
     def add_handler(self, handler: JobHandler) -> None:
         """Register a handler built by hand (what :meth:`job` does)."""
@@ -347,12 +376,13 @@ class Executor:
 
     def _start_declaring(self, registrar: Registrar) -> None:
         s = self.settings
-        if s.declare_jobs == "never" or (s.declare_jobs == "auto" and not self._declarations):
+        nothing = not self._declarations and not self._workflows
+        if s.declare_jobs == "never" or (s.declare_jobs == "auto" and nothing):
             return
         if not s.admin_urls():
             return
         assert self._client is not None
-        body = declaration_body(s.app_name, self.declarations)
+        body = declaration_body(s.app_name, self.declarations, list(self._workflows.values()))
         self._declarer = Declarer(self._client, s.admin_urls(), s.access_token, body)
         self._declare_task = asyncio.create_task(
             self._declarer.run(registrar.registered), name="jobring-declare-jobs")

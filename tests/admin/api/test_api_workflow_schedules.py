@@ -3,6 +3,9 @@ field; viewers read it, other groups' operators do not see it; the change is aud
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
 from jobring.admin.store import Store
 from tests.admin.api_harness import api_env
 
@@ -46,3 +49,28 @@ async def test_a_schedule_is_set_started_and_stopped_by_the_groups_operator(sqli
         async with env.client("admin") as admin:
             events = (await admin.get("/audit", params={"limit": 50})).json()["items"]
         assert [e["action"] for e in events].count("workflow.schedule") == 3
+
+
+async def test_a_one_shot_schedule_fires_at_its_time_in_its_zone(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        job = await env.add_job(env.group_a)
+        created = await http.post("/workflows", json={"name": "w", "job_group": env.group_a,
+                                                      "nodes": [{"key": "a", "job_id": job}], "edges": []})
+        path = f"/workflows/{created.json()['id']}/schedule"
+        now = datetime.fromtimestamp(env.clock.now_ms() / 1000, tz=UTC)
+        later = (now + timedelta(days=2)).astimezone(ZoneInfo("Asia/Shanghai"))
+        body = {"schedule_type": "ONCE", "schedule_conf": later.strftime("%Y-%m-%d %H:%M"),
+                "schedule_timezone": "Asia/Shanghai", "misfire_strategy": "FIRE_ONCE_NOW", "enabled": True}
+        saved = (await http.put(path, json=body)).json()
+        expected = int(later.replace(second=0).timestamp()) * 1000
+        assert saved["schedule_conf"] == later.strftime("%Y-%m-%dT%H:%M:00")
+        assert saved["next_fire_at"] == expected and saved["next_times"] == [expected]
+        assert not saved["spent"]
+        for conf, field in (("next tuesday", "schedule_conf"),
+                            ((now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M"), "schedule_conf")):
+            answer = await http.put(path, json={**body, "schedule_conf": conf, "schedule_timezone": "UTC"})
+            assert answer.status_code == 422 and answer.json()["field"] == field, answer.text
+        # A past time is fine while stopped (nothing is planned).
+        past = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+        kept = await http.put(path, json={**body, "schedule_conf": past, "enabled": False})
+        assert kept.status_code == 200 and kept.json()["next_times"] == []

@@ -34,7 +34,8 @@ async def test_refusals_name_the_field_and_the_node(sqlite_store: Store) -> None
             (_body(env, [{"key": "a", "job_id": mine}, {"key": "b", "job_id": mine},
                          {"key": "c", "job_id": mine}], [{"from": "a", "to": "b"}]), "'c'"),
             (_body(env, [{"key": "a", "job_id": mine, "join": "sometimes"}], []), "join"),
-            (_body(env, [{"key": "a", "kind": "subworkflow", "workflow_id": 1}], []), "not available"),
+            (_body(env, [{"key": "a", "kind": "subworkflow", "workflow_id": 1}], []),
+             "workflow 1 does not exist"),
         ]
         for body, expected in cases:
             answer = await http.post("/workflows", json=body)
@@ -181,9 +182,9 @@ async def test_a_trigger_of_a_workflow_deleted_meanwhile_answers_404(
         store = env.store.workflows
         real_start = store.start_run
 
-        async def deleted_first(*args: Any) -> int:
+        async def deleted_first(*args: Any, **kwargs: Any) -> int:
             await store.delete(wf["id"])
-            return await real_start(*args)
+            return await real_start(*args, **kwargs)
 
         monkeypatch.setattr(store, "start_run", deleted_first)
         answer = await http.post(f"/workflows/{wf['id']}/trigger", json={"params": {}})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -134,3 +135,34 @@ async def test_a_job_moved_to_another_group_keeps_the_run_from_starting(sched: S
     await sched.a.tick()
     assert await sched.runs(wf.id) == []
     assert "not started" in (await sched.schedule(wf.id)).last_result
+
+
+async def _once(sched: Sched, at_ms: int, misfire: str) -> WorkflowRecord:
+    wf = await sched.workflow(misfire=misfire)
+    schedule = await sched.schedule(wf.id)
+    at = datetime.fromtimestamp(at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    await sched.env.store.workflow_schedules.put(replace(schedule, schedule_type="ONCE", schedule_conf=at,
+                                                         next_fire_at=at_ms))
+    return wf
+
+
+async def test_a_one_shot_fires_once_and_is_spent(sched: Sched) -> None:
+    wf = await _once(sched, T0 + MINUTE, "DO_NOTHING")
+    sched.env.clock.set(T0 + MINUTE + 10)
+    await asyncio.gather(sched.a.tick(), sched.b.tick())
+    assert len(await sched.runs(wf.id)) == 1
+    assert (await sched.schedule(wf.id)).next_fire_at == 0  # spent
+    sched.env.clock.set(T0 + 100 * MINUTE)
+    await sched.a.tick()
+    assert len(await sched.runs(wf.id)) == 1
+
+
+async def test_a_missed_one_shot_follows_the_misfire_rule(sched: Sched) -> None:
+    skipped = await _once(sched, T0 + MINUTE, "DO_NOTHING")
+    fired = await _once(sched, T0 + MINUTE, "FIRE_ONCE_NOW")
+    sched.env.clock.set(T0 + 30 * MINUTE)  # the admin was down at the instant
+    await sched.a.tick()
+    assert await sched.runs(skipped.id) == [] and len(await sched.runs(fired.id)) == 1
+    for wf in (skipped, fired):
+        assert (await sched.schedule(wf.id)).next_fire_at == 0
+    assert "missed" in (await sched.schedule(skipped.id)).last_result

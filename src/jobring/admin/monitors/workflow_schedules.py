@@ -2,7 +2,8 @@
 
 Every admin sweeps the due schedules; each planned instant is fired by the one admin whose
 compare-and-set moves the schedule past it (``store.workflow_schedules.claim``). The misfire
-rules are the jobs' (:func:`jobring.core.planning.decide_fire`), the overlap rule is the
+rules are the jobs' (:func:`jobring.core.planning.decide_fire`; a one-shot ``ONCE`` schedule
+plans nothing after its instant, so it is spent once fired or missed), the overlap rule is the
 workflow's own (:func:`jobring.core.workflow.overlap.on_fire`): a fire while a run is going is
 skipped, waits (``queue_one``: started by the sweep once the running run has ended) or starts
 another run. A scheduled run is started by the driver as a trigger from the API is, with the
@@ -15,13 +16,15 @@ import logging
 from typing import TYPE_CHECKING
 
 from jobring.admin.monitors.base import Monitor
+from jobring.admin.services.workflow_access import check_tree
 from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.core.clock import Clock
+from jobring.core.oneshot import workflow_schedule
 from jobring.core.planning import decide_fire
-from jobring.core.schedule import ScheduleError, parse_schedule
+from jobring.core.schedule import ScheduleError
 from jobring.core.timefmt import iso_ms
-from jobring.core.workflow import JobRef, WorkflowInvalid, check_access
+from jobring.core.workflow import WorkflowInvalid
 from jobring.core.workflow.overlap import Overlap, OverlapAction, on_fire
 
 if TYPE_CHECKING:
@@ -82,7 +85,7 @@ class WorkflowScheduler(Monitor):
             return
         planned = schedule.next_fire_at
         try:
-            plan = parse_schedule(schedule.schedule_type, schedule.schedule_conf,
+            plan = workflow_schedule(schedule.schedule_type, schedule.schedule_conf,
                                   schedule.time_zone or self._default_zone)
         except ScheduleError as exc:  # saved valid; a zone database change could make it not
             await self._store.workflow_schedules.claim(wid, planned, 0, queued_at=0, result=f"stopped: {exc}")
@@ -130,14 +133,12 @@ class WorkflowScheduler(Monitor):
         log.info("workflow %s: %s", wid, text)
 
     async def _refusal(self, workflow_id: int, version: int, owner_group: int) -> str | None:
-        """Why the workflow may not run now (a node's job deleted or moved to another group)."""
+        """Why the workflow may not run now (a node's job deleted or moved to another group, a
+        sub-workflow gone or changed)."""
         graph = await self._driver.graph(workflow_id, version)
-        ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
-        jobs = await self._store.jobs.get_many(ids)
-        refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
         try:
-            check_access(graph, job_lookup=refs.get, may_operate=lambda group: group == owner_group,
-                         workflow_lookup=lambda _: None, workflow_id=workflow_id, owner_group=owner_group)
+            await check_tree(self._store, self._driver.graph, graph, workflow_id=workflow_id,
+                             owner_group=owner_group, may_operate=lambda group: group == owner_group)
         except WorkflowInvalid as exc:
             return str(exc)
         return None

@@ -28,6 +28,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.monitors.base import Monitor
+from jobring.admin.services.subworkflows import Children
 from jobring.admin.store.records import HandleResult
 from jobring.admin.store.workflows import (
     NewNodeRun,
@@ -53,7 +54,9 @@ from jobring.core.workflow import (
     Outcome,
     RunStarted,
     StartJob,
+    StartSubworkflow,
     Step,
+    StopSubworkflow,
     WorkflowGraph,
     apply,
     inherited_retries,
@@ -110,6 +113,7 @@ class WorkflowDriver(Monitor):
         # attempts, and holding a slot while waiting for another could use them all up.
         self._firing = asyncio.Semaphore(max_concurrent_fires)
         self.lost_races = 0  # steps recomputed because another writer stored one first
+        self.children = Children(store, clock, self)
 
     # -- graphs -----------------------------------------------------------------------------------
 
@@ -130,11 +134,17 @@ class WorkflowDriver(Monitor):
     # -- starting and applying ----------------------------------------------------------------------
 
     async def start_run(
-        self, workflow: WorkflowRecord, params: Mapping[str, JsonValue], triggered_by: str | None
+        self,
+        workflow: WorkflowRecord,
+        params: Mapping[str, JsonValue],
+        triggered_by: str | None,
+        *,
+        parent: NodeRunRecord | None = None,
     ) -> tuple[int, Step]:
         """Start a run of the workflow's current version; (run id, first step). A step that is
         not applied (bad params) records nothing: its note says why. WorkflowRunGone when the
-        workflow has been deleted."""
+        workflow has been deleted. ``parent``: the sub-workflow attempt this run is the child
+        of (IntegrityError when that attempt has started a child already)."""
         graph = await self.graph(workflow.id, workflow.version)
         job_ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
         jobs = await self._store.jobs.get_many(job_ids)
@@ -154,11 +164,14 @@ class WorkflowDriver(Monitor):
                 triggered_by,
                 now,
                 _starts(step.commands),
+                params=params,
+                parent_run_id=None if parent is None else parent.workflow_run_id,
+                parent_node_run_id=None if parent is None else parent.id,
             )
         except WorkflowGone as exc:  # deleted since it was read
             raise WorkflowRunGone(str(exc)) from None
         log.info("workflow %s run %s started (version %s)", workflow.id, run_id, workflow.version)
-        await self._carry_out(run_id, step.commands)
+        await self._carry_out(run_id, step.commands, None if parent is None else parent.id)
         return run_id, step
 
     async def apply(self, run_id: int, event: Event) -> Step:
@@ -184,13 +197,15 @@ class WorkflowDriver(Monitor):
                 _starts(step.commands),
             )
             if stored:
-                await self._carry_out(run_id, step.commands)
+                await self._carry_out(run_id, step.commands, record.parent_node_run_id)
                 return step
             self.lost_races += 1
         raise RuntimeError(f"workflow run {run_id}: {_CONTENDED_TRIES} writers in a row came first")
 
-    async def _carry_out(self, run_id: int, commands: Sequence[Command]) -> None:
-        starts = [c for c in commands if isinstance(c, StartJob)]
+    async def _carry_out(
+        self, run_id: int, commands: Sequence[Command], parent_node_run_id: int | None
+    ) -> None:
+        starts = [c for c in commands if isinstance(c, StartJob | StartSubworkflow)]
         if starts:
             wanted = {c.key for c in starts}
             attempts = [
@@ -202,8 +217,12 @@ class WorkflowDriver(Monitor):
         for command in commands:
             if isinstance(command, KillJob):
                 await self._kill(run_id, command)
+            elif isinstance(command, StopSubworkflow):
+                await self.children.stop(run_id, command)
             elif isinstance(command, FinishRun):
                 log.info("workflow run %s ended %s: %s", run_id, command.status.value, command.message)
+                if parent_node_run_id is not None:
+                    await self.children.on_child_end(parent_node_run_id)
 
     # -- firing -------------------------------------------------------------------------------------
 
@@ -214,6 +233,9 @@ class WorkflowDriver(Monitor):
             return  # another admin has it
         if not await self._still_wanted(attempt):
             await self._store.workflows.ended([attempt.id], now)
+            return
+        if attempt.workflow_id is not None:
+            await self.children.fire(attempt)
             return
         log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
         if log_id is None:
@@ -373,6 +395,7 @@ class WorkflowDriver(Monitor):
                 )
             except WorkflowRunGone:
                 await self._store.workflows.ended([ended.node_run.id], now)
+        await self.children.sweep()
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(self._logged(work))
@@ -416,11 +439,14 @@ def _item(item: int) -> int | None:
 
 
 def _starts(commands: Sequence[Command]) -> list[NewNodeRun]:
-    return [
-        NewNodeRun(c.node, -1 if c.item is None else c.item, c.attempt, c.job_id, c.params, c.timeout_s)
-        for c in commands
-        if isinstance(c, StartJob)
-    ]
+    out = []
+    for c in commands:
+        if isinstance(c, StartJob):
+            out.append(NewNodeRun(c.node, -1 if c.item is None else c.item, c.attempt, c.job_id, c.params,
+                                  c.timeout_s))
+        elif isinstance(c, StartSubworkflow):  # job 0: the attempt runs a workflow, not a job
+            out.append(NewNodeRun(c.node, -1, c.attempt, 0, None, c.timeout_s, workflow_id=c.workflow_id))
+    return out
 
 
 def _naive_utc(ms: int) -> datetime:

@@ -56,6 +56,7 @@ from jobring.admin.store.records import (
 )
 from jobring.admin.store.subtasks import DistributedRepository
 from jobring.admin.store.users import SessionRepository, SettingRepository, TokenRepository, UserRepository
+from jobring.admin.store.workflow_children import WorkflowChildRepository
 from jobring.admin.store.workflow_schedules import WorkflowScheduleRepository
 from jobring.admin.store.workflows import WorkflowRepository
 
@@ -85,6 +86,7 @@ class Store:
         self.delayed = DelayedFireRepository(self.db)
         self.workflows = WorkflowRepository(self.db)
         self.workflow_schedules = WorkflowScheduleRepository(self.db)
+        self.workflow_children = WorkflowChildRepository(self.db)
         self.calendars = CalendarRepository(self.db)
         self.backfills = BackfillRepository(self.db)
         self.flow = FlowRepository(self.db)

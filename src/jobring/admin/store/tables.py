@@ -371,6 +371,7 @@ workflow = Table(
     Column("created_by", String(64), nullable=True),
     Column("created_at", BigInteger, nullable=False),  # epoch ms
     Column("updated_at", BigInteger, nullable=False),  # epoch ms
+    Column("managed_by", String(16), nullable=True),  # "code": declared by an executor, read-only
     Index("ix_workflow_group", "job_group"),
     sqlite_autoincrement=True,
 )
@@ -401,7 +402,13 @@ workflow_run = Table(
     Column("triggered_by", String(64), nullable=True),
     Column("started_at", BigInteger, nullable=False),
     Column("ended_at", BigInteger, nullable=True),
+    # A sub-workflow node's run: the parent run and the node attempt that started it (unique:
+    # one child run per attempt, whichever admin fires it); ``params`` the starting context.
+    Column("parent_run_id", BigInteger, nullable=True),
+    Column("parent_node_run_id", BigInteger, nullable=True),
+    Column("params", LongText, nullable=True),
     Index("ix_workflow_run_workflow", "workflow_id", "id"),
+    Index("ux_workflow_run_parent_node", "parent_node_run_id", unique=True),
     Index("ix_workflow_run_status", "status"),
     sqlite_autoincrement=True,
 )
@@ -449,6 +456,7 @@ workflow_node_run = Table(
     Column("claimed_at", BigInteger, nullable=True),
     Column("created_at", BigInteger, nullable=False),
     Column("ended_at", BigInteger, nullable=True),
+    Column("workflow_id", Integer, nullable=True),  # a sub-workflow attempt's workflow (job_id 0)
     UniqueConstraint("workflow_run_id", "node_key", "item", "attempt", name="ux_workflow_node_attempt"),
     Index("ix_workflow_node_run_log", "log_id"),
     Index("ix_workflow_node_run_state", "state"),

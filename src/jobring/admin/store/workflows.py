@@ -30,6 +30,7 @@ from jobring.admin.store.tables import (
 from jobring.errors import JobringError
 
 __all__ = [
+    "MANAGED_BY_CODE",
     "NewNodeRun",
     "NodeRunRecord",
     "NodeRunState",
@@ -40,6 +41,10 @@ __all__ = [
     "WorkflowRunRecord",
     "EndedNodeRun",
 ]
+
+
+MANAGED_BY_CODE = "code"
+"""``jobring_workflow.managed_by`` of a workflow declared in an executor's code."""
 
 
 class NodeRunState:
@@ -74,6 +79,7 @@ class WorkflowRecord:
     created_at: int
     updated_at: int
     definition: dict[str, Any]
+    managed_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +95,23 @@ class WorkflowRunRecord:
     triggered_by: str | None
     started_at: int
     ended_at: int | None
+    parent_run_id: int | None = None
+    parent_node_run_id: int | None = None
     state: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class NewNodeRun:
-    """A node attempt to start (an engine StartJob command)."""
+    """A node attempt to start (an engine StartJob or StartSubworkflow command)."""
 
     node_key: str
     item: int  # -1: not a fan-out item
     attempt: int
-    job_id: int
+    job_id: int  # 0 for a sub-workflow attempt
     params: str | None
     timeout_s: int | None
+    workflow_id: int | None = None  # the workflow a sub-workflow attempt runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +130,7 @@ class NodeRunRecord:
     claimed_at: int | None
     created_at: int
     ended_at: int | None
+    workflow_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,18 +157,22 @@ async def _state_text(doc: Mapping[str, Any]) -> str:
 def _run(row: Any, with_state: bool) -> WorkflowRunRecord:
     values = dict(row._asdict())
     raw = values.pop("state", None)
-    return WorkflowRunRecord(**values, state=orjson.loads(raw) if with_state and raw is not None else None)
+    params = values.pop("params", None)
+    return WorkflowRunRecord(**values, state=orjson.loads(raw) if with_state and raw is not None else None,
+                             params=orjson.loads(params) if with_state and params is not None else None)
 
 
-def _decoded_run(row: Any) -> WorkflowRunRecord:
+def decoded_run(row: Any) -> WorkflowRunRecord:
+    """A run row with its state and params decoded."""
     return _run(row, with_state=True)
 
 
-def _node_run(row: Any) -> NodeRunRecord:
+def node_run_of(row: Any) -> NodeRunRecord:
+    """A node attempt row."""
     return NodeRunRecord(**row._asdict())
 
 
-_RUN_LIST_COLUMNS = [c for c in workflow_run.c if c.name != "state"]
+_RUN_LIST_COLUMNS = [c for c in workflow_run.c if c.name not in ("state", "params")]
 
 
 class WorkflowRepository(Repository):
@@ -173,8 +188,10 @@ class WorkflowRepository(Repository):
         definition: Mapping[str, Any],
         created_by: str | None,
         now_ms: int,
+        managed_by: str | None = None,
     ) -> int:
-        """A new workflow at version 1; returns its id."""
+        """A new workflow at version 1; returns its id (``managed_by`` "code": declared by an
+        executor)."""
         async with self._db.write() as conn:
             workflow_id = new_id(
                 await conn.execute(
@@ -186,6 +203,7 @@ class WorkflowRepository(Repository):
                         created_by=created_by,
                         created_at=now_ms,
                         updated_at=now_ms,
+                        managed_by=managed_by,
                     )
                 )
             )
@@ -354,10 +372,17 @@ class WorkflowRepository(Repository):
         triggered_by: str | None,
         now_ms: int,
         starts: Sequence[NewNodeRun],
+        *,
+        params: Mapping[str, Any] | None = None,
+        parent_run_id: int | None = None,
+        parent_node_run_id: int | None = None,
     ) -> int:
         """Record a run and the node attempts its first step starts; returns the run id.
-        :class:`WorkflowGone` when the workflow was deleted (see :meth:`delete`)."""
+        :class:`WorkflowGone` when the workflow was deleted (see :meth:`delete`). A child run
+        names its parent run and node attempt (unique: IntegrityError when the attempt has
+        started one already)."""
         text = await _state_text(state)
+        params_text = None if params is None else await _state_text(params)  # up to 64 KiB
         async with self._db.write() as conn:
             shared = select(workflow.c.id).where(workflow.c.id == workflow_id).with_for_update(read=True)
             if (await conn.execute(shared)).first() is None:
@@ -374,6 +399,9 @@ class WorkflowRepository(Repository):
                         triggered_by=triggered_by,
                         started_at=now_ms,
                         ended_at=now_ms if status != "running" else None,
+                        params=params_text,
+                        parent_run_id=parent_run_id,
+                        parent_node_run_id=parent_node_run_id,
                     )
                 )
             )
@@ -384,7 +412,7 @@ class WorkflowRepository(Repository):
         async with self._db.read() as conn:
             row = (await conn.execute(select(workflow_run).where(workflow_run.c.id == run_id))).first()
         # Decoded in a worker thread, like the encoding (see _state_text).
-        return None if row is None else await asyncio.to_thread(_decoded_run, row)
+        return None if row is None else await asyncio.to_thread(decoded_run, row)
 
     async def list_runs(
         self,
@@ -464,14 +492,14 @@ class WorkflowRepository(Repository):
             .order_by(workflow_node_run.c.id)
         )
         async with self._db.read() as conn:
-            return [_node_run(r) for r in (await conn.execute(stmt)).all()]
+            return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
 
     async def node_run(self, node_run_id: int) -> NodeRunRecord | None:
         async with self._db.read() as conn:
             row = (
                 await conn.execute(select(workflow_node_run).where(workflow_node_run.c.id == node_run_id))
             ).first()
-        return None if row is None else _node_run(row)
+        return None if row is None else node_run_of(row)
 
     async def node_runs_of_logs(self, log_ids: Collection[int]) -> builtins.list[NodeRunRecord]:
         """The node attempts carried out by these job runs."""
@@ -481,7 +509,7 @@ class WorkflowRepository(Repository):
                 rows = await conn.execute(
                     select(workflow_node_run).where(workflow_node_run.c.log_id.in_(part))
                 )
-                found.extend(_node_run(r) for r in rows.all())
+                found.extend(node_run_of(r) for r in rows.all())
         return found
 
     async def claim(
@@ -544,7 +572,7 @@ class WorkflowRepository(Repository):
             .limit(limit)
         )
         async with self._db.read() as conn:
-            return [_node_run(r) for r in (await conn.execute(stmt)).all()]
+            return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
 
     async def log_of_node_run(self, node_run_id: int) -> int | None:
         """The job run recorded for this attempt, if any (read through the unique key)."""
@@ -608,6 +636,7 @@ async def _insert_starts(
                 "timeout_s": s.timeout_s,
                 "state": NodeRunState.PENDING,
                 "created_at": now_ms,
+                "workflow_id": s.workflow_id,
             }
             for s in starts
         ],

@@ -40,7 +40,9 @@ JobLookup = Callable[[int], "JobRef | None"]
 GroupPermission = Callable[[int], bool]
 """``may_operate(group_id)``: may the acting user run jobs of this group."""
 WorkflowLookup = Callable[[int], "WorkflowGraph | None"]
-"""``workflow_lookup(workflow_id)``: another workflow's current graph, or None when there is none."""
+"""``workflow_lookup(workflow_id)``: another workflow's current graph, or None when there is none
+(or, as the admin binds it, when it is in another group than the workflow being checked: a
+sub-workflow's run and the context it hands back are seen by the parent's viewers)."""
 
 
 class _Checker:
@@ -91,7 +93,8 @@ class _Checker:
             return f"sub-workflows nest more than {MAX_NESTING} deep: {chain}", 0
         graph = self.workflow_lookup(workflow_id)
         if graph is None:
-            result: tuple[str | None, int] = (f"{chain} does not exist", 0)
+            result: tuple[str | None, int] = (
+                f"{chain} does not exist or is not in this workflow's group", 0)
         else:
             result = self.graph_refusal(graph, (*path, workflow_id))
         # A refusal aborts the whole check, so caching one found along a particular path is safe.

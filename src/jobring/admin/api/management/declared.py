@@ -51,11 +51,19 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import AuthMethod, Principal
 from jobring.admin.security.roles import Role
 from jobring.admin.services.audit import Actor, ActorKind, AuditAction, client_address, request_source
+from jobring.admin.services.declared_workflows import (
+    DeclaredWorkflows,
+    WorkflowDeclaration,
+    WorkflowDeclarationError,
+    parse_workflow_declarations,
+)
 from jobring.admin.services.validation import FieldError, text_problem
+from jobring.admin.services.workflow_access import store_graphs
 from jobring.admin.store.errors import StoreError
 from jobring.admin.store.records import JobInfo, User
 from jobring.core.enums import GlueType, ManagedBy, ScheduleType, TriggerStatus
 from jobring.core.text import one_line_problem
+from jobring.core.workflow import WorkflowGraph
 from jobring.errors import JobringError, Refused
 from jobring.protocol.models import ACCESS_TOKEN_HEADER, MSG_TOKEN_WRONG
 
@@ -357,6 +365,13 @@ class DeclareApi:
     def __init__(self, services: ManagementServices) -> None:
         self._services = services
         self._declarations = DeclarationService(services)
+        self._workflows = DeclaredWorkflows(services.store, services.audit, services.clock, self._graph)
+
+    async def _graph(self, workflow_id: int, version: int) -> WorkflowGraph:
+        # The driver's cache when this node runs workflows (it may be set after this is built).
+        driver = self._services.workflows
+        source = driver.graph if driver is not None else store_graphs(self._services.store)
+        return await source(workflow_id, version)
 
     async def _token_ok(self, given: str, appname: str) -> bool:
         """The executor access token, as ``api/registry`` checks it for ``appname``: the
@@ -367,6 +382,14 @@ class DeclareApi:
             return expected is not None and hmac.compare_digest(expected.encode(), given.encode())
         scope = await tokens.scope(given)
         return scope is not None and scope.allows_app(appname)
+
+    async def _apply_workflows(self, appname: str, workflows: list[WorkflowDeclaration]) -> dict[str, Any]:
+        group = await self._services.store.groups.by_app_name(appname)
+        assert group is not None  # the jobs were just applied to it
+        managed, console = _jobs_by_handler(await self._services.store.jobs.in_group(group.id))
+        jobs = {handler: job.id for handler, job in {**console, **managed}.items()}
+        actor = Actor(f"executor:{appname}"[:64], ActorKind.EXECUTOR)
+        return await self._workflows.apply(group.id, actor, workflows, jobs)
 
     async def endpoint(self, request: Request) -> Response:
         if request.method != "POST":
@@ -381,13 +404,19 @@ class DeclareApi:
         try:
             cap = self._services.settings.declared_jobs_max_per_group
             appname, declarations = parse_declarations(data, cap)
+            workflows = parse_workflow_declarations(data.get("workflows"))
             if not await self._token_ok(given, appname):
                 return _answer(500, MSG_TOKEN_WRONG)
             with request_source(client_address(request.scope)):
                 result = await self._declarations.apply(appname, declarations)
+                if workflows is not None:
+                    result["workflows"] = await self._apply_workflows(appname, workflows)
         except DeclarationError as exc:
             log.warning("declarations refused: %s", exc)
             return _answer(500, str(exc), {"handler": exc.handler, "field": exc.field})
+        except WorkflowDeclarationError as exc:  # the jobs are applied: a workflow is refused alone
+            log.warning("declared workflows refused: %s", exc)
+            return _answer(500, str(exc), {"workflow": exc.workflow, "field": exc.field})
         except StoreError as exc:  # our own messages (e.g. a job changed meanwhile)
             return _answer(500, str(exc))
         except Exception as exc:  # the executor tries again later

@@ -29,7 +29,8 @@ from jobring.admin.services.validation import (
 )
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.admin.store.workflows import WorkflowRecord
-from jobring.core.schedule import next_fire_times, parse_schedule
+from jobring.core.oneshot import ONCE, canonical_once, workflow_schedule
+from jobring.core.schedule import ScheduleError, next_fire_times
 
 router = APIRouter(tags=["workflows"], responses=ERROR_RESPONSES)
 
@@ -41,9 +42,12 @@ PREVIEW_COUNT = 5
 class WorkflowScheduleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    schedule_type: Literal["NONE", "CRON", "FIX_RATE"] = "NONE"
+    schedule_type: Literal["NONE", "CRON", "FIX_RATE", "ONCE"] = "NONE"
     schedule_conf: str = Field(
-        default="", max_length=128, description="cron expression, or seconds for FIX_RATE"
+        default="",
+        max_length=128,
+        description="cron expression, seconds for FIX_RATE, or for ONCE a date and time "
+        "(2026-12-01T02:00:00, in schedule_timezone unless it carries an offset)",
     )
     schedule_timezone: str | None = Field(
         default=None, max_length=64, description="IANA zone (null: the admin's)"
@@ -68,6 +72,7 @@ class WorkflowScheduleOut(BaseModel):
     next_fire_at: int | None = Field(description="epoch ms of the next planned fire (null: none)")
     next_times: list[int] = Field(description="the next few fire times (epoch ms), also while stopped")
     queued: bool = Field(description="a fire is waiting for the running run to end (overlap queue_one)")
+    spent: bool = Field(default=False, description="a started ONCE schedule whose instant has passed")
     last_fire_at: int | None
     last_result: str
     updated_by: str | None
@@ -85,7 +90,7 @@ def _out(
         )
     try:
         zone = schedule.time_zone or default_zone
-        plan = parse_schedule(schedule.schedule_type, schedule.schedule_conf, zone)
+        plan = workflow_schedule(schedule.schedule_type, schedule.schedule_conf, zone)
         times = next_fire_times(plan, now, PREVIEW_COUNT)
     except ValueError:  # a zone that vanished from the zone database: nothing to preview
         times = []
@@ -101,11 +106,22 @@ def _out(
         next_fire_at=schedule.next_fire_at or None,
         next_times=times,
         queued=schedule.queued_at > 0,
+        spent=schedule.schedule_type == ONCE and schedule.enabled and not schedule.next_fire_at,
         last_fire_at=schedule.last_fire_at or None,
         last_result=schedule.last_result,
         updated_by=schedule.updated_by,
         updated_at=schedule.updated_at,
     )
+
+
+def _once_conf(conf: str, zone: str) -> str:
+    """A ONCE schedule's conf as stored (FieldError naming the field when it does not parse)."""
+    try:
+        workflow_schedule(ONCE, conf, zone)
+    except ScheduleError as exc:
+        name, _, _ = str(exc).partition(": ")
+        raise FieldError("schedule_timezone" if name == "time_zone" else "schedule_conf", str(exc)) from None
+    return canonical_once(conf)
 
 
 def _digest(params: Any) -> dict[str, Any]:
@@ -150,7 +166,9 @@ async def put_workflow_schedule(
     check_timezone("schedule_timezone", body.schedule_timezone)
     zone = body.schedule_timezone or _zone(services)
     conf = quartz_conf(body.schedule_type, body.schedule_conf.strip()) or ""
-    if body.schedule_type != "NONE":
+    if body.schedule_type == ONCE:
+        conf = _once_conf(conf, zone)
+    elif body.schedule_type != "NONE":
         check_schedule(body.schedule_type, conf, zone)
     elif body.enabled:
         raise FieldError("enabled", "a workflow without a schedule (NONE) cannot be started")
@@ -159,7 +177,9 @@ async def put_workflow_schedule(
         raise FieldError("params", f"at most {PARAMS_MAX_BYTES // 1024} KiB")
     now = services.now_ms()
     before = await services.store.workflow_schedules.get(workflow_id)
-    next_ms = parse_schedule(body.schedule_type, conf, zone).next_fire_ms(now) if body.enabled else None
+    next_ms = workflow_schedule(body.schedule_type, conf, zone).next_fire_ms(now) if body.enabled else None
+    if body.enabled and next_ms is None and body.schedule_type == ONCE:
+        raise FieldError("schedule_conf", f"{conf} is in the past: a one-shot schedule starts only before it")
     schedule = WorkflowSchedule(
         workflow_id=workflow_id,
         schedule_type=body.schedule_type,

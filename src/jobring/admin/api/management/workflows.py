@@ -19,19 +19,17 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction
 from jobring.admin.services.validation import check_json_value
+from jobring.admin.services.workflow_access import check_tree, store_graphs
 from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
-from jobring.admin.store.workflows import WorkflowBusy, WorkflowRecord, WorkflowRunRecord
+from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowBusy, WorkflowRecord, WorkflowRunRecord
 from jobring.core.workflow import (
     Event,
-    JobRef,
     MarkSucceeded,
-    NodeKind,
     RerunFrom,
     RetryFailed,
     StopRun,
     WorkflowGraph,
     WorkflowInvalid,
-    check_access,
     check_run_budget,
     definition_changes,
     definition_summary,
@@ -74,6 +72,9 @@ class WorkflowOut(BaseModel):
     created_by: str | None
     created_at: int = Field(description="epoch ms")
     updated_at: int = Field(description="epoch ms")
+    managed_by: str | None = Field(
+        default=None, description='"code": declared by an executor in its code (read-only here)'
+    )
     nodes: list[dict[str, Any]]
     edges: list[dict[str, Any]]
 
@@ -94,8 +95,11 @@ class NodeRunOut(BaseModel):
     key: str
     kind: str
     job_id: int | None
+    workflow_id: int | None = Field(default=None, description="a sub-workflow node's workflow")
     state: str = Field(description="waiting, running, success, failed, skipped, stopped")
-    run_id: int | None = Field(description="the job run (run log id) of the latest attempt")
+    run_id: int | None = Field(
+        description="the job run (run log id) of the latest attempt; of a sub-workflow node, its workflow run"
+    )
     attempt: int
     started_at: int | None = Field(description="epoch ms")
     ended_at: int | None = Field(description="epoch ms")
@@ -117,6 +121,9 @@ class WorkflowRunSummaryOut(BaseModel):
     triggered_by: str | None
     started_at: int
     ended_at: int | None
+    parent_run_id: int | None = Field(
+        default=None, description="the workflow run whose sub-workflow node started this run"
+    )
 
 
 class WorkflowRunOut(WorkflowRunSummaryOut):
@@ -154,13 +161,6 @@ def _parse(body: WorkflowIn) -> WorkflowGraph:
         check_run_budget(graph)
     except WorkflowInvalid as exc:
         raise _invalid(exc) from None
-    for node in graph.nodes.values():
-        if node.kind is NodeKind.SUBWORKFLOW:
-            raise ApiError(
-                422,
-                f"{node.field}.kind (node {node.key!r}): sub-workflow nodes are not available yet",
-                f"{node.field}.kind",
-            )
     return graph
 
 
@@ -172,22 +172,16 @@ async def _check_jobs(
     owner_group: int,
 ) -> None:
     """Every node's job exists, is in a group the caller may operate and is in the
-    workflow's own group ``owner_group`` (WorkflowInvalid -> 422)."""
-    ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
-    jobs = await services.store.jobs.get_many(ids)
-    refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
-
-    def may_operate(group_id: int) -> bool:
-        return principal.can_write_group(group_id)
-
+    workflow's own group ``owner_group``; every sub-workflow exists, is in that group, does not
+    loop or nest too deep, and (at any depth) runs only such jobs (WorkflowInvalid -> 422)."""
     try:
-        check_access(
+        await check_tree(
+            services.store,
+            services.workflows.graph if services.workflows is not None else store_graphs(services.store),
             graph,
-            job_lookup=refs.get,
-            may_operate=may_operate,
-            workflow_lookup=lambda _: None,
             workflow_id=workflow_id,
             owner_group=owner_group,
+            may_operate=principal.can_write_group,
         )
     except WorkflowInvalid as exc:
         raise _invalid(exc) from None
@@ -203,6 +197,7 @@ def _out(record: WorkflowRecord) -> WorkflowOut:
         created_by=record.created_by,
         created_at=record.created_at,
         updated_at=record.updated_at,
+        managed_by=record.managed_by,
         nodes=list(record.definition.get("nodes", [])),
         edges=list(record.definition.get("edges", [])),
     )
@@ -234,6 +229,7 @@ def _summary(record: WorkflowRunRecord) -> dict[str, Any]:
         "triggered_by": record.triggered_by,
         "started_at": record.started_at,
         "ended_at": record.ended_at,
+        "parent_run_id": record.parent_run_id,
     }
 
 
@@ -299,6 +295,9 @@ async def update_workflow(
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     ensure_group_write(principal, body.job_group)
+    if record.managed_by == MANAGED_BY_CODE:
+        raise ApiError(409, f"workflow {workflow_id} is declared in an executor's code: change it there "
+                       "(it is saved again at the executor's next start)", "managed_by")
     graph = _parse(body)
     await _check_jobs(services, principal, graph, workflow_id, body.job_group)
     expected = body.version if body.version is not None else record.version
@@ -458,6 +457,7 @@ async def _run_out(services: ManagementServices, record: WorkflowRunRecord) -> W
                 key=key,
                 kind=node.kind.value,
                 job_id=node.job_id,
+                workflow_id=node.workflow_id,
                 state=rec.status.value,
                 run_id=rec.run_id,
                 attempt=rec.attempt,
@@ -496,6 +496,9 @@ async def _repair(
 ) -> WorkflowRunOut:
     record = await _load_run(services, principal, run_id)
     ensure_group_write(principal, record.job_group, not_found("workflow run", run_id))
+    if record.parent_run_id is not None and not isinstance(event, StopRun):
+        raise ApiError(409, f"workflow run {run_id} is a sub-workflow run of workflow run "
+                       f"{record.parent_run_id}: repair that run (a retry there runs this workflow again)")
     driver = _driver(services)
     await _check_jobs(
         services,

@@ -1,0 +1,103 @@
+"""The store-bound side of :func:`jobring.core.workflow.check_access`: load what a workflow's
+graph reaches (its nodes' jobs, its sub-workflows' current graphs, at any depth), then run the
+pure check over what was loaded.
+
+A sub-workflow must be in the same executor group as the workflow that runs it: its run, its
+nodes' job runs and the context it hands back are shown to the parent's viewers, so a
+workflow of another group is looked up as missing (one refusal for both, naming no group).
+Together with "a workflow runs only its own group's jobs" a whole tree of workflows is one
+group's, and the right to operate that group is the right to run every job in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from jobring.core.workflow import (
+    GroupPermission,
+    JobRef,
+    NodeKind,
+    WorkflowGraph,
+    WorkflowInvalid,
+    check_access,
+    parse_workflow,
+)
+from jobring.core.workflow.model import MAX_NESTING
+
+if TYPE_CHECKING:
+    from jobring.admin.store import Store
+
+__all__ = ["GraphSource", "check_tree", "store_graphs"]
+
+GraphSource = Callable[[int, int], Awaitable[WorkflowGraph]]
+"""``graph(workflow_id, version)``: a saved version's parsed graph (the driver's cache)."""
+
+
+def store_graphs(store: Store) -> GraphSource:
+    """A :data:`GraphSource` reading the store (no cache: for a node without the driver)."""
+
+    async def graph(workflow_id: int, version: int) -> WorkflowGraph:
+        doc = await store.workflows.definition(workflow_id, version)
+        if doc is None:  # deleted between two reads
+            raise WorkflowInvalid("workflow_id", None, f"workflow {workflow_id} does not exist")
+        return parse_workflow(doc)
+
+    return graph
+
+
+def _children(graph: WorkflowGraph) -> set[int]:
+    return {
+        n.workflow_id
+        for n in graph.nodes.values()
+        if n.kind is NodeKind.SUBWORKFLOW and n.workflow_id is not None
+    }
+
+
+async def check_tree(
+    store: Store,
+    graphs: GraphSource,
+    graph: WorkflowGraph,
+    *,
+    workflow_id: int | None,
+    owner_group: int,
+    may_operate: GroupPermission,
+) -> None:
+    """Raise :class:`~jobring.core.workflow.WorkflowInvalid` (naming the node) when ``graph``,
+    the graph of ``workflow_id`` (None: not saved yet) owned by ``owner_group``, may not run:
+    see :func:`~jobring.core.workflow.check_access` and the module docstring."""
+    found: dict[int, WorkflowGraph | None] = {}
+    level = _children(graph)
+    # One level more than the nesting cap: enough for the check to see a tree too deep.
+    for _ in range(MAX_NESTING + 1):
+        level -= set(found)
+        if workflow_id is not None:
+            level.discard(workflow_id)
+        if not level:
+            break
+        following: set[int] = set()
+        for wid in sorted(level):
+            record = await store.workflows.get(wid)
+            if record is None or record.job_group != owner_group:
+                found[wid] = None
+                continue
+            sub = await graphs(wid, record.version)
+            found[wid] = sub
+            following |= _children(sub)
+        level = following
+    job_ids = {
+        n.job_id
+        for g in (graph, *(g for g in found.values() if g is not None))
+        for n in g.nodes.values()
+        if n.job_id is not None
+    }
+    jobs = await store.jobs.get_many(job_ids)
+    refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
+    check_access(
+        graph,
+        job_lookup=refs.get,
+        may_operate=may_operate,
+        workflow_lookup=found.get,
+        workflow_id=workflow_id,
+        owner_group=owner_group,
+    )
