@@ -279,7 +279,7 @@ def first_fire_by_days(generated: Generated, zone: ZoneInfo, t: datetime, days: 
     day = t.astimezone(zone).date() - timedelta(days=1)
     for _ in range(days):
         naive = datetime(day.year, day.month, day.day, hour, minute, second)
-        local = naive.replace(tzinfo=zone)  # fold=0: the first occurrence of a repeated wall time
+        local = naive.replace(tzinfo=zone, fold=1)  # a repeated wall time fires at its second showing
         exists = local.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == naive
         if exists and local > t and generated.matches_wall(naive):
             return local
