@@ -41,6 +41,7 @@ POLL_WAIT_MS = 20_000
 _MAX_ANSWERS = 1_000  # per request (the admin takes at most 1,000)
 _FIRST_RETRY_S = 0.5
 _COLLECT_STEPS = 4  # loop steps a poll waits for the answers of the calls it just took
+_CHUNK = 16  # calls of a batch answered before their answers may leave (see _exchange)
 # A poll's answer carries up to 1,000 calls, each a /run body with the job's parameter.
 _MAX_POLL_ANSWER = 32 << 20
 # Below the admin server's keep-alive (uvicorn: 5 s), so a kept connection is not reused
@@ -208,12 +209,24 @@ class PullChannel:
         calls = content.get("calls") or []
         if not calls:
             return
-        # Answers given at once ride the poll loop's next poll (no short poll of their own).
+        # Answers given at once ride the poll loop's next poll (no short poll of their own),
+        # except in a large batch: every _CHUNK calls the answers so far leave at once in a
+        # short poll (when none is in flight), so the admin works on them while the rest are
+        # answered here. Batches split so, and the two sides work at the same time instead of
+        # in turn.
         collecting = url in self._collecting
         self._collecting.add(url)
+        left = iter(calls)
         try:
-            for call_id, path, call_body in calls:
+            for done, (call_id, path, call_body) in enumerate(left, 1):
                 self._start(url, int(call_id), str(path), str(call_body).encode())
+                if carried and done % _CHUNK == 0 and done < len(calls):
+                    self._ready[url].set()
+                    await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            for call_id, path, call_body in left:  # taken: answered, or the admin waits in vain
+                self._start(url, int(call_id), str(path), str(call_body).encode())
+            raise
         finally:
             if not collecting:
                 self._collecting.discard(url)
