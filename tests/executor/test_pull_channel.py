@@ -36,11 +36,14 @@ def via_httpx(client: httpx.AsyncClient, token: str) -> PollTransport:
     return PollTransport(client, token, wait_ms=POLL_WAIT_MS, connect_timeout_s=3.0, lean=False)
 
 
-def admin_transport(hub: PullHub, app: str = "app") -> httpx.MockTransport:
+def admin_transport(hub: PullHub, app: str = "app", carried: list[int] | None = None) -> httpx.MockTransport:
+    """The admin's PullApi; ``carried`` gets the number of answers of each poll that had some."""
     api = PullApi(hub)
 
     async def handle(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/api/pull"
+        if carried is not None and (answers := orjson.loads(request.content)["answers"]):
+            carried.append(len(answers))
         token = request.headers.get("XXL-JOB-ACCESS-TOKEN")
         scope = TokenScope(False, frozenset({1}), frozenset({app} if token == "good" else set()))
         answer, status = await api.poll(request.content, scope, None, never)
@@ -75,6 +78,32 @@ async def test_calls_reach_the_handler_and_answers_come_back() -> None:
             many = await asyncio.gather(*(hub.send(KEY, "beat", str(i).encode(), "app", 5)
                                           for i in range(50)))
             assert len(many) == 50 and channel.calls_served == 51
+        finally:
+            await channel.stop()
+
+
+async def test_a_large_batch_answers_a_first_part_at_once() -> None:
+    hub = PullHub(lambda: 0)
+    carried: list[int] = []
+
+    async def answer(path: str, body: bytes) -> bytes:
+        return b'{"code":200}'
+
+    async with httpx.AsyncClient(transport=admin_transport(hub, carried=carried)) as client:
+        channel = PullChannel(via_httpx(client, "good"), [ADMIN], "app", ADDRESS, answer)
+        channel.start()
+        try:
+            await asyncio.wait_for(channel.polling.wait(), 5)
+            for _ in range(100):
+                if hub.alive(KEY, "app"):
+                    break
+                await asyncio.sleep(0)
+            many = await asyncio.wait_for(asyncio.gather(
+                *(hub.send(KEY, "run", b"{}", "app", 5) for _ in range(40))), 5)
+            assert len(many) == 40 and channel.calls_served == 40
+            # One poll took the 40; the answers of the first 16 left before the rest were
+            # answered, so the admin could send more calls meanwhile.
+            assert carried[0] == 16 and sum(carried) == 40, carried
         finally:
             await channel.stop()
 
