@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from pathlib import Path
 
 import httpx
 import orjson
@@ -16,11 +17,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jobring.admin.api.pull_api import PullApi
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.dispatch.pull import PullCallError, PullHub
 from jobring.admin.services.executor_tokens import TokenScope
 from jobring.configbase import ConfigError
 from jobring.executor.config import load_executor_settings
+from jobring.executor.executor import Executor
 from jobring.executor.pull import POLL_WAIT_MS, PollTransport, PullChannel, pull_address
+from jobring.protocol.models import TriggerParam
 
 ADDRESS = "pull://worker-1/"
 KEY = "pull://worker-1"
@@ -202,3 +206,69 @@ async def test_lean_polls_over_one_kept_connection_and_a_stop_closes_the_poll() 
     server.should_exit = True
     await asyncio.wait_for(serving, 20)
     sock.close()
+
+
+async def test_a_pull_executor_runs_a_job_sent_through_the_admin_client(tmp_path: Path) -> None:
+    # The executor's own wiring (Executor(dispatch="pull")) against PullApi under uvicorn: the
+    # admin's ExecutorClient sends /run to the pull:// address, the result comes back.
+    hub = PullHub(lambda: time.monotonic_ns() // 1_000_000)
+    api = PullApi(hub)
+    results: list[int] = []
+    registered: list[str] = []
+
+    async def endpoint(request: Request) -> Response:
+        uri, body = request.path_params["uri"], await request.body()
+        if uri == "pull":
+            scope = TokenScope(False, frozenset({1}), frozenset({"app"}))
+            answer, status = await api.poll(body, scope, None, request.receive)
+            return Response(answer.encode(), status_code=status, media_type="application/json")
+        if uri == "registry":
+            registered.append(orjson.loads(body)["registryValue"])
+        elif uri == "callback":
+            items = orjson.loads(body)
+            results.extend(i["logId"] for i in (items if isinstance(items, list) else items["callbackList"]))
+        return Response(b'{"code":200}', media_type="application/json")
+
+    app = Starlette(routes=[Route("/api/{uri:path}", endpoint, methods=["POST"])])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    ex = Executor(app_name="app", admin_addresses=[f"http://127.0.0.1:{sock.getsockname()[1]}/"],
+                  access_token="good-token-0123456789", dispatch="pull", address=ADDRESS,
+                  log_path=str(tmp_path))
+
+    @ex.job("hello")
+    async def hello(ctx: object) -> None:
+        return None
+
+    client = ExecutorClient(access_token="good-token-0123456789", read_timeout=5.0, pull=hub)
+    try:
+        while not server.started:  # noqa: ASYNC110 (uvicorn offers no event)
+            await asyncio.sleep(0.01)
+        await ex.startup(binds=False)
+        for _ in range(500):
+            if hub.alive(KEY, "app") and registered:
+                break
+            await asyncio.sleep(0.01)
+        assert registered == [ADDRESS] or registered[0] == ADDRESS
+        param = TriggerParam(job_id=1, executor_handler="hello", log_id=77, log_date_time=1795350973184)
+        answer = await client.run(ADDRESS, param, app_name="app")
+        assert answer.ok, answer.msg
+        for _ in range(500):
+            if results:
+                break
+            await asyncio.sleep(0.01)
+        assert results == [77]
+        await ex.shutdown()
+        # Its last request said it leaves: the node stops delivering to it at once (not
+        # after the 5 s grace of a poll that just ended).
+        assert not hub.alive(KEY, "app")
+        with pytest.raises(PullCallError, match="PullNoPoll"):
+            await hub.send(KEY, "run", b"{}", "app", 5)
+    finally:
+        await client.aclose()
+        await ex.shutdown()
+        server.should_exit = True
+        await asyncio.wait_for(serving, 20)
+        sock.close()

@@ -127,9 +127,13 @@ class PullChannel:
         if self._calls:
             await asyncio.wait(self._calls, timeout=grace_s)
         for url in self._urls:
-            if self._answers[url]:
-                with contextlib.suppress(*_POLL_ERRORS, _Refused):
-                    await self._exchange(url, 0)
+            if not self._answers[url] and url not in self._working:
+                continue  # nothing to send, and this node does not deliver here anyway
+            # The last answers; "leaving" tells the node to stop delivering here at once
+            # (else a poll just ended would keep this executor alive there for its grace).
+            with contextlib.suppress(*_POLL_ERRORS, _Refused, TimeoutError):
+                async with asyncio.timeout(grace_s):
+                    await self._exchange(url, 0, leaving=True)
         await self._transport.aclose()
 
     async def _poll_loop(self, url: str) -> None:
@@ -184,15 +188,18 @@ class PullChannel:
                 log.warning("pull: answering %s failed (%s); the long poll carries the answers", url, exc)
                 await asyncio.sleep(_FIRST_RETRY_S)
 
-    async def _exchange(self, url: str, wait_ms: int, *, carried: bool = False) -> None:
+    async def _exchange(self, url: str, wait_ms: int, *, carried: bool = False, leaving: bool = False
+                        ) -> None:
         """One poll: send the answers ready for ``url``, serve the calls it brings (``carried``:
-        the caller's next poll carries the answers given at once)."""
+        the caller's next poll carries the answers given at once; ``leaving``: the last one)."""
         pending = self._answers[url]
         answers, self._answers[url] = pending[:_MAX_ANSWERS], pending[_MAX_ANSWERS:]
         if self._answers[url]:
             self._ready[url].set()
-        body = orjson.dumps({"address": self.address, "appname": self._app_name, "wait_ms": wait_ms,
-                             "answers": answers})
+        request = {"address": self.address, "appname": self._app_name, "wait_ms": wait_ms, "answers": answers}
+        if leaving:
+            request["leaving"] = True
+        body = orjson.dumps(request)
         try:
             status, raw = await self._transport.post(url, body, wait_ms > 0)
         except BaseException:

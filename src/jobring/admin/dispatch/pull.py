@@ -215,13 +215,15 @@ class PullHub:
         return taken
 
     async def poll(self, key: str, app_name: str, wait_ms: int, gone: Awaitable[object] | None = None,
-                   quota: str | None = None) -> list[PullCall]:
+                   quota: str | None = None, *, leaving: bool = False) -> list[PullCall]:
         """The calls for the executor of ``app_name`` (already checked against the token) at
         ``key``, waiting up to ``wait_ms`` for one; returns early, empty, when ``gone``
         completes (the poll's connection closed) or a newer poll arrives. Raises
         :class:`PullLimit` (before anything changes) when the appname is at a limit. ``quota``
         names whose limits a new mailbox counts under (default: the appname; the global
-        token's polls share one, ``""``, whatever appnames they use)."""
+        token's polls share one, ``""``, whatever appnames they use). ``leaving``: the
+        executor's last request as it stops (no wait): it takes nothing, and unless another
+        poll of it is in progress the mailbox is not alive from now on."""
         now = self._now_ms()
         self._forget(now)
         ident = (app_name, key)
@@ -242,7 +244,7 @@ class PullHub:
             if not box.queue and waits:
                 closed = await self._wait_for_call(box, wait_ms, gone)
                 gone = None
-            count = 0 if closed else min(len(box.queue), self._max_take)
+            count = 0 if closed or leaving else min(len(box.queue), self._max_take)
             taken = [box.queue.popleft() for _ in range(count)]
             for call in taken:
                 call.taken = True
@@ -250,10 +252,10 @@ class PullHub:
             if inspect.iscoroutine(gone):
                 gone.close()  # not watched: this poll did not wait
             box.polls -= 1
-            box.alive_until_ms = self._now_ms() + (0 if closed else self._grace_ms)
+            box.alive_until_ms = self._now_ms() + (0 if closed or leaving else self._grace_ms)
             if self._boxes.get(ident) is box:
                 self._boxes.move_to_end(ident)
-        if closed and box.polls == 0:
+        if (closed or leaving) and box.polls == 0:
             self._drop_queue(box)  # the executor left: what waits was never delivered
         return taken
 
