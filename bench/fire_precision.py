@@ -11,6 +11,10 @@ worst case: N fires at one instant), waits for a warm-up, measures a window, and
 the run log: dispatched runs/s, lateness (``dispatch_time - planned_time``) p50/p99/max,
 missed fires (planned instants in the window without a log row), double fires, and the
 admin's CPU and RSS (psutil). Everything runs on loopback and stops by itself.
+
+``--pull-pollers N`` connects N idle pull executors to the admin before the window (one
+process holding N long polls on ``api/pull``, each its own ``pull://`` address): the fire
+lateness beside them, and the admin's RSS growth when they connected (printed to stderr).
 """
 
 from __future__ import annotations
@@ -250,9 +254,52 @@ def _admin_entry(slow_steps_ms: float | None, probe: str | None = None) -> str:
     return _SLOW_STEP_PROBE.replace("LIMIT", repr(slow_steps_ms)) + entry
 
 
+_POLLERS = """
+import asyncio, sys, httpx, orjson
+URL, TOKEN, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
+async def poll(client, i, first):
+    address = f"pull://idle-{i}/"
+    body = lambda wait: orjson.dumps({"address": address, "appname": "bench-idle", "wait_ms": wait})
+    answer = await client.post(URL, content=body(0), headers={"XXL-JOB-ACCESS-TOKEN": TOKEN})
+    assert answer.json()["code"] == 200, answer.text
+    first.release()
+    while True:
+        try:
+            await client.post(URL, content=body(20000), headers={"XXL-JOB-ACCESS-TOKEN": TOKEN})
+        except httpx.HTTPError:
+            await asyncio.sleep(1)
+async def main():
+    limits = httpx.Limits(max_connections=N + 10, max_keepalive_connections=N + 10)
+    first = asyncio.Semaphore(0)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        polls = [asyncio.ensure_future(poll(client, i, first)) for i in range(N)]
+        for _ in range(N):
+            await first.acquire()
+        print("ready", flush=True)
+        await asyncio.gather(*polls)
+asyncio.run(main())
+"""
+
+
+def _connect_pollers(admin_port: int, count: int, proc: psutil.Process) -> subprocess.Popen[bytes]:
+    """``count`` idle pull executors polling the admin (returns once all polled once)."""
+    before = proc.memory_info().rss
+    pollers = subprocess.Popen(
+        [sys.executable, "-c", _POLLERS, f"http://127.0.0.1:{admin_port}/api/pull",
+         admin_env()["JOBRING_ACCESS_TOKEN"], str(count)], stdout=subprocess.PIPE)
+    assert pollers.stdout is not None
+    if pollers.stdout.readline().strip() != b"ready":
+        raise RuntimeError("the idle pull executors did not connect")
+    time.sleep(2.0)  # their long polls reach the admin
+    grown = (proc.memory_info().rss - before) / 2**20
+    print(f"{count} idle pull executors connected: admin RSS +{grown:.1f} MiB", file=sys.stderr, flush=True)
+    return pollers
+
+
 def run_case(
     jobs: int, backend: str, phase: str, seconds: float, warmup: float, admin_args: list[str],
     slow_steps_ms: float | None = None, profile: str | None = None, probe: str | None = None,
+    pull_pollers: int = 0,
 ) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="jobring-bench-"))
     url = asyncio.run(acreate_test_database(backend, workdir))
@@ -261,6 +308,7 @@ def run_case(
     env = admin_env()
     fake = subprocess.Popen([sys.executable, __file__, "fake-executor", "--port", str(executor_port)])
     admin: subprocess.Popen[bytes] | None = None
+    pollers: subprocess.Popen[bytes] | None = None
     try:
         _wait_for_port(executor_port)
         first_ms = int(time.time() * 1000) + 8_000  # after the admin has started
@@ -272,6 +320,8 @@ def run_case(
             env=env, cwd=workdir)
         _wait_for_port(admin_port)
         proc = psutil.Process(admin.pid)
+        if pull_pollers:
+            pollers = _connect_pollers(admin_port, pull_pollers, proc)
         now = time.time() * 1000
         t1 = int(max(now, first_ms) + warmup * 1000)
         t2 = t1 + int(seconds * 1000)
@@ -304,7 +354,7 @@ def run_case(
                       float(lateness[-1]) if lateness else float("nan"), cpu, rss / 2**20,
                       cpu_s / fired * 1e6 if fired else float("nan"))
     finally:
-        stop_processes([admin, fake])
+        stop_processes([pollers, admin, fake])
         asyncio.run(adrop_test_database(url))
 
 
@@ -326,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
                         "it slows the admin: measure without it)")
     parser.add_argument("--probe", default=None, metavar="FILE",
                         help="Python code the admin runs before starting (diagnostics)")
+    parser.add_argument("--pull-pollers", type=int, default=0, metavar="N",
+                        help="N idle pull executors long-polling the admin during the window")
     args, admin_args = parser.parse_known_args(argv)
     if args.command == "fake-executor":
         asyncio.run(_serve_fake_executor(args.port))
@@ -337,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         for phase in args.phase:
             for jobs in args.jobs:
                 result = run_case(jobs, backend, phase, args.seconds, args.warmup, admin_args,
-                                  args.slow_steps, args.profile, args.probe)
+                                  args.slow_steps, args.profile, args.probe, args.pull_pollers)
                 print(result.line(), flush=True)
     return 0
 

@@ -6,7 +6,8 @@ This process plays the admin: the admin's own ExecutorClient sends /run calls (p
 HTTP/1.1 client to the executor's port; pull: the PullHub mailbox, taken by the executor's
 long poll on ``api/pull`` served by uvicorn with the admin's PullApi), and a minimal
 ``api/registry`` / ``api/callback`` counts results. One executor process (a no-op handler)
-runs first in push mode, then in pull mode. Two steps per mode:
+runs first in push mode, then in pull mode (admin CPU and executor CPU: each process's busy
+share of one core during the throughput step). Two steps per mode:
 
 * throughput: ``--concurrency`` /run calls in flight for ``--duration-s``; runs/s counts
   results (callbacks) received;
@@ -169,6 +170,8 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
             while time.perf_counter() < stop_at:
                 sent.append(await send())
 
+        me, executor_proc = psutil.Process(), psutil.Process(proc.pid)
+        cpu0 = (me.cpu_times(), executor_proc.cpu_times())
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         wanted = set(sent)
@@ -176,6 +179,10 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
             admin.changed.clear()
             await asyncio.wait_for(admin.changed.wait(), 60)
         elapsed = time.perf_counter() - started
+        cpu1 = (me.cpu_times(), executor_proc.cpu_times())
+        # Busy share of one core, per process, over the throughput step.
+        admin_cpu, executor_cpu = (
+            (b.user + b.system - a.user - a.system) / elapsed * 100 for a, b in zip(cpu0, cpu1, strict=True))
         loaded = sorted(latencies)
         # paced latency
         latencies.clear()
@@ -189,6 +196,7 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
             "mode": mode, "runs": len(sent), "runs_per_s": len(sent) / elapsed, "failures": failures,
             "loaded_p50_ms": statistics.median(loaded), "loaded_p99_ms": loaded[int(len(loaded) * 0.99)],
             "paced_p50_ms": statistics.median(paced), "paced_p99_ms": paced[int(len(paced) * 0.99)],
+            "admin_cpu": admin_cpu, "executor_cpu": executor_cpu,
         }
     finally:
         await client.aclose()
@@ -242,12 +250,13 @@ async def orchestrate(args: argparse.Namespace) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}; "
           f"concurrency {args.concurrency}, {args.duration_s:g} s; paced {args.paced_rate:g} runs/s"
           f"{rss_note}")
-    print("| mode | runs | runs/s | failures | loaded p50 ms | loaded p99 ms | paced p50 ms | paced p99 ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| mode | runs | runs/s | failures | loaded p50 ms | loaded p99 ms | paced p50 ms | paced p99 ms "
+          "| admin CPU | executor CPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['mode']} | {r['runs']} | {r['runs_per_s']:.0f} | {r['failures']} | "
               f"{r['loaded_p50_ms']:.2f} | {r['loaded_p99_ms']:.2f} | {r['paced_p50_ms']:.2f} | "
-              f"{r['paced_p99_ms']:.2f} |")
+              f"{r['paced_p99_ms']:.2f} | {r['admin_cpu']:.0f} % | {r['executor_cpu']:.0f} % |")
     by = {r["mode"]: r for r in rows}
     if "push" in by and "pull" in by:
         ratio = by["pull"]["runs_per_s"] / by["push"]["runs_per_s"]

@@ -36,6 +36,7 @@ class WorkingExecutor(RecordingExecutor):
     samples: int = 0
     finished: list[int] = field(default_factory=list)
     order: list[tuple[int, int]] = field(default_factory=list)  # (job id, run id) in start order
+    started_s: list[float] = field(default_factory=list)  # time.monotonic() of each start, in order
     _held: dict[int, int] = field(default_factory=dict)  # run id -> job id
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _http: httpx.AsyncClient | None = None
@@ -69,6 +70,7 @@ class WorkingExecutor(RecordingExecutor):
                 self.running.add(log_id)
                 self.exact_peak = max(self.exact_peak, len(self.running))
                 self.order.append((job_id, log_id))
+                self.started_s.append(time.monotonic())
                 if job_id in self.held_jobs:
                     self._held[log_id] = job_id
                 else:

@@ -1,7 +1,8 @@
 """Flow control end to end on two admin nodes over PostgreSQL: a group's concurrency limit over
 many runs due together is never exceeded (the executor's count, sampled every 10 ms) and
-every run finishes; priority and fair round-robin between two concurrency keys order the
-runs queued behind a full limit, whichever node queued them."""
+every run finishes; a group's rate limit holds across both nodes (one token bucket, not one
+per node); priority and fair round-robin between two concurrency keys order the runs queued
+behind a full limit, whichever node queued them."""
 
 from __future__ import annotations
 
@@ -60,6 +61,36 @@ async def test_a_limit_over_many_due_runs_is_never_exceeded_on_two_nodes(server_
         assert sorted(job for job, _ in executor.order) == sorted(jobs)
         nodes_used = await run_nodes(store)
         assert set(nodes_used) == {"flow-a", "flow-b"}, nodes_used
+        assert await store.flow.waiting_groups() == []
+    finally:
+        await executor.stop()
+        for node in nodes:
+            await stop(node)
+        await store.close()
+
+
+async def test_a_rate_limit_holds_across_two_nodes(server_url: str, tmp_path: Path) -> None:
+    rate, count = 5, 40  # 5 starts a second (bursts of 5): 40 runs take at least 7 s
+    store = Store(create_engine(server_url))
+    nodes = await _two_nodes(server_url, tmp_path)
+    executor = WorkingExecutor(admin_urls=[n.base_url for n in nodes], work_ms=10)
+    await executor.start()
+    try:
+        group = await add_manual_group(store, executor.address)
+        await store.flow.set_group_flow(group, _flow(rate_limit=rate, rate_period="second"))
+        jobs, _ = await due_together(store, group, count, lead_ms=6_000, spacing_ms=50)
+        await until(lambda: len(executor.finished) >= count, 150, f"{count} runs to finish")
+        assert sorted(job for job, _ in executor.order) == sorted(jobs)
+        assert set(await run_nodes(store)) == {"flow-a", "flow-b"}
+        starts = executor.started_s
+        # One bucket for both nodes: at most burst + d * rate starts in any d seconds. A
+        # bucket per node would let through twice that, and finish in half the time.
+        took = starts[-1] - starts[0]
+        assert took >= (count - rate) / rate - 0.5, took
+        for first, at in enumerate(starts):
+            in_second = sum(1 for later in starts[first:] if later - at < 1.0)
+            # 2 * rate is the bound at admission; one more for the dispatch's jitter.
+            assert in_second <= 2 * rate + 1, (first, in_second)
         assert await store.flow.waiting_groups() == []
     finally:
         await executor.stop()

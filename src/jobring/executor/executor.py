@@ -38,7 +38,7 @@ from jobring.executor.http.app import ExecutorEndpoints
 from jobring.executor.http.limits import ServerLimits
 from jobring.executor.http.protocol import ExecutorHttpServer
 from jobring.executor.ops import ExecutorMetrics, ExecutorParts, ExecutorStatus, OpsAnswer, ops_answer
-from jobring.executor.pull import PullChannel, pull_address
+from jobring.executor.pull import POLL_WAIT_MS, PollTransport, PullChannel, pull_address
 from jobring.executor.registry import Registrar, detect_ipv4
 from jobring.listen import PortInUse, listen_socket
 from jobring.protocol.edge import HeadLimits
@@ -347,8 +347,9 @@ class Executor:
         self.asgi_app().bind(self._runner, self._runlog.read)
         if s.dispatch == "pull":
             self.address = pull_address(s.address)
-            self._pull = PullChannel(self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
-                                     self._answer_pulled, connect_timeout_s=s.admin_timeout_s)
+            transport = PollTransport(self._client, s.access_token, wait_ms=POLL_WAIT_MS,
+                                      connect_timeout_s=s.admin_timeout_s)
+            self._pull = PullChannel(transport, s.admin_urls(), s.app_name, self.address, self._answer_pulled)
             self._pull.start()
         else:
             # An open executor is loopback only, and one bound to loopback is reachable there

@@ -103,6 +103,25 @@ async def test_a_closed_poll_fails_what_waits_and_the_executor_is_no_longer_aliv
     assert caught.value.kind == "PullNoPoll"
 
 
+async def test_a_leaving_executor_takes_nothing_and_is_no_longer_alive_at_once() -> None:
+    clock = Clock()
+    hub = PullHub(clock)
+    await hub.poll(KEY, "app", 0)
+    queued = asyncio.ensure_future(hub.send(KEY, "run", b"{}", "app", 5))
+    # Its last request as it stops (its long poll already closed): within the grace of the
+    # poll before, yet the call waiting is failed as never delivered, and no more are taken.
+    assert await hub.poll(KEY, "app", 0, leaving=True) == []
+    assert not hub.alive(KEY, "app")
+    with pytest.raises(PullCallError) as caught:
+        await queued
+    assert caught.value.kind == "PullNoPoll" and not caught.value.timeout
+    with pytest.raises(PullCallError, match="PullNoPoll"):
+        await hub.send(KEY, "run", b"{}", "app", 5)
+    # A new poll (a restarted executor of the same name) makes it alive again.
+    await hub.poll(KEY, "app", 0)
+    assert hub.alive(KEY, "app")
+
+
 async def test_a_poll_finding_calls_queued_takes_them_at_once() -> None:
     hub = PullHub(Clock())
     await hub.poll(KEY, "app", 0)
@@ -194,11 +213,13 @@ async def test_the_poll_api_checks_the_token_against_the_appname_and_keys_mailbo
     {"address": ADDRESS, "appname": "app", "wait_ms": True},
     {"address": ADDRESS, "appname": "app", "wait_ms": 0, "answers": [["1", "x"]]},
     {"address": ADDRESS, "appname": "app", "wait_ms": 0, "answers": [[1, "x"]] * 1_001},
+    {"address": ADDRESS, "appname": "app", "wait_ms": 0, "leaving": "yes"},
+    {"address": ADDRESS, "appname": "app", "wait_ms": 1_000, "leaving": True},
 ])
 async def test_the_poll_api_refuses_bad_bodies_naming_the_field(body: dict[str, Any]) -> None:
     answer, status = await poll_api(PullApi(PullHub(Clock())), group_scope("app"), body)
     assert status == 400
-    assert any(name in (answer.msg or "") for name in ("address", "appname", "wait_ms", "answers"))
+    assert any(name in (answer.msg or "") for name in ("address", "appname", "wait_ms", "answers", "leaving"))
 
 
 # -- ExecutorClient ------------------------------------------------------------------------------

@@ -6,6 +6,9 @@ token or the global one). Body::
     {"address": "pull://<name>/", "appname": "<app>", "wait_ms": 20000,
      "answers": [[<call id>, "<the executor's answer, ReturnT JSON>"], ...]}
 
+``"leaving": true`` (with ``wait_ms`` 0): the executor's last request as it stops, sending
+its last answers; it takes no calls, and the node stops delivering to it at once.
+
 Answer: a ReturnT whose ``content`` is ``{"calls": [[<call id>, "<path>", "<body JSON>"], ...]}``
 (``path``: run, kill, log, beat, idleBeat, received). The token must be valid for
 ``appname``; the mailbox polled is that of (``appname``, ``address``), so a token never
@@ -59,6 +62,9 @@ class PullApi:
             return ReturnT.fail(f"pull: access token not valid for appname {app!r}"), 403
         if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or not 0 <= wait_ms <= MAX_WAIT_MS:
             return ReturnT.fail(f"pull: wait_ms must be an integer 0-{MAX_WAIT_MS}"), 400
+        leaving = request.get("leaving", False)
+        if not isinstance(leaving, bool) or (leaving and wait_ms):
+            return ReturnT.fail("pull: leaving must be true or false (true only with wait_ms 0)"), 400
         parsed = _answers(answers)
         if parsed is None:
             return ReturnT.fail(f"pull: answers must be at most {MAX_ANSWERS} [id, text] pairs"), 400
@@ -66,7 +72,7 @@ class PullApi:
         try:
             # The global token's polls, whatever appnames they name, share one set of limits.
             calls = await self._hub.poll(key, app, wait_ms, _disconnect(receive) if wait_ms else None,
-                                         quota="" if scope.is_global else app)
+                                         quota="" if scope.is_global else app, leaving=leaving)
         except PullLimit as exc:
             return ReturnT.fail(f"pull: too many polls: {exc}"), 429
         content = {"calls": [[c.id, c.path, c.body.decode("utf-8", errors="replace")] for c in calls]}
