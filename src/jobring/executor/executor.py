@@ -38,6 +38,7 @@ from jobring.listen import PortInUse, listen_socket
 from jobring.protocol.edge import HeadLimits
 
 if TYPE_CHECKING:
+    from jobring.executor.broker import BrokerConsumer
     from jobring.executor.runlog import RunLog
     from jobring.executor.worker import JobRunner
 
@@ -115,6 +116,7 @@ class Executor:
         self._callback: CallbackSender | None = None
         self._registrar: Registrar | None = None
         self._pull: PullChannel | None = None
+        self._broker: BrokerConsumer | None = None
         self._cleanup_task: asyncio.Task[None] | None = None
         self._stop_serving: Callable[[], None] | None = None
         self._server_loop: asyncio.AbstractEventLoop | None = None
@@ -271,6 +273,7 @@ class Executor:
 
     async def startup(self, *, binds: bool = True, port: int | None = None) -> None:
         """Start the engine, callback sender and registry heartbeat (not the HTTP server)."""
+        from jobring.executor.broker import RunSlots, start_consumer
         from jobring.executor.runlog import RunLog
         from jobring.executor.worker import JobRunner
 
@@ -278,8 +281,9 @@ class Executor:
             raise ExecutorError("executor already started")
         s = self.settings
         check_security(s, binds=binds and s.dispatch == "push")
-        if s.dispatch == "pull" and not s.admin_addresses:
-            raise ConfigError("a pull executor (dispatch=pull) needs admin_addresses: it connects out")
+        if s.dispatch != "push" and not s.admin_addresses:
+            raise ConfigError(f"a {s.dispatch} executor (dispatch={s.dispatch}) needs admin_addresses: "
+                              "it connects out")
         self._runlog = RunLog(s.log_path)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(s.admin_timeout_s),
@@ -295,12 +299,14 @@ class Executor:
             app_name=s.app_name,
             protocol=s.protocol,
         )
+        # A broker executor's results also free its slots (executor/broker.py).
+        slots = RunSlots(s.broker_slots, self._callback.report) if s.dispatch == "broker" else None
         try:
             await self._callback.start()
             self._runner = JobRunner(
                 self._handlers,
                 self._runlog,
-                self._callback.report,
+                self._callback.report if slots is None else slots.report,
                 glue_enabled=s.glue_enabled,
                 idle_timeout_s=s.idle_timeout_s,
                 max_handle_msg=s.max_handle_msg,
@@ -316,11 +322,13 @@ class Executor:
         self._runner.distributed = self._subtasks
         self.asgi_app().extra_routes["/jobring/subtasks"] = self._subtasks.accept
         self.asgi_app().bind(self._runner, self._runlog.read)
-        if s.dispatch == "pull":
-            self.address = pull_address(s.address)
+        if s.dispatch != "push":
+            self.address = pull_address(s.address, s.dispatch)
             self._pull = PullChannel(self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
                                      self._answer_pulled, connect_timeout_s=s.admin_timeout_s)
             self._pull.start()
+            if slots is not None:
+                self._broker = start_consumer(s, self.address, self._runner, slots)
         else:
             # An open executor is loopback only, and one bound to loopback is reachable there
             # only: both advertise a loopback address, never another interface's.
@@ -372,6 +380,9 @@ class Executor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._cleanup_task
         try:
+            if self._broker is not None:
+                broker, self._broker = self._broker, None
+                await broker.stop()
             if self._pull is not None:
                 pull, self._pull = self._pull, None
                 await pull.stop()
@@ -411,7 +422,7 @@ class Executor:
         """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`);
         ``announce=False`` leaves the "listening on" line to the caller (``ready``)."""
         s = self.settings
-        if s.dispatch == "pull":
+        if s.dispatch != "push":
             await self._serve_pulled(ready)
             return
         check_security(s, binds=True)
@@ -455,8 +466,8 @@ class Executor:
         stop_signals = _install_signal_handlers(stop_requested.set)
         try:
             await self.startup(binds=False)
-            log.info("executor %s polls %s as %s (pull dispatch: no listening port)", self.settings.app_name,
-                     ", ".join(self.settings.admin_urls()), self.address)
+            log.info("executor %s polls %s as %s (%s dispatch: no listening port)", self.settings.app_name,
+                     ", ".join(self.settings.admin_urls()), self.address, self.settings.dispatch)
             if ready is not None:
                 ready(self.address or "")
             await stop_requested.wait()

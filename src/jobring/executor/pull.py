@@ -35,13 +35,14 @@ _FIRST_RETRY_S = 0.5
 _COLLECT_STEPS = 4  # loop steps a poll waits for the answers of the calls it just took
 
 
-def pull_address(explicit: str | None) -> str:
-    """The executor's ``pull://<name>/`` address: the configured one, else one made of the
-    host name, the process id and a few random characters (unique per process)."""
+def pull_address(explicit: str | None, scheme: str = "pull") -> str:
+    """The executor's ``pull://<name>/`` (``broker://<name>/``) address: the configured one,
+    else one made of the host name, the process id and a few random characters (unique per
+    process)."""
     if explicit:
         return explicit if explicit.endswith("/") else explicit + "/"
     host = re.sub(r"[^a-z0-9.-]+", "-", socket.gethostname().lower()).strip("-.") or "executor"
-    return f"pull://{host[:150]}-{os.getpid()}-{secrets.token_hex(3)}/"
+    return f"{scheme}://{host[:150]}-{os.getpid()}-{secrets.token_hex(3)}/"
 
 
 class PullChannel:
