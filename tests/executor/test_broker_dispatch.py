@@ -6,7 +6,7 @@ Skipped with the reason when RabbitMQ does not answer on 127.0.0.1:5672; failed 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,6 +18,7 @@ from jobring.executor.received import run_key
 from jobring.protocol.broker import executor_queue, group_queue
 from jobring.protocol.models import HandleCallbackParam, ReturnT, TriggerParam, dumps
 from tests.broker_kit import amqp_url, delete_queues, unique_app
+from tests.e2e.waiting import eventually
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -78,14 +79,11 @@ async def consumer(s: Setup, name: str, runner: FakeRunner, slots: int = 1000) -
     return made
 
 
-async def until(check: object, what: str, timeout_s: float = 10.0) -> None:
-    async def wait() -> None:
-        while not check():  # type: ignore[operator]
-            await asyncio.sleep(0.01)
-    try:
-        await asyncio.wait_for(wait(), timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
+async def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    async def answer() -> bool | None:
+        return True if check() else None
+
+    await eventually(what, answer, timeout_s, every_s=0.01)
 
 
 async def test_runs_published_many_at_once_are_each_accepted_once(setup: Setup) -> None:

@@ -17,6 +17,7 @@ what happened.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable
@@ -52,6 +53,10 @@ _KEEPALIVE_S = 15.0
 # The answer to a run published to the broker (the executor's own answer never comes back:
 # a refusal arrives as a failed callback).
 _QUEUED = b'{"code":200,"msg":"queued on the broker"}'
+# Calls about a run that any broker executor of the group may have taken.
+_FANNED = ("kill", "log", "received")
+# The executor's answer for a log it does not have (jobring.executor.runlog; the Java one's).
+MSG_LOG_FILE_NOT_EXISTS = "readLog fail, logFile not exists"
 
 
 def executor_url(address: str, path: str) -> str:
@@ -89,6 +94,11 @@ async def _pull_answer(pending: Awaitable[bytes]) -> tuple[int, bytes]:
         return 200, await pending
     except PullCallError as exc:
         raise ExecutorCallError(exc.kind, exc.detail, timeout=exc.timeout) from exc
+
+
+def _log_found(answer: ReturnT) -> bool:
+    content = answer.content
+    return answer.ok and isinstance(content, dict) and content.get("logContent") != MSG_LOG_FILE_NOT_EXISTS
 
 
 async def _published(pending: Awaitable[None]) -> tuple[int, bytes]:
@@ -255,8 +265,11 @@ class ExecutorClient:
             path = "trigger"
         url = executor_url(address, path)
         payload = dumps(body) if body is not None else b""
-        if is_broker_address(address) and path in ("run", "trigger"):
-            return await self._answer(url, self._brokered(address, payload, app_name))
+        if is_broker_address(address):
+            if path in ("run", "trigger"):
+                return await self._answer(url, self._brokered(address, payload, app_name))
+            if path in _FANNED and self.pull is not None and app_name:
+                return await self._fanned(address, path, payload, app_name)
         if is_polled_address(address):
             return await self._answer(url, self._pulled(address, path, payload, app_name))
         return await self._answer(url, self._http.post(url, payload, token or self._default_token, app))
@@ -268,6 +281,30 @@ class ExecutorClient:
             return _no_answer(ExecutorCallError("PullDisabled", "this admin node takes no executor polls",
                                                 timeout=False))
         return _pull_answer(self.pull.send(address_key(address), path, body, app_name, self._pull_timeout_s))
+
+    async def _fanned(self, address: str, path: str, body: bytes, app_name: str) -> ReturnT:
+        """kill, log or received for a broker executor: the run may have been taken by any
+        broker executor of the group (from the group's queue), not only the one recorded.
+        A kill goes to all of them (success if one succeeds); received is the union of their
+        answers; a log is read where it exists, the recorded executor asked first."""
+        assert self.pull is not None
+        first = address_key(address)
+        keys = [first, *(k for k in self.pull.live_keys(app_name, "broker") if k != first)]
+        if path == "log":
+            tried: list[ReturnT] = []
+            for key in keys:  # one at a time: most logs are where the run was recorded
+                answer = await self._answer(executor_url(key, path), self._pulled(key, path, body, app_name))
+                if _log_found(answer):
+                    return answer
+                tried.append(answer)
+            return tried[0]
+        asked = [self._answer(executor_url(k, path), self._pulled(k, path, body, app_name)) for k in keys]
+        answers = await asyncio.gather(*asked)
+        if path == "received":
+            found = sorted({i for a in answers if a.ok and isinstance(a.content, dict)
+                            for i in a.content.get("received") or []})
+            return ReturnT.success({"received": found}) if any(a.ok for a in answers) else answers[0]
+        return next((a for a in answers if a.ok), answers[0])
 
     def _brokered(self, address: str, body: bytes, app_name: str | None) -> Awaitable[tuple[int, bytes]]:
         """A run for a broker executor: published to its group's queue (any executor of the
