@@ -110,7 +110,7 @@ class BrokerConsumer:
     """Takes this executor's runs from the broker at ``url``."""
 
     def __init__(self, url: str, app_name: str, name: str, runs: Runs, slots: RunSlots, *,
-                 max_backoff_s: float = 5.0, connect_timeout_s: float = 3.0) -> None:
+                 max_backoff_s: float = 2.0, connect_timeout_s: float = 3.0) -> None:
         if aio_pika is None:
             raise ConfigError("dispatch=broker needs the AMQP client: pip install 'jobring[amqp]'")
         self.url = url

@@ -43,7 +43,7 @@ class BrokerUnavailable(HttpError):
 class BrokerPublisher:
     """Publishes runs to the broker at ``url`` (``amqp://user:password@host:port/vhost``)."""
 
-    def __init__(self, url: str, *, max_backoff_s: float = 5.0, connect_timeout_s: float = 3.0) -> None:
+    def __init__(self, url: str, *, max_backoff_s: float = 2.0, connect_timeout_s: float = 3.0) -> None:
         self.url = url
         self._max_backoff_s = max_backoff_s
         self._connect_timeout_s = connect_timeout_s
