@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -34,7 +32,13 @@ from jobring.executor.http.protocol import ExecutorHttpServer
 from jobring.executor.ops import ExecutorMetrics, ExecutorParts, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.pull import PullChannel, pull_address
 from jobring.executor.registry import Registrar, detect_ipv4
-from jobring.listen import PortInUse, listen_socket
+from jobring.executor.standalone import (
+    bind_socket,
+    default_logging,
+    install_signal_handlers,
+    loop_factory,
+    with_port,
+)
 from jobring.protocol.edge import HeadLimits
 
 if TYPE_CHECKING:
@@ -334,7 +338,7 @@ class Executor:
             # only: both advertise a loopback address, never another interface's.
             loopback = "::1" if ":" in s.host else "127.0.0.1"
             detected = loopback if not s.access_token or is_loopback_host(s.host) else detect_ipv4()
-            self.address = s.base_address(detected) if port is None else _with_port(s, detected, port)
+            self.address = s.base_address(detected) if port is None else with_port(s, detected, port)
         self._registrar = Registrar(
             self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
             interval_s=s.beat_interval_s, started_at_ms=time.time_ns() // 1_000_000,
@@ -426,12 +430,12 @@ class Executor:
             await self._serve_pulled(ready)
             return
         check_security(s, binds=True)
-        sock = _bind(s.host, s.port, in_code="port" in self._in_code)
+        sock = bind_socket(s.host, s.port, in_code="port" in self._in_code)
         self.bound_port = sock.getsockname()[1]
         stop_requested = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._stop_serving, self._server_loop = stop_requested.set, loop
-        stop_signals = _install_signal_handlers(stop_requested.set)
+        stop_signals = install_signal_handlers(stop_requested.set)
         server = ExecutorHttpServer(self.asgi_app(), head_limits=HeadLimits(
             max_request_line=s.max_request_line_bytes, max_header_bytes=s.max_header_bytes,
             head_timeout_s=s.header_timeout_s,
@@ -463,7 +467,7 @@ class Executor:
         stop_requested = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._stop_serving, self._server_loop = stop_requested.set, loop
-        stop_signals = _install_signal_handlers(stop_requested.set)
+        stop_signals = install_signal_handlers(stop_requested.set)
         try:
             await self.startup(binds=False)
             log.info("executor %s polls %s as %s (%s dispatch: no listening port)", self.settings.app_name,
@@ -490,7 +494,7 @@ class Executor:
         Uses uvloop when it is installed. ``announce=False``: no "listening on" log line
         (``ready`` prints its own, as ``jobring executor`` does).
         """
-        with _default_logging():
+        with default_logging():
             try:
                 self._run(ready, announce)
             except ConfigError as exc:
@@ -500,7 +504,7 @@ class Executor:
                 raise SystemExit(2) from None
 
     def _run(self, ready: Callable[[str], None] | None, announce: bool = True) -> None:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(self.serve(ready=ready, announce=announce))
 
     def start_in_thread(self) -> None:
@@ -541,66 +545,3 @@ class Executor:
             if thread.is_alive():
                 raise ExecutorError("executor thread did not stop in time")
             self._thread = None
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
-def _with_port(s: ExecutorSettings, detected_ip: str, port: int) -> str:
-    return s.model_copy(update={"port": port}).base_address(detected_ip)
-
-
-def _port_hint(port: int, in_code: bool) -> str:
-    if in_code:  # the environment cannot help: an argument wins over it
-        return (f"port={port} is given to Executor(...) in the code, which wins over "
-                "JOBRING_EXECUTOR_PORT: change or remove it there (or pass --port to `jobring executor`)")
-    return "set JOBRING_EXECUTOR_PORT, pass --port to `jobring executor`, or port=... to Executor"
-
-
-def _bind(host: str, port: int, *, in_code: bool = False) -> socket.socket:
-    try:
-        sock = listen_socket(host, port, hint=_port_hint(port, in_code))
-    except PortInUse:
-        raise
-    except OSError as exc:
-        raise ConfigError(f"executor cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.setblocking(False)
-    return sock
-
-
-@contextlib.contextmanager
-def _default_logging() -> Iterator[None]:
-    """INFO lines of jobring to stderr for a script that configured no logging (else
-    ``python jobs.py`` would print nothing, not even where it listens)."""
-    jobring_log = logging.getLogger("jobring")
-    if logging.getLogger().handlers or jobring_log.handlers:
-        yield
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    level = jobring_log.level
-    jobring_log.addHandler(handler)
-    if level == logging.NOTSET:
-        jobring_log.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        jobring_log.removeHandler(handler)
-        jobring_log.setLevel(level)
-
-
-def _install_signal_handlers(stop: Callable[[], None]) -> list[signal.Signals]:
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop)
-            installed.append(sig)
-    return installed
