@@ -8,17 +8,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jobring.admin.dispatch.broker import BrokerPublisher
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.executor.broker import BrokerConsumer, Runs, RunSlots
+from jobring.executor.context import JobContext
+from jobring.executor.executor import Executor
 from jobring.executor.received import run_key
 from jobring.protocol.broker import executor_queue, group_queue
 from jobring.protocol.models import HandleCallbackParam, ReturnT, TriggerParam, dumps
 from tests.broker_kit import amqp_url, delete_queues, unique_app
 from tests.e2e.waiting import eventually
+from tests.executor.fake_admin import FakeAdmin
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -196,3 +201,36 @@ async def test_without_a_broker_a_broker_executor_is_unreachable() -> None:
         assert not beat.ok and "Pull" in (beat.msg or "")
     finally:
         await client.aclose()
+
+
+async def test_a_broker_executor_runs_what_the_admin_publishes_and_reports_it(setup: Setup, tmp_path: Path
+                                                                             ) -> None:
+    admin = FakeAdmin()
+    await admin.start()
+    executor = Executor(app_name=setup.app, admin_addresses=[admin.base_url], access_token="t" * 24,
+                        dispatch="broker", dispatch_broker=setup.url, address="broker://a/",
+                        log_path=str(tmp_path), beat_interval_s=30)
+
+    @executor.job("hello")
+    def hello(ctx: JobContext) -> None:
+        ctx.log("hello over the broker")
+
+    await executor.startup(binds=False)
+    try:
+        assert executor.address == "broker://a/"
+        assert (await setup.client.run_body_now("broker://a/", body(1), None, setup.app)).ok
+        unknown = TriggerParam(job_id=8, executor_handler="missing", log_id=2,
+                               log_date_time=1_800_000_000_000)
+        assert (await setup.client.run_body_now("broker://a/", dumps(unknown.to_dict()), None, setup.app)).ok
+
+        def results(a: FakeAdmin) -> dict[int, dict[str, Any]]:
+            return {item["logId"]: item for item in a.callbacks()}
+
+        await admin.wait_for(lambda a: len(results(a)) == 2)
+        done = results(admin)
+        assert done[1]["handleCode"] == 200
+        assert done[2]["handleCode"] == 500
+        assert done[2]["handleMsg"].startswith("executor refused the run: job handler [missing] not found")
+    finally:
+        await executor.shutdown()
+        await admin.stop()
