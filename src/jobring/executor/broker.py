@@ -126,6 +126,7 @@ class BrokerConsumer:
         self.taken = 0  # deliveries accepted and acknowledged
         self.duplicates = 0  # redeliveries of runs accepted before
         self.refused = 0
+        self._taking: set[tuple[int, int]] = set()  # runs between delivery and acceptance
         self.last_error: str | None = None
 
     def start(self) -> None:
@@ -191,19 +192,24 @@ class BrokerConsumer:
             await message.reject(requeue=False)
             return
         key = run_key(param.log_id, param.log_date_time)
-        if self._runs.seen(key):
+        if self._runs.seen(key) or key in self._taking:
+            # Accepted before, or being accepted from another delivery of the same message.
             self.duplicates += 1
             await message.ack()
             return
-        await self._slots.take(param.log_id)
-        if self._closing or self._runs.closing() or message.channel.is_closed:
-            self._slots.release(param.log_id)
-            return  # not acknowledged: the broker delivers it again (here or elsewhere)
+        self._taking.add(key)
         try:
-            answer = await self._runs.accept(param)
-        except BaseException:
-            self._slots.release(param.log_id)
-            raise
+            await self._slots.take(param.log_id)
+            if self._closing or self._runs.closing() or message.channel.is_closed:
+                self._slots.release(param.log_id)
+                return  # not acknowledged: the broker delivers it again (here or elsewhere)
+            try:
+                answer = await self._runs.accept(param)
+            except BaseException:
+                self._slots.release(param.log_id)
+                raise
+        finally:
+            self._taking.discard(key)
         if not answer.ok or answer.msg == MSG_ALREADY_RECEIVED:
             self._slots.release(param.log_id)
         if not answer.ok:
