@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -204,9 +205,12 @@ def load_executor_settings(
         raise ConfigError(f"address {settings.address!r} does not fit dispatch={settings.dispatch!r}: "
                           "a pull executor's address is pull://<name>/, a broker executor's "
                           "broker://<name>/, a push executor's an http(s) URL")
-    if settings.dispatch == "broker" and not (settings.dispatch_broker or "").startswith(("amqp://", "amqps://")):
-        raise ConfigError("dispatch=broker needs dispatch_broker (JOBRING_EXECUTOR_DISPATCH_BROKER): the "
-                          "amqp:// URL the admin publishes to (its JOBRING_DISPATCH_BROKER)")
+    if settings.dispatch == "broker":
+        if not (settings.dispatch_broker or "").startswith(("amqp://", "amqps://")):
+            raise ConfigError("dispatch=broker needs dispatch_broker (JOBRING_EXECUTOR_DISPATCH_BROKER): the "
+                              "amqp:// URL the admin publishes to (its JOBRING_DISPATCH_BROKER)")
+        if importlib.util.find_spec("aio_pika") is None:
+            raise ConfigError("dispatch=broker needs the AMQP client: pip install 'jobring[amqp]'")
     check_metrics_token(settings.metrics_token)
     if settings.max_unauthenticated_connections >= settings.max_connections:
         # Else nothing would be left for the admin's connections once others fill the budget.
