@@ -144,7 +144,8 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
         latencies: list[float] = []
         failures = 0
 
-        async def send() -> int:
+        async def send() -> int | None:
+            """The run's id once sent, None when the send failed (no result will come)."""
             nonlocal failures
             log_id, payload = body()
             turn[0] += 1
@@ -153,6 +154,9 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
             latencies.append((time.perf_counter() - start) * 1000)
             if not answer.ok:
                 failures += 1
+                if failures <= 3:
+                    print(f"{mode}: a send failed: {answer.msg}", file=sys.stderr)
+                return None
             return log_id
 
         await asyncio.gather(*(send() for _ in range(500)))  # warm-up (connections, queues)
@@ -162,19 +166,24 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
 
         async def worker() -> None:
             while time.perf_counter() < stop_at:
-                sent.append(await send())
+                log_id = await send()
+                if log_id is not None:
+                    sent.append(log_id)
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         sent_in = time.perf_counter() - started
         wanted = set(sent)
-        while not wanted <= admin.done:
+        give_up = time.monotonic() + 60
+        while not wanted <= admin.done and time.monotonic() < give_up:
             admin.changed.clear()
-            await asyncio.wait_for(admin.changed.wait(), 60)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(admin.changed.wait(), 1)
+        missing = len(wanted - admin.done)
         elapsed = time.perf_counter() - started
         loaded = sorted(latencies)
         return {"mode": mode, "runs": len(sent), "runs_per_s": len(sent) / elapsed,
-                "sent_per_s": len(sent) / sent_in, "failures": failures,
+                "sent_per_s": len(sent) / sent_in, "failures": failures, "missing": missing,
                 "p50_ms": statistics.median(loaded), "p99_ms": loaded[int(len(loaded) * 0.99)]}
     finally:
         await client.aclose()
@@ -187,11 +196,15 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
                 proc.kill()
                 await proc.wait()
         if mode == "broker":
-            connection = await aio_pika.connect(AMQP_URL)
-            async with connection:
-                channel = await connection.channel()
-                for name in [group_queue(app), *(executor_queue(app, a[9:].rstrip("/")) for a in addresses)]:
-                    await channel.queue_delete(name)
+            await delete_queues(app, addresses)
+
+
+async def delete_queues(app: str, addresses: list[str]) -> None:
+    connection = await aio_pika.connect(AMQP_URL)
+    async with connection:
+        channel = await connection.channel()
+        for name in [group_queue(app), *(executor_queue(app, a[9:].rstrip("/")) for a in addresses)]:
+            await channel.queue_delete(name)
 
 
 async def orchestrate(args: argparse.Namespace) -> None:
@@ -217,11 +230,12 @@ async def orchestrate(args: argparse.Namespace) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}; "
           f"{args.executors} executors, concurrency {args.concurrency}, {args.duration_s:g} s, "
           f"broker slots {args.slots}")
-    print("| mode | runs | runs/s end to end | sent/s | failures | dispatch p50 ms | dispatch p99 ms |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | runs | runs/s end to end | sent/s | failed sends | results missing | dispatch p50 ms "
+          "| dispatch p99 ms |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['mode']} | {r['runs']} | {r['runs_per_s']:.0f} | {r['sent_per_s']:.0f} | "
-              f"{r['failures']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+              f"{r['failures']} | {r['missing']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
 
 
 def main() -> None:
