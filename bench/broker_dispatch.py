@@ -187,16 +187,20 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
                 "p50_ms": statistics.median(loaded), "p99_ms": loaded[int(len(loaded) * 0.99)]}
     finally:
         await client.aclose()
-        for proc in procs:
-            proc.send_signal(signal.SIGINT)
-        for proc in procs:
-            try:
-                await asyncio.wait_for(proc.wait(), 15)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop_executors(procs)
         if mode == "broker":
             await delete_queues(app, addresses)
+
+
+async def stop_executors(procs: list[asyncio.subprocess.Process]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            await asyncio.wait_for(proc.wait(), 15)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
 
 
 async def delete_queues(app: str, addresses: list[str]) -> None:
