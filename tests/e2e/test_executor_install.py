@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_ONLY = ("sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "asyncpg", "aiomysql",
-              "prometheus_client", "argon2")
+              "prometheus_client", "argon2", "aio_pika")
 EXECUTOR_SCRIPT = f"""
 import importlib.util, sys
 from jobring import Executor, JobContext

@@ -2481,11 +2481,11 @@ export interface components {
             address: string;
             /**
              * Dispatch
-             * @description push: the admin calls the executor's address; pull: the executor (a pull:// address) opens no port and long-polls the admin for its runs (docs/dispatch.md)
+             * @description push: the admin calls the executor's address; pull: the executor (a pull:// address) opens no port and long-polls the admin for its runs; broker: the executor (a broker:// address) takes its runs from RabbitMQ queues and polls the admin for the other calls (docs/dispatch.md)
              * @default push
              * @enum {string}
              */
-            dispatch: "push" | "pull";
+            dispatch: "push" | "pull" | "broker";
             /**
              * Handlers
              * @description the handlers its executor declared (jobring executors): only jobs of these handlers (and GLUE jobs) are routed to it; null: it declared none (XXL-JOB and older executors), every job of the group may be routed to it

@@ -318,6 +318,8 @@ export const en = {
   "groups.online": "Online executors",
   "groups.push": "push",
   "groups.pull": "pull",
+  "groups.broker": "broker",
+  "groups.brokerHint": "Broker dispatch: this executor takes its runs from RabbitMQ queues and polls the admin for kills and log reads",
   "groups.pushHint": "Push dispatch: the admin calls this executor's address",
   "groups.pullHint": "Pull dispatch: this executor opens no port and polls the admin for its runs",
   "groups.lastBeat": "Last heartbeat",

@@ -320,6 +320,8 @@ export const zhCN: Messages = {
   "groups.online": "在线机器",
   "groups.push": "推送",
   "groups.pull": "拉取",
+  "groups.broker": "消息队列",
+  "groups.brokerHint": "消息队列模式：此执行器从 RabbitMQ 队列获取任务，并向调度中心轮询终止与日志读取请求",
   "groups.pushHint": "推送模式：调度中心调用此执行器的地址",
   "groups.pullHint": "拉取模式：此执行器不开放端口，向调度中心轮询任务",
   "groups.lastBeat": "最近心跳",

@@ -100,6 +100,7 @@ describe("GroupsView", () => {
         dispatch: "push" },
       { address: "http://10.0.0.7:9999", last_heartbeat: "2026-01-01T00:00:00Z", handlers: null, dispatch: "push" },
       { address: "pull://worker-1/", last_heartbeat: "2026-01-01T00:00:00Z", handlers: null, dispatch: "pull" },
+      { address: "broker://worker-2/", last_heartbeat: "2026-01-01T00:00:00Z", handlers: null, dispatch: "broker" },
     ],
   });
 
@@ -116,8 +117,10 @@ describe("GroupsView", () => {
   it("shows each online executor's dispatch mode", async () => {
     const { wrapper } = await mountView(GroupsView, { path: "/groups" });
     const modes = wrapper.findAll("tr[data-group=mixed] [data-testid=dispatch-mode]").map((m) => m.text());
-    expect(modes).toEqual(["push", "push", "pull"]);
+    expect(modes).toEqual(["push", "push", "pull", "broker"]);
     expect(wrapper.find("tr[data-group=mixed] .addr-list").text()).toContain("pull://worker-1/");
+    const hints = wrapper.findAll("tr[data-group=mixed] [data-testid=dispatch-mode]").map((m) => m.attributes("title"));
+    expect(hints[3]).toContain("RabbitMQ");
   });
 
   it("shows the handlers each online executor declared, nothing for one that declared none", async () => {

@@ -37,9 +37,12 @@ def register(sub: Any) -> None:
     parser.add_argument("--allow-open", dest="allow_open", action="store_const", const=True,
                         help="allow running without a token (loopback only)")
     parser.add_argument("--beat-interval", dest="beat_interval_s", type=float, metavar="SECONDS")
-    parser.add_argument("--dispatch", choices=("push", "pull"),
+    parser.add_argument("--dispatch", choices=("push", "pull", "broker"),
                         help="push (default): the admin calls this executor's port; pull: open no port, "
-                             "long-poll the admin for runs (docs/dispatch.md)")
+                             "long-poll the admin for runs; broker: take runs from RabbitMQ "
+                             "(--dispatch-broker) and long-poll the admin for the rest (docs/dispatch.md)")
+    parser.add_argument("--dispatch-broker", dest="dispatch_broker", metavar="AMQP_URL",
+                        help="the broker of --dispatch broker (the admin's JOBRING_DISPATCH_BROKER)")
     add_log_options(parser)
     parser.set_defaults(handler=run_executor)
 
@@ -88,7 +91,7 @@ def run_executor(args: argparse.Namespace) -> int:
         name: getattr(args, name)
         for name in ("app_name", "admin_addresses", "access_token", "host", "port", "address", "ip",
                      "log_path", "log_retention_days", "glue_enabled", "allow_open", "beat_interval_s",
-                     "dispatch")
+                     "dispatch", "dispatch_broker")
     }
     try:
         executor.configure(**overrides)
@@ -99,9 +102,9 @@ def run_executor(args: argparse.Namespace) -> int:
         # Registration is logged once the admin accepts it ("registered as ..."), not here.
         # On stdout: scripts read the bound port (--port 0) from this line.
         s = executor.settings
-        if s.dispatch == "pull":
-            print(f"jobring executor {s.app_name} polling {', '.join(s.admin_urls())} (pull dispatch, "
-                  f"no listening port), registering as {address}", flush=True)
+        if s.dispatch != "push":
+            print(f"jobring executor {s.app_name} polling {', '.join(s.admin_urls())} "
+                  f"({s.dispatch} dispatch, no listening port), registering as {address}", flush=True)
             return
         print(f"jobring executor {s.app_name} listening on {s.host}:{executor.bound_port}, "
               f"registering as {address}", flush=True)

@@ -57,6 +57,9 @@ REFUSED_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.goo
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 MAX_ADDRESS_LENGTH = 255
 PULL_SCHEME = "pull"
+# Broker executors (docs/dispatch.md, "Broker mode"): runs reach them through RabbitMQ, the
+# other calls as for a pull executor (they poll the admin for them).
+BROKER_SCHEME = "broker"
 _PULL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,199}")
 MAX_ALARM_URL_LENGTH = 1000
 # Matched with fullmatch ("$" would also match before a final line break).
@@ -198,7 +201,9 @@ def check_executor_address(address: str, policy: AddressPolicy | None = None) ->
     policy = policy or AddressPolicy()
     text = address.strip()
     if text.lower().startswith(PULL_SCHEME + "://"):
-        return _pull_address(text)
+        return _named_address(text, PULL_SCHEME)
+    if text.lower().startswith(BROKER_SCHEME + "://"):
+        return _named_address(text, BROKER_SCHEME)
     scheme, host, port, path, bracketed = _split(text)
     ip = normalise_ip(host)
     literal = ip is not None
@@ -220,13 +225,30 @@ def is_pull_address(address: str) -> bool:
     return address[:7].lower() == PULL_SCHEME + "://"
 
 
-def _pull_address(text: str) -> str:
-    """The canonical ``pull://<name>/`` (name in lower case); no network target, so the
-    address policy has nothing to check."""
-    name = text[7:].rstrip("/").lower()
+def is_broker_address(address: str) -> bool:
+    """Whether ``address`` names a broker executor (``broker://<name>/``): its runs go
+    through the message broker, its other calls through its poll of the admin."""
+    return address[:9].lower() == BROKER_SCHEME + "://"
+
+
+def is_polled_address(address: str) -> bool:
+    """Whether the admin reaches ``address`` through the executor's poll (pull and broker
+    executors), never by dialing it."""
+    return is_pull_address(address) or is_broker_address(address)
+
+
+def broker_name(address: str) -> str:
+    """The ``<name>`` of ``broker://<name>/`` (as written, without the final ``/``)."""
+    return address[len(BROKER_SCHEME) + 3:].rstrip("/").lower()
+
+
+def _named_address(text: str, scheme: str) -> str:
+    """The canonical ``pull://<name>/`` or ``broker://<name>/`` (name in lower case); no
+    network target, so the address policy has nothing to check."""
+    name = text[len(scheme) + 3:].rstrip("/").lower()
     if not _PULL_NAME.fullmatch(name):
-        raise AddressRefused(f"{text!r}: a pull executor's name must be 1-200 of a-z, 0-9, '.', '_', '-'")
-    return f"{PULL_SCHEME}://{name}/"
+        raise AddressRefused(f"{text!r}: a {scheme} executor's name must be 1-200 of a-z, 0-9, '.', '_', '-'")
+    return f"{scheme}://{name}/"
 
 
 def address_key(address: str) -> str:
@@ -237,7 +259,7 @@ def address_key(address: str) -> str:
         canonical = check_executor_address(address, _ANY_POLICY)
     except AddressRefused:
         return address.strip()
-    if is_pull_address(canonical):
+    if is_polled_address(canonical):
         return canonical.rstrip("/")
     parts = urlsplit(canonical)
     netloc = parts.netloc

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from jobring.protocol.models import PROTOCOLS
 ENV_PREFIX = "JOBRING_EXECUTOR_"
 DEFAULT_LOG_PATH = "./jobring-executor-logs"
 DECLARE_MODES = ("auto", "always", "never")
-DISPATCH_MODES = ("push", "pull")
+DISPATCH_MODES = ("push", "pull", "broker")
 CONFIG_ENV = "JOBRING_EXECUTOR_CONFIG"
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -79,7 +80,13 @@ class ExecutorSettings(SettingsBase):
     protocol: str = "auto"
     # "push": the admin calls this executor's HTTP port (XXL-JOB's way); "pull": no port is
     # opened, the executor long-polls the admin for its calls (docs/dispatch.md, "Pull mode").
+    # "broker": runs come from RabbitMQ (dispatch_broker, the admin's JOBRING_DISPATCH_BROKER),
+    # the other calls over the poll of "pull" (docs/dispatch.md, "Broker mode").
     dispatch: str = "push"
+    dispatch_broker: str | None = None
+    # A broker executor's runs taken from the broker and not finished yet, at most; as many
+    # more wait unacknowledged for a slot (the prefetch).
+    broker_slots: PositiveInt = 200
 
     @field_validator("admin_addresses", mode="before")
     @classmethod
@@ -103,8 +110,9 @@ class ExecutorSettings(SettingsBase):
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
             parts = urlsplit(value)
-            if parts.scheme not in ("http", "https", "pull") or not parts.netloc:
-                raise ValueError(f"executor address must be an http(s) URL or pull://<name>/, got {value!r}")
+            if parts.scheme not in ("http", "https", "pull", "broker") or not parts.netloc:
+                raise ValueError("executor address must be an http(s) URL, pull://<name>/ or "
+                                 f"broker://<name>/, got {value!r}")
         return value
 
     @field_validator("dispatch")
@@ -191,10 +199,18 @@ def load_executor_settings(
                                      explicit=explicit, explicit_name="argument")
     if not settings.app_name.strip():
         raise ConfigError("executor app_name is required (JOBRING_EXECUTOR_APP_NAME)")
-    pulled_address = (settings.address or "").startswith("pull://")
-    if pulled_address != (settings.dispatch == "pull") and settings.address:
+    scheme = (settings.address or "").partition("://")[0]
+    if settings.address and scheme != settings.dispatch and not (settings.dispatch == "push" and scheme
+                                                                  in ("http", "https")):
         raise ConfigError(f"address {settings.address!r} does not fit dispatch={settings.dispatch!r}: "
-                          "a pull executor's address is pull://<name>/, a push executor's an http(s) URL")
+                          "a pull executor's address is pull://<name>/, a broker executor's "
+                          "broker://<name>/, a push executor's an http(s) URL")
+    if settings.dispatch == "broker":
+        if not (settings.dispatch_broker or "").startswith(("amqp://", "amqps://")):
+            raise ConfigError("dispatch=broker needs dispatch_broker (JOBRING_EXECUTOR_DISPATCH_BROKER): the "
+                              "amqp:// URL the admin publishes to (its JOBRING_DISPATCH_BROKER)")
+        if importlib.util.find_spec("aio_pika") is None:
+            raise ConfigError("dispatch=broker needs the AMQP client: pip install 'jobring[amqp]'")
     check_metrics_token(settings.metrics_token)
     if settings.max_unauthenticated_connections >= settings.max_connections:
         # Else nothing would be left for the admin's connections once others fill the budget.

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -40,10 +38,17 @@ from jobring.executor.http.protocol import ExecutorHttpServer
 from jobring.executor.ops import ExecutorMetrics, ExecutorParts, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.pull import POLL_WAIT_MS, PollTransport, PullChannel, pull_address
 from jobring.executor.registry import Registrar, detect_ipv4
-from jobring.listen import PortInUse, listen_socket
+from jobring.executor.standalone import (
+    bind_socket,
+    default_logging,
+    install_signal_handlers,
+    loop_factory,
+    with_port,
+)
 from jobring.protocol.edge import HeadLimits
 
 if TYPE_CHECKING:
+    from jobring.executor.broker import BrokerConsumer
     from jobring.executor.runlog import RunLog
     from jobring.executor.worker import JobRunner
 
@@ -122,6 +127,7 @@ class Executor:
         self._callback: CallbackSender | None = None
         self._registrar: Registrar | None = None
         self._pull: PullChannel | None = None
+        self._broker: BrokerConsumer | None = None
         self._cleanup_task: asyncio.Task[None] | None = None
         self._stop_serving: Callable[[], None] | None = None
         self._server_loop: asyncio.AbstractEventLoop | None = None
@@ -300,6 +306,7 @@ class Executor:
 
     async def startup(self, *, binds: bool = True, port: int | None = None) -> None:
         """Start the engine, callback sender and registry heartbeat (not the HTTP server)."""
+        from jobring.executor.broker import RunSlots, start_consumer
         from jobring.executor.runlog import RunLog
         from jobring.executor.worker import JobRunner
 
@@ -307,8 +314,9 @@ class Executor:
             raise ExecutorError("executor already started")
         s = self.settings
         check_security(s, binds=binds and s.dispatch == "push")
-        if s.dispatch == "pull" and not s.admin_addresses:
-            raise ConfigError("a pull executor (dispatch=pull) needs admin_addresses: it connects out")
+        if s.dispatch != "push" and not s.admin_addresses:
+            raise ConfigError(f"a {s.dispatch} executor (dispatch={s.dispatch}) needs admin_addresses: "
+                              "it connects out")
         self._runlog = RunLog(s.log_path)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(s.admin_timeout_s),
@@ -324,12 +332,14 @@ class Executor:
             app_name=s.app_name,
             protocol=s.protocol,
         )
+        # A broker executor's results also free its slots (executor/broker.py).
+        slots = RunSlots(s.broker_slots, self._callback.report) if s.dispatch == "broker" else None
         try:
             await self._callback.start()
             self._runner = JobRunner(
                 self._handlers,
                 self._runlog,
-                self._callback.report,
+                self._callback.report if slots is None else slots.report,
                 glue_enabled=s.glue_enabled,
                 idle_timeout_s=s.idle_timeout_s,
                 max_handle_msg=s.max_handle_msg,
@@ -345,18 +355,20 @@ class Executor:
         self._runner.distributed = self._subtasks
         self.asgi_app().extra_routes["/jobring/subtasks"] = self._subtasks.accept
         self.asgi_app().bind(self._runner, self._runlog.read)
-        if s.dispatch == "pull":
-            self.address = pull_address(s.address)
+        if s.dispatch != "push":
+            self.address = pull_address(s.address, s.dispatch)
             transport = PollTransport(self._client, s.access_token, wait_ms=POLL_WAIT_MS,
                                       connect_timeout_s=s.admin_timeout_s)
             self._pull = PullChannel(transport, s.admin_urls(), s.app_name, self.address, self._answer_pulled)
             self._pull.start()
+            if slots is not None:
+                self._broker = start_consumer(s, self.address, self._runner, slots)
         else:
             # An open executor is loopback only, and one bound to loopback is reachable there
             # only: both advertise a loopback address, never another interface's.
             loopback = "::1" if ":" in s.host else "127.0.0.1"
             detected = loopback if not s.access_token or is_loopback_host(s.host) else detect_ipv4()
-            self.address = s.base_address(detected) if port is None else _with_port(s, detected, port)
+            self.address = s.base_address(detected) if port is None else with_port(s, detected, port)
         self._registrar = Registrar(
             self._client, s.admin_urls(), s.access_token, s.app_name, self.address,
             interval_s=s.beat_interval_s, started_at_ms=time.time_ns() // 1_000_000,
@@ -403,6 +415,9 @@ class Executor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._cleanup_task
         try:
+            if self._broker is not None:
+                broker, self._broker = self._broker, None
+                await broker.stop()
             if self._pull is not None:
                 pull, self._pull = self._pull, None
                 await pull.stop()
@@ -442,16 +457,16 @@ class Executor:
         """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`);
         ``announce=False`` leaves the "listening on" line to the caller (``ready``)."""
         s = self.settings
-        if s.dispatch == "pull":
+        if s.dispatch != "push":
             await self._serve_pulled(ready)
             return
         check_security(s, binds=True)
-        sock = _bind(s.host, s.port, in_code="port" in self._in_code)
+        sock = bind_socket(s.host, s.port, in_code="port" in self._in_code)
         self.bound_port = sock.getsockname()[1]
         stop_requested = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._stop_serving, self._server_loop = stop_requested.set, loop
-        stop_signals = _install_signal_handlers(stop_requested.set)
+        stop_signals = install_signal_handlers(stop_requested.set)
         server = ExecutorHttpServer(self.asgi_app(), head_limits=HeadLimits(
             max_request_line=s.max_request_line_bytes, max_header_bytes=s.max_header_bytes,
             head_timeout_s=s.header_timeout_s,
@@ -483,11 +498,11 @@ class Executor:
         stop_requested = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._stop_serving, self._server_loop = stop_requested.set, loop
-        stop_signals = _install_signal_handlers(stop_requested.set)
+        stop_signals = install_signal_handlers(stop_requested.set)
         try:
             await self.startup(binds=False)
-            log.info("executor %s polls %s as %s (pull dispatch: no listening port)", self.settings.app_name,
-                     ", ".join(self.settings.admin_urls()), self.address)
+            log.info("executor %s polls %s as %s (%s dispatch: no listening port)", self.settings.app_name,
+                     ", ".join(self.settings.admin_urls()), self.address, self.settings.dispatch)
             if ready is not None:
                 ready(self.address or "")
             await stop_requested.wait()
@@ -510,7 +525,7 @@ class Executor:
         Uses uvloop when it is installed. ``announce=False``: no "listening on" log line
         (``ready`` prints its own, as ``jobring executor`` does).
         """
-        with _default_logging():
+        with default_logging():
             try:
                 self._run(ready, announce)
             except ConfigError as exc:
@@ -520,7 +535,7 @@ class Executor:
                 raise SystemExit(2) from None
 
     def _run(self, ready: Callable[[str], None] | None, announce: bool = True) -> None:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(self.serve(ready=ready, announce=announce))
 
     def start_in_thread(self) -> None:
@@ -561,66 +576,3 @@ class Executor:
             if thread.is_alive():
                 raise ExecutorError("executor thread did not stop in time")
             self._thread = None
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
-def _with_port(s: ExecutorSettings, detected_ip: str, port: int) -> str:
-    return s.model_copy(update={"port": port}).base_address(detected_ip)
-
-
-def _port_hint(port: int, in_code: bool) -> str:
-    if in_code:  # the environment cannot help: an argument wins over it
-        return (f"port={port} is given to Executor(...) in the code, which wins over "
-                "JOBRING_EXECUTOR_PORT: change or remove it there (or pass --port to `jobring executor`)")
-    return "set JOBRING_EXECUTOR_PORT, pass --port to `jobring executor`, or port=... to Executor"
-
-
-def _bind(host: str, port: int, *, in_code: bool = False) -> socket.socket:
-    try:
-        sock = listen_socket(host, port, hint=_port_hint(port, in_code))
-    except PortInUse:
-        raise
-    except OSError as exc:
-        raise ConfigError(f"executor cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.setblocking(False)
-    return sock
-
-
-@contextlib.contextmanager
-def _default_logging() -> Iterator[None]:
-    """INFO lines of jobring to stderr for a script that configured no logging (else
-    ``python jobs.py`` would print nothing, not even where it listens)."""
-    jobring_log = logging.getLogger("jobring")
-    if logging.getLogger().handlers or jobring_log.handlers:
-        yield
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    level = jobring_log.level
-    jobring_log.addHandler(handler)
-    if level == logging.NOTSET:
-        jobring_log.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        jobring_log.removeHandler(handler)
-        jobring_log.setLevel(level)
-
-
-def _install_signal_handlers(stop: Callable[[], None]) -> list[signal.Signals]:
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop)
-            installed.append(sig)
-    return installed

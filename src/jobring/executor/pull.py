@@ -50,13 +50,14 @@ _KEEPALIVE_S = 2.0
 _POLL_ERRORS = (httpx.HTTPError, HttpError, ValueError)
 
 
-def pull_address(explicit: str | None) -> str:
-    """The executor's ``pull://<name>/`` address: the configured one, else one made of the
-    host name, the process id and a few random characters (unique per process)."""
+def pull_address(explicit: str | None, scheme: str = "pull") -> str:
+    """The executor's ``pull://<name>/`` (``broker://<name>/``) address: the configured one,
+    else one made of the host name, the process id and a few random characters (unique per
+    process)."""
     if explicit:
         return explicit if explicit.endswith("/") else explicit + "/"
     host = re.sub(r"[^a-z0-9.-]+", "-", socket.gethostname().lower()).strip("-.") or "executor"
-    return f"pull://{host[:150]}-{os.getpid()}-{secrets.token_hex(3)}/"
+    return f"{scheme}://{host[:150]}-{os.getpid()}-{secrets.token_hex(3)}/"
 
 
 class PollTransport:

@@ -201,6 +201,11 @@ class JobRunner:
             self.received.add(key)
         return answer
 
+    @property
+    def closing(self) -> bool:
+        """True once :meth:`close` began: no run is accepted any more."""
+        return self._closing
+
     def received_of(self, runs: list[tuple[int, int]]) -> list[int]:
         """The log ids among ``runs`` ((logId, logDateTime ms)) this executor accepted
         (within its window of recent runs)."""

@@ -27,7 +27,7 @@ import orjson
 
 from jobring.admin.dispatch.pull import PullHub, PullLimit
 from jobring.admin.services.executor_tokens import TokenScope
-from jobring.core.addresses import AddressRefused, address_key, check_executor_address, is_pull_address
+from jobring.core.addresses import AddressRefused, address_key, check_executor_address, is_polled_address
 from jobring.protocol.models import ReturnT
 
 MAX_WAIT_MS = 30_000
@@ -50,8 +50,8 @@ class PullApi:
             return ReturnT.fail("pull: the body must be a JSON object"), 400
         address, app = request.get("address"), request.get("appname")
         wait_ms, answers = request.get("wait_ms"), request.get("answers")
-        if not isinstance(address, str) or not is_pull_address(address):
-            return ReturnT.fail("pull: address must be a pull://<name>/ address"), 400
+        if not isinstance(address, str) or not is_polled_address(address):
+            return ReturnT.fail("pull: address must be a pull://<name>/ or broker://<name>/ address"), 400
         try:
             key = address_key(check_executor_address(address))
         except AddressRefused as exc:

@@ -17,6 +17,7 @@ what happened.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable
@@ -24,10 +25,12 @@ from typing import Any, Protocol
 
 import httpx
 
+from jobring.admin.dispatch.broker import BrokerPublisher, BrokerUnavailable
 from jobring.admin.dispatch.pull import PullCallError, PullHub
-from jobring.core.addresses import address_key, is_pull_address
+from jobring.core.addresses import address_key, broker_name, is_broker_address, is_polled_address
 from jobring.core.routing import Probe
 from jobring.http1.client import Connect, Http1Client, HttpError
+from jobring.protocol.broker import executor_queue, group_queue, run_routing
 from jobring.protocol.models import (
     ACCESS_TOKEN_HEADER,
     APPNAME_HEADER,
@@ -47,6 +50,13 @@ _JSON_HEADERS = {"Content-Type": "application/json;charset=UTF-8"}
 # Idle keep-alive connections are dropped before executors drop them (pyxxl: 75 s,
 # the Java executor: 90 s), so a reused connection is rarely one the peer just closed.
 _KEEPALIVE_S = 15.0
+# The answer to a run published to the broker (the executor's own answer never comes back:
+# a refusal arrives as a failed callback).
+_QUEUED = b'{"code":200,"msg":"queued on the broker"}'
+# Calls about a run that any broker executor of the group may have taken.
+_FANNED = ("kill", "log", "received")
+# The executor's answer for a log it does not have (jobring.executor.runlog; the Java one's).
+MSG_LOG_FILE_NOT_EXISTS = "readLog fail, logFile not exists"
 
 
 def executor_url(address: str, path: str) -> str:
@@ -84,6 +94,19 @@ async def _pull_answer(pending: Awaitable[bytes]) -> tuple[int, bytes]:
         return 200, await pending
     except PullCallError as exc:
         raise ExecutorCallError(exc.kind, exc.detail, timeout=exc.timeout) from exc
+
+
+def _log_found(answer: ReturnT) -> bool:
+    content = answer.content
+    return answer.ok and isinstance(content, dict) and content.get("logContent") != MSG_LOG_FILE_NOT_EXISTS
+
+
+async def _published(pending: Awaitable[None]) -> tuple[int, bytes]:
+    try:
+        await pending
+    except BrokerUnavailable as exc:
+        raise ExecutorCallError(exc.kind, exc.detail, timeout=exc.timeout) from exc
+    return 200, _QUEUED
 
 
 async def _no_answer(error: ExecutorCallError) -> tuple[int, bytes]:
@@ -186,8 +209,12 @@ class ExecutorClient:
         connect: Connect | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         pull: PullHub | None = None,
+        broker: BrokerPublisher | None = None,
     ) -> None:
         headers = dict(_JSON_HEADERS)
+        # Runs for executors at broker:// addresses are published to RabbitMQ
+        # (admin/dispatch/broker.py); their other calls go through the pull mailboxes.
+        self.broker = broker
         # Executors at pull:// addresses are never dialed: their calls wait in this node's
         # mailboxes for their polls (admin/dispatch/pull.py).
         self.pull = pull
@@ -207,6 +234,8 @@ class ExecutorClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self.broker is not None:
+            await self.broker.aclose()
 
     def learn_dialect(self, app_name: str, address: str, *, v35: bool) -> None:
         """Record how ``address`` spoke in its last heartbeat under ``app_name``: ``v35`` when
@@ -236,7 +265,12 @@ class ExecutorClient:
             path = "trigger"
         url = executor_url(address, path)
         payload = dumps(body) if body is not None else b""
-        if is_pull_address(address):
+        if is_broker_address(address):
+            if path in ("run", "trigger"):
+                return await self._answer(url, self._brokered(address, payload, app_name))
+            if path in _FANNED and self.pull is not None and app_name:
+                return await self._fanned(address, path, payload, app_name)
+        if is_polled_address(address):
             return await self._answer(url, self._pulled(address, path, payload, app_name))
         return await self._answer(url, self._http.post(url, payload, token or self._default_token, app))
 
@@ -248,6 +282,47 @@ class ExecutorClient:
                                                 timeout=False))
         return _pull_answer(self.pull.send(address_key(address), path, body, app_name, self._pull_timeout_s))
 
+    async def _fanned(self, address: str, path: str, body: bytes, app_name: str) -> ReturnT:
+        """kill, log or received for a broker executor: the run may have been taken by any
+        broker executor of the group (from the group's queue), not only the one recorded.
+        A kill goes to all of them (success if one succeeds); received is the union of their
+        answers; a log is read where it exists, the recorded executor asked first."""
+        assert self.pull is not None
+        first = address_key(address)
+        keys = [first, *(k for k in self.pull.live_keys(app_name, "broker") if k != first)]
+        if path == "log":
+            tried: list[ReturnT] = []
+            for key in keys:  # one at a time: most logs are where the run was recorded
+                answer = await self._answer(executor_url(key, path), self._pulled(key, path, body, app_name))
+                if _log_found(answer):
+                    return answer
+                tried.append(answer)
+            return tried[0]
+        asked = [self._answer(executor_url(k, path), self._pulled(k, path, body, app_name)) for k in keys]
+        answers = await asyncio.gather(*asked)
+        if path == "received":
+            found = sorted({i for a in answers if a.ok and isinstance(a.content, dict)
+                            for i in a.content.get("received") or []})
+            return ReturnT.success({"received": found}) if any(a.ok for a in answers) else answers[0]
+        return next((a for a in answers if a.ok), answers[0])
+
+    def _brokered(self, address: str, body: bytes, app_name: str | None) -> Awaitable[tuple[int, bytes]]:
+        """A run for a broker executor: published to its group's queue (any executor of the
+        group may take it), or to its own queue for one shard of a broadcast."""
+        if self.broker is None:
+            return _no_answer(ExecutorCallError("BrokerDisabled", "this admin node has no dispatch broker "
+                                                "(JOBRING_DISPATCH_BROKER)", timeout=False))
+        if not app_name:
+            return _no_answer(ExecutorCallError("BrokerNoAppname", "a run for a broker executor must name "
+                                                "its group's appname", timeout=False))
+        try:
+            message_id, own = run_routing(body)
+            queue = executor_queue(app_name, broker_name(address)) if own else group_queue(app_name)
+        except ValueError as exc:
+            return _no_answer(ExecutorCallError("BrokerRefused", str(exc), timeout=False))
+        return _published(self.broker.publish(queue, body, message_id, own=own,
+                                              timeout_s=self._pull_timeout_s))
+
     def run_now(self, address: str, param: TriggerParam, token: str | None = None,
                 app_name: str | None = None) -> Awaitable[ReturnT]:
         """/run (/trigger for a 3.5 executor), written at once when a keep-alive connection to
@@ -258,7 +333,9 @@ class ExecutorClient:
     def run_body_now(self, address: str, body: bytes, token: str | None = None,
                      app_name: str | None = None) -> Awaitable[ReturnT]:
         """:meth:`run_now` with the TriggerParam already encoded as JSON (``body``)."""
-        if is_pull_address(address):
+        if is_broker_address(address):
+            return self._answer(executor_url(address, "run"), self._brokered(address, body, app_name))
+        if is_polled_address(address):
             return self._answer(executor_url(address, "run"), self._pulled(address, "run", body, app_name))
         app = self._app(address, app_name)
         url = executor_url(address, "run" if app is None else "trigger")

@@ -137,6 +137,12 @@ class PullHub:
         """The executors that polled this node (for status pages and tests)."""
         return [PulledExecutor(k, app, len(b.queue), self._alive(b)) for (app, k), b in self._boxes.items()]
 
+    def live_keys(self, app_name: str, scheme: str) -> list[str]:
+        """The address keys of ``app_name``'s executors at ``scheme://`` addresses with a live
+        poll on this node (broker executors: any of them may have taken a run)."""
+        return [k for (app, k), b in self._boxes.items()
+                if app == app_name and k.startswith(scheme + "://") and self._alive(b)]
+
     def send(self, key: str, path: str, body: bytes, app_name: str | None, timeout_s: float
              ) -> Awaitable[bytes]:
         """Queue a call for the executor of ``app_name`` at address key ``key``; the awaitable

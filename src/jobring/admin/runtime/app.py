@@ -42,6 +42,7 @@ from jobring.admin.api.management import (
 )
 from jobring.admin.api.management.declared import DECLARE_PATH, declare_api_app
 from jobring.admin.console import HtmlNotFound, console_routes
+from jobring.admin.dispatch.broker import BrokerPublisher
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.dispatch.pull import PullHub
 from jobring.admin.distributed.service import DistributedService
@@ -146,7 +147,10 @@ async def start_runtime(
         connect_timeout=settings.executor_connect_timeout,
         read_timeout=settings.executor_read_timeout,
         pull=PullHub(clock.now_ms),
+        broker=BrokerPublisher(settings.dispatch_broker) if settings.dispatch_broker else None,
     )
+    if executors.broker is not None:
+        executors.broker.start()
     trigger = TriggerService(
         store, executors, node_id=node_id, clock=clock,
         admin_timezone=state.default_timezone, fast_pool=settings.fast_pool_size,

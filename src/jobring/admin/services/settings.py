@@ -126,6 +126,9 @@ class AdminSettings(SettingsBase):
     slow_pool_size: PositiveInt = 100
     executor_connect_timeout: PositiveFloat = 3.0
     executor_read_timeout: PositiveFloat = 3.0
+    # amqp://user:password@host:port/vhost: runs for broker executors (broker:// addresses)
+    # are published there (docs/dispatch.md, "Broker mode"). Unset: such runs fail their trigger.
+    dispatch_broker: str | None = None
     pre_read_ms: PositiveInt = 5000
     node_id: str | None = None
     # Database session locks prove nodes alive, so a dead node's jobs are taken over within
@@ -191,6 +194,13 @@ class AdminSettings(SettingsBase):
     child_fire_budget: Annotated[int, Field(ge=1, le=1_000_000)] = 100
     # The scheduling loop's tunables: the [admin.loop] table, JOBRING_LOOP__<NAME>.
     loop: LoopSettings = Field(default_factory=LoopSettings)
+
+    @field_validator("dispatch_broker")
+    @classmethod
+    def _dispatch_broker(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("amqp://", "amqps://")):
+            raise ValueError("must be an amqp:// or amqps:// URL")
+        return value or None
 
     @field_validator("log_format")
     @classmethod

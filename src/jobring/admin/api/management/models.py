@@ -28,7 +28,7 @@ from jobring.admin.store.records import (
     RevokedAccess,
     User,
 )
-from jobring.core.addresses import is_pull_address
+from jobring.core.addresses import is_broker_address, is_pull_address
 from jobring.core.distributed import MAX_SHARDS
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.masking import masked
@@ -718,10 +718,18 @@ class OnlineAddress(BaseModel):
         description="the handlers its executor declared (jobring executors): only jobs of these handlers "
                     "(and GLUE jobs) are routed to it; null: it declared none (XXL-JOB and older "
                     "executors), every job of the group may be routed to it")
-    dispatch: Literal["push", "pull"] = Field(
+    dispatch: Literal["push", "pull", "broker"] = Field(
         default="push",
         description="push: the admin calls the executor's address; pull: the executor (a pull:// address) "
-                    "opens no port and long-polls the admin for its runs (docs/dispatch.md)")
+                    "opens no port and long-polls the admin for its runs; broker: the executor (a "
+                    "broker:// address) takes its runs from RabbitMQ queues and polls the admin for "
+                    "the other calls (docs/dispatch.md)")
+
+
+def _dispatch_of(address: str) -> Literal["push", "pull", "broker"]:
+    if is_pull_address(address):
+        return "pull"
+    return "broker" if is_broker_address(address) else "push"
 
 
 class GroupOut(BaseModel):
@@ -743,7 +751,7 @@ class GroupOut(BaseModel):
         online = [
             OnlineAddress(address=e.registry_value, last_heartbeat=aware(e.update_time),
                           handlers=e.declared_handlers,
-                          dispatch="pull" if is_pull_address(e.registry_value) else "push") for e in entries
+                          dispatch=_dispatch_of(e.registry_value)) for e in entries
         ]
         return cls(**record_fields(cls, g, online=online, has_access_token=bool(g.access_token),
                                    disabled_addresses=g.disabled, flow=flow_out(g.flow)))

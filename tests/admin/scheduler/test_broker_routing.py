@@ -1,0 +1,121 @@
+"""Broker executors without a broker: their addresses, their settings, and how the admin's
+ExecutorClient sends them what is not a run (over their polls; kills, log reads and /received
+to every broker executor of the group, since any of them may have taken a run from the group's
+queue). The broker itself: tests/executor/test_broker_dispatch.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.dispatch.pull import PullHub
+from jobring.admin.services.settings import AdminSettings
+from jobring.configbase import ConfigError
+from jobring.core.addresses import (
+    AddressRefused,
+    address_key,
+    broker_name,
+    check_executor_address,
+    is_broker_address,
+    is_polled_address,
+    is_pull_address,
+)
+from jobring.executor.config import load_executor_settings
+from jobring.protocol.broker import group_queue, queue_arguments, run_routing
+from jobring.protocol.models import LogParam, TriggerParam, dumps
+
+
+def test_broker_addresses_are_canonical_keyed_and_polled() -> None:
+    assert check_executor_address(" BROKER://Worker-1 ") == "broker://worker-1/"
+    assert address_key("broker://WORKER-1/") == "broker://worker-1"
+    assert is_broker_address("Broker://x/") and is_polled_address("broker://x/")
+    assert not is_pull_address("broker://x/") and not is_broker_address("pull://x/")
+    assert broker_name("broker://worker-1/") == "worker-1"
+    for bad in ("broker://", "broker://a b/", "broker://x/y"):
+        with pytest.raises(AddressRefused):
+            check_executor_address(bad)
+
+
+def test_queue_names_and_routing_of_a_run() -> None:
+    assert group_queue("app") == "jobring.runs.app"
+    assert queue_arguments(True) == {"x-expires": 600_000} and queue_arguments(False) == {}
+    with pytest.raises(ValueError, match="longer than 255"):
+        group_queue("a" * 250)
+    shard = TriggerParam(job_id=1, log_id=5, log_date_time=1_000, broadcast_index=1, broadcast_total=3)
+    assert run_routing(dumps(shard.to_dict())) == ("5-1000", True)
+    single = TriggerParam(job_id=1, log_id=6, log_date_time=2_000)
+    assert run_routing(dumps(single.to_dict())) == ("6-2000", False)
+
+
+def test_settings_of_a_broker_executor_and_of_the_admin() -> None:
+    base = {"app_name": "app", "admin_addresses": ["http://a/"], "access_token": "t" * 16}
+    with pytest.raises(ConfigError, match="needs dispatch_broker"):
+        load_executor_settings({}, dispatch="broker", **base)
+    with pytest.raises(ConfigError, match="does not fit dispatch='broker'"):
+        load_executor_settings({}, dispatch="broker", dispatch_broker="amqp://h/", address="pull://x/",
+                               **base)
+    settings = load_executor_settings({"JOBRING_EXECUTOR_DISPATCH": "broker",
+                                       "JOBRING_EXECUTOR_DISPATCH_BROKER": "amqp://h/",
+                                       "JOBRING_EXECUTOR_BROKER_SLOTS": "3"}, address="broker://b1/", **base)
+    assert (settings.dispatch, settings.broker_slots) == ("broker", 3)
+    assert AdminSettings(dispatch_broker="amqp://guest:guest@h:5672/").dispatch_broker is not None
+    with pytest.raises(ValueError, match="amqp://"):
+        AdminSettings(dispatch_broker="http://h/")
+
+
+class Clock:
+    def __call__(self) -> int:
+        return 1_000_000
+
+
+async def answer_polls(hub: PullHub, key: str, app: str, answer: dict[str, object]) -> list[str]:
+    """Answer every call the executor at ``key`` gets, for one poll; the paths called."""
+    calls = await hub.poll(key, app, 5_000)
+    hub.answer(key, app, [(c.id, orjson.dumps(answer)) for c in calls])
+    return [c.path for c in calls]
+
+
+async def test_a_kill_goes_to_every_broker_executor_of_the_group_and_received_is_their_union() -> None:
+    hub = PullHub(Clock())
+    client = ExecutorClient(access_token=None, pull=hub)
+    for key in ("broker://a", "broker://b", "pull://c"):
+        await hub.poll(key, "app", 0)  # polling now: live
+    await hub.poll("broker://z", "other-app", 0)  # another group's: never asked
+    try:
+        kill = asyncio.ensure_future(client.kill("broker://a/", 7, None, "app"))
+        paths = await asyncio.gather(answer_polls(hub, "broker://a", "app", {"code": 500, "msg": "no"}),
+                                     answer_polls(hub, "broker://b", "app", {"code": 200}))
+        assert paths == [["kill"], ["kill"]]
+        assert (await kill).ok  # one of them had the job
+        assert [e.queued for e in hub.executors() if e.address in ("pull://c", "broker://z")] == [0, 0]
+
+        asked = asyncio.ensure_future(client.call("broker://a/", "received", {"runs": [[1, 0], [2, 0]]},
+                                                  None, "app"))
+        ones, twos = ({"code": 200, "content": {"received": [n]}} for n in (1, 2))
+        await asyncio.gather(answer_polls(hub, "broker://a", "app", ones),
+                             answer_polls(hub, "broker://b", "app", twos))
+        assert (await asked).content == {"received": [1, 2]}
+    finally:
+        await client.aclose()
+
+
+async def test_a_log_is_read_from_the_broker_executor_that_has_it() -> None:
+    hub = PullHub(Clock())
+    client = ExecutorClient(access_token=None, pull=hub)
+    for key in ("broker://a", "broker://b"):
+        await hub.poll(key, "app", 0)
+    try:
+        read = asyncio.ensure_future(client.log("broker://a/", LogParam(0, 9, 1), None, "app"))
+        missing = {"code": 200, "content": {"fromLineNum": 1, "toLineNum": 0, "isEnd": True,
+                                            "logContent": "readLog fail, logFile not exists"}}
+        found = {"code": 200, "content": {"fromLineNum": 1, "toLineNum": 1, "isEnd": True,
+                                          "logContent": "hi"}}
+        assert await answer_polls(hub, "broker://a", "app", missing) == ["log"]  # the recorded one first
+        assert await answer_polls(hub, "broker://b", "app", found) == ["log"]
+        answer = await read
+        assert answer.ok and isinstance(answer.content, dict) and answer.content["logContent"] == "hi"
+    finally:
+        await client.aclose()
