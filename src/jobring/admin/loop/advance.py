@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from jobring.admin.loop.config import LoopConfig, LoopStats
+from jobring.admin.loop.context import LoopContext
 from jobring.admin.loop.held import Held, HeldSet
-from jobring.admin.loop.ports import LeaseStore
-from jobring.admin.loop.timers import Timers, sleep_until
+from jobring.admin.loop.timers import sleep_until
 from jobring.admin.store.records import JobInfo
 from jobring.core.planning import FireDecision
 
@@ -43,23 +42,22 @@ def advanced_row(job: JobInfo, last_ms: int, next_ms: int) -> JobInfo:
 class AdvanceWriter:
     """Queues next-time updates and schedule ends; writes them under the database lock."""
 
-    def __init__(self, store: LeaseStore, held: HeldSet, stats: LoopStats, *,
-                 drop: Callable[[int], None], release: Callable[[list[int]], None]) -> None:
-        self._store = store
+    def __init__(self, ctx: LoopContext, held: HeldSet, *, release: Callable[[list[int]], None]) -> None:
+        self._ctx = ctx
+        self._store = ctx.store
         self._held = held
-        self._stats = stats
-        self._drop = drop
         self._release = release
         self._pending: _Pending = {}
         self._ended: list[int] = []
         self._wanted = asyncio.Event()
+        held.dropped = self.forget
 
     def queue(self, held: Held, decision: FireDecision) -> None:
         """The fire of ``decision`` is recorded (or was not to be sent): move the job on."""
         if self._held.get(held.job.id) is not held:
             return
         if decision.next_ms is None:
-            self._drop(held.job.id)
+            self._held.drop(held.job.id)
             self._ended.append(held.job.id)
         else:
             last = decision.planned_ms if decision.fires else held.job.trigger_last_time
@@ -81,8 +79,9 @@ class AdvanceWriter:
     def forget(self, job_id: int) -> None:
         self._pending.pop(job_id, None)
 
-    async def run(self, lock: asyncio.Lock, timers: Timers, config: LoopConfig) -> None:
+    async def run(self) -> None:
         """The writer task."""
+        lock, timers, config = self._ctx.db_lock, self._ctx.timers, self._ctx.config
         while True:
             await self._wanted.wait()
             # Gather a flush interval's worth of advances into one update.
@@ -134,7 +133,7 @@ class AdvanceWriter:
             if held.leaving and nxt > held.planned_ms:
                 leaving.append(job_id)
         for job_id in leaving:
-            self._drop(job_id)
+            self._held.drop(job_id)
         if leaving:
             self._release(leaving)
-        self._stats.held = len(self._held)
+        self._ctx.stats.held = len(self._held)

@@ -10,9 +10,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from jobring.admin.loop.config import LoopConfig
-from jobring.admin.loop.ports import LeaseStore, Liveness
-from jobring.admin.loop.timers import Timers, sleep_until
+from jobring.admin.loop.context import LoopContext
+from jobring.admin.loop.timers import sleep_until
 from jobring.core.timefmt import iso_ms
 
 log = logging.getLogger(__name__)
@@ -21,14 +20,13 @@ log = logging.getLogger(__name__)
 class SendFence:
     """Keeps the committed fence ``fence_ahead_ms`` ahead of now, within what the leases allow."""
 
-    def __init__(self, store: LeaseStore, timers: Timers, config: LoopConfig,
-                 renewed_at: Callable[[], int | None], liveness: Liveness | None = None) -> None:
-        self._store = store
+    def __init__(self, ctx: LoopContext, renewed_at: Callable[[], int | None]) -> None:
+        self._store = ctx.store
         # With session-lock liveness the fence is raised through it (so a node found dead
         # can no longer raise it), and nothing is sent while liveness is not proven.
-        self._liveness = liveness
-        self._timers = timers
-        self._config = config
+        self._liveness = ctx.liveness
+        self._timers = ctx.timers
+        self._config = ctx.config
         self._renewed_at = renewed_at
         self.committed_ms = 0  # no fire planned after this is sent
         # Set while this node's liveness was lost and its leases are not yet confirmed again

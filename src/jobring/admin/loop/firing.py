@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from jobring.admin.loop.advance import AdvanceWriter
 from jobring.admin.loop.ahead import Ahead
 from jobring.admin.loop.catchup import catch_up_due
-from jobring.admin.loop.config import LoopConfig, LoopStats
+from jobring.admin.loop.context import LoopContext
 from jobring.admin.loop.fence import SendFence
 from jobring.admin.loop.held import Held, HeldSet
-from jobring.admin.loop.leases import LeaseKeeper
-from jobring.admin.loop.ports import PlannedFire, TimingPort
+from jobring.admin.loop.ports import PlannedFire
 from jobring.admin.loop.readahead import ReadAhead
 from jobring.admin.loop.timed import TimedSchedule
-from jobring.admin.loop.timers import Timers
 from jobring.core.enums import TriggerType
 from jobring.core.planning import FireDecision, decide_fire
 from jobring.core.timefmt import iso_ms
@@ -37,23 +35,18 @@ _BURST = 64
 class FireTimer:
     """The timer task and the fire batches it sends."""
 
-    def __init__(
-        self, held: HeldSet, config: LoopConfig, stats: LoopStats, timers: Timers, *,
-        fence: SendFence, leases: LeaseKeeper, readahead: ReadAhead, advance: AdvanceWriter,
-        drop: Callable[[int], None], spawn: Callable[[Awaitable[None], str], None],
-        timing: TimingPort | None = None,
-    ) -> None:
+    def __init__(self, ctx: LoopContext, held: HeldSet, *, fence: SendFence, readahead: ReadAhead,
+                 advance: AdvanceWriter) -> None:
         self._held = held
-        self._timing = timing
-        self._config = config
-        self._stats = stats
-        self._timers = timers
+        self._timing = ctx.timing
+        self._config = ctx.config
+        self._stats = ctx.stats
+        self._timers = ctx.timers
+        self._spawn = ctx.background.spawn
+        self._withdraw = ctx.withdrawals.withdraw
         self._fence = fence
-        self._leases = leases
         self._readahead = readahead
         self._advance = advance
-        self._drop = drop
-        self._spawn = spawn
         self._wake: asyncio.Future[None] | None = None
         self._batches_inflight = 0
         self._batch_slot: asyncio.Future[None] | None = None
@@ -105,8 +98,9 @@ class FireTimer:
                     handle.cancel()
 
     def _check_leases(self, now: int) -> None:
+        guard = self._config.lease_guard_ms
         for held in list(self._held.values()):
-            self._leases.lapsed(held, now)
+            self._held.lapsed(held, now, guard)
 
     def _fire_due(self, now: int) -> None:
         fires: list[PlannedFire] = []
@@ -115,14 +109,15 @@ class FireTimer:
         config = self._config
         horizon = now + config.pre_read_ms
         until = min(now, self._fence.committed_ms)
-        # A lease ending after this leaves the fire sendable (LeaseKeeper.lapsed's rule).
-        lease_ok = now + config.lease_guard_ms
+        # A lease ending after this leaves the fire sendable (HeldSet.lapsed's rule).
+        guard = config.lease_guard_ms
+        lease_ok = now + guard
         threshold = config.misfire_threshold_ms
         stats = self._stats
         lateness_ms, lateness = stats.lateness_ms, stats.lateness
         pop_due = self._held.pop_due
         while (held := pop_due(until)) is not None:
-            if (held.lease_until_ms <= lease_ok and self._leases.lapsed(held, now)) or (
+            if (held.lease_until_ms <= lease_ok and self._held.lapsed(held, now, guard)) or (
                     now - held.planned_ms > threshold and self._catch_up(held, now, horizon, fires, prepared,
                                                                          outcomes)):
                 continue
@@ -152,7 +147,7 @@ class FireTimer:
             if held.prepared:
                 # Instants passed over by a misfire (beyond the threshold).
                 for instant in [t for t in held.prepared if decision.next_ms is None or t < decision.next_ms]:
-                    self._readahead.withdraw(held.prepared.pop(instant))
+                    self._withdraw(held.prepared.pop(instant))
             self._continue(held, decision, horizon)
             if decision.fires:
                 assert decision.trigger_type is not None
@@ -161,7 +156,7 @@ class FireTimer:
                 outcomes.append((held, decision))
             else:
                 if ready is not None:
-                    self._readahead.withdraw(ready)
+                    self._withdraw(ready)
                 self._advance.queue(held, decision)
         if fires:
             stats.fired += len(fires)
@@ -178,7 +173,7 @@ class FireTimer:
         if caught is None:
             return False
         for slot in held.prepared.values():
-            self._readahead.withdraw(slot)
+            self._withdraw(slot)
         held.prepared.clear()
         self._stats.skipped += len(caught.skipped)
         if caught.skipped and self._timing is not None:
@@ -200,7 +195,7 @@ class FireTimer:
         """An instant a calendar excluded is due: record it as a ``skipped`` run, send nothing."""
         ready = held.prepared.pop(decision.planned_ms, None)
         if ready is not None:
-            self._readahead.withdraw(ready)
+            self._withdraw(ready)
         self._stats.calendar_skipped += 1
         if self._timing is not None:
             self._spawn(self._timing.record_skipped(held.job, [skip]), "record a calendar skip")
@@ -228,7 +223,7 @@ class FireTimer:
             log.exception("fire batch of %d failed; re-planning its jobs from the database", len(fires))
             for held, _ in outcomes:
                 if self._held.holds(held):
-                    self._drop(held.job.id)
+                    self._held.drop(held.job.id)
             return
         finally:
             self._batches_inflight -= 1

@@ -7,15 +7,12 @@ the held set; it also guards each fire against a lease about to run out (clock s
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from jobring.admin.loop.advance import AdvanceWriter
-from jobring.admin.loop.config import LoopConfig, LoopStats
-from jobring.admin.loop.held import Held, HeldSet
-from jobring.admin.loop.ports import LeaseStore, Liveness, ScheduleFactory, TimingPort
-from jobring.admin.loop.readahead import ReadAhead
+from jobring.admin.loop.context import LoopContext
+from jobring.admin.loop.held import HeldSet
 from jobring.admin.loop.timed import TimedSchedule
 from jobring.admin.store.records import JobInfo
 from jobring.core.enums import ScheduleType
@@ -35,26 +32,18 @@ def fair_share(nodes: int, due: int) -> int:
 class LeaseKeeper:
     """This node's leases on jobs, kept in step with the held set."""
 
-    def __init__(
-        self, store: LeaseStore, held: HeldSet, config: LoopConfig, stats: LoopStats, *,
-        schedule_factory: ScheduleFactory, admin_timezone: str, advance: AdvanceWriter,
-        readahead: ReadAhead, lock: asyncio.Lock, drop: Callable[[int], None],
-        spawn: Callable[[Awaitable[None], str], None], liveness: Liveness | None = None,
-        timing: TimingPort | None = None,
-    ) -> None:
-        self._store = store
-        self._timing = timing
-        self._liveness = liveness
+    def __init__(self, ctx: LoopContext, held: HeldSet, advance: AdvanceWriter) -> None:
+        self._ctx = ctx
+        self._store = ctx.store
+        self._timing = ctx.timing
+        self._liveness = ctx.liveness
         self._held = held
-        self._config = config
-        self._stats = stats
-        self._schedule_factory = schedule_factory
-        self._admin_tz = admin_timezone
+        self._config = ctx.config
+        self._stats = ctx.stats
+        self._schedule_factory = ctx.schedule_factory
+        self._admin_tz = ctx.admin_timezone
         self._advance = advance
-        self._readahead = readahead
-        self._lock = lock
-        self._drop = drop
-        self._spawn = spawn
+        self._lock = ctx.db_lock
         self._releasing: set[int] = set()
         self.renewed_at: int | None = None  # when the held leases were last renewed
 
@@ -71,7 +60,7 @@ class LeaseKeeper:
             # dropped and adopted again (its lock session lost and regained) must find its
             # unsent instants free, not recorded (a fire at them would be a duplicate, unsent).
             try:
-                await self._readahead.cancel_withdrawn()
+                await self._ctx.withdrawals.cancel()
             except Exception:
                 # Kept for the next try; renewal must not wait for it. A row left over only
                 # counts as perhaps sent when its job is settled (an instant lost, none doubled).
@@ -87,7 +76,7 @@ class LeaseKeeper:
                     log.warning("%d held jobs were taken over while this node's liveness was lost; "
                                 "dropping them: %s", len(lost), lost[:20])
                 for job_id in lost:
-                    self._drop(job_id)
+                    self._held.drop(job_id)
             if self._liveness is not None:
                 # Jobs of nodes found dead, whatever their leases' end (before the heartbeat,
                 # which no longer counts those nodes).
@@ -133,7 +122,7 @@ class LeaseKeeper:
                 continue  # dropped by this node; its release is on the way
             held = self._held.get(row.id)
             if row.trigger_status != 1:
-                self._drop(row.id)
+                self._held.drop(row.id)
                 to_release.append(row.id)
             elif held is not None and (held.leaving or not HeldSet.changed(held, row)):
                 if not held.leaving:
@@ -141,7 +130,7 @@ class LeaseKeeper:
             else:
                 if held is not None:
                     log.info("job %s changed while held; re-planning from the database", row.id)
-                    self._drop(row.id)
+                    self._held.drop(row.id)
                 if row.trigger_next_time > window_end:
                     to_release.append(row.id)  # (edited to be) due later: for a later claim
                 else:
@@ -153,7 +142,7 @@ class LeaseKeeper:
             log.info("%d held jobs are no longer leased to this node; dropping them: %s",
                      len(gone), gone[:20])
         for job_id in gone + far:
-            self._drop(job_id)
+            self._held.drop(job_id)
         to_release += far
         if to_release:
             self.release(to_release)
@@ -213,27 +202,18 @@ class LeaseKeeper:
         log.info("holding more than a fair share (%d); handing over %d jobs after their next fire",
                  allowed, len(candidates))
 
-    def lapsed(self, held: Held, now: int) -> bool:
-        """Drop ``held`` when its lease ends within ``lease_guard_ms`` (the clock-skew guard):
-        a fire goes out only while the lease lasts."""
-        if now < held.lease_until_ms - self._config.lease_guard_ms:
-            return False
-        log.warning("lease on job %s ran out before its fire; dropping it", held.job.id)
-        self._drop(held.job.id)
-        return True
-
     def release(self, job_ids: list[int]) -> None:
         """Give up the jobs' leases (in the background; their withdrawn fires cancelled first)."""
         # Marked at once: until the release commits, a renewal may still report these jobs
         # as held, and they must not be adopted again from it.
         self._releasing.update(job_ids)
-        self._spawn(self._release(job_ids), "release")
+        self._ctx.background.spawn(self._release(job_ids), "release")
 
     async def _release(self, job_ids: list[int]) -> None:
         try:
             # Under the lock: a release never lands between a renewal and its application.
             async with self._lock:
-                await self._readahead.cancel_withdrawn()
+                await self._ctx.withdrawals.cancel()
                 await self._store.release(job_ids)
         finally:
             self._releasing.difference_update(job_ids)

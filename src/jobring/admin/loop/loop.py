@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from enum import Enum
 
 from jobring.admin.loop.advance import AdvanceWriter
+from jobring.admin.loop.ahead import Withdrawals
 from jobring.admin.loop.config import LoopConfig, LoopStats
+from jobring.admin.loop.context import Background, LoopContext
 from jobring.admin.loop.fence import SendFence
 from jobring.admin.loop.firing import FireTimer
 from jobring.admin.loop.held import HeldSet
@@ -79,25 +80,21 @@ class ScheduleLoop:
         self._store = store
         self._timers = timers
         self._clock = timers.clock
-        self._db_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
-        self._inflight: set[asyncio.Task[None]] = set()
-        self._held = HeldSet()
         preparer = fire_batch if isinstance(fire_batch, FirePreparer) else None
-        self._readahead = ReadAhead(preparer, fire_batch, self._held, self.config)
-        self._advance = AdvanceWriter(store, self._held, self.stats, drop=self._drop,
-                                      release=self._release)
-        self._leases = LeaseKeeper(
-            store, self._held, self.config, self.stats, schedule_factory=schedule_factory,
-            admin_timezone=admin_timezone, advance=self._advance, readahead=self._readahead,
-            lock=self._db_lock, drop=self._drop, spawn=self._spawn, liveness=liveness, timing=timing,
+        ctx = self._ctx = LoopContext(
+            store=store, timers=timers, config=self.config, stats=self.stats,
+            schedule_factory=schedule_factory, admin_timezone=admin_timezone, db_lock=asyncio.Lock(),
+            preparer=preparer, withdrawals=Withdrawals(preparer), background=Background(),
+            liveness=liveness, timing=timing,
         )
-        self._fence = SendFence(store, timers, self.config, lambda: self._leases.renewed_at, liveness)
-        self._timer = FireTimer(
-            self._held, self.config, self.stats, timers, fence=self._fence, leases=self._leases,
-            readahead=self._readahead, advance=self._advance, drop=self._drop, spawn=self._spawn,
-            timing=timing,
-        )
+        self._held = HeldSet(ctx.withdrawals)
+        self._readahead = ReadAhead(ctx, self._held, fire_batch)
+        self._advance = AdvanceWriter(ctx, self._held, release=self._release)
+        self._leases = LeaseKeeper(ctx, self._held, self._advance)
+        self._fence = SendFence(ctx, lambda: self._leases.renewed_at)
+        self._timer = FireTimer(ctx, self._held, fence=self._fence, readahead=self._readahead,
+                                advance=self._advance)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -108,8 +105,7 @@ class ScheduleLoop:
         self._tasks = [
             asyncio.create_task(self._run_cycles(), name="jobring-schedule-cycle"),
             asyncio.create_task(self._timer.run(), name="jobring-schedule-timer"),
-            asyncio.create_task(self._advance.run(self._db_lock, self._timers, self.config),
-                                name="jobring-schedule-writer"),
+            asyncio.create_task(self._advance.run(), name="jobring-schedule-writer"),
             asyncio.create_task(self._fence.run(), name="jobring-schedule-fence"),
         ]
 
@@ -127,8 +123,8 @@ class ScheduleLoop:
         self._tasks = []
         if self._readahead.task is not None:
             await asyncio.wait({self._readahead.task}, timeout=_STOP_STEP_S)
-        if self._inflight:
-            _, late = await asyncio.wait(set(self._inflight), timeout=self.config.stop_timeout_s)
+        if inflight := self._ctx.background.tasks:
+            _, late = await asyncio.wait(set(inflight), timeout=self.config.stop_timeout_s)
             for task in late:
                 log.warning("fire batch still running at stop; cancelling it")
                 task.cancel()
@@ -140,12 +136,12 @@ class ScheduleLoop:
             self.state = LoopState.STOPPED
 
     async def _give_back(self) -> None:
-        async with self._db_lock:
+        async with self._ctx.db_lock:
             await self._advance.flush_locked()
             held = list(self._held)
             for job_id in held:
-                self._drop(job_id)
-            await self._readahead.cancel_withdrawn()
+                self._held.drop(job_id)
+            await self._ctx.withdrawals.cancel()
             if held:
                 await self._store.release(held)
             now = self._clock.now_ms()
@@ -226,8 +222,8 @@ class ScheduleLoop:
             self._fence.suspended = False
             log.info("liveness back and leases confirmed: %d held jobs carry on", len(self._held))
         if self._readahead.enabled:
-            async with self._db_lock:
-                await self._readahead.cancel_withdrawn()
+            async with self._ctx.db_lock:
+                await self._ctx.withdrawals.cancel()
             # Shielded: a stop waits for it, so no recorded row is left without its owner.
             await asyncio.shield(self._readahead.start(now))
         self.stats.cycles += 1
@@ -238,28 +234,5 @@ class ScheduleLoop:
             self.cycle_done.notify_all()
 
     # ----------------------------------------------------------------- helpers
-    def _drop(self, job_id: int, *, keep_advance: bool = False) -> None:
-        """Forget a held job: its heap entries, its queued advance, its fires recorded ahead."""
-        held = self._held.drop(job_id)
-        if held is not None:
-            if not keep_advance:
-                self._advance.forget(job_id)
-            for slot in held.prepared.values():
-                self._readahead.withdraw(slot)
-            held.prepared.clear()
-
     def _release(self, job_ids: list[int]) -> None:
         self._leases.release(job_ids)
-
-    def _spawn(self, work: Awaitable[None], what: str) -> None:
-        async def runner() -> None:
-            try:
-                await work
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("%s failed", what)
-
-        task = asyncio.get_running_loop().create_task(runner())
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
