@@ -16,6 +16,7 @@ import asyncio
 import logging
 from enum import Enum
 
+from jobring.admin.loop.adoption import Adopter
 from jobring.admin.loop.advance import AdvanceWriter
 from jobring.admin.loop.ahead import Withdrawals
 from jobring.admin.loop.config import LoopConfig, LoopStats
@@ -88,11 +89,13 @@ class ScheduleLoop:
             preparer=preparer, withdrawals=Withdrawals(preparer), background=Background(),
             liveness=liveness, timing=timing,
         )
+        # The stages, in pipeline order: each is given only the stages before it.
+        self._leases = LeaseKeeper(ctx)
         self._held = HeldSet(ctx.withdrawals)
+        self._adopter = Adopter(ctx, self._held, self._leases.releases)
         self._readahead = ReadAhead(ctx, self._held, fire_batch)
-        self._advance = AdvanceWriter(ctx, self._held, release=self._release)
-        self._leases = LeaseKeeper(ctx, self._held, self._advance)
-        self._fence = SendFence(ctx, lambda: self._leases.renewed_at)
+        self._fence = SendFence(ctx)
+        self._advance = AdvanceWriter(ctx, self._held, self._leases.releases)
         self._timer = FireTimer(ctx, self._held, fence=self._fence, readahead=self._readahead,
                                 advance=self._advance)
 
@@ -216,7 +219,7 @@ class ScheduleLoop:
         if self._liveness is not None and not self._liveness.may_send():
             return  # no liveness lock: neither renew nor claim (see _liveness_lost)
         resuming, losses = self._fence.suspended, self._losses
-        rows = await self._leases.claim_cycle(now, resuming=resuming)
+        rows = await self._claim_cycle(now, resuming=resuming)
         # Lost again during the cycle (even if back already): its renewal proves nothing.
         if resuming and losses == self._losses and (self._liveness is None or self._liveness.may_send()):
             self._fence.suspended = False
@@ -233,6 +236,30 @@ class ScheduleLoop:
         async with self.cycle_done:
             self.cycle_done.notify_all()
 
-    # ----------------------------------------------------------------- helpers
-    def _release(self, job_ids: list[int]) -> None:
-        self._leases.release(job_ids)
+    async def _claim_cycle(self, now: int, *, resuming: bool) -> int:
+        """Write pending advances, renew, claim, settle (the lease keeper), then adopt and shed
+        the excess (the held stage). Returns the number of rows new or changed. ``resuming``:
+        the first cycle after this node's liveness came back; the held jobs whose leases are
+        no longer its own (taken over meanwhile) are dropped before anything is claimed."""
+        async with self._ctx.db_lock:
+            await self._advance.flush_locked()
+            # Rows of fires this node will not send go before anything is (re)adopted: a job
+            # dropped and adopted again (its lock session lost and regained) must find its
+            # unsent instants free, not recorded (a fire at them would be a duplicate, unsent).
+            try:
+                await self._ctx.withdrawals.cancel()
+            except Exception:
+                # Kept for the next try; renewal must not wait for it. A row left over only
+                # counts as perhaps sent when its job is settled (an instant lost, none doubled).
+                log.exception("withdrawing fires recorded ahead failed; renewing anyway")
+            renewed = await self._leases.renew_locked(now, self._held.rows())
+            self._fence.renewed(now)
+            if resuming:
+                self._adopter.drop_taken_over(set(renewed.ids))
+            claim = await self._leases.claim_locked(now, renewed, self._held)
+        if self._liveness is not None and not self._liveness.may_send():
+            return len(claim.rows)  # liveness lost meanwhile: adopt nothing
+        if self._ctx.timing is not None and claim.rows:
+            await self._ctx.timing.prepare(claim.rows)
+        self._advance.take(self._adopter.apply(claim, now))
+        return len(claim.rows)
