@@ -13,7 +13,7 @@ _LOOP = Path(loop_pkg.__file__).parent
 # The loop's parts: what they may import from jobring is each other, core and pure records
 # (adapters.py, timing_book.py, delayed.py and liveness.py beside them work over the store).
 _LOOP_PARTS = ("ports", "loop", "config", "context", "ahead", "held", "adoption", "leases", "readahead",
-               "firing", "fence", "advance", "timers", "timed", "catchup")
+               "timer", "firing", "fence", "advance", "timers", "timed", "catchup")
 _ALLOWED = tuple(f"jobring.admin.loop.{name}" for name in _LOOP_PARTS) + (
     "jobring.core.", "jobring.admin.store.records")
 _ADAPTERS = ("aiohttp", "httpx", "jobring.admin.trigger", "jobring.admin.dispatch", "jobring.http1",

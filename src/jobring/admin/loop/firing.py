@@ -1,16 +1,15 @@
-"""Firing on time: one sleeper on the earliest held instant sends the fires coming due.
+"""Firing, the loop's last stage: the fires the timer finds due are sent in batches.
 
 A fire goes out only under the committed send fence and while its lease lasts; its
-advance is queued once it is recorded. Under load, fires a few ms apart go out together
-and the batches in flight are bounded (``LoopConfig.max_coalesce_ms``,
-``LoopConfig.max_inflight_batches``).
+advance is queued once it is recorded. The batches in flight are bounded
+(``LoopConfig.max_inflight_batches``); fires coming due meanwhile go out together.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from jobring.admin.loop.advance import AdvanceWriter
 from jobring.admin.loop.ahead import Ahead
@@ -28,12 +27,9 @@ from jobring.core.timing import SkippedFire
 
 log = logging.getLogger(__name__)
 
-# Fires due together that make a batch big enough: no coalescing wait for more.
-_BURST = 64
 
-
-class FireTimer:
-    """The timer task and the fire batches it sends."""
+class FireSender:
+    """The fire batches: what the timer's :class:`~.timer.Sender` interface asks for."""
 
     def __init__(self, ctx: LoopContext, held: HeldSet, *, fence: SendFence, readahead: ReadAhead,
                  advance: AdvanceWriter) -> None:
@@ -41,68 +37,31 @@ class FireTimer:
         self._timing = ctx.timing
         self._config = ctx.config
         self._stats = ctx.stats
-        self._timers = ctx.timers
         self._spawn = ctx.background.spawn
         self._withdraw = ctx.withdrawals.withdraw
         self._fence = fence
         self._readahead = readahead
         self._advance = advance
-        self._wake: asyncio.Future[None] | None = None
         self._batches_inflight = 0
         self._batch_slot: asyncio.Future[None] | None = None
-        self._coalesce_ms = 0
-        self._rate_mark: tuple[int, int] | None = None  # (ms, fired) at the previous cycle
 
-    def adapt_coalescing(self, now: int) -> None:
-        """Once a cycle: wait up to 1 ms per 100 fires/s for fires due together."""
-        if self._rate_mark is not None and now > self._rate_mark[0]:
-            rate = (self._stats.fired - self._rate_mark[1]) * 1000 // (now - self._rate_mark[0])
-            self._coalesce_ms = min(self._config.max_coalesce_ms, rate // 100)
-        self._rate_mark = (now, self._stats.fired)
-
-    def _wake_now(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
-
-    async def run(self) -> None:
-        """The timer task."""
-        loop = asyncio.get_running_loop()
-        held_set = self._held
-        clock = self._timers.clock
-        while True:
-            due = held_set.next_due()
-            now = clock.now_ms()
-            wait = self._coalesce_ms
-            if wait and due is not None and held_set.due_at_least(max(due, now), _BURST):
-                wait = 0  # enough fires due by then for a batch: waiting would only delay them
-            if due is not None and due + wait <= now:
-                if due > self._fence.committed_ms or not self._fence.may_send():
-                    await self._fence.wait(now, self._check_leases)
-                    continue
-                if self._batches_inflight >= self._config.max_inflight_batches:
-                    self._batch_slot = loop.create_future()
-                    await self._batch_slot
-                    continue
-                self._fire_due(now)
-                continue
-            self._wake = loop.create_future()
-            deadline = due + wait if due is not None else None
-            held_set.alarm, held_set.alarm_at = self._wake_now, deadline
-            handle = self._timers.call_at_ms(deadline, self._wake_now) if deadline is not None else None
-            try:
-                await self._wake
-            finally:
-                self._wake = None
-                held_set.alarm = held_set.alarm_at = None
-                if handle is not None:
-                    handle.cancel()
+    def blocked(self, due: int, now: int) -> Awaitable[None] | None:
+        """A fire due beyond the committed fence (or without proven liveness) waits for the
+        fence, a fire over the limit of batches in flight for a free slot."""
+        if due > self._fence.committed_ms or not self._fence.may_send():
+            return self._fence.wait(now, self._check_leases)
+        if self._batches_inflight >= self._config.max_inflight_batches:
+            self._batch_slot = asyncio.get_running_loop().create_future()
+            return self._batch_slot
+        return None
 
     def _check_leases(self, now: int) -> None:
         guard = self._config.lease_guard_ms
         for held in list(self._held.values()):
             self._held.lapsed(held, now, guard)
 
-    def _fire_due(self, now: int) -> None:
+    def fire_due(self, now: int) -> None:
+        """Send the fires due by ``now`` (and under the fence) in one batch."""
         fires: list[PlannedFire] = []
         prepared: list[Ahead | None] = []
         outcomes: list[tuple[Held, FireDecision]] = []

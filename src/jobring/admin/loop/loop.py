@@ -1,10 +1,17 @@
 """The admin's scheduling loop: claim due jobs ahead, fire each at its planned instant.
 
-:class:`ScheduleLoop` composes the parts, each keeping some of the loop's invariants (see
-docs/design/scheduling-loop.md): :mod:`.held` (held jobs and their timer heap),
-:mod:`.leases` (claim, renew, takeover, sharing, release), :mod:`.readahead` (fires
-recorded ahead), :mod:`.firing` (the timer), :mod:`.fence` (the send fence) and
-:mod:`.advance` (``trigger_next_time`` written after the send).
+:class:`ScheduleLoop` composes a one-way pipeline of stages over one :class:`LoopContext`,
+each stage keeping some of the loop's invariants (docs/design/scheduling-loop.md):
+
+    leases (:mod:`.leases`: renew, claim, take over, release)
+      -> held (:mod:`.held`, :mod:`.adoption`: held jobs and their timer heap)
+      -> timer (:mod:`.timer`: one sleeper on the earliest instant)
+      -> sender (:mod:`.firing`, :mod:`.fence`, :mod:`.readahead`, :mod:`.advance`)
+
+A stage imports and calls only the stages before it (``tests/admin/scheduler/
+test_loop_pipeline.py``); what a stage's outcome means for a later one flows forward
+through this module (a claim's :class:`~.leases.Claim` to the held stage, its
+:class:`~.adoption.Adopted` to the advance writer) or a hook the earlier stage owns.
 
 Its four tasks share one database lock, so that a release never lands between a renewal
 and its application and the advances are written before each renewal.
@@ -22,7 +29,7 @@ from jobring.admin.loop.ahead import Withdrawals
 from jobring.admin.loop.config import LoopConfig, LoopStats
 from jobring.admin.loop.context import Background, LoopContext
 from jobring.admin.loop.fence import SendFence
-from jobring.admin.loop.firing import FireTimer
+from jobring.admin.loop.firing import FireSender
 from jobring.admin.loop.held import HeldSet
 from jobring.admin.loop.leases import LeaseKeeper
 from jobring.admin.loop.ports import (
@@ -34,6 +41,7 @@ from jobring.admin.loop.ports import (
     TimingPort,
 )
 from jobring.admin.loop.readahead import ReadAhead
+from jobring.admin.loop.timer import FireTimer
 from jobring.admin.loop.timers import Timers
 from jobring.core.bounded import within
 from jobring.core.timefmt import iso_ms
@@ -96,8 +104,9 @@ class ScheduleLoop:
         self._readahead = ReadAhead(ctx, self._held, fire_batch)
         self._fence = SendFence(ctx)
         self._advance = AdvanceWriter(ctx, self._held, self._leases.releases)
-        self._timer = FireTimer(ctx, self._held, fence=self._fence, readahead=self._readahead,
-                                advance=self._advance)
+        self._sender = FireSender(ctx, self._held, fence=self._fence, readahead=self._readahead,
+                                  advance=self._advance)
+        self._timer = FireTimer(ctx, self._held, self._sender)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
