@@ -13,10 +13,13 @@ import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import Any, cast
 
+from jobring.admin.loop.ahead import Withdrawals
+from jobring.admin.loop.config import LoopStats
+from jobring.admin.loop.context import Background, LoopContext
 from jobring.admin.loop.loop import LoopConfig, ScheduleLoop
-from jobring.admin.loop.ports import FireBatch, Liveness, PlannedFire, TimingPort
+from jobring.admin.loop.ports import FireBatch, FirePreparer, Liveness, PlannedFire, TimingPort
 from jobring.admin.loop.timers import ManualTimers, Timers
 from jobring.admin.store.records import HeldJobs, JobInfo
 from jobring.admin.trigger.trigger import PreparedBatch
@@ -37,6 +40,16 @@ def fix_rate_job(job_id: int, next_ms: int, seconds: int = 1, **changes: object)
                   schedule_conf=str(seconds), trigger_status=1, trigger_next_time=next_ms,
                   executor_handler="demo")
     return replace(job, **changes)  # type: ignore[arg-type]
+
+
+def loop_context(config: LoopConfig | None = None, preparer: FirePreparer[Any] | None = None) -> LoopContext:
+    """A loop context over an empty fake job table and a manual clock at T0, for one stage alone."""
+    return LoopContext(
+        store=FakeJobTable().node("n1"), timers=cast(Timers, ManualTimers(ManualClock(T0))),
+        config=config or LoopConfig(), stats=LoopStats(), schedule_factory=parse_schedule,
+        admin_timezone="UTC", db_lock=asyncio.Lock(), preparer=preparer, withdrawals=Withdrawals(preparer),
+        background=Background(),
+    )
 
 
 @dataclass

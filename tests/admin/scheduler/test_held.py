@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
+from jobring.admin.loop.ahead import Ahead, Outcome, Withdrawals
 from jobring.admin.loop.held import HeldSet
 from jobring.core.schedule import Schedule, parse_schedule
 from tests.admin.loop_fakes import T0, fix_rate_job
@@ -110,3 +112,37 @@ def test_due_at_least_counts_only_entries_due_and_stops_at_the_count() -> None:
     assert held.due_at_least(T0 + 1_000, 10)
     assert not held.due_at_least(T0 + 1_000, 11)
 
+
+
+class _Canceller:
+    def __init__(self) -> None:
+        self.cancelled: list[object] = []
+
+    async def cancel(self, batches: Sequence[object]) -> None:
+        self.cancelled += batches
+
+
+async def test_drop_withdraws_the_fires_recorded_ahead_and_tells_the_later_stage() -> None:
+    port = _Canceller()
+    withdrawals = Withdrawals(port)
+    held = HeldSet(withdrawals)
+    told: list[int] = []
+    held.dropped = told.append
+    entry = held.adopt(fix_rate_job(1, T0), _every(), T0, T0 + 10_000, T0)
+    recorded, recording = Ahead(), Ahead()
+    recorded.resolve(Outcome.PREPARED, "batch@T0")
+    entry.prepared = {T0: recorded, T0 + 1_000: recording}
+    assert held.drop(1) is entry
+    assert told == [1] and entry.prepared == {} and recording.withdrawn
+    assert held.drop(1) is None and told == [1]  # nothing held: nothing to tell
+    await withdrawals.cancel()
+    assert port.cancelled == ["batch@T0"]
+
+
+def test_lapsed_drops_a_job_whose_lease_ends_within_the_guard() -> None:
+    held = HeldSet()
+    entry = held.adopt(fix_rate_job(1, T0), _every(), T0, T0 + 10_000, T0)
+    assert not held.lapsed(entry, T0 + 8_999, 1_000)
+    assert 1 in held
+    assert held.lapsed(entry, T0 + 9_000, 1_000)
+    assert 1 not in held and entry.generation == 0

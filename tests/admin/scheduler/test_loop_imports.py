@@ -12,8 +12,8 @@ import jobring.admin.loop as loop_pkg
 _LOOP = Path(loop_pkg.__file__).parent
 # The loop's parts: what they may import from jobring is each other, core and pure records
 # (adapters.py, timing_book.py, delayed.py and liveness.py beside them work over the store).
-_LOOP_PARTS = ("ports", "loop", "config", "ahead", "held", "leases", "readahead", "firing", "fence",
-               "advance", "timers", "timed", "catchup")
+_LOOP_PARTS = ("ports", "loop", "config", "context", "ahead", "held", "adoption", "leases", "readahead",
+               "timer", "firing", "fence", "advance", "timers", "timed", "catchup")
 _ALLOWED = tuple(f"jobring.admin.loop.{name}" for name in _LOOP_PARTS) + (
     "jobring.core.", "jobring.admin.store.records")
 _ADAPTERS = ("aiohttp", "httpx", "jobring.admin.trigger", "jobring.admin.dispatch", "jobring.http1",

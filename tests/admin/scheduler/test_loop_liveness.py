@@ -513,7 +513,7 @@ async def test_liveness_regained_refires_instants_whose_rows_it_recorded_ahead()
 
 
 async def test_a_paused_node_cannot_raise_its_fence_before_its_taker_has_settled() -> None:
-    # (review) settle_takeover reads the dead node's fence in LeaseKeeper.claim_cycle AFTER
+    # (review) settle_takeover reads the dead node's fence in LeaseKeeper.claim_locked AFTER
     # claim_dead returned, and claim_dead releases the dead node's lock before returning. A
     # node that was only paused (its session idled out) retakes its lock in that gap (it
     # retries every 300 ms) and raises its fence (renewed_at + lease - guard still allows

@@ -108,7 +108,7 @@ class World:
         """Nothing due by the manual clock is left to fire and no batch is in flight. (The
         timer task may still be raising the send fence, a database write, when a short sleep
         ends: under load that outlasts it, and an instant passed would look unsent.)"""
-        if loop._inflight:
+        if loop._ctx.background.tasks:
             return False
         if not loop._tasks:
             return True

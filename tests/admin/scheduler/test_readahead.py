@@ -7,14 +7,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from jobring.admin.loop.ahead import Ahead, Outcome
+from jobring.admin.loop.ahead import Ahead, Outcome, Withdrawals
 from jobring.admin.loop.config import LoopConfig
 from jobring.admin.loop.held import HeldSet
 from jobring.admin.loop.ports import FirePreparer, PlannedFire
 from jobring.admin.loop.readahead import ReadAhead
 from jobring.core.enums import TriggerType
 from jobring.core.schedule import parse_schedule
-from tests.admin.loop_fakes import T0, fix_rate_job
+from tests.admin.loop_fakes import T0, fix_rate_job, loop_context
 
 
 class Preparer:
@@ -45,12 +45,13 @@ class Preparer:
         self.cancelled += batches
 
 
-def _setup(preparer: Preparer) -> tuple[HeldSet, ReadAhead]:
+def _setup(preparer: Preparer) -> tuple[HeldSet, ReadAhead, Withdrawals]:
     assert isinstance(preparer, FirePreparer)
-    held = HeldSet()
+    ctx = loop_context(LoopConfig(prepare_ahead_ms=2_500), preparer)
+    held = HeldSet(ctx.withdrawals)
     held.adopt(fix_rate_job(1, T0 + 1_000), parse_schedule("FIX_RATE", "1", "UTC"), T0 + 1_000, T0 + 10_000,
                T0 + 1_000)
-    return held, ReadAhead(preparer, preparer, held, LoopConfig(prepare_ahead_ms=2_500))
+    return held, ReadAhead(ctx, held, preparer), ctx.withdrawals
 
 
 def _slots(held: HeldSet) -> dict[int, Ahead]:
@@ -62,7 +63,7 @@ def _slots(held: HeldSet) -> dict[int, Ahead]:
 async def test_each_fire_in_the_window_gets_its_outcome() -> None:
     preparer = Preparer()
     preparer.recorded = {T0 + 2_000}
-    held, ahead = _setup(preparer)
+    held, ahead, withdrawals = _setup(preparer)
     await ahead.start(T0)
     slots = _slots(held)
     assert sorted(slots) == [T0 + 1_000, T0 + 2_000]
@@ -77,7 +78,7 @@ async def test_each_fire_in_the_window_gets_its_outcome() -> None:
 async def test_a_failed_recording_leaves_the_fires_unprepared_and_sent_at_their_instant() -> None:
     preparer = Preparer()
     preparer.fail = True
-    held, ahead = _setup(preparer)
+    held, ahead, withdrawals = _setup(preparer)
     await ahead.start(T0)
     slots = _slots(held)
     assert {s.outcome for s in slots.values()} == {Outcome.UNPREPARED}
@@ -90,7 +91,7 @@ async def test_send_waits_for_a_recording_in_progress_and_skips_duplicates() -> 
     preparer = Preparer()
     preparer.gate = asyncio.Event()
     preparer.recorded = {T0 + 2_000}
-    held, ahead = _setup(preparer)
+    held, ahead, withdrawals = _setup(preparer)
     task = ahead.start(T0)
     await asyncio.sleep(0)
     slots = _slots(held)
@@ -108,32 +109,32 @@ async def test_send_waits_for_a_recording_in_progress_and_skips_duplicates() -> 
 async def test_withdrawn_fires_are_cancelled_whether_recorded_yet_or_not() -> None:
     preparer = Preparer()
     preparer.gate = asyncio.Event()
-    held, ahead = _setup(preparer)
+    held, ahead, withdrawals = _setup(preparer)
     task = ahead.start(T0)
     await asyncio.sleep(0)
     slots = _slots(held)
-    ahead.withdraw(slots[T0 + 1_000])  # still being recorded
+    withdrawals.withdraw(slots[T0 + 1_000])  # still being recorded
     preparer.gate.set()
     await asyncio.wait_for(task, 5)
-    ahead.withdraw(slots[T0 + 2_000])  # recorded already
-    await ahead.cancel_withdrawn()
+    withdrawals.withdraw(slots[T0 + 2_000])  # recorded already
+    await withdrawals.cancel()
     assert preparer.cancelled == [f"1@{T0 + 1_000}", f"1@{T0 + 2_000}"]
-    await ahead.cancel_withdrawn()
+    await withdrawals.cancel()
     assert len(preparer.cancelled) == 2
 
 
 async def test_a_failed_cancel_is_kept_for_the_next_try() -> None:
     preparer = Preparer()
-    held, ahead = _setup(preparer)
+    held, ahead, withdrawals = _setup(preparer)
     await ahead.start(T0)
-    ahead.withdraw(_slots(held)[T0 + 1_000])
+    withdrawals.withdraw(_slots(held)[T0 + 1_000])
 
     async def broken(batches: Sequence[str]) -> None:
         raise RuntimeError("database down")
 
     preparer.cancel = broken  # type: ignore[method-assign]
     with pytest.raises(RuntimeError):
-        await ahead.cancel_withdrawn()
+        await withdrawals.cancel()
     del preparer.cancel
-    await ahead.cancel_withdrawn()
+    await withdrawals.cancel()
     assert preparer.cancelled == [f"1@{T0 + 1_000}"]

@@ -2,7 +2,9 @@
 
 The stored next time only lags behind what was sent, never runs ahead of it: an advance is
 queued once its fire is recorded, and written at most every ``LoopConfig.advance_flush_ms``
-(the claim cycle also writes first).
+(the claim cycle also writes first). Part of the sender stage: it learns of dropped jobs
+through the held set's ``dropped`` hook and hands the jobs leaving after their advance to
+the lease keeper's releases.
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
-from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from jobring.admin.loop.config import LoopConfig, LoopStats
+from jobring.admin.loop.adoption import Adopted
+from jobring.admin.loop.context import LoopContext
 from jobring.admin.loop.held import Held, HeldSet
-from jobring.admin.loop.ports import LeaseStore
-from jobring.admin.loop.timers import Timers, sleep_until
+from jobring.admin.loop.leases import Releases
+from jobring.admin.loop.timers import sleep_until
 from jobring.admin.store.records import JobInfo
 from jobring.core.planning import FireDecision
 
@@ -43,23 +45,22 @@ def advanced_row(job: JobInfo, last_ms: int, next_ms: int) -> JobInfo:
 class AdvanceWriter:
     """Queues next-time updates and schedule ends; writes them under the database lock."""
 
-    def __init__(self, store: LeaseStore, held: HeldSet, stats: LoopStats, *,
-                 drop: Callable[[int], None], release: Callable[[list[int]], None]) -> None:
-        self._store = store
+    def __init__(self, ctx: LoopContext, held: HeldSet, releases: Releases) -> None:
+        self._ctx = ctx
+        self._store = ctx.store
         self._held = held
-        self._stats = stats
-        self._drop = drop
-        self._release = release
+        self._releases = releases
         self._pending: _Pending = {}
         self._ended: list[int] = []
         self._wanted = asyncio.Event()
+        held.dropped = self.forget
 
     def queue(self, held: Held, decision: FireDecision) -> None:
         """The fire of ``decision`` is recorded (or was not to be sent): move the job on."""
         if self._held.get(held.job.id) is not held:
             return
         if decision.next_ms is None:
-            self._drop(held.job.id)
+            self._held.drop(held.job.id)
             self._ended.append(held.job.id)
         else:
             last = decision.planned_ms if decision.fires else held.job.trigger_last_time
@@ -68,21 +69,22 @@ class AdvanceWriter:
                 self._pending[held.job.id] = (last, decision.next_ms, held)
         self._wanted.set()
 
-    def resume(self, held: Held, last_ms: int, next_ms: int) -> None:
-        """Store where a job taken over resumes (nothing fires at the instants passed over)."""
-        self._pending[held.job.id] = (last_ms, next_ms, held)
-        self._wanted.set()
-
-    def end(self, job_id: int) -> None:
-        """Stop the job: its schedule has no further instant (or none at all)."""
-        self._ended.append(job_id)
-        self._wanted.set()
+    def take(self, adopted: Adopted) -> None:
+        """Store what a claim cycle left: where jobs taken over resume (nothing fires at the
+        instants passed over), and the jobs whose schedule has no further instant (stopped)."""
+        for held, last_ms, next_ms in adopted.resumed:
+            self._pending[held.job.id] = (last_ms, next_ms, held)
+            self._wanted.set()
+        if adopted.ended:
+            self._ended += adopted.ended
+            self._wanted.set()
 
     def forget(self, job_id: int) -> None:
         self._pending.pop(job_id, None)
 
-    async def run(self, lock: asyncio.Lock, timers: Timers, config: LoopConfig) -> None:
+    async def run(self) -> None:
         """The writer task."""
+        lock, timers, config = self._ctx.db_lock, self._ctx.timers, self._ctx.config
         while True:
             await self._wanted.wait()
             # Gather a flush interval's worth of advances into one update.
@@ -134,7 +136,7 @@ class AdvanceWriter:
             if held.leaving and nxt > held.planned_ms:
                 leaving.append(job_id)
         for job_id in leaving:
-            self._drop(job_id)
+            self._held.drop(job_id)
         if leaving:
-            self._release(leaving)
-        self._stats.held = len(self._held)
+            self._releases.release(leaving)
+        self._ctx.stats.held = len(self._held)

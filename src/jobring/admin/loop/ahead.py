@@ -1,10 +1,13 @@
 """A fire recorded ahead of its instant and the outcome of that recording: what the held
-jobs keep and the read-ahead settles (apart from both, so neither imports the other)."""
+jobs keep and the read-ahead settles (apart from both, so neither imports the other), and
+the fires withdrawn from it."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from enum import Enum
+from typing import Any, Protocol
 
 
 class Outcome(Enum):
@@ -39,3 +42,40 @@ class Ahead:
         self.batch = batch
         if self._settled is not None and not self._settled.done():
             self._settled.set_result(None)
+
+
+class Withdrawals:
+    """Fires recorded ahead that will not be sent, to cancel under the loop's database lock
+    before their jobs' leases are released (so the next holder can record those instants).
+    Every stage may withdraw a fire; the claim cycle, the releases and the stop cancel."""
+
+    def __init__(self, preparer: _Canceller | None) -> None:
+        self._preparer = preparer
+        self._to_cancel: list[object] = []
+
+    def withdraw(self, slot: Ahead) -> None:
+        """The fire will not be sent: cancel its batch (once recorded)."""
+        if slot.outcome is Outcome.PENDING:
+            slot.withdrawn = True
+        elif slot.outcome is Outcome.PREPARED:
+            self._to_cancel.append(slot.batch)
+
+    def settled(self, slot: Ahead) -> None:
+        """``slot`` was just resolved: a fire withdrawn while being recorded is cancelled now."""
+        if slot.withdrawn and slot.outcome is Outcome.PREPARED:
+            self._to_cancel.append(slot.batch)
+
+    async def cancel(self) -> None:
+        """Cancel the withdrawn batches (call under the loop's database lock)."""
+        if not self._to_cancel or self._preparer is None:
+            return
+        batches, self._to_cancel = self._to_cancel, []
+        try:
+            await self._preparer.cancel(batches)
+        except BaseException:
+            self._to_cancel.extend(batches)
+            raise
+
+
+class _Canceller(Protocol):
+    async def cancel(self, batches: Sequence[Any]) -> None: ...

@@ -1,7 +1,8 @@
 """The send fence: the latest planned instant this node may send, committed in its node row.
 
 A node that takes over this node's jobs knows that fires planned after the fence were
-never sent (``LeaseStore.settle_takeover``).
+never sent (``LeaseStore.settle_takeover``). Part of the sender stage; the loop tells it
+when the leases were last renewed (:meth:`SendFence.renewed`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from jobring.admin.loop.config import LoopConfig
-from jobring.admin.loop.ports import LeaseStore, Liveness
-from jobring.admin.loop.timers import Timers, sleep_until
+from jobring.admin.loop.context import LoopContext
+from jobring.admin.loop.timers import sleep_until
 from jobring.core.timefmt import iso_ms
 
 log = logging.getLogger(__name__)
@@ -21,15 +21,14 @@ log = logging.getLogger(__name__)
 class SendFence:
     """Keeps the committed fence ``fence_ahead_ms`` ahead of now, within what the leases allow."""
 
-    def __init__(self, store: LeaseStore, timers: Timers, config: LoopConfig,
-                 renewed_at: Callable[[], int | None], liveness: Liveness | None = None) -> None:
-        self._store = store
+    def __init__(self, ctx: LoopContext) -> None:
+        self._store = ctx.store
         # With session-lock liveness the fence is raised through it (so a node found dead
         # can no longer raise it), and nothing is sent while liveness is not proven.
-        self._liveness = liveness
-        self._timers = timers
-        self._config = config
-        self._renewed_at = renewed_at
+        self._liveness = ctx.liveness
+        self._timers = ctx.timers
+        self._config = ctx.config
+        self._renewed_at: int | None = None  # when the leases were last renewed
         self.committed_ms = 0  # no fire planned after this is sent
         # Set while this node's liveness was lost and its leases are not yet confirmed again
         # (the loop clears it after the first renewal on the new session): nothing is sent.
@@ -42,7 +41,7 @@ class SendFence:
         config = self._config
         while True:
             fence = clock.now_ms() + config.fence_ahead_ms
-            renewed_at = self._renewed_at()
+            renewed_at = self._renewed_at
             if renewed_at is not None:
                 # Never beyond what the leases allow: a fire under the fence must be sendable.
                 fence = min(fence, renewed_at + config.lease_ms - config.lease_guard_ms)
@@ -62,6 +61,10 @@ class SendFence:
                 if self._raised is not None and not self._raised.done():
                     self._raised.set_result(None)
             await sleep_until(self._timers, clock.now_ms() + config.fence_every_ms)
+
+    def renewed(self, at_ms: int) -> None:
+        """The held leases were renewed at ``at_ms``: the fence may rise up to what they allow."""
+        self._renewed_at = at_ms
 
     def may_send(self) -> bool:
         """Whether this node's liveness is proven (always without a liveness port) and its

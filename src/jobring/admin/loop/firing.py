@@ -1,28 +1,25 @@
-"""Firing on time: one sleeper on the earliest held instant sends the fires coming due.
+"""Firing, the loop's last stage: the fires the timer finds due are sent in batches.
 
 A fire goes out only under the committed send fence and while its lease lasts; its
-advance is queued once it is recorded. Under load, fires a few ms apart go out together
-and the batches in flight are bounded (``LoopConfig.max_coalesce_ms``,
-``LoopConfig.max_inflight_batches``).
+advance is queued once it is recorded. The batches in flight are bounded
+(``LoopConfig.max_inflight_batches``); fires coming due meanwhile go out together.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 
 from jobring.admin.loop.advance import AdvanceWriter
 from jobring.admin.loop.ahead import Ahead
 from jobring.admin.loop.catchup import catch_up_due
-from jobring.admin.loop.config import LoopConfig, LoopStats
+from jobring.admin.loop.context import LoopContext
 from jobring.admin.loop.fence import SendFence
 from jobring.admin.loop.held import Held, HeldSet
-from jobring.admin.loop.leases import LeaseKeeper
-from jobring.admin.loop.ports import PlannedFire, TimingPort
+from jobring.admin.loop.ports import PlannedFire
 from jobring.admin.loop.readahead import ReadAhead
 from jobring.admin.loop.timed import TimedSchedule
-from jobring.admin.loop.timers import Timers
 from jobring.core.enums import TriggerType
 from jobring.core.planning import FireDecision, decide_fire
 from jobring.core.timefmt import iso_ms
@@ -30,99 +27,56 @@ from jobring.core.timing import SkippedFire
 
 log = logging.getLogger(__name__)
 
-# Fires due together that make a batch big enough: no coalescing wait for more.
-_BURST = 64
 
+class FireSender:
+    """The fire batches: what the timer's :class:`~.timer.Sender` interface asks for."""
 
-class FireTimer:
-    """The timer task and the fire batches it sends."""
-
-    def __init__(
-        self, held: HeldSet, config: LoopConfig, stats: LoopStats, timers: Timers, *,
-        fence: SendFence, leases: LeaseKeeper, readahead: ReadAhead, advance: AdvanceWriter,
-        drop: Callable[[int], None], spawn: Callable[[Awaitable[None], str], None],
-        timing: TimingPort | None = None,
-    ) -> None:
+    def __init__(self, ctx: LoopContext, held: HeldSet, *, fence: SendFence, readahead: ReadAhead,
+                 advance: AdvanceWriter) -> None:
         self._held = held
-        self._timing = timing
-        self._config = config
-        self._stats = stats
-        self._timers = timers
+        self._timing = ctx.timing
+        self._config = ctx.config
+        self._stats = ctx.stats
+        self._spawn = ctx.background.spawn
+        self._withdraw = ctx.withdrawals.withdraw
         self._fence = fence
-        self._leases = leases
         self._readahead = readahead
         self._advance = advance
-        self._drop = drop
-        self._spawn = spawn
-        self._wake: asyncio.Future[None] | None = None
         self._batches_inflight = 0
         self._batch_slot: asyncio.Future[None] | None = None
-        self._coalesce_ms = 0
-        self._rate_mark: tuple[int, int] | None = None  # (ms, fired) at the previous cycle
 
-    def adapt_coalescing(self, now: int) -> None:
-        """Once a cycle: wait up to 1 ms per 100 fires/s for fires due together."""
-        if self._rate_mark is not None and now > self._rate_mark[0]:
-            rate = (self._stats.fired - self._rate_mark[1]) * 1000 // (now - self._rate_mark[0])
-            self._coalesce_ms = min(self._config.max_coalesce_ms, rate // 100)
-        self._rate_mark = (now, self._stats.fired)
-
-    def _wake_now(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
-
-    async def run(self) -> None:
-        """The timer task."""
-        loop = asyncio.get_running_loop()
-        held_set = self._held
-        clock = self._timers.clock
-        while True:
-            due = held_set.next_due()
-            now = clock.now_ms()
-            wait = self._coalesce_ms
-            if wait and due is not None and held_set.due_at_least(max(due, now), _BURST):
-                wait = 0  # enough fires due by then for a batch: waiting would only delay them
-            if due is not None and due + wait <= now:
-                if due > self._fence.committed_ms or not self._fence.may_send():
-                    await self._fence.wait(now, self._check_leases)
-                    continue
-                if self._batches_inflight >= self._config.max_inflight_batches:
-                    self._batch_slot = loop.create_future()
-                    await self._batch_slot
-                    continue
-                self._fire_due(now)
-                continue
-            self._wake = loop.create_future()
-            deadline = due + wait if due is not None else None
-            held_set.alarm, held_set.alarm_at = self._wake_now, deadline
-            handle = self._timers.call_at_ms(deadline, self._wake_now) if deadline is not None else None
-            try:
-                await self._wake
-            finally:
-                self._wake = None
-                held_set.alarm = held_set.alarm_at = None
-                if handle is not None:
-                    handle.cancel()
+    def blocked(self, due: int, now: int) -> Awaitable[None] | None:
+        """A fire due beyond the committed fence (or without proven liveness) waits for the
+        fence, a fire over the limit of batches in flight for a free slot."""
+        if due > self._fence.committed_ms or not self._fence.may_send():
+            return self._fence.wait(now, self._check_leases)
+        if self._batches_inflight >= self._config.max_inflight_batches:
+            self._batch_slot = asyncio.get_running_loop().create_future()
+            return self._batch_slot
+        return None
 
     def _check_leases(self, now: int) -> None:
+        guard = self._config.lease_guard_ms
         for held in list(self._held.values()):
-            self._leases.lapsed(held, now)
+            self._held.lapsed(held, now, guard)
 
-    def _fire_due(self, now: int) -> None:
+    def fire_due(self, now: int) -> None:
+        """Send the fires due by ``now`` (and under the fence) in one batch."""
         fires: list[PlannedFire] = []
         prepared: list[Ahead | None] = []
         outcomes: list[tuple[Held, FireDecision]] = []
         config = self._config
         horizon = now + config.pre_read_ms
         until = min(now, self._fence.committed_ms)
-        # A lease ending after this leaves the fire sendable (LeaseKeeper.lapsed's rule).
-        lease_ok = now + config.lease_guard_ms
+        # A lease ending after this leaves the fire sendable (HeldSet.lapsed's rule).
+        guard = config.lease_guard_ms
+        lease_ok = now + guard
         threshold = config.misfire_threshold_ms
         stats = self._stats
         lateness_ms, lateness = stats.lateness_ms, stats.lateness
         pop_due = self._held.pop_due
         while (held := pop_due(until)) is not None:
-            if (held.lease_until_ms <= lease_ok and self._leases.lapsed(held, now)) or (
+            if (held.lease_until_ms <= lease_ok and self._held.lapsed(held, now, guard)) or (
                     now - held.planned_ms > threshold and self._catch_up(held, now, horizon, fires, prepared,
                                                                          outcomes)):
                 continue
@@ -152,7 +106,7 @@ class FireTimer:
             if held.prepared:
                 # Instants passed over by a misfire (beyond the threshold).
                 for instant in [t for t in held.prepared if decision.next_ms is None or t < decision.next_ms]:
-                    self._readahead.withdraw(held.prepared.pop(instant))
+                    self._withdraw(held.prepared.pop(instant))
             self._continue(held, decision, horizon)
             if decision.fires:
                 assert decision.trigger_type is not None
@@ -161,7 +115,7 @@ class FireTimer:
                 outcomes.append((held, decision))
             else:
                 if ready is not None:
-                    self._readahead.withdraw(ready)
+                    self._withdraw(ready)
                 self._advance.queue(held, decision)
         if fires:
             stats.fired += len(fires)
@@ -178,7 +132,7 @@ class FireTimer:
         if caught is None:
             return False
         for slot in held.prepared.values():
-            self._readahead.withdraw(slot)
+            self._withdraw(slot)
         held.prepared.clear()
         self._stats.skipped += len(caught.skipped)
         if caught.skipped and self._timing is not None:
@@ -200,7 +154,7 @@ class FireTimer:
         """An instant a calendar excluded is due: record it as a ``skipped`` run, send nothing."""
         ready = held.prepared.pop(decision.planned_ms, None)
         if ready is not None:
-            self._readahead.withdraw(ready)
+            self._withdraw(ready)
         self._stats.calendar_skipped += 1
         if self._timing is not None:
             self._spawn(self._timing.record_skipped(held.job, [skip]), "record a calendar skip")
@@ -228,7 +182,7 @@ class FireTimer:
             log.exception("fire batch of %d failed; re-planning its jobs from the database", len(fires))
             for held, _ in outcomes:
                 if self._held.holds(held):
-                    self._drop(held.job.id)
+                    self._held.drop(held.job.id)
             return
         finally:
             self._batches_inflight -= 1

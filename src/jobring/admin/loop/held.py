@@ -1,13 +1,17 @@
 """The jobs this node holds and the timer heap of their next instants (synchronous code).
 
 A dropped job's heap entries are not searched for: its generation is zeroed and the
-stale entries are skipped when they come to the top (lazy invalidation).
+stale entries are skipped when they come to the top (lazy invalidation). The held set is
+the loop's second stage (leases -> held -> timer -> sender): the later stages learn of its
+changes through the two hooks they set, ``alarm`` (an earlier instant pushed) and
+``dropped`` (a job forgotten).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from collections.abc import Callable, Iterator, Set, ValuesView
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -16,7 +20,9 @@ from jobring.admin.loop.ports import Schedule
 from jobring.admin.store.records import JobInfo
 
 if TYPE_CHECKING:
-    from jobring.admin.loop.ahead import Ahead
+    from jobring.admin.loop.ahead import Ahead, Withdrawals
+
+log = logging.getLogger(__name__)
 
 # A held job whose row differs from the loop's copy in one of these is re-planned.
 SCHEDULE_FIELDS = ("schedule_type", "schedule_conf", "schedule_timezone", "misfire_strategy", "update_time",
@@ -45,7 +51,8 @@ _Entry = tuple[int, int, Held, int]  # (fire at ms, seq, held, generation)
 class HeldSet:
     """The held jobs by id, and a heap of (instant, job) with lazily dropped stale entries."""
 
-    def __init__(self) -> None:
+    def __init__(self, withdrawals: Withdrawals | None = None) -> None:
+        self._withdrawals = withdrawals  # where a dropped job's fires recorded ahead go
         self._jobs: dict[int, Held] = {}
         self._heap: list[_Entry] = []
         self._seq = itertools.count()
@@ -56,11 +63,13 @@ class HeldSet:
         # of an earlier instant rings it.
         self.alarm: Callable[[], None] | None = None
         self.alarm_at: int | None = None
+        # Set by the advance writer: a dropped job's queued advance is forgotten.
+        self.dropped: Callable[[int], None] | None = None
 
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def __contains__(self, job_id: int) -> bool:
+    def __contains__(self, job_id: object) -> bool:
         return job_id in self._jobs
 
     def __iter__(self) -> Iterator[int]:
@@ -86,11 +95,28 @@ class HeldSet:
         return held
 
     def drop(self, job_id: int) -> Held | None:
-        """Forget the job; its heap entries go stale. Returns what was held (or None)."""
+        """Forget the job: its heap entries go stale, its fires recorded ahead are withdrawn,
+        its queued advance forgotten (``dropped``). Returns what was held (or None)."""
         held = self._jobs.pop(job_id, None)
         if held is not None:
             held.generation = 0
+            if self.dropped is not None:
+                self.dropped(job_id)
+            if held.prepared:
+                if self._withdrawals is not None:
+                    for slot in held.prepared.values():
+                        self._withdrawals.withdraw(slot)
+                held.prepared.clear()
         return held
+
+    def lapsed(self, held: Held, now: int, guard_ms: int) -> bool:
+        """Drop ``held`` when its lease ends within ``guard_ms`` (the clock-skew guard): a fire
+        goes out only while the lease lasts."""
+        if now < held.lease_until_ms - guard_ms:
+            return False
+        log.warning("lease on job %s ran out before its fire; dropping it", held.job.id)
+        self.drop(held.job.id)
+        return True
 
     def clear(self) -> None:
         for held in self._jobs.values():

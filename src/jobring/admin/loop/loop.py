@@ -1,10 +1,17 @@
 """The admin's scheduling loop: claim due jobs ahead, fire each at its planned instant.
 
-:class:`ScheduleLoop` composes the parts, each keeping some of the loop's invariants (see
-docs/design/scheduling-loop.md): :mod:`.held` (held jobs and their timer heap),
-:mod:`.leases` (claim, renew, takeover, sharing, release), :mod:`.readahead` (fires
-recorded ahead), :mod:`.firing` (the timer), :mod:`.fence` (the send fence) and
-:mod:`.advance` (``trigger_next_time`` written after the send).
+:class:`ScheduleLoop` composes a one-way pipeline of stages over one :class:`LoopContext`,
+each stage keeping some of the loop's invariants (docs/design/scheduling-loop.md):
+
+    leases (:mod:`.leases`: renew, claim, take over, release)
+      -> held (:mod:`.held`, :mod:`.adoption`: held jobs and their timer heap)
+      -> timer (:mod:`.timer`: one sleeper on the earliest instant)
+      -> sender (:mod:`.firing`, :mod:`.fence`, :mod:`.readahead`, :mod:`.advance`)
+
+A stage imports and calls only the stages before it (``tests/admin/scheduler/
+test_loop_pipeline.py``); what a stage's outcome means for a later one flows forward
+through this module (a claim's :class:`~.leases.Claim` to the held stage, its
+:class:`~.adoption.Adopted` to the advance writer) or a hook the earlier stage owns.
 
 Its four tasks share one database lock, so that a release never lands between a renewal
 and its application and the advances are written before each renewal.
@@ -14,13 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from enum import Enum
 
+from jobring.admin.loop.adoption import Adopter
 from jobring.admin.loop.advance import AdvanceWriter
+from jobring.admin.loop.ahead import Withdrawals
 from jobring.admin.loop.config import LoopConfig, LoopStats
+from jobring.admin.loop.context import Background, LoopContext
 from jobring.admin.loop.fence import SendFence
-from jobring.admin.loop.firing import FireTimer
+from jobring.admin.loop.firing import FireSender
 from jobring.admin.loop.held import HeldSet
 from jobring.admin.loop.leases import LeaseKeeper
 from jobring.admin.loop.ports import (
@@ -32,6 +41,7 @@ from jobring.admin.loop.ports import (
     TimingPort,
 )
 from jobring.admin.loop.readahead import ReadAhead
+from jobring.admin.loop.timer import FireTimer
 from jobring.admin.loop.timers import Timers
 from jobring.core.bounded import within
 from jobring.core.timefmt import iso_ms
@@ -79,25 +89,24 @@ class ScheduleLoop:
         self._store = store
         self._timers = timers
         self._clock = timers.clock
-        self._db_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
-        self._inflight: set[asyncio.Task[None]] = set()
-        self._held = HeldSet()
         preparer = fire_batch if isinstance(fire_batch, FirePreparer) else None
-        self._readahead = ReadAhead(preparer, fire_batch, self._held, self.config)
-        self._advance = AdvanceWriter(store, self._held, self.stats, drop=self._drop,
-                                      release=self._release)
-        self._leases = LeaseKeeper(
-            store, self._held, self.config, self.stats, schedule_factory=schedule_factory,
-            admin_timezone=admin_timezone, advance=self._advance, readahead=self._readahead,
-            lock=self._db_lock, drop=self._drop, spawn=self._spawn, liveness=liveness, timing=timing,
+        ctx = self._ctx = LoopContext(
+            store=store, timers=timers, config=self.config, stats=self.stats,
+            schedule_factory=schedule_factory, admin_timezone=admin_timezone, db_lock=asyncio.Lock(),
+            preparer=preparer, withdrawals=Withdrawals(preparer), background=Background(),
+            liveness=liveness, timing=timing,
         )
-        self._fence = SendFence(store, timers, self.config, lambda: self._leases.renewed_at, liveness)
-        self._timer = FireTimer(
-            self._held, self.config, self.stats, timers, fence=self._fence, leases=self._leases,
-            readahead=self._readahead, advance=self._advance, drop=self._drop, spawn=self._spawn,
-            timing=timing,
-        )
+        # The stages, in pipeline order: each is given only the stages before it.
+        self._leases = LeaseKeeper(ctx)
+        self._held = HeldSet(ctx.withdrawals)
+        self._adopter = Adopter(ctx, self._held, self._leases.releases)
+        self._readahead = ReadAhead(ctx, self._held, fire_batch)
+        self._fence = SendFence(ctx)
+        self._advance = AdvanceWriter(ctx, self._held, self._leases.releases)
+        self._sender = FireSender(ctx, self._held, fence=self._fence, readahead=self._readahead,
+                                  advance=self._advance)
+        self._timer = FireTimer(ctx, self._held, self._sender)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -108,8 +117,7 @@ class ScheduleLoop:
         self._tasks = [
             asyncio.create_task(self._run_cycles(), name="jobring-schedule-cycle"),
             asyncio.create_task(self._timer.run(), name="jobring-schedule-timer"),
-            asyncio.create_task(self._advance.run(self._db_lock, self._timers, self.config),
-                                name="jobring-schedule-writer"),
+            asyncio.create_task(self._advance.run(), name="jobring-schedule-writer"),
             asyncio.create_task(self._fence.run(), name="jobring-schedule-fence"),
         ]
 
@@ -127,8 +135,8 @@ class ScheduleLoop:
         self._tasks = []
         if self._readahead.task is not None:
             await asyncio.wait({self._readahead.task}, timeout=_STOP_STEP_S)
-        if self._inflight:
-            _, late = await asyncio.wait(set(self._inflight), timeout=self.config.stop_timeout_s)
+        if inflight := self._ctx.background.tasks:
+            _, late = await asyncio.wait(set(inflight), timeout=self.config.stop_timeout_s)
             for task in late:
                 log.warning("fire batch still running at stop; cancelling it")
                 task.cancel()
@@ -140,12 +148,12 @@ class ScheduleLoop:
             self.state = LoopState.STOPPED
 
     async def _give_back(self) -> None:
-        async with self._db_lock:
+        async with self._ctx.db_lock:
             await self._advance.flush_locked()
             held = list(self._held)
             for job_id in held:
-                self._drop(job_id)
-            await self._readahead.cancel_withdrawn()
+                self._held.drop(job_id)
+            await self._ctx.withdrawals.cancel()
             if held:
                 await self._store.release(held)
             now = self._clock.now_ms()
@@ -220,14 +228,14 @@ class ScheduleLoop:
         if self._liveness is not None and not self._liveness.may_send():
             return  # no liveness lock: neither renew nor claim (see _liveness_lost)
         resuming, losses = self._fence.suspended, self._losses
-        rows = await self._leases.claim_cycle(now, resuming=resuming)
+        rows = await self._claim_cycle(now, resuming=resuming)
         # Lost again during the cycle (even if back already): its renewal proves nothing.
         if resuming and losses == self._losses and (self._liveness is None or self._liveness.may_send()):
             self._fence.suspended = False
             log.info("liveness back and leases confirmed: %d held jobs carry on", len(self._held))
         if self._readahead.enabled:
-            async with self._db_lock:
-                await self._readahead.cancel_withdrawn()
+            async with self._ctx.db_lock:
+                await self._ctx.withdrawals.cancel()
             # Shielded: a stop waits for it, so no recorded row is left without its owner.
             await asyncio.shield(self._readahead.start(now))
         self.stats.cycles += 1
@@ -237,29 +245,30 @@ class ScheduleLoop:
         async with self.cycle_done:
             self.cycle_done.notify_all()
 
-    # ----------------------------------------------------------------- helpers
-    def _drop(self, job_id: int, *, keep_advance: bool = False) -> None:
-        """Forget a held job: its heap entries, its queued advance, its fires recorded ahead."""
-        held = self._held.drop(job_id)
-        if held is not None:
-            if not keep_advance:
-                self._advance.forget(job_id)
-            for slot in held.prepared.values():
-                self._readahead.withdraw(slot)
-            held.prepared.clear()
-
-    def _release(self, job_ids: list[int]) -> None:
-        self._leases.release(job_ids)
-
-    def _spawn(self, work: Awaitable[None], what: str) -> None:
-        async def runner() -> None:
+    async def _claim_cycle(self, now: int, *, resuming: bool) -> int:
+        """Write pending advances, renew, claim, settle (the lease keeper), then adopt and shed
+        the excess (the held stage). Returns the number of rows new or changed. ``resuming``:
+        the first cycle after this node's liveness came back; the held jobs whose leases are
+        no longer its own (taken over meanwhile) are dropped before anything is claimed."""
+        async with self._ctx.db_lock:
+            await self._advance.flush_locked()
+            # Rows of fires this node will not send go before anything is (re)adopted: a job
+            # dropped and adopted again (its lock session lost and regained) must find its
+            # unsent instants free, not recorded (a fire at them would be a duplicate, unsent).
             try:
-                await work
-            except asyncio.CancelledError:
-                raise
+                await self._ctx.withdrawals.cancel()
             except Exception:
-                log.exception("%s failed", what)
-
-        task = asyncio.get_running_loop().create_task(runner())
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+                # Kept for the next try; renewal must not wait for it. A row left over only
+                # counts as perhaps sent when its job is settled (an instant lost, none doubled).
+                log.exception("withdrawing fires recorded ahead failed; renewing anyway")
+            renewed = await self._leases.renew_locked(now, self._held.rows())
+            self._fence.renewed(now)
+            if resuming:
+                self._adopter.drop_taken_over(set(renewed.ids))
+            claim = await self._leases.claim_locked(now, renewed, self._held)
+        if self._liveness is not None and not self._liveness.may_send():
+            return len(claim.rows)  # liveness lost meanwhile: adopt nothing
+        if self._ctx.timing is not None and claim.rows:
+            await self._ctx.timing.prepare(claim.rows)
+        self._advance.take(self._adopter.apply(claim, now))
+        return len(claim.rows)

@@ -2,7 +2,8 @@
 
 Each cycle records the log rows of the held jobs' fires planned within
 ``LoopConfig.prepare_ahead_ms``; every such fire gets an :class:`Ahead` slot whose
-:class:`Outcome` tells the sender what to do at the instant.
+:class:`Outcome` tells the sender what to do at the instant. Part of the sender stage:
+fires that will not be sent go to the context's :class:`~.ahead.Withdrawals`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobring.admin.loop.ahead import Ahead, Outcome
-from jobring.admin.loop.config import LoopConfig
+from jobring.admin.loop.context import LoopContext
 from jobring.admin.loop.held import Held, HeldSet
 from jobring.admin.loop.ports import FireBatch, FirePreparer, PlannedFire
 from jobring.admin.loop.timed import TimedSchedule
@@ -32,15 +33,14 @@ def _excluded(held: Held, instant: int) -> bool:
 
 
 class ReadAhead:
-    """Records fires ahead with a preparing fire port, sends them, withdraws unsent ones."""
+    """Records fires ahead with a preparing fire port (``LoopContext.preparer``) and sends them."""
 
-    def __init__(self, preparer: FirePreparer[Any] | None, fire_batch: FireBatch, held: HeldSet,
-                 config: LoopConfig) -> None:
-        self._preparer = preparer
+    def __init__(self, ctx: LoopContext, held: HeldSet, fire_batch: FireBatch) -> None:
+        self._preparer = ctx.preparer
         self._fire_batch = fire_batch
         self._held = held
-        self._config = config
-        self._to_cancel: list[object] = []  # batches withdrawn, to cancel under the lock
+        self._config = ctx.config
+        self._withdrawals = ctx.withdrawals
         self.task: asyncio.Task[None] | None = None  # the current cycle's recording
 
     @property
@@ -90,27 +90,7 @@ class ReadAhead:
 
     def _settle(self, slot: Ahead, outcome: Outcome, batch: object) -> None:
         slot.resolve(outcome, batch)
-        if slot.withdrawn and outcome is Outcome.PREPARED:
-            self._to_cancel.append(batch)
-
-    def withdraw(self, slot: Ahead) -> None:
-        """The fire will not be sent: cancel its batch (once recorded)."""
-        if slot.outcome is Outcome.PENDING:
-            slot.withdrawn = True
-        elif slot.outcome is Outcome.PREPARED:
-            self._to_cancel.append(slot.batch)
-
-    async def cancel_withdrawn(self) -> None:
-        """Cancel the withdrawn batches (call under the loop's database lock, before the
-        leases of their jobs are released, so the next holder can record those instants)."""
-        if not self._to_cancel or self._preparer is None:
-            return
-        batches, self._to_cancel = self._to_cancel, []
-        try:
-            await self._preparer.cancel(batches)
-        except BaseException:
-            self._to_cancel.extend(batches)
-            raise
+        self._withdrawals.settled(slot)
 
     async def send(self, fires: Sequence[PlannedFire], slots: Sequence[Ahead | None]) -> None:
         """Send the fires: prepared ones by their batches, the others recorded now."""
