@@ -21,7 +21,7 @@ from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.store import JobGroup, Store
 from jobring.admin.store.subtasks import ClaimedTask, DistributedRun, TaskUpdate
 from jobring.core.clock import Clock
-from jobring.core.distributed import Lost
+from jobring.core.distributed import CancelRequested, Lost, ParentPhase
 
 __all__ = ["SubTaskPump"]
 
@@ -75,7 +75,9 @@ class SubTaskPump:
         slots = [(a, min(free, self.batch)) for free, a in room if free > 0]
         if not slots:
             return 0
-        claimed = await self._store.distributed.claim(run.run_id, slots, self._clock.now_ms())
+        claimed = await self._store.distributed.claim(
+            run.run_id, slots, self._clock.now_ms(), parts=run.phase != ParentPhase.PRE.value
+        )
         by_address: dict[str, list[ClaimedTask]] = {}
         for task in claimed:
             by_address.setdefault(task.executor_address, []).append(task)
@@ -130,11 +132,29 @@ class SubTaskPump:
             log.exception("run %s: sending %d sub-task(s) to %s failed", run.run_id, len(tasks), address)
 
     async def take_back(self) -> int:
-        """Lose the running sub-tasks of executors no longer in their group (dead or gone)."""
+        """Lose the running sub-tasks of executors no longer in their group (dead or gone),
+        and cancel the waiting broadcast parts of those executors (a part is not moved)."""
+        lives: dict[int, set[str]] = {}
+
+        async def live_of(group_id: int) -> set[str]:
+            if group_id not in lives:
+                group = await self._store.groups.get(group_id)
+                lives[group_id] = set(group.routable_addresses) if group is not None else set()
+            return lives[group_id]
+
         lost = 0
+        stranded = [
+            TaskUpdate(i, CancelRequested(), message=f"executor {address} left the group before its part ran")
+            for i, group_id, address in await self._store.distributed.pending_parts()
+            if address not in await live_of(group_id)
+        ]
+        if stranded:
+            changed, ended = await self._store.distributed.apply(stranded, self._clock.now_ms())
+            lost += changed
+            if ended:
+                await self._ended(ended)
         for group_id in await self._store.distributed.running_groups():
-            group = await self._store.groups.get(group_id)
-            live = set(group.routable_addresses) if group is not None else set()
+            live = await live_of(group_id)
             orphans = [
                 (i, attempt, address)
                 for i, attempt, address in await self._store.distributed.running_tasks(group_id)

@@ -25,7 +25,14 @@ from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.pump import SubTaskPump
 from jobring.admin.monitors.base import Monitor
 from jobring.admin.store import GroupGuard, JobInfo, Store
-from jobring.admin.store.subtasks import KIND_MAP, DistributedRun, NewSubTask, TaskUpdate
+from jobring.admin.store.subtasks import (
+    KIND_BCAST,
+    KIND_MAP,
+    KIND_SHARD,
+    DistributedRun,
+    NewSubTask,
+    TaskUpdate,
+)
 from jobring.core.clock import Clock
 from jobring.core.distributed import (
     MAX_ITEM_BYTES,
@@ -54,25 +61,29 @@ def outcome_of(run: DistributedRun) -> tuple[int, str]:
     """The parent run's handle code and message, from its join state."""
     tolerance = FailureTolerance.parse(run.tolerance) if run.tolerance else FailureTolerance()
     allowed = tolerance.allowed(run.total)
-    what = "shards" if run.kind == "shard" else "sub-tasks"
+    what = {KIND_SHARD: "shards", KIND_BCAST: "executors"}.get(run.kind, "sub-tasks")
+    reduce = "post hook" if run.kind == KIND_BCAST else "reduce"
     counts = f"{run.succeeded} of {run.total} {what} succeeded, {run.failed} failed"
     if run.tolerance:
         counts += f" (failure tolerance {run.tolerance}: {allowed} allowed)"
+    if run.kind == KIND_BCAST and run.pre_task:
+        counts = f"pre hook {run.pre_task}; {counts}"
+    shown = run.result
+    if shown is not None and len(shown) > _RESULT_SHOWN:
+        shown = shown[:_RESULT_SHOWN] + "..."
     if run.phase == ParentPhase.SUCCEEDED.value:
         msg = counts
         if run.reduce_task:
-            shown = (
-                run.result
-                if run.result is None or len(run.result) <= _RESULT_SHOWN
-                else (run.result[:_RESULT_SHOWN] + "...")
-            )
-            msg += f"; reduce {run.reduce_task}: {shown}"
+            msg += f"; {reduce} {run.reduce_task}: {shown}"
         return HandleCode.SUCCESS, msg
     if run.root_state == "failed":
+        if run.kind == KIND_BCAST:  # the root_msg says "pre hook failed: ..."
+            return HandleCode.FAIL, f"{run.root_msg or 'pre hook failed'}; {counts}"
         return HandleCode.FAIL, f"root task failed: {run.root_msg or ''}; {counts}"
     if run.failed > allowed:
-        return HandleCode.FAIL, f"too many {what} failed: {counts}"
-    return HandleCode.FAIL, f"reduce {run.reduce_task} failed: {run.root_msg or ''}; {counts}"
+        post = f"; {reduce} {run.reduce_task}: {shown}" if run.kind == KIND_BCAST and run.reduce_task else ""
+        return HandleCode.FAIL, f"too many {what} failed: {counts}{post}"
+    return HandleCode.FAIL, f"{reduce} {run.reduce_task} failed: {run.root_msg or ''}; {counts}"
 
 
 class DistributedService(Monitor):
@@ -201,6 +212,29 @@ class DistributedService(Monitor):
         )
         self.wake()
         return f"sharded: {job.shard_count} shard(s) as sub-tasks over the group's executors"
+
+    async def start_broadcast(
+        self, log_id: int, job: JobInfo, param: str | None, executors: Sequence[str]
+    ) -> str:
+        """A fire of a broadcast job with hooks: its run becomes a parent of one part per
+        executor (those live now), after its pre hook and before its post hook."""
+        addresses = sorted(set(executors))
+        await self._store.distributed.start_broadcast(
+            log_id,
+            job.id,
+            job.job_group,
+            job.executor_handler or "",
+            addresses,
+            (job.broadcast_pre, job.broadcast_post),
+            param,
+            job.failure_tolerance,
+            job.executor_fail_retry_count,
+            self._clock.now_ms(),
+        )
+        self.wake()
+        named = (("pre", job.broadcast_pre), ("post", job.broadcast_post))
+        hooks = ", ".join(f"{kind} hook {name}" for kind, name in named if name)
+        return f"broadcast: {len(addresses)} executor(s) as sub-tasks ({hooks or 'no hooks'})"
 
     async def retry_failed(self, run_id: int) -> int:
         """Retry the failed sub-tasks of an ended parent; returns how many. NotFound, JoinError."""

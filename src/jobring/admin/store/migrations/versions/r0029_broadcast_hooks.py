@@ -1,0 +1,35 @@
+"""Broadcast with pre/post hooks (issue 23): two job fields, ``broadcast_pre`` and
+``broadcast_post`` (handler names; a job of route SHARDING_BROADCAST with either runs as one
+parent run: the pre hook once, one part per executor, the post hook once), and the pre hook's
+name on the parent run (``jobring_distributed_run.pre_task``).
+
+Revision ID: 0029
+Revises: 0028
+Create Date: 2026-12-03
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0029"
+down_revision = "0028"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    inspector = sa.inspect(op.get_bind())
+    jobs = {c["name"] for c in inspector.get_columns("xxl_job_info")}
+    if "broadcast_pre" not in jobs:
+        op.add_column("xxl_job_info", sa.Column("broadcast_pre", sa.String(64), nullable=True))
+    if "broadcast_post" not in jobs:
+        op.add_column("xxl_job_info", sa.Column("broadcast_post", sa.String(64), nullable=True))
+    runs = {c["name"] for c in inspector.get_columns("jobring_distributed_run")}
+    if "pre_task" not in runs:
+        op.add_column("jobring_distributed_run", sa.Column("pre_task", sa.String(64), nullable=True))
+
+
+def downgrade() -> None:
+    raise NotImplementedError("jobring migrations are forward-only")
