@@ -23,7 +23,8 @@ async def _broadcast(store: Store, *, pre: str | None = "snap", post: str | None
                      tolerance: str | None = None) -> int:
     job = await store.jobs.create(JobInfo(job_group=3, job_desc="b", executor_handler="part",
                                           executor_route_strategy="SHARDING_BROADCAST",
-                                          broadcast_pre=pre, broadcast_post=post, failure_tolerance=tolerance))
+                                          broadcast_pre=pre, broadcast_post=post,
+                                          failure_tolerance=tolerance))
     run = await store.logs.insert(NewLog(job_group=3, job_id=job, trigger_time=NOW, trigger_code=200))
     assert await store.distributed.start_broadcast(run, job, 3, "part", [A, B, C], (pre, post), "p",
                                                    tolerance, 0, T0)
@@ -56,7 +57,8 @@ async def test_pre_then_every_executor_then_post_once(store: Store) -> None:
     assert placed == {"b/0": A, "b/1": B, "b/2": C}
     assert sorted(t.executor_address for t in parts) == [B, C]
     assert {t.item for t in every if t.kind == "part"} == {'{"snapshot":7}'}
-    assert sorted((t.shard_index, t.shard_total) for t in every if t.kind == "part") == [(0, 3), (1, 3), (2, 3)]
+    shards = sorted((t.shard_index, t.shard_total) for t in every if t.kind == "part")
+    assert shards == [(0, 3), (1, 3), (2, 3)]
     running = [t for t in await store.distributed.page(run, status="running") if t.kind == "part"]
     _, ended = await store.distributed.apply(
         [TaskUpdate(t.id, Finished(t.attempt, True), str(t.shard_index)) for t in running], T0)
@@ -73,7 +75,8 @@ async def test_pre_then_every_executor_then_post_once(store: Store) -> None:
 async def test_a_failed_pre_hook_fails_the_run_without_parts_or_post(store: Store) -> None:
     run = await _broadcast(store)
     pre = await _claim(store, run)
-    _, ended = await store.distributed.apply([TaskUpdate(pre[0].id, Finished(1, False), message="no disk")], T0)
+    failed = TaskUpdate(pre[0].id, Finished(1, False), message="no disk")
+    _, ended = await store.distributed.apply([failed], T0)
     assert [(p.phase, p.root_state, p.root_msg, p.failed) for p in ended] == [
         ("failed", "failed", "pre hook failed: no disk", 3)]
     assert await _claim(store, run) == []
@@ -113,3 +116,18 @@ async def test_a_failure_tolerance_and_a_failed_post_hook(store: Store) -> None:
     await store.distributed.apply([TaskUpdate(parts[0].id, Finished(1, False), message="bad")], T0)
     _, ended = await store.distributed.apply([TaskUpdate(t.id, Finished(1, True)) for t in parts[1:]], T0)
     assert [(p.phase, p.failed) for p in ended] == [("succeeded", 1)]  # 1 allowed, no post hook
+
+
+async def test_sub_tasks_a_dead_admin_node_claimed_and_never_sent(store: Store) -> None:
+    run = await _broadcast(store, pre=None, post=None)
+    await store.nodes.announce("alive", T0 + 10_000)
+    await store.nodes.announce("dead", T0 - 1)
+    mine = await store.distributed.claim(run, [(A, 1)], T0, node="alive")
+    theirs = await store.distributed.claim(run, [(B, 1), (C, 1)], T0, node="dead")
+    assert [t.executor_address for t in mine + theirs] == [A, B, C]
+    assert await store.distributed.unsent_of_dead_nodes(T0, "alive") == [
+        (t.id, 1, "dead") for t in theirs]
+    assert await store.distributed.unsent_of_dead_nodes(T0, "dead") == []  # never its own
+    # One was handed to its executor before the node died: that one keeps running.
+    await store.distributed.sent([theirs[0].id])
+    assert await store.distributed.unsent_of_dead_nodes(T0, "alive") == [(theirs[1].id, 1, "dead")]

@@ -43,8 +43,10 @@ class SubTaskPump:
         *,
         window: int = 2_000,
         batch: int = 500,
+        node_id: str = "",
     ) -> None:
         self._store = store
+        self._node = node_id
         self._client = client
         self._clock = clock
         self._ended = ended
@@ -76,7 +78,11 @@ class SubTaskPump:
         if not slots:
             return 0
         claimed = await self._store.distributed.claim(
-            run.run_id, slots, self._clock.now_ms(), parts=run.phase != ParentPhase.PRE.value
+            run.run_id,
+            slots,
+            self._clock.now_ms(),
+            parts=run.phase != ParentPhase.PRE.value,
+            node=self._node or None,
         )
         by_address: dict[str, list[ClaimedTask]] = {}
         for task in claimed:
@@ -114,6 +120,8 @@ class SubTaskPump:
                 address, SUBTASKS_PATH, body, group.access_token or None, group.app_name
             )
             if answer.ok:
+                if self._node:
+                    await self._store.distributed.sent([t.id for t in tasks])
                 return
             reason = f"executor {address} refused the sub-tasks: {answer.msg}"
             log.warning(
@@ -142,7 +150,7 @@ class SubTaskPump:
                 lives[group_id] = set(group.routable_addresses) if group is not None else set()
             return lives[group_id]
 
-        lost = 0
+        lost = await self._take_back_unsent()
         stranded = [
             TaskUpdate(i, CancelRequested(), message=f"executor {address} left the group before its part ran")
             for i, group_id, address in await self._store.distributed.pending_parts()
@@ -178,6 +186,28 @@ class SubTaskPump:
             if ended:
                 await self._ended(ended)
         return lost
+
+    async def _take_back_unsent(self) -> int:
+        """Lose the sub-tasks a dead admin node claimed and never handed to their executor."""
+        if not self._node:
+            return 0
+        unsent = await self._store.distributed.unsent_of_dead_nodes(self._clock.now_ms(), self._node)
+        if not unsent:
+            return 0
+        nodes = sorted({n or "?" for _, _, n in unsent})
+        log.warning(
+            "%d sub-task(s) claimed by dead admin node(s) %s and never sent: dispatching them again",
+            len(unsent),
+            ", ".join(nodes),
+        )
+        updates = [
+            TaskUpdate(i, Lost(attempt), message=f"admin node {node} died before sending it")
+            for i, attempt, node in unsent
+        ]
+        changed, ended = await self._store.distributed.apply(updates, self._clock.now_ms())
+        if ended:
+            await self._ended(ended)
+        return changed
 
     async def close(self) -> None:
         while self._sends:

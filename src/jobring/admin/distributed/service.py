@@ -100,11 +100,14 @@ class DistributedService(Monitor):
         interval_s: float = 1.0,
         window: int = 2_000,
         batch: int = 500,
+        node_id: str = "",
     ) -> None:
         super().__init__(interval_s)
         self._store = store
         self._clock = clock
-        self.pump = SubTaskPump(store, client, clock, self._record_ended, window=window, batch=batch)
+        self.pump = SubTaskPump(
+            store, client, clock, self._record_ended, window=window, batch=batch, node_id=node_id
+        )
         self.record: Record | None = None
         self._last_take_back = 0.0
         self._tasks: set[asyncio.Task[None]] = set()

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from jobring.admin.store.base import Repository, chunks, to_record, update_rows
 from jobring.admin.store.errors import Conflict, NotFound
 from jobring.admin.store.records import GroupGuard
-from jobring.admin.store.tables import distributed_run, job_info, job_log, subtask
+from jobring.admin.store.tables import distributed_run, job_info, job_log, scheduler_node, subtask
 from jobring.core.distributed import (
     MAX_SUBTASKS,
     CancelRequested,
@@ -128,6 +128,7 @@ class SubTaskRow:
     created_at: int
     dispatched_at: int | None
     ended_at: int | None
+    dispatched_by: str | None = None  # the node that claimed it, until sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +166,7 @@ class TaskUpdate:
     event: TaskEvent
     result: str | None = None
     message: str | None = None
+    node: str | None = None  # with Dispatched: the admin node that claims it
 
 
 def _guard_sql(column: Any, guard: GroupGuard | None) -> list[ColumnElement[bool]]:
@@ -732,11 +734,18 @@ class DistributedRepository(Repository):
         return list((await self.get_many(ids)).values()) if ids else []
 
     async def claim(
-        self, run_id: int, slots: Sequence[tuple[str, int]], now_ms: int, *, parts: bool = True
+        self,
+        run_id: int,
+        slots: Sequence[tuple[str, int]],
+        now_ms: int,
+        *,
+        parts: bool = True,
+        node: str | None = None,
     ) -> list[ClaimedTask]:
         """Claim up to ``count`` pending sub-tasks of the run for each ``(executor, count)``
         (PENDING -> RUNNING, a new attempt), skipping rows another node holds. A broadcast
-        part goes to its own executor only (``parts`` False: none, the pre hook runs)."""
+        part goes to its own executor only (``parts`` False: none, the pre hook runs). The
+        rows name ``node`` until :meth:`sent` (see :meth:`unsent_of_dead_nodes`)."""
         wanted = sum(n for _, n in slots)
         if wanted <= 0:
             return []
@@ -774,7 +783,7 @@ class DistributedRepository(Repository):
                     turn += 1
                 room[address] -= 1
                 attempt = row.attempt + 1
-                updates.append(TaskUpdate(row.id, Dispatched(attempt, address)))
+                updates.append(TaskUpdate(row.id, Dispatched(attempt, address), node=node))
                 claimed.append(ClaimedTask(row.id, run_id, attempt, row.task_key, row.task_name, row.kind,
                                            row.item, row.shard_index, row.shard_total, address))
             if updates:
@@ -793,6 +802,44 @@ class DistributedRepository(Repository):
                 )
             ).all()
         return [(int(r.id), int(r.attempt), r.executor_address) for r in rows]
+
+    async def sent(self, ids: Sequence[int]) -> None:
+        """The executor took these claimed sub-tasks: no longer the claiming node's to send."""
+        async with self._db.write() as conn:
+            for part in chunks(sorted(ids)):
+                await conn.execute(
+                    update(subtask)
+                    .where(subtask.c.id.in_(part), subtask.c.dispatched_by.is_not(None))
+                    .values(dispatched_by=None)
+                )
+
+    async def unsent_of_dead_nodes(
+        self, now_ms: int, me: str, limit: int = 5_000
+    ) -> list[tuple[int, int, str | None]]:
+        """(id, attempt, node) of running sub-tasks claimed by an admin node no longer alive
+        (not announced alive at ``now_ms``) before it handed them to their executor."""
+        async with self._db.read() as conn:
+            # Two reads, not a sub-select: the tables' text collations differ on MariaDB.
+            alive = set(
+                (
+                    await conn.execute(
+                        select(scheduler_node.c.node_id).where(scheduler_node.c.alive_until >= now_ms)
+                    )
+                ).scalars()
+            )
+            rows = (
+                await conn.execute(
+                    select(subtask.c.id, subtask.c.attempt, subtask.c.dispatched_by)
+                    .where(
+                        subtask.c.status == TaskState.RUNNING.value,
+                        subtask.c.dispatched_by.is_not(None),
+                        subtask.c.dispatched_by.not_in(sorted(alive | {me})),
+                    )
+                    .order_by(subtask.c.id)
+                    .limit(limit)
+                )
+            ).all()
+        return [(int(r.id), int(r.attempt), r.dispatched_by) for r in rows]
 
     async def pending_parts(self, limit: int = 5_000) -> list[tuple[int, int, str | None]]:
         """(id, group, executor) of broadcast parts waiting for their executor."""
@@ -984,8 +1031,11 @@ def _values(row: SubTaskRow, new: Task, u: TaskUpdate, now_ms: int) -> dict[str,
         "message": row.message,
         "dispatched_at": row.dispatched_at,
         "ended_at": row.ended_at,
+        "dispatched_by": row.dispatched_by if new.state is TaskState.RUNNING else None,
     }
     event = u.event
+    if isinstance(event, Dispatched):
+        values["dispatched_by"] = u.node
     if new.state is TaskState.RUNNING and new.attempt != row.attempt:
         values["dispatched_at"] = now_ms
         values["ended_at"] = None

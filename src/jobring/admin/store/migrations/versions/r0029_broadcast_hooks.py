@@ -1,7 +1,9 @@
 """Broadcast with pre/post hooks (issue 23): two job fields, ``broadcast_pre`` and
 ``broadcast_post`` (handler names; a job of route SHARDING_BROADCAST with either runs as one
 parent run: the pre hook once, one part per executor, the post hook once), and the pre hook's
-name on the parent run (``jobring_distributed_run.pre_task``).
+name on the parent run (``jobring_distributed_run.pre_task``); and the admin node that claimed a
+running sub-task and has not yet handed it to its executor (``jobring_subtask.dispatched_by``,
+NULL once sent): such a sub-task of a node that died is dispatched again by another node.
 
 Revision ID: 0029
 Revises: 0028
@@ -29,6 +31,9 @@ def upgrade() -> None:
     runs = {c["name"] for c in inspector.get_columns("jobring_distributed_run")}
     if "pre_task" not in runs:
         op.add_column("jobring_distributed_run", sa.Column("pre_task", sa.String(64), nullable=True))
+    tasks = {c["name"] for c in inspector.get_columns("jobring_subtask")}
+    if "dispatched_by" not in tasks:
+        op.add_column("jobring_subtask", sa.Column("dispatched_by", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
