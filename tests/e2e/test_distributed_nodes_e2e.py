@@ -1,7 +1,7 @@
 """An admin node SIGKILLed mid-map, with two admin processes on one PostgreSQL database and
-executors that know both: the other node completes the run (the sub-tasks the dead node had
-claimed and not sent are dispatched again once it is no longer alive), each sub-task
-succeeds, and the reduce runs exactly once."""
+executors that know both: the other node completes the run (the running sub-tasks the dead
+node had claimed, perhaps never sent, are dispatched again once it is no longer alive), each
+sub-task succeeds, and the reduce runs exactly once."""
 
 from __future__ import annotations
 

@@ -118,16 +118,15 @@ async def test_a_failure_tolerance_and_a_failed_post_hook(store: Store) -> None:
     assert [(p.phase, p.failed) for p in ended] == [("succeeded", 1)]  # 1 allowed, no post hook
 
 
-async def test_sub_tasks_a_dead_admin_node_claimed_and_never_sent(store: Store) -> None:
+async def test_sub_tasks_a_dead_admin_node_claimed(store: Store) -> None:
     run = await _broadcast(store, pre=None, post=None)
     await store.nodes.announce("alive", T0 + 10_000)
     await store.nodes.announce("dead", T0 - 1)
     mine = await store.distributed.claim(run, [(A, 1)], T0, node="alive")
     theirs = await store.distributed.claim(run, [(B, 1), (C, 1)], T0, node="dead")
     assert [t.executor_address for t in mine + theirs] == [A, B, C]
-    assert await store.distributed.unsent_of_dead_nodes(T0, "alive") == [
-        (t.id, 1, "dead") for t in theirs]
-    assert await store.distributed.unsent_of_dead_nodes(T0, "dead") == []  # never its own
-    # One was handed to its executor before the node died: that one keeps running.
-    await store.distributed.sent([theirs[0].id])
-    assert await store.distributed.unsent_of_dead_nodes(T0, "alive") == [(theirs[1].id, 1, "dead")]
+    assert await store.distributed.claimed_by_dead_nodes(T0, "alive") == [(t.id, 1, "dead") for t in theirs]
+    assert await store.distributed.claimed_by_dead_nodes(T0, "dead") == []  # never its own
+    # One ended before the node died: only the running one is left to take back.
+    await store.distributed.apply([TaskUpdate(theirs[0].id, Finished(1, True))], T0)
+    assert await store.distributed.claimed_by_dead_nodes(T0, "alive") == [(theirs[1].id, 1, "dead")]

@@ -120,8 +120,6 @@ class SubTaskPump:
                 address, SUBTASKS_PATH, body, group.access_token or None, group.app_name
             )
             if answer.ok:
-                if self._node:
-                    await self._store.distributed.sent([t.id for t in tasks])
                 return
             reason = f"executor {address} refused the sub-tasks: {answer.msg}"
             log.warning(
@@ -150,7 +148,7 @@ class SubTaskPump:
                 lives[group_id] = set(group.routable_addresses) if group is not None else set()
             return lives[group_id]
 
-        lost = await self._take_back_unsent()
+        lost = await self._take_back_of_dead_nodes()
         stranded = [
             TaskUpdate(i, CancelRequested(), message=f"executor {address} left the group before its part ran")
             for i, group_id, address in await self._store.distributed.pending_parts()
@@ -187,22 +185,23 @@ class SubTaskPump:
                 await self._ended(ended)
         return lost
 
-    async def _take_back_unsent(self) -> int:
-        """Lose the sub-tasks a dead admin node claimed and never handed to their executor."""
+    async def _take_back_of_dead_nodes(self) -> int:
+        """Lose the running sub-tasks a dead admin node claimed: it may have died between the
+        claim and the send (those it sent run again: at least once)."""
         if not self._node:
             return 0
-        unsent = await self._store.distributed.unsent_of_dead_nodes(self._clock.now_ms(), self._node)
-        if not unsent:
+        orphans = await self._store.distributed.claimed_by_dead_nodes(self._clock.now_ms(), self._node)
+        if not orphans:
             return 0
-        nodes = sorted({n or "?" for _, _, n in unsent})
+        nodes = sorted({n or "?" for _, _, n in orphans})
         log.warning(
-            "%d sub-task(s) claimed by dead admin node(s) %s and never sent: dispatching them again",
-            len(unsent),
+            "%d running sub-task(s) claimed by admin node(s) %s, no longer alive: dispatching them again",
+            len(orphans),
             ", ".join(nodes),
         )
         updates = [
-            TaskUpdate(i, Lost(attempt), message=f"admin node {node} died before sending it")
-            for i, attempt, node in unsent
+            TaskUpdate(i, Lost(attempt), message=f"admin node {node} that dispatched it died")
+            for i, attempt, node in orphans
         ]
         changed, ended = await self._store.distributed.apply(updates, self._clock.now_ms())
         if ended:

@@ -128,7 +128,7 @@ class SubTaskRow:
     created_at: int
     dispatched_at: int | None
     ended_at: int | None
-    dispatched_by: str | None = None  # the node that claimed it, until sent
+    dispatched_by: str | None = None  # the admin node that claimed it (while running)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +307,16 @@ class DistributedRepository(Repository):
                     raise Conflict(f"sub-task {parent_key} of run {run_id} is not running")
             keys = [t.key for t in tasks]
             existing: set[str] = set()
-            for part in chunks(keys):
+            # A call is stored whole in one write, and every call with items has an item 0: no
+            # row for the first key means none for any (the usual case, one indexed look-up; an
+            # IN list of 1,000 keys is planned as a filter over the run's rows when the table
+            # has no statistics, quadratic over a large map). A repeated call reads them all.
+            first = (
+                await conn.execute(
+                    select(subtask.c.id).where(subtask.c.run_id == run_id, subtask.c.task_key == keys[0])
+                )
+            ).first() if keys else None
+            for part in chunks(keys) if first is not None else []:
                 existing.update(
                     (
                         await conn.execute(
@@ -745,7 +754,7 @@ class DistributedRepository(Repository):
         """Claim up to ``count`` pending sub-tasks of the run for each ``(executor, count)``
         (PENDING -> RUNNING, a new attempt), skipping rows another node holds. A broadcast
         part goes to its own executor only (``parts`` False: none, the pre hook runs). The
-        rows name ``node`` until :meth:`sent` (see :meth:`unsent_of_dead_nodes`)."""
+        rows name ``node`` while they run (see :meth:`claimed_by_dead_nodes`)."""
         wanted = sum(n for _, n in slots)
         if wanted <= 0:
             return []
@@ -803,21 +812,13 @@ class DistributedRepository(Repository):
             ).all()
         return [(int(r.id), int(r.attempt), r.executor_address) for r in rows]
 
-    async def sent(self, ids: Sequence[int]) -> None:
-        """The executor took these claimed sub-tasks: no longer the claiming node's to send."""
-        async with self._db.write() as conn:
-            for part in chunks(sorted(ids)):
-                await conn.execute(
-                    update(subtask)
-                    .where(subtask.c.id.in_(part), subtask.c.dispatched_by.is_not(None))
-                    .values(dispatched_by=None)
-                )
-
-    async def unsent_of_dead_nodes(
+    async def claimed_by_dead_nodes(
         self, now_ms: int, me: str, limit: int = 5_000
     ) -> list[tuple[int, int, str | None]]:
         """(id, attempt, node) of running sub-tasks claimed by an admin node no longer alive
-        (not announced alive at ``now_ms``) before it handed them to their executor."""
+        (not announced alive at ``now_ms``): it may have died before it sent them. Those it
+        sent may still be running on their executors; they are dispatched again too (at least
+        once: the late result of the earlier attempt is ignored)."""
         async with self._db.read() as conn:
             # Two reads, not a sub-select: the tables' text collations differ on MariaDB.
             alive = set(

@@ -596,8 +596,8 @@ subtask = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("dispatched_at", BigInteger, nullable=True),
     Column("ended_at", BigInteger, nullable=True),
-    # The admin node that claimed it, until its executor took it (NULL once sent): a node that
-    # dies between the two leaves it to the other nodes (jobring.admin.distributed.pump).
+    # The admin node that claimed it (while it runs): a node that dies, perhaps between a
+    # claim and its send, leaves it to the other nodes (jobring.admin.distributed.pump).
     Column("dispatched_by", String(64), nullable=True),
     UniqueConstraint("run_id", "task_key", name="ux_subtask_run_key"),
     Index("ix_subtask_run_status", "run_id", "status", "id"),

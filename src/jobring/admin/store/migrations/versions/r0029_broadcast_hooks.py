@@ -2,8 +2,8 @@
 ``broadcast_post`` (handler names; a job of route SHARDING_BROADCAST with either runs as one
 parent run: the pre hook once, one part per executor, the post hook once), and the pre hook's
 name on the parent run (``jobring_distributed_run.pre_task``); and the admin node that claimed a
-running sub-task and has not yet handed it to its executor (``jobring_subtask.dispatched_by``,
-NULL once sent): such a sub-task of a node that died is dispatched again by another node.
+running sub-task (``jobring_subtask.dispatched_by``): the running sub-tasks of a node that
+died (perhaps between a claim and its send) are dispatched again by another node.
 
 Revision ID: 0029
 Revises: 0028
