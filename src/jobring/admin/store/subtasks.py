@@ -512,9 +512,11 @@ class DistributedRepository(Repository):
         updates: Sequence[TaskUpdate],
         now_ms: int,
         guard: GroupGuard | None,
+        locked: dict[int, SubTaskRow] | None = None,
     ) -> tuple[int, set[int], list[DistributedRun]]:
-        """(rows changed, parents whose progress changed, parents their reduce task ended)."""
-        rows = await self._lock_tasks(conn, [u.id for u in updates], guard)
+        """(rows changed, parents whose progress changed, parents their reduce task ended).
+        ``locked``: the rows, already locked by the caller in this write."""
+        rows = locked if locked is not None else await self._lock_tasks(conn, [u.id for u in updates], guard)
         parents = {
             run_id: await self._lock_parent(conn, run_id)
             for run_id in sorted({r.run_id for r in rows.values()})
@@ -727,20 +729,25 @@ class DistributedRepository(Repository):
     # --- dispatch ---------------------------------------------------------------------------
 
     async def pending_runs(self, limit: int = 100) -> list[DistributedRun]:
-        """Parents with sub-tasks waiting for a dispatch."""
+        """Open parents with sub-tasks waiting for a dispatch. From the parents (few), each
+        probing its pending sub-tasks by index: not a scan of every pending sub-task (a large
+        map has 100,000s), asked at every dispatch round."""
+        waiting = (
+            select(subtask.c.id)
+            .where(subtask.c.run_id == distributed_run.c.run_id, subtask.c.status == TaskState.PENDING.value)
+            .exists()
+        )
+        open_phases = [ParentPhase.PRE.value, ParentPhase.MAPPING.value, ParentPhase.REDUCING.value]
         async with self._db.read() as conn:
-            ids = list(
-                (
-                    await conn.execute(
-                        select(subtask.c.run_id)
-                        .where(subtask.c.status == TaskState.PENDING.value)
-                        .group_by(subtask.c.run_id)
-                        .order_by(subtask.c.run_id)
-                        .limit(limit)
-                    )
-                ).scalars()
-            )
-        return list((await self.get_many(ids)).values()) if ids else []
+            rows = (
+                await conn.execute(
+                    select(distributed_run)
+                    .where(distributed_run.c.phase.in_(open_phases), waiting)
+                    .order_by(distributed_run.c.run_id)
+                    .limit(limit)
+                )
+            ).all()
+        return [to_record(DistributedRun, r) for r in rows]
 
     async def claim(
         self,
@@ -796,7 +803,7 @@ class DistributedRepository(Repository):
                 claimed.append(ClaimedTask(row.id, run_id, attempt, row.task_key, row.task_name, row.kind,
                                            row.item, row.shard_index, row.shard_total, address))
             if updates:
-                await self._apply(conn, updates, now_ms, None)
+                await self._apply(conn, updates, now_ms, None, {r.id: r for r in rows})
         return claimed
 
     async def running_tasks(self, group_id: int, limit: int = 5_000) -> list[tuple[int, int, str | None]]:
@@ -845,10 +852,27 @@ class DistributedRepository(Repository):
     async def pending_parts(self, limit: int = 5_000) -> list[tuple[int, int, str | None]]:
         """(id, group, executor) of broadcast parts waiting for their executor."""
         async with self._db.read() as conn:
+            # The open broadcasts first (few): the pending sub-tasks of a large map are many.
+            runs = list(
+                (
+                    await conn.execute(
+                        select(distributed_run.c.run_id).where(
+                            distributed_run.c.kind == KIND_BCAST,
+                            distributed_run.c.phase.in_([ParentPhase.PRE.value, ParentPhase.MAPPING.value]),
+                        )
+                    )
+                ).scalars()
+            )
+            if not runs:
+                return []
             rows = (
                 await conn.execute(
                     select(subtask.c.id, subtask.c.job_group, subtask.c.executor_address)
-                    .where(subtask.c.status == TaskState.PENDING.value, subtask.c.kind == KIND_PART)
+                    .where(
+                        subtask.c.run_id.in_(runs),
+                        subtask.c.status == TaskState.PENDING.value,
+                        subtask.c.kind == KIND_PART,
+                    )
                     .order_by(subtask.c.id)
                     .limit(limit)
                 )
