@@ -39,7 +39,7 @@ async def test_broadcast_hooks_need_a_broadcast_job_and_a_handler_name(sqlite_st
         assert sharded.status_code == 422 and "broadcast_post" in sharded.text, sharded.text
         made = await http.post("/jobs", json={**base, "executor_route_strategy": "SHARDING_BROADCAST",
                                               "broadcast_pre": "snapshot", "broadcast_post": "report"})
-        assert made.status_code == 200, made.text
+        assert made.status_code == 201, made.text
         assert (made.json()["broadcast_pre"], made.json()["broadcast_post"]) == ("snapshot", "report")
         job = made.json()["id"]
         cleared = await http.patch(f"/jobs/{job}", json={"broadcast_pre": None})
