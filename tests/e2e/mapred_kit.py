@@ -44,6 +44,7 @@ def count_words(ctx: JobContext) -> None:
 @executor.job("count_line")
 def count_line(ctx: JobContext) -> int:
     _note(f"map {{ctx.task_key}}")
+    ctx.log("counting %s", ctx.item["line"])
     if Path("../slow").exists():
         time.sleep(0.3)
     if "fail" in ctx.item["line"] and not Path("../fixed").exists():

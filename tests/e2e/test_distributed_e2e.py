@@ -41,6 +41,9 @@ async def test_map_reduce_gives_the_reduce_result_on_the_run(cluster: Cluster) -
     keys = sorted(line.split()[1] for line in cluster.ran() if line.startswith("map "))
     assert keys == sorted(f"r/0.{i}" for i in range(40))  # each sub-task once
     assert cluster.ran().count("reduce") == 1
+    # Each sub-task's log lines are kept with it (the run page shows them).
+    first = (await cluster.subtasks(run_id))[0]
+    assert first["log"].endswith(f"counting {lines[0]}"), first
     # Sub-tasks ran on more than one executor (any executor of the group, not only the mapper).
     assert sum(1 for i in range(3) if any(x.startswith("map ") for x in cluster.ran(i))) >= 2
     # The run list shows the parent only; sub-tasks have their own listing.

@@ -3035,6 +3035,11 @@ export interface components {
              * @description map, shard, reduce (or a post hook), part (a broadcast's), pre (its hook)
              */
             kind: string;
+            /**
+             * Log
+             * @description its handler's last log lines (ctx.log; the executor keeps the last 4 KiB)
+             */
+            log?: string | null;
             /** Message */
             message: string | null;
             /**

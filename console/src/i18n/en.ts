@@ -431,6 +431,7 @@ export const en = {
   "subtasks.preHook": "pre hook {name}",
   "subtasks.postHook": "post hook {name}",
   "subtasks.postResult": "Post hook result",
+  "subtasks.log": "Log",
   "subtasks.progress": "{done} of {total} done ({failed} failed), {running} running, {pending} pending",
   "subtasks.retryFailed": "Retry {n} failed",
   "subtasks.retried": "{n} failed sub-task(s) dispatched again",

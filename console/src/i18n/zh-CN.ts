@@ -433,6 +433,7 @@ export const zhCN: Messages = {
   "subtasks.preHook": "前置钩子 {name}",
   "subtasks.postHook": "后置钩子 {name}",
   "subtasks.postResult": "后置钩子结果",
+  "subtasks.log": "日志",
   "subtasks.progress": "已完成 {done} / {total}（失败 {failed}），运行中 {running}，等待中 {pending}",
   "subtasks.retryFailed": "重试 {n} 个失败子任务",
   "subtasks.retried": "已重新分发 {n} 个失败子任务",

@@ -51,7 +51,8 @@ __all__ = ["DistributedService", "SubTaskResult", "outcome_of"]
 log = logging.getLogger(__name__)
 
 Record = Callable[[Sequence[HandleCallbackParam]], Awaitable[object]]
-SubTaskResult = tuple[int, int, bool, str | None, str | None]  # id, attempt, ok, result JSON, message
+# id, attempt, ok, result JSON, message, its log's last lines
+SubTaskResult = tuple[int, int, bool, str | None, str | None, str | None]
 _TAKE_BACK_EVERY_S = 2.0
 _RESULT_SHOWN = 1_000
 _HANDLER = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # a reduce handler's name
@@ -139,14 +140,14 @@ class DistributedService(Monitor):
     async def results(self, results: Sequence[SubTaskResult], guard: GroupGuard | None) -> int:
         """Sub-task results from an executor (the guard's groups only); returns rows changed."""
         updates = []
-        for task_id, attempt, ok, result, msg in results:
+        for task_id, attempt, ok, result, msg, lines in results:
             if ok and result is not None and len(result.encode("utf-8")) > MAX_ITEM_BYTES:
                 ok, result, msg = (
                     False,
                     None,
                     f"the result is over MAX_ITEM_BYTES ({MAX_ITEM_BYTES} bytes as JSON)",
                 )
-            updates.append(TaskUpdate(task_id, Finished(attempt, ok), result if ok else None, msg))
+            updates.append(TaskUpdate(task_id, Finished(attempt, ok), result if ok else None, msg, log=lines))
         changed, ended = await self._store.distributed.apply(updates, self._clock.now_ms(), guard=guard)
         if ended:
             await self._record_ended(ended)

@@ -129,6 +129,7 @@ class SubTaskRow:
     dispatched_at: int | None
     ended_at: int | None
     dispatched_by: str | None = None  # the admin node that claimed it (while running)
+    log: str | None = None  # its handler's last log lines (the executor keeps 4 KiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,7 @@ class TaskUpdate:
     result: str | None = None
     message: str | None = None
     node: str | None = None  # with Dispatched: the admin node that claims it
+    log: str | None = None  # with Finished: the handler's last log lines
 
 
 def _guard_sql(column: Any, guard: GroupGuard | None) -> list[ColumnElement[bool]]:
@@ -1057,6 +1059,7 @@ def _values(row: SubTaskRow, new: Task, u: TaskUpdate, now_ms: int) -> dict[str,
         "dispatched_at": row.dispatched_at,
         "ended_at": row.ended_at,
         "dispatched_by": row.dispatched_by if new.state is TaskState.RUNNING else None,
+        "log": None if isinstance(u.event, RetryRequested) else row.log,
     }
     event = u.event
     if isinstance(event, Dispatched):
@@ -1067,6 +1070,7 @@ def _values(row: SubTaskRow, new: Task, u: TaskUpdate, now_ms: int) -> dict[str,
     if isinstance(event, Finished):
         values["result"] = u.result if event.ok else None
         values["message"] = (u.message or "")[:_MESSAGE_MAX] or None
+        values["log"] = u.log
     elif isinstance(event, Lost):
         values["message"] = (u.message or "its executor was lost")[:_MESSAGE_MAX]
     elif isinstance(event, CancelRequested):

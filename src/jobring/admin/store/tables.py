@@ -599,6 +599,7 @@ subtask = Table(
     # The admin node that claimed it (while it runs): a node that dies, perhaps between a
     # claim and its send, leaves it to the other nodes (jobring.admin.distributed.pump).
     Column("dispatched_by", String(64), nullable=True),
+    Column("log", Text, nullable=True),  # its handler's last log lines (the executor keeps 4 KiB)
     UniqueConstraint("run_id", "task_key", name="ux_subtask_run_key"),
     Index("ix_subtask_run_status", "run_id", "status", "id"),
     Index("ix_subtask_status_executor", "status", "executor_address"),

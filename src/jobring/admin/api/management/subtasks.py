@@ -55,6 +55,8 @@ class SubTaskOut(BaseModel):
     executor_address: str | None
     result: Any = Field(None, description="its handler's return value (JSON)")
     message: str | None
+    log: str | None = Field(None, description="its handler's last log lines (ctx.log; the executor keeps "
+                                              "the last 4 KiB)")
     created_at: int = Field(description="epoch ms")
     dispatched_at: int | None
     ended_at: int | None
@@ -65,6 +67,7 @@ class SubTaskOut(BaseModel):
                    shard_index=row.shard_index, shard_total=row.shard_total,
                    status=row.status, attempt=row.attempt,  # type: ignore[arg-type]
                    executor_address=row.executor_address, result=_json(row.result), message=row.message,
+                   log=row.log,
                    created_at=row.created_at, dispatched_at=row.dispatched_at, ended_at=row.ended_at)
 
 

@@ -3,7 +3,8 @@
 parent run: the pre hook once, one part per executor, the post hook once), and the pre hook's
 name on the parent run (``jobring_distributed_run.pre_task``); and the admin node that claimed a
 running sub-task (``jobring_subtask.dispatched_by``): the running sub-tasks of a node that
-died (perhaps between a claim and its send) are dispatched again by another node.
+died (perhaps between a claim and its send) are dispatched again by another node; and a
+sub-task's last log lines (``jobring_subtask.log``), shown on the run page.
 
 Revision ID: 0029
 Revises: 0028
@@ -34,6 +35,8 @@ def upgrade() -> None:
     tasks = {c["name"] for c in inspector.get_columns("jobring_subtask")}
     if "dispatched_by" not in tasks:
         op.add_column("jobring_subtask", sa.Column("dispatched_by", sa.String(64), nullable=True))
+    if "log" not in tasks:
+        op.add_column("jobring_subtask", sa.Column("log", sa.Text, nullable=True))
 
 
 def downgrade() -> None:
