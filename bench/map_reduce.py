@@ -2,7 +2,11 @@
 how long until the run ends (its reduce included), and how much the admin's RSS grew.
 
 Target (issue 23): 100,000 sub-tasks over 4 executors in under 60 s with SQLite and
-PostgreSQL, admin RSS growth under 200 MB. Run it under the heavy-work lock:
+PostgreSQL, admin RSS growth under 200 MB, and no fire of other jobs later than p99 50 ms
+meanwhile: ``--other-jobs N`` (default 100) FIX_RATE 1 s jobs on a recording executor fire
+during the run; their lateness (``dispatch_time - planned_time`` of the runs planned between
+the trigger and the end) is reported as p50 / p99 / max, with the instants that have no run.
+Run it under the heavy-work lock:
 
     flock /tmp/jobring-heavy.lock python bench/map_reduce.py --subtasks 100000 --backend sqlite
     flock /tmp/jobring-heavy.lock python bench/map_reduce.py --subtasks 100000 --backend postgresql
@@ -19,8 +23,19 @@ import time
 from pathlib import Path
 
 from tests.dbs import acreate_test_database, adrop_test_database
-from tests.e2e.admin_nodes import ADMIN_PASSWORD, TOKEN, free_port, kill, start_admin
+from tests.e2e.admin_nodes import (
+    ADMIN_PASSWORD,
+    TOKEN,
+    RecordingExecutor,
+    add_manual_group,
+    fired,
+    free_port,
+    kill,
+    start_admin,
+    start_jobs_together,
+)
 
+from jobring.admin.store import Store
 from jobring.client import AsyncAdminClient
 
 APP = "mapred-bench"
@@ -61,11 +76,30 @@ async def _online(admin: AsyncAdminClient, group: int, count: int) -> None:
         await asyncio.sleep(0.2)
 
 
+def _percentile(values: list[int], share: float) -> int:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else -1
+
+
+async def _lateness(store: Store, jobs: set[int], start_ms: int, end_ms: int) -> str:
+    """The other jobs' fires planned in [start, end): lateness and instants with no run."""
+    rows = [r for r in await fired(store) if r.job_id in jobs and r.planned_time is not None
+            and start_ms <= r.planned_time < end_ms]
+    late = [int(r.dispatch_time) - int(r.planned_time) for r in rows if r.dispatch_time is not None]
+    expected = len(jobs) * ((end_ms - start_ms) // 1000)
+    return (f"other jobs: {len(jobs)} FIX_RATE 1 s, {len(rows)} fires planned during the run "
+            f"(~{expected} instants), lateness p50 {_percentile(late, 0.5)} ms, "
+            f"p99 {_percentile(late, 0.99)} ms, max {max(late, default=-1)} ms, "
+            f"undispatched {len(rows) - len(late)}")
+
+
 async def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="jobring-mapred-"))
     url = await acreate_test_database(args.backend, work)
     node = await start_admin(url, "bench", work)
     executors: list[asyncio.subprocess.Process] = []
+    recorder = RecordingExecutor()
+    store: Store | None = None
     try:
         async with AsyncAdminClient(node.base_url) as admin:
             await admin.login("admin", ADMIN_PASSWORD)
@@ -83,11 +117,21 @@ async def main(args: argparse.Namespace) -> None:
                         "--port", str(port), "--address", f"http://127.0.0.1:{port}/",
                         "--log-path", str(home / "logs"), cwd=home, env=env, stdout=out, stderr=out))
             await _online(admin, group, args.executors)
+            others: set[int] = set()
+            if args.other_jobs:
+                await recorder.start()
+                store = await Store.open(url, upgrade=False)
+                manual = await add_manual_group(store, recorder.address)
+                spacing = 1000 // args.other_jobs
+                ids, _ = await start_jobs_together(store, manual, args.other_jobs, spacing, 2_000)
+                others = set(ids)
+                await asyncio.sleep(4)  # their first fires are due and the admin holds them
             job = await admin.jobs.create(
                 {"job_group": group, "job_desc": "bench", "executor_handler": "fan_out"})
             before = rss_mb(node.proc.pid)
             peak = before
             started = time.monotonic()
+            started_ms = time.time_ns() // 1_000_000
             run_id = (await admin.jobs.trigger(job["id"], executor_param=str(args.subtasks)))["run_ids"][0]
             progress_at: list[tuple[float, int]] = []
             while True:
@@ -103,13 +147,20 @@ async def main(args: argparse.Namespace) -> None:
                     print(f"gave up after {args.limit_s} s: {done} of {args.subtasks} done")
                     break
             elapsed = time.monotonic() - started
+            ended_ms = time.time_ns() // 1_000_000
             print(f"backend={args.backend} subtasks={args.subtasks} executors={args.executors}")
             print(f"state={run['state']} elapsed={elapsed:.1f}s rate={args.subtasks / elapsed:,.0f}/s")
             print(f"admin RSS before={before:.0f} MB peak={peak:.0f} MB growth={peak - before:.0f} MB")
             print("handle_msg:", (run.get("handle_msg") or "")[:200])
             step = max(1, len(progress_at) // 10)
             print("progress (s, done):", [(round(t, 1), d) for t, d in progress_at[::step]])
+            if store is not None:
+                await asyncio.sleep(2)  # the last instants' runs are written
+                print(await _lateness(store, others, started_ms, ended_ms - 1_000))
     finally:
+        if store is not None:
+            await store.close()
+        await recorder.stop()
         for process in executors:
             if process.returncode is None:
                 process.kill()
@@ -124,4 +175,6 @@ if __name__ == "__main__":
     parser.add_argument("--executors", type=int, default=4)
     parser.add_argument("--backend", choices=("sqlite", "postgresql", "mariadb"), default="sqlite")
     parser.add_argument("--limit-s", type=float, default=600.0)
+    parser.add_argument("--other-jobs", type=int, default=100,
+                        help="FIX_RATE 1 s jobs firing meanwhile, their lateness measured (0: none)")
     asyncio.run(main(parser.parse_args()))

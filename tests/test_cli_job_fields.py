@@ -28,7 +28,8 @@ EVERY_OPTION = [
     "2026-01-01T00:00:00Z", "--end-at", "2026-12-31T00:00:00Z", "--max-runs", "5", "--jitter", "30",
     "--max-concurrent", "30", "--concurrency-key", "{{params.tenant}}", "--key-limit", "2", "--on-limit",
     "skip", "--rate-limit", "10/minute", "--priority", "3",
-    "--shard-count", "64", "--failure-tolerance", "1%",
+    "--shard-count", "64", "--failure-tolerance", "1%", "--broadcast-pre", "snapshot",
+    "--broadcast-post", "report",
 ]
 
 

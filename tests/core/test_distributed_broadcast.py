@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobring.core.distributed import JoinError
 from jobring.core.distributed.broadcast import (
     BroadcastAction,
     BroadcastEvent,
@@ -15,6 +17,8 @@ from jobring.core.distributed.broadcast import (
     HookDone,
     RunHook,
     RunOnExecutors,
+    check_hooks,
+    executors_outcome,
     on_broadcast_event,
     start_broadcast,
 )
@@ -104,3 +108,23 @@ def test_hooks_and_executors_run_in_order_and_once(
         assert state.phase in (BroadcastPhase.SUCCEEDED, BroadcastPhase.FAILED)
         if state.phase is BroadcastPhase.SUCCEEDED:
             assert len(state.failed) <= tolerance.allowed(3)
+
+
+def test_check_hooks_names_the_field() -> None:
+    check_hooks("snap", "report", broadcast=True, shard_count=0)
+    check_hooks(None, None, broadcast=False, shard_count=8)  # no hooks: nothing to check
+    for pre, post, broadcast, shards, field in [
+        ("snap", None, False, 0, "broadcast_pre"),  # not a broadcast job
+        (None, "9 lives", True, 0, "broadcast_post"),  # not a handler name
+        (None, "report", True, 4, "broadcast_post"),  # also sharded
+    ]:
+        with pytest.raises(JoinError) as caught:
+            check_hooks(pre, post, broadcast=broadcast, shard_count=shards)
+        assert caught.value.field == field
+
+
+def test_executors_outcome_follows_the_failure_tolerance() -> None:
+    assert executors_outcome(Progress(4, 4, 0), FailureTolerance())[0] is BroadcastPhase.SUCCEEDED
+    assert executors_outcome(Progress(4, 3, 1), FailureTolerance(max_failed=1))[0] is BroadcastPhase.SUCCEEDED
+    phase, reason = executors_outcome(Progress(4, 2, 2), FailureTolerance(max_failed=1))
+    assert (phase, reason) == (BroadcastPhase.FAILED, "2 of 4 executors failed (at most 1 allowed)")

@@ -3,169 +3,26 @@ reduce over several executors returns the reduce's result on the run; more shard
 executors each run once with their index; a failure tolerance lets a run succeed with a few
 failed sub-tasks; "retry failed" runs only those again; a child job fires once after all
 shards; an executor SIGKILLed mid-map has its sub-tasks dispatched again once and the reduce
-runs once."""
+runs once; a broadcast with hooks runs its pre hook once, then one part on each executor, then
+its post hook once with their results (and a failed pre hook runs neither)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
-import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from jobring.client import AsyncAdminClient
-from tests.e2e.admin_nodes import ADMIN_PASSWORD, TOKEN, AdminNode, free_port, kill, start_admin
-from tests.e2e.waiting import eventually as wait_for
+from tests.e2e.mapred_kit import Cluster, cluster_of, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-T = TypeVar("T")
-APP = "mapred-app"
-# Every executor appends what it ran to ran.log (in its own folder): "<kind> <what>".
-EXECUTOR_CODE = '''
-import os
-import time
-from pathlib import Path
-
-from jobring import Executor, JobContext
-
-executor = Executor(app_name="{app}")
-RAN = Path("ran.log")
-
-
-def _note(text: str) -> None:
-    with RAN.open("a", encoding="utf-8") as out:
-        out.write(text + "\\n")
-
-
-@executor.job("count_words", reduce="sum_counts")
-def count_words(ctx: JobContext) -> None:
-    lines = ctx.params.split("|")
-    ctx.map([{{"line": line}} for line in lines], "count_line")
-
-
-@executor.job("count_line")
-def count_line(ctx: JobContext) -> int:
-    _note(f"map {{ctx.task_key}}")
-    if Path("../slow").exists():
-        time.sleep(0.3)
-    if "fail" in ctx.item["line"] and not Path("../fixed").exists():
-        raise ValueError("cannot count a failing line")
-    return len(ctx.item["line"].split())
-
-
-@executor.job("sum_counts")
-def sum_counts(ctx: JobContext) -> int:
-    _note("reduce")
-    return sum(ctx.results())
-
-
-@executor.job("shard")
-def shard(ctx: JobContext) -> dict[str, int]:
-    _note(f"shard {{ctx.shard_index}}/{{ctx.shard_total}}")
-    return {{"index": ctx.shard_index}}
-
-
-@executor.job("after")
-def after(ctx: JobContext) -> None:
-    _note("after")
-'''
-
-
-async def eventually(what: str, check: Callable[[], Awaitable[T | None]], limit_s: float = 90.0) -> T:
-    return await wait_for(what, check, limit_s)
-
-
-class Cluster:
-    def __init__(self, admin: AsyncAdminClient, home: Path, group: int,
-                 executors: list[asyncio.subprocess.Process]) -> None:
-        self.admin, self.home, self.group, self.executors = admin, home, group, executors
-
-    def ran(self, index: int | None = None) -> list[str]:
-        lines: list[str] = []
-        for i in range(len(self.executors)) if index is None else [index]:
-            path = self.home / f"ex{i}" / "ran.log"
-            if path.exists():
-                lines += path.read_text(encoding="utf-8").splitlines()
-        return lines
-
-    async def job(self, handler: str, **fields: Any) -> int:
-        job = await self.admin.jobs.create({"job_group": self.group, "job_desc": handler,
-                                            "executor_handler": handler, **fields})
-        return int(job["id"])
-
-    async def trigger(self, job_id: int, param: str | None = None) -> int:
-        answer = await self.admin.jobs.trigger(job_id, executor_param=param)
-        return int(answer["run_ids"][0])
-
-    async def ended(self, run_id: int, limit_s: float = 90.0) -> dict[str, Any]:
-        async def done() -> dict[str, Any] | None:
-            run = await self.admin.runs.get(run_id)
-            return run if run["state"] not in ("dispatching", "running", "scheduled") else None
-
-        return await eventually(f"run {run_id} to end", done, limit_s)
-
-    async def subtasks(self, run_id: int, status: str | None = None) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        after = 0
-        while True:
-            page = await self.admin.runs.subtasks(run_id, status=status, after_id=after, limit=100)
-            found += page["items"]
-            if page["next_after_id"] is None:
-                return found
-            after = page["next_after_id"]
-
-
-def _write_executor(home: Path) -> None:
-    home.mkdir(parents=True)
-    (home / "mapred_jobs.py").write_text(EXECUTOR_CODE.format(app=APP), encoding="utf-8")
-
-
-async def _start_executor(home: Path, admin: AdminNode) -> asyncio.subprocess.Process:
-    _write_executor(home)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    with (home / "executor.log").open("wb") as log:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jobring.cli", "executor", "mapred_jobs:executor",
-            "--admin", admin.base_url + "/xxl-job-admin/", "--token", TOKEN, "--host", "127.0.0.1",
-            "--port", str(port), "--address", f"http://127.0.0.1:{port}/", "--log-path", str(home / "logs"),
-            "--beat-interval", "1", cwd=home, env=env, stdout=log, stderr=log,
-        )
-
-
-async def _cluster(tmp_path: Path, executors: int, env: dict[str, str] | None = None
-                   ) -> AsyncIterator[Cluster]:
-    node = await start_admin(f"sqlite+aiosqlite:///{tmp_path / 'e2e.db'}", "mapred", tmp_path, env=env)
-    processes: list[asyncio.subprocess.Process] = []
-    try:
-        async with AsyncAdminClient(node.base_url) as admin:
-            await admin.login("admin", ADMIN_PASSWORD)
-            group = (await admin.groups.create(APP, "Map reduce"))["id"]
-            processes.extend([await _start_executor(tmp_path / f"ex{i}", node) for i in range(executors)])
-
-            async def online() -> bool | None:
-                found = await admin.groups.get(group)
-                return True if len(found.get("addresses") or []) >= executors else None
-
-            await eventually("the executors online", online)
-            yield Cluster(admin, tmp_path, group, processes)
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-        await kill(node)
-
-
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    async for made in _cluster(tmp_path, 3):
+    async for made in cluster_of(tmp_path, 3):
         yield made
 
 
@@ -184,6 +41,9 @@ async def test_map_reduce_gives_the_reduce_result_on_the_run(cluster: Cluster) -
     keys = sorted(line.split()[1] for line in cluster.ran() if line.startswith("map "))
     assert keys == sorted(f"r/0.{i}" for i in range(40))  # each sub-task once
     assert cluster.ran().count("reduce") == 1
+    # Each sub-task's log lines are kept with it (the run page shows them).
+    first = (await cluster.subtasks(run_id))[0]
+    assert first["log"].endswith(f"counting {lines[0]}"), first
     # Sub-tasks ran on more than one executor (any executor of the group, not only the mapper).
     assert sum(1 for i in range(3) if any(x.startswith("map ") for x in cluster.ran(i))) >= 2
     # The run list shows the parent only; sub-tasks have their own listing.
@@ -243,7 +103,7 @@ async def test_failure_tolerance_and_retry_failed_only(cluster: Cluster) -> None
 
 async def test_an_executor_killed_mid_map(tmp_path: Path) -> None:
     fast = {"JOBRING_EXECUTOR_DEAD_AFTER_S": "4", "JOBRING_LOST_RUN_CHECK_S": "1"}
-    async for cluster in _cluster(tmp_path, 3, fast):
+    async for cluster in cluster_of(tmp_path, 3, fast):
         (cluster.home / "slow").touch()
         job = await cluster.job("count_words")
         lines = [f"w{i}" for i in range(60)]
@@ -264,3 +124,29 @@ async def test_an_executor_killed_mid_map(tmp_path: Path) -> None:
         tasks = await cluster.subtasks(run_id)
         moved = [t for t in tasks if t["attempt"] > 1]
         assert moved and all(t["attempt"] == 2 for t in moved)  # each lost one dispatched again once
+
+
+async def test_a_broadcast_runs_its_pre_hook_once_every_executor_then_its_post_hook_once(
+    cluster: Cluster,
+) -> None:
+    job = await cluster.job("refresh", executor_route_strategy="SHARDING_BROADCAST",
+                            broadcast_pre="snapshot", broadcast_post="report")
+    run_id = await cluster.trigger(job)
+    run = await cluster.ended(run_id)
+    assert run["state"] == "success", run
+    assert cluster.ran().count("pre") == 1
+    # One part on each executor, each after the pre hook (it has the pre hook's result).
+    parts = [[x for x in cluster.ran(i) if x.startswith("part ")] for i in range(3)]
+    assert sorted(p for ran in parts for p in ran) == [f"part {i}/3 snapshot 7" for i in range(3)]
+    assert all(len(ran) == 1 for ran in parts)
+    # The post hook once, after all of them: it saw every part's result.
+    assert cluster.ran().count("post 3 of 3") == 1
+    assert "post hook report: [0,1,2]" in run["handle_msg"], run
+    assert [r["id"] for r in (await cluster.admin.runs.list(job=job)).items] == [run_id]  # one run
+    # A failing pre hook fails the run: no part runs, no post hook.
+    (cluster.home / "pre_fails").touch()
+    before = len(cluster.ran())
+    failed = await cluster.ended(await cluster.trigger(job))
+    assert failed["state"] == "failed", failed
+    assert "pre hook failed" in failed["handle_msg"] and "no snapshot today" in failed["handle_msg"]
+    assert cluster.ran()[before:] == ["pre"]

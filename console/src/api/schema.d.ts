@@ -1900,6 +1900,16 @@ export interface components {
             }[];
             /** Author */
             author?: string | null;
+            /**
+             * Broadcast Post
+             * @description route SHARDING_BROADCAST only: a handler run once after every executor ran, whatever their outcome, with their results (ctx.results()); null: none
+             */
+            broadcast_post?: string | null;
+            /**
+             * Broadcast Pre
+             * @description route SHARDING_BROADCAST only: a handler run once, on one executor, before the job's handler runs on every executor (its failure fails the run; null: none)
+             */
+            broadcast_pre?: string | null;
             /** Child Job Ids */
             child_job_ids?: number[];
             /**
@@ -1996,6 +2006,16 @@ export interface components {
             }[];
             /** Author */
             author: string | null;
+            /**
+             * Broadcast Post
+             * @description a broadcast's post hook handler (null: none)
+             */
+            broadcast_post?: string | null;
+            /**
+             * Broadcast Pre
+             * @description a broadcast's pre hook handler (null: none)
+             */
+            broadcast_pre?: string | null;
             /** Child Job Ids */
             child_job_ids: number[];
             /** Deadline Minutes */
@@ -2190,6 +2210,16 @@ export interface components {
             }[] | null;
             /** Author */
             author?: string | null;
+            /**
+             * Broadcast Post
+             * @description null: no post hook
+             */
+            broadcast_post?: string | null;
+            /**
+             * Broadcast Pre
+             * @description null: no pre hook
+             */
+            broadcast_pre?: string | null;
             /** Child Job Ids */
             child_job_ids?: number[] | null;
             /** Deadline Minutes */
@@ -2259,6 +2289,16 @@ export interface components {
             }[];
             /** Author */
             author: string | null;
+            /**
+             * Broadcast Post
+             * @description a broadcast's post hook handler (null: none)
+             */
+            broadcast_post?: string | null;
+            /**
+             * Broadcast Pre
+             * @description a broadcast's pre hook handler (null: none)
+             */
+            broadcast_pre?: string | null;
             /** Child Job Ids */
             child_job_ids: number[];
             /** Deadline Minutes */
@@ -2756,21 +2796,29 @@ export interface components {
             failure_tolerance: string | null;
             /**
              * Kind
-             * @description map (map / map-reduce) or shard
+             * @description map (map / map-reduce), shard, or bcast (a broadcast with hooks)
              */
             kind: string;
             /** Pending */
             pending: number;
             /**
              * Phase
-             * @description mapping, reducing, succeeded, failed
+             * @description pre (a broadcast's pre hook runs), mapping, reducing (the reduce or a broadcast's post hook runs), succeeded, failed
              */
             phase: string;
-            /** Reduce Task */
+            /**
+             * Pre Task
+             * @description a broadcast's pre hook
+             */
+            pre_task?: string | null;
+            /**
+             * Reduce Task
+             * @description the reduce handler, or a broadcast's post hook
+             */
             reduce_task: string | null;
             /**
              * Result
-             * @description the reduce handler's result (JSON)
+             * @description the reduce handler's (or post hook's) result (JSON)
              */
             result?: unknown;
             /**
@@ -2984,14 +3032,19 @@ export interface components {
             id: number;
             /**
              * Key
-             * @description r/0.17: item 17 of the run's first map call; s/3: shard 3; reduce:...
+             * @description r/0.17: item 17 of the run's first map call; s/3: shard 3; b/2: a broadcast's part 2; pre:... / reduce:...: the hooks, the reduce
              */
             key: string;
             /**
              * Kind
-             * @description map, shard or reduce
+             * @description map, shard, reduce (or a post hook), part (a broadcast's), pre (its hook)
              */
             kind: string;
+            /**
+             * Log
+             * @description its handler's last log lines (ctx.log; the executor keeps the last 4 KiB)
+             */
+            log?: string | null;
             /** Message */
             message: string | null;
             /**

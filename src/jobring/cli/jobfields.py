@@ -110,6 +110,12 @@ def add_job_options(parser: argparse.ArgumentParser, *, creating: bool) -> None:
     parser.add_argument("--failure-tolerance", metavar="COUNT|PERCENT",
                         help="sub-tasks or shards that may fail with the run a success: 3, 1%%, or 3,1%% "
                              "(edit: '' allows none)")
+    parser.add_argument("--broadcast-pre", metavar="HANDLER",
+                        help="route SHARDING_BROADCAST: a handler run once before every executor runs "
+                             "the job (edit: '' removes it)")
+    parser.add_argument("--broadcast-post", metavar="HANDLER",
+                        help="route SHARDING_BROADCAST: a handler run once after every executor ran, "
+                             "with their results (edit: '' removes it)")
     parser.add_argument("--glue-type", choices=GLUE_TYPES, metavar="TYPE",
                         help=f"{', '.join(GLUE_TYPES)} (default BEAN: a handler in the executor's code)")
     parser.add_argument("--glue-remark", metavar="TEXT", help="note on the GLUE source's version")
@@ -239,6 +245,12 @@ def read_source(path: str) -> str:
         raise UsageError(f"cannot read the GLUE source {path!r}: {exc.strerror or exc}") from None
 
 
+def _hook_fields(args: argparse.Namespace) -> dict[str, str | None]:
+    """The broadcast hooks given ('' removes one)."""
+    given = {hook: getattr(args, hook, None) for hook in ("broadcast_pre", "broadcast_post")}
+    return {hook: value.strip() or None for hook, value in given.items() if value is not None}
+
+
 def job_fields(args: argparse.Namespace, group_id: int | None) -> dict[str, Any]:
     """The API job fields the options set (group already resolved to its id)."""
     for option, value in (("--desc", args.desc), ("--handler", args.executor_handler)):
@@ -266,6 +278,7 @@ def job_fields(args: argparse.Namespace, group_id: int | None) -> dict[str, Any]
         fields["deadline_minutes"] = args.deadline or None  # 0 on edit: remove it
     if args.failure_tolerance is not None:
         fields["failure_tolerance"] = args.failure_tolerance.strip() or None
+    fields.update(_hook_fields(args))
     if args.child is not None:
         fields["child_job_ids"] = [job_id for ids in args.child for job_id in ids]
     if args.alarm_target is not None:

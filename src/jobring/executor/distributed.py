@@ -10,10 +10,12 @@
   for a shard. Its return value (JSON) is the sub-task's result; an exception or
   ``ctx.fail`` fails it. Results go back in batches (``api/jobring/results``).
 - The reduce handler (``@executor.job("count", reduce="count_total")`` names it) runs once
-  after every sub-task ended and reads the results with ``ctx.results()``.
+  after every sub-task ended and reads the results with ``ctx.results()``. A broadcast's
+  hooks and parts (job fields ``broadcast_pre`` / ``broadcast_post``) arrive the same way.
 
-A sub-task's log lines go to this process's log (``jobring.subtask`` logger), not to a run
-log file: a run may have a million sub-tasks.
+A sub-task's log lines (``ctx.log``) go to this process's log (``jobring.subtask`` logger),
+not to a run log file (a run may have a million sub-tasks), and its last ``TASK_LOG_MAX_BYTES``
+go to the admin with its result: the run page shows them with the sub-task.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ RESULT_BATCH = 1_000
 RESULT_FLUSH_S = 0.05
 REDUCE_PAGE = 1_000
 _RESULT_MAX_BYTES = 64 * 1024
+TASK_LOG_MAX_BYTES = 4 * 1024
 
 
 class DistributedError(JobringError):
@@ -162,9 +165,25 @@ def _items(items: Sequence[object]) -> Sequence[object]:
     return items
 
 
-class _LoggerSink:
+class _TaskSink:
+    """A sub-task's log lines: to the process log, and the last TASK_LOG_MAX_BYTES kept."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._size = 0
+
     def write_line(self, line: str) -> None:
         task_log.info("%s", line)
+        self._lines.append(line)
+        self._size += len(line) + 1
+        while self._size > TASK_LOG_MAX_BYTES and len(self._lines) > 1:
+            self._size -= len(self._lines.pop(0)) + 1
+
+    def text(self) -> str | None:
+        """The kept lines (None: none); one line over the limit keeps its end."""
+        if not self._lines:
+            return None
+        return "\n".join(self._lines)[-TASK_LOG_MAX_BYTES:]
 
 
 def _line(source: str, lineno: int, thread: str, text: str) -> str:
@@ -217,17 +236,21 @@ class SubTaskRunner:
         return ReturnT.success()
 
     async def _run(self, run_id: int, job_id: int, params: str, task: dict[str, Any]) -> None:
+        sink = _TaskSink()
         async with self._slots:
-            ok, result, msg = await self._execute(run_id, job_id, params, task)
-        self._results.append(
-            {"id": task["id"], "attempt": task["attempt"], "ok": ok, "result": result, "msg": msg}
-        )
+            ok, result, msg = await self._execute(run_id, job_id, params, task, sink)
+        done: dict[str, Any] = {"id": task["id"], "attempt": task["attempt"], "ok": ok, "result": result,
+                                "msg": msg}
+        lines = sink.text()
+        if lines is not None:
+            done["log"] = lines
+        self._results.append(done)
         self.done += 1
         if len(self._results) >= RESULT_BATCH:
             self._wake.set()
 
     async def _execute(
-        self, run_id: int, job_id: int, params: str, task: dict[str, Any]
+        self, run_id: int, job_id: int, params: str, task: dict[str, Any], sink: _TaskSink
     ) -> tuple[bool, Any, str | None]:
         handler = self._handlers.get(str(task["task"]))
         if handler is None:
@@ -240,7 +263,7 @@ class SubTaskRunner:
             log_date_time=0,
             shard_index=int(task.get("index") or 0),
             shard_total=int(task.get("total") or 0),
-            sink=_LoggerSink(),
+            sink=sink,
             line_format=_line,
         )
         loop = asyncio.get_running_loop()

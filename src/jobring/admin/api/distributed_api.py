@@ -3,7 +3,7 @@ executors with their group's executor token; docs/distributed-jobs.md):
 
 - ``jobring/map``: ``{"runId", "parentKey", "callSeq", "task", "items": [...], "reduce"}`` ->
   ``{"created", "total"}``: one ``ctx.map`` call (at most ``MAX_MAP_ITEMS`` items);
-- ``jobring/results``: ``{"results": [{"id", "attempt", "ok", "result", "msg"}]}``: sub-task
+- ``jobring/results``: ``{"results": [{"id", "attempt", "ok", "result", "msg", "log"}]}``: sub-task
   results (at most ``MAX_RESULTS`` per request);
 - ``jobring/reduce-input``: ``{"runId", "afterId", "limit"}`` -> ``{"items": [{"id", "key",
   "result"}]}``: the succeeded sub-tasks' results, a page at a time, for the reduce handler.
@@ -27,6 +27,7 @@ __all__ = ["MAX_RESULTS", "DistributedApi"]
 
 MAX_RESULTS = 5_000
 MAX_PAGE = 5_000
+TASK_LOG_MAX = 4 * 1024  # a sub-task's log lines kept (the executor sends at most this)
 _INT_MAX = 1 << 62
 
 
@@ -98,6 +99,7 @@ class DistributedApi:
                     raise _Bad("results: each result is an object with a boolean 'ok'")
                 result = r.get("result")
                 msg = r.get("msg")
+                lines = r.get("log")
                 parsed.append(
                     (
                         _int(r, "id"),
@@ -105,6 +107,7 @@ class DistributedApi:
                         r["ok"],
                         None if result is None else json.dumps(result, separators=(",", ":")),
                         str(msg)[:2_000] if msg is not None else None,
+                        str(lines)[-TASK_LOG_MAX:] if lines is not None else None,
                     )
                 )
             changed = await self._service.results(parsed, guard)

@@ -21,7 +21,7 @@ from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.store import JobGroup, Store
 from jobring.admin.store.subtasks import ClaimedTask, DistributedRun, TaskUpdate
 from jobring.core.clock import Clock
-from jobring.core.distributed import Lost
+from jobring.core.distributed import CancelRequested, Lost, ParentPhase
 
 __all__ = ["SubTaskPump"]
 
@@ -43,8 +43,10 @@ class SubTaskPump:
         *,
         window: int = 2_000,
         batch: int = 500,
+        node_id: str = "",
     ) -> None:
         self._store = store
+        self._node = node_id
         self._client = client
         self._clock = clock
         self._ended = ended
@@ -75,7 +77,13 @@ class SubTaskPump:
         slots = [(a, min(free, self.batch)) for free, a in room if free > 0]
         if not slots:
             return 0
-        claimed = await self._store.distributed.claim(run.run_id, slots, self._clock.now_ms())
+        claimed = await self._store.distributed.claim(
+            run.run_id,
+            slots,
+            self._clock.now_ms(),
+            parts=run.phase != ParentPhase.PRE.value,
+            node=self._node or None,
+        )
         by_address: dict[str, list[ClaimedTask]] = {}
         for task in claimed:
             by_address.setdefault(task.executor_address, []).append(task)
@@ -130,11 +138,29 @@ class SubTaskPump:
             log.exception("run %s: sending %d sub-task(s) to %s failed", run.run_id, len(tasks), address)
 
     async def take_back(self) -> int:
-        """Lose the running sub-tasks of executors no longer in their group (dead or gone)."""
-        lost = 0
+        """Lose the running sub-tasks of executors no longer in their group (dead or gone),
+        and cancel the waiting broadcast parts of those executors (a part is not moved)."""
+        lives: dict[int, set[str]] = {}
+
+        async def live_of(group_id: int) -> set[str]:
+            if group_id not in lives:
+                group = await self._store.groups.get(group_id)
+                lives[group_id] = set(group.routable_addresses) if group is not None else set()
+            return lives[group_id]
+
+        lost = await self._take_back_of_dead_nodes()
+        stranded = [
+            TaskUpdate(i, CancelRequested(), message=f"executor {address} left the group before its part ran")
+            for i, group_id, address in await self._store.distributed.pending_parts()
+            if address not in await live_of(group_id)
+        ]
+        if stranded:
+            changed, ended = await self._store.distributed.apply(stranded, self._clock.now_ms())
+            lost += changed
+            if ended:
+                await self._ended(ended)
         for group_id in await self._store.distributed.running_groups():
-            group = await self._store.groups.get(group_id)
-            live = set(group.routable_addresses) if group is not None else set()
+            live = await live_of(group_id)
             orphans = [
                 (i, attempt, address)
                 for i, attempt, address in await self._store.distributed.running_tasks(group_id)
@@ -158,6 +184,29 @@ class SubTaskPump:
             if ended:
                 await self._ended(ended)
         return lost
+
+    async def _take_back_of_dead_nodes(self) -> int:
+        """Lose the running sub-tasks a dead admin node claimed: it may have died between the
+        claim and the send (those it sent run again: at least once)."""
+        if not self._node:
+            return 0
+        orphans = await self._store.distributed.claimed_by_dead_nodes(self._clock.now_ms(), self._node)
+        if not orphans:
+            return 0
+        nodes = sorted({n or "?" for _, _, n in orphans})
+        log.warning(
+            "%d running sub-task(s) claimed by admin node(s) %s, no longer alive: dispatching them again",
+            len(orphans),
+            ", ".join(nodes),
+        )
+        updates = [
+            TaskUpdate(i, Lost(attempt), message=f"admin node {node} that dispatched it died")
+            for i, attempt, node in orphans
+        ]
+        changed, ended = await self._store.distributed.apply(updates, self._clock.now_ms())
+        if ended:
+            await self._ended(ended)
+        return changed
 
     async def close(self) -> None:
         while self._sends:

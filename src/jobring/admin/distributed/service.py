@@ -25,7 +25,14 @@ from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.pump import SubTaskPump
 from jobring.admin.monitors.base import Monitor
 from jobring.admin.store import GroupGuard, JobInfo, Store
-from jobring.admin.store.subtasks import KIND_MAP, DistributedRun, NewSubTask, TaskUpdate
+from jobring.admin.store.subtasks import (
+    KIND_BCAST,
+    KIND_MAP,
+    KIND_SHARD,
+    DistributedRun,
+    NewSubTask,
+    TaskUpdate,
+)
 from jobring.core.clock import Clock
 from jobring.core.distributed import (
     MAX_ITEM_BYTES,
@@ -44,7 +51,8 @@ __all__ = ["DistributedService", "SubTaskResult", "outcome_of"]
 log = logging.getLogger(__name__)
 
 Record = Callable[[Sequence[HandleCallbackParam]], Awaitable[object]]
-SubTaskResult = tuple[int, int, bool, str | None, str | None]  # id, attempt, ok, result JSON, message
+# id, attempt, ok, result JSON, message, its log's last lines
+SubTaskResult = tuple[int, int, bool, str | None, str | None, str | None]
 _TAKE_BACK_EVERY_S = 2.0
 _RESULT_SHOWN = 1_000
 _HANDLER = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # a reduce handler's name
@@ -54,25 +62,29 @@ def outcome_of(run: DistributedRun) -> tuple[int, str]:
     """The parent run's handle code and message, from its join state."""
     tolerance = FailureTolerance.parse(run.tolerance) if run.tolerance else FailureTolerance()
     allowed = tolerance.allowed(run.total)
-    what = "shards" if run.kind == "shard" else "sub-tasks"
+    what = {KIND_SHARD: "shards", KIND_BCAST: "executors"}.get(run.kind, "sub-tasks")
+    reduce = "post hook" if run.kind == KIND_BCAST else "reduce"
     counts = f"{run.succeeded} of {run.total} {what} succeeded, {run.failed} failed"
     if run.tolerance:
         counts += f" (failure tolerance {run.tolerance}: {allowed} allowed)"
+    if run.kind == KIND_BCAST and run.pre_task:
+        counts = f"pre hook {run.pre_task}; {counts}"
+    shown = run.result
+    if shown is not None and len(shown) > _RESULT_SHOWN:
+        shown = shown[:_RESULT_SHOWN] + "..."
     if run.phase == ParentPhase.SUCCEEDED.value:
         msg = counts
         if run.reduce_task:
-            shown = (
-                run.result
-                if run.result is None or len(run.result) <= _RESULT_SHOWN
-                else (run.result[:_RESULT_SHOWN] + "...")
-            )
-            msg += f"; reduce {run.reduce_task}: {shown}"
+            msg += f"; {reduce} {run.reduce_task}: {shown}"
         return HandleCode.SUCCESS, msg
     if run.root_state == "failed":
+        if run.kind == KIND_BCAST:  # the root_msg says "pre hook failed: ..."
+            return HandleCode.FAIL, f"{run.root_msg or 'pre hook failed'}; {counts}"
         return HandleCode.FAIL, f"root task failed: {run.root_msg or ''}; {counts}"
     if run.failed > allowed:
-        return HandleCode.FAIL, f"too many {what} failed: {counts}"
-    return HandleCode.FAIL, f"reduce {run.reduce_task} failed: {run.root_msg or ''}; {counts}"
+        post = f"; {reduce} {run.reduce_task}: {shown}" if run.kind == KIND_BCAST and run.reduce_task else ""
+        return HandleCode.FAIL, f"too many {what} failed: {counts}{post}"
+    return HandleCode.FAIL, f"{reduce} {run.reduce_task} failed: {run.root_msg or ''}; {counts}"
 
 
 class DistributedService(Monitor):
@@ -89,11 +101,14 @@ class DistributedService(Monitor):
         interval_s: float = 1.0,
         window: int = 2_000,
         batch: int = 500,
+        node_id: str = "",
     ) -> None:
         super().__init__(interval_s)
         self._store = store
         self._clock = clock
-        self.pump = SubTaskPump(store, client, clock, self._record_ended, window=window, batch=batch)
+        self.pump = SubTaskPump(
+            store, client, clock, self._record_ended, window=window, batch=batch, node_id=node_id
+        )
         self.record: Record | None = None
         self._last_take_back = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -125,14 +140,14 @@ class DistributedService(Monitor):
     async def results(self, results: Sequence[SubTaskResult], guard: GroupGuard | None) -> int:
         """Sub-task results from an executor (the guard's groups only); returns rows changed."""
         updates = []
-        for task_id, attempt, ok, result, msg in results:
+        for task_id, attempt, ok, result, msg, lines in results:
             if ok and result is not None and len(result.encode("utf-8")) > MAX_ITEM_BYTES:
                 ok, result, msg = (
                     False,
                     None,
                     f"the result is over MAX_ITEM_BYTES ({MAX_ITEM_BYTES} bytes as JSON)",
                 )
-            updates.append(TaskUpdate(task_id, Finished(attempt, ok), result if ok else None, msg))
+            updates.append(TaskUpdate(task_id, Finished(attempt, ok), result if ok else None, msg, log=lines))
         changed, ended = await self._store.distributed.apply(updates, self._clock.now_ms(), guard=guard)
         if ended:
             await self._record_ended(ended)
@@ -201,6 +216,29 @@ class DistributedService(Monitor):
         )
         self.wake()
         return f"sharded: {job.shard_count} shard(s) as sub-tasks over the group's executors"
+
+    async def start_broadcast(
+        self, log_id: int, job: JobInfo, param: str | None, executors: Sequence[str]
+    ) -> str:
+        """A fire of a broadcast job with hooks: its run becomes a parent of one part per
+        executor (those live now), after its pre hook and before its post hook."""
+        addresses = sorted(set(executors))
+        await self._store.distributed.start_broadcast(
+            log_id,
+            job.id,
+            job.job_group,
+            job.executor_handler or "",
+            addresses,
+            (job.broadcast_pre, job.broadcast_post),
+            param,
+            job.failure_tolerance,
+            job.executor_fail_retry_count,
+            self._clock.now_ms(),
+        )
+        self.wake()
+        named = (("pre", job.broadcast_pre), ("post", job.broadcast_post))
+        hooks = ", ".join(f"{kind} hook {name}" for kind, name in named if name)
+        return f"broadcast: {len(addresses)} executor(s) as sub-tasks ({hooks or 'no hooks'})"
 
     async def retry_failed(self, run_id: int) -> int:
         """Retry the failed sub-tasks of an ended parent; returns how many. NotFound, JoinError."""

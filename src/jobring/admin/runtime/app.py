@@ -191,7 +191,7 @@ async def start_runtime(
         overlap_waits.results(results)
 
     callbacks.results_listener = results_recorded
-    distributed = DistributedService(store, executors, clock)
+    distributed = DistributedService(store, executors, clock, node_id=node_id)
     distributed.record = callbacks.handle
     callbacks.distributed = distributed
     trigger.dispatcher.sharding = distributed

@@ -18,7 +18,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo
 from jobring.core.addresses import AddressPolicy, AddressRefused, check_executor_address
 from jobring.core.cron import CronParseError, to_quartz
-from jobring.core.distributed import MAX_SHARDS, FailureTolerance
+from jobring.core.distributed import MAX_SHARDS, FailureTolerance, check_hooks
 from jobring.core.enums import BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType
 from jobring.core.fielderror import FieldError as CoreFieldError
 from jobring.core.schedule import parse_schedule
@@ -251,6 +251,8 @@ def _check_alarms_and_retries(job: JobInfo) -> None:
         FailureTolerance.parse(job.failure_tolerance)  # a JoinError names failure_tolerance
     if not 0 <= job.shard_count <= MAX_SHARDS:
         raise FieldError("shard_count", f"must be between 0 and {MAX_SHARDS}")
+    check_hooks(job.broadcast_pre, job.broadcast_post, shard_count=job.shard_count,
+                broadcast=job.executor_route_strategy == RouteStrategy.SHARDING_BROADCAST.value)
     if not 0 <= job.retry_backoff_max_s <= MAX_RETRY_INTERVAL_S:
         raise FieldError("retry_backoff_max_s", f"must be between 0 and {MAX_RETRY_INTERVAL_S}")
     if job.deadline_minutes is not None and not 1 <= job.deadline_minutes <= MAX_DEADLINE_MINUTES:

@@ -84,6 +84,8 @@ class JobInfo:
     flow: str | None = None  # JSON flow settings (jobring.core.flow.settings); None: none
     shard_count: int = 0  # shards per run, as sub-tasks (0: not sharded)
     failure_tolerance: str | None = None  # sub-tasks that may fail: "3", "1%" (None: none)
+    broadcast_pre: str | None = None  # SHARDING_BROADCAST: a handler run once before the parts
+    broadcast_post: str | None = None  # ... and once after them all, with their results
 
     @property
     def child_job_ids(self) -> list[int]:

@@ -11,6 +11,7 @@ the reduce task is inserted there under its unique key, so it starts exactly onc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from jobring.admin.store.base import Repository, chunks, to_record, update_rows
 from jobring.admin.store.errors import Conflict, NotFound
 from jobring.admin.store.records import GroupGuard
-from jobring.admin.store.tables import distributed_run, job_info, job_log, subtask
+from jobring.admin.store.tables import distributed_run, job_info, job_log, scheduler_node, subtask
 from jobring.core.distributed import (
     MAX_SUBTASKS,
     CancelRequested,
@@ -39,6 +40,7 @@ from jobring.core.distributed import (
     TaskState,
     after_reduce,
     apply_event,
+    executors_outcome,
     join,
     plan_retry,
     reduce_key,
@@ -46,6 +48,9 @@ from jobring.core.distributed import (
 from jobring.core.distributed.subtasks import TaskEvent
 
 __all__ = [
+    "KIND_BCAST",
+    "KIND_PART",
+    "KIND_PRE",
     "ClaimedTask",
     "DistributedRepository",
     "DistributedRun",
@@ -56,6 +61,11 @@ __all__ = [
 
 ROOT_RUNNING, ROOT_SUCCEEDED, ROOT_FAILED = "running", "succeeded", "failed"
 KIND_MAP, KIND_SHARD, KIND_REDUCE = "map", "shard", "reduce"
+# A broadcast parent (kind KIND_BCAST) has one part per executor (pinned to it: the row's
+# executor_address is set when stored), a pre hook task and a post hook task (KIND_REDUCE,
+# its name in reduce_task). Hook tasks are not counted in the parent's progress.
+KIND_BCAST, KIND_PART, KIND_PRE = "bcast", "part", "pre"
+_HOOKS = (KIND_PRE, KIND_REDUCE)
 _MESSAGE_MAX = 2_000
 # (succeeded, failed, running) a child in each state counts for (core.distributed.progress_of).
 _COUNTS = {
@@ -90,6 +100,7 @@ class DistributedRun:
     result_recorded: int
     created_at: int
     ended_at: int | None
+    pre_task: str | None = None
 
     @property
     def progress(self) -> Progress:
@@ -117,6 +128,8 @@ class SubTaskRow:
     created_at: int
     dispatched_at: int | None
     ended_at: int | None
+    dispatched_by: str | None = None  # the admin node that claimed it (while running)
+    log: str | None = None  # its handler's last log lines (the executor keeps 4 KiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +140,7 @@ class NewSubTask:
     item: str | None = None
     shard_index: int = 0
     shard_total: int = 0
+    executor: str | None = None  # a broadcast part: the executor it must run on
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +167,8 @@ class TaskUpdate:
     event: TaskEvent
     result: str | None = None
     message: str | None = None
+    node: str | None = None  # with Dispatched: the admin node that claims it
+    log: str | None = None  # with Finished: the handler's last log lines
 
 
 def _guard_sql(column: Any, guard: GroupGuard | None) -> list[ColumnElement[bool]]:
@@ -165,6 +181,16 @@ def _guard_sql(column: Any, guard: GroupGuard | None) -> list[ColumnElement[bool
 
 def _task(row: SubTaskRow) -> Task:
     return Task(TaskState(row.status), row.attempt, row.executor_address, row.failures, row.losses)
+
+
+def _policy(kind: str, max_retries: int) -> TaskPolicy:
+    """Hooks are not retried (re-dispatched when lost); a broadcast part belongs to its
+    executor: lost with it, it fails (not moved)."""
+    if kind in _HOOKS:
+        return TaskPolicy(max_retries=0)
+    if kind == KIND_PART:
+        return TaskPolicy(max_retries=max_retries, max_redispatches=0)
+    return TaskPolicy(max_retries=max_retries)
 
 
 def _tolerance(text: str | None) -> FailureTolerance:
@@ -283,7 +309,16 @@ class DistributedRepository(Repository):
                     raise Conflict(f"sub-task {parent_key} of run {run_id} is not running")
             keys = [t.key for t in tasks]
             existing: set[str] = set()
-            for part in chunks(keys):
+            # A call is stored whole in one write, and every call with items has an item 0: no
+            # row for the first key means none for any (the usual case, one indexed look-up; an
+            # IN list of 1,000 keys is planned as a filter over the run's rows when the table
+            # has no statistics, quadratic over a large map). A repeated call reads them all.
+            first = (
+                await conn.execute(
+                    select(subtask.c.id).where(subtask.c.run_id == run_id, subtask.c.task_key == keys[0])
+                )
+            ).first() if keys else None
+            for part in chunks(keys) if first is not None else []:
                 existing.update(
                     (
                         await conn.execute(
@@ -348,6 +383,55 @@ class DistributedRepository(Repository):
             await self._join(conn, [run_id], now_ms)
             return True
 
+    async def start_broadcast(
+        self,
+        run_id: int,
+        job_id: int,
+        group: int,
+        task_name: str,
+        executors: Sequence[str],
+        hooks: tuple[str | None, str | None],
+        params: str | None,
+        tolerance: str | None,
+        max_retries: int,
+        now_ms: int,
+    ) -> bool:
+        """Make a just recorded run a broadcast parent: one part per executor (pinned to it,
+        index/total), and the hooks ``(pre, post)``; with a pre hook the parts wait for it
+        (phase PRE). False when the run already is a parent."""
+        pre, post = hooks
+        async with self._db.write() as conn:
+            if await self._lock_parent(conn, run_id) is not None:
+                return False
+            await conn.execute(
+                insert(distributed_run).values(
+                    run_id=run_id,
+                    job_id=job_id,
+                    job_group=group,
+                    kind=KIND_BCAST,
+                    phase=(ParentPhase.PRE if pre else ParentPhase.MAPPING).value,
+                    attempt=1,
+                    root_state=ROOT_SUCCEEDED,
+                    params=params,
+                    reduce_task=post,
+                    pre_task=pre,
+                    tolerance=tolerance,
+                    max_retries=max_retries,
+                    total=len(executors),
+                    created_at=now_ms,
+                )
+            )
+            count = len(executors)
+            tasks = [
+                NewSubTask(f"b/{i}", task_name, KIND_PART, None, i, count, executor=address)
+                for i, address in enumerate(executors)
+            ]
+            if pre:
+                tasks.append(NewSubTask(f"pre:{run_id}:1", pre, KIND_PRE))
+            await self._insert(conn, run_id, group, tasks, now_ms)
+            await self._join(conn, [run_id], now_ms)
+            return True
+
     @staticmethod
     async def _insert(
         conn: AsyncConnection, run_id: int, group: int, tasks: Sequence[NewSubTask], now_ms: int
@@ -367,6 +451,7 @@ class DistributedRepository(Repository):
                 "failures": 0,
                 "losses": 0,
                 "created_at": now_ms,
+                "executor_address": t.executor,
             }
             for t in tasks
         ]
@@ -419,8 +504,8 @@ class DistributedRepository(Repository):
         if not updates:
             return 0, []
         async with self._db.write() as conn:
-            changed, runs, reduced = await self._apply(conn, updates, now_ms, guard)
-            ended = reduced + await self._join(conn, sorted(runs), now_ms)
+            changed, runs, ended = await self._apply(conn, updates, now_ms, guard)
+            ended += await self._join(conn, sorted(runs), now_ms)
         return changed, ended
 
     async def _apply(
@@ -429,9 +514,11 @@ class DistributedRepository(Repository):
         updates: Sequence[TaskUpdate],
         now_ms: int,
         guard: GroupGuard | None,
+        locked: dict[int, SubTaskRow] | None = None,
     ) -> tuple[int, set[int], list[DistributedRun]]:
-        """(rows changed, parents whose progress changed, parents their reduce task ended)."""
-        rows = await self._lock_tasks(conn, [u.id for u in updates], guard)
+        """(rows changed, parents whose progress changed, parents their reduce task ended).
+        ``locked``: the rows, already locked by the caller in this write."""
+        rows = locked if locked is not None else await self._lock_tasks(conn, [u.id for u in updates], guard)
         parents = {
             run_id: await self._lock_parent(conn, run_id)
             for run_id in sorted({r.run_id for r in rows.values()})
@@ -439,20 +526,21 @@ class DistributedRepository(Repository):
         writes: dict[int, dict[str, Any]] = {}
         deltas: dict[int, tuple[int, int, int]] = {}
         reduced: dict[int, tuple[bool, str | None, str | None]] = {}
+        pre_done: dict[int, tuple[bool, str | None, str | None]] = {}
         for u in updates:
             row = rows.get(u.id)
             parent = parents.get(row.run_id) if row is not None else None
             if row is None or parent is None:
                 continue
-            policy = TaskPolicy(max_retries=parent.max_retries if row.kind != KIND_REDUCE else 0)
-            new = apply_event(_task(row), u.event, policy)
+            new = apply_event(_task(row), u.event, _policy(row.kind, parent.max_retries))
             if new is None:
                 continue
             values = _values(row, new, u, now_ms)
             writes[row.id] = values
-            if row.kind == KIND_REDUCE:
+            if row.kind in _HOOKS:
                 if new.state.is_final:
-                    reduced[row.run_id] = (new.state is TaskState.SUCCEEDED, u.result, u.message)
+                    done = reduced if row.kind == KIND_REDUCE else pre_done
+                    done[row.run_id] = (new.state is TaskState.SUCCEEDED, u.result, u.message)
             else:
                 (s0, f0, r0), (s1, f1, r1) = _COUNTS[TaskState(row.status)], _COUNTS[new.state]
                 ds, df, dr = deltas.get(row.run_id, (0, 0, 0))
@@ -478,11 +566,34 @@ class DistributedRepository(Repository):
                         running=distributed_run.c.running + dr,
                     )
                 )
+        ended, moved = await self._hooks_ended(conn, parents, pre_done, reduced, now_ms)
+        return len(writes), moved | set(deltas), ended
+
+    async def _hooks_ended(
+        self,
+        conn: AsyncConnection,
+        parents: dict[int, DistributedRun | None],
+        pre_done: dict[int, tuple[bool, str | None, str | None]],
+        reduced: dict[int, tuple[bool, str | None, str | None]],
+        now_ms: int,
+    ) -> tuple[list[DistributedRun], set[int]]:
+        """Parents whose pre hook or reduce / post hook task is final: (ended, to join)."""
         ended: list[DistributedRun] = []
+        moved: set[int] = set()
+        for run_id, (ok, result, msg) in pre_done.items():
+            failed = await self._pre_ended(conn, run_id, ok, result, msg, now_ms)
+            if failed is not None:
+                ended.append(failed)
+            else:
+                moved.add(run_id)
         for run_id, (ok, result, msg) in reduced.items():
             parent = parents[run_id]
             assert parent is not None
             phase = after_reduce(ParentPhase(parent.phase), ok)
+            if parent.kind == KIND_BCAST and phase is ParentPhase.SUCCEEDED:
+                # The post hook succeeded; the run's outcome is still the executors' parts'.
+                outcome, _ = executors_outcome(parent.progress, _tolerance(parent.tolerance))
+                phase = ParentPhase(outcome.value)
             if phase.value != parent.phase:
                 root_msg = msg if not ok else parent.root_msg
                 await conn.execute(
@@ -493,7 +604,41 @@ class DistributedRepository(Repository):
                 ended.append(
                     replace(parent, phase=phase.value, result=result, root_msg=root_msg, ended_at=now_ms)
                 )
-        return len(writes), set(deltas), ended
+        return ended, moved
+
+    async def _pre_ended(
+        self, conn: AsyncConnection, run_id: int, ok: bool, result: str | None, msg: str | None, now_ms: int
+    ) -> DistributedRun | None:
+        """A broadcast's pre hook is final: on success the parts may run (they get its result
+        as their item) and the join may go on; on failure the run fails (returned), its parts
+        cancelled."""
+        if ok:
+            moved = await conn.execute(
+                update(distributed_run)
+                .where(distributed_run.c.run_id == run_id, distributed_run.c.phase == ParentPhase.PRE.value)
+                .values(phase=ParentPhase.MAPPING.value)
+            )
+            if moved.rowcount == 1 and result is not None:
+                await conn.execute(
+                    update(subtask)
+                    .where(subtask.c.run_id == run_id, subtask.c.kind == KIND_PART)
+                    .values(item=result)
+                )
+            return None
+        failed = await conn.execute(
+            update(distributed_run)
+            .where(distributed_run.c.run_id == run_id, distributed_run.c.phase == ParentPhase.PRE.value)
+            .values(
+                phase=ParentPhase.FAILED.value,
+                root_state=ROOT_FAILED,
+                root_msg=f"pre hook failed: {msg or ''}"[:_MESSAGE_MAX],
+                ended_at=now_ms,
+            )
+        )
+        if failed.rowcount != 1:
+            return None
+        await self._cancel_rest(conn, run_id, now_ms)
+        return await self._lock_parent(conn, run_id)
 
     @staticmethod
     async def _lock_tasks(
@@ -544,6 +689,8 @@ class DistributedRepository(Repository):
                 phase = ParentPhase.FAILED
             elif not verdict.finished:
                 continue
+            elif parent.kind == KIND_BCAST and parent.reduce_task:
+                phase = ParentPhase.REDUCING  # the post hook runs whatever the parts' outcome
             elif verdict.outcome is JoinOutcome.FAILED:
                 phase = ParentPhase.FAILED
             else:
@@ -566,11 +713,15 @@ class DistributedRepository(Repository):
                 continue
             if phase is ParentPhase.REDUCING:
                 assert parent.reduce_task is not None
+                item = None
+                if parent.kind == KIND_BCAST:  # the post hook's ctx.item: how the parts ended
+                    p = parent.progress
+                    item = json.dumps({"total": p.total, "succeeded": p.succeeded, "failed": p.failed})
                 await self._insert(
                     conn,
                     run_id,
                     parent.job_group,
-                    [NewSubTask(reduce_key(run_id, parent.attempt), parent.reduce_task, KIND_REDUCE)],
+                    [NewSubTask(reduce_key(run_id, parent.attempt), parent.reduce_task, KIND_REDUCE, item)],
                     now_ms,
                 )
             else:
@@ -580,24 +731,39 @@ class DistributedRepository(Repository):
     # --- dispatch ---------------------------------------------------------------------------
 
     async def pending_runs(self, limit: int = 100) -> list[DistributedRun]:
-        """Parents with sub-tasks waiting for a dispatch."""
+        """Open parents with sub-tasks waiting for a dispatch. From the parents (few), each
+        probing its pending sub-tasks by index: not a scan of every pending sub-task (a large
+        map has 100,000s), asked at every dispatch round."""
+        waiting = (
+            select(subtask.c.id)
+            .where(subtask.c.run_id == distributed_run.c.run_id, subtask.c.status == TaskState.PENDING.value)
+            .exists()
+        )
+        open_phases = [ParentPhase.PRE.value, ParentPhase.MAPPING.value, ParentPhase.REDUCING.value]
         async with self._db.read() as conn:
-            ids = list(
-                (
-                    await conn.execute(
-                        select(subtask.c.run_id)
-                        .where(subtask.c.status == TaskState.PENDING.value)
-                        .group_by(subtask.c.run_id)
-                        .order_by(subtask.c.run_id)
-                        .limit(limit)
-                    )
-                ).scalars()
-            )
-        return list((await self.get_many(ids)).values()) if ids else []
+            rows = (
+                await conn.execute(
+                    select(distributed_run)
+                    .where(distributed_run.c.phase.in_(open_phases), waiting)
+                    .order_by(distributed_run.c.run_id)
+                    .limit(limit)
+                )
+            ).all()
+        return [to_record(DistributedRun, r) for r in rows]
 
-    async def claim(self, run_id: int, slots: Sequence[tuple[str, int]], now_ms: int) -> list[ClaimedTask]:
+    async def claim(
+        self,
+        run_id: int,
+        slots: Sequence[tuple[str, int]],
+        now_ms: int,
+        *,
+        parts: bool = True,
+        node: str | None = None,
+    ) -> list[ClaimedTask]:
         """Claim up to ``count`` pending sub-tasks of the run for each ``(executor, count)``
-        (PENDING -> RUNNING, a new attempt), skipping rows another node holds."""
+        (PENDING -> RUNNING, a new attempt), skipping rows another node holds. A broadcast
+        part goes to its own executor only (``parts`` False: none, the pre hook runs). The
+        rows name ``node`` while they run (see :meth:`claimed_by_dead_nodes`)."""
         wanted = sum(n for _, n in slots)
         if wanted <= 0:
             return []
@@ -605,7 +771,11 @@ class DistributedRepository(Repository):
         async with self._db.write() as conn:
             stmt = (
                 select(subtask)
-                .where(subtask.c.run_id == run_id, subtask.c.status == TaskState.PENDING.value)
+                .where(
+                    subtask.c.run_id == run_id,
+                    subtask.c.status == TaskState.PENDING.value,
+                    *([] if parts else [subtask.c.kind != KIND_PART]),
+                )
                 .order_by(subtask.c.id)
                 .limit(wanted)
             )
@@ -620,16 +790,22 @@ class DistributedRepository(Repository):
             order = list(room)
             turn = 0
             for row in rows:
-                while room[order[turn % len(order)]] == 0:
+                if row.kind == KIND_PART:  # pinned: its executor, or not now
+                    address = row.executor_address or ""
+                    if room.get(address, 0) <= 0:
+                        continue
+                else:
+                    while room[order[turn % len(order)]] == 0:
+                        turn += 1
+                    address = order[turn % len(order)]
                     turn += 1
-                address = order[turn % len(order)]
                 room[address] -= 1
-                turn += 1
                 attempt = row.attempt + 1
-                updates.append(TaskUpdate(row.id, Dispatched(attempt, address)))
+                updates.append(TaskUpdate(row.id, Dispatched(attempt, address), node=node))
                 claimed.append(ClaimedTask(row.id, run_id, attempt, row.task_key, row.task_name, row.kind,
                                            row.item, row.shard_index, row.shard_total, address))
-            await self._apply(conn, updates, now_ms, None)
+            if updates:
+                await self._apply(conn, updates, now_ms, None, {r.id: r for r in rows})
         return claimed
 
     async def running_tasks(self, group_id: int, limit: int = 5_000) -> list[tuple[int, int, str | None]]:
@@ -644,6 +820,66 @@ class DistributedRepository(Repository):
                 )
             ).all()
         return [(int(r.id), int(r.attempt), r.executor_address) for r in rows]
+
+    async def claimed_by_dead_nodes(
+        self, now_ms: int, me: str, limit: int = 5_000
+    ) -> list[tuple[int, int, str | None]]:
+        """(id, attempt, node) of running sub-tasks claimed by an admin node no longer alive
+        (not announced alive at ``now_ms``): it may have died before it sent them. Those it
+        sent may still be running on their executors; they are dispatched again too (at least
+        once: the late result of the earlier attempt is ignored)."""
+        async with self._db.read() as conn:
+            # Two reads, not a sub-select: the tables' text collations differ on MariaDB.
+            alive = set(
+                (
+                    await conn.execute(
+                        select(scheduler_node.c.node_id).where(scheduler_node.c.alive_until >= now_ms)
+                    )
+                ).scalars()
+            )
+            rows = (
+                await conn.execute(
+                    select(subtask.c.id, subtask.c.attempt, subtask.c.dispatched_by)
+                    .where(
+                        subtask.c.status == TaskState.RUNNING.value,
+                        subtask.c.dispatched_by.is_not(None),
+                        subtask.c.dispatched_by.not_in(sorted(alive | {me})),
+                    )
+                    .order_by(subtask.c.id)
+                    .limit(limit)
+                )
+            ).all()
+        return [(int(r.id), int(r.attempt), r.dispatched_by) for r in rows]
+
+    async def pending_parts(self, limit: int = 5_000) -> list[tuple[int, int, str | None]]:
+        """(id, group, executor) of broadcast parts waiting for their executor."""
+        async with self._db.read() as conn:
+            # The open broadcasts first (few): the pending sub-tasks of a large map are many.
+            runs = list(
+                (
+                    await conn.execute(
+                        select(distributed_run.c.run_id).where(
+                            distributed_run.c.kind == KIND_BCAST,
+                            distributed_run.c.phase.in_([ParentPhase.PRE.value, ParentPhase.MAPPING.value]),
+                        )
+                    )
+                ).scalars()
+            )
+            if not runs:
+                return []
+            rows = (
+                await conn.execute(
+                    select(subtask.c.id, subtask.c.job_group, subtask.c.executor_address)
+                    .where(
+                        subtask.c.run_id.in_(runs),
+                        subtask.c.status == TaskState.PENDING.value,
+                        subtask.c.kind == KIND_PART,
+                    )
+                    .order_by(subtask.c.id)
+                    .limit(limit)
+                )
+            ).all()
+        return [(int(r.id), int(r.job_group), r.executor_address) for r in rows]
 
     async def load(self, group_id: int) -> dict[str, int]:
         """Running sub-tasks of the group per executor address."""
@@ -722,11 +958,12 @@ class DistributedRepository(Repository):
             plan = plan_retry(
                 ParentPhase(parent.phase), parent.attempt, {i: TaskState(rows[i].status) for i in rows}
             )
+            pre_again = any(rows[i].kind == KIND_PRE for i in plan.tasks)
             await conn.execute(
                 update(distributed_run)
                 .where(distributed_run.c.run_id == run_id)
                 .values(
-                    phase=ParentPhase.MAPPING.value,
+                    phase=(ParentPhase.PRE if pre_again else ParentPhase.MAPPING).value,
                     attempt=plan.attempt,
                     result_recorded=0,
                     ended_at=None,
@@ -770,7 +1007,7 @@ class DistributedRepository(Repository):
                     .where(
                         subtask.c.run_id == run_id,
                         subtask.c.id > after_id,
-                        subtask.c.kind != KIND_REDUCE,
+                        subtask.c.kind.not_in(_HOOKS),
                         subtask.c.status == TaskState.SUCCEEDED.value,
                         *_guard_sql(subtask.c.job_group, guard),
                     )
@@ -821,14 +1058,19 @@ def _values(row: SubTaskRow, new: Task, u: TaskUpdate, now_ms: int) -> dict[str,
         "message": row.message,
         "dispatched_at": row.dispatched_at,
         "ended_at": row.ended_at,
+        "dispatched_by": row.dispatched_by if new.state is TaskState.RUNNING else None,
+        "log": None if isinstance(u.event, RetryRequested) else row.log,
     }
     event = u.event
+    if isinstance(event, Dispatched):
+        values["dispatched_by"] = u.node
     if new.state is TaskState.RUNNING and new.attempt != row.attempt:
         values["dispatched_at"] = now_ms
         values["ended_at"] = None
     if isinstance(event, Finished):
         values["result"] = u.result if event.ok else None
         values["message"] = (u.message or "")[:_MESSAGE_MAX] or None
+        values["log"] = u.log
     elif isinstance(event, Lost):
         values["message"] = (u.message or "its executor was lost")[:_MESSAGE_MAX]
     elif isinstance(event, CancelRequested):

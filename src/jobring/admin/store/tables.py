@@ -112,6 +112,10 @@ job_info = Table(
     # many sub-tasks may fail with the run still a success ("3", "1%"; None: none).
     Column("shard_count", Integer, nullable=False, server_default="0"),
     Column("failure_tolerance", String(32), nullable=True),
+    # Broadcast hooks (handler names, None: none): with route SHARDING_BROADCAST, a run is one
+    # parent: the pre hook once, one part per executor, then the post hook once.
+    Column("broadcast_pre", String(64), nullable=True),
+    Column("broadcast_post", String(64), nullable=True),
     Index("ix_job_info_due", "trigger_status", "trigger_next_time"),
     Index("ix_job_info_group", "job_group"),
     Index("ix_job_info_lease_owner", "lease_owner"),
@@ -553,13 +557,13 @@ distributed_run = Table(
     Column("run_id", BigInteger, primary_key=True, autoincrement=False),  # xxl_job_log.id
     Column("job_id", Integer, nullable=False),
     Column("job_group", Integer, nullable=False),
-    Column("kind", String(8), nullable=False),  # map, shard
+    Column("kind", String(8), nullable=False),  # map, shard, bcast
     Column("phase", String(16), nullable=False),  # core.distributed.ParentPhase
     Column("attempt", Integer, nullable=False, server_default="1"),  # join attempt (user retries)
     Column("root_state", String(16), nullable=False),  # running, succeeded, failed
     Column("root_msg", Text, nullable=True),
     Column("params", String(512), nullable=True),  # the run's parameter (shards see it)
-    Column("reduce_task", String(64), nullable=True),
+    Column("reduce_task", String(64), nullable=True),  # a broadcast's post hook
     Column("tolerance", String(32), nullable=True),
     Column("max_retries", Integer, nullable=False, server_default="0"),
     Column("total", Integer, nullable=False, server_default="0"),
@@ -570,6 +574,7 @@ distributed_run = Table(
     Column("result_recorded", SmallInteger, nullable=False, server_default="0"),
     Column("created_at", BigInteger, nullable=False),
     Column("ended_at", BigInteger, nullable=True),
+    Column("pre_task", String(64), nullable=True),  # a broadcast's pre hook
     Index("ix_distributed_run_phase", "phase"),
 )
 
@@ -599,6 +604,10 @@ subtask = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("dispatched_at", BigInteger, nullable=True),
     Column("ended_at", BigInteger, nullable=True),
+    # The admin node that claimed it (while it runs): a node that dies, perhaps between a
+    # claim and its send, leaves it to the other nodes (jobring.admin.distributed.pump).
+    Column("dispatched_by", String(64), nullable=True),
+    Column("log", Text, nullable=True),  # its handler's last log lines (the executor keeps 4 KiB)
     UniqueConstraint("run_id", "task_key", name="ux_subtask_run_key"),
     Index("ix_subtask_run_status", "run_id", "status", "id"),
     Index("ix_subtask_status_executor", "status", "executor_address"),

@@ -58,6 +58,15 @@ class ShardStarter(Protocol):
 
     async def start_sharded(self, log_id: int, job: JobInfo, param: str | None) -> str: ...
 
+    async def start_broadcast(
+        self, log_id: int, job: JobInfo, param: str | None, executors: Sequence[str]
+    ) -> str: ...
+
+
+def _hooked(job: JobInfo) -> bool:
+    """A broadcast with hooks: one parent run, not one run per executor."""
+    return bool(job.broadcast_pre or job.broadcast_post)
+
 
 class FireDispatcher:
     """Routes recorded fires and sends their /run calls."""
@@ -197,7 +206,8 @@ class FireDispatcher:
                     f"executors that do not declare handler '{handler}': {', '.join(lacking)}")
             addresses, manual, plan.undeclared = override, True, []
         plan.addresses, plan.manual_addresses = addresses, manual
-        if req.sharding is None and plan.strategy is RouteStrategy.SHARDING_BROADCAST and addresses:
+        if (req.sharding is None and plan.strategy is RouteStrategy.SHARDING_BROADCAST and addresses
+                and not (_hooked(req.job) and self.sharding is not None)):
             plan.shards = [(i, len(addresses)) for i in range(len(addresses))]
 
     # -- sending --------------------------------------------------------------------------------
@@ -213,6 +223,10 @@ class FireDispatcher:
             for shard, log_id in zip(plan.shards, plan.log_ids, strict=True):
                 if plan.req.job.shard_count > 0 and self.sharding is not None and self._live(plan):
                     work.append(self._sharded(plan, shard, log_id))
+                    continue
+                if (plan.strategy is RouteStrategy.SHARDING_BROADCAST and _hooked(plan.req.job)
+                        and self.sharding is not None and self._live(plan)):
+                    work.append(self._broadcast(plan, shard, log_id))
                     continue
                 sent = self._send_now(plan, shard, log_id) if at_once else None
                 work.append(sent or self.lanes.run(
@@ -284,6 +298,12 @@ class FireDispatcher:
         assert self.sharding is not None
         msg = await self.sharding.start_sharded(log_id, plan.req.job, plan.param)
         route = RouteResult((), msg)  # no one executor: the sub-tasks go to all
+        return self._result(plan, shard, log_id, route, ReturnT.success(), self._clock.now_ms())
+
+    async def _broadcast(self, plan: FirePlan, shard: tuple[int, int], log_id: int) -> TriggerResult:
+        assert self.sharding is not None
+        msg = await self.sharding.start_broadcast(log_id, plan.req.job, plan.param, self._live(plan))
+        route = RouteResult((), msg)  # every executor, through the parent's parts
         return self._result(plan, shard, log_id, route, ReturnT.success(), self._clock.now_ms())
 
     def _send_now(

@@ -19,11 +19,12 @@ out the actions it returns.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from jobring.core.distributed.join import FailureTolerance, JoinOutcome, Progress, join
+from jobring.core.distributed.join import FailureTolerance, JoinError, JoinOutcome, Progress, join
 
 __all__ = [
     "Broadcast",
@@ -36,9 +37,28 @@ __all__ = [
     "HookDone",
     "RunHook",
     "RunOnExecutors",
+    "check_hooks",
+    "executors_outcome",
     "on_broadcast_event",
     "start_broadcast",
 ]
+
+_HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+
+def check_hooks(pre: str | None, post: str | None, *, broadcast: bool, shard_count: int) -> None:
+    """A job's hooks (handler names, None: none) are usable: JoinError naming the field.
+    Hooks belong to a broadcast job (route SHARDING_BROADCAST) that is not also sharded."""
+    for field, name in (("broadcast_pre", pre), ("broadcast_post", post)):
+        if name is None:
+            continue
+        if not _HOOK_NAME.fullmatch(name):
+            raise JoinError(field, f"{name[:80]!r} is not a handler name (a letter, then up to 63 "
+                                   "letters, digits, '_', '.', '-')")
+        if not broadcast:
+            raise JoinError(field, "hooks need the route strategy SHARDING_BROADCAST")
+        if shard_count:
+            raise JoinError(field, "a broadcast with hooks runs one part per executor: set shard_count 0")
 
 
 class BroadcastPhase(StrEnum):
@@ -126,12 +146,18 @@ def start_broadcast(
     return _run_executors(state)
 
 
-def _executors_outcome(state: Broadcast, tolerance: FailureTolerance) -> tuple[BroadcastPhase, str | None]:
-    verdict = join(state.progress, tolerance)
+def executors_outcome(progress: Progress, tolerance: FailureTolerance) -> tuple[BroadcastPhase, str | None]:
+    """SUCCEEDED or FAILED (with why) for the executors' parts once all are final, under the
+    failure tolerance; the post hook's own result comes on top (:func:`on_broadcast_event`)."""
+    verdict = join(progress, tolerance)
     if verdict.outcome is JoinOutcome.SUCCESS:
         return BroadcastPhase.SUCCEEDED, None
-    return BroadcastPhase.FAILED, (f"{len(state.failed)} of {len(state.executors)} executors failed "
+    return BroadcastPhase.FAILED, (f"{progress.failed} of {progress.total} executors failed "
                                    f"(at most {verdict.allowed_failures} allowed)")
+
+
+def _executors_outcome(state: Broadcast, tolerance: FailureTolerance) -> tuple[BroadcastPhase, str | None]:
+    return executors_outcome(state.progress, tolerance)
 
 
 def on_broadcast_event(

@@ -156,6 +156,7 @@ def join(progress: Progress, tolerance: FailureTolerance, *, fail_fast: bool = F
 
 
 class ParentPhase(StrEnum):
+    PRE = "pre"  # a broadcast's pre hook runs; its success moves it to MAPPING
     MAPPING = "mapping"
     REDUCING = "reducing"
     SUCCEEDED = "succeeded"

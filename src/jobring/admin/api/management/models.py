@@ -312,6 +312,7 @@ class PauseNoteOut(BaseModel):
 
 ShardCount = Annotated[int, Field(ge=0, le=MAX_SHARDS)]
 FailureToleranceText = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[0-9.%, ]+$")]
+HookName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")]
 
 
 class JobFields(Strict):
@@ -352,6 +353,12 @@ class JobFields(Strict):
     failure_tolerance: FailureToleranceText | None = Field(
         None, description="sub-tasks or shards that may fail with the run still a success: a count (\"3\"), "
                           "a percentage (\"1%\"), or both (\"3,1%\": the smaller); null: none")
+    broadcast_pre: HookName | None = Field(
+        None, description="route SHARDING_BROADCAST only: a handler run once, on one executor, before the "
+                          "job's handler runs on every executor (its failure fails the run; null: none)")
+    broadcast_post: HookName | None = Field(
+        None, description="route SHARDING_BROADCAST only: a handler run once after every executor ran, "
+                          "whatever their outcome, with their results (ctx.results()); null: none")
 
 
 class JobCreate(JobFields):
@@ -408,6 +415,8 @@ class JobUpdate(Strict):
     flow: FlowIn | None = Field(None, description="null: no flow control")
     shard_count: ShardCount | None = None
     failure_tolerance: FailureToleranceText | None = Field(None, description="null: no failure allowed")
+    broadcast_pre: HookName | None = Field(None, description="null: no pre hook")
+    broadcast_post: HookName | None = Field(None, description="null: no post hook")
     managed_by: ManagedByName | None = Field(
         None, description="admin only: \"code\" lets the job's executor group manage it through the jobs "
                           "its code declares; \"console\" takes it back (the code no longer touches it)")
@@ -485,6 +494,8 @@ class JobOut(BaseModel):
     flow: FlowOut | None = Field(None, description="its flow control (null: none)")
     shard_count: int = Field(description="shards per run as sub-tasks (0: not sharded)")
     failure_tolerance: str | None = Field(description="sub-tasks that may fail (null: none)")
+    broadcast_pre: str | None = Field(None, description="a broadcast's pre hook handler (null: none)")
+    broadcast_post: str | None = Field(None, description="a broadcast's post hook handler (null: none)")
 
     @classmethod
     def of(cls, job: JobInfo, *, reveal_urls: bool = False) -> JobOut:

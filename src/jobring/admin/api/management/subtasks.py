@@ -26,8 +26,9 @@ SubTaskStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"
 
 
 class ProgressOut(BaseModel):
-    kind: str = Field(description="map (map / map-reduce) or shard")
-    phase: str = Field(description="mapping, reducing, succeeded, failed")
+    kind: str = Field(description="map (map / map-reduce), shard, or bcast (a broadcast with hooks)")
+    phase: str = Field(description="pre (a broadcast's pre hook runs), mapping, reducing (the reduce or a "
+                                   "broadcast's post hook runs), succeeded, failed")
     attempt: int = Field(description="join attempt: 1, then one more per retry of failed sub-tasks")
     root_state: str = Field(description="the run's own handler (it maps): running, succeeded, failed")
     total: int
@@ -36,15 +37,17 @@ class ProgressOut(BaseModel):
     running: int
     pending: int
     failure_tolerance: str | None
-    reduce_task: str | None
-    result: Any = Field(None, description="the reduce handler's result (JSON)")
+    reduce_task: str | None = Field(description="the reduce handler, or a broadcast's post hook")
+    pre_task: str | None = Field(None, description="a broadcast's pre hook")
+    result: Any = Field(None, description="the reduce handler's (or post hook's) result (JSON)")
 
 
 class SubTaskOut(BaseModel):
     id: int
-    key: str = Field(description="r/0.17: item 17 of the run's first map call; s/3: shard 3; reduce:...")
+    key: str = Field(description="r/0.17: item 17 of the run's first map call; s/3: shard 3; b/2: a "
+                                 "broadcast's part 2; pre:... / reduce:...: the hooks, the reduce")
     task: str = Field(description="the handler it runs")
-    kind: str = Field(description="map, shard or reduce")
+    kind: str = Field(description="map, shard, reduce (or a post hook), part (a broadcast's), pre (its hook)")
     shard_index: int
     shard_total: int
     status: SubTaskStatus
@@ -52,6 +55,8 @@ class SubTaskOut(BaseModel):
     executor_address: str | None
     result: Any = Field(None, description="its handler's return value (JSON)")
     message: str | None
+    log: str | None = Field(None, description="its handler's last log lines (ctx.log; the executor keeps "
+                                              "the last 4 KiB)")
     created_at: int = Field(description="epoch ms")
     dispatched_at: int | None
     ended_at: int | None
@@ -62,6 +67,7 @@ class SubTaskOut(BaseModel):
                    shard_index=row.shard_index, shard_total=row.shard_total,
                    status=row.status, attempt=row.attempt,  # type: ignore[arg-type]
                    executor_address=row.executor_address, result=_json(row.result), message=row.message,
+                   log=row.log,
                    created_at=row.created_at, dispatched_at=row.dispatched_at, ended_at=row.ended_at)
 
 
@@ -89,7 +95,7 @@ def _progress(run: DistributedRun) -> ProgressOut:
     return ProgressOut(kind=run.kind, phase=run.phase, attempt=run.attempt, root_state=run.root_state,
                        total=p.total, succeeded=p.succeeded, failed=p.failed, running=p.running,
                        pending=p.pending, failure_tolerance=run.tolerance, reduce_task=run.reduce_task,
-                       result=_json(run.result))
+                       pre_task=run.pre_task, result=_json(run.result))
 
 
 async def _parent(services: ManagementServices, principal: Principal, run_id: int
