@@ -6,8 +6,8 @@ running sub-task (``jobring_subtask.dispatched_by``): the running sub-tasks of a
 died (perhaps between a claim and its send) are dispatched again by another node; and a
 sub-task's last log lines (``jobring_subtask.log``), shown on the run page.
 
-Revision ID: 0029
-Revises: 0028
+Revision ID: 0030
+Revises: 0029
 Create Date: 2026-12-03
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0029"
-down_revision = "0028"
+revision = "0030"
+down_revision = "0029"
 branch_labels = None
 depends_on = None
 
