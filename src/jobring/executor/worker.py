@@ -461,6 +461,9 @@ class _Worker:
     async def _execute(self, run: _Run) -> None:
         runner = self.runner
         param = run.param
+        # The runs accepted so far reach received-runs.txt before this handler starts (one
+        # write for all of them; see received.py for what that guarantees after a crash).
+        runner.received.flush()
         run.started = runner._clock()
         writer = runner.runlog.writer(param.log_date_time, param.log_id)
         # Lines of a pool thread carry that thread's name; everything else the worker's.
