@@ -69,8 +69,8 @@ _COALESCE_S = 0.01
 # Run logs waiting for the writer thread beyond which new runs wait (see RunLog.behind): on a
 # stuck or slow disk the pending lines would pile up in memory without bound.
 MAX_BACKLOG = 5000
-# Runs whose writers (and where their lines went) are kept after they are written: a /log read
-# of one of them needs no index search. Bounded: ~300 bytes each.
+# Runs whose extents (where their lines went) are kept after they are written: a /log read of
+# one of them needs no index search. Bounded: ~300 bytes each.
 RECENT_RUNS = 10_000
 _BATCH_RUNS = 2000  # runs per batch of the writer thread (bounds the bytes joined at once)
 _READ_BUFFER = 64 << 10
@@ -192,7 +192,7 @@ class RunLog:
         self._base_text = str(self.base)
         self._days: dict[int, str] = {}
         self._active: dict[RunKey, RunLogWriter] = {}  # runs with lines not written yet
-        self._recent: dict[RunKey, RunLogWriter] = {}  # runs written out lately (insertion order)
+        self._recent: dict[RunKey, list[Extent]] = {}  # where runs written out lately went (oldest first)
         self._dirty: deque[RunLogWriter] = deque()
         self._writing = 0  # run logs the writer thread took and is writing
         self._segments: dict[str, Segment] = {}  # day folder -> this process's segment
@@ -284,6 +284,8 @@ class RunLog:
                 batch = [dirty.popleft() for _ in range(count)]
                 try:
                     self._write_out(batch)
+                except Exception:  # the thread must go on: /run waits while it is behind
+                    logger.exception("run log: writing a batch of %d run(s) failed", count)
                 finally:
                     self._writing = 0
 
@@ -335,7 +337,7 @@ class RunLog:
             del self._active[key]
         recent = self._recent
         recent.pop(key, None)
-        recent[key] = writer  # newest last
+        recent[key] = writer.extents  # the same list: a late line's record is added to it
         if len(recent) > self.recent_runs:
             del recent[next(iter(recent))]
 
@@ -396,14 +398,17 @@ class RunLog:
         index files tell the rest (those of earlier processes, or of every process when this
         one no longer remembers the run)."""
         key = (day_dir, log_id, second)
-        writer = self._active.get(key) or self._recent.get(key)
-        if writer is None:
-            own: list[Extent] = []
-            skip: set[str] = set()
-        else:
+        writer = self._active.get(key)
+        if writer is not None:
             writer.flush()
+            known: list[Extent] | None = writer.extents
+        else:
+            known = self._recent.get(key)
+        own: list[Extent] = []
+        skip: set[str] = set()
+        if known is not None:
             with self._seg_lock:
-                own = list(writer.extents)
+                own = list(known)
                 skip = set(self._own_indexes)
         found: list[Extent] = []
         for idx_path in index_files(day_dir):

@@ -139,6 +139,8 @@ def find_extents(idx_path: str, log_id: int, second: int) -> list[Extent]:
         return found
     with fh:
         while chunk := fh.read(_SCAN_CHUNK):
+            # Every chunk but the last is whole entries; the last may end inside an entry being
+            # appended right now (left out below), and nothing after it is read.
             pos = chunk.find(needle)
             while pos >= 0:
                 if pos % ENTRY_SIZE == 0 and pos + ENTRY_SIZE <= len(chunk):
@@ -147,6 +149,8 @@ def find_extents(idx_path: str, log_id: int, second: int) -> list[Extent]:
                     pos = chunk.find(needle, pos + ENTRY_SIZE)
                 else:  # the bytes matched across two entries
                     pos = chunk.find(needle, pos + 1)
+            if len(chunk) < _SCAN_CHUNK:
+                break
     return found
 
 
