@@ -129,7 +129,7 @@ def find_extents(idx_path: str, log_id: int, second: int) -> list[Extent]:
     """The extents of one run's lines listed in an index file, in the order written.
 
     Reads the index in 1 MiB chunks and lets ``bytes.find`` look for the run's 16-byte key
-    (about a millisecond per 1 MiB, 32,768 runs)."""
+    (9 ms of CPU for an index of 1,000,000 runs, 32 MB, from the page cache)."""
     needle = _KEY.pack(log_id, second)
     log_path = idx_path[: -len(".idx")] + ".log"
     found: list[Extent] = []
