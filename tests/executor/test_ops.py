@@ -129,6 +129,7 @@ async def test_standalone_server_answers_ops_with_a_metrics_token(admin: FakeAdm
             assert (await client.get("/metrics", headers=with_access_token)).status_code == 401
             scraped = await client.get("/metrics", headers={"Authorization": "Bearer scrape-0123456789"})
             assert scraped.status_code == 200 and "jobring_executor_running_runs 0.0" in scraped.text
+            assert "jobring_executor_waiting_for_thread 0.0" in scraped.text
             assert (await client.get("/status", headers=HEADERS)).json()["started"] is True
             # The XXL-JOB endpoints answer as before on the same connection.
             assert (await client.post("/beat", headers=HEADERS)).json() == {"code": 200}

@@ -1,4 +1,5 @@
-"""Run log files: paths, path tricks, ranged streaming reads, memory bound, retention cleanup."""
+"""Run logs: path tricks, ranged streaming reads (also of the per-run files of the layout before
+segments), memory bound, retention cleanup."""
 
 from __future__ import annotations
 
@@ -163,12 +164,17 @@ def test_cleanup_deletes_old_day_folders_only(tmp_path: Path) -> None:
     assert left == ["2000-01-01", "2026-11-20", "2026-11-22", "gluesource", "not-a-day"]
 
 
-def test_background_writer_reaches_the_disk_on_flush(runlog: RunLog) -> None:
+def test_background_writer_reaches_the_disk_on_flush(runlog: RunLog, tmp_path: Path) -> None:
     writer = runlog.writer(T, 12)
     for n in range(3):
         writer.write_line(f"n{n}")
     writer.close()
     runlog.append(T, 12, "appended after the run")
     runlog.flush()
-    on_disk = runlog.path_for(T, 12).read_text()
-    assert on_disk == "n0\nn1\nn2\nappended after the run\n"
+    day = tmp_path / "logs" / "2026-11-22"
+    assert sorted(p.name for p in day.iterdir()) == ["runs-0.idx", "runs-0.log"]
+    on_disk = (day / "runs-0.log").read_text()
+    # One record: the late line arrived before the writer thread took the run's lines.
+    assert on_disk == f"#jobring-run 12-{T // 1000} 32\nn0\nn1\nn2\nappended after the run\n"
+    again = RunLog(tmp_path / "logs", tz=UTC)  # another process: through the index
+    assert again.read(T, 12, 1).log_content == "n0\nn1\nn2\nappended after the run\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobring.executor.context import JobContext, JobHandler
-from jobring.executor.runlog import RunLog
+from jobring.executor.runlog import RunLog, RunLogWriter
 from jobring.executor.worker import MSG_NOT_ACCEPTING, JobRunner
 from tests.executor.enginekit import Reports, trigger
 
@@ -18,14 +18,14 @@ async def test_runs_wait_while_the_writer_is_behind_and_go_on_when_it_catches_up
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runlog = RunLog(tmp_path / "logs", max_backlog=4)
     disk = threading.Event()  # the disk is stuck until the test lets it go
-    real_append = runlog.append_bytes
+    real_append = runlog.append_records
 
-    def stuck_append(path: str, data: bytes) -> None:
+    def stuck_append(day_dir: str, records: list[tuple[RunLogWriter, bytes]]) -> None:
         if not disk.wait(10.0):
             raise OSError("test disk never came back")
-        real_append(path, data)
+        real_append(day_dir, records)
 
-    monkeypatch.setattr(runlog, "append_bytes", stuck_append)
+    monkeypatch.setattr(runlog, "append_records", stuck_append)
 
     async def quick(ctx: JobContext) -> None:
         ctx.log("done")
@@ -54,14 +54,14 @@ async def test_a_run_held_back_when_the_executor_stops_is_refused_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runlog = RunLog(tmp_path / "logs", max_backlog=1)
     disk = threading.Event()  # stuck for the whole test: the writer never catches up
-    real_append = runlog.append_bytes
+    real_append = runlog.append_records
 
-    def stuck_append(path: str, data: bytes) -> None:
+    def stuck_append(day_dir: str, records: list[tuple[RunLogWriter, bytes]]) -> None:
         if not disk.wait(10.0):
             raise OSError("test disk never came back")
-        real_append(path, data)
+        real_append(day_dir, records)
 
-    monkeypatch.setattr(runlog, "append_bytes", stuck_append)
+    monkeypatch.setattr(runlog, "append_records", stuck_append)
 
     async def quick(ctx: JobContext) -> None:
         ctx.log("done")

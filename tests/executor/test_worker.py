@@ -453,6 +453,7 @@ async def test_a_run_sent_again_is_not_run_twice_even_after_a_restart(
     other_second = replace(other_second, log_date_time=other_second.log_date_time + 1_000)
     assert runner.received_of([(1, LOG_TIME), (1, LOG_TIME + 1_000), (2, LOG_TIME)]) == [1]
     assert (await runner.run(other_second)).to_dict() == {"code": 200}  # another admin's run 1
+    await reports.wait_count(2)  # on disk once its handler started: wait until it ran
     # A new runner on the same folder (the executor restarted) still knows them.
     after = ReceivedRuns(tmp_path, window=3)
     assert (1, LOG_TIME // 1000) in after and (1, LOG_TIME // 1000 + 1) in after

@@ -42,6 +42,8 @@ EXECUTOR_METRICS: dict[str, tuple[str, str]] = {
         "histogram", "Time from a handler's start to its result, ms"),
     "jobring_executor_running_runs": ("gauge", "Runs executing now"),
     "jobring_executor_queue_depth": ("gauge", "Runs waiting in a job's queue, by job_id (jobs with a queue)"),
+    "jobring_executor_waiting_for_thread": (
+        "gauge", "Sync runs that could start but wait for a free pool thread (above 256, /run waits)"),
     "jobring_executor_callback_backlog": ("gauge", "Results waiting to be sent to the admin"),
     "jobring_executor_callback_spool_size": (
         "gauge", "Results kept in the callback spool file until an admin takes them"),
@@ -113,6 +115,8 @@ class ExecutorMetrics:
         _family(lines, "jobring_executor_running_runs", [("", runner.running_count() if runner else 0)])
         depths = sorted((runner.queue_depths() if runner else {}).items())
         _family(lines, "jobring_executor_queue_depth", [(f'{{job_id="{job}"}}', n) for job, n in depths])
+        _family(lines, "jobring_executor_waiting_for_thread",
+                [("", runner.waiting_for_thread() if runner else 0)])
         _family(lines, "jobring_executor_callback_backlog", [("", callback.pending_count if callback else 0)])
         _family(lines, "jobring_executor_callback_spool_size",
                 [("", callback.spooled_count if callback else 0)])

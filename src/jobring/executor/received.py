@@ -11,9 +11,18 @@ as its log file is (runlog.py): two admins on different databases may reuse a lo
 with the same trigger second.
 
 The window is bounded (``window`` runs, the most recent) and survives a restart of the
-executor: each accepted run is appended to ``<log_path>/received-runs.txt`` (one write per
-run, no fsync: a process crash keeps it, a machine crash may not), which is rewritten with
-the window's runs once it holds twice as many lines.
+executor: accepted runs are appended to ``<log_path>/received-runs.txt``, which is rewritten
+with the window's runs once it holds twice as many lines.
+
+When a run reaches the file: before its handler starts. ``add`` only remembers the run (in
+memory, and in a pending batch); ``flush`` appends the batch in one write, and the engine calls
+it before it starts any run's handler (and at shutdown). Under load one write then carries
+every run accepted in that event-loop iteration, instead of one write per run on the loop
+thread. The guarantee a takeover needs holds: a run whose handler started is on disk (no
+fsync: a process crash keeps it, a machine crash may not). A run accepted but not started
+when the process dies may be missing from the file; it never ran, and it did not survive the
+crash either (the queue is in memory), so sending it again runs it once. Its ``/run`` answer
+may have left before the write: that answer only said the run was queued.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "received-runs.txt"
 DEFAULT_WINDOW = 100_000
+# Pending runs past which ``add`` writes at once (runs queued behind a long one start late).
+MAX_PENDING = 1000
 MSG_ALREADY_RECEIVED = "already received: this run was accepted before (not run again)"
 
 Run = tuple[int, int]  # (logId, logDateTime in whole seconds)
@@ -47,6 +58,7 @@ class ReceivedRuns:
         self._path = None if folder is None else folder / FILE_NAME
         self._fd: int | None = None
         self._lines = 0
+        self._pending: list[str] = []  # lines of runs remembered but not written yet
         if self._path is not None:
             self._load(self._path)
 
@@ -79,32 +91,52 @@ class ReceivedRuns:
             self._set.discard(self._order.popleft())
 
     def add(self, run: Run) -> None:
-        """Remember an accepted run (in memory, and appended to the file)."""
+        """Remember an accepted run (in memory at once; on disk at the next :meth:`flush`)."""
         if run in self._set:
             return
         self._remember(run)
         if self._path is None:
             return
+        pending = self._pending
+        pending.append(f"{run[0]} {run[1]}\n")
+        if len(pending) >= MAX_PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append the runs remembered since the last flush to the file, in one write."""
+        if not self._pending:
+            return
+        assert self._path is not None
+        batch, self._pending = self._pending, []
         try:
             if self._fd is None:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
                 self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.write(self._fd, f"{run[0]} {run[1]}\n".encode("ascii"))
-            self._lines += 1
+            data = memoryview("".join(batch).encode("ascii"))
+            while data:
+                data = data[os.write(self._fd, data):]
+            self._lines += len(batch)
             if self._lines > 2 * self.window:
                 self._compact()
         except OSError as exc:
-            log.warning("cannot record a received run on disk (%s): it is known until a restart", exc)
+            log.warning("cannot record %d received run(s) on disk (%s): they are known until a restart",
+                        len(batch), exc)
 
     def _compact(self) -> None:
         assert self._path is not None
         spare = self._path.with_suffix(".tmp")
         spare.write_text("".join(f"{a} {b}\n" for a, b in self._order), encoding="ascii")
         os.replace(spare, self._path)
-        self.close()
+        self._close_fd()
         self._lines = len(self._order)
 
     def close(self) -> None:
+        """Write what is pending and close the file."""
+        if self._pending:
+            self.flush()
+        self._close_fd()
+
+    def _close_fd(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._fd)

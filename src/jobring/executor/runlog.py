@@ -1,36 +1,39 @@
-"""Per-run log files: ``<base>/<yyyy-mm-dd>/<logId>-<trigger second>.log``, written by line,
-read by line range.
+"""Run logs: each run's lines, written by line, read by line range.
 
 Choices (documented in docs/executor.md):
 
-- A file is keyed by the run's ``logId`` AND its trigger time (``logDateTime`` of ``/run``,
+- A run's lines go to this process's segment of the run's day (``<base>/<yyyy-mm-dd>/runs-<n>.log``,
+  one append-only file per day and process, with an index ``runs-<n>.idx``; see segments.py),
+  not to a file of their own: creating a file per run set the executor's pace under load.
+- A run is keyed by its ``logId`` AND its trigger time (``logDateTime`` of ``/run``,
   ``logDateTim`` of ``/log``) in whole epoch seconds, so an admin that reuses a log id (e.g. a
   deleted run's, or another admin's) never reads another run's lines. An XXL-JOB admin on
   MySQL sends ``/log`` the trigger time as stored (DATETIME rounds to the second), so a read
-  also tries the second before. Files of the older ``<logId>.log`` layout are not read.
-
+  also tries the second before. Files of the per-run layout before segments
+  (``<logId>-<trigger second>.log`` in the day folder) are still read when the segments have
+  nothing of the run; files of the older ``<logId>.log`` layout are not read.
 - The day folder comes from the run's ``logDateTime`` in the executor's local
   time zone, as the reference executor does (pass ``tz`` to pin another zone).
 - Lines look like the reference's:
   ``yyyy-MM-dd HH:mm:ss [module#function]-[line]-[thread] message``
   (second precision, local time); script output is written raw, one line each.
 - Ids are checked before any path is built: ``logId`` must be a positive int and
-  ``logDateTime`` a non-negative int within datetime's range; the result is
-  also checked to stay inside the base folder. Bad ids raise ``ValueError``.
-- ``read`` streams the file: it counts newlines chunk by chunk up to
-  ``from_line`` and then collects at most ``max_read_lines`` lines /
-  ``max_read_bytes`` bytes (one overlong line is cut at ``max_line_bytes``), so
-  memory stays bounded whatever the file size. ``toLineNum`` is the last line
-  returned; the admin asks again from ``toLineNum + 1``. A trailing line without
-  its newline (still being written) is left for the next read. ``isEnd`` is
-  always false for an existing file (the admin decides the end from the run's
-  status), as the reference does.
-- Writers never block the event loop on the disk: lines are batched in memory
-  and appended by one background thread (open, write, close; no fsync); a
-  ``read`` first flushes the file's pending lines, so a live /log read sees
+  ``logDateTime`` a non-negative int within datetime's range; only digits and dashes are
+  joined to the base folder. Bad ids raise ``ValueError``.
+- ``read`` finds where the run's lines are (a writer of this process remembers them for its
+  ``recent_runs`` latest runs; otherwise the day's index files are searched) and streams
+  them: it counts newlines chunk by chunk up to ``from_line`` and then collects at most
+  ``max_read_lines`` lines / ``max_read_bytes`` bytes (one overlong line is cut at
+  ``max_line_bytes``), so memory stays bounded whatever the log's size. ``toLineNum`` is the
+  last line returned; the admin asks again from ``toLineNum + 1``. A trailing line without
+  its newline (still being written) is left for the next read. ``isEnd`` is always false for
+  an existing log (the admin decides the end from the run's status), as the reference does.
+- Writers never block the event loop on the disk: lines are gathered in memory and appended
+  by one background thread, a batch of runs at a time (two writes per day: lines and index;
+  no fsync); a ``read`` first writes out the run's pending lines, so a live /log read sees
   every line written so far. Call ``flush()`` at shutdown. When more than ``max_backlog``
-  run logs wait for that thread (one new file per run can fall behind a sustained load),
-  ``behind()`` says so and the engine holds back new runs until it catches up.
+  run logs wait for that thread (a stuck or very slow disk), ``behind()`` says so and the
+  engine holds back new runs until it catches up.
 - ``cleanup`` deletes day folders at least ``retention_days`` old; below 3 days
   cleanup is off, as the reference's.
 """
@@ -38,8 +41,8 @@ Choices (documented in docs/executor.md):
 from __future__ import annotations
 
 import atexit
+import io
 import logging
-import os
 import re
 import shutil
 import threading
@@ -48,8 +51,9 @@ import weakref
 from collections import deque
 from datetime import date, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 
+from jobring.executor.segments import Extent, ExtentReader, Segment, find_extents, index_files, open_segment
 from jobring.protocol.models import LogResult
 
 __all__ = ["RunLog", "RunLogWriter", "format_line", "MSG_LOG_FILE_NOT_EXISTS", "GLUE_SOURCE_DIR"]
@@ -62,11 +66,16 @@ MIN_RETENTION_DAYS = 3
 _DAY_DIR = re.compile(r"\d{4}-\d{2}-\d{2}")  # fullmatch
 _CHUNK = 1 << 20
 _COALESCE_S = 0.01
-# Run logs waiting for the writer thread beyond which new runs wait (see RunLog.behind): under a
-# sustained load the disk (one new file per run) can fall behind the runs, and the pending lines
-# would pile up in memory without bound.
+# Run logs waiting for the writer thread beyond which new runs wait (see RunLog.behind): on a
+# stuck or slow disk the pending lines would pile up in memory without bound.
 MAX_BACKLOG = 5000
-_APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+# Runs whose extents (where their lines went) are kept after they are written: a /log read of
+# one of them needs no index search. Bounded: ~300 bytes each.
+RECENT_RUNS = 10_000
+_BATCH_RUNS = 2000  # runs per batch of the writer thread (bounds the bytes joined at once)
+_READ_BUFFER = 64 << 10
+
+RunKey = tuple[str, int, int]  # day folder, logId, trigger second
 
 _stamp_lock = threading.Lock()
 _stamp_cache: tuple[int, str] = (-1, "")
@@ -104,22 +113,28 @@ def _flush_at_exit(ref: weakref.ref[RunLog]) -> None:
 
 
 class RunLogWriter:
-    """Collects one run's lines; a background thread of the RunLog appends them to the file.
+    """Collects one run's lines; the RunLog's writer thread appends them to the day's segment.
 
     ``write_line`` never touches the disk (the event loop must not wait on a
-    slow file system); lines are flushed in batches by the RunLog's writer
-    thread, and before any ``RunLog.read`` of the same file, so a reader always
+    slow file system); lines are written in batches by the RunLog's writer
+    thread, and before any ``RunLog.read`` of the same run, so a reader always
     sees every line written so far. Thread-safe; lines written after
-    :meth:`close` (a thread that outlived its run) are still appended.
+    :meth:`close` (a thread that outlived its run) are still appended. The
+    writer keeps where its lines went (``extents``), so reading a recent run
+    needs no index look-up.
     """
 
-    __slots__ = ("path", "_runlog", "_lock", "_io_lock", "_pending", "_queued", "_closed")
+    __slots__ = ("key", "day_dir", "log_id", "second", "extents", "_runlog", "_lock", "_pending",
+                 "_queued", "_closed")
 
-    def __init__(self, runlog: RunLog, path: str) -> None:
-        self.path = path  # a str: the hot path avoids pathlib
+    def __init__(self, runlog: RunLog, day_dir: str, log_id: int, second: int) -> None:
+        self.key = (day_dir, log_id, second)
+        self.day_dir = day_dir
+        self.log_id = log_id
+        self.second = second
+        self.extents: list[Extent] = []  # written by the RunLog under its segment lock
         self._runlog = runlog
         self._lock = threading.Lock()  # guards the pending batch; held only briefly
-        self._io_lock = threading.Lock()  # one flush at a time per file, in order
         self._pending: list[str] = []
         self._queued = False
         self._closed = False
@@ -143,22 +158,18 @@ class RunLogWriter:
         self._runlog._enqueue(self)
 
     def flush(self) -> None:
-        """Append pending lines to the file now (called by the writer thread or a reader)."""
-        with self._io_lock:
-            with self._lock:
-                batch, self._pending = self._pending, []
-                self._queued = False
-                done = self._closed
-            if batch:
-                self._runlog.append_bytes(self.path, "".join(batch).encode("utf-8", "replace"))
-            if done:
-                with self._lock:
-                    if not self._queued:  # nothing arrived meanwhile: readers need not find it anymore
-                        self._runlog._forget(self)
+        """Append pending lines now (a reader, shutdown)."""
+        self._runlog._write_out([self])
+
+    def _take(self) -> tuple[list[str], bool]:
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._queued = False
+            return batch, self._closed
 
 
 class RunLog:
-    """The executor's run log folder: paths, writers, ranged reads, retention cleanup."""
+    """The executor's run log folder: writers, segments, ranged reads, retention cleanup."""
 
     def __init__(
         self,
@@ -169,6 +180,7 @@ class RunLog:
         max_read_bytes: int = 1 << 20,
         max_line_bytes: int = 64 << 10,
         max_backlog: int = MAX_BACKLOG,
+        recent_runs: int = RECENT_RUNS,
     ) -> None:
         self.base = Path(base_path).absolute()
         self.tz = tz
@@ -176,11 +188,16 @@ class RunLog:
         self.max_read_bytes = max_read_bytes
         self.max_line_bytes = max_line_bytes
         self.max_backlog = max_backlog
-        self._known_dirs: set[str] = set()
+        self.recent_runs = recent_runs
         self._base_text = str(self.base)
         self._days: dict[int, str] = {}
-        self._active: dict[str, RunLogWriter] = {}
+        self._active: dict[RunKey, RunLogWriter] = {}  # runs with lines not written yet
+        self._recent: dict[RunKey, list[Extent]] = {}  # where runs written out lately went (oldest first)
         self._dirty: deque[RunLogWriter] = deque()
+        self._writing = 0  # run logs the writer thread took and is writing
+        self._segments: dict[str, Segment] = {}  # day folder -> this process's segment
+        self._own_indexes: set[str] = set()  # index files this process wrote
+        self._seg_lock = threading.Lock()  # one append at a time; lines of a run in order
         self._wake = threading.Event()
         self._wake_pending = False
         self._thread: threading.Thread | None = None
@@ -207,24 +224,28 @@ class RunLog:
         return day
 
     def path_for(self, log_date_time_ms: int, log_id: int) -> Path:
-        """``<base>/<yyyy-mm-dd>/<logId>-<epoch s>.log``; raises ValueError for ids that are not sane."""
+        """The run's own file of the layout before segments, ``<base>/<yyyy-mm-dd>/<logId>-<epoch
+        s>.log``: still read when the segments have nothing of the run. Raises ValueError for ids
+        that are not sane."""
         return Path(self._path_text(log_date_time_ms, log_id))
+
+    def _day_dir(self, log_date_time_ms: int) -> str:
+        # Only digits and dashes are joined to the base: no path tricks can get through.
+        return f"{self._base_text}/{self._day(log_date_time_ms)}"
 
     def _path_text(self, log_date_time_ms: int, log_id: int) -> str:
         _check_ids(log_date_time_ms, log_id)
-        # Only digits and dashes are joined to the base: no path tricks can get through.
-        return f"{self._base_text}/{self._day(log_date_time_ms)}/{log_id}-{log_date_time_ms // 1000}.log"
+        return f"{self._day_dir(log_date_time_ms)}/{log_id}-{log_date_time_ms // 1000}.log"
 
-    def _read_candidates(self, log_date_time_ms: int, log_id: int) -> list[str]:
-        exact = self._path_text(log_date_time_ms, log_id)
+    def _read_candidates(self, log_date_time_ms: int, log_id: int) -> list[int]:
+        _check_ids(log_date_time_ms, log_id)
         if log_date_time_ms < 1000:
-            return [exact]
+            return [log_date_time_ms]
         # The second before: a trigger time stored in a DATETIME(0) column may be rounded up.
-        previous = (log_date_time_ms // 1000 - 1) * 1000
-        return [exact, self._path_text(previous, log_id)]
+        return [log_date_time_ms, (log_date_time_ms // 1000 - 1) * 1000]
 
     def check(self, log_date_time_ms: int, log_id: int) -> None:
-        """Raise ValueError unless the ids make a valid log path (cheap; builds no path)."""
+        """Raise ValueError unless the ids are valid (cheap; builds no path)."""
         _check_ids(log_date_time_ms, log_id)
         self._day(log_date_time_ms)
 
@@ -232,10 +253,10 @@ class RunLog:
 
     def behind(self, limit: int | None = None) -> bool:
         """Whether more than ``limit`` (default ``max_backlog``) run logs wait for the writer."""
-        return len(self._dirty) > (self.max_backlog if limit is None else limit)
+        return len(self._dirty) + self._writing > (self.max_backlog if limit is None else limit)
 
     def _enqueue(self, writer: RunLogWriter) -> None:
-        self._active.setdefault(writer.path, writer)  # a late line after the run: readers must flush it
+        self._active.setdefault(writer.key, writer)  # a late line after the run: readers must flush it
         if self._thread is None:
             self._start_thread()
         self._dirty.append(writer)
@@ -251,77 +272,105 @@ class RunLog:
                 self._thread.start()
 
     def _write_loop(self) -> None:
+        dirty = self._dirty
         while True:
             self._wake.wait()
             time.sleep(_COALESCE_S)  # let a burst gather; readers flush what they need themselves
             self._wake.clear()
             self._wake_pending = False
-            while self._dirty:
-                writer = self._dirty.popleft()
+            while dirty:
+                count = min(len(dirty), _BATCH_RUNS)
+                self._writing = count  # still counted as behind until written
+                batch = [dirty.popleft() for _ in range(count)]
                 try:
-                    writer.flush()
+                    self._write_out(batch)
+                except Exception:  # the thread must go on: /run waits while it is behind
+                    logger.exception("run log: writing a batch of %d run(s) failed", count)
+                finally:
+                    self._writing = 0
+
+    def _write_out(self, writers: list[RunLogWriter]) -> None:
+        """Append the writers' pending lines to their days' segments (one write per day)."""
+        with self._seg_lock:
+            by_day: dict[str, list[tuple[RunLogWriter, bytes]]] = {}
+            done: list[RunLogWriter] = []
+            for writer in writers:
+                lines, closed = writer._take()
+                if lines:
+                    data = "".join(lines).encode("utf-8", "replace")
+                    by_day.setdefault(writer.day_dir, []).append((writer, data))
+                if closed:
+                    done.append(writer)
+            for day_dir, records in by_day.items():
+                try:
+                    self.append_records(day_dir, records)
                 except OSError:
                     # A full or read-only disk must not kill the writer thread; the lines are lost.
-                    logger.exception("run log: writing %s failed", writer.path)
+                    logger.exception("run log: writing %d run(s) to %s failed", len(records), day_dir)
+            for writer in done:
+                with writer._lock:
+                    idle = not writer._queued
+                if idle:  # nothing arrived meanwhile: it need not be flushed anymore
+                    self._forget(writer)
+
+    def append_records(self, day_dir: str, records: list[tuple[RunLogWriter, bytes]]) -> None:
+        """Append runs' lines to this process's segment of ``day_dir`` (caller holds the lock)."""
+        segment = self._segments.get(day_dir)
+        if segment is not None and segment.gone():  # the day folder was removed by hand
+            segment.close()
+            segment = None
+        if segment is None:
+            segment = self._segments[day_dir] = open_segment(day_dir)
+            self._own_indexes.add(segment.idx_path)
+        try:
+            extents = segment.append([(w.log_id, w.second, data) for w, data in records])
+        except OSError:
+            segment.close()  # its size is unknown now: the next batch starts a new segment
+            del self._segments[day_dir]
+            raise
+        for (writer, _), extent in zip(records, extents, strict=True):
+            writer.extents.append(extent)
 
     def _forget(self, writer: RunLogWriter) -> None:
-        if self._active.get(writer.path) is writer:
-            del self._active[writer.path]
+        key = writer.key
+        if self._active.get(key) is writer:
+            del self._active[key]
+        recent = self._recent
+        recent.pop(key, None)
+        recent[key] = writer.extents  # the same list: a late line's record is added to it
+        if len(recent) > self.recent_runs:
+            del recent[next(iter(recent))]
 
     def flush(self) -> None:
         """Write every pending line now (shutdown, tests)."""
-        for writer in list(self._active.values()):
-            writer.flush()
-
-    def append_bytes(self, path: str, data: bytes) -> None:
-        """Append ``data`` to ``path``, creating the file (and its day folder) as needed."""
-        # os.open/os.write: no file object, codec or buffer per run (a run's file is written
-        # once or twice), and the GIL is released in each system call.
-        try:
-            fd = os.open(path, _APPEND_FLAGS, 0o666)
-        except FileNotFoundError:  # first file of the day, or the day folder was cleaned up
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, _APPEND_FLAGS, 0o666)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-
-    def open_append(self, path: str) -> TextIO:
-        folder = os.path.dirname(path)
-        if folder not in self._known_dirs:
-            os.makedirs(folder, exist_ok=True)
-            self._known_dirs.add(folder)
-        try:
-            return open(path, "a", encoding="utf-8")  # noqa: SIM115 - the caller closes it
-        except FileNotFoundError:  # the day folder was cleaned up meanwhile
-            os.makedirs(folder, exist_ok=True)
-            return open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self._write_out(list(self._active.values()))
 
     def writer(self, log_date_time_ms: int, log_id: int) -> RunLogWriter:
-        """A writer for one run; the file is created when its first lines are flushed."""
-        path = self._path_text(log_date_time_ms, log_id)
-        writer = self._active.get(path)
+        """A writer for one run; its lines reach the disk in the writer thread's next batch."""
+        _check_ids(log_date_time_ms, log_id)
+        key = (self._day_dir(log_date_time_ms), log_id, log_date_time_ms // 1000)
+        writer = self._active.get(key)
         if writer is None:
-            writer = self._active[path] = RunLogWriter(self, path)
+            writer = self._active[key] = RunLogWriter(self, *key)
         return writer
 
     def append(self, log_date_time_ms: int, log_id: int, line: str) -> None:
         """Append one line to a run's log (written in the background, in order with the run's lines)."""
-        path = self._path_text(log_date_time_ms, log_id)
-        writer = self._active.get(path)
-        if writer is None:
-            writer = self._active[path] = RunLogWriter(self, path)
+        _check_ids(log_date_time_ms, log_id)
+        key = (self._day_dir(log_date_time_ms), log_id, log_date_time_ms // 1000)
+        writer = self._active.get(key)
+        if writer is None:  # not a running run's: written once, then forgotten
+            writer = self._active[key] = RunLogWriter(self, *key)
             writer.write_line(line)
             writer.close()
         else:
             writer.write_line(line)
 
+    # --- reading ------------------------------------------------------------------------------
+
     def read(self, log_date_time_ms: int, log_id: int, from_line: int) -> LogResult:
         """Lines ``from_line..`` (1-based) of a run's log, bounded in lines and bytes."""
-        fh = self._open_for_read(self._read_candidates(log_date_time_ms, log_id))
+        fh = self._open_for_read(log_id, self._read_candidates(log_date_time_ms, log_id))
         if fh is None:
             return LogResult(from_line, 0, MSG_LOG_FILE_NOT_EXISTS, True)
         with fh:
@@ -332,16 +381,40 @@ class RunLog:
             lines, last = self._collect(fh, line_no)
         return LogResult(from_line, last, "".join(lines), False)
 
-    def _open_for_read(self, paths: list[str]) -> BinaryIO | None:
-        for path in paths:
-            pending = self._active.get(path)
-            if pending is not None:
-                pending.flush()
+    def _open_for_read(self, log_id: int, stamps: list[int]) -> BinaryIO | None:
+        for stamp in stamps:
+            day_dir = self._day_dir(stamp)
+            extents = self._extents(day_dir, log_id, stamp // 1000)
             try:
-                return open(path, "rb")  # noqa: SIM115 - the caller closes it
-            except FileNotFoundError:
+                if extents:
+                    return io.BufferedReader(ExtentReader(extents), _READ_BUFFER)
+                return open(f"{day_dir}/{log_id}-{stamp // 1000}.log", "rb")  # noqa: SIM115 - the caller closes it
+            except FileNotFoundError:  # no file of the earlier layout, or the day was cleaned up
                 continue
         return None
+
+    def _extents(self, day_dir: str, log_id: int, second: int) -> list[Extent]:
+        """Where a run's lines are, oldest first: a writer of this process knows its own; the
+        index files tell the rest (those of earlier processes, or of every process when this
+        one no longer remembers the run)."""
+        key = (day_dir, log_id, second)
+        writer = self._active.get(key)
+        if writer is not None:
+            writer.flush()
+            known: list[Extent] | None = writer.extents
+        else:
+            known = self._recent.get(key)
+        own: list[Extent] = []
+        skip: set[str] = set()
+        if known is not None:
+            with self._seg_lock:
+                own = list(known)
+                skip = set(self._own_indexes)
+        found: list[Extent] = []
+        for idx_path in index_files(day_dir):
+            if idx_path not in skip:
+                found += find_extents(idx_path, log_id, second)
+        return found + own
 
     def _skip_to(self, fh: BinaryIO, start: int) -> int:
         """Position ``fh`` at the beginning of line ``start``; return how many lines precede it."""
@@ -401,7 +474,11 @@ class RunLog:
             except ValueError:
                 continue
             if today - day >= timedelta(days=retention_days):
+                with self._seg_lock:  # a late line of that day opens a new segment
+                    segment = self._segments.pop(str(entry), None)
+                    if segment is not None:
+                        segment.close()
+                        self._own_indexes.discard(segment.idx_path)
                 shutil.rmtree(entry)
-                self._known_dirs.discard(str(entry))
                 removed += 1
         return removed

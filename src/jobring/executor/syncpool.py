@@ -48,6 +48,12 @@ class SyncPool:
     def thread_count(self) -> int:
         return len(self._threads)
 
+    @property
+    def waiting(self) -> int:
+        """Calls submitted that no pool thread has taken yet (a call just submitted to an idle
+        thread counts until that thread takes it)."""
+        return self._work.qsize()  # O(1), no lock: the queue keeps its own count
+
     def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run ``fn(*args)`` on a pool thread; call from the event loop."""
         if self._closed:

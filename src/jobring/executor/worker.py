@@ -39,6 +39,11 @@ Handler kinds and how they stop (see also jobring.executor.isolation):
   next run may start meanwhile. Pool threads are daemon threads (see
   jobring.executor.syncpool): a sync handler that never returns does not delay
   process exit, but it keeps its thread; give such jobs ``isolation="process"``.
+  When more than ``max_waiting_runs`` runs (default 4 x ``sync_threads``) could start but wait
+  for a free pool thread, ``/run`` waits (as for the run-log backlog) until half as many wait:
+  accepting is cheaper than running, and without it runs would pile up without bound. Runs
+  queued behind a SERIAL job's own running run are not counted: they wait for their job, not
+  for a thread (each job hands the pool one run at a time).
 - ``isolation="process"`` sync functions and GLUE scripts run in a subprocess
   whose process group is terminated (SIGTERM, SIGKILL after ``kill_grace_s``);
   the worker waits for it to be gone before running anything else.
@@ -89,7 +94,7 @@ MSG_BUSY = "job thread is running or has trigger queue."
 MSG_NOT_ACCEPTING = "executor is stopping, run not accepted."
 
 _ENGINE = "jobring.executor.worker#run"
-_ROOM_POLL_S = 0.005  # how often a /run held back by the run-log backlog looks again
+_ROOM_POLL_S = 0.005  # how often a /run held back (run-log backlog, busy pool) looks again
 # Handler duration buckets, ms: from quick calls to hour-long batch jobs.
 HANDLER_MS_BOUNDS = (5, 25, 100, 250, 1_000, 5_000, 15_000, 60_000, 300_000, 900_000, 3_600_000)
 Unit = JobHandler | GlueScript
@@ -133,6 +138,7 @@ class JobRunner:
         sync_threads: int = 64,
         kill_grace_s: float = 2.0,
         received: ReceivedRuns | None = None,
+        max_waiting_runs: int | None = None,
     ) -> None:
         self.handlers = handlers
         self.runlog = runlog
@@ -147,8 +153,12 @@ class JobRunner:
         self._workers: dict[int, _Worker] = {}
         self._live: set[asyncio.Task[None]] = set()  # worker tasks, including stopped ones still settling
         self._pool = SyncPool(sync_threads, "jobring-job")
+        # Runs that could start but wait for a pool thread, beyond which /run waits.
+        self.max_waiting_runs = 4 * sync_threads if max_waiting_runs is None else max_waiting_runs
+        if self.max_waiting_runs < 1:
+            raise ValueError("max_waiting_runs must be at least 1")
         self._closing = False
-        self._room: asyncio.Future[None] | None = None  # done once the run-log writer caught up
+        self._room: asyncio.Future[None] | None = None  # done once the writer and the pool caught up
         self._room_watch: asyncio.Task[None] | None = None
         # For metrics (read at scrape time): runs ended by state, handler durations (ms).
         self.ended: dict[str, int] = {}
@@ -160,8 +170,8 @@ class JobRunner:
 
     async def run(self, param: TriggerParam) -> ReturnT:
         """Accept a trigger (answer 200) or refuse it with the reference's message."""
-        if self.runlog.behind():
-            await self._log_room()
+        if self.runlog.behind() or self._pool.waiting > self.max_waiting_runs:
+            await self._wait_for_room()
         return self._accept(param)
 
     def _accept(self, param: TriggerParam) -> ReturnT:
@@ -211,20 +221,22 @@ class JobRunner:
         (within its window of recent runs)."""
         return [log_id for log_id, at in runs if run_key(log_id, at) in self.received]
 
-    async def _log_room(self) -> None:
-        """Wait until the run-log writer is no more than half its backlog behind: the answer to
-        /run waits (backpressure on the admin) instead of memory growing without bound."""
+    async def _wait_for_room(self) -> None:
+        """Wait until the run-log writer is no more than half its backlog behind and no more than
+        half ``max_waiting_runs`` runs wait for a pool thread: the answer to /run waits
+        (backpressure on the admin) instead of memory growing without bound."""
         room = self._room
         if room is None or room.done():
             loop = asyncio.get_running_loop()
             room = self._room = loop.create_future()
-            self._room_watch = loop.create_task(self._watch_log_room(room), name="jobring-runlog-room")
+            self._room_watch = loop.create_task(self._watch_room(room), name="jobring-run-room")
         await asyncio.shield(room)  # one waiter cancelled does not cancel the others' wait
 
-    async def _watch_log_room(self, room: asyncio.Future[None]) -> None:
-        half = self.runlog.max_backlog // 2
-        # The backlog shrinks in the writer thread: polled, only while /run is held back.
-        while self.runlog.behind(half):  # noqa: ASYNC110
+    async def _watch_room(self, room: asyncio.Future[None]) -> None:
+        half_log = self.runlog.max_backlog // 2
+        half_pool = self.max_waiting_runs // 2
+        # Both shrink in other threads (the writer's, the pool's): polled, only while /run is held back.
+        while self.runlog.behind(half_log) or self._pool.waiting > half_pool:  # noqa: ASYNC110
             await asyncio.sleep(_ROOM_POLL_S)
         if not room.done():  # close() answers the held runs itself
             room.set_result(None)
@@ -258,6 +270,10 @@ class JobRunner:
     def queued_count(self) -> int:
         return sum(len(w.queue) for w in self._workers.values())
 
+    def waiting_for_thread(self) -> int:
+        """Runs (and init/destroy hooks) that could start but wait for a free pool thread."""
+        return self._pool.waiting
+
     def queue_depths(self) -> dict[int, int]:
         """Runs waiting in each job's queue (jobs with none are left out)."""
         return {job_id: len(w.queue) for job_id, w in self._workers.items() if w.queue}
@@ -279,7 +295,7 @@ class JobRunner:
         """Stop accepting; report queued runs failed (``executor stopping [job not executed, ...]``);
         let running runs finish for up to ``timeout`` s, then kill them; run destroy hooks."""
         self._closing = True
-        # Runs held back by the run-log backlog are answered now (refused: the executor stops).
+        # Runs held back (run-log backlog, busy pool) are answered now (refused: the executor stops).
         if self._room is not None and not self._room.done():
             self._room.set_result(None)
         if self._room_watch is not None:
@@ -466,6 +482,9 @@ class _Worker:
     async def _execute(self, run: _Run) -> None:
         runner = self.runner
         param = run.param
+        # The runs accepted so far reach received-runs.txt before this handler starts (one
+        # write for all of them; see received.py for what that guarantees after a crash).
+        runner.received.flush()
         run.started = runner._clock()
         writer = runner.runlog.writer(param.log_date_time, param.log_id)
         # Lines of a pool thread carry that thread's name; everything else the worker's.
