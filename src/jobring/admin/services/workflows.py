@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.monitors.base import Monitor
-from jobring.admin.store.records import HandleResult
+from jobring.admin.store.records import HandleResult, LogEntry
 from jobring.admin.store.workflows import (
     NewNodeRun,
     NodeRunRecord,
@@ -37,6 +37,7 @@ from jobring.admin.store.workflows import (
     WorkflowRecord,
 )
 from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.expression import JsonValue
@@ -96,6 +97,7 @@ class WorkflowDriver(Monitor):
         interval_s: float = 2.0,
         stale_ms: int = 30_000,
         max_concurrent_fires: int = MAX_CONCURRENT_FIRES,
+        unsure: UnsureFires | None = None,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
@@ -104,6 +106,9 @@ class WorkflowDriver(Monitor):
         self._clock = clock
         self._node_id = node_id
         self._stale_ms = stale_ms
+        # Asks the executor about a taken-over attempt's job run that its dead admin recorded
+        # and perhaps never sent (and sends it then, under the same run id).
+        self._unsure = unsure
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Bounds the trigger calls only, not what follows them: a fire's result may start more
@@ -233,6 +238,12 @@ class WorkflowDriver(Monitor):
         # A result recorded before the link was (a fast executor, a failed trigger) is applied
         # here; one recorded after it reaches on_results.
         entry = await self._store.logs.get(log_id)
+        if stale and self._unsure is not None and entry is not None and _unconfirmed(entry):
+            # Taken over from an admin that died between recording the run and hearing the
+            # executor's answer: it may never have been sent. Left alone it would wait for the
+            # lost-run monitor (10 minutes); asked now, it is sent again only if no executor
+            # has it (the same run id: a jobring executor that does answers "already received").
+            self._unsure.submit([log_id])
         if entry is not None and (
             entry.handle_code != 0 or entry.trigger_code not in (0, HandleCode.SUCCESS)
         ):
@@ -409,6 +420,11 @@ def _step(graph: WorkflowGraph, state: Mapping[str, Any], event: Event) -> tuple
     if not step.applied or step.run is run or step.run is None:
         return step, None
     return step, run_to_json(step.run)
+
+
+def _unconfirmed(entry: LogEntry) -> bool:
+    """Recorded, and neither a dispatch answer nor a result written."""
+    return entry.trigger_code == 0 and entry.dispatch_time is None and entry.handle_code == 0
 
 
 def _item(item: int) -> int | None:
