@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -187,6 +188,7 @@ async def main() -> None:
     parser.add_argument("--big", type=int, default=1_000, help="nodes of the wide and deep runs")
     parser.add_argument("--gap-ms", type=int, default=20)
     parser.add_argument("--gets", type=int, default=30)
+    parser.add_argument("--admin-log", type=Path, help="copy the admin's log here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="jobring-wf-latency-") as tmp:
         workdir = Path(tmp)
@@ -199,6 +201,8 @@ async def main() -> None:
         finally:
             await kill(node)
             await executor.stop()
+            if args.admin_log is not None:
+                shutil.copy(node.log_file, args.admin_log)
             await adrop_test_database(url)
     load = os.getloadavg()
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {args.backend}, Python {platform.python_version()}, "

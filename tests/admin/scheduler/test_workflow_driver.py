@@ -240,3 +240,28 @@ async def test_a_run_a_dead_node_recorded_and_never_sent_is_sent_once_after_aski
     await survivor.on_results([(log_id, 200, "ok")])
     record = await two.env.store.workflows.get_run(run_id)
     assert record is not None and record.status == "success"
+
+
+async def test_the_results_of_a_fan_in_are_applied_as_one_step(two: Two) -> None:
+    job = await two.env.job()
+    middle = [f"m{i}" for i in range(20)]
+    workflow = await two.workflow({
+        "nodes": [{"key": k, "job_id": job.id, "params": k} for k in ["root", *middle, "sink"]],
+        "edges": [{"from": "root", "to": m} for m in middle] + [{"from": m, "to": "sink"} for m in middle]})
+    run_id, _ = await two.a.start_run(workflow, {}, None)
+    await two.finish("root")
+    assert sorted(p for p, _ in two.fired()) == sorted(["root", *middle])
+    await two.a.wait_idle()
+    before = await two.env.store.workflows.get_run(run_id)
+    assert before is not None
+    logs = [log for p, log in two.fired() if p in middle]
+    await two.callbacks.handle([HandleCallbackParam(log, T0, 200, "ok") for log in logs])
+    await two.a.on_results([(log, 200, "ok") for log in logs])
+    # One read and one write for the twenty results (each alone would be a write, and most
+    # would first lose the race to another and be read and applied again).
+    after = await two.env.store.workflows.get_run(run_id)
+    assert after is not None and after.rev - before.rev <= 2, (before.rev, after.rev)
+    assert sorted(p for p, _ in two.fired()).count("sink") == 1
+    await two.finish("sink")
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.status == "success"

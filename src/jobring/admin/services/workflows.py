@@ -56,6 +56,7 @@ from jobring.core.workflow import (
     StartJob,
     Step,
     WorkflowGraph,
+    WorkflowRun,
     apply,
     inherited_retries,
     parse_workflow,
@@ -111,6 +112,9 @@ class WorkflowDriver(Monitor):
         self._unsure = unsure
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Events waiting to be applied, per run, and the runs whose queue is being drained.
+        self._queued: dict[int, list[tuple[Event, asyncio.Future[tuple[Step, bool]]]]] = {}
+        self._draining: set[int] = set()
         # Bounds the trigger calls only, not what follows them: a fire's result may start more
         # attempts, and holding a slot while waiting for another could use them all up.
         self._firing = asyncio.Semaphore(max_concurrent_fires)
@@ -168,7 +172,46 @@ class WorkflowDriver(Monitor):
 
     async def apply(self, run_id: int, event: Event) -> Step:
         """Apply ``event`` to the stored run (compare-and-set, retried on a lost race) and carry
-        out the commands of the step stored. WorkflowRunGone when the run does not exist."""
+        out the commands of the step stored. WorkflowRunGone when the run does not exist.
+
+        Events for one run are applied one batch at a time on this admin: those that arrive
+        while a batch is being stored wait and go together into the next, read once and
+        written once (a fan-in's results, a fan-out's dispatches). Applied one by one, each
+        would read the state, lose the race to the others and read it again."""
+        waiter: asyncio.Future[tuple[Step, bool]] = asyncio.get_running_loop().create_future()
+        self._queued.setdefault(run_id, []).append((event, waiter))
+        if run_id not in self._draining:
+            self._draining.add(run_id)
+            self._spawn(self._drain(run_id))
+        step, stored = await waiter
+        if stored:
+            await self._carry_out(run_id, step.commands)
+        return step
+
+    async def _drain(self, run_id: int) -> None:
+        """Apply the run's queued events, a batch at a time, until none is left."""
+        try:
+            while queued := self._queued.pop(run_id, None):
+                try:
+                    results = await self._apply_batch(run_id, [event for event, _ in queued])
+                except BaseException as exc:
+                    for _, waiter in queued:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    for (_, waiter), result in zip(queued, results, strict=True):
+                        if not waiter.done():
+                            waiter.set_result(result)
+        finally:
+            self._draining.discard(run_id)
+            if run_id in self._queued:  # queued as this drain was ending (or failing)
+                self._draining.add(run_id)
+                self._spawn(self._drain(run_id))
+
+    async def _apply_batch(self, run_id: int, events: Sequence[Event]) -> list[tuple[Step, bool]]:
+        """Per event: its step, and whether it was stored (its commands are then due)."""
         for _ in range(_CONTENDED_TRIES):
             record = await self._store.workflows.get_run(run_id)
             if record is None or record.state is None:
@@ -176,21 +219,20 @@ class WorkflowDriver(Monitor):
             graph = await self.graph(record.workflow_id, record.version)
             # Reading, applying and writing back a large run's state takes tens of milliseconds
             # of CPU: done in a worker thread so the loop keeps serving. The compare-and-set
-            # below is unchanged: the step was computed from revision record.rev, nothing else.
-            step, state = await asyncio.to_thread(_step, graph, record.state, event)
-            if state is None or step.run is None:
-                return step
+            # below is unchanged: the steps were computed from revision record.rev, nothing else.
+            steps, run, state = await asyncio.to_thread(_steps, graph, record.state, events)
+            if state is None or run is None:
+                return [(step, False) for step, _ in steps]
             stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
-                step.run.status.value,
+                run.status.value,
                 state,
                 self._clock.now_ms(),
-                _starts(step.commands),
+                _starts([c for step, changed in steps if changed for c in step.commands]),
             )
             if stored:
-                await self._carry_out(run_id, step.commands)
-                return step
+                return steps
             self.lost_races += 1
         raise RuntimeError(f"workflow run {run_id}: {_CONTENDED_TRIES} writers in a row came first")
 
@@ -200,8 +242,8 @@ class WorkflowDriver(Monitor):
             wanted = {c.key for c in starts}
             attempts = [
                 a
-                for a in await self._store.workflows.node_runs(run_id)
-                if (a.node_key, a.attempt, a.item) in wanted and a.state == NodeRunState.PENDING
+                for a in await self._store.workflows.pending_node_runs(run_id)
+                if (a.node_key, a.attempt, a.item) in wanted
             ]
             await asyncio.gather(*(self._fire(a) for a in attempts))
         for command in commands:
@@ -338,10 +380,13 @@ class WorkflowDriver(Monitor):
     async def on_results(self, results: Sequence[tuple[int, int, str | None]]) -> None:
         """Job runs whose results were just recorded: ``(log id, handle code, handle message)``."""
         by_log = {log_id: (code, msg) for log_id, code, msg in results}
-        for attempt in await self._store.workflows.node_runs_of_logs(list(by_log)):
-            if attempt.state == NodeRunState.RUNNING and attempt.log_id is not None:
-                code, msg = by_log[attempt.log_id]
-                await self._finish(attempt, HandleCode.SUCCESS, None, code, msg)
+        finishing = [
+            self._finish(attempt, HandleCode.SUCCESS, None, *by_log[attempt.log_id])
+            for attempt in await self._store.workflows.node_runs_of_logs(list(by_log))
+            if attempt.state == NodeRunState.RUNNING and attempt.log_id is not None
+        ]
+        # Together: the results of one run are applied as one step (see apply).
+        await asyncio.gather(*finishing)
 
     def notify(self, results: Sequence[tuple[int, int, str | None]]) -> None:
         """:meth:`on_results` in the background (the callback answers without waiting for it)."""
@@ -412,14 +457,22 @@ def _first_step(graph: WorkflowGraph, event: RunStarted) -> tuple[Step, dict[str
     return step, None if step.run is None else run_to_json(step.run)
 
 
-def _step(graph: WorkflowGraph, state: Mapping[str, Any], event: Event) -> tuple[Step, dict[str, Any] | None]:
-    """``event`` applied to a stored state: the step and the new state document (None when
-    there is nothing to store)."""
+def _steps(
+    graph: WorkflowGraph, state: Mapping[str, Any], events: Sequence[Event]
+) -> tuple[list[tuple[Step, bool]], WorkflowRun | None, dict[str, Any] | None]:
+    """``events`` applied in turn to a stored state: per event its step and whether it changed
+    the run; the run after the last, and its state document (None when nothing changed)."""
     run = run_from_json(state)
-    step = apply(graph, run, event)
-    if not step.applied or step.run is run or step.run is None:
-        return step, None
-    return step, run_to_json(step.run)
+    steps = []
+    changed = False
+    for event in events:
+        step = apply(graph, run, event)
+        moved = step.applied and step.run is not None and step.run is not run
+        steps.append((step, moved))
+        if moved:
+            assert step.run is not None
+            run, changed = step.run, True
+    return steps, run, run_to_json(run) if changed else None
 
 
 def _unconfirmed(entry: LogEntry) -> bool:
