@@ -35,6 +35,7 @@ from jobring.admin.store.workflows import (
     NodeRunState,
     WorkflowGone,
     WorkflowRecord,
+    WorkflowRunRecord,
 )
 from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
 from jobring.admin.trigger.unsure import UnsureFires
@@ -78,6 +79,10 @@ durable pending attempt, so nothing is lost if the admin stops while they wait).
 _GRAPHS_KEPT = 256
 
 
+_Applied = asyncio.Future[tuple[Step, WorkflowRunRecord | None]]
+"""An event's step once applied, with the run it was stored over (None: nothing stored)."""
+
+
 class WorkflowRunGone(JobringError, LookupError):
     """The run (or its workflow version) no longer exists."""
 
@@ -113,7 +118,7 @@ class WorkflowDriver(Monitor):
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Events waiting to be applied, per run, and the runs whose queue is being drained.
-        self._queued: dict[int, list[tuple[Event, asyncio.Future[tuple[Step, bool]]]]] = {}
+        self._queued: dict[int, list[tuple[Event, _Applied]]] = {}
         self._draining: set[int] = set()
         # Bounds the trigger calls only, not what follows them: a fire's result may start more
         # attempts, and holding a slot while waiting for another could use them all up.
@@ -178,13 +183,13 @@ class WorkflowDriver(Monitor):
         while a batch is being stored wait and go together into the next, read once and
         written once (a fan-in's results, a fan-out's dispatches). Applied one by one, each
         would read the state, lose the race to the others and read it again."""
-        waiter: asyncio.Future[tuple[Step, bool]] = asyncio.get_running_loop().create_future()
+        waiter: _Applied = asyncio.get_running_loop().create_future()
         self._queued.setdefault(run_id, []).append((event, waiter))
         if run_id not in self._draining:
             self._draining.add(run_id)
             self._spawn(self._drain(run_id))
-        step, stored = await waiter
-        if stored:
+        step, stored_over = await waiter
+        if stored_over is not None:
             await self._carry_out(run_id, step.commands)
         return step
 
@@ -210,8 +215,11 @@ class WorkflowDriver(Monitor):
                 self._draining.add(run_id)
                 self._spawn(self._drain(run_id))
 
-    async def _apply_batch(self, run_id: int, events: Sequence[Event]) -> list[tuple[Step, bool]]:
-        """Per event: its step, and whether it was stored (its commands are then due)."""
+    async def _apply_batch(
+        self, run_id: int, events: Sequence[Event]
+    ) -> list[tuple[Step, WorkflowRunRecord | None]]:
+        """Per event: its step, and the run as read when the step was stored over it (None: the
+        event changed nothing, no command of it is due)."""
         for _ in range(_CONTENDED_TRIES):
             record = await self._store.workflows.get_run(run_id)
             if record is None or record.state is None:
@@ -222,7 +230,7 @@ class WorkflowDriver(Monitor):
             # below is unchanged: the steps were computed from revision record.rev, nothing else.
             steps, run, state = await asyncio.to_thread(_steps, graph, record.state, events)
             if state is None or run is None:
-                return [(step, False) for step, _ in steps]
+                return [(step, None) for step, _ in steps]
             stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
@@ -232,7 +240,7 @@ class WorkflowDriver(Monitor):
                 _starts([c for step, changed in steps if changed for c in step.commands]),
             )
             if stored:
-                return steps
+                return [(step, record if changed else None) for step, changed in steps]
             self.lost_races += 1
         raise RuntimeError(f"workflow run {run_id}: {_CONTENDED_TRIES} writers in a row came first")
 
