@@ -99,3 +99,121 @@ def test_workflow_pages_fit_desktop_and_phone_width(page: Page, stack: Stack, wi
         expect(page.locator("[aria-busy=true]")).to_have_count(0)
         overflow = page.evaluate("document.documentElement.scrollWidth")
         assert overflow <= width, f"{path} at {width} px scrolls sideways ({overflow} px)"
+
+
+# The run view's words in each language: the page title, the graph's and list's headings, a
+# node's try, and the repair.
+WORDS = {"en": {"title": "Workflow run", "graph": "Graph", "nodes": "Nodes", "try": "try 1",
+                "success": "Success", "mark": "Mark succeeded", "run": "run #", "key": "Key"},
+         "zh-CN": {"title": "工作流运行", "graph": "流程图", "nodes": "节点", "try": "第 1 次",
+                   "success": "成功", "mark": "标记为成功", "run": "运行 #", "key": "节点键"}}
+
+
+def _started(stack: Stack, workflow: int) -> int:
+    stack.wait_executor_online(stack.group_id())
+    with stack.api() as http:
+        r = http.post(f"/workflows/{workflow}/trigger", json={"params": {}})
+        r.raise_for_status()
+        return int(r.json()["workflow_run_id"])
+
+
+def _in(page: Page, stack: Stack, lang: str, path: str) -> None:
+    login(page, stack, path="/")
+    page.evaluate(f"localStorage.setItem('jobring.locale', '{lang}')")
+    page.goto(stack.url + path)
+    expect(page.locator("html")).to_have_attribute("lang", lang)
+
+
+def test_the_run_view_and_the_editor_in_chinese(page: Page, stack: Stack, errors: PageErrors) -> None:
+    words = WORDS["zh-CN"]
+    workflow = _workflow(stack, "每日报表")
+    run = _started(stack, workflow)
+    _in(page, stack, "zh-CN", f"/workflow-runs/{run}")
+    expect(page.locator("main h1")).to_contain_text(f"{words['title']} {run}")
+    state = page.get_by_test_id("wf-run-state")
+    expect(state).to_have_attribute("data-state", "failed", timeout=60_000)
+    expect(page.locator("main h2")).to_contain_text([words["graph"], words["nodes"]])
+    # A short graph sits beside the list of nodes.
+    expect(page.get_by_test_id("wf-run-layout")).not_to_have_class(re.compile(r"\bstacked\b"))
+    graph = page.get_by_test_id("wf-graph")
+    expect(graph.locator("g.wf-node[data-node='extract']")).to_have_attribute(
+        "aria-label", f"extract: {words['success']}")
+    expect(graph.locator("g.wf-node.st-failed")).to_have_count(1)
+    nodes = page.get_by_test_id("wf-node-runs")
+    extract = nodes.locator("li[data-node-run='extract']")
+    expect(extract.locator(".badge").first).to_have_text(words["success"])
+    expect(extract).to_contain_text(words["try"])
+    expect(extract.get_by_test_id("node-run-link")).to_contain_text(words["run"])
+    check = nodes.locator("li[data-node-run='check']")
+    expect(check).to_contain_text("billing database unreachable")  # the handler's message, as written
+    expect(check.get_by_test_id("node-mark")).to_have_text(words["mark"])
+    check.get_by_test_id("node-mark").click()
+    page.get_by_test_id("confirm-yes").click()
+    expect(state).to_have_attribute("data-state", "success", timeout=60_000)
+    expect(nodes.locator("li[data-node-run='report'] .badge").first).to_have_text(words["success"])
+
+    # The editor in Chinese: the graph, and a node's form with its fields named in Chinese.
+    page.goto(f"{stack.url}/workflows/{workflow}")
+    graph = page.get_by_test_id("wf-graph")
+    expect(graph.locator("g.wf-node")).to_have_count(3)
+    graph.locator("g.wf-node[data-node='check']").click()
+    fields = page.get_by_test_id("node-fields")
+    expect(fields).to_contain_text(words["key"])
+    expect(fields.locator("input").first).to_have_value("check")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_the_run_view_is_a_list_of_nodes_at_phone_width(
+    page: Page, stack: Stack, errors: PageErrors, lang: str
+) -> None:
+    words = WORDS[lang]
+    run = _started(stack, _workflow(stack, f"phone {lang}"))
+    page.set_viewport_size({"width": 390, "height": 844})
+    _in(page, stack, lang, f"/workflow-runs/{run}")
+    expect(page.get_by_test_id("wf-run-state")).to_have_attribute("data-state", "failed", timeout=60_000)
+    nodes = page.get_by_test_id("wf-node-runs")
+    expect(nodes).to_be_visible()
+    expect(page.get_by_test_id("wf-graph")).to_be_hidden()  # no picture on a phone: the list is the view
+    items = nodes.locator("li[data-node-run]")
+    expect(items).to_have_count(3)
+    expect(items.locator(".badge[data-state]")).to_have_count(3)
+    for key in ("extract", "check"):  # ran: state, try, its job run, when and how long
+        item = nodes.locator(f"li[data-node-run='{key}']")
+        expect(item).to_contain_text(words["try"])
+        expect(item.get_by_test_id("node-run-link")).to_be_visible()
+        expect(item.locator(".wf-row").nth(1).locator("span")).to_have_count(3)  # try, start, duration
+    for item in items.all():
+        box = item.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+    overflow = page.evaluate("document.documentElement.scrollWidth")
+    assert overflow <= 390, f"the run page at 390 px scrolls sideways ({overflow} px)"
+    nodes.locator("li[data-node-run='extract']").get_by_test_id("node-run-link").click()
+    expect(page).to_have_url(re.compile(r"/runs/\d+$"))
+
+
+def test_a_deep_graph_takes_the_run_pages_width_and_fits_it(
+    page: Page, stack: Stack, errors: PageErrors
+) -> None:
+    hello = _job(stack, "wf chain", "hello")
+    keys = [f"step_{i}" for i in range(7)]
+    with stack.api() as http:
+        r = http.post("/workflows", json={
+            "name": "seven deep", "job_group": stack.group_id(),
+            "nodes": [{"key": k, "job_id": hello} for k in keys],
+            "edges": [{"from": a, "to": b} for a, b in zip(keys, keys[1:], strict=False)]})
+        r.raise_for_status()
+        workflow = int(r.json()["id"])
+    run = _started(stack, workflow)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    login(page, stack, path=f"/workflow-runs/{run}")
+    expect(page.get_by_test_id("wf-run-state")).to_have_attribute("data-state", "success", timeout=60_000)
+    expect(page.get_by_test_id("wf-run-layout")).to_have_class(re.compile(r"\bstacked\b"))
+    graph = page.get_by_test_id("wf-graph")
+    expect(graph.locator("g.wf-node.st-success")).to_have_count(7)
+    # Seven layers (1,584 px at full size) drawn smaller to fit the card: no scrolling sideways.
+    sizes = page.locator(".wf-graph-wrap").evaluate("w => [w.scrollWidth, w.clientWidth]")
+    assert sizes[0] <= sizes[1], f"the graph scrolls sideways in its box: {sizes}"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1440
+    # A node is still picked on the smaller picture.
+    graph.locator("g.wf-node[data-node='step_3']").click()
+    expect(page.locator("li[data-node-run='step_3']")).to_have_class(re.compile(r"\bselected\b"))

@@ -8,18 +8,22 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.services import workflows as driver_module
 from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from jobring.admin.store import workflows as store_module
+from jobring.admin.store.records import NewLog
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowRecord
+from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.workflow import RetryFailed, RunStarted, apply, parse_workflow, run_to_json
-from jobring.protocol.models import HandleCallbackParam
+from jobring.protocol.models import HandleCallbackParam, ReturnT
 from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
 
 STALE_MS = 30_000
@@ -193,3 +197,71 @@ async def test_the_engine_step_and_the_state_encoding_run_off_the_event_loop(
     assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
     assert threads["apply"] and loop_thread not in threads["apply"]
     assert threads["encode"] and loop_thread not in threads["encode"]
+
+
+async def test_a_run_a_dead_node_recorded_and_never_sent_is_sent_once_after_asking(two: Two) -> None:
+    job = await two.env.job()
+    workflow = await two.workflow({"nodes": [{"key": "A", "job_id": job.id, "params": "A"}], "edges": []})
+    graph = await two.a.graph(workflow.id, workflow.version)
+    first = apply(graph, None, RunStarted(T0, 1))
+    assert first.run is not None
+    run_id = await two.env.store.workflows.start_run(workflow.id, 1, workflow.job_group, "running",
+                                                     run_to_json(first.run), None, T0,
+                                                     [NewNodeRun("A", -1, 1, job.id, "A", None)])
+    (attempt,) = await two.env.store.workflows.node_runs(run_id)
+    # The dead node claimed the attempt and recorded its job run, then died before /run.
+    assert await two.env.store.workflows.claim(attempt.id, "dead-node", T0)
+    (log_id,) = await two.env.store.logs.insert_fires([NewLog(
+        job_group=two.env.group_id, job_id=job.id, trigger_time=datetime.fromtimestamp(T0 / 1000, tz=UTC),
+        executor_handler="demoJobHandler", executor_param="A", trigger_type="WORKFLOW",
+        admin_node="dead-node", workflow_node_run_id=attempt.id)])
+    assert log_id is not None
+    asked: list[list[int]] = []
+
+    async def received(body: dict[str, Any]) -> ReturnT:
+        asked.append([i for i, _ in body["runs"]])
+        return ReturnT.success({"received": []})
+
+    for address in two.env.double.addresses:
+        two.env.double.answer(address, "received", received)
+    client: ExecutorClient = two.env.trigger.dispatcher._client  # noqa: SLF001 (the double's client)
+    unsure = UnsureFires(two.env.store, two.env.trigger, client)
+    survivor = WorkflowDriver(two.env.store, two.env.trigger, None, two.env.clock, node_id="node-b",
+                              stale_ms=STALE_MS, unsure=unsure)
+    two.env.clock.advance(STALE_MS + 1)
+    await survivor.tick()
+    await unsure.wait_idle()
+    assert asked and all(ids == [log_id, log_id] for ids in asked)  # every executor asked of it
+    assert two.fired() == [("A", log_id)]  # sent now, under the run id the dead node recorded
+    await asyncio.gather(survivor.tick(), two.a.tick())
+    await unsure.wait_idle()
+    assert len(two.fired()) == 1
+    await two.callbacks.handle([HandleCallbackParam(log_id, T0, 200, "ok")])
+    await survivor.on_results([(log_id, 200, "ok")])
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.status == "success"
+
+
+async def test_the_results_of_a_fan_in_are_applied_as_one_step(two: Two) -> None:
+    job = await two.env.job()
+    middle = [f"m{i}" for i in range(20)]
+    workflow = await two.workflow({
+        "nodes": [{"key": k, "job_id": job.id, "params": k} for k in ["root", *middle, "sink"]],
+        "edges": [{"from": "root", "to": m} for m in middle] + [{"from": m, "to": "sink"} for m in middle]})
+    run_id, _ = await two.a.start_run(workflow, {}, None)
+    await two.finish("root")
+    assert sorted(p for p, _ in two.fired()) == sorted(["root", *middle])
+    await two.a.wait_idle()
+    before = await two.env.store.workflows.get_run(run_id)
+    assert before is not None
+    logs = [log for p, log in two.fired() if p in middle]
+    await two.callbacks.handle([HandleCallbackParam(log, T0, 200, "ok") for log in logs])
+    await two.a.on_results([(log, 200, "ok") for log in logs])
+    # One read and one write for the twenty results (each alone would be a write, and most
+    # would first lose the race to another and be read and applied again).
+    after = await two.env.store.workflows.get_run(run_id)
+    assert after is not None and after.rev - before.rev <= 2, (before.rev, after.rev)
+    assert sorted(p for p, _ in two.fired()).count("sink") == 1
+    await two.finish("sink")
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.status == "success"

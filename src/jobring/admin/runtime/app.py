@@ -176,7 +176,7 @@ async def start_runtime(
     callbacks = CallbackService(store, trigger, clock, alarms=alarms,
                                 fail_monitor=monitors.find("fail-monitor"),
                                 child_fire_budget=settings.child_fire_budget)
-    workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id)
+    workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id, unsure=leases.unsure)
     monitors.add(workflows)
     monitors.add(WorkflowScheduler(store, workflows, clock, default_zone=state.default_timezone))
     backfills = BackfillRunner(store, trigger, clock)

@@ -29,15 +29,17 @@ from sqlalchemy.exc import IntegrityError
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.monitors.base import Monitor
 from jobring.admin.services.subworkflows import Children
-from jobring.admin.store.records import HandleResult
+from jobring.admin.store.records import HandleResult, LogEntry
 from jobring.admin.store.workflows import (
     NewNodeRun,
     NodeRunRecord,
     NodeRunState,
     WorkflowGone,
     WorkflowRecord,
+    WorkflowRunRecord,
 )
 from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.expression import JsonValue
@@ -58,6 +60,7 @@ from jobring.core.workflow import (
     Step,
     StopSubworkflow,
     WorkflowGraph,
+    WorkflowRun,
     apply,
     inherited_retries,
     parse_workflow,
@@ -77,6 +80,10 @@ MAX_CONCURRENT_FIRES = 50
 """Job starts one driver has in flight at once; the rest wait their turn (each is already a
 durable pending attempt, so nothing is lost if the admin stops while they wait)."""
 _GRAPHS_KEPT = 256
+
+
+_Applied = asyncio.Future[tuple[Step, WorkflowRunRecord | None]]
+"""An event's step once applied, with the run it was stored over (None: nothing stored)."""
 
 
 class WorkflowRunGone(JobringError, LookupError):
@@ -99,6 +106,7 @@ class WorkflowDriver(Monitor):
         interval_s: float = 2.0,
         stale_ms: int = 30_000,
         max_concurrent_fires: int = MAX_CONCURRENT_FIRES,
+        unsure: UnsureFires | None = None,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
@@ -107,8 +115,14 @@ class WorkflowDriver(Monitor):
         self._clock = clock
         self._node_id = node_id
         self._stale_ms = stale_ms
+        # Asks the executor about a taken-over attempt's job run that its dead admin recorded
+        # and perhaps never sent (and sends it then, under the same run id).
+        self._unsure = unsure
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Events waiting to be applied, per run, and the runs whose queue is being drained.
+        self._queued: dict[int, list[tuple[Event, _Applied]]] = {}
+        self._draining: set[int] = set()
         # Bounds the trigger calls only, not what follows them: a fire's result may start more
         # attempts, and holding a slot while waiting for another could use them all up.
         self._firing = asyncio.Semaphore(max_concurrent_fires)
@@ -176,7 +190,49 @@ class WorkflowDriver(Monitor):
 
     async def apply(self, run_id: int, event: Event) -> Step:
         """Apply ``event`` to the stored run (compare-and-set, retried on a lost race) and carry
-        out the commands of the step stored. WorkflowRunGone when the run does not exist."""
+        out the commands of the step stored. WorkflowRunGone when the run does not exist.
+
+        Events for one run are applied one batch at a time on this admin: those that arrive
+        while a batch is being stored wait and go together into the next, read once and
+        written once (a fan-in's results, a fan-out's dispatches). Applied one by one, each
+        would read the state, lose the race to the others and read it again."""
+        waiter: _Applied = asyncio.get_running_loop().create_future()
+        self._queued.setdefault(run_id, []).append((event, waiter))
+        if run_id not in self._draining:
+            self._draining.add(run_id)
+            self._spawn(self._drain(run_id))
+        step, stored_over = await waiter
+        if stored_over is not None:
+            await self._carry_out(run_id, step.commands, stored_over.parent_node_run_id)
+        return step
+
+    async def _drain(self, run_id: int) -> None:
+        """Apply the run's queued events, a batch at a time, until none is left."""
+        try:
+            while queued := self._queued.pop(run_id, None):
+                try:
+                    results = await self._apply_batch(run_id, [event for event, _ in queued])
+                except BaseException as exc:
+                    for _, waiter in queued:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    for (_, waiter), result in zip(queued, results, strict=True):
+                        if not waiter.done():
+                            waiter.set_result(result)
+        finally:
+            self._draining.discard(run_id)
+            if run_id in self._queued:  # queued as this drain was ending (or failing)
+                self._draining.add(run_id)
+                self._spawn(self._drain(run_id))
+
+    async def _apply_batch(
+        self, run_id: int, events: Sequence[Event]
+    ) -> list[tuple[Step, WorkflowRunRecord | None]]:
+        """Per event: its step, and the run as read when the step was stored over it (None: the
+        event changed nothing, no command of it is due)."""
         for _ in range(_CONTENDED_TRIES):
             record = await self._store.workflows.get_run(run_id)
             if record is None or record.state is None:
@@ -184,21 +240,20 @@ class WorkflowDriver(Monitor):
             graph = await self.graph(record.workflow_id, record.version)
             # Reading, applying and writing back a large run's state takes tens of milliseconds
             # of CPU: done in a worker thread so the loop keeps serving. The compare-and-set
-            # below is unchanged: the step was computed from revision record.rev, nothing else.
-            step, state = await asyncio.to_thread(_step, graph, record.state, event)
-            if state is None or step.run is None:
-                return step
+            # below is unchanged: the steps were computed from revision record.rev, nothing else.
+            steps, run, state = await asyncio.to_thread(_steps, graph, record.state, events)
+            if state is None or run is None:
+                return [(step, None) for step, _ in steps]
             stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
-                step.run.status.value,
+                run.status.value,
                 state,
                 self._clock.now_ms(),
-                _starts(step.commands),
+                _starts([c for step, changed in steps if changed for c in step.commands]),
             )
             if stored:
-                await self._carry_out(run_id, step.commands, record.parent_node_run_id)
-                return step
+                return [(step, record if changed else None) for step, changed in steps]
             self.lost_races += 1
         raise RuntimeError(f"workflow run {run_id}: {_CONTENDED_TRIES} writers in a row came first")
 
@@ -210,8 +265,8 @@ class WorkflowDriver(Monitor):
             wanted = {c.key for c in starts}
             attempts = [
                 a
-                for a in await self._store.workflows.node_runs(run_id)
-                if (a.node_key, a.attempt, a.item) in wanted and a.state == NodeRunState.PENDING
+                for a in await self._store.workflows.pending_node_runs(run_id)
+                if (a.node_key, a.attempt, a.item) in wanted
             ]
             await asyncio.gather(*(self._fire(a) for a in attempts))
         for command in commands:
@@ -255,6 +310,12 @@ class WorkflowDriver(Monitor):
         # A result recorded before the link was (a fast executor, a failed trigger) is applied
         # here; one recorded after it reaches on_results.
         entry = await self._store.logs.get(log_id)
+        if stale and self._unsure is not None and entry is not None and _unconfirmed(entry):
+            # Taken over from an admin that died between recording the run and hearing the
+            # executor's answer: it may never have been sent. Left alone it would wait for the
+            # lost-run monitor (10 minutes); asked now, it is sent again only if no executor
+            # has it (the same run id: a jobring executor that does answers "already received").
+            self._unsure.submit([log_id])
         if entry is not None and (
             entry.handle_code != 0 or entry.trigger_code not in (0, HandleCode.SUCCESS)
         ):
@@ -349,10 +410,13 @@ class WorkflowDriver(Monitor):
     async def on_results(self, results: Sequence[tuple[int, int, str | None]]) -> None:
         """Job runs whose results were just recorded: ``(log id, handle code, handle message)``."""
         by_log = {log_id: (code, msg) for log_id, code, msg in results}
-        for attempt in await self._store.workflows.node_runs_of_logs(list(by_log)):
-            if attempt.state == NodeRunState.RUNNING and attempt.log_id is not None:
-                code, msg = by_log[attempt.log_id]
-                await self._finish(attempt, HandleCode.SUCCESS, None, code, msg)
+        finishing = [
+            self._finish(attempt, HandleCode.SUCCESS, None, *by_log[attempt.log_id])
+            for attempt in await self._store.workflows.node_runs_of_logs(list(by_log))
+            if attempt.state == NodeRunState.RUNNING and attempt.log_id is not None
+        ]
+        # Together: the results of one run are applied as one step (see apply).
+        await asyncio.gather(*finishing)
 
     def notify(self, results: Sequence[tuple[int, int, str | None]]) -> None:
         """:meth:`on_results` in the background (the callback answers without waiting for it)."""
@@ -424,14 +488,27 @@ def _first_step(graph: WorkflowGraph, event: RunStarted) -> tuple[Step, dict[str
     return step, None if step.run is None else run_to_json(step.run)
 
 
-def _step(graph: WorkflowGraph, state: Mapping[str, Any], event: Event) -> tuple[Step, dict[str, Any] | None]:
-    """``event`` applied to a stored state: the step and the new state document (None when
-    there is nothing to store)."""
+def _steps(
+    graph: WorkflowGraph, state: Mapping[str, Any], events: Sequence[Event]
+) -> tuple[list[tuple[Step, bool]], WorkflowRun | None, dict[str, Any] | None]:
+    """``events`` applied in turn to a stored state: per event its step and whether it changed
+    the run; the run after the last, and its state document (None when nothing changed)."""
     run = run_from_json(state)
-    step = apply(graph, run, event)
-    if not step.applied or step.run is run or step.run is None:
-        return step, None
-    return step, run_to_json(step.run)
+    steps = []
+    changed = False
+    for event in events:
+        step = apply(graph, run, event)
+        moved = step.applied and step.run is not None and step.run is not run
+        steps.append((step, moved))
+        if moved:
+            assert step.run is not None
+            run, changed = step.run, True
+    return steps, run, run_to_json(run) if changed else None
+
+
+def _unconfirmed(entry: LogEntry) -> bool:
+    """Recorded, and neither a dispatch answer nor a result written."""
+    return entry.trigger_code == 0 and entry.dispatch_time is None and entry.handle_code == 0
 
 
 def _item(item: int) -> int | None:

@@ -494,6 +494,20 @@ class WorkflowRepository(Repository):
         async with self._db.read() as conn:
             return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
 
+    async def pending_node_runs(self, run_id: int) -> builtins.list[NodeRunRecord]:
+        """The run's attempts stored and not yet claimed (read after each step, so it does not
+        read every attempt of a large run)."""
+        stmt = (
+            select(workflow_node_run)
+            .where(
+                workflow_node_run.c.workflow_run_id == run_id,
+                workflow_node_run.c.state == NodeRunState.PENDING,
+            )
+            .order_by(workflow_node_run.c.id)
+        )
+        async with self._db.read() as conn:
+            return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
+
     async def node_run(self, node_run_id: int) -> NodeRunRecord | None:
         async with self._db.read() as conn:
             row = (

@@ -206,8 +206,10 @@ class UnsureFires:
 
 
 def _plan(row: LogEntry, job: JobInfo | None) -> FirePlan | None:
-    """The fire to send again for ``row`` (None: not resolvable, left to the lost-run rules)."""
-    if job is None or row.planned_time is None:
+    """The fire to send again for ``row`` (None: not resolvable, left to the lost-run rules):
+    a scheduled fire, or a workflow node's run (the workflow driver asks about the runs of
+    attempts it takes over from a dead admin)."""
+    if job is None or (row.planned_time is None and row.trigger_type != TriggerType.WORKFLOW.value):
         return None
     strategy = parse_strategy(job.executor_route_strategy)
     if strategy is RouteStrategy.SHARDING_BROADCAST or row.executor_sharding_param:

@@ -1,0 +1,238 @@
+"""Workflow latency through a real admin process: how soon a node starts after its last
+parent's callback, and how fast a 1,000-node run's page answers.
+
+    .venv/bin/python bench/workflow_latency.py --backend sqlite
+    .venv/bin/python bench/workflow_latency.py --backend postgresql
+
+One ``jobring admin`` process on a fresh database; this script is the executor (it answers
+``/run`` at once and records when each arrives) and posts each node's success callback itself,
+as an executor would:
+
+* node start: chains of ``--chain`` nodes, ``--runs`` runs. For each node the script waits
+  ``--gap-ms`` after its ``/run`` arrived (a job runs for a while), posts its callback, and
+  times until the next node's ``/run`` reaches the executor (callback arrival at the admin ->
+  the child's ``/run`` at the executor, both on loopback). Also the same over one 1,000-node
+  chain (the largest run state a chain has) and the sink of a wide run (the callback of the
+  last of its 998 parents).
+* run page: ``GET /api/v1/workflow-runs/{id}`` of the finished 1,000-node runs, wide (one
+  root, 998 in parallel, a sink) and deep (a chain), timed through the Python client (its JSON
+  decoding included), ``--gets`` times each.
+
+To measure another checkout, put its ``src`` first: ``PYTHONPATH=/path/to/checkout/src``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from jobring.client import AsyncAdminClient
+
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # tests: databases, admin processes
+from tests.dbs import acreate_test_database, adrop_test_database  # noqa: E402
+from tests.e2e.admin_nodes import (  # noqa: E402
+    ADMIN_PASSWORD,
+    TOKEN,
+    RecordingExecutor,
+    kill,
+    now_ms,
+    start_admin,
+)
+
+CALLBACK = "/xxl-job-admin/api/callback"
+
+
+class TimedExecutor(RecordingExecutor):
+    """Records each ``/run``'s node key (its params), run id and arrival (perf_counter ns)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived: dict[str, tuple[int, int]] = {}
+        self._waiters: dict[str, asyncio.Future[tuple[int, int]]] = {}
+
+    def record(self, path: bytes, body: bytes) -> bytes:
+        at = time.perf_counter_ns()
+        answer = super().record(path, body)
+        if path.rstrip(b"/").endswith(b"/run"):
+            param = orjson.loads(body)
+            key = str(param.get("executorParams") or "")
+            self.arrived[key] = (int(param["logId"]), at)
+            waiter = self._waiters.pop(key, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(self.arrived[key])
+        return answer
+
+    async def wait(self, key: str, limit_s: float = 60.0) -> tuple[int, int]:
+        if key in self.arrived:
+            return self.arrived[key]
+        waiter = self._waiters.setdefault(key, asyncio.get_running_loop().create_future())
+        return await asyncio.wait_for(waiter, limit_s)
+
+    def reset(self) -> None:
+        self.arrived.clear()
+
+
+async def post_results(http: httpx.AsyncClient, log_ids: list[int]) -> None:
+    body = [{"logId": i, "logDateTim": now_ms(), "handleCode": 200, "handleMsg": None} for i in log_ids]
+    r = await http.post(CALLBACK, headers={"XXL-JOB-ACCESS-TOKEN": TOKEN}, content=orjson.dumps(body))
+    assert r.status_code == 200 and r.json()["code"] == 200, r.text
+
+
+def chain(name: str, group: int, job_id: int, size: int) -> dict[str, Any]:
+    keys = [f"{name}-{i}" for i in range(size)]
+    return {"name": name, "job_group": group,
+            "nodes": [{"key": k, "job_id": job_id, "params": k} for k in keys],
+            "edges": [{"from": a, "to": b} for a, b in zip(keys, keys[1:], strict=False)]}
+
+
+def wide(name: str, group: int, job_id: int, size: int) -> dict[str, Any]:
+    keys = [f"{name}-{i}" for i in range(size)]
+    middle = keys[1:-1]
+    return {"name": name, "job_group": group,
+            "nodes": [{"key": k, "job_id": job_id, "params": k} for k in keys],
+            "edges": [{"from": keys[0], "to": k} for k in middle]
+            + [{"from": k, "to": keys[-1]} for k in middle]}
+
+
+class Bench:
+    def __init__(self, admin: AsyncAdminClient, http: httpx.AsyncClient, executor: TimedExecutor,
+                 group: int, job_id: int, gap_ms: int) -> None:
+        self.admin, self.http, self.executor = admin, http, executor
+        self.group, self.job_id, self.gap_s = group, job_id, gap_ms / 1000
+
+    async def ended(self, run_id: int) -> dict[str, Any]:
+        for _ in range(600):
+            run = await self.admin.workflows.run(run_id)
+            if run["state"] != "running":
+                return run
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"run {run_id} did not end")
+
+    async def run_chain(self, doc: dict[str, Any]) -> tuple[int, list[float]]:
+        """Trigger a chain and walk it; (run id, ms from each callback to the next /run)."""
+        keys = [n["key"] for n in doc["nodes"]]
+        workflow = await self.admin.workflows.create(doc)
+        run_id = int((await self.admin.workflows.trigger(workflow["id"]))["workflow_run_id"])
+        samples = []
+        log_id, _ = await self.executor.wait(keys[0])
+        for key in keys[1:]:
+            await asyncio.sleep(self.gap_s)
+            sent = time.perf_counter_ns()
+            await post_results(self.http, [log_id])
+            log_id, arrived = await self.executor.wait(key)
+            samples.append((arrived - sent) / 1e6)
+        await asyncio.sleep(self.gap_s)
+        await post_results(self.http, [log_id])
+        assert (await self.ended(run_id))["state"] == "success"
+        return run_id, samples
+
+    async def run_wide(self, doc: dict[str, Any]) -> tuple[int, float]:
+        """Trigger a wide run, finish its middle in batches of 50; ms from the last parent's
+        callback to the sink's /run."""
+        keys = [n["key"] for n in doc["nodes"]]
+        workflow = await self.admin.workflows.create(doc)
+        run_id = int((await self.admin.workflows.trigger(workflow["id"]))["workflow_run_id"])
+        root, _ = await self.executor.wait(keys[0])
+        await post_results(self.http, [root])
+        middle = [(await self.executor.wait(k))[0] for k in keys[1:-1]]
+        await asyncio.sleep(0.5)  # let the admin link the fires before the results come
+        for start in range(0, len(middle) - 1, 50):
+            await post_results(self.http, middle[start:min(start + 50, len(middle) - 1)])
+        await asyncio.sleep(2.0)  # every earlier result applied: the next is the last parent's
+        sent = time.perf_counter_ns()
+        await post_results(self.http, middle[-1:])
+        sink, arrived = await self.executor.wait(keys[-1])
+        await post_results(self.http, [sink])
+        assert (await self.ended(run_id))["state"] == "success"
+        return run_id, (arrived - sent) / 1e6
+
+    async def page(self, run_id: int, gets: int) -> tuple[list[float], int]:
+        samples = []
+        size = 0
+        for _ in range(gets):
+            start = time.perf_counter_ns()
+            run = await self.admin.workflows.run(run_id)
+            samples.append((time.perf_counter_ns() - start) / 1e6)
+            size = len(run["nodes"])
+        return samples, size
+
+
+def p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def row(name: str, samples: list[float]) -> str:
+    return (f"| {name} | {len(samples)} | {statistics.median(samples):.1f} | {p99(samples):.1f} | "
+            f"{max(samples):.1f} |")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgresql", "mariadb"])
+    parser.add_argument("--chain", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--big", type=int, default=1_000, help="nodes of the wide and deep runs")
+    parser.add_argument("--gap-ms", type=int, default=20)
+    parser.add_argument("--gets", type=int, default=30)
+    parser.add_argument("--admin-log", type=Path, help="copy the admin's log here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="jobring-wf-latency-") as tmp:
+        workdir = Path(tmp)
+        url = await acreate_test_database(args.backend, workdir)
+        executor = TimedExecutor()
+        await executor.start()
+        node = await start_admin(url, "bench", workdir)
+        try:
+            lines = await measure(args, node.base_url, executor)
+        finally:
+            await kill(node)
+            await executor.stop()
+            if args.admin_log is not None:
+                shutil.copy(node.log_file, args.admin_log)
+            await adrop_test_database(url)
+    load = os.getloadavg()
+    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {args.backend}, Python {platform.python_version()}, "
+          f"{os.cpu_count()} cores, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    print("\n".join(lines))
+
+
+async def measure(args: argparse.Namespace, base_url: str, executor: TimedExecutor) -> list[str]:
+    async with AsyncAdminClient(base_url) as admin, httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+        await admin.login("admin", ADMIN_PASSWORD)
+        group = int((await admin.groups.create("wf-latency", "bench", [executor.address]))["id"])
+        job = await admin.jobs.create({"job_group": group, "job_desc": "node", "executor_handler": "node"})
+        bench = Bench(admin, http, executor, group, int(job["id"]), args.gap_ms)
+        starts: list[float] = []
+        for i in range(args.runs):
+            starts += (await bench.run_chain(chain(f"c{i}", group, bench.job_id, args.chain)))[1]
+        deep_id, deep_starts = await bench.run_chain(chain("deep", group, bench.job_id, args.big))
+        wide_id, sink_ms = await bench.run_wide(wide("wide", group, bench.job_id, args.big))
+        deep_page, deep_nodes = await bench.page(deep_id, args.gets)
+        wide_page, wide_nodes = await bench.page(wide_id, args.gets)
+    return [
+        "| what | samples | median ms | p99 ms | max ms |",
+        "|---|---:|---:|---:|---:|",
+        row(f"node start after its parent's callback ({args.chain}-node chains)", starts),
+        row(f"node start after its parent's callback ({args.big}-node chain)", deep_starts),
+        row(f"sink start after its last parent's callback (wide, {args.big - 2} parents)", [sink_ms]),
+        row(f"GET /workflow-runs/{{id}}, deep ({deep_nodes} nodes, finished)", deep_page),
+        row(f"GET /workflow-runs/{{id}}, wide ({wide_nodes} nodes, finished)", wide_page),
+    ]
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,147 @@
+"""A workflow survives the death of the admin driving it: two admin processes on one database
+(SQLite and PostgreSQL), a real jobring executor that calls back the first admin while it
+lives, a 50-node graph (chains with a fan-in on every layer) of short jobs. The admin that
+triggered the run and receives its callbacks is SIGKILLed mid-run; the survivor finishes
+the run, and the executor's own record shows every node ran exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobring.client import AsyncAdminClient
+from tests.e2e.admin_nodes import ADMIN_PASSWORD, TOKEN, AdminNode, free_port, kill, start_admin
+from tests.e2e.databases import server_database
+from tests.e2e.sqlite_kit import database  # noqa: F401  (a fixture)
+from tests.e2e.waiting import eventually
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+APP = "chaos-flow"
+LAYERS, WIDTH = 8, 6  # a root, 8 layers of 6, an end: 50 nodes
+# Each run appends "<node key> <run id>" to done.log when it ends.
+EXECUTOR_CODE = '''
+import time
+from pathlib import Path
+
+from jobring import Executor, JobContext
+
+executor = Executor(app_name="{app}")
+
+
+@executor.job("node")
+def node(ctx: JobContext) -> None:
+    time.sleep(0.15)
+    with Path("done.log").open("a", encoding="utf-8") as out:
+        out.write(f"{{ctx.params}} {{ctx.log_id}}\\n")
+'''
+
+
+def graph(job_id: int, group: int) -> dict[str, Any]:
+    """Chains L<i>_<j> -> L<i+1>_<j>, and L<i+1>_0 joining the whole layer i."""
+    keys = ["start"] + [f"L{i}_{j}" for i in range(LAYERS) for j in range(WIDTH)] + ["end"]
+    edges = [{"from": "start", "to": f"L0_{j}"} for j in range(WIDTH)]
+    for i in range(1, LAYERS):
+        edges += [{"from": f"L{i - 1}_{j}", "to": f"L{i}_{j}"} for j in range(WIDTH)]
+        edges += [{"from": f"L{i - 1}_{j}", "to": f"L{i}_0"} for j in range(1, WIDTH)]
+    edges += [{"from": f"L{LAYERS - 1}_{j}", "to": "end"} for j in range(WIDTH)]
+    nodes = [{"key": k, "job_id": job_id, "params": k} for k in keys]
+    return {"name": "chaos", "job_group": group, "nodes": nodes, "edges": edges}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'chaos.db'}"
+        return
+    async for url in server_database(request.param, tmp_path):
+        yield url
+
+
+def _write_executor(home: Path) -> None:
+    home.mkdir()
+    (home / "chaos_jobs.py").write_text(EXECUTOR_CODE.format(app=APP), encoding="utf-8")
+
+
+async def _start_executor(home: Path, admins: list[AdminNode]) -> asyncio.subprocess.Process:
+    _write_executor(home)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
+    where = [arg for a in admins for arg in ("--admin", a.base_url + "/xxl-job-admin/")]
+    with (home / "executor.log").open("wb") as log:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jobring.cli", "executor", "chaos_jobs:executor", *where,
+            "--token", TOKEN, "--host", "127.0.0.1", "--port", str(port),
+            "--address", f"http://127.0.0.1:{port}/", "--log-path", str(home / "logs"),
+            cwd=home, env=env, stdout=log, stderr=log,
+        )
+
+
+def _done(home: Path) -> list[tuple[str, int]]:
+    path = home / "done.log"
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [(key, int(run)) for key, run in (line.split() for line in lines if line.count(" ") == 1)]
+
+
+@pytest.mark.parametrize("kill_after", [12, 30])
+async def test_the_run_completes_each_node_once_when_its_admin_is_killed(
+    database_url: str, tmp_path: Path, kill_after: int
+) -> None:
+    driver = await start_admin(database_url, "driver", tmp_path)
+    survivor: AdminNode | None = None
+    executor: asyncio.subprocess.Process | None = None
+    home = tmp_path / "executor"
+    try:
+        survivor = await start_admin(database_url, "survivor", tmp_path)
+        async with AsyncAdminClient(driver.base_url) as admin, AsyncAdminClient(survivor.base_url) as other:
+            await admin.login("admin", ADMIN_PASSWORD)
+            await other.login("admin", ADMIN_PASSWORD)
+            group = (await admin.groups.create(APP, "Chaos"))["id"]
+            executor = await _start_executor(home, [driver, survivor])
+
+            async def online() -> bool | None:
+                return True if (await admin.groups.get(group))["online"] else None
+
+            await eventually("the executor online", online)
+            job = await admin.jobs.create({"job_group": group, "job_desc": "node",
+                                           "executor_handler": "node"})
+            created = await admin.workflows.create(graph(int(job["id"]), group))
+            run_id = (await admin.workflows.trigger(created["id"]))["workflow_run_id"]
+
+            async def far_enough() -> bool | None:
+                return True if len(_done(home)) >= kill_after else None
+
+            await eventually(f"{kill_after} nodes run", far_enough)
+            await kill(driver)  # SIGKILL: mid-run, whatever it was doing
+
+            async def ended() -> dict[str, Any] | None:
+                run = await other.workflows.run(run_id)
+                return run if run["state"] != "running" else None
+
+            # A node the killed admin had claimed and not reported fired is taken over 30 s
+            # after its claim; the rest within the sweep's seconds.
+            run = await eventually("the run to end on the survivor", ended, limit_s=120)
+            assert run["state"] == "success", run
+            assert {(n["state"], n["attempt"]) for n in run["nodes"]} == {("success", 1)}, run["nodes"]
+            ran = _done(home)
+            counts = Counter(key for key, _ in ran)
+            assert {k for k, c in counts.items() if c != 1} == set(), sorted(ran)
+            assert set(counts) == {n["key"] for n in run["nodes"]} and len(counts) == 50
+            # What the executor ran is what the run records, node by node.
+            assert dict(ran) == {n["key"]: n["run_id"] for n in run["nodes"]}
+    finally:
+        if executor is not None and executor.returncode is None:
+            executor.kill()
+            await executor.wait()
+        await kill(driver)
+        if survivor is not None:
+            await kill(survivor)
