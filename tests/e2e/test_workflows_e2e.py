@@ -1,7 +1,7 @@
 """Workflows with a real admin process and a real jobring executor process: a diamond
 A -> (B, C) -> D with the all-success join runs each node once, in order; a node failing under
 the stop rule fails the run, and retry-from-failed completes it without re-running what had
-succeeded."""
+succeeded; a handler's ctx.workflow.set reaches the next node's params and ctx.workflow.get."""
 
 from __future__ import annotations
 
@@ -54,6 +54,17 @@ def flaky(ctx: JobContext) -> None:
         ctx.fail("flaky: not yet")
         return
     _note(f"{{ctx.params}} end")
+
+
+@executor.job("produce")
+def produce(ctx: JobContext) -> None:
+    assert ctx.workflow is not None
+    ctx.workflow.set("rows", 1234)
+
+
+@executor.job("consume")
+def consume(ctx: JobContext) -> None:
+    _note(f"consume params={{ctx.params}} rows={{ctx.workflow.get('rows')!r}}")
 '''
 
 
@@ -128,7 +139,7 @@ async def test_a_diamond_runs_each_node_once_in_order(flow: Flow) -> None:
                                                  "nodes": nodes, "edges": edges})
     started = await flow.admin.workflows.trigger(created["id"])
     run = await flow.ended(started["workflow_run_id"])
-    assert run["state"] == "success", run
+    assert run["state"] == "success", run["nodes"]
     assert [(n["key"], n["state"], n["attempt"]) for n in run["nodes"]] == [(k, "success", 1) for k in "ABCD"]
     order = flow.order()
     assert sorted(order) == sorted(f"{k} {e}" for k in "ABCD" for e in ("start", "end")), order  # once each
@@ -161,7 +172,7 @@ async def test_a_failed_node_stops_the_run_and_retry_from_failed_completes_it(fl
     retried = await flow.admin.workflows.retry(run["id"], round=run["round"])
     assert retried["state"] == "running"
     run = await flow.ended(run["id"])
-    assert run["state"] == "success", run
+    assert run["state"] == "success", run["nodes"]
     attempts = {n["key"]: n["attempt"] for n in run["nodes"]}
     assert attempts["A"] == 1 and attempts["F"] == 2 and attempts["D"] == 1
     order = flow.order()
@@ -169,3 +180,15 @@ async def test_a_failed_node_stops_the_run_and_retry_from_failed_completes_it(fl
     # The same repair again is refused: the round moved on.
     with pytest.raises(Exception, match="409|round|success"):
         await flow.admin.workflows.retry(run["id"], round=0)
+
+
+async def test_a_handler_passes_data_to_the_next_node_through_the_context(flow: Flow) -> None:
+    produce, consume = await flow.job("produce"), await flow.job("consume")
+    nodes = [{"key": "A", "job_id": produce}, {"key": "B", "job_id": consume, "params": "n={{ rows }}"}]
+    created = await flow.admin.workflows.create({"name": "data", "job_group": flow.group, "nodes": nodes,
+                                                 "edges": [{"from": "A", "to": "B"}]})
+    started = await flow.admin.workflows.trigger(created["id"], params={"day": "20261201"})
+    run = await flow.ended(started["workflow_run_id"])
+    assert run["state"] == "success", run["nodes"]
+    assert run["context"] == {"day": "20261201", "rows": 1234}
+    assert flow.order() == ["consume params=n=1234 rows=1234"]

@@ -20,12 +20,13 @@ import logging
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from jobring.errors import JobringError
+from jobring.executor.workflow_context import WorkflowContext
 
 __all__ = [
     "JobCancelled",
@@ -122,6 +123,7 @@ class JobContext:
         "shard_total",
         "logical_time_ms",
         "data_interval_start_ms",
+        "workflow",
         "_sink",
         "_format",
         "_thread_label",
@@ -146,8 +148,13 @@ class JobContext:
         thread_label: str | None = None,
         logical_time_ms: int | None = None,
         data_interval_start_ms: int | None = None,
+        workflow_context: Mapping[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
+        # A workflow node's run: its workflow run's context (get/set); None for any other run
+        # (and under an XXL-JOB admin, which sends none).
+        self.workflow: WorkflowContext | None = (
+            None if workflow_context is None else WorkflowContext(workflow_context))
         self.logical_time_ms = logical_time_ms
         self.data_interval_start_ms = data_interval_start_ms
         self.params = params

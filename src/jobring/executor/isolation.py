@@ -34,6 +34,7 @@ from typing import Any
 from jobring.executor.context import JobContext, JobHandler, RunLogHandler, exception_summary
 from jobring.executor.runlog import format_line
 from jobring.executor.subproc import run_streaming
+from jobring.executor.workflow_context import ContextError
 
 __all__ = ["run_in_process", "function_reference", "child_main"]
 
@@ -79,6 +80,7 @@ async def run_in_process(
             "shard_total": ctx.shard_total,
             "logical_time_ms": ctx.logical_time_ms,
             "data_interval_start_ms": ctx.data_interval_start_ms,
+            "workflow_context": None if ctx.workflow is None else dict(ctx.workflow.items()),
         },
     }
     # -c rather than -m: running a module of an imported package as __main__ warns on stderr.
@@ -101,6 +103,13 @@ async def run_in_process(
     if not isinstance(result, dict) or not isinstance(result.get("code"), int):
         return 500, f"isolated process exited with code {code} without a result"
     msg = result.get("msg")
+    added = result.get("workflow")
+    if ctx.workflow is not None and isinstance(added, dict):
+        try:
+            for key, value in added.items():  # checked again here: the child is not trusted
+                ctx.workflow.set(key, value)
+        except ContextError as exc:
+            return 500, str(exc)
     return int(result["code"]), msg if isinstance(msg, str) else None
 
 
@@ -150,6 +159,8 @@ def child_main() -> int:
         func(ctx) if request["wants_context"] else func()
         fail = ctx.fail_message
         result: dict[str, Any] = {"code": 200} if fail is None else {"code": 500, "msg": fail}
+        if ctx.workflow is not None and fail is None:
+            result["workflow"] = ctx.workflow.additions()
     except BaseException as exc:  # the child reports everything, including SystemExit
         # The traceback goes to the run log (stderr), its last line is the run's message.
         sys.stderr.write("".join(traceback.format_exception(exc)))

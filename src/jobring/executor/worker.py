@@ -320,6 +320,9 @@ class JobRunner:
         if run.reported:
             return
         run.reported = True
+        # A workflow node's additions go back only with a success (``set`` kept them in the cap).
+        workflow = None if run.ctx is None else run.ctx.workflow
+        added = workflow.additions() or None if workflow is not None and code == SUCCESS_CODE else None
         if msg is not None and len(msg) > self.max_handle_msg:
             msg = self._cap(msg)
         run.code, run.msg = code, msg
@@ -328,7 +331,7 @@ class JobRunner:
         if run.started is not None:
             self.durations_ms.observe((self._clock() - run.started) * 1000)
         try:
-            self._report(HandleCallbackParam(run.param.log_id, run.param.log_date_time, code, msg))
+            self._report(HandleCallbackParam(run.param.log_id, run.param.log_date_time, code, msg, added))
         except Exception:
             log.exception("reporting the result of log %s failed", run.param.log_id)
 
@@ -502,6 +505,7 @@ class _Worker:
             thread_label=None if threaded else self.label,
             logical_time_ms=param.logical_time,
             data_interval_start_ms=param.data_interval_start,
+            workflow_context=param.workflow_context,
         )
         run.ctx = ctx
         if runner.distributed is not None and isinstance(unit, JobHandler) and unit.isolation == "thread":

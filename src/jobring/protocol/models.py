@@ -32,6 +32,10 @@ def msg_uri_not_found(uri: str) -> str:
     return f"invalid request, uri-mapping({uri}) not found."
 
 
+# jobring extension field (in /run bodies and callback items) carrying a workflow's context.
+WORKFLOW_CONTEXT_FIELD = "workflowContext"
+
+
 class ProtocolError(JobringError, ValueError):
     """A request body that does not decode to the expected wire model."""
 
@@ -64,6 +68,13 @@ def _long(data: dict[str, Any], key: str, default: int = 0) -> int:
 
 def _optional_long(data: dict[str, Any], key: str) -> int | None:
     return None if data.get(key) is None else _int(data, key, 0, INT64)
+
+
+def _optional_object(data: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = data.get(key)
+    if value is None or isinstance(value, dict):
+        return value
+    raise ProtocolError(f"{key} must be a JSON object")
 
 
 def in_int32(value: int) -> bool:
@@ -166,6 +177,9 @@ class TriggerParam:
     # (XXL-JOB executors ignore these fields).
     logical_time: int | None = None
     data_interval_start: int | None = None
+    # jobring: a workflow node's run carries its workflow run's context as the node starts
+    # (absent for every other run; XXL-JOB executors ignore it, as they do unknown fields).
+    workflow_context: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -186,6 +200,8 @@ class TriggerParam:
             out["logicalTime"] = self.logical_time
             if self.data_interval_start is not None:
                 out["dataIntervalStart"] = self.data_interval_start
+        if self.workflow_context is not None:
+            out[WORKFLOW_CONTEXT_FIELD] = self.workflow_context
         return out
 
     @classmethod
@@ -208,6 +224,7 @@ class TriggerParam:
             broadcast_total=_int(d, "broadcastTotal", 1),
             logical_time=_optional_long(d, "logicalTime"),
             data_interval_start=_optional_long(d, "dataIntervalStart"),
+            workflow_context=_optional_object(d, WORKFLOW_CONTEXT_FIELD),
         )
 
 
@@ -217,6 +234,9 @@ class HandleCallbackParam:
     log_date_tim: int
     handle_code: int
     handle_msg: str | None = None
+    # jobring: what a workflow node's handler added to the workflow context
+    # (``ctx.workflow.set``); absent otherwise. XXL-JOB admins ignore the field.
+    workflow_context: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -226,6 +246,8 @@ class HandleCallbackParam:
         }
         if self.handle_msg is not None:
             out["handleMsg"] = self.handle_msg
+        if self.workflow_context is not None:
+            out[WORKFLOW_CONTEXT_FIELD] = self.workflow_context
         return out
 
     def to_dict_35(self) -> dict[str, Any]:
@@ -237,6 +259,8 @@ class HandleCallbackParam:
         }
         if self.handle_msg is not None:
             out["handleMsg"] = self.handle_msg
+        if self.workflow_context is not None:
+            out[WORKFLOW_CONTEXT_FIELD] = self.workflow_context
         return out
 
     @classmethod
@@ -247,6 +271,7 @@ class HandleCallbackParam:
             log_date_tim=_long(d, "logDateTim", _long(d, "logDateTime")),
             handle_code=_int(d, "handleCode"),
             handle_msg=_text(d.get("handleMsg")),
+            workflow_context=_optional_object(d, WORKFLOW_CONTEXT_FIELD),
         )
 
     @staticmethod

@@ -23,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
 
 from jobring.admin.monitors.failures import alarm_recoveries
 from jobring.admin.store.records import GroupGuard, HandleResult, JobInfo, ResultOutcome, RunLink
@@ -33,6 +35,7 @@ from jobring.admin.trigger.trigger import FireRequest, TriggerService
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.runstate import run_state
+from jobring.core.workflow.context import CONTEXT_MAX_BYTES
 from jobring.protocol.models import HandleCallbackParam
 
 if TYPE_CHECKING:
@@ -91,6 +94,24 @@ def child_summary(entries: Sequence[str], known: dict[int, JobInfo], granted: in
             fired += 1
             lines.append(f"{n}/{total} [Job ID={entry}], Trigger success, Trigger msg: submitted")
     return "\n".join(lines)
+
+
+def _context_text(item: HandleCallbackParam) -> str | None:
+    """A success's workflow context additions as stored (JSON text); None when there are none."""
+    if not item.workflow_context or item.handle_code != HandleCode.SUCCESS:
+        return None  # additions count only when the attempt succeeds
+    return orjson.dumps(item.workflow_context).decode()
+
+
+def _with_context_checked(item: HandleCallbackParam) -> HandleCallbackParam:
+    """A success whose additions pass the context's cap becomes a failure saying so (the
+    executor's ``set`` checks first; this holds for any executor)."""
+    size = len(orjson.dumps(item.workflow_context))
+    if size <= CONTEXT_MAX_BYTES or item.handle_code != HandleCode.SUCCESS:
+        return item
+    refusal = f"workflow context additions of {size} bytes refused: over the cap of {CONTEXT_MAX_BYTES}"
+    return replace(item, handle_code=int(HandleCode.FAIL), workflow_context=None,
+                   handle_msg=f"{item.handle_msg}; {refusal}" if item.handle_msg else refusal)
 
 
 class CallbackTaker(Protocol):
@@ -156,7 +177,8 @@ class CallbackService:
         self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None
     ) -> list[ResultOutcome]:
         now = datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=UTC)
-        results = [HandleResult(i.log_id, i.handle_code, i.handle_msg, now) for i in items]
+        items = [_with_context_checked(i) if i.workflow_context is not None else i for i in items]
+        results = [HandleResult(i.log_id, i.handle_code, i.handle_msg, now, _context_text(i)) for i in items]
         outcomes = await self._store.logs.record_results(results, guard=guard)
         self.received += len(items)
         applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]

@@ -24,6 +24,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.dispatch.client import ExecutorClient
@@ -286,7 +287,8 @@ class WorkflowDriver(Monitor):
         stale_before = now - self._stale_ms if stale else None
         if not await self._store.workflows.claim(attempt.id, self._node_id, now, stale_before):
             return  # another admin has it
-        if not await self._still_wanted(attempt):
+        context = await self._wanted_context(attempt)
+        if context is None:
             await self._store.workflows.ended([attempt.id], now)
             return
         if attempt.workflow_id is not None:
@@ -295,7 +297,7 @@ class WorkflowDriver(Monitor):
         log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
         if log_id is None:
             try:
-                log_id = await self._fire_job(attempt)
+                log_id = await self._fire_job(attempt, context)
             except IntegrityError:  # a node we took over for dead had recorded it after all
                 log_id = await self._store.workflows.log_of_node_run(attempt.id)
             if log_id is None:
@@ -319,26 +321,31 @@ class WorkflowDriver(Monitor):
         if entry is not None and (
             entry.handle_code != 0 or entry.trigger_code not in (0, HandleCode.SUCCESS)
         ):
-            linked = replace(attempt, state=NodeRunState.RUNNING, log_id=log_id)
+            # Read again: the callback stored the handler's context additions on the attempt.
+            fresh = await self._store.workflows.node_run(attempt.id)
+            linked = replace(fresh or attempt, state=NodeRunState.RUNNING, log_id=log_id)
             await self._finish(
                 linked, entry.trigger_code, entry.trigger_msg, entry.handle_code, entry.handle_msg
             )
 
-    async def _still_wanted(self, attempt: NodeRunRecord) -> bool:
-        """Is the attempt still the running one of its node (a stop or a repair may have
-        superseded it since it was stored)?"""
+    async def _wanted_context(self, attempt: NodeRunRecord) -> dict[str, JsonValue] | None:
+        """The run's context when the attempt is still the running one of its node, else None
+        (a stop or a repair may have superseded it since it was stored)."""
         record = await self._store.workflows.get_run(attempt.workflow_run_id)
         if record is None or record.state is None:
-            return False
-        node = (await asyncio.to_thread(run_from_json, record.state)).node(attempt.node_key)
+            return None
+        run = await asyncio.to_thread(run_from_json, record.state)
+        node = run.node(attempt.node_key)
         unit = (
             node
             if attempt.item < 0 or node.items is None or attempt.item >= len(node.items)
             else node.items[attempt.item]
         )
-        return unit.status is NodeStatus.RUNNING and unit.attempt == attempt.attempt
+        if unit.status is not NodeStatus.RUNNING or unit.attempt != attempt.attempt:
+            return None
+        return dict(run.context)
 
-    async def _fire_job(self, attempt: NodeRunRecord) -> int | None:
+    async def _fire_job(self, attempt: NodeRunRecord, context: dict[str, JsonValue]) -> int | None:
         """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
         None when it could not even be recorded (the attempt is then failed here)."""
         job = await self._store.jobs.get(attempt.job_id)
@@ -354,6 +361,7 @@ class WorkflowDriver(Monitor):
                 executor_param=attempt.params,
                 fail_retry_count=0,
                 workflow_node_run_id=attempt.id,
+                workflow_context=context,
             )
             try:
                 async with self._firing:
@@ -437,8 +445,9 @@ class WorkflowDriver(Monitor):
         else:
             outcome = Outcome.KILLED if killed_by_user(handle_msg) else Outcome.FAILED
             message = handle_msg or f"handle code {handle_code}"
+        added = _additions(attempt.context_added) if outcome is Outcome.SUCCESS else None
         event = NodeFinished(attempt.node_key, attempt.attempt, outcome, self._clock.now_ms(),
-                             _item(attempt.item), run_id=attempt.log_id, message=message)
+                             _item(attempt.item), run_id=attempt.log_id, message=message, context=added)
         with contextlib.suppress(WorkflowRunGone):  # the workflow was deleted meanwhile
             await self.apply(attempt.workflow_run_id, event)
         await self._store.workflows.ended([attempt.id], self._clock.now_ms())
@@ -509,6 +518,15 @@ def _steps(
 def _unconfirmed(entry: LogEntry) -> bool:
     """Recorded, and neither a dispatch answer nor a result written."""
     return entry.trigger_code == 0 and entry.dispatch_time is None and entry.handle_code == 0
+
+
+def _additions(text: str | None) -> dict[str, JsonValue] | None:
+    """The handler's context additions stored with its result (merged, and checked, by the
+    engine exactly as ``result_json`` additions are)."""
+    if text is None:
+        return None
+    value = orjson.loads(text)
+    return value if isinstance(value, dict) else None
 
 
 def _item(item: int) -> int | None:

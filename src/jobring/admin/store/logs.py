@@ -41,7 +41,7 @@ from jobring.admin.store.records import (
     ResultOutcome,
     TriggerResult,
 )
-from jobring.admin.store.tables import job_log
+from jobring.admin.store.tables import job_log, workflow_node_run
 from jobring.core.timefmt import iso_ms
 
 # MySQL TEXT holds 65,535 bytes: 15,000 characters fit even at 4 bytes each.
@@ -244,6 +244,16 @@ class LogRepository(LogReads, LogRetention):
                 written = await _written_ids(conn, rows)
                 outcomes = [ResultOutcome.NOT_FOUND if o is ResultOutcome.APPLIED and r.log_id not in written
                             else o for r, o in zip(results, outcomes, strict=True)]
+            # A workflow node's additions: only with a result this statement wrote (so under
+            # the same group guard), on the attempt the run carries out. Other callbacks cost
+            # nothing here.
+            added = [(r.log_id, r.workflow_context) for r, o in zip(results, outcomes, strict=True)
+                     if o is ResultOutcome.APPLIED and r.workflow_context is not None]
+            for log_id, context in added:
+                attempt = (select(job_log.c.workflow_node_run_id).where(job_log.c.id == log_id)
+                           .scalar_subquery())
+                await conn.execute(update(workflow_node_run).where(workflow_node_run.c.id == attempt)
+                                   .values(context_added=context))
         return outcomes
 
     async def append_handle_msgs(self, messages: dict[int, str]) -> None:

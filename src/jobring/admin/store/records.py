@@ -198,6 +198,9 @@ class HandleResult:
     handle_code: int
     handle_msg: str | None
     handle_time: datetime
+    # A workflow node's additions to the workflow context (compact JSON text, within the cap),
+    # stored on its attempt with the result.
+    workflow_context: str | None = None
 
 
 class ResultOutcome(StrEnum):

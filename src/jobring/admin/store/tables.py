@@ -461,6 +461,8 @@ workflow_node_run = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("ended_at", BigInteger, nullable=True),
     Column("workflow_id", Integer, nullable=True),  # a sub-workflow attempt's workflow (job_id 0)
+    # What the handler added to the context (the callback's workflowContext, JSON), if anything.
+    Column("context_added", LongText, nullable=True),
     UniqueConstraint("workflow_run_id", "node_key", "item", "attempt", name="ux_workflow_node_attempt"),
     Index("ix_workflow_node_run_log", "log_id"),
     Index("ix_workflow_node_run_state", "state"),

@@ -131,6 +131,7 @@ class NodeRunRecord:
     created_at: int
     ended_at: int | None
     workflow_id: int | None = None
+    context_added: str | None = None  # JSON: what the handler added to the context
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from jobring.core.addresses import AddressPolicy, address_key, refused_addresses
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy
 from jobring.core.routing import Router, RouteResult
-from jobring.protocol.models import FAIL_CODE, ReturnT, TriggerParam, dumps
+from jobring.protocol.models import FAIL_CODE, WORKFLOW_CONTEXT_FIELD, ReturnT, TriggerParam, dumps
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
@@ -45,11 +45,13 @@ log = logging.getLogger("jobring.admin.trigger.trigger")
 _PROBING = (RouteStrategy.FAILOVER, RouteStrategy.BUSYOVER)  # strategies that call executors first
 _SERIAL = BlockStrategy.SERIAL_EXECUTION.value
 _MARK_LATE_MS = 1_000  # a scheduled fire sent this late says so in its trigger message
-_PER_FIRE = ("logId", "logDateTime", "broadcastIndex", "broadcastTotal", "logicalTime", "dataIntervalStart")
+_PER_FIRE = ("logId", "logDateTime", "broadcastIndex", "broadcastTotal", "logicalTime", "dataIntervalStart",
+             WORKFLOW_CONTEXT_FIELD)
 _BODY_TAIL = b'%s,"logId":%d,"logDateTime":%d,"broadcastIndex":%d,"broadcastTotal":%d}'
 # A run's logical time for executors that read it (jobring's); others ignore unknown fields.
 _LOGICAL = b',"logicalTime":%d}'
 _LOGICAL_INTERVAL = b',"logicalTime":%d,"dataIntervalStart":%d}'
+_WORKFLOW_CONTEXT = b',"' + WORKFLOW_CONTEXT_FIELD.encode() + b'":'
 _BODIES_KEPT = 20_000  # encoded /run heads kept (one per job fired); all dropped past that
 
 
@@ -357,11 +359,15 @@ class FireDispatcher:
             cached = self._bodies[job.id] = (key, dumps(constant)[:-1])
         body = _BODY_TAIL % (cached[1], log_id, plan.trigger_time_ms, shard[0], shard[1])
         logical = plan.logical_ms
-        if logical is None:
+        if logical is not None:
+            if plan.interval_start_ms is None:
+                body = body[:-1] + _LOGICAL % logical
+            else:
+                body = body[:-1] + _LOGICAL_INTERVAL % (logical, plan.interval_start_ms)
+        context = plan.req.workflow_context
+        if context is None:  # every run but a workflow node's: nothing more to do
             return body
-        if plan.interval_start_ms is None:
-            return body[:-1] + _LOGICAL % logical
-        return body[:-1] + _LOGICAL_INTERVAL % (logical, plan.interval_start_ms)
+        return body[:-1] + _WORKFLOW_CONTEXT + dumps(context) + b"}"
 
     @staticmethod
     def _run_param(plan: FirePlan, shard: tuple[int, int], log_id: int) -> TriggerParam:
@@ -382,6 +388,7 @@ class FireDispatcher:
             broadcast_total=shard[1],
             logical_time=plan.logical_ms,
             data_interval_start=plan.interval_start_ms,
+            workflow_context=None if plan.req.workflow_context is None else dict(plan.req.workflow_context),
         )
 
     def _result(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobring.admin.store.records import JobGroup, JobInfo, TriggerResult
 from jobring.core.enums import GlueType, RouteStrategy, TriggerType
@@ -73,6 +74,8 @@ class FireRequest:
     child_depth: int = 0
     retry_of: int | None = None  # a retry: the run it re-runs
     workflow_node_run_id: int | None = None  # a workflow node's attempt (its run's identity)
+    # A workflow node's attempt: its run's context as the node starts (sent as workflowContext).
+    workflow_context: Mapping[str, Any] | None = None
     # Logical (business) time, epoch ms: a backfill's instant (its identity, with backfill_id
     # and attempt), or given by the caller; None: the planned instant of a scheduled fire.
     logical_time: int | None = None

@@ -5,7 +5,13 @@ from __future__ import annotations
 import orjson
 
 from jobring.protocol.edge import Receive
-from jobring.protocol.models import ProtocolError, TriggerParam, in_int32, in_int64
+from jobring.protocol.models import (
+    WORKFLOW_CONTEXT_FIELD,
+    ProtocolError,
+    TriggerParam,
+    in_int32,
+    in_int64,
+)
 
 # glueSource travels in /run; anything larger than this is not a sane request.
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -35,11 +41,12 @@ def decode_trigger(body: bytes) -> TriggerParam:
         and in_int64(log_id) and in_int64(log_time) and in_int64(glue_time)
     ):
         logical, start = d.get("logicalTime"), d.get("dataIntervalStart")
+        context = d.get(WORKFLOW_CONTEXT_FIELD)
         if (logical is None or (type(logical) is int and in_int64(logical))) and (
             start is None or (type(start) is int and in_int64(start))
-        ):
+        ) and (context is None or type(context) is dict):
             return TriggerParam(job_id, handler, params, block, timeout, log_id, log_time, glue_type,
-                                glue_source, glue_time, index, total, logical, start)
+                                glue_source, glue_time, index, total, logical, start, context)
     return TriggerParam.decode(d)  # nulls, numbers as strings, wrong types: the full checks
 
 
