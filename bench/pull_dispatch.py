@@ -62,7 +62,9 @@ def free_port() -> int:
 
 class Admin:
     def __init__(self) -> None:
-        self.hub = PullHub(lambda: time.monotonic_ns() // 1_000_000)
+        # One token's polls share a quota (1,000 by default): the idle executors and the measured
+        # one together need more.
+        self.hub = PullHub(lambda: time.monotonic_ns() // 1_000_000, max_boxes=5_000, max_polls=5_000)
         self.pull = PullApi(self.hub)
         self.tokens = GlobalToken(TOKEN)
         self.done: set[int] = set()
@@ -135,7 +137,7 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
         address = admin.address or ""
         assert address.startswith("pull://" if mode == "pull" else "http://"), address
         if mode == "pull":
-            while not admin.hub.alive(address.rstrip("/")):  # noqa: ASYNC110 (no event for a first poll)
+            while not admin.hub.alive(address.rstrip("/"), APP):  # noqa: ASYNC110 (no event for a first poll)
                 await asyncio.sleep(0.05)
         next_id = admin.next_id  # run ids never repeat across steps (results are counted by id)
 
