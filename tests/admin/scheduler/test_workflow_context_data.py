@@ -124,3 +124,22 @@ async def test_a_run_outside_a_workflow_carries_no_context(flow: Flow) -> None:
     job = await flow.env.job()
     await flow.env.trigger.fire(FireRequest(job, TriggerType.MANUAL, executor_param="plain"))
     assert WORKFLOW_CONTEXT_FIELD not in flow.body_of("plain")
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    import orjson
+
+    # As the callback's decoder builds it: orjson reads up to 1,024 levels, writes only 255.
+    value: dict[str, Any] = orjson.loads('{"a":' * depth + "1" + "}" * depth)
+    return value
+
+
+@pytest.mark.parametrize("code", [200, 500])
+async def test_additions_nested_too_deep_fail_the_attempt_not_the_callback(flow: Flow, code: int) -> None:
+    run_id = await _two_steps(flow)
+    assert await flow.report("A", code=code, added=_nested(300)) is ResultOutcome.APPLIED
+    state = await flow.run(run_id)
+    assert state.context == {"day": "20261201"}
+    assert state.node("A").status is NodeStatus.FAILED
+    (attempt,) = await flow.env.store.workflows.node_runs(run_id)
+    assert attempt.context_added is None
