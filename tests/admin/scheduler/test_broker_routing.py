@@ -140,3 +140,17 @@ def test_queue_names_of_two_groups_never_meet() -> None:
         assert not allowed.fullmatch(executor_queue(other, "bar"))
     with pytest.raises(ValueError, match="appname"):
         group_queue("foo@bar")
+
+
+def test_the_broker_url_is_shown_without_its_password() -> None:
+    """The publisher's URL appears in log lines and in the trigger message of a run (which
+    every reader of the group sees): never a part of the password, nor query values."""
+    from jobring.admin.dispatch.broker import _safe
+
+    assert _safe("amqp://user:secret@rabbit:5672/vh") == "amqp://user@rabbit:5672/vh"
+    assert _safe("amqp://rabbit/") == "amqp://rabbit/"
+    shown = _safe("amqp://user:p@ss:w0rd@rabbit:5672/vh")  # an unescaped '@' in the password
+    assert "ss" not in shown.replace("rabbit", "") and "w0rd" not in shown
+    assert shown == "amqp://user@rabbit:5672/vh"
+    shown = _safe("amqps://u:pw@h/v?password=topsecret&heartbeat=5")
+    assert "topsecret" not in shown and "pw" not in shown
