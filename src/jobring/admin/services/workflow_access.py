@@ -34,7 +34,7 @@ from jobring.core.workflow.model import MAX_FANOUT_ITEMS, MAX_NESTING
 if TYPE_CHECKING:
     from jobring.admin.store import Store
 
-__all__ = ["MAX_TREE_JOB_RUNS", "GraphSource", "check_tree", "store_graphs"]
+__all__ = ["MAX_TREE_JOB_RUNS", "GraphSource", "check_tree", "check_tree_budget", "store_graphs"]
 
 MAX_TREE_JOB_RUNS = 100_000
 
@@ -74,6 +74,39 @@ async def check_tree(
     """Raise :class:`~jobring.core.workflow.WorkflowInvalid` (naming the node) when ``graph``,
     the graph of ``workflow_id`` (None: not saved yet) owned by ``owner_group``, may not run:
     see :func:`~jobring.core.workflow.check_access` and the module docstring."""
+    found = await _load(store, graphs, graph, workflow_id, owner_group)
+    job_ids = {
+        n.job_id
+        for g in (graph, *(g for g in found.values() if g is not None))
+        for n in g.nodes.values()
+        if n.job_id is not None
+    }
+    jobs = await store.jobs.get_many(job_ids)
+    refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
+    check_access(
+        graph,
+        job_lookup=refs.get,
+        may_operate=may_operate,
+        workflow_lookup=found.get,
+        workflow_id=workflow_id,
+        owner_group=owner_group,
+    )
+    _check_budget(graph, found)
+
+
+async def check_tree_budget(
+    store: Store, graphs: GraphSource, graph: WorkflowGraph, *, workflow_id: int, owner_group: int
+) -> None:
+    """Only the budget part of :func:`check_tree` (a child's start counts its top run's tree
+    as it is now: WorkflowInvalid when one run of it could start too many job runs)."""
+    _check_budget(graph, await _load(store, graphs, graph, workflow_id, owner_group))
+
+
+async def _load(
+    store: Store, graphs: GraphSource, graph: WorkflowGraph, workflow_id: int | None, owner_group: int
+) -> dict[int, WorkflowGraph | None]:
+    """The current graphs of the sub-workflows ``graph`` reaches (None: missing or in another
+    group), one level more than the nesting cap deep."""
     found: dict[int, WorkflowGraph | None] = {}
     level = _children(graph)
     # One level more than the nesting cap: enough for the check to see a tree too deep.
@@ -93,23 +126,7 @@ async def check_tree(
             found[wid] = sub
             following |= _children(sub)
         level = following
-    job_ids = {
-        n.job_id
-        for g in (graph, *(g for g in found.values() if g is not None))
-        for n in g.nodes.values()
-        if n.job_id is not None
-    }
-    jobs = await store.jobs.get_many(job_ids)
-    refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
-    check_access(
-        graph,
-        job_lookup=refs.get,
-        may_operate=may_operate,
-        workflow_lookup=found.get,
-        workflow_id=workflow_id,
-        owner_group=owner_group,
-    )
-    _check_budget(graph, found)
+    return found
 
 
 def _check_budget(graph: WorkflowGraph, found: dict[int, WorkflowGraph | None]) -> None:
