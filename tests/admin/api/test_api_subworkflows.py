@@ -84,3 +84,25 @@ async def test_a_workflow_declared_in_code_is_read_only(sqlite_store: Store) -> 
         refused = await http.put(f"/workflows/{wid}", json=body)
         assert refused.status_code == 409 and refused.json()["field"] == "managed_by"
         assert (await http.post(f"/workflows/{wid}/trigger", json={})).status_code == 200
+
+
+async def test_a_tree_of_sub_workflows_multiplying_past_the_budget_is_refused(sqlite_store: Store) -> None:
+    """Nesting is capped at five, but each level may hold up to MAX_NODES sub-workflow nodes:
+    without a budget over the whole tree one trigger could start 100**3 job runs (1000**5 at
+    most), a denial of service open to any writer of one group."""
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        below = await _create(http, _body(env, [{"key": "leaf", "job_id": job}], []))
+
+        def fan(wid: int) -> dict[str, Any]:
+            nodes = [{"key": f"s{i}", "kind": "subworkflow", "workflow_id": wid} for i in range(100)]
+            return _body(env, nodes, [{"from": "s0", "to": f"s{i}"} for i in range(1, 100)])
+
+        for _ in range(2):  # 100 job runs, then 10,000: within the budget
+            below = await _create(http, fan(below))
+        refused = await http.post("/workflows", json=fan(below))  # 1,000,000
+        assert refused.status_code == 422, refused.text
+        # s0-s9 start 100,000 job runs: s10 passes the budget.
+        assert refused.json()["field"] == "nodes[10].workflow_id", refused.text
+        assert "(node 's10')" in refused.json()["error"] and "more than 100,000 job runs" in refused.text

@@ -119,3 +119,38 @@ async def test_a_log_is_read_from_the_broker_executor_that_has_it() -> None:
         assert answer.ok and isinstance(answer.content, dict) and answer.content["logContent"] == "hi"
     finally:
         await client.aclose()
+
+
+def test_queue_names_of_two_groups_never_meet() -> None:
+    """App names may hold '.', so a group's queues must not be spelled as another group's:
+    executor "bar" of app "foo" must not consume (and the admin must not publish app "foo"'s
+    shards into) the group queue of app "foo.at.bar", and the per-group RabbitMQ permission
+    documented for app "foo" must not reach app "foo.bar"'s queues."""
+    import re
+
+    from jobring.protocol.broker import executor_queue, permission_pattern
+
+    assert executor_queue("foo", "bar") != group_queue("foo.at.bar")
+    own = {executor_queue(a, n) for a in ("foo", "foo.at", "foo.at.bar") for n in ("bar", "x")}
+    assert not own & {group_queue(a) for a in ("foo", "foo.at", "foo.at.bar", "foo.at.bar.at.x")}
+    allowed = re.compile(permission_pattern("foo"))
+    assert allowed.fullmatch(group_queue("foo")) and allowed.fullmatch(executor_queue("foo", "bar"))
+    for other in ("foo.bar", "foo.at.bar", "fooxbar", "foo:bar", "foo-bar"):
+        assert not allowed.fullmatch(group_queue(other))
+        assert not allowed.fullmatch(executor_queue(other, "bar"))
+    with pytest.raises(ValueError, match="appname"):
+        group_queue("foo@bar")
+
+
+def test_the_broker_url_is_shown_without_its_password() -> None:
+    """The publisher's URL appears in log lines and in the trigger message of a run (which
+    every reader of the group sees): never a part of the password, nor query values."""
+    from jobring.admin.dispatch.broker import _safe
+
+    assert _safe("amqp://user:secret@rabbit:5672/vh") == "amqp://user@rabbit:5672/vh"
+    assert _safe("amqp://rabbit/") == "amqp://rabbit/"
+    shown = _safe("amqp://user:p@ss:w0rd@rabbit:5672/vh")  # an unescaped '@' in the password
+    assert "ss" not in shown.replace("rabbit", "") and "w0rd" not in shown
+    assert shown == "amqp://user@rabbit:5672/vh"
+    shown = _safe("amqps://u:pw@h/v?password=topsecret&heartbeat=5")
+    assert "topsecret" not in shown and "pw" not in shown

@@ -124,3 +124,50 @@ async def test_a_run_outside_a_workflow_carries_no_context(flow: Flow) -> None:
     job = await flow.env.job()
     await flow.env.trigger.fire(FireRequest(job, TriggerType.MANUAL, executor_param="plain"))
     assert WORKFLOW_CONTEXT_FIELD not in flow.body_of("plain")
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    import orjson
+
+    # As the callback's decoder builds it: orjson reads up to 1,024 levels, writes only 255.
+    value: dict[str, Any] = orjson.loads('{"a":' * depth + "1" + "}" * depth)
+    return value
+
+
+@pytest.mark.parametrize("code", [200, 500])
+async def test_additions_nested_too_deep_fail_the_attempt_not_the_callback(flow: Flow, code: int) -> None:
+    run_id = await _two_steps(flow)
+    assert await flow.report("A", code=code, added=_nested(300)) is ResultOutcome.APPLIED
+    state = await flow.run(run_id)
+    assert state.context == {"day": "20261201"}
+    assert state.node("A").status is NodeStatus.FAILED
+    (attempt,) = await flow.env.store.workflows.node_runs(run_id)
+    assert attempt.context_added is None
+
+
+async def test_a_job_moved_to_another_group_mid_run_is_not_fired_by_the_run(flow: Flow) -> None:
+    """The run's group is checked at each fire, not only when the run started: a node's job
+    moved to another group (by someone who may write both) is another group's job now, its
+    log and its executor's; a run of this group's workflow no longer runs it."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from jobring.admin.store.records import JobGroup
+    from jobring.core.enums import AddressType
+
+    first, second = await flow.env.job(), await flow.env.job()
+    workflow = await flow.workflow({
+        "nodes": [{"key": "A", "job_id": first.id, "params": "A"},
+                  {"key": "B", "job_id": second.id, "params": "B"}],
+        "edges": [{"from": "A", "to": "B"}]})
+    run_id, _ = await flow.driver.start_run(workflow, {}, "alice")
+    other = await flow.env.store.groups.create(
+        JobGroup(app_name="other-app", title="Other", address_type=AddressType.MANUAL,
+                 address_list=",".join(flow.env.double.addresses)),
+        datetime.fromtimestamp(T0 / 1000, tz=UTC))
+    await flow.env.store.jobs.update(replace(second, job_group=other))
+    await flow.report("A")
+    assert not [b for b in flow.bodies() if b["executorParams"] == "B"]
+    state = await flow.run(run_id)
+    assert state.node("B").status is NodeStatus.FAILED
+    assert "another group" in state.node("B").message

@@ -183,3 +183,33 @@ async def test_a_sub_workflow_nodes_deadline_stops_the_child(kit: Kit) -> None:
     assert (await kit.state(child_run.id))[0] == "stopped"
     status, nodes = await kit.state(run_id)
     assert status == "failed" and "timed_out" in nodes["sub"].message, nodes["sub"]
+
+
+async def test_a_child_edited_after_the_start_past_the_tree_budget_is_not_started(kit: Kit) -> None:
+    """The tree budget (admin/services/workflow_access.py) holds at run time too: at a child's
+    start the whole tree, from the top run's workflow as it is now, is counted. Counting the
+    child's own tree only, an edit made after the parent started multiplied past the budget
+    (here 100 children of 10,000 job runs each)."""
+    job = await kit.env.job()
+    leaf = await kit.workflow({"nodes": [{"key": "l", "job_id": job.id, "params": "leaf"}]})
+
+    def fan(wid: int, first: dict[str, Any] | None = None) -> dict[str, Any]:
+        nodes = [{"key": f"s{i}", "kind": "subworkflow", "workflow_id": wid} for i in range(100)]
+        head = [first] if first else []
+        edges = [{"from": (first or nodes[0])["key"], "to": n["key"]} for n in nodes[0 if first else 1:]]
+        return {"nodes": head + nodes, "edges": edges}
+
+    middle = await kit.workflow(fan(leaf.id))
+    child = await kit.workflow({"nodes": [{"key": "c", "job_id": job.id, "params": "c"}]})
+    parent = await kit.workflow(fan(child.id, {"key": "p1", "job_id": job.id, "params": "p1"}))
+    run_id, _ = await kit.a.start_run(parent, {}, "alice")
+    # Now the child runs 100 middles of 100 leaves: 10,000 job runs, each of 100 children.
+    graph = parse_workflow(fan(middle.id)).to_json()
+    assert await kit.env.store.workflows.update(child.id, "w", kit.env.group_id, "", graph, None, T0,
+                                                child.version) is not None
+    await kit.finish("p1")
+    await kit.a.wait_idle()
+    runs, _ = await kit.env.store.workflows.list_runs(workflow_id=child.id)
+    assert runs == []
+    _, nodes = await kit.state(run_id)
+    assert "more than 100,000 job runs" in (nodes["s0"].message or "")

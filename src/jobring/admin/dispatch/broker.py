@@ -180,10 +180,19 @@ def _setter(event: asyncio.Event) -> Callable[..., None]:
 
 
 def _safe(url: str) -> str:
-    """``url`` without its password (log lines, messages)."""
-    head, sep, tail = url.partition("@")
+    """``url`` without its password and query (log lines, and trigger messages, which every
+    reader of the group sees). The user info ends at the host's last ``@`` (a password may
+    hold an unescaped one); query values (TLS options, perhaps a password) are dropped."""
+    scheme, sep, rest = url.partition("://")
     if not sep:
-        return url
-    scheme, _, creds = head.partition("://")
+        return "******"
+    end = len(rest)
+    for stop in "/?#":
+        index = rest.find(stop, rest.rfind("@") + 1)
+        if index >= 0:
+            end = min(end, index)
+    netloc, tail = rest[:end], rest[end:]
+    creds, at, host = netloc.rpartition("@")
     user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}@{tail}"
+    path = tail.split("?", 1)[0].split("#", 1)[0]
+    return f"{scheme}://{user}{at}{host}{path}"

@@ -35,7 +35,7 @@ from jobring.admin.trigger.trigger import FireRequest, TriggerService
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.runstate import run_state
-from jobring.core.workflow.context import CONTEXT_MAX_BYTES
+from jobring.core.workflow.context import CONTEXT_MAX_BYTES, ContextError, merge_context
 from jobring.protocol.models import HandleCallbackParam
 
 if TYPE_CHECKING:
@@ -104,12 +104,19 @@ def _context_text(item: HandleCallbackParam) -> str | None:
 
 
 def _with_context_checked(item: HandleCallbackParam) -> HandleCallbackParam:
-    """A success whose additions pass the context's cap becomes a failure saying so (the
-    executor's ``set`` checks first; this holds for any executor)."""
-    size = len(orjson.dumps(item.workflow_context))
-    if size <= CONTEXT_MAX_BYTES or item.handle_code != HandleCode.SUCCESS:
+    """A success whose additions are not a valid context (over the cap, nested deeper than the
+    context allows, bad keys) becomes a failure saying so (the executor's ``set`` checks
+    first; this holds for any executor). A failure's additions are dropped unread: they
+    count only on success, and a body nested deeper than the JSON writer goes (the reader
+    takes 1,024 levels) must not fail the whole callback batch."""
+    if item.handle_code != HandleCode.SUCCESS or item.workflow_context is None:
+        return replace(item, workflow_context=None)
+    try:
+        merge_context({}, item.workflow_context, max_bytes=CONTEXT_MAX_BYTES)
+    except ContextError as exc:
+        refusal = f"workflow context additions refused: {exc}"
+    else:
         return item
-    refusal = f"workflow context additions of {size} bytes refused: over the cap of {CONTEXT_MAX_BYTES}"
     return replace(item, handle_code=int(HandleCode.FAIL), workflow_context=None,
                    handle_msg=f"{item.handle_msg}; {refusal}" if item.handle_msg else refusal)
 

@@ -12,7 +12,9 @@ engine ignores a second hand-over of the same attempt.
 At the start of each child run the admin checks again what saving checked: the workflow
 exists and is in the parent's group, it runs only jobs of that group (at any depth), and
 it does not lead back to a workflow above it or nest more than five deep (counted along the
-running runs, so an edit after the parent's start cannot make a loop run).
+running runs, so an edit after the parent's start cannot make a loop run), and the tree of
+the top run's workflow, as it is now, keeps within the job-run budget (so an edit after the
+parent's start cannot multiply past it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.exc import IntegrityError
 
-from jobring.admin.services.workflow_access import check_tree
+from jobring.admin.services.workflow_access import check_tree, check_tree_budget
 from jobring.admin.store.workflows import NodeRunRecord, NodeRunState, WorkflowRecord, WorkflowRunRecord
 from jobring.core.clock import Clock
 from jobring.core.expression import JsonValue
@@ -147,6 +149,13 @@ class Children:
                 owner_group=group,
                 may_operate=lambda g: g == group,
             )
+            # The budget over the whole tree, from the top run's workflow as it is now: the
+            # child's own tree alone could be edited after the parent's start to multiply.
+            top = await self._store.workflows.get(above[-1])
+            if top is not None and top.job_group == group:
+                await check_tree_budget(self._store, self._driver.graph,
+                                        await self._driver.graph(top.id, top.version),
+                                        workflow_id=top.id, owner_group=group)
         except WorkflowInvalid as exc:
             return None, f"workflow {wid}: {exc}"
         return record, ""

@@ -287,17 +287,18 @@ class WorkflowDriver(Monitor):
         stale_before = now - self._stale_ms if stale else None
         if not await self._store.workflows.claim(attempt.id, self._node_id, now, stale_before):
             return  # another admin has it
-        context = await self._wanted_context(attempt)
-        if context is None:
+        wanted = await self._wanted_context(attempt)
+        if wanted is None:
             await self._store.workflows.ended([attempt.id], now)
             return
+        context, group = wanted
         if attempt.workflow_id is not None:
             await self.children.fire(attempt)
             return
         log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
         if log_id is None:
             try:
-                log_id = await self._fire_job(attempt, context)
+                log_id = await self._fire_job(attempt, context, group)
             except IntegrityError:  # a node we took over for dead had recorded it after all
                 log_id = await self._store.workflows.log_of_node_run(attempt.id)
             if log_id is None:
@@ -328,9 +329,9 @@ class WorkflowDriver(Monitor):
                 linked, entry.trigger_code, entry.trigger_msg, entry.handle_code, entry.handle_msg
             )
 
-    async def _wanted_context(self, attempt: NodeRunRecord) -> dict[str, JsonValue] | None:
-        """The run's context when the attempt is still the running one of its node, else None
-        (a stop or a repair may have superseded it since it was stored)."""
+    async def _wanted_context(self, attempt: NodeRunRecord) -> tuple[dict[str, JsonValue], int] | None:
+        """The run's context and group when the attempt is still the running one of its node,
+        else None (a stop or a repair may have superseded it since it was stored)."""
         record = await self._store.workflows.get_run(attempt.workflow_run_id)
         if record is None or record.state is None:
             return None
@@ -343,15 +344,22 @@ class WorkflowDriver(Monitor):
         )
         if unit.status is not NodeStatus.RUNNING or unit.attempt != attempt.attempt:
             return None
-        return dict(run.context)
+        return dict(run.context), record.job_group
 
-    async def _fire_job(self, attempt: NodeRunRecord, context: dict[str, JsonValue]) -> int | None:
+    async def _fire_job(
+        self, attempt: NodeRunRecord, context: dict[str, JsonValue], group: int
+    ) -> int | None:
         """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
-        None when it could not even be recorded (the attempt is then failed here)."""
+        None when it could not even be recorded (the attempt is then failed here). ``group``:
+        the run's; a job moved to another group since the run started is not fired (a
+        workflow runs only its own group's jobs: checked at the start, and here at each fire)."""
         job = await self._store.jobs.get(attempt.job_id)
         problem = None
         if job is None:
             problem = f"job {attempt.job_id} no longer exists"
+        elif job.job_group != group:
+            problem = (f"job {attempt.job_id} is now in another group: a workflow runs only its "
+                       "own group's jobs")
         else:
             if attempt.timeout_s is not None:
                 job = replace(job, executor_timeout=attempt.timeout_s)
