@@ -16,11 +16,13 @@ from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_g
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, Line, PageOut
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.api.management.workflow_schedules import WorkflowScheduleBrief, schedule_brief
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction
 from jobring.admin.services.validation import check_json_value
 from jobring.admin.services.workflow_access import check_tree, store_graphs
 from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
+from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowBusy, WorkflowRecord, WorkflowRunRecord
 from jobring.core.workflow import (
     Event,
@@ -77,6 +79,9 @@ class WorkflowOut(BaseModel):
     )
     nodes: list[dict[str, Any]]
     edges: list[dict[str, Any]]
+    schedule: WorkflowScheduleBrief | None = Field(
+        default=None, description="its schedule in short (null: none, it runs only when triggered)"
+    )
 
 
 class WorkflowTriggerIn(BaseModel):
@@ -187,7 +192,7 @@ async def _check_jobs(
         raise _invalid(exc) from None
 
 
-def _out(record: WorkflowRecord) -> WorkflowOut:
+def _out(record: WorkflowRecord, schedule: WorkflowSchedule | None = None) -> WorkflowOut:
     return WorkflowOut(
         id=record.id,
         name=record.name,
@@ -200,6 +205,7 @@ def _out(record: WorkflowRecord) -> WorkflowOut:
         managed_by=record.managed_by,
         nodes=list(record.definition.get("nodes", [])),
         edges=list(record.definition.get("edges", [])),
+        schedule=schedule_brief(schedule),
     )
 
 
@@ -248,7 +254,9 @@ async def list_workflows(
     if job_group is not None:
         groups = [job_group] if groups is None or job_group in groups else []
     records, total = await services.store.workflows.list(groups, offset, limit)
-    return PageOut[WorkflowOut](items=[_out(r) for r in records], total=total, offset=offset, limit=limit)
+    schedules = await services.store.workflow_schedules.get_many([r.id for r in records])
+    items = [_out(r, schedules.get(r.id)) for r in records]
+    return PageOut[WorkflowOut](items=items, total=total, offset=offset, limit=limit)
 
 
 @router.post("/workflows", response_model=WorkflowOut, status_code=201, summary="Create a workflow")
@@ -281,7 +289,8 @@ async def create_workflow(body: WorkflowIn, services: Services, principal: Write
     "/workflows/{workflow_id}", response_model=WorkflowOut, summary="A workflow and its current graph"
 )
 async def get_workflow(workflow_id: WorkflowId, services: Services, principal: Reader) -> WorkflowOut:
-    return _out(await _load(services, principal, workflow_id))
+    record = await _load(services, principal, workflow_id)
+    return _out(record, await services.store.workflow_schedules.get(workflow_id))
 
 
 @router.put(
@@ -330,7 +339,7 @@ async def update_workflow(
         before=before,
         after=after,
     )
-    return _out(saved)
+    return _out(saved, await services.store.workflow_schedules.get(workflow_id))
 
 
 _AUDITED = ("name", "description", "job_group", "version")
