@@ -7,8 +7,6 @@ the run, and the executor's own record shows every node ran exactly once."""
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,10 +15,11 @@ from typing import Any
 import pytest
 
 from jobring.client import AsyncAdminClient
-from tests.e2e.admin_nodes import ADMIN_PASSWORD, TOKEN, AdminNode, free_port, kill, start_admin
+from tests.e2e.admin_nodes import ADMIN_PASSWORD, AdminNode, kill, start_admin
 from tests.e2e.databases import server_database
 from tests.e2e.sqlite_kit import database  # noqa: F401  (a fixture)
 from tests.e2e.waiting import eventually
+from tests.e2e.workflow_kit import start_executor, stop_executor, wait_online
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -65,25 +64,6 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         yield url
 
 
-def _write_executor(home: Path) -> None:
-    home.mkdir()
-    (home / "chaos_jobs.py").write_text(EXECUTOR_CODE.format(app=APP), encoding="utf-8")
-
-
-async def _start_executor(home: Path, admins: list[AdminNode]) -> asyncio.subprocess.Process:
-    _write_executor(home)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    where = [arg for a in admins for arg in ("--admin", a.base_url + "/xxl-job-admin/")]
-    with (home / "executor.log").open("wb") as log:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jobring.cli", "executor", "chaos_jobs:executor", *where,
-            "--token", TOKEN, "--host", "127.0.0.1", "--port", str(port),
-            "--address", f"http://127.0.0.1:{port}/", "--log-path", str(home / "logs"),
-            cwd=home, env=env, stdout=log, stderr=log,
-        )
-
-
 def _done(home: Path) -> list[tuple[str, int]]:
     path = home / "done.log"
     if not path.exists():
@@ -106,12 +86,9 @@ async def test_the_run_completes_each_node_once_when_its_admin_is_killed(
             await admin.login("admin", ADMIN_PASSWORD)
             await other.login("admin", ADMIN_PASSWORD)
             group = (await admin.groups.create(APP, "Chaos"))["id"]
-            executor = await _start_executor(home, [driver, survivor])
-
-            async def online() -> bool | None:
-                return True if (await admin.groups.get(group))["online"] else None
-
-            await eventually("the executor online", online)
+            code = EXECUTOR_CODE.format(app=APP)
+            executor = await start_executor(home, [driver, survivor], "chaos_jobs", code)
+            await wait_online(admin, group)
             job = await admin.jobs.create({"job_group": group, "job_desc": "node",
                                            "executor_handler": "node"})
             created = await admin.workflows.create(graph(int(job["id"]), group))
@@ -139,9 +116,7 @@ async def test_the_run_completes_each_node_once_when_its_admin_is_killed(
             # What the executor ran is what the run records, node by node.
             assert dict(ran) == {n["key"]: n["run_id"] for n in run["nodes"]}
     finally:
-        if executor is not None and executor.returncode is None:
-            executor.kill()
-            await executor.wait()
+        await stop_executor(executor)
         await kill(driver)
         if survivor is not None:
             await kill(survivor)
