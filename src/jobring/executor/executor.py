@@ -343,6 +343,7 @@ class Executor:
                 glue_enabled=s.glue_enabled,
                 idle_timeout_s=s.idle_timeout_s,
                 max_handle_msg=s.max_handle_msg,
+                max_queued_per_job=s.max_queued_per_job,
             )
         except BaseException:
             # Half started (e.g. an unreadable spool folder): release what exists, then fail.

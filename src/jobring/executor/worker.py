@@ -10,7 +10,10 @@ Behaviour, as XXL-JOB's xxl-job-core (messages are the reference's, byte for byt
   Later`` while a run executes or waits; COVER_EARLY replaces the busy worker:
   its running run is reported ``block strategy effect：Cover Early [job running,
   killed]``, queued ones ``... [job not executed, in the job queue, killed.]``.
-  An unknown strategy queues (as the reference).
+  An unknown strategy queues (as the reference). Unlike the reference, a job's queue is
+  capped: with ``max_queued_per_job`` runs (default 1,000; 0 = no cap) waiting behind the
+  job's running run, ``/run`` answers 500 ``job queue full: ...`` (the admin records the
+  fire as failed, with that message, and retries or alarms as the job says).
 - A different handler object for the job id, or a different GLUE type/version,
   replaces the worker the same way (reason ``change jobhandler or glue type,
   and terminate the old job thread.`` / ``change job source or glue type, ...``).
@@ -86,6 +89,14 @@ REASON_KILL = "scheduling center kill job."
 MSG_ALREADY_KILLED = "job thread already killed."
 MSG_BUSY = "job thread is running or has trigger queue."
 MSG_NOT_ACCEPTING = "executor is stopping, run not accepted."
+# Runs waiting in one job's queue (behind its running run) past which /run refuses: 0 = no cap.
+DEFAULT_MAX_QUEUED_PER_JOB = 1000
+REFUSED_QUEUE_FULL = "queue_full"
+
+
+def msg_queue_full(waiting: int, cap: int) -> str:
+    return (f"job queue full: {waiting} runs of this job wait behind its running run "
+            f"(max_queued_per_job={cap}); run not accepted.")
 
 _ROOM_POLL_S = 0.005  # how often a /run held back (run-log backlog, busy pool) looks again
 # Handler duration buckets, ms: from quick calls to hour-long batch jobs.
@@ -113,6 +124,7 @@ class JobRunner:
         kill_grace_s: float = 2.0,
         received: ReceivedRuns | None = None,
         max_waiting_runs: int | None = None,
+        max_queued_per_job: int = DEFAULT_MAX_QUEUED_PER_JOB,
     ) -> None:
         self.handlers = handlers
         self.runlog = runlog
@@ -131,11 +143,15 @@ class JobRunner:
         self.max_waiting_runs = 4 * sync_threads if max_waiting_runs is None else max_waiting_runs
         if self.max_waiting_runs < 1:
             raise ValueError("max_waiting_runs must be at least 1")
+        if max_queued_per_job < 0:
+            raise ValueError("max_queued_per_job must be 0 (no cap) or more")
+        self.max_queued_per_job = max_queued_per_job
         self._closing = False
         self._room: asyncio.Future[None] | None = None  # done once the writer and the pool caught up
         self._room_watch: asyncio.Task[None] | None = None
         # For metrics (read at scrape time): runs ended by state, handler durations (ms).
         self.ended: dict[str, int] = {}
+        self.refused: dict[str, int] = {}  # runs refused by reason (queue_full)
         self.durations_ms = Buckets(HANDLER_MS_BOUNDS)
         # Lets a run's handler map (executor.distributed; set by the executor when it starts).
         self.distributed: RootScopes | None = None
@@ -174,6 +190,11 @@ class JobRunner:
                     return ReturnT.fail(MSG_DISCARD_LATER)
                 if strategy == BlockStrategy.COVER_EARLY:
                     reason = REASON_COVER_EARLY
+                elif 0 < self.max_queued_per_job <= len(worker.queue):
+                    # A queue that only grows (runs fired faster than they end) is refused
+                    # here, visibly to the admin, instead of growing without bound.
+                    self.refused[REFUSED_QUEUE_FULL] = self.refused.get(REFUSED_QUEUE_FULL, 0) + 1
+                    return ReturnT.fail(msg_queue_full(len(worker.queue), self.max_queued_per_job))
             if reason is not None:
                 worker.stop(reason)
                 worker = None
