@@ -185,16 +185,10 @@ class JobRunner:
         if worker is not None:
             reason = worker.replace_reason(unit)
             if reason is None and worker.busy():
-                strategy = param.executor_block_strategy
-                if strategy == BlockStrategy.DISCARD_LATER:
-                    return ReturnT.fail(MSG_DISCARD_LATER)
-                if strategy == BlockStrategy.COVER_EARLY:
-                    reason = REASON_COVER_EARLY
-                elif 0 < self.max_queued_per_job <= len(worker.queue):
-                    # A queue that only grows (runs fired faster than they end) is refused
-                    # here, visibly to the admin, instead of growing without bound.
-                    self.refused[REFUSED_QUEUE_FULL] = self.refused.get(REFUSED_QUEUE_FULL, 0) + 1
-                    return ReturnT.fail(msg_queue_full(len(worker.queue), self.max_queued_per_job))
+                blocked = self._blocked(worker, param.executor_block_strategy)
+                if isinstance(blocked, ReturnT):
+                    return blocked
+                reason = blocked
             if reason is not None:
                 worker.stop(reason)
                 worker = None
@@ -205,6 +199,21 @@ class JobRunner:
         if answer.code == SUCCESS_CODE:
             self.received.add(key)
         return answer
+
+    def _blocked(self, worker: JobWorker, strategy: str) -> ReturnT | str | None:
+        """A busy worker's block strategy: a refusal, a reason to replace the worker, or None
+        (queue the run)."""
+        if strategy == BlockStrategy.DISCARD_LATER:
+            return ReturnT.fail(MSG_DISCARD_LATER)
+        if strategy == BlockStrategy.COVER_EARLY:
+            return REASON_COVER_EARLY
+        waiting = len(worker.queue)
+        if 0 < self.max_queued_per_job <= waiting:
+            # A queue that only grows (runs fired faster than they end) is refused here,
+            # visibly to the admin, instead of growing without bound.
+            self.refused[REFUSED_QUEUE_FULL] = self.refused.get(REFUSED_QUEUE_FULL, 0) + 1
+            return ReturnT.fail(msg_queue_full(waiting, self.max_queued_per_job))
+        return None
 
     @property
     def closing(self) -> bool:
