@@ -285,7 +285,7 @@ class JobWorker:
             await self._settle(future)
 
     def _start(self, ctx: JobContext) -> asyncio.Future[Outcome]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         unit, runner = self.unit, self.runner
         grace = runner.kill_grace_s
         token = ctx.activate()

@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping
 
 from jobring.core.buckets import Buckets
 from jobring.core.enums import BlockStrategy, GlueType
-from jobring.core.runstate import run_state
+from jobring.core.runstate import RunState, run_state
 from jobring.executor.context import JobHandler
 from jobring.executor.glue import GlueScript, glue_refusal
 from jobring.executor.jobworker import (
@@ -98,6 +98,7 @@ def msg_queue_full(waiting: int, cap: int) -> str:
     return (f"job queue full: {waiting} runs of this job wait behind its running run "
             f"(max_queued_per_job={cap}); run not accepted.")
 
+_SUCCESS = RunState.SUCCESS.value
 _ROOM_POLL_S = 0.005  # how often a /run held back (run-log backlog, busy pool) looks again
 # Handler duration buckets, ms: from quick calls to hour-long batch jobs.
 HANDLER_MS_BOUNDS = (5, 25, 100, 250, 1_000, 5_000, 15_000, 60_000, 300_000, 900_000, 3_600_000)
@@ -330,7 +331,8 @@ class JobRunner:
         if msg is not None and len(msg) > self.max_handle_msg:
             msg = self._cap(msg)
         run.code, run.msg = code, msg
-        state = run_state(trigger_code=200, handle_code=code, handle_msg=msg, now_ms=0).value
+        state = _SUCCESS if code == SUCCESS_CODE else run_state(
+            trigger_code=200, handle_code=code, handle_msg=msg, now_ms=0).value
         self.ended[state] = self.ended.get(state, 0) + 1
         if run.started is not None:
             self.durations_ms.observe((self.clock() - run.started) * 1000)
