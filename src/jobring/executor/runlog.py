@@ -43,7 +43,6 @@ from __future__ import annotations
 import atexit
 import io
 import logging
-import queue
 import re
 import shutil
 import threading
@@ -200,9 +199,7 @@ class RunLog:
         self._segments: dict[str, Segment] = {}  # day folder -> this process's segment
         self._own_indexes: set[str] = set()  # index files this process wrote
         self._seg_lock = threading.Lock()  # one append at a time; lines of a run in order
-        # The writer thread's wake-up: a put on a SimpleQueue (C) costs far less than
-        # threading.Event.set (a Python Condition).
-        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._wake = threading.Event()
         self._wake_pending = False
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
@@ -267,7 +264,7 @@ class RunLog:
         # Wake the writer thread once per batch, not once per line: each wake-up costs a GIL hand-off.
         if not self._wake_pending:
             self._wake_pending = True
-            self._wake.put(None)
+            self._wake.set()
 
     def _start_thread(self) -> None:
         with self._thread_lock:
@@ -278,9 +275,9 @@ class RunLog:
     def _write_loop(self) -> None:
         dirty = self._dirty
         while True:
-            self._wake.get()
+            self._wake.wait()
             time.sleep(_COALESCE_S)  # let a burst gather; readers flush what they need themselves
-            # A run queued from here on puts a new wake-up; one queued before is written below.
+            self._wake.clear()
             self._wake_pending = False
             while dirty:
                 count = min(len(dirty), _BATCH_RUNS)
