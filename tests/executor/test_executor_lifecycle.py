@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -210,3 +212,11 @@ async def test_a_start_that_fails_half_way_releases_what_it_opened(admin: FakeAd
         await ex.startup()
     assert not ex.running
     assert ex._client is None and ex._callback is None
+
+
+def test_the_standalone_gc_tuning_freezes_startup_and_widens_the_young_generation() -> None:
+    # In a child process: the tuning is process-wide, and the test process keeps its own GC.
+    code = ("import gc; from jobring.executor.standalone import tune_gc; tune_gc(); "
+            "print(gc.get_threshold(), gc.get_freeze_count() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "(20000, 50, 100) True"

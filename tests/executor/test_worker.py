@@ -159,6 +159,47 @@ async def test_repeated_log_id_in_queue_is_refused(make_runner: RunnerFactory) -
     gate.release.set()
 
 
+async def test_a_full_serial_queue_refuses_runs_until_it_drains(make_runner: RunnerFactory,
+                                                                reports: Reports) -> None:
+    gate = Gate()
+    runner = make_runner(gate_handler(gate), max_queued_per_job=2)
+    assert (await runner.run(trigger(6, 1))).ok
+    await asyncio.wait_for(gate.started.wait(), 5)
+    for log_id in (2, 3):  # one running, two waiting: the cap
+        assert (await runner.run(trigger(6, log_id))).ok
+    full = await runner.run(trigger(6, 4))
+    assert full.to_dict() == {"code": 500, "msg": "job queue full: 2 runs of this job wait behind its "
+                              "running run (max_queued_per_job=2); run not accepted."}
+    assert runner.refused == {"queue_full": 1}
+    assert (await runner.run(trigger(7, 5))).ok  # another job's queue is its own
+    # The refused run was not received: the admin may send it again once there is room.
+    assert runner.received_of([(4, LOG_TIME)]) == []
+    gate.release.set()
+    for log_id in (1, 2, 3):
+        assert (await reports.wait(log_id)).handle_code == 200
+    assert (await runner.run(trigger(6, 4))).ok
+    assert (await reports.wait(4)).handle_code == 200
+
+
+async def test_the_queue_cap_leaves_other_strategies_and_can_be_off(make_runner: RunnerFactory,
+                                                                   reports: Reports) -> None:
+    gate = Gate()
+    runner = make_runner(gate_handler(gate), max_queued_per_job=1)
+    assert (await runner.run(trigger(6, 1))).ok
+    await asyncio.wait_for(gate.started.wait(), 5)
+    assert (await runner.run(trigger(6, 2))).ok
+    # COVER_EARLY replaces the worker whatever waits; DISCARD_LATER keeps its own message.
+    discard = await runner.run(trigger(6, 3, executor_block_strategy="DISCARD_LATER"))
+    assert discard.msg == "block strategy effect：Discard Later"
+    unbounded = make_runner(gate_handler(gate, "u"), max_queued_per_job=0)
+    for log_id in range(10, 30):
+        assert (await unbounded.run(trigger(8, log_id, "u"))).ok
+    assert unbounded.queue_depths()[8] >= 19
+    with pytest.raises(ValueError, match="max_queued_per_job"):
+        make_runner(gate_handler(gate), max_queued_per_job=-1)
+    gate.release.set()
+
+
 async def test_discard_later_refuses_while_busy(make_runner: RunnerFactory, reports: Reports) -> None:
     gate = Gate()
     runner = make_runner(gate_handler(gate))

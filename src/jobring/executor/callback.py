@@ -38,6 +38,7 @@ _INITIAL_BACKOFF_S = 0.5
 # costs far more than an item); after a quieter spell a result goes out at once. Short, so a
 # result waits at most this long: at 1,000 runs/s about 2 results per post.
 LINGER_S = 0.002
+_I64, _U64 = -(2**63), 2**64 - 1  # the integers JSON (orjson) carries
 
 
 class AdminUnavailable(JobringError):
@@ -230,7 +231,13 @@ class CallbackSender:
         error in the log: kept, it would fail every batch and spool write it is part of.
         """
         try:
-            orjson.dumps(result.to_dict())
+            # Encoded once here only when it may fail (the common result, ints in JSON's
+            # 64-bit range and no message, always encodes): a message may hold a lone
+            # surrogate, workflow additions anything.
+            if (result.handle_msg is not None or result.workflow_context is not None
+                    or not _I64 <= result.log_id <= _U64 or not _I64 <= result.log_date_tim <= _U64
+                    or not _I64 <= result.handle_code <= _U64):
+                orjson.dumps(result.to_dict())
         except TypeError as exc:
             self.dropped_count += 1
             log.error("callback: result of logId=%r cannot be encoded, dropped: %s", result.log_id, exc)

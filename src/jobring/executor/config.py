@@ -57,6 +57,9 @@ class ExecutorSettings(SettingsBase):
     callback_batch_size: PositiveInt = 1000
     callback_max_backoff_s: PositiveFloat = 30.0
     idle_timeout_s: PositiveFloat = 90.0
+    # Runs that may wait in one job's queue behind its running run (SERIAL_EXECUTION); past
+    # it /run is refused "job queue full". 0: no cap (as XXL-JOB).
+    max_queued_per_job: Annotated[int, Field(ge=0)] = 1000
     max_handle_msg: PositiveInt = 15000
     # GET /metrics needs "Authorization: Bearer <metrics_token>" when set (open otherwise).
     metrics_token: str | None = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -15,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import httpx
 
 from jobring.configbase import ConfigError
-from jobring.errors import JobringError
 from jobring.executor.callback import CallbackSender
 from jobring.executor.config import (
     ExecutorSettings,
@@ -34,37 +32,25 @@ from jobring.executor.declare import (
 )
 from jobring.executor.distributed import AdminLink, SubTaskRunner
 from jobring.executor.http.app import ExecutorEndpoints
-from jobring.executor.http.limits import ServerLimits
-from jobring.executor.http.protocol import ExecutorHttpServer
 from jobring.executor.ops import ExecutorMetrics, ExecutorParts, ExecutorStatus, OpsAnswer, ops_answer
 from jobring.executor.pull import POLL_WAIT_MS, PollTransport, PullChannel, pull_address
 from jobring.executor.registry import Registrar, detect_ipv4
-from jobring.executor.standalone import (
-    bind_socket,
-    default_logging,
-    install_signal_handlers,
-    loop_factory,
-    with_port,
-)
-from jobring.protocol.edge import HeadLimits
+from jobring.executor.standalone import ExecutorError, StandaloneServing, with_port
 
 if TYPE_CHECKING:
     from jobring.executor.broker import BrokerConsumer
     from jobring.executor.runlog import RunLog
     from jobring.executor.worker import JobRunner
 
+__all__ = ["Executor", "ExecutorError"]
+
 log = logging.getLogger("jobring.executor")
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CLEANUP_EVERY_S = 24 * 3600.0
-_THREAD_START_TIMEOUT_S = 30.0
 
 
-class ExecutorError(JobringError, RuntimeError):
-    """The executor cannot do what was asked in its current state."""
-
-
-class Executor:
+class Executor(StandaloneServing):
     """An XXL-JOB compatible executor that runs the handlers registered with :meth:`job`.
 
     Every argument may also come from a ``JOBRING_EXECUTOR_<NAME>`` environment
@@ -361,6 +347,7 @@ class Executor:
                 glue_enabled=s.glue_enabled,
                 idle_timeout_s=s.idle_timeout_s,
                 max_handle_msg=s.max_handle_msg,
+                max_queued_per_job=s.max_queued_per_job,
             )
         except BaseException:
             # Half started (e.g. an unreadable spool folder): release what exists, then fail.
@@ -468,129 +455,3 @@ class Executor:
                 except OSError as exc:
                     log.warning("run log cleanup failed: %s", exc)
             await asyncio.sleep(_CLEANUP_EVERY_S)
-
-    # --- standalone server -------------------------------------------------------------
-
-    async def serve(self, *, ready: Callable[[str], None] | None = None, announce: bool = True) -> None:
-        """Serve the endpoints over HTTP until stopped (SIGINT/SIGTERM or :meth:`stop`);
-        ``announce=False`` leaves the "listening on" line to the caller (``ready``)."""
-        s = self.settings
-        if s.dispatch != "push":
-            await self._serve_pulled(ready)
-            return
-        check_security(s, binds=True)
-        sock = bind_socket(s.host, s.port, in_code="port" in self._in_code)
-        self.bound_port = sock.getsockname()[1]
-        stop_requested = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        self._stop_serving, self._server_loop = stop_requested.set, loop
-        stop_signals = install_signal_handlers(stop_requested.set)
-        server = ExecutorHttpServer(self.asgi_app(), head_limits=HeadLimits(
-            max_request_line=s.max_request_line_bytes, max_header_bytes=s.max_header_bytes,
-            head_timeout_s=s.header_timeout_s,
-        ), limits=ServerLimits(
-            max_connections=s.max_connections, max_unauthenticated=s.max_unauthenticated_connections,
-            max_unauthenticated_per_address=s.max_unauthenticated_per_address,
-            unauthenticated_idle_timeout_s=s.unauthenticated_idle_timeout_s,
-        ))
-        try:
-            await self.startup(port=self.bound_port)
-            await server.start(sock)
-            if announce:
-                log.info("executor %s listening on %s:%s", s.app_name, s.host, self.bound_port)
-            if ready is not None:
-                ready(self.address or "")
-            await stop_requested.wait()
-        finally:
-            try:
-                await server.stop()
-                await self.shutdown()
-            finally:
-                for sig in stop_signals:
-                    loop.remove_signal_handler(sig)
-                sock.close()
-                self._stop_serving = self._server_loop = None
-
-    async def _serve_pulled(self, ready: Callable[[str], None] | None) -> None:
-        """:meth:`serve` for a pull executor: no socket is opened; the poll brings the calls."""
-        stop_requested = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        self._stop_serving, self._server_loop = stop_requested.set, loop
-        stop_signals = install_signal_handlers(stop_requested.set)
-        try:
-            await self.startup(binds=False)
-            log.info("executor %s polls %s as %s (%s dispatch: no listening port)", self.settings.app_name,
-                     ", ".join(self.settings.admin_urls()), self.address, self.settings.dispatch)
-            if ready is not None:
-                ready(self.address or "")
-            await stop_requested.wait()
-        finally:
-            try:
-                await self.shutdown()
-            finally:
-                for sig in stop_signals:
-                    loop.remove_signal_handler(sig)
-                self._stop_serving = self._server_loop = None
-
-    def run(
-        self, *, ready: Callable[[str], None] | None = None, exit_on_error: bool = True, announce: bool = True
-    ) -> None:
-        """Serve standalone, blocking until Ctrl-C / SIGTERM; leaves the admin cleanly.
-
-        A port in use or a bad setting is printed as one line and exits with code 2
-        (``exit_on_error=False``: raises :class:`~jobring.configbase.ConfigError` instead).
-        Logs startup and registration at INFO to stderr unless logging is configured.
-        Uses uvloop when it is installed. ``announce=False``: no "listening on" log line
-        (``ready`` prints its own, as ``jobring executor`` does).
-        """
-        with default_logging():
-            try:
-                self._run(ready, announce)
-            except ConfigError as exc:
-                if not exit_on_error:
-                    raise
-                print(f"jobring executor: error: {exc}", file=sys.stderr, flush=True)
-                raise SystemExit(2) from None
-
-    def _run(self, ready: Callable[[str], None] | None, announce: bool = True) -> None:
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(self.serve(ready=ready, announce=announce))
-
-    def start_in_thread(self) -> None:
-        """Serve from a background thread (for Flask, Django, scripts); returns once serving."""
-        if self._thread is not None:
-            raise ExecutorError("executor thread already started")
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def target() -> None:
-            try:
-                self._run(lambda _address: ready.set())
-            except ConfigError as exc:  # e.g. the port in use: raised to the caller below
-                failure.append(exc)
-            except BaseException as exc:
-                failure.append(exc)
-                log.exception("executor thread stopped with an error")
-            finally:
-                ready.set()
-
-        self._thread = threading.Thread(target=target, name="jobring-executor", daemon=True)
-        self._thread.start()
-        if not ready.wait(_THREAD_START_TIMEOUT_S):
-            raise ExecutorError("executor thread did not start in time")
-        if failure:
-            self._thread.join()
-            self._thread = None
-            raise ExecutorError(f"executor failed to start: {failure[0]}") from failure[0]
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop a server started by :meth:`start_in_thread` or :meth:`serve` (thread-safe)."""
-        stop_serving, loop = self._stop_serving, self._server_loop
-        if stop_serving is not None and loop is not None:
-            loop.call_soon_threadsafe(stop_serving)
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-            if thread.is_alive():
-                raise ExecutorError("executor thread did not stop in time")
-            self._thread = None

@@ -38,6 +38,8 @@ METRICS_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 EXECUTOR_METRICS: dict[str, tuple[str, str]] = {
     "jobring_executor_runs_total": (
         "counter", "Runs ended on this executor, by outcome (success, failed, killed, timed_out)"),
+    "jobring_executor_runs_refused_total": (
+        "counter", "Runs refused by this executor, by reason (queue_full: the job's queue was at its cap)"),
     "jobring_executor_handler_duration_ms": (
         "histogram", "Time from a handler's start to its result, ms"),
     "jobring_executor_running_runs": ("gauge", "Runs executing now"),
@@ -106,6 +108,9 @@ class ExecutorMetrics:
         ended = sorted((runner.ended if runner else {}).items())
         _family(lines, "jobring_executor_runs_total",
                 [(f'{{outcome="{_label(state)}"}}', count) for state, count in ended])
+        refused = sorted((runner.refused if runner else {}).items())
+        _family(lines, "jobring_executor_runs_refused_total",
+                [(f'{{reason="{_label(why)}"}}', count) for why, count in refused])
         durations: list[tuple[str, float]] = []
         if runner is not None:
             buckets = runner.durations_ms.cumulative()
