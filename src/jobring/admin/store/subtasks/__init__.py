@@ -7,6 +7,10 @@ builds on it), ``maps`` (map calls, sharded and broadcast parents, the root's re
 ``dispatch`` (what the pump reads and claims), ``results`` (events applied, parents' results,
 retry of failed sub-tasks), ``recovery`` (the sub-tasks of a dead admin node) and ``reads``
 (the run page, the reduce's input, retention).
+
+The writes that come in floods during a large map (map calls, claims, results, retries,
+retention) are bulk writes: on SQLite they take their turn after the scheduler's waiting
+writes (``Db.write``, ``write_gate``), so a map does not delay other jobs' fires.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class Dispatch(Transitions):
         if wanted <= 0:
             return []
         caps = await self._db.capabilities()
-        async with self._db.write() as conn:
+        async with self._db.write(bulk=True) as conn:
             stmt = (
                 select(subtask)
                 .where(

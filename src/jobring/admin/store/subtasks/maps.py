@@ -77,7 +77,7 @@ class MapWrites(Transitions):
         nothing twice); the first call makes the run a parent. Returns (created, total).
         NotFound for a run the guard does not allow; Conflict once the run left ``mapping``
         or from a parent sub-task that is not running."""
-        async with self._db.write() as conn:
+        async with self._db.write(bulk=True) as conn:
             job_id, group, params, settings = await self._open_run(conn, run_id, guard)
             parent = await self._lock_parent(conn, run_id)
             if parent is None:

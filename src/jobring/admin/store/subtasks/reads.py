@@ -90,7 +90,7 @@ class Reads(Repository):
     async def delete_runs(self, run_ids: Sequence[int]) -> int:
         """Forget the parents and sub-tasks of deleted runs (retention)."""
         deleted = 0
-        async with self._db.write() as conn:
+        async with self._db.write(bulk=True) as conn:
             for part in chunks(sorted(set(run_ids))):
                 deleted += (await conn.execute(delete(subtask).where(subtask.c.run_id.in_(part)))).rowcount
                 await conn.execute(delete(distributed_run).where(distributed_run.c.run_id.in_(part)))

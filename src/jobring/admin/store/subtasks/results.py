@@ -36,7 +36,7 @@ class Results(Transitions):
         and the parents that ended now."""
         if not updates:
             return 0, []
-        async with self._db.write() as conn:
+        async with self._db.write(bulk=True) as conn:
             changed, runs, ended = await self._apply(conn, updates, now_ms, guard)
             ended += await self._join(conn, sorted(runs), now_ms)
         return changed, ended
@@ -70,7 +70,7 @@ class Results(Transitions):
         """ "Retry only the failed sub-tasks" of an ended parent: its failed and cancelled
         sub-tasks go back to pending, the join attempt increases, the run is open again.
         Returns (sub-tasks retried, parents that ended at once). NotFound / JoinError."""
-        async with self._db.write() as conn:
+        async with self._db.write(bulk=True) as conn:
             ids = list(
                 (
                     await conn.execute(
