@@ -31,7 +31,7 @@ from jobring.admin.store.subtasks.records import (
     SubTaskRow,
     TaskUpdate,
 )
-from jobring.admin.store.subtasks.recovery import Recovery
+from jobring.admin.store.subtasks.recovery import Orphan, Recovery
 from jobring.admin.store.subtasks.results import Results
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "DistributedRepository",
     "DistributedRun",
     "NewSubTask",
+    "Orphan",
     "SubTaskRow",
     "TaskUpdate",
     "delete_children_of_deleted",
