@@ -33,6 +33,9 @@ _ASYNC_DRIVERS = {
 SQLITE_IMMEDIATE = "jobring_sqlite_immediate"
 # How long a write waits for its turn in this process (as SQLite's busy_timeout below).
 SQLITE_WRITE_WAIT_S = 10.0
+# Rows a bulk write changes per transaction on SQLite: each holds the one write lock while its
+# rows are read, decided on and written; the scheduler's writes wait at most one such.
+SQLITE_BULK_ROWS = 250
 # Execution option that silences MariaDB's per-row warnings of one INSERT IGNORE.
 MARIADB_QUIET = "jobring_mariadb_quiet"
 
@@ -143,10 +146,13 @@ class Db:
         self.force_no_returning = False
         # SQLite: this process's writers take turns (write_gate.py), not SQLite's busy polls.
         self._gate: WriteGate | None = None
+        # Rows per transaction of a bulk write that can be split (None: all in one).
+        self.bulk_rows: int | None = None
         if engine.dialect.name == "sqlite":
             database = engine.url.database
             in_memory = not database or database == ":memory:" or database.startswith("file::memory:")
             self._gate = gate_for(f"memory:{id(engine)}" if in_memory else os.path.realpath(database or ""))
+            self.bulk_rows = SQLITE_BULK_ROWS
 
     @property
     def backend(self) -> str:

@@ -15,6 +15,7 @@ from jobring.admin.store.subtasks.records import (
     DistributedRun,
     SubTaskRow,
     TaskUpdate,
+    subtask_row,
 )
 from jobring.admin.store.subtasks.transitions import Transitions
 from jobring.admin.store.tables import distributed_run, subtask
@@ -58,48 +59,43 @@ class Dispatch(Transitions):
         (PENDING -> RUNNING, a new attempt), skipping rows another node holds. A broadcast
         part goes to its own executor only (``parts`` False: none, the pre hook runs). The
         rows name ``node`` while they run (see :meth:`claimed_by_dead_nodes`)."""
-        wanted = sum(n for _, n in slots)
-        if wanted <= 0:
-            return []
+        # Round-robin over the executors with room left: a small map spreads over all.
+        room = {address: count for address, count in slots if count > 0}
         caps = await self._db.capabilities()
-        async with self._db.write(bulk=True) as conn:
-            stmt = (
-                select(subtask)
-                .where(
-                    subtask.c.run_id == run_id,
-                    subtask.c.status == TaskState.PENDING.value,
-                    *([] if parts else [subtask.c.kind != KIND_PART]),
+        claimed: list[ClaimedTask] = []
+        after = 0
+        while (wanted := sum(room.values())) > 0:
+            limit = min(wanted, self._db.bulk_rows or wanted)  # SQLite: short writes, several
+            async with self._db.write(bulk=True) as conn:
+                stmt = (
+                    select(subtask)
+                    .where(
+                        subtask.c.run_id == run_id,
+                        subtask.c.status == TaskState.PENDING.value,
+                        subtask.c.id > after,
+                        *([] if parts else [subtask.c.kind != KIND_PART]),
+                    )
+                    .order_by(subtask.c.id)
+                    .limit(limit)
                 )
-                .order_by(subtask.c.id)
-                .limit(wanted)
-            )
-            stmt = stmt.with_for_update(skip_locked=True) if caps.skip_locked else stmt.with_for_update()
-            rows = [to_record(SubTaskRow, r) for r in (await conn.execute(stmt)).all()]
-            if not rows:
-                return []
-            updates: list[TaskUpdate] = []
-            claimed: list[ClaimedTask] = []
-            # Round-robin over the executors with room left: a small map spreads over all.
-            room = {address: count for address, count in slots if count > 0}
-            order = list(room)
-            turn = 0
-            for row in rows:
-                if row.kind == KIND_PART:  # pinned: its executor, or not now
-                    address = row.executor_address or ""
-                    if room.get(address, 0) <= 0:
-                        continue
-                else:
-                    while room[order[turn % len(order)]] == 0:
-                        turn += 1
-                    address = order[turn % len(order)]
-                    turn += 1
-                room[address] -= 1
-                attempt = row.attempt + 1
-                updates.append(TaskUpdate(row.id, Dispatched(attempt, address), node=node))
-                claimed.append(ClaimedTask(row.id, run_id, attempt, row.task_key, row.task_name, row.kind,
-                                           row.item, row.shard_index, row.shard_total, address))
-            if updates:
-                await self._apply(conn, updates, now_ms, None, {r.id: r for r in rows})
+                stmt = stmt.with_for_update(skip_locked=True) if caps.skip_locked else stmt.with_for_update()
+                rows = [subtask_row(r) for r in (await conn.execute(stmt)).all()]
+                if not rows:
+                    break
+                after = rows[-1].id
+                updates = _assign(rows, room, len(claimed), node)
+                if updates:
+                    await self._apply(conn, updates, now_ms, None, {r.id: r for r in rows})
+            by_id = {r.id: r for r in rows}
+            for u in updates:
+                row, sent = by_id[u.id], u.event
+                assert isinstance(sent, Dispatched)
+                claimed.append(ClaimedTask(
+                    row.id, run_id, sent.attempt, row.task_key, row.task_name, row.kind, row.item,
+                    row.shard_index, row.shard_total, sent.executor,
+                ))
+            if len(rows) < limit:
+                break
         return claimed
 
     async def running_tasks(self, group_id: int, limit: int = 5_000) -> list[tuple[int, int, str | None]]:
@@ -170,3 +166,25 @@ class Dispatch(Transitions):
                 ).scalars()
             ]
 
+
+
+def _assign(
+    rows: Sequence[SubTaskRow], room: dict[str, int], turn: int, node: str | None
+) -> list[TaskUpdate]:
+    """Each row's executor (a broadcast part: its own, or none now), taking from ``room``;
+    the others round-robin over the executors with room, from ``turn`` on."""
+    order = list(room)
+    updates: list[TaskUpdate] = []
+    for row in rows:
+        if row.kind == KIND_PART:  # pinned: its executor, or not now
+            address = row.executor_address or ""
+            if room.get(address, 0) <= 0:
+                continue
+        else:
+            while room[order[turn % len(order)]] == 0:
+                turn += 1
+            address = order[turn % len(order)]
+            turn += 1
+        room[address] -= 1
+        updates.append(TaskUpdate(row.id, Dispatched(row.attempt + 1, address), node=node))
+    return updates

@@ -16,6 +16,7 @@ from jobring.admin.store.subtasks.records import (
     DistributedRun,
     SubTaskRow,
     guard_sql,
+    subtask_row,
 )
 from jobring.admin.store.tables import distributed_run, job_log, subtask
 from jobring.core.distributed import TaskState
@@ -52,7 +53,7 @@ class Reads(Repository):
             rows = (
                 await conn.execute(select(subtask).where(*where).order_by(subtask.c.id).limit(limit))
             ).all()
-        return [to_record(SubTaskRow, r) for r in rows]
+        return [subtask_row(r) for r in rows]
 
     async def results(
         self, run_id: int, *, after_id: int = 0, limit: int = 1_000, guard: GroupGuard | None = None

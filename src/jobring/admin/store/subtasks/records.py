@@ -4,12 +4,15 @@ them, and each sub-task kind's policy."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, cast
 
 from sqlalchemy import ColumnElement
+from sqlalchemy.engine import Row
 
 from jobring.admin.store.records import GroupGuard
+from jobring.admin.store.tables import subtask
 from jobring.core.distributed import (
     CancelRequested,
     Dispatched,
@@ -96,6 +99,17 @@ class SubTaskRow:
     ended_at: int | None
     dispatched_by: str | None = None  # the admin node that claimed it (while running)
     log: str | None = None  # its handler's last log lines (the executor keeps 4 KiB)
+
+
+# A row of ``select(subtask)`` is a SubTaskRow field for field: built positionally (a claim
+# or a result batch reads thousands inside its write; by name costs twice as much).
+assert [f.name for f in fields(SubTaskRow)] == [c.name for c in subtask.columns]
+_by_position = cast(Callable[..., SubTaskRow], SubTaskRow)
+
+
+def subtask_row(row: Row[Any]) -> SubTaskRow:
+    """The record of a row of ``select(subtask)``."""
+    return _by_position(*row)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 
 from sqlalchemy import select, update
 
-from jobring.admin.store.base import to_record
+from jobring.admin.store.base import chunks, to_record
 from jobring.admin.store.errors import NotFound
 from jobring.admin.store.records import GroupGuard
 from jobring.admin.store.subtasks.records import (
@@ -34,11 +34,13 @@ class Results(Transitions):
     ) -> tuple[int, list[DistributedRun]]:
         """Apply events to sub-tasks (the guard's groups only); returns how many rows changed
         and the parents that ended now."""
-        if not updates:
-            return 0, []
-        async with self._db.write(bulk=True) as conn:
-            changed, runs, ended = await self._apply(conn, updates, now_ms, guard)
-            ended += await self._join(conn, sorted(runs), now_ms)
+        changed, ended = 0, list[DistributedRun]()
+        for part in chunks(updates, self._db.bulk_rows or len(updates) or 1):
+            async with self._db.write(bulk=True) as conn:  # SQLite: short writes, several
+                count, runs, done = await self._apply(conn, part, now_ms, guard)
+                done += await self._join(conn, sorted(runs), now_ms)
+            changed += count
+            ended += done
         return changed, ended
 
     async def unrecorded(self, limit: int = 100) -> list[DistributedRun]:

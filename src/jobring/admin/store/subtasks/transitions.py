@@ -12,6 +12,7 @@ under its unique key, so it starts exactly once.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -38,6 +39,7 @@ from jobring.admin.store.subtasks.records import (
     guard_sql,
     new_values,
     policy_of,
+    subtask_row,
     task_of,
     tolerance_of,
 )
@@ -117,6 +119,8 @@ class Transitions(Repository):
             for run_id in sorted({r.run_id for r in rows.values()})
         }
         writes: dict[int, dict[str, Any]] = {}
+        # A row with several events in the batch: the next event sees the row as changed.
+        repeated = {i for i, n in Counter(u.id for u in updates).items() if n > 1}
         deltas: dict[int, tuple[int, int, int]] = {}
         reduced: dict[int, tuple[bool, str | None, str | None]] = {}
         pre_done: dict[int, tuple[bool, str | None, str | None]] = {}
@@ -138,6 +142,8 @@ class Transitions(Repository):
                 (s0, f0, r0), (s1, f1, r1) = COUNTS[TaskState(row.status)], COUNTS[new.state]
                 ds, df, dr = deltas.get(row.run_id, (0, 0, 0))
                 deltas[row.run_id] = (ds + s1 - s0, df + f1 - f0, dr + r1 - r0)
+            if row.id not in repeated:
+                continue
             rows[row.id] = replace(
                 row,
                 status=values["status"],
@@ -246,7 +252,7 @@ class Transitions(Repository):
                 .with_for_update()
             )
             for row in (await conn.execute(stmt)).all():
-                rows[int(row.id)] = to_record(SubTaskRow, row)
+                rows[int(row.id)] = subtask_row(row)
         return rows
 
     async def _cancel_rest(self, conn: AsyncConnection, run_id: int, now_ms: int) -> None:
