@@ -1,5 +1,6 @@
-"""The SQLite write gate: one writer at a time per database in a process, ordinary writes
-before bulk ones, each kind in arrival order; a writer that gives up leaves no hole."""
+"""The SQLite write gate: a process's bulk writes one at a time, in arrival order, each begun
+only when no ordinary write is in progress (or after its yield); ordinary writes never wait
+for it; a bulk writer that gives up leaves no hole."""
 
 from __future__ import annotations
 
@@ -23,40 +24,59 @@ async def _queued(gate: WriteGate, count: int) -> None:
     raise AssertionError(f"{gate.waiting} writers queued, expected {count}")
 
 
-async def test_ordinary_writes_go_before_bulk_ones_each_in_arrival_order() -> None:
+async def test_bulk_writes_take_turns_in_arrival_order() -> None:
     gate = WriteGate()
     order: list[str] = []
+    inside = 0
 
-    async def writer(name: str, bulk: bool) -> None:
-        async with gate.turn(bulk=bulk):
+    async def writer(name: str) -> None:
+        nonlocal inside
+        async with gate.turn(bulk=True):
+            inside += 1
+            assert inside == 1
             order.append(name)
             await asyncio.sleep(0)  # another writer gets the loop, not the turn
+            inside -= 1
 
-    async with gate.turn():
-        started = [asyncio.create_task(writer(n, n.startswith("bulk"))) for n in
-                   ("bulk-1", "fire-1", "bulk-2", "fire-2", "bulk-3")]
-        await _queued(gate, 5)
+    async with gate.turn(bulk=True):
+        started = [asyncio.create_task(writer(f"bulk-{i}")) for i in range(4)]
+        await _queued(gate, 4)
     await asyncio.gather(*started)
-    assert order == ["fire-1", "fire-2", "bulk-1", "bulk-2", "bulk-3"]
+    assert order == ["bulk-0", "bulk-1", "bulk-2", "bulk-3"]
     assert gate.waiting == 0
 
 
-async def test_one_writer_at_a_time() -> None:
+async def test_a_bulk_write_begins_after_the_ordinary_writes_in_progress() -> None:
     gate = WriteGate()
-    inside = 0
-    most = 0
+    entered = asyncio.Event()
 
-    async def writer() -> None:
-        nonlocal inside, most
-        async with gate.turn(bulk=False):
-            inside += 1
-            most = max(most, inside)
-            for _ in range(3):
-                await asyncio.sleep(0)
-            inside -= 1
+    async def bulk() -> None:
+        async with gate.turn(bulk=True):
+            entered.set()
 
-    await asyncio.gather(*(writer() for _ in range(20)))
-    assert most == 1
+    first, second = gate.turn(), gate.turn()
+    await first.__aenter__()
+    await second.__aenter__()
+    work = asyncio.create_task(bulk())
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not entered.is_set()
+    await first.__aexit__(None, None, None)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not entered.is_set()  # one is still in progress
+    async with gate.turn():  # ordinary writes never wait for the gate
+        pass
+    await second.__aexit__(None, None, None)
+    await work
+    assert entered.is_set()
+
+
+async def test_a_bulk_write_does_not_wait_past_its_yield_for_ordinary_ones() -> None:
+    gate = WriteGate(yield_s=0.01)
+    # An ordinary write that lasts, and a bulk one inside it.
+    async with gate.turn(), gate.turn(bulk=True):
+        pass
 
 
 async def test_a_cancelled_waiter_leaves_the_queue_and_the_turn_passes_on() -> None:
@@ -64,10 +84,10 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_the_turn_passes_on() -> N
     ran: list[str] = []
 
     async def writer(name: str) -> None:
-        async with gate.turn():
+        async with gate.turn(bulk=True):
             ran.append(name)
 
-    async with gate.turn():
+    async with gate.turn(bulk=True):
         first = asyncio.create_task(writer("first"))
         second = asyncio.create_task(writer("second"))
         await _queued(gate, 2)
@@ -84,10 +104,10 @@ async def test_a_waiter_cancelled_as_the_turn_reaches_it_hands_it_on() -> None:
     ran: list[str] = []
 
     async def writer(name: str) -> None:
-        async with gate.turn():
+        async with gate.turn(bulk=True):
             ran.append(name)
 
-    holder = gate.turn()
+    holder = gate.turn(bulk=True)
     await holder.__aenter__()
     first = asyncio.create_task(writer("first"))
     second = asyncio.create_task(writer("second"))
@@ -98,18 +118,18 @@ async def test_a_waiter_cancelled_as_the_turn_reaches_it_hands_it_on() -> None:
         await first
     await second
     assert ran == ["second"]
-    async with gate.turn():  # and the gate is free again
+    async with gate.turn(bulk=True):  # and the gate is free again
         pass
 
 
 async def test_waiting_past_the_limit_is_a_timeout_error() -> None:
     gate = WriteGate()
-    async with gate.turn():
+    async with gate.turn(bulk=True):
         with pytest.raises(TimeoutError, match="turn to write"):
-            async with gate.turn(timeout_s=0.01):
+            async with gate.turn(bulk=True, timeout_s=0.01):
                 pass
         assert gate.waiting == 0
-    async with gate.turn(timeout_s=0.01):
+    async with gate.turn(bulk=True, timeout_s=0.01):
         pass
 
 

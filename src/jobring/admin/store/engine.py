@@ -31,7 +31,7 @@ _ASYNC_DRIVERS = {
 # Execution option that makes a SQLite transaction start with BEGIN IMMEDIATE (take the
 # write lock up front, so a read-then-write transaction cannot fail on lock upgrade).
 SQLITE_IMMEDIATE = "jobring_sqlite_immediate"
-# How long a write waits for its turn in this process (as SQLite's busy_timeout below).
+# How long a bulk write waits for its turn in this process (as SQLite's busy_timeout below).
 SQLITE_WRITE_WAIT_S = 10.0
 # Rows a bulk write changes per transaction on SQLite: each holds the one write lock while its
 # rows are read, decided on and written; the scheduler's writes wait at most one such.
@@ -144,7 +144,7 @@ class Db:
         self._caps: Capabilities | None = None
         # Tests set this to exercise the MySQL (no RETURNING) code paths on MariaDB.
         self.force_no_returning = False
-        # SQLite: this process's writers take turns (write_gate.py), not SQLite's busy polls.
+        # SQLite: this process's bulk writes take turns between the others (write_gate.py).
         self._gate: WriteGate | None = None
         # Rows per transaction of a bulk write that can be split (None: all in one).
         self.bulk_rows: int | None = None
@@ -190,9 +190,10 @@ class Db:
     async def write(
         self, *, read_committed: bool = False, bulk: bool = False
     ) -> AsyncIterator[AsyncConnection]:
-        """A connection in a write transaction: ``BEGIN IMMEDIATE`` on SQLite, after this
-        process's earlier writers (``bulk``: after every waiting ordinary writer too; for
-        floods of writes no instant waits for, such as a large map's sub-tasks).
+        """A connection in a write transaction: ``BEGIN IMMEDIATE`` on SQLite. ``bulk`` (for
+        floods of writes no instant waits for, such as a large map's sub-tasks): on SQLite
+        one at a time, in arrival order, between this process's ordinary writes
+        (``write_gate``).
 
         ``read_committed`` on MySQL/MariaDB: InnoDB then releases the locks of scanned rows
         that do not match (REPEATABLE READ would hold them until commit).

@@ -1,21 +1,22 @@
-"""One writer at a time per SQLite database in this process, handed over in a fair order.
+"""Bulk writes to a SQLite database in this process: one at a time, and only between the others.
 
 SQLite has one write lock per database. Writers that find it taken sleep in SQLite's busy
-handler and poll (sleeps growing to 100 ms): nobody queues, so a writer that comes back often
-(the sub-task writes of a large map) keeps taking the lock while another (the scheduler
-recording a fire) sleeps through its turns, seconds at times (bench/RESULTS.md, issue 23).
+handler and poll (sleeps growing to 100 ms): nobody queues, so the writers that come back
+often (the sub-task writes of a large map: map calls, claims, result batches) kept taking
+the lock while others slept through their turns: the scheduler recording a fire waited
+seconds, and a map call outlived its executor's timeout (bench/RESULTS.md, issue 23).
 
-The gate queues this process's writers before they begin (``BEGIN IMMEDIATE``), so the lock
-is almost always free when a writer reaches SQLite, and hands the turn over explicitly: to the
-oldest waiting ordinary write first, then to the oldest waiting bulk write (``bulk=True``:
-sub-task writes, which come in floods and are not due at an instant). Ordinary writes thus
-wait for at most the write in progress; bulk writes wait for each other in arrival order.
-Writers of other processes on the same file still meet this process's one writer in
-SQLite's busy handler, as before.
+The gate orders only the bulk writes (``bulk=True``), before they begin: they take turns
+first come first served, one at a time, and a bulk write does not begin while an ordinary
+write of this process is in progress (it waits up to ``yield_s`` for them to end, so a
+steady stream of ordinary writes cannot stop the bulk ones). Ordinary writes (the
+scheduler's) go straight to SQLite as before: they meet each other in the busy handler as
+they always did, and at most one bulk write, short by design (``Db.bulk_rows``).
 
-The wait is bounded (``TimeoutError``, transient for callers: ``errors.is_transient``) like
-SQLite's own ``busy_timeout``. A gate is shared by every engine of the process opened on the
-same database file; it is created on first use, outside any event loop binding.
+The wait for the turn is bounded (``TimeoutError``, transient for callers:
+``errors.is_transient``) like SQLite's own ``busy_timeout``. A gate is shared by every engine
+of the process opened on the same database file; it is created on first use, bound to no
+event loop until a writer waits.
 """
 
 from __future__ import annotations
@@ -30,34 +31,66 @@ __all__ = ["WriteGate", "gate_for"]
 
 
 class WriteGate:
-    """The turn to write, ordinary writes before bulk ones, each kind first come first served."""
+    """Counts the ordinary writes in progress; queues the bulk ones (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, yield_s: float = 1.0) -> None:
+        self.yield_s = yield_s
+        self._ordinary = 0
+        self._quiet: list[asyncio.Future[None]] = []  # bulk writers waiting for no ordinary write
         self._held = False
-        self._ordinary: deque[asyncio.Future[None]] = deque()
         self._bulk: deque[asyncio.Future[None]] = deque()
 
     @property
     def waiting(self) -> int:
-        """Writers queued for the turn (for tests and metrics)."""
-        return len(self._ordinary) + len(self._bulk)
+        """Bulk writers queued for their turn (for tests and metrics)."""
+        return len(self._bulk)
 
     @asynccontextmanager
     async def turn(self, *, bulk: bool = False, timeout_s: float = 10.0) -> AsyncIterator[None]:
-        """Hold the turn for the body; TimeoutError after waiting ``timeout_s``."""
-        await self._acquire(bulk, timeout_s)
+        """Hold the body as an ordinary write (counted) or a bulk one (queued; TimeoutError
+        after waiting ``timeout_s`` for the turn)."""
+        if not bulk:
+            self._ordinary += 1
+            try:
+                yield
+            finally:
+                self._ordinary -= 1
+                if not self._ordinary:
+                    self._wake_quiet()
+            return
+        await self._acquire(timeout_s)
         try:
+            await self._after_ordinary()
             yield
         finally:
             self._release()
 
-    async def _acquire(self, bulk: bool, timeout_s: float) -> None:
-        if not self._held and not self._ordinary and not self._bulk:
+    async def _after_ordinary(self) -> None:
+        """Let the ordinary writes in progress end first (at most ``yield_s``)."""
+        if not self._ordinary:
+            return
+        quiet: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._quiet.append(quiet)
+        try:
+            await asyncio.wait_for(asyncio.shield(quiet), self.yield_s)
+        except TimeoutError:
+            pass  # a steady stream of ordinary writes: the bulk write goes on meanwhile
+        finally:
+            if quiet in self._quiet:
+                self._quiet.remove(quiet)
+
+    def _wake_quiet(self) -> None:
+        waiting, self._quiet = self._quiet, []
+        for quiet in waiting:
+            if not quiet.done():
+                quiet.set_result(None)
+
+    async def _acquire(self, timeout_s: float) -> None:
+        if not self._held and not self._bulk:
             self._held = True
             return
-        queue = self._bulk if bulk else self._ordinary
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue.append(waiter)
+        self._bulk.append(waiter)
         try:
             async with asyncio.timeout(timeout_s):
                 await waiter
@@ -66,19 +99,18 @@ class WriteGate:
                 self._release()  # handed over as this writer gave up: to the next one
             else:
                 waiter.cancel()
-                queue.remove(waiter)
+                self._bulk.remove(waiter)
             if isinstance(exc, TimeoutError):
                 raise TimeoutError(f"waited over {timeout_s:g} s for this process's turn to write "
-                                   "to the SQLite database") from None
+                                   "in bulk to the SQLite database") from None
             raise
 
     def _release(self) -> None:
-        for queue in (self._ordinary, self._bulk):
-            while queue:
-                waiter = queue.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)  # the turn passes on: ``_held`` stays True
-                    return
+        while self._bulk:
+            waiter = self._bulk.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the turn passes on: ``_held`` stays True
+                return
         self._held = False
 
 
