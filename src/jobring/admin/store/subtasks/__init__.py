@@ -9,8 +9,9 @@ retry of failed sub-tasks), ``recovery`` (the sub-tasks of a dead admin node) an
 (the run page, the reduce's input, retention).
 
 The writes that come in floods during a large map (map calls, claims, results, retries,
-retention) are bulk writes: on SQLite they take their turn after the scheduler's waiting
-writes (``Db.write``, ``write_gate``), so a map does not delay other jobs' fires.
+retention) are bulk writes: on SQLite they take turns, one at a time, between the
+scheduler's writes (``Db.write``, ``write_gate``), and claims and results are written
+``Db.bulk_rows`` rows a transaction, so a map does not delay other jobs' fires.
 """
 
 from __future__ import annotations
