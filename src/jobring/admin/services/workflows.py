@@ -29,6 +29,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.monitors.base import Monitor
+from jobring.admin.services.claim_fault import ClaimFault
 from jobring.admin.services.subworkflows import Children
 from jobring.admin.store.records import HandleResult, LogEntry
 from jobring.admin.store.workflows import (
@@ -127,6 +128,7 @@ class WorkflowDriver(Monitor):
         # Bounds the trigger calls only, not what follows them: a fire's result may start more
         # attempts, and holding a slot while waiting for another could use them all up.
         self._firing = asyncio.Semaphore(max_concurrent_fires)
+        self.claim_fault: ClaimFault | None = None  # test-only (services/claim_fault.py)
         self.lost_races = 0  # steps recomputed because another writer stored one first
         self.children = Children(store, clock, self)
 
@@ -287,6 +289,8 @@ class WorkflowDriver(Monitor):
         stale_before = now - self._stale_ms if stale else None
         if not await self._store.workflows.claim(attempt.id, self._node_id, now, stale_before):
             return  # another admin has it
+        if self.claim_fault is not None:
+            await self.claim_fault.claimed(attempt.id)
         wanted = await self._wanted_context(attempt)
         if wanted is None:
             await self._store.workflows.ended([attempt.id], now)
