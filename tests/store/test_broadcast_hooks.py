@@ -10,7 +10,7 @@ import json
 from datetime import datetime
 
 from jobring.admin.store import JobInfo, NewLog, Store
-from jobring.admin.store.subtasks import ClaimedTask, TaskUpdate
+from jobring.admin.store.subtasks import ClaimedTask, Orphan, TaskUpdate
 from jobring.core.distributed import CancelRequested, Finished, Lost
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
@@ -125,8 +125,18 @@ async def test_sub_tasks_a_dead_admin_node_claimed(store: Store) -> None:
     mine = await store.distributed.claim(run, [(A, 1)], T0, node="alive")
     theirs = await store.distributed.claim(run, [(B, 1), (C, 1)], T0, node="dead")
     assert [t.executor_address for t in mine + theirs] == [A, B, C]
-    assert await store.distributed.claimed_by_dead_nodes(T0, "alive") == [(t.id, 1, "dead") for t in theirs]
+    assert await store.distributed.claimed_by_dead_nodes(T0, "alive") == [
+        Orphan(t.id, run, 3, 1, "dead", t.executor_address) for t in theirs]
     assert await store.distributed.claimed_by_dead_nodes(T0, "dead") == []  # never its own
     # One ended before the node died: only the running one is left to take back.
     await store.distributed.apply([TaskUpdate(theirs[0].id, Finished(1, True))], T0)
-    assert await store.distributed.claimed_by_dead_nodes(T0, "alive") == [(theirs[1].id, 1, "dead")]
+    orphans = await store.distributed.claimed_by_dead_nodes(T0, "alive")
+    assert [o.id for o in orphans] == [theirs[1].id]
+    # Its executor holds it: taken over by the node that asked, once, as that attempt only.
+    stale = Orphan(theirs[1].id, run, 3, 2, "dead", C)
+    assert await store.distributed.adopt([stale], "alive") == 0
+    assert await store.distributed.adopt(orphans, "alive") == 1
+    assert await store.distributed.adopt(orphans, "alive") == 0  # no longer the dead node's
+    assert await store.distributed.claimed_by_dead_nodes(T0, "alive") == []
+    rows = {r.id: r for r in await store.distributed.page(run)}
+    assert (rows[theirs[1].id].status, rows[theirs[1].id].dispatched_by) == ("running", "alive")

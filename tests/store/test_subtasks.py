@@ -170,3 +170,25 @@ async def test_limits_and_parents_of_nested_maps(store: Store) -> None:
     with pytest.raises(NotFound):
         await store.distributed.add_map_call(run + 100, "r", _tasks(1), None, T0)
     assert MapLimitError  # the item limits are checked before the store (core.distributed.plan_map)
+
+
+async def test_claims_and_results_split_into_short_writes(store: Store) -> None:
+    # SQLite splits them (Db.bulk_rows, 250 there); here every backend, in writes of 7 rows.
+    store.db.bulk_rows = 7
+    run = await _run(store)
+    await store.distributed.add_map_call(run, "r", _tasks(40), "sum", T0)
+    await store.distributed.root_finished([(run, True, None)], T0)
+    claimed = await store.distributed.claim(run, [("http://a/", 10), ("http://b/", 4), ("http://c/", 30)], T0)
+    assert len(claimed) == 40 and len({t.id for t in claimed}) == 40
+    per = {a: sum(t.executor_address == a for t in claimed) for a in ("http://a/", "http://b/", "http://c/")}
+    assert per == {"http://a/": 10, "http://b/": 4, "http://c/": 26}  # no executor past its room
+    assert [t.executor_address for t in claimed[:3]] == ["http://a/", "http://b/", "http://c/"]
+    # A batch with an event twice and one of another attempt: each row changes once.
+    updates = [TaskUpdate(t.id, Finished(1, True), "1") for t in claimed]
+    updates += [TaskUpdate(claimed[0].id, Finished(1, True), "1"),
+                TaskUpdate(claimed[1].id, Finished(2, True))]
+    changed, ended = await store.distributed.apply(updates, T0 + 1)
+    assert (changed, ended) == (40, [])
+    parent = await store.distributed.get(run)
+    assert parent is not None and (parent.succeeded, parent.running, parent.phase) == (40, 0, "reducing")
+    assert await store.distributed.counts(run) == {"succeeded": 40, "pending": 1}  # the reduce, once

@@ -46,6 +46,7 @@ MAP_TIMEOUT_S = 60.0
 RESULT_BATCH = 1_000
 RESULT_FLUSH_S = 0.05
 REDUCE_PAGE = 1_000
+MAX_HELD_QUERY = 10_000  # sub-tasks per /jobring/subtasks/received question
 _RESULT_MAX_BYTES = 64 * 1024
 TASK_LOG_MAX_BYTES = 4 * 1024
 
@@ -213,6 +214,9 @@ class SubTaskRunner:
         self._wake = asyncio.Event()
         self._closing = False
         self.done = 0
+        # (sub-task id, attempt) -> run id of the sub-tasks accepted whose result no admin has
+        # taken yet: what an admin that takes over a dead one's sub-tasks asks about.
+        self._held: dict[tuple[int, int], int] = {}
 
     def root_scope(self, run_id: int, handler_name: str) -> MapScope:
         """The scope of a run's root task (its handler may map)."""
@@ -230,10 +234,33 @@ class SubTaskRunner:
         if self._sender is None:
             self._sender = asyncio.create_task(self._send_loop(), name="jobring-subtask-results")
         for task in tasks:
+            self._held[(int(task["id"]), int(task["attempt"]))] = run_id
             work = asyncio.create_task(self._run(run_id, job_id, params, task))
             self._tasks.add(work)
             work.add_done_callback(self._tasks.discard)
         return ReturnT.success()
+
+    async def held(self, body: bytes) -> ReturnT:
+        """``/jobring/subtasks/received``: which of ``{"tasks": [[runId, id, attempt], ...]}``
+        this executor holds (accepted, running or done, and no admin has taken its result
+        yet): an admin taking over a dead admin's sub-tasks sends again only the others.
+        Forgotten at a restart, with the sub-tasks themselves (they are sent again)."""
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise ValueError(f"not JSON: {exc}") from exc
+        asked = data.get("tasks") if isinstance(data, dict) else None
+        if not isinstance(asked, list) or len(asked) > MAX_HELD_QUERY:
+            raise ValueError(f"tasks: a list of at most {MAX_HELD_QUERY} [runId, id, attempt] triples")
+        found: list[int] = []
+        for item in asked:
+            if (not isinstance(item, list) or len(item) != 3
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in item)):
+                raise ValueError("tasks: each item is [runId, id, attempt] (integers)")
+            run_id, task_id, attempt = item
+            if self._held.get((task_id, attempt)) == run_id:
+                found.append(task_id)
+        return ReturnT.success({"received": found})
 
     async def _run(self, run_id: int, job_id: int, params: str, task: dict[str, Any]) -> None:
         sink = _TaskSink()
@@ -310,6 +337,8 @@ class SubTaskRunner:
             batch, self._results = self._results[:RESULT_BATCH], self._results[RESULT_BATCH:]
             try:
                 await self._link.call("results", {"results": batch})
+                for done in batch:
+                    self._held.pop((int(done["id"]), int(done["attempt"])), None)
                 backoff = 0.5
             except DistributedError as exc:
                 # Kept and sent again: the admin applies each result once whatever repeats.

@@ -359,6 +359,7 @@ class Executor(StandaloneServing):
                                                                  s.app_name), reducers=self._reducers)
         self._runner.distributed = self._subtasks
         self.asgi_app().extra_routes["/jobring/subtasks"] = self._subtasks.accept
+        self.asgi_app().extra_routes["/jobring/subtasks/received"] = self._subtasks.held
         self.asgi_app().bind(self._runner, self._runlog.read)
         if s.dispatch != "push":
             self.address = pull_address(s.address, s.dispatch)

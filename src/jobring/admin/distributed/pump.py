@@ -7,7 +7,8 @@ window has room for (at most ``batch``), spread over the executors with the most
 and POSTs each executor's part to its ``jobring/subtasks`` endpoint through the admin's
 executor client (push, or the poll of a pull executor). A refused or unanswered batch is
 lost at once (dispatched again elsewhere, within the re-dispatch budget). A sub-task
-running on an address that left its group is lost too (:meth:`SubTaskPump.take_back`).
+running on an address that left its group is lost too (:meth:`SubTaskPump.take_back`), and
+so is one a dead admin node claimed that its executor does not hold (``recovery.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.distributed.recovery import DeadNodeSubTasks
 from jobring.admin.store import JobGroup, Store
 from jobring.admin.store.subtasks import ClaimedTask, DistributedRun, TaskUpdate
 from jobring.core.clock import Clock
@@ -53,6 +55,7 @@ class SubTaskPump:
         self.window = window
         self.batch = batch
         self._sends: set[asyncio.Task[None]] = set()
+        self.dead_nodes = DeadNodeSubTasks(store, client, clock, ended, node_id) if node_id else None
         self.sent = 0  # sub-tasks sent by this node (metrics, benches)
 
     async def round(self) -> int:
@@ -148,7 +151,8 @@ class SubTaskPump:
                 lives[group_id] = set(group.routable_addresses) if group is not None else set()
             return lives[group_id]
 
-        lost = await self._take_back_of_dead_nodes()
+        # The sub-tasks a dead admin node claimed: their executors are asked first.
+        lost = await self.dead_nodes.round() if self.dead_nodes is not None else 0
         stranded = [
             TaskUpdate(i, CancelRequested(), message=f"executor {address} left the group before its part ran")
             for i, group_id, address in await self._store.distributed.pending_parts()
@@ -184,29 +188,6 @@ class SubTaskPump:
             if ended:
                 await self._ended(ended)
         return lost
-
-    async def _take_back_of_dead_nodes(self) -> int:
-        """Lose the running sub-tasks a dead admin node claimed: it may have died between the
-        claim and the send (those it sent run again: at least once)."""
-        if not self._node:
-            return 0
-        orphans = await self._store.distributed.claimed_by_dead_nodes(self._clock.now_ms(), self._node)
-        if not orphans:
-            return 0
-        nodes = sorted({n or "?" for _, _, n in orphans})
-        log.warning(
-            "%d running sub-task(s) claimed by admin node(s) %s, no longer alive: dispatching them again",
-            len(orphans),
-            ", ".join(nodes),
-        )
-        updates = [
-            TaskUpdate(i, Lost(attempt), message=f"admin node {node} that dispatched it died")
-            for i, attempt, node in orphans
-        ]
-        changed, ended = await self._store.distributed.apply(updates, self._clock.now_ms())
-        if ended:
-            await self._ended(ended)
-        return changed
 
     async def close(self) -> None:
         while self._sends:

@@ -138,7 +138,8 @@ async def update_rows(
     member: Member | None = None,
 ) -> int:
     """Give each row (by ``id``) its own values: on PostgreSQL one ``UPDATE ... FROM
-    unnest(arrays)`` for all rows; elsewhere (or for decorated column types) one ``UPDATE ...
+    unnest(arrays)`` for all rows; on SQLite (without ``member``) one executemany of a one-row
+    UPDATE; elsewhere (or for decorated column types) one ``UPDATE ...
     SET c = CASE WHEN id = ... END`` per chunk, one round trip per 100 rows (executemany of
     UPDATE is a loop on aiomysql and slow on asyncpg). Columns in ``keep_when_null`` keep
     their value where the new one is None; ``match`` adds ``column = value`` conditions;
@@ -164,6 +165,18 @@ async def update_rows(
         for n, name in enumerate(columns):
             arrays[f"v{n}"] = [rows[row_id][name] for row_id in ids]
         return int((await conn.execute(unnest, arrays)).rowcount)
+    if conn.dialect.name == "sqlite" and member is None:
+        # One executemany of a one-row UPDATE: SQLite runs it in one call on the connection's
+        # thread. Each statement is an await, and while a write waits for the event loop it
+        # holds the database's one write lock: 20 CASE chunks of a 2,000-row claim cost 20
+        # turns of a busy loop with the lock held (other jobs' fires waited behind them).
+        one_row = _row_update(table, columns, keep_when_null, tuple(extra))
+        each = [
+            {"b_id": row_id, **{f"m_{name}": value for name, value in extra.items()},
+             **{f"v_{name}": rows[row_id][name] for name in columns}}
+            for row_id in ids
+        ]
+        return int((await conn.execute(one_row, each)).rowcount)
     for part in chunks(ids, UPDATE_CHUNK):
         stmt = _case_update(table, columns, len(part), keep_when_null, tuple(extra), member_shape)
         params: dict[str, Any] = {f"m_{name}": value for name, value in extra.items()}
@@ -201,6 +214,21 @@ def _unnest_update(
         where.append(f"t.{quote(name)} = ANY({array})" if inside else f"t.{quote(name)} <> ALL({array})")
     return text(f"UPDATE {quote(table.name)} AS t SET {', '.join(sets)} "
                 f"FROM unnest({', '.join(arrays)}) AS v({', '.join(names)}) WHERE {' AND '.join(where)}")
+
+
+@functools.lru_cache(maxsize=64)
+def _row_update(
+    table: Table, columns: tuple[str, ...], keep_when_null: tuple[str, ...], match: tuple[str, ...]
+) -> Update:
+    # UPDATE t SET c = :v_c, ... WHERE id = :b_id AND m = :m_m, for executemany.
+    values: dict[str, Any] = {}
+    for name in columns:
+        column = table.c[name]
+        new = bindparam(f"v_{name}", type_=column.type)
+        values[name] = func.coalesce(new, column) if name in keep_when_null else new
+    where: list[ColumnElement[bool]] = [table.c.id == bindparam("b_id", type_=table.c.id.type)]
+    where.extend(table.c[name] == bindparam(f"m_{name}", type_=table.c[name].type) for name in match)
+    return update(table).where(*where).values(**values)
 
 
 @functools.lru_cache(maxsize=512)

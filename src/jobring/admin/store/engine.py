@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from jobring.admin.store.sqlite_connection import sqlite_connector
+from jobring.admin.store.write_gate import WriteGate, gate_for
 
 _ASYNC_DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
@@ -30,6 +32,11 @@ _ASYNC_DRIVERS = {
 # Execution option that makes a SQLite transaction start with BEGIN IMMEDIATE (take the
 # write lock up front, so a read-then-write transaction cannot fail on lock upgrade).
 SQLITE_IMMEDIATE = "jobring_sqlite_immediate"
+# How long a bulk write waits for its turn in this process (as SQLite's busy_timeout below).
+SQLITE_WRITE_WAIT_S = 10.0
+# Rows a bulk write changes per transaction on SQLite: each holds the one write lock while its
+# rows are read, decided on and written; the scheduler's writes wait at most one such.
+SQLITE_BULK_ROWS = 250
 # Execution option that silences MariaDB's per-row warnings of one INSERT IGNORE.
 MARIADB_QUIET = "jobring_mariadb_quiet"
 
@@ -138,6 +145,15 @@ class Db:
         self._caps: Capabilities | None = None
         # Tests set this to exercise the MySQL (no RETURNING) code paths on MariaDB.
         self.force_no_returning = False
+        # SQLite: this process's bulk writes take turns between the others (write_gate.py).
+        self._gate: WriteGate | None = None
+        # Rows per transaction of a bulk write that can be split (None: all in one).
+        self.bulk_rows: int | None = None
+        if engine.dialect.name == "sqlite":
+            database = engine.url.database
+            in_memory = not database or database == ":memory:" or database.startswith("file::memory:")
+            self._gate = gate_for(f"memory:{id(engine)}" if in_memory else os.path.realpath(database or ""))
+            self.bulk_rows = SQLITE_BULK_ROWS
 
     @property
     def backend(self) -> str:
@@ -172,12 +188,26 @@ class Db:
             yield conn
 
     @asynccontextmanager
-    async def write(self, *, read_committed: bool = False) -> AsyncIterator[AsyncConnection]:
-        """A connection in a write transaction: ``BEGIN IMMEDIATE`` on SQLite.
+    async def write(
+        self, *, read_committed: bool = False, bulk: bool = False
+    ) -> AsyncIterator[AsyncConnection]:
+        """A connection in a write transaction: ``BEGIN IMMEDIATE`` on SQLite. ``bulk`` (for
+        floods of writes no instant waits for, such as a large map's sub-tasks): on SQLite
+        one at a time, in arrival order, between this process's ordinary writes
+        (``write_gate``).
 
         ``read_committed`` on MySQL/MariaDB: InnoDB then releases the locks of scanned rows
         that do not match (REPEATABLE READ would hold them until commit).
         """
+        if self._gate is None:
+            async with self._write(read_committed) as conn:
+                yield conn
+            return
+        async with self._gate.turn(bulk=bulk, timeout_s=SQLITE_WRITE_WAIT_S), self._write(False) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _write(self, read_committed: bool) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as conn:
             name = self.engine.dialect.name
             if name == "sqlite":

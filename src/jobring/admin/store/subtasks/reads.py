@@ -1,0 +1,119 @@
+"""Reading distributed runs (the run page, the reduce's input, callbacks) and forgetting
+them with their run (retention)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from sqlalchemy import ColumnElement, and_, delete, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from jobring.admin.store.base import Repository, chunks, to_record
+from jobring.admin.store.records import GroupGuard
+from jobring.admin.store.subtasks.records import (
+    HOOKS,
+    ROOT_RUNNING,
+    DistributedRun,
+    SubTaskRow,
+    guard_sql,
+    subtask_row,
+)
+from jobring.admin.store.tables import distributed_run, job_log, subtask
+from jobring.core.distributed import TaskState
+
+
+class Reads(Repository):
+    """Parents and sub-tasks as the run page, the reduce and callbacks read them."""
+
+
+    async def get(self, run_id: int) -> DistributedRun | None:
+        async with self._db.read() as conn:
+            row = (
+                await conn.execute(select(distributed_run).where(distributed_run.c.run_id == run_id))
+            ).first()
+        return None if row is None else to_record(DistributedRun, row)
+
+    async def get_many(self, run_ids: Collection[int]) -> dict[int, DistributedRun]:
+        found: dict[int, DistributedRun] = {}
+        async with self._db.read() as conn:
+            for part in chunks(sorted(set(run_ids))):
+                stmt = select(distributed_run).where(distributed_run.c.run_id.in_(part))
+                for row in (await conn.execute(stmt)).all():
+                    found[int(row.run_id)] = to_record(DistributedRun, row)
+        return found
+
+    async def page(
+        self, run_id: int, *, status: str | None = None, after_id: int = 0, limit: int = 100
+    ) -> list[SubTaskRow]:
+        """Sub-tasks of the run by id after ``after_id`` (keyset), optionally of one status."""
+        where: list[ColumnElement[bool]] = [subtask.c.run_id == run_id, subtask.c.id > after_id]
+        if status is not None:
+            where.append(subtask.c.status == status)
+        async with self._db.read() as conn:
+            rows = (
+                await conn.execute(select(subtask).where(*where).order_by(subtask.c.id).limit(limit))
+            ).all()
+        return [subtask_row(r) for r in rows]
+
+    async def results(
+        self, run_id: int, *, after_id: int = 0, limit: int = 1_000, guard: GroupGuard | None = None
+    ) -> list[tuple[int, str, str | None]]:
+        """(id, key, result JSON) of the run's succeeded children, by id after ``after_id``."""
+        async with self._db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(subtask.c.id, subtask.c.task_key, subtask.c.result)
+                    .where(
+                        subtask.c.run_id == run_id,
+                        subtask.c.id > after_id,
+                        subtask.c.kind.not_in(HOOKS),
+                        subtask.c.status == TaskState.SUCCEEDED.value,
+                        *guard_sql(subtask.c.job_group, guard),
+                    )
+                    .order_by(subtask.c.id)
+                    .limit(limit)
+                )
+            ).all()
+        return [(int(r.id), r.task_key, r.result) for r in rows]
+
+    async def counts(self, run_id: int) -> dict[str, int]:
+        """Sub-tasks of the run by status (children and reduce tasks)."""
+        async with self._db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(subtask.c.status, func.count())
+                    .where(subtask.c.run_id == run_id)
+                    .group_by(subtask.c.status)
+                )
+            ).all()
+        return {str(s): int(n) for s, n in rows}
+
+    async def delete_runs(self, run_ids: Sequence[int]) -> int:
+        """Forget the parents and sub-tasks of deleted runs (retention)."""
+        deleted = 0
+        async with self._db.write(bulk=True) as conn:
+            for part in chunks(sorted(set(run_ids))):
+                deleted += (await conn.execute(delete(subtask).where(subtask.c.run_id.in_(part)))).rowcount
+                await conn.execute(delete(distributed_run).where(distributed_run.c.run_id.in_(part)))
+        return deleted
+
+
+
+def lost_parents_condition() -> ColumnElement[bool]:
+    """Runs whose root task ended and that wait for their join: never "lost" with the
+    executor that ran the root (their result is the join's)."""
+    waiting = select(distributed_run.c.run_id).where(distributed_run.c.root_state != ROOT_RUNNING)
+    return and_(job_log.c.id.not_in(waiting))
+
+
+async def delete_children_of_deleted(conn: AsyncConnection, run_ids: Sequence[int]) -> None:
+    """Retention: the sub-tasks and join state of those of ``run_ids`` no longer in the run log."""
+    still = select(job_log.c.id).where(job_log.c.id.in_(list(run_ids)))
+    await conn.execute(
+        delete(subtask).where(subtask.c.run_id.in_(list(run_ids)), subtask.c.run_id.not_in(still))
+    )
+    await conn.execute(
+        delete(distributed_run).where(
+            distributed_run.c.run_id.in_(list(run_ids)), distributed_run.c.run_id.not_in(still)
+        )
+    )
