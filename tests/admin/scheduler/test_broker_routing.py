@@ -102,6 +102,37 @@ async def test_a_kill_goes_to_every_broker_executor_of_the_group_and_received_is
         await client.aclose()
 
 
+async def test_a_kill_of_a_known_run_reaches_only_the_executors_that_may_hold_it() -> None:
+    hub = PullHub(Clock())
+    client = ExecutorClient(access_token=None, pull=hub)
+    keys = ("broker://a", "broker://b", "broker://c")
+    for key in keys:
+        await hub.poll(key, "app", 0)
+    none: dict[str, object] = {"code": 200, "content": {"received": []}}
+    has: dict[str, object] = {"code": 200, "content": {"received": [41]}}
+    cannot_say: dict[str, object] = {"code": 500, "msg": "busy"}
+    try:
+        # b accepted run 41, c cannot say: the kill goes to b and c, not to a (the recorded one).
+        kill = asyncio.ensure_future(client.kill("broker://a/", 7, None, "app", runs=[(41, 1_000)]))
+        answers = (none, has, cannot_say)
+        pairs = zip(keys, answers, strict=True)
+        asked = await asyncio.gather(*(answer_polls(hub, k, "app", a) for k, a in pairs))
+        assert asked == [["received"]] * 3
+        killed = await asyncio.gather(*(answer_polls(hub, k, "app", {"code": 200}) for k in keys[1:]))
+        assert killed == [["kill"], ["kill"]]
+        assert (await kill).ok
+        assert [e.queued for e in hub.executors() if e.address == "broker://a"] == [0]
+
+        # Nobody says it accepted the run: every broker executor of the group gets the kill.
+        kill = asyncio.ensure_future(client.kill("broker://a/", 7, None, "app", runs=[(42, 1_000)]))
+        await asyncio.gather(*(answer_polls(hub, k, "app", none) for k in keys))
+        killed = await asyncio.gather(*(answer_polls(hub, k, "app", {"code": 200}) for k in keys))
+        assert killed == [["kill"]] * 3
+        assert (await kill).ok
+    finally:
+        await client.aclose()
+
+
 async def test_a_log_is_read_from_the_broker_executor_that_has_it() -> None:
     hub = PullHub(Clock())
     client = ExecutorClient(access_token=None, pull=hub)

@@ -77,6 +77,13 @@ def sent_time_ms(row: LogEntry) -> int:
     return stored
 
 
+def run_candidates(row: LogEntry) -> list[tuple[int, int]]:
+    """The (logId, logDateTime) pairs the run of ``row`` may have been sent with: what to ask
+    executors' ``/received`` about it (its stored trigger time may have lost its milliseconds)."""
+    at = sent_time_ms(row)
+    return [(row.id, at), (row.id, at - 1_000)]
+
+
 class UnsureFires:
     """Resolves fires perhaps sent (see the module docstring); one background task per round."""
 
@@ -183,7 +190,7 @@ class UnsureFires:
                        ) -> dict[int, bool | None]:
         """log id -> True (received), False (not), None (no answer) from one executor, asked
         with the group's token and appname (a pull executor is reached only through them)."""
-        runs = [[row.id, at] for row in rows for at in (sent_time_ms(row), sent_time_ms(row) - 1_000)]
+        runs = [list(run) for row in rows for run in run_candidates(row)]
         answer = await self._executors.call(address, "received", {"runs": runs}, token, app_name)
         content = answer.content
         listed = content.get("received") if isinstance(content, dict) else None
