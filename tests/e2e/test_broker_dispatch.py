@@ -285,8 +285,9 @@ def test_a_broker_restart_loses_no_run(tmp_path: Path) -> None:
                 assert run["handle_code"] == 200 or run["trigger_code"] == 500, run
             assert all(run_of(api, i)["handle_code"] == 200 for i in before + after)
             # With a restart of about a second, the runs fired during it were delivered.
-            outcomes = [(r["trigger_code"], r["trigger_msg"], r["handle_msg"]) for r in map(lambda i: run_of(api, i), during)]
-            assert all(run_of(api, i)["handle_code"] == 200 for i in during), outcomes
+            runs = [run_of(api, i) for i in during]
+            assert all(r["handle_code"] == 200 for r in runs), [(r["trigger_msg"], r["handle_msg"])
+                                                               for r in runs]
         finally:
             for proc in executors:
                 stop_process(proc)
