@@ -1,12 +1,14 @@
 """Broker dispatch: what the admin and broker executors agree on (docs/dispatch.md, "Broker mode").
 
-A run for a broker executor (``broker://<name>/``) is an AMQP message whose body is the
-``/run`` body (the TriggerParam JSON), published persistent through the default exchange to:
+A run for a broker executor (``broker://<name>/``) travels in an AMQP message whose body is
+the ``/run`` body (the TriggerParam JSON), or a batch of them (:func:`batch_body`), published
+persistent through the default exchange to:
 
 * the group's queue, :func:`group_queue`, which every broker executor of the appname
   consumes: any of them may take the run, and a run left unacknowledged by an executor that
   died goes to another;
-* the chosen executor's own queue, :func:`executor_queue`, when the run must run there (one
+* the chosen executor's own queue, :func:`executor_queue`, when the run must run there (its
+  route strategy chose that executor on purpose, core.routing.PINNED_STRATEGIES, or it is one
   shard of a SHARDING_BROADCAST fire).
 
 An executor's own queue is ``jobring.runs.<appname>@<name>``: ``@`` is in no appname and no

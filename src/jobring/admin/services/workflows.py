@@ -39,8 +39,9 @@ from jobring.admin.store.workflows import (
     WorkflowRecord,
     WorkflowRunRecord,
 )
+from jobring.admin.trigger.fires import run_candidates
 from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
-from jobring.admin.trigger.unsure import UnsureFires, run_candidates
+from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.expression import JsonValue

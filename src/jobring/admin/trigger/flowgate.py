@@ -37,9 +37,8 @@ from jobring.admin.store import Store
 from jobring.admin.store.flow import FlowAdmitted, FlowArrival, FlowOutcome, FlowView
 from jobring.admin.store.records import LogEntry, TriggerResult
 from jobring.admin.trigger.dispatcher import FireDispatcher
-from jobring.admin.trigger.fires import FirePlan, FireRequest
+from jobring.admin.trigger.fires import FirePlan, FireRequest, run_candidates
 from jobring.admin.trigger.recorder import FireRecorder
-from jobring.admin.trigger.unsure import run_candidates
 from jobring.core.clock import Clock
 from jobring.core.enums import RouteStrategy, TriggerType
 from jobring.core.flow import (

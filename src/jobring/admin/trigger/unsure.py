@@ -27,12 +27,11 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from jobring.admin.store.records import JobInfo, LogEntry
-from jobring.admin.trigger.fires import FirePlan, FireRequest, PreparedBatch
+from jobring.admin.trigger.fires import FirePlan, FireRequest, PreparedBatch, run_candidates, sent_time_ms
 from jobring.core.enums import RouteStrategy, TriggerType
 from jobring.core.routing import parse_strategy
 from jobring.protocol.models import SUCCESS_CODE, LogParam, msg_uri_not_found
@@ -61,27 +60,6 @@ class Resolution:
     received: list[int] = field(default_factory=list)
     resent: list[int] = field(default_factory=list)
     unknown: list[int] = field(default_factory=list)
-
-
-def _ms(value: datetime | None) -> int:
-    return 0 if value is None else int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
-
-
-def sent_time_ms(row: LogEntry) -> int:
-    """The ``logDateTime`` the failed node sent: its planned instant when the row was
-    recorded ahead (the stored trigger time may have lost its milliseconds), else the
-    stored trigger time."""
-    stored = _ms(row.trigger_time)
-    if row.planned_time is not None and abs(stored - row.planned_time) < 1_000:
-        return row.planned_time
-    return stored
-
-
-def run_candidates(row: LogEntry) -> list[tuple[int, int]]:
-    """The (logId, logDateTime) pairs the run of ``row`` may have been sent with: what to ask
-    executors' ``/received`` about it (its stored trigger time may have lost its milliseconds)."""
-    at = sent_time_ms(row)
-    return [(row.id, at), (row.id, at - 1_000)]
 
 
 class UnsureFires:

@@ -25,7 +25,7 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction, Outcome
 from jobring.admin.store.records import HandleResult, LogEntry, LogStatus, RunCursor
-from jobring.admin.trigger.unsure import run_candidates
+from jobring.admin.trigger.fires import run_candidates
 from jobring.core.enums import HandleCode
 from jobring.core.runstate import KILLED_BY_USER, RunState
 from jobring.core.timefmt import iso_utc
