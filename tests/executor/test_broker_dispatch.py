@@ -118,8 +118,10 @@ async def test_a_run_waits_unacknowledged_for_a_free_slot_and_goes_to_another_ex
         for log_id in (1, 2):
             assert (await setup.client.run_body_now("broker://a/", body(log_id), None, setup.app)).ok
         await until(lambda: slow.accepted == [1], "the first run")
+        # No free slot: run 2 is given back once, then (the only executor) waits here unacknowledged.
+        await until(lambda: first.given_back == 1, "run 2 given back once")
         await asyncio.sleep(0.2)
-        assert slow.accepted == [1]  # no free slot: run 2 waits, unacknowledged
+        assert slow.accepted == [1] and first.given_back == 1
         # This executor stops with run 2 unacknowledged: the broker gives it to another.
         await first.stop()
         second = await consumer(setup, "b", other)

@@ -9,8 +9,9 @@ runs (jobring.protocol.broker.run_bodies); each delivery is:
 1. decoded (a body that is no run is rejected, not requeued, with a log line);
 2. its runs this executor accepted before are dropped (a redelivery: the broker delivers at
    least once; the run-id deduplication of executor/received.py runs each once);
-3. held until there is a free slot for each of its other runs (``slots`` runs taken from the
-   broker and not yet finished);
+3. given back to the queue once (requeued) when there is no free slot for each of its other
+   runs (``slots`` runs taken from the broker and not yet finished), so that an executor with
+   room may take it; delivered again, it is held until there is;
 4. accepted as ``/run`` accepts them, all in one step (none is accepted while another waits),
    recorded in the received-runs file (one write), then acknowledged. A refused run (an
    unknown handler, ...) is sent to the admin as a failed result; the others of the batch run.
@@ -82,6 +83,10 @@ class RunSlots:
             self._held.discard(log_id)
             self._free.set()
 
+    def fits(self, runs: int) -> bool:
+        """Whether ``runs`` more runs may be held now (see :meth:`take`)."""
+        return not self._held or len(self._held) + runs <= self.size
+
     def release_all(self, log_ids: list[int]) -> None:
         for log_id in log_ids:
             self.release(log_id)
@@ -89,7 +94,7 @@ class RunSlots:
     async def take(self, log_ids: list[int]) -> None:
         """Hold a slot for each run of ``log_ids`` (one message's), once there is room for all
         of them (or, for a message larger than every slot, once none is held)."""
-        while self._held and len(self._held) + len(log_ids) > self.size:
+        while not self.fits(len(log_ids)):
             self._free.clear()
             await self._free.wait()
         self._held.update(log_ids)
@@ -142,6 +147,7 @@ class BrokerConsumer:
         self.taken = 0  # runs accepted and acknowledged
         self.duplicates = 0  # redeliveries of runs accepted before
         self.refused = 0
+        self.given_back = 0  # deliveries requeued once for want of free slots
         self._taking: set[tuple[int, int]] = set()  # runs between delivery and acceptance
 
     @property
@@ -190,6 +196,14 @@ class BrokerConsumer:
                 self.duplicates += 1
             else:
                 fresh[key] = param
+        if fresh and not message.redelivered and not self._slots.fits(len(fresh)):
+            # No room here now: given back once, so that an executor with free slots may take
+            # it; delivered again (here or there), it waits for slots where it lands.
+            self.given_back += 1
+            with contextlib.suppress(aio_pika.exceptions.AMQPError,
+                                     aio_pika.exceptions.ChannelInvalidStateError):
+                await message.reject(requeue=True)
+            return
         if fresh and not await self._accept(message, fresh):
             return  # not acknowledged: the broker delivers it again (here or elsewhere)
         with contextlib.suppress(aio_pika.exceptions.AMQPError, aio_pika.exceptions.ChannelInvalidStateError):
