@@ -22,7 +22,6 @@ import os
 import platform
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,59 +30,14 @@ import time
 from typing import Any
 
 import aio_pika
-import orjson
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from dispatch_kit import BenchAdmin, free_port, serving
 
-from jobring.admin.api.executor_api import GlobalToken
-from jobring.admin.api.pull_api import PullApi
 from jobring.admin.dispatch.broker import BrokerPublisher
 from jobring.admin.dispatch.client import ExecutorClient
-from jobring.admin.dispatch.pull import PullHub
 from jobring.protocol.broker import executor_queue, group_queue
-from jobring.protocol.models import ACCESS_TOKEN_HEADER, TriggerParam, dumps
 
 TOKEN = "bench-broker-token-0123456789"
 AMQP_URL = os.environ.get("JOBRING_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-_OK = b'{"code":200}'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Admin:
-    def __init__(self) -> None:
-        self.hub = PullHub(lambda: time.monotonic_ns() // 1_000_000)
-        self.pull = PullApi(self.hub)
-        self.tokens = GlobalToken(TOKEN)
-        self.done: set[int] = set()
-        self.addresses: set[str] = set()
-        self.changed = asyncio.Event()
-        self.next_id = [1]
-
-    async def endpoint(self, request: Request) -> Response:
-        uri = request.path_params["uri"]
-        body = await request.body()
-        scope = await self.tokens.scope(request.headers.get(ACCESS_TOKEN_HEADER))
-        assert scope is not None
-        if uri == "pull":
-            answer, status = await self.pull.poll(body, scope, None, request.receive)
-            return Response(answer.encode(), status_code=status, media_type="application/json")
-        if uri == "registry":
-            self.addresses.add(orjson.loads(body)["registryValue"])
-            self.changed.set()
-        elif uri == "callback":
-            items = orjson.loads(body)
-            for item in items if isinstance(items, list) else items["callbackList"]:
-                self.done.add(item["logId"])
-            self.changed.set()
-        return Response(_OK, media_type="application/json")
 
 
 EXECUTOR = """
@@ -100,7 +54,7 @@ ex.run(ready=lambda a: print("ready", a, flush=True))
 """
 
 
-async def start_executors(admin: Admin, admin_url: str, app: str, mode: str, args: argparse.Namespace,
+async def start_executors(admin: BenchAdmin, admin_url: str, app: str, mode: str, args: argparse.Namespace,
                           work: str) -> list[asyncio.subprocess.Process]:
     procs = []
     for i in range(args.executors):
@@ -120,7 +74,7 @@ async def start_executors(admin: Admin, admin_url: str, app: str, mode: str, arg
     return procs
 
 
-async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Namespace, work: str
+async def one_mode(admin: BenchAdmin, admin_url: str, mode: str, args: argparse.Namespace, work: str
                    ) -> dict[str, Any]:
     app = f"bench-broker-{secrets.token_hex(3)}"
     admin.addresses.clear()
@@ -131,15 +85,8 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
     client = ExecutorClient(access_token=TOKEN, read_timeout=10.0, pull=admin.hub, broker=publisher)
     addresses = sorted(a for a in admin.addresses if a.startswith("broker" if mode == "broker" else "http"))
     try:
-        next_id = admin.next_id
+        body = admin.trigger_body()
         turn = [0]
-
-        def body() -> tuple[int, bytes]:
-            log_id = next_id[0]
-            next_id[0] += 1
-            param = TriggerParam(job_id=log_id % 1000 + 1, executor_handler="noop", log_id=log_id,
-                                 log_date_time=1795350973184, executor_block_strategy="CONCURRENT_EXECUTION")
-            return log_id, dumps(param.to_dict())
 
         latencies: list[float] = []
         failures = 0
@@ -212,25 +159,12 @@ async def delete_queues(app: str, addresses: list[str]) -> None:
 
 
 async def orchestrate(args: argparse.Namespace) -> None:
-    admin = Admin()
-    app = Starlette(routes=[Route("/api/{uri:path}", admin.endpoint, methods=["POST"])])
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", http="httptools",
-                            loop="uvloop", lifespan="off")
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110 (uvicorn offers no event)
-        await asyncio.sleep(0.05)
+    admin = BenchAdmin(TOKEN)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as work:
-        try:
+        async with serving(admin) as port:
             for mode in args.modes.split(","):  # one after the other, never together
                 rows.append(await one_mode(admin, f"http://127.0.0.1:{port}/", mode, args, work))  # noqa: PERF401
-        finally:
-            admin.hub.release()
-            server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}; "
           f"{args.executors} executors, concurrency {args.concurrency}, {args.duration_s:g} s, "
           f"broker slots {args.slots}")

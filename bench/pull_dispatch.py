@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,61 +33,13 @@ import tempfile
 import time
 from typing import Any
 
-import orjson
 import psutil
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from dispatch_kit import BenchAdmin, free_port, serving
 
-from jobring.admin.api.executor_api import GlobalToken
-from jobring.admin.api.pull_api import PullApi
 from jobring.admin.dispatch.client import ExecutorClient
-from jobring.admin.dispatch.pull import PullHub
-from jobring.protocol.models import ACCESS_TOKEN_HEADER, TriggerParam, dumps
 
 TOKEN = "bench-pull-token-0123456789"
 APP = "bench-pull"
-_OK = b'{"code":200}'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Admin:
-    def __init__(self) -> None:
-        # One token's polls share a quota (1,000 by default): the idle executors and the measured
-        # one together need more.
-        self.hub = PullHub(lambda: time.monotonic_ns() // 1_000_000, max_boxes=5_000, max_polls=5_000)
-        self.pull = PullApi(self.hub)
-        self.tokens = GlobalToken(TOKEN)
-        self.done: set[int] = set()
-        self.address: str | None = None
-        self.registered = asyncio.Event()
-        self.changed = asyncio.Event()
-        self.next_id = [1]
-
-    async def endpoint(self, request: Request) -> Response:
-        uri = request.path_params["uri"]
-        body = await request.body()
-        scope = await self.tokens.scope(request.headers.get(ACCESS_TOKEN_HEADER))
-        assert scope is not None
-        if uri == "pull":
-            answer, status = await self.pull.poll(body, scope, None, request.receive)
-            return Response(answer.encode(), status_code=status, media_type="application/json")
-        if uri == "registry":
-            self.address = orjson.loads(body)["registryValue"]
-            self.registered.set()
-        elif uri == "callback":
-            items = orjson.loads(body)
-            for item in items if isinstance(items, list) else items["callbackList"]:
-                self.done.add(item["logId"])
-            self.changed.set()
-        return Response(_OK, media_type="application/json")
 
 
 POLLERS = """
@@ -122,7 +72,7 @@ ex.run(ready=lambda a: print("ready", a, flush=True))
 """
 
 
-async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Namespace, work: str
+async def one_mode(admin: BenchAdmin, admin_url: str, mode: str, args: argparse.Namespace, work: str
                    ) -> dict[str, Any]:
     port = free_port()
     code = EXECUTOR % {"app": APP, "admin": admin_url, "token": TOKEN, "port": port, "logs": f"{work}/{mode}",
@@ -139,14 +89,7 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
         if mode == "pull":
             while not admin.hub.alive(address.rstrip("/"), APP):  # noqa: ASYNC110 (no event for a first poll)
                 await asyncio.sleep(0.05)
-        next_id = admin.next_id  # run ids never repeat across steps (results are counted by id)
-
-        def body() -> tuple[int, bytes]:
-            log_id = next_id[0]
-            next_id[0] += 1
-            param = TriggerParam(job_id=log_id % 1000 + 1, executor_handler="noop", log_id=log_id,
-                                 log_date_time=1795350973184, executor_block_strategy="CONCURRENT_EXECUTION")
-            return log_id, dumps(param.to_dict())
+        body = admin.trigger_body()  # run ids never repeat across steps (results are counted by id)
 
         latencies: list[float] = []
         failures = 0
@@ -211,44 +154,37 @@ async def one_mode(admin: Admin, admin_url: str, mode: str, args: argparse.Names
 
 
 async def orchestrate(args: argparse.Namespace) -> None:
-    admin = Admin()
-    app = Starlette(routes=[Route("/api/{uri:path}", admin.endpoint, methods=["POST"])])
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", http="httptools",
-                            loop="uvloop", lifespan="off")
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110 (uvicorn offers no event)
-        await asyncio.sleep(0.05)
+    # One token's polls share a quota (1,000 by default): the idle executors and the measured
+    # one together need more.
+    admin = BenchAdmin(TOKEN, max_boxes=5_000, max_polls=5_000)
     rows: list[dict[str, Any]] = []
     pollers: asyncio.subprocess.Process | None = None
     rss_note = ""
     with tempfile.TemporaryDirectory() as work:
-        try:
-            for mode in args.modes.split(","):  # one after the other, never together
-                rows.append(await one_mode(admin, f"http://127.0.0.1:{port}/", mode, args, work))  # noqa: PERF401
-            if args.idle_pollers:
-                me = psutil.Process()
-                before = me.memory_info().rss
-                code = POLLERS % {"app": APP, "url": f"http://127.0.0.1:{port}/api/pull", "token": TOKEN,
-                                  "n": args.idle_pollers}
-                pollers = await asyncio.create_subprocess_exec(sys.executable, "-c", code)
-                deadline = time.monotonic() + 120
-                while sum(e.alive for e in admin.hub.executors()) < args.idle_pollers:  # noqa: ASYNC110
-                    assert time.monotonic() < deadline, "the idle pollers did not all connect"
-                    await asyncio.sleep(0.2)
-                await asyncio.sleep(2)
-                grown = (me.memory_info().rss - before) / 2**20
-                rss_note = f"; {args.idle_pollers} idle pull executors connected: admin RSS +{grown:.1f} MB"
-                row = await one_mode(admin, f"http://127.0.0.1:{port}/", "pull", args, work)
-                rows.append({**row, "mode": f"pull + {args.idle_pollers} idle"})
-        finally:
-            if pollers is not None:
-                pollers.kill()
-                await pollers.wait()
-            server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
+        async with serving(admin) as port:
+            try:
+                for mode in args.modes.split(","):  # one after the other, never together
+                    rows.append(await one_mode(admin, f"http://127.0.0.1:{port}/", mode, args, work))  # noqa: PERF401
+                if args.idle_pollers:
+                    me = psutil.Process()
+                    before = me.memory_info().rss
+                    code = POLLERS % {"app": APP, "url": f"http://127.0.0.1:{port}/api/pull", "token": TOKEN,
+                                      "n": args.idle_pollers}
+                    pollers = await asyncio.create_subprocess_exec(sys.executable, "-c", code)
+                    deadline = time.monotonic() + 120
+                    while sum(e.alive for e in admin.hub.executors()) < args.idle_pollers:  # noqa: ASYNC110
+                        assert time.monotonic() < deadline, "the idle pollers did not all connect"
+                        await asyncio.sleep(0.2)
+                    await asyncio.sleep(2)
+                    grown = (me.memory_info().rss - before) / 2**20
+                    rss_note = (f"; {args.idle_pollers} idle pull executors connected: "
+                                f"admin RSS +{grown:.1f} MB")
+                    row = await one_mode(admin, f"http://127.0.0.1:{port}/", "pull", args, work)
+                    rows.append({**row, "mode": f"pull + {args.idle_pollers} idle"})
+            finally:
+                if pollers is not None:
+                    pollers.kill()
+                    await pollers.wait()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}; "
           f"concurrency {args.concurrency}, {args.duration_s:g} s; paced {args.paced_rate:g} runs/s"
           f"{rss_note}")

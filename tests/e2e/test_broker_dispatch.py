@@ -169,12 +169,14 @@ def received_runs(log_path: Path) -> list[str]:
 
 def test_runs_logs_and_kills_through_the_broker(tmp_path: Path) -> None:
     executors: list[subprocess.Popen[bytes]] = []
+    logs: dict[str, Path] = {}  # broker address -> its executor's log path
     with broker_group(tmp_path) as (url, app, admin_url, api, group_id):
         try:
             for i in range(2):
                 proc, address = start_broker_executor(admin_url, app, url, tmp_path / f"logs{i}")
                 executors.append(proc)
                 _remember(tmp_path, address)
+                logs[address] = tmp_path / f"logs{i}"
             wait_until(lambda: len(online(api, group_id)) == 2, "both broker executors' registration")
             assert {e["dispatch"] for e in online(api, group_id)} == {"broker"}
 
@@ -187,6 +189,17 @@ def test_runs_logs_and_kills_through_the_broker(tmp_path: Path) -> None:
             log_id = fired[0]["log_ids"][0]
             text = api.get(f"/runs/{log_id}/log").json()["log_content"]
             assert "hello from jobring, params=run 0" in text
+
+            # A strategy that chooses one executor: its runs run there (its own queue), not
+            # wherever a slot is free.
+            for route in ("CONSISTENT_HASH", "LAST"):
+                pinned = add_job(api, group_id, "hello", route=route)
+                ids = [trigger(api, pinned, f"pinned {i}")["log_ids"][0] for i in range(6)]
+                assert all(wait_result(api, i)["handle_code"] == 200 for i in ids)
+                (chosen,) = {run_of(api, i)["executor_address"] for i in ids}
+                for address, path in logs.items():
+                    taken = set(received_runs(path)) & {str(i) for i in ids}
+                    assert len(taken) == (6 if address == chosen else 0), (route, address, chosen)
 
             slow = add_job(api, group_id, "slow")
             (slow_id,) = trigger(api, slow, "60")["log_ids"]
@@ -272,7 +285,9 @@ def test_a_broker_restart_loses_no_run(tmp_path: Path) -> None:
                 assert run["handle_code"] == 200 or run["trigger_code"] == 500, run
             assert all(run_of(api, i)["handle_code"] == 200 for i in before + after)
             # With a restart of about a second, the runs fired during it were delivered.
-            assert all(run_of(api, i)["handle_code"] == 200 for i in during), [run_of(api, i) for i in during]
+            runs = [run_of(api, i) for i in during]
+            assert all(r["handle_code"] == 200 for r in runs), [(r["trigger_msg"], r["handle_msg"])
+                                                               for r in runs]
         finally:
             for proc in executors:
                 stop_process(proc)

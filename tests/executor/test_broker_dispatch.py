@@ -33,20 +33,24 @@ class FakeRunner:
     """Accepts every run (or refuses with ``refuse``) and remembers it, as JobRunner does."""
 
     refuse: str | None = None
+    refuse_ids: set[int] = field(default_factory=set)  # refused with ``refuse`` (all when empty)
     accepted: list[int] = field(default_factory=list)
     received: set[tuple[int, int]] = field(default_factory=set)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def accept(self, param: TriggerParam) -> ReturnT:
+    async def accept_all(self, params: list[TriggerParam]) -> list[ReturnT]:
         self.arrived.set()
-        if self.refuse is not None:
+        return [self._accept(param) for param in params]
+
+    def _accept(self, param: TriggerParam) -> ReturnT:
+        if self.refuse is not None and (not self.refuse_ids or param.log_id in self.refuse_ids):
             return ReturnT.fail(self.refuse)
         self.accepted.append(param.log_id)
         self.received.add(run_key(param.log_id, param.log_date_time))
         return ReturnT.success()
 
     def runs(self) -> Runs:
-        return Runs(self.accept, lambda key: key in self.received, lambda: False)
+        return Runs(self.accept_all, lambda key: key in self.received, lambda: False)
 
 
 @dataclass
@@ -114,8 +118,10 @@ async def test_a_run_waits_unacknowledged_for_a_free_slot_and_goes_to_another_ex
         for log_id in (1, 2):
             assert (await setup.client.run_body_now("broker://a/", body(log_id), None, setup.app)).ok
         await until(lambda: slow.accepted == [1], "the first run")
+        # No free slot: run 2 is given back once, then (the only executor) waits here unacknowledged.
+        await until(lambda: first.given_back == 1, "run 2 given back once")
         await asyncio.sleep(0.2)
-        assert slow.accepted == [1]  # no free slot: run 2 waits, unacknowledged
+        assert slow.accepted == [1] and first.given_back == 1
         # This executor stops with run 2 unacknowledged: the broker gives it to another.
         await first.stop()
         second = await consumer(setup, "b", other)
@@ -171,6 +177,44 @@ async def test_a_broadcast_shard_goes_to_its_executor_only(setup: Setup) -> None
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_a_pinned_run_goes_to_the_chosen_executor_only(setup: Setup) -> None:
+    """Runs routed by a strategy that chooses one executor (FIRST, CONSISTENT_HASH, ...) go to
+    its own queue; the others to the group's queue, where any executor may take them."""
+    at_a, at_b = FakeRunner(), FakeRunner()
+    a = await consumer(setup, "a", at_a)
+    b = await consumer(setup, "b", at_b)
+    try:
+        pinned = await asyncio.gather(*(setup.client.run_body_now("broker://b/", body(i), None, setup.app,
+                                                                  pinned=True) for i in range(1, 41)))
+        assert all(answer.ok for answer in pinned)
+        await until(lambda: len(at_b.accepted) == 40, "the 40 pinned runs on b")
+        assert at_a.accepted == []
+        spread = await asyncio.gather(*(setup.client.run_body_now("broker://b/", body(i), None, setup.app,
+                                                                  pinned=False) for i in range(41, 241)))
+        assert all(answer.ok for answer in spread)
+        await until(lambda: len(at_a.accepted) + len(at_b.accepted) == 240, "the 200 group runs")
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_batch_with_a_refused_run_runs_the_others_and_reports_the_refusal(setup: Setup) -> None:
+    runner = FakeRunner(refuse="job handler [hello] not found.", refuse_ids={3})
+    taker = await consumer(setup, "a", runner)
+    try:
+        assert (await setup.client.run_body_now("broker://a/", body(1), None, setup.app)).ok  # queue declared
+        # Published in one loop step: one message carrying the five runs.
+        answers = await asyncio.gather(*(setup.client.run_body_now("broker://a/", body(i), None, setup.app)
+                                         for i in range(2, 7)))
+        assert all(answer.ok for answer in answers)
+        assert setup.client.broker is not None and setup.client.broker.messages == 2
+        await until(lambda: len(runner.accepted) == 5 and len(setup.reports) == 1, "5 runs and 1 refusal")
+        assert sorted(runner.accepted) == [1, 2, 4, 5, 6] and setup.reports[0].log_id == 3
+        assert taker.taken == 6 and taker.refused == 1
+    finally:
+        await taker.stop()
 
 
 async def test_a_run_no_queue_takes_fails_its_trigger(setup: Setup) -> None:

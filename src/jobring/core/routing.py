@@ -26,6 +26,15 @@ VIRTUAL_NODES = 100
 # Counters are restarted before they grow without bound (the reference's limit).
 _COUNTER_LIMIT = 1_000_000
 
+# Strategies whose choice of executor is the point (a fixed one, the same one for a job, one
+# that answered a probe, each shard its own): a run routed by one must run where it was routed
+# (for a broker executor: through that executor's own queue). ROUND, RANDOM and
+# LEAST_FREQUENTLY/RECENTLY_USED only spread the load, which a shared queue does by itself.
+PINNED_STRATEGIES = frozenset({
+    RouteStrategy.FIRST, RouteStrategy.LAST, RouteStrategy.CONSISTENT_HASH, RouteStrategy.FAILOVER,
+    RouteStrategy.BUSYOVER, RouteStrategy.SHARDING_BROADCAST,
+})
+
 
 
 class ProbeAnswer(Protocol):

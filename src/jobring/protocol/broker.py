@@ -1,12 +1,14 @@
 """Broker dispatch: what the admin and broker executors agree on (docs/dispatch.md, "Broker mode").
 
-A run for a broker executor (``broker://<name>/``) is an AMQP message whose body is the
-``/run`` body (the TriggerParam JSON), published persistent through the default exchange to:
+A run for a broker executor (``broker://<name>/``) travels in an AMQP message whose body is
+the ``/run`` body (the TriggerParam JSON), or a batch of them (:func:`batch_body`), published
+persistent through the default exchange to:
 
 * the group's queue, :func:`group_queue`, which every broker executor of the appname
   consumes: any of them may take the run, and a run left unacknowledged by an executor that
   died goes to another;
-* the chosen executor's own queue, :func:`executor_queue`, when the run must run there (one
+* the chosen executor's own queue, :func:`executor_queue`, when the run must run there (its
+  route strategy chose that executor on purpose, core.routing.PINNED_STRATEGIES, or it is one
   shard of a SHARDING_BROADCAST fire).
 
 An executor's own queue is ``jobring.runs.<appname>@<name>``: ``@`` is in no appname and no
@@ -22,10 +24,16 @@ back; its runs follow the lost-run rules).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+
+log = logging.getLogger(__name__)
 
 QUEUE_PREFIX = "jobring.runs."
 _OWN = "@"  # between the appname and an executor's name: in neither
@@ -76,3 +84,104 @@ def run_routing(body: bytes) -> tuple[str, bool]:
     param = orjson.loads(body)
     total = param.get("broadcastTotal", 1)
     return f"{param.get('logId', 0)}-{param.get('logDateTime', 0)}", isinstance(total, int) and total > 1
+
+
+# -- batches: several runs in one message ------------------------------------------------------
+# A message whose content type is RUNS_CONTENT_TYPE carries a JSON array of /run bodies (the
+# publisher joins runs headed for the same queue in the same event-loop step, at most
+# BATCH_MAX); any other message carries one /run body. An executor acknowledges a batch once
+# every run in it is accepted (or refused and reported) and recorded.
+RUNS_CONTENT_TYPE = "application/vnd.jobring.runs+json"
+RUN_CONTENT_TYPE = "application/json"
+BATCH_MAX = 64
+
+
+def batch_body(bodies: list[bytes]) -> tuple[bytes, str]:
+    """The message body and content type of ``bodies`` (each one /run body), joined without
+    decoding them again."""
+    if len(bodies) == 1:
+        return bodies[0], RUN_CONTENT_TYPE
+    return b"[" + b",".join(bodies) + b"]", RUNS_CONTENT_TYPE
+
+
+def run_bodies(body: bytes, content_type: str | None) -> list[Any]:
+    """The decoded /run bodies (JSON objects) of one message (:func:`batch_body`'s inverse);
+    ValueError when it holds no run."""
+    decoded = orjson.loads(body)
+    if content_type == RUNS_CONTENT_TYPE:
+        if not isinstance(decoded, list) or not decoded:
+            raise ValueError("a batch of runs must be a non-empty JSON array")
+        return decoded
+    return [decoded]
+
+
+# -- a kept connection ---------------------------------------------------------------------------
+
+FIRST_RETRY_S = 0.2
+
+
+class KeptConnection:
+    """Keeps one broker connection up, for the admin's publisher and an executor's consumer.
+
+    ``open_link(lost)`` connects (and sets ``lost`` when the connection or channel closes);
+    ``close_link()`` drops what it opened. A failure to connect that is ``transient`` is
+    retried with backoff (``FIRST_RETRY_S`` doubling to ``max_backoff_s``) with one log line
+    until it works; a loss is logged and followed by a reconnect. ``up`` is set while connected.
+    """
+
+    def __init__(self, what: str, open_link: Callable[[asyncio.Event], Awaitable[None]],
+                 close_link: Callable[[], Awaitable[None]], transient: tuple[type[BaseException], ...], *,
+                 max_backoff_s: float = 2.0, on_loss: str = "") -> None:
+        self.what = what
+        self._open = open_link
+        self._close = close_link
+        self._transient = transient
+        self._max_backoff_s = max_backoff_s
+        self._on_loss = on_loss
+        self.up = asyncio.Event()
+        self.last_error: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.closing = False
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._keep(), name=f"jobring-{self.what.replace(' ', '-')}")
+
+    async def stop(self) -> None:
+        self.closing = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.up.clear()
+        await self._close()
+
+    def lost(self) -> None:
+        """The caller saw the link fail (a closed channel): no use until it is back."""
+        self.up.clear()
+
+    async def _keep(self) -> None:
+        retry_s, failing = FIRST_RETRY_S, False
+        while True:
+            lost = asyncio.Event()
+            try:
+                await self._open(lost)
+            except self._transient as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                await self._close()
+                if not failing:
+                    log.warning("%s: broker unreachable (%s); retrying with backoff", self.what,
+                                self.last_error)
+                failing = True
+                await asyncio.sleep(retry_s)
+                retry_s = min(retry_s * 2, self._max_backoff_s)
+                continue
+            self.up.set()
+            log.info("%s: broker connected", self.what)
+            retry_s, failing = FIRST_RETRY_S, False
+            await lost.wait()
+            self.up.clear()
+            if not self.closing:
+                log.warning("%s: broker connection lost; reconnecting%s", self.what, self._on_loss)
+            await self._close()

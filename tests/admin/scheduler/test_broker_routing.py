@@ -6,6 +6,8 @@ queue). The broker itself: tests/executor/test_broker_dispatch.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 
 import orjson
 import pytest
@@ -24,7 +26,16 @@ from jobring.core.addresses import (
     is_pull_address,
 )
 from jobring.executor.config import load_executor_settings
-from jobring.protocol.broker import group_queue, queue_arguments, run_routing
+from jobring.protocol.broker import (
+    RUN_CONTENT_TYPE,
+    RUNS_CONTENT_TYPE,
+    KeptConnection,
+    batch_body,
+    group_queue,
+    queue_arguments,
+    run_bodies,
+    run_routing,
+)
 from jobring.protocol.models import LogParam, TriggerParam, dumps
 
 
@@ -48,6 +59,20 @@ def test_queue_names_and_routing_of_a_run() -> None:
     assert run_routing(dumps(shard.to_dict())) == ("5-1000", True)
     single = TriggerParam(job_id=1, log_id=6, log_date_time=2_000)
     assert run_routing(dumps(single.to_dict())) == ("6-2000", False)
+
+
+def test_a_batch_of_runs_is_the_runs_joined_and_read_back() -> None:
+    one, two = (dumps(TriggerParam(job_id=1, log_id=i, log_date_time=1_000).to_dict()) for i in (1, 2))
+    assert batch_body([one]) == (one, RUN_CONTENT_TYPE)  # a run alone is a plain /run body
+    body, kind = batch_body([one, two])
+    assert kind == RUNS_CONTENT_TYPE
+    assert [run["logId"] for run in run_bodies(body, kind)] == [1, 2]
+    assert [run["logId"] for run in run_bodies(one, RUN_CONTENT_TYPE)] == [1]
+    for bad in (b"[]", b'{"logId": 1}'):
+        with pytest.raises(ValueError, match="non-empty JSON array"):
+            run_bodies(bad, RUNS_CONTENT_TYPE)
+    with pytest.raises(ValueError):
+        run_bodies(b"not json", RUNS_CONTENT_TYPE)
 
 
 def test_settings_of_a_broker_executor_and_of_the_admin() -> None:
@@ -98,6 +123,37 @@ async def test_a_kill_goes_to_every_broker_executor_of_the_group_and_received_is
         await asyncio.gather(answer_polls(hub, "broker://a", "app", ones),
                              answer_polls(hub, "broker://b", "app", twos))
         assert (await asked).content == {"received": [1, 2]}
+    finally:
+        await client.aclose()
+
+
+async def test_a_kill_of_a_known_run_reaches_only_the_executors_that_may_hold_it() -> None:
+    hub = PullHub(Clock())
+    client = ExecutorClient(access_token=None, pull=hub)
+    keys = ("broker://a", "broker://b", "broker://c")
+    for key in keys:
+        await hub.poll(key, "app", 0)
+    none: dict[str, object] = {"code": 200, "content": {"received": []}}
+    has: dict[str, object] = {"code": 200, "content": {"received": [41]}}
+    cannot_say: dict[str, object] = {"code": 500, "msg": "busy"}
+    try:
+        # b accepted run 41, c cannot say: the kill goes to b and c, not to a (the recorded one).
+        kill = asyncio.ensure_future(client.kill("broker://a/", 7, None, "app", runs=[(41, 1_000)]))
+        answers = (none, has, cannot_say)
+        pairs = zip(keys, answers, strict=True)
+        asked = await asyncio.gather(*(answer_polls(hub, k, "app", a) for k, a in pairs))
+        assert asked == [["received"]] * 3
+        killed = await asyncio.gather(*(answer_polls(hub, k, "app", {"code": 200}) for k in keys[1:]))
+        assert killed == [["kill"], ["kill"]]
+        assert (await kill).ok
+        assert [e.queued for e in hub.executors() if e.address == "broker://a"] == [0]
+
+        # Nobody says it accepted the run: every broker executor of the group gets the kill.
+        kill = asyncio.ensure_future(client.kill("broker://a/", 7, None, "app", runs=[(42, 1_000)]))
+        await asyncio.gather(*(answer_polls(hub, k, "app", none) for k in keys))
+        killed = await asyncio.gather(*(answer_polls(hub, k, "app", {"code": 200}) for k in keys))
+        assert killed == [["kill"]] * 3
+        assert (await kill).ok
     finally:
         await client.aclose()
 
@@ -154,3 +210,42 @@ def test_the_broker_url_is_shown_without_its_password() -> None:
     assert shown == "amqp://user@rabbit:5672/vh"
     shown = _safe("amqps://u:pw@h/v?password=topsecret&heartbeat=5")
     assert "topsecret" not in shown and "pw" not in shown
+
+
+async def test_the_kept_connection_retries_with_one_log_line_and_reconnects_after_a_loss(
+        caplog: pytest.LogCaptureFixture) -> None:
+    opened: list[asyncio.Event] = []
+    closes: list[int] = []
+    failures = [OSError("refused"), OSError("refused")]
+
+    async def open_link(lost: asyncio.Event) -> None:
+        if failures:
+            raise failures.pop()
+        opened.append(lost)
+
+    async def close_link() -> None:
+        closes.append(len(opened))
+
+    link = KeptConnection("test link", open_link, close_link, (OSError,), max_backoff_s=0.2)
+    with caplog.at_level(logging.INFO, logger="jobring.protocol.broker"):
+        link.start()
+        try:
+            await asyncio.wait_for(link.up.wait(), 10)
+            assert len(opened) == 1 and link.last_error == "OSError: refused"
+            opened[0].set()  # the connection is lost: dropped, then opened again
+            await eventually_true(lambda: len(opened) == 2 and link.up.is_set())
+        finally:
+            await link.stop()
+    assert not link.up.is_set()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("unreachable" in m for m in messages) == 1  # one line for a run of failures
+    assert sum("connection lost; reconnecting" in m for m in messages) == 1
+    assert sum(m.endswith("broker connected") for m in messages) == 2
+
+
+async def eventually_true(check: Callable[[], bool]) -> None:
+    for _ in range(1_000):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("not reached within 10 s")

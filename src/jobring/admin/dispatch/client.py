@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 import httpx
@@ -282,11 +282,14 @@ class ExecutorClient:
                                                 timeout=False))
         return _pull_answer(self.pull.send(address_key(address), path, body, app_name, self._pull_timeout_s))
 
-    async def _fanned(self, address: str, path: str, body: bytes, app_name: str) -> ReturnT:
+    async def _fanned(self, address: str, path: str, body: bytes, app_name: str,
+                      runs: Sequence[tuple[int, int]] = ()) -> ReturnT:
         """kill, log or received for a broker executor: the run may have been taken by any
         broker executor of the group (from the group's queue), not only the one recorded.
-        A kill goes to all of them (success if one succeeds); received is the union of their
-        answers; a log is read where it exists, the recorded executor asked first."""
+        A kill goes to those that accepted one of ``runs`` (the run's (logId, logDateTime)
+        candidates) when that is known, else to all of them (success if one succeeds);
+        received is the union of their answers; a log is read where it exists, the recorded
+        executor asked first."""
         assert self.pull is not None
         first = address_key(address)
         keys = [first, *(k for k in self.pull.live_keys(app_name, "broker") if k != first)]
@@ -298,6 +301,8 @@ class ExecutorClient:
                     return answer
                 tried.append(answer)
             return tried[0]
+        if path == "kill" and runs and len(keys) > 1:
+            keys = await self._holders(keys, runs, app_name)
         asked = [self._answer(executor_url(k, path), self._pulled(k, path, body, app_name)) for k in keys]
         answers = await asyncio.gather(*asked)
         if path == "received":
@@ -306,9 +311,31 @@ class ExecutorClient:
             return ReturnT.success({"received": found}) if any(a.ok for a in answers) else answers[0]
         return next((a for a in answers if a.ok), answers[0])
 
-    def _brokered(self, address: str, body: bytes, app_name: str | None) -> Awaitable[tuple[int, bytes]]:
+    async def _holders(self, keys: list[str], runs: Sequence[tuple[int, int]], app_name: str) -> list[str]:
+        """The broker executors among ``keys`` that may hold one of ``runs``: those that say
+        they accepted one (their received-runs record) and those that cannot say; all of
+        ``keys`` when none says so."""
+        body = dumps({"runs": [list(run) for run in runs]})
+        asked = [self._answer(executor_url(k, "received"), self._pulled(k, "received", body, app_name))
+                 for k in keys]
+        answers = await asyncio.gather(*asked)
+        holders: list[str] = []
+        unsure: list[str] = []
+        for key, answer in zip(keys, answers, strict=True):
+            content = answer.content
+            listed = content.get("received") if answer.ok and isinstance(content, dict) else None
+            if not isinstance(listed, list):
+                unsure.append(key)
+            elif listed:
+                holders.append(key)
+        return holders + unsure if holders else keys
+
+    def _brokered(self, address: str, body: bytes, app_name: str | None, pinned: bool | None = None
+                  ) -> Awaitable[tuple[int, bytes]]:
         """A run for a broker executor: published to its group's queue (any executor of the
-        group may take it), or to its own queue for one shard of a broadcast."""
+        group may take it), or to its own queue when it must run there (``pinned``: the route
+        strategy's choice is the point, core.routing.PINNED_STRATEGIES; None: only when it is one
+        shard of a broadcast, read from the body)."""
         if self.broker is None:
             return _no_answer(ExecutorCallError("BrokerDisabled", "this admin node has no dispatch broker "
                                                 "(JOBRING_DISPATCH_BROKER)", timeout=False))
@@ -316,25 +343,25 @@ class ExecutorClient:
             return _no_answer(ExecutorCallError("BrokerNoAppname", "a run for a broker executor must name "
                                                 "its group's appname", timeout=False))
         try:
-            message_id, own = run_routing(body)
+            own = run_routing(body)[1] if pinned is None else pinned
             queue = executor_queue(app_name, broker_name(address)) if own else group_queue(app_name)
         except ValueError as exc:
             return _no_answer(ExecutorCallError("BrokerRefused", str(exc), timeout=False))
-        return _published(self.broker.publish(queue, body, message_id, own=own,
-                                              timeout_s=self._pull_timeout_s))
+        return _published(self.broker.publish(queue, body, own=own, timeout_s=self._pull_timeout_s))
 
     def run_now(self, address: str, param: TriggerParam, token: str | None = None,
-                app_name: str | None = None) -> Awaitable[ReturnT]:
+                app_name: str | None = None, *, pinned: bool | None = None) -> Awaitable[ReturnT]:
         """/run (/trigger for a 3.5 executor), written at once when a keep-alive connection to
         the executor is idle (see ``Http1Client.post_now``); the awaitable gives the answer,
-        as :meth:`run` does."""
-        return self.run_body_now(address, dumps(param.to_dict()), token, app_name)
+        as :meth:`run` does. ``pinned``: the run must run at ``address`` (broker executors:
+        see ``_brokered``)."""
+        return self.run_body_now(address, dumps(param.to_dict()), token, app_name, pinned=pinned)
 
     def run_body_now(self, address: str, body: bytes, token: str | None = None,
-                     app_name: str | None = None) -> Awaitable[ReturnT]:
+                     app_name: str | None = None, *, pinned: bool | None = None) -> Awaitable[ReturnT]:
         """:meth:`run_now` with the TriggerParam already encoded as JSON (``body``)."""
         if is_broker_address(address):
-            return self._answer(executor_url(address, "run"), self._brokered(address, body, app_name))
+            return self._answer(executor_url(address, "run"), self._brokered(address, body, app_name, pinned))
         if is_polled_address(address):
             return self._answer(executor_url(address, "run"), self._pulled(address, "run", body, app_name))
         app = self._app(address, app_name)
@@ -380,8 +407,14 @@ class ExecutorClient:
         return await self.call(address, "idleBeat", IdleBeatParam(job_id).to_dict(), token, app_name)
 
     async def kill(self, address: str, job_id: int, token: str | None = None,
-                   app_name: str | None = None) -> ReturnT:
-        return await self.call(address, "kill", KillParam(job_id).to_dict(), token, app_name)
+                   app_name: str | None = None, *, runs: Sequence[tuple[int, int]] = ()) -> ReturnT:
+        """Kill the job's runs at ``address``. For a broker executor, ``runs`` (the run's
+        (logId, logDateTime) candidates, e.g. :func:`kill_candidates`) lets the kill reach
+        only the broker executors that accepted it, not every one of the group."""
+        body = KillParam(job_id).to_dict()
+        if runs and is_broker_address(address) and self.pull is not None and app_name:
+            return await self._fanned(address, "kill", dumps(body), app_name, runs)
+        return await self.call(address, "kill", body, token, app_name)
 
     async def log(self, address: str, param: LogParam, token: str | None = None,
                   app_name: str | None = None) -> ReturnT:

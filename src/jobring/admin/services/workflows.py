@@ -40,6 +40,7 @@ from jobring.admin.store.workflows import (
     WorkflowRecord,
     WorkflowRunRecord,
 )
+from jobring.admin.trigger.fires import run_candidates
 from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
 from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.clock import Clock
@@ -417,8 +418,8 @@ class WorkflowDriver(Monitor):
                 group = await self._store.groups.get(entry.job_group)
                 token = (group.access_token if group else None) or None
                 answer = await self._executors.kill(
-                    entry.executor_address, entry.job_id, token, group.app_name if group else None
-                )
+                    entry.executor_address, entry.job_id, token, group.app_name if group else None,
+                    runs=run_candidates(entry))
                 if not answer.ok:
                     log.warning("workflow run %s: killing run %s failed: %s", run_id, log_id, answer.msg)
             await self._store.logs.record_results(

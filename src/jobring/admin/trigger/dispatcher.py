@@ -32,7 +32,7 @@ from jobring.admin.trigger.lanes import DispatchLanes, Lane
 from jobring.core.addresses import AddressPolicy, address_key, refused_addresses
 from jobring.core.clock import Clock
 from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy
-from jobring.core.routing import Router, RouteResult
+from jobring.core.routing import PINNED_STRATEGIES, Router, RouteResult
 from jobring.protocol.models import FAIL_CODE, WORKFLOW_CONTEXT_FIELD, ReturnT, TriggerParam, dumps
 
 if TYPE_CHECKING:
@@ -63,6 +63,13 @@ class ShardStarter(Protocol):
     async def start_broadcast(
         self, log_id: int, job: JobInfo, param: str | None, executors: Sequence[str]
     ) -> str: ...
+
+
+def _pinned(plan: FirePlan) -> bool:
+    """Whether the plan's runs must run on the executor routed to (a broker executor then gets
+    them through its own queue): its strategy chooses one on purpose, or the trigger named the
+    addresses."""
+    return plan.strategy in PINNED_STRATEGIES or bool(plan.req.address_override)
 
 
 def _hooked(job: JobInfo) -> bool:
@@ -290,7 +297,8 @@ class FireDispatcher:
         else:
             body = self._run_body(plan, shard, log_id)
             dispatch_time = self._clock.now_ms()
-            answer = await self._client.run_body_now(address, body, plan.token, plan.app_name)
+            answer = await self._client.run_body_now(address, body, plan.token, plan.app_name,
+                                                      pinned=_pinned(plan))
             if not answer.ok:
                 answer = await self._client.rerun_if_35(
                     address, self._run_param(plan, shard, log_id), plan.token, plan.app_name, answer)
@@ -324,7 +332,8 @@ class FireDispatcher:
             route = self._route_now(plan, shard, now)
             assert route is not None and route.address is not None
             body = self._run_body(plan, shard, log_id)
-            pending = self._client.run_body_now(route.address, body, plan.token, plan.app_name)
+            pending = self._client.run_body_now(route.address, body, plan.token, plan.app_name,
+                                                 pinned=_pinned(plan))
         except BaseException:
             self.lanes.leave(lane, job_id, 0)
             raise

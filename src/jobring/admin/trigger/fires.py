@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from jobring.admin.store.records import JobGroup, JobInfo, TriggerResult
+from jobring.admin.store.records import JobGroup, JobInfo, LogEntry, TriggerResult
 from jobring.core.enums import GlueType, RouteStrategy, TriggerType
 from jobring.core.routing import declaring
 from jobring.errors import JobringError
@@ -216,3 +217,24 @@ def dispatch_error_reason(address: str | None, msg: str | None) -> str:
         if marker in text:
             return reason
     return "refused"
+
+
+def _ms(value: datetime | None) -> int:
+    return 0 if value is None else int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
+
+
+def sent_time_ms(row: LogEntry) -> int:
+    """The ``logDateTime`` the run of ``row`` was sent with: its planned instant when the row was
+    recorded ahead (the stored trigger time may have lost its milliseconds), else the
+    stored trigger time."""
+    stored = _ms(row.trigger_time)
+    if row.planned_time is not None and abs(stored - row.planned_time) < 1_000:
+        return row.planned_time
+    return stored
+
+
+def run_candidates(row: LogEntry) -> list[tuple[int, int]]:
+    """The (logId, logDateTime) pairs the run of ``row`` may have been sent with: what to ask
+    executors' ``/received`` about it (its stored trigger time may have lost its milliseconds)."""
+    at = sent_time_ms(row)
+    return [(row.id, at), (row.id, at - 1_000)]

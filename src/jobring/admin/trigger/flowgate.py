@@ -37,7 +37,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.flow import FlowAdmitted, FlowArrival, FlowOutcome, FlowView
 from jobring.admin.store.records import LogEntry, TriggerResult
 from jobring.admin.trigger.dispatcher import FireDispatcher
-from jobring.admin.trigger.fires import FirePlan, FireRequest
+from jobring.admin.trigger.fires import FirePlan, FireRequest, run_candidates
 from jobring.admin.trigger.recorder import FireRecorder
 from jobring.core.clock import Clock
 from jobring.core.enums import RouteStrategy, TriggerType
@@ -334,7 +334,8 @@ class FlowGate:
             if not entry.executor_address or group is None:
                 continue
             answer = await self._client.kill(entry.executor_address, entry.job_id,
-                                             group.access_token or None, group.app_name)
+                                             group.access_token or None, group.app_name,
+                                             runs=run_candidates(entry))
             if not answer.ok:
                 log.warning("run %s was cancelled by flow control but its executor refused the kill: %s",
                             entry.id, answer.msg, extra={"run_id": entry.id, "job_id": entry.job_id})

@@ -27,12 +27,11 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from jobring.admin.store.records import JobInfo, LogEntry
-from jobring.admin.trigger.fires import FirePlan, FireRequest, PreparedBatch
+from jobring.admin.trigger.fires import FirePlan, FireRequest, PreparedBatch, run_candidates, sent_time_ms
 from jobring.core.enums import RouteStrategy, TriggerType
 from jobring.core.routing import parse_strategy
 from jobring.protocol.models import SUCCESS_CODE, LogParam, msg_uri_not_found
@@ -61,20 +60,6 @@ class Resolution:
     received: list[int] = field(default_factory=list)
     resent: list[int] = field(default_factory=list)
     unknown: list[int] = field(default_factory=list)
-
-
-def _ms(value: datetime | None) -> int:
-    return 0 if value is None else int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
-
-
-def sent_time_ms(row: LogEntry) -> int:
-    """The ``logDateTime`` the failed node sent: its planned instant when the row was
-    recorded ahead (the stored trigger time may have lost its milliseconds), else the
-    stored trigger time."""
-    stored = _ms(row.trigger_time)
-    if row.planned_time is not None and abs(stored - row.planned_time) < 1_000:
-        return row.planned_time
-    return stored
 
 
 class UnsureFires:
@@ -183,7 +168,7 @@ class UnsureFires:
                        ) -> dict[int, bool | None]:
         """log id -> True (received), False (not), None (no answer) from one executor, asked
         with the group's token and appname (a pull executor is reached only through them)."""
-        runs = [[row.id, at] for row in rows for at in (sent_time_ms(row), sent_time_ms(row) - 1_000)]
+        runs = [list(run) for row in rows for run in run_candidates(row)]
         answer = await self._executors.call(address, "received", {"runs": runs}, token, app_name)
         content = answer.content
         listed = content.get("received") if isinstance(content, dict) else None

@@ -25,6 +25,13 @@ def decode_trigger(body: bytes) -> TriggerParam:
         raise ProtocolError(str(exc)) from exc
     if type(d) is not dict:
         return TriggerParam.decode(body)  # raises the usual message
+    return trigger_of(d)
+
+
+def trigger_of(d: object) -> TriggerParam:
+    """:func:`decode_trigger` of a body already decoded (one run of a broker batch)."""
+    if type(d) is not dict:
+        raise ProtocolError(f"a run must be a JSON object, not {type(d).__name__}")
     try:
         job_id, handler, params = d["jobId"], d["executorHandler"], d["executorParams"]
         block, timeout, log_id = d["executorBlockStrategy"], d["executorTimeout"], d["logId"]

@@ -25,6 +25,7 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction, Outcome
 from jobring.admin.store.records import HandleResult, LogEntry, LogStatus, RunCursor
+from jobring.admin.trigger.fires import run_candidates
 from jobring.core.enums import HandleCode
 from jobring.core.runstate import KILLED_BY_USER, RunState
 from jobring.core.timefmt import iso_utc
@@ -251,7 +252,8 @@ async def kill_run(run_id: RunId, services: Services, principal: Writer) -> Kill
     if not entry.executor_address:
         raise ApiError(409, f"run {run_id} has no executor address")
     token, app_name = await _executor_token(services, entry.job_group)
-    answer = await services.executors.kill(entry.executor_address, entry.job_id, token, app_name)
+    answer = await services.executors.kill(entry.executor_address, entry.job_id, token, app_name,
+                                           runs=run_candidates(entry))
     await services.audit.record(
         principal, AuditAction.RUN_KILL, target_type="run", target_id=entry.id, group_id=entry.job_group,
         outcome=Outcome.SUCCESS if answer.ok else Outcome.FAILURE, details={"job_id": entry.job_id},
