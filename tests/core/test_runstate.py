@@ -12,7 +12,7 @@ from jobring.admin.store.log_conditions import state_condition
 from jobring.admin.store.tables import job_log
 from jobring.core import runstate
 from jobring.core.runstate import RunState, duration_ms, run_state
-from jobring.executor import worker
+from jobring.executor import jobworker, worker
 
 NOW_MS = 1_773_144_000_000
 FIRE = "Trigger type: Cron\n>>>>>>>>>>> Trigger Job <<<<<<<<<<<\naddress: http://e/\ncode: 500\nmsg: "
@@ -27,9 +27,9 @@ CASES: list[tuple[int, str | None, int, str | None, int | None, RunState]] = [
     (0, None, 200, "early callback", None, RunState.SUCCESS),
     (200, "ok", 500, "ValueError: bad input", None, RunState.FAILED),
     (200, "ok", 500, None, None, RunState.FAILED),
-    (200, "ok", 502, worker.MSG_TIMEOUT, None, RunState.TIMED_OUT),
-    (200, "ok", 500, worker.REASON_KILL + worker.SUFFIX_RUNNING, None, RunState.KILLED),
-    (200, "ok", 500, worker.REASON_COVER_EARLY + worker.SUFFIX_QUEUED, None, RunState.KILLED),
+    (200, "ok", 502, jobworker.MSG_TIMEOUT, None, RunState.TIMED_OUT),
+    (200, "ok", 500, worker.REASON_KILL + jobworker.SUFFIX_RUNNING, None, RunState.KILLED),
+    (200, "ok", 500, jobworker.REASON_COVER_EARLY + jobworker.SUFFIX_QUEUED, None, RunState.KILLED),
     (200, "ok", 500, "killed by user (admin)", None, RunState.KILLED),
     (200, "ok", 500, runstate.LOST_RESULT_MSG, None, RunState.LOST),
     (200, "ok", 500, runstate.LOST_PREFIX + " executor http://e/ gone (no heartbeat)", None, RunState.LOST),
@@ -76,7 +76,7 @@ def test_markers_match_the_writers_and_hold_no_like_wildcards() -> None:
     assert runstate.DISCARD_MARK == worker.MSG_DISCARD_LATER
     skip = SkippedFire(0, SkipReason(SkipKind.CALENDAR, "calendar 'x': dates[0]", "x"))
     assert skip_message(skip).startswith(runstate.CALENDAR_SKIP_PREFIX)
-    assert runstate.KILLED_SUFFIXES == (worker.SUFFIX_RUNNING, worker.SUFFIX_QUEUED)
+    assert runstate.KILLED_SUFFIXES == (jobworker.SUFFIX_RUNNING, jobworker.SUFFIX_QUEUED)
     assert runs.KILLED_BY_USER == runstate.KILLED_BY_USER
     markers = (runstate.LOST_RESULT_MSG, runstate.LOST_DISPATCH_PREFIX, runstate.DISCARD_MARK,
                runstate.LOST_PREFIX, runstate.CALENDAR_SKIP_PREFIX,
@@ -87,9 +87,9 @@ def test_markers_match_the_writers_and_hold_no_like_wildcards() -> None:
 
 def test_killed_by_user() -> None:
     assert runstate.killed_by_user("killed by user (admin): stopped")
-    assert runstate.killed_by_user(worker.REASON_KILL + worker.SUFFIX_QUEUED)
-    assert not runstate.killed_by_user(worker.REASON_COVER_EARLY + worker.SUFFIX_RUNNING)
-    assert not runstate.killed_by_user(worker.REASON_STOPPING + worker.SUFFIX_RUNNING)
+    assert runstate.killed_by_user(worker.REASON_KILL + jobworker.SUFFIX_QUEUED)
+    assert not runstate.killed_by_user(jobworker.REASON_COVER_EARLY + jobworker.SUFFIX_RUNNING)
+    assert not runstate.killed_by_user(jobworker.REASON_STOPPING + jobworker.SUFFIX_RUNNING)
     assert not runstate.killed_by_user(None)
     assert runstate.killed_by_user(runstate.FLOW_CANCEL_PREFIX + ": replaced by run 9")
 

@@ -168,7 +168,7 @@ class JobRunner:
     async def run_all(self, params: list[TriggerParam]) -> list[ReturnT]:
         """:meth:`run` for several runs (a broker message's): room is waited for once, then
         each is accepted or refused in one step, so a stop cannot come between them."""
-        if self.runlog.behind() or self._pool.waiting > self.max_waiting_runs:
+        if self.runlog.behind() or self.pool.waiting > self.max_waiting_runs:
             await self._wait_for_room()
         return [self._accept(param) for param in params]
 

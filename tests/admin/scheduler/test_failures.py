@@ -124,16 +124,16 @@ async def test_the_retry_mark_keeps_a_dispatch_confirmed_after_the_failed_run_wa
 async def test_a_run_killed_by_a_user_is_not_retried(env: Env) -> None:
     """A kill is a decision: neither the kill API's result nor the executor's callback of that
     kill (which may come first) starts a retry; a COVER_EARLY kill is retried."""
-    from jobring.executor import worker
+    from jobring.executor import jobworker, worker
 
     alarms = AlarmService(env.store, Alarmer([]))
     job = await env.job(executor_fail_retry_count=2)
     by_api = await add_log(env.store, job.id, group=env.group_id, handle_code=0, retry=2)
     await _fail(env.store, by_api, T0, "killed by user (admin): ok")
     by_callback = await add_log(env.store, job.id, group=env.group_id, handle_code=0, retry=2)
-    await _fail(env.store, by_callback, T0, worker.REASON_KILL + worker.SUFFIX_RUNNING)
+    await _fail(env.store, by_callback, T0, worker.REASON_KILL + jobworker.SUFFIX_RUNNING)
     covered = await add_log(env.store, job.id, group=env.group_id, handle_code=0, retry=2)
-    await _fail(env.store, covered, T0, worker.REASON_COVER_EARLY + worker.SUFFIX_RUNNING)
+    await _fail(env.store, covered, T0, jobworker.REASON_COVER_EARLY + jobworker.SUFFIX_RUNNING)
     await FailMonitor(env.store, env.trigger, alarms, env.clock).tick()
     await alarms.close()
     retried = [r for r in await env.store.logs.for_job(job.id) if r.trigger_type == "RETRY"]
