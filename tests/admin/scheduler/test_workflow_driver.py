@@ -178,7 +178,7 @@ async def test_the_engine_step_and_the_state_encoding_run_off_the_event_loop(
     # A run's state reaches megabytes; reading, applying and writing it back must not hold the loop.
     loop_thread = threading.get_ident()
     threads: dict[str, set[int]] = {"apply": set(), "encode": set()}
-    real_apply, real_dumps = driver_module.apply, store_module._dumps
+    real_apply, real_dumps = driver_module.apply, store_module.dumps
 
     def watched_apply(*args: Any) -> Any:
         threads["apply"].add(threading.get_ident())
@@ -191,7 +191,7 @@ async def test_the_engine_step_and_the_state_encoding_run_off_the_event_loop(
     job = await two.env.job()
     workflow = await two.workflow(_diamond(job.id))  # (a definition is small: encoded on the loop)
     monkeypatch.setattr(driver_module, "apply", watched_apply)
-    monkeypatch.setattr(store_module, "_dumps", watched_dumps)
+    monkeypatch.setattr(store_module, "dumps", watched_dumps)
     await two.a.start_run(workflow, {}, "alice")
     await two.finish("A")
     assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
