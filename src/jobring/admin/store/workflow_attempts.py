@@ -20,7 +20,7 @@ from jobring.admin.store.workflow_records import (
     node_run_of,
 )
 
-__all__ = ["NodeAttempts", "insert_starts"]
+__all__ = ["NodeAttempts", "insert_starts", "pending_attempts"]
 
 
 class NodeAttempts(Repository):
@@ -38,16 +38,8 @@ class NodeAttempts(Repository):
     async def pending_node_runs(self, run_id: int) -> builtins.list[NodeRunRecord]:
         """The run's attempts stored and not yet claimed (read after each step, so it does not
         read every attempt of a large run)."""
-        stmt = (
-            select(workflow_node_run)
-            .where(
-                workflow_node_run.c.workflow_run_id == run_id,
-                workflow_node_run.c.state == NodeRunState.PENDING,
-            )
-            .order_by(workflow_node_run.c.id)
-        )
         async with self._db.read() as conn:
-            return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
+            return await pending_attempts(conn, run_id)
 
     async def node_run(self, node_run_id: int) -> NodeRunRecord | None:
         async with self._db.read() as conn:
@@ -198,3 +190,16 @@ async def insert_starts(
         ],
     )
 
+
+
+async def pending_attempts(conn: AsyncConnection, run_id: int) -> builtins.list[NodeRunRecord]:
+    """The run's attempts stored and not yet claimed, oldest first."""
+    stmt = (
+        select(workflow_node_run)
+        .where(
+            workflow_node_run.c.workflow_run_id == run_id,
+            workflow_node_run.c.state == NodeRunState.PENDING,
+        )
+        .order_by(workflow_node_run.c.id)
+    )
+    return [node_run_of(r) for r in (await conn.execute(stmt)).all()]

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from jobring.admin.store.records import JobInfo
 from jobring.errors import JobringError
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "NewNodeRun",
     "NodeRunRecord",
     "NodeRunState",
+    "SMALL_STATE_CHARS",
+    "StoredStep",
     "WorkflowBusy",
     "WorkflowGone",
     "WorkflowRecord",
@@ -85,6 +88,7 @@ class WorkflowRunRecord:
     parent_node_run_id: int | None = None
     state: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
+    state_chars: int = 0  # the stored state's length (0 in lists)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +135,21 @@ class EndedNodeRun:
     handle_msg: str | None
 
 
+SMALL_STATE_CHARS = 8_192
+"""A run state up to this size (JSON characters) is decoded, stepped and encoded on the event
+loop: well under a millisecond of CPU, less than handing it to a worker thread and back costs
+on a busy machine. Larger ones (a state reaches megabytes) go to a worker thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredStep:
+    """What storing a step read in its transaction: the run's pending attempts (those it
+    inserted among them) and the jobs they run, by id (missing: deleted)."""
+
+    attempts: builtins.list[NodeRunRecord]
+    jobs: dict[int, JobInfo]
+
+
 def dumps(doc: Mapping[str, Any]) -> str:
     """A document (a definition, a run's state or params) as stored."""
     return orjson.dumps(doc).decode()
@@ -141,7 +160,8 @@ def _run(row: Any, with_state: bool) -> WorkflowRunRecord:
     raw = values.pop("state", None)
     params = values.pop("params", None)
     return WorkflowRunRecord(**values, state=orjson.loads(raw) if with_state and raw is not None else None,
-                             params=orjson.loads(params) if with_state and params is not None else None)
+                             params=orjson.loads(params) if with_state and params is not None else None,
+                             state_chars=len(raw) if with_state and raw is not None else 0)
 
 
 def decoded_run(row: Any) -> WorkflowRunRecord:

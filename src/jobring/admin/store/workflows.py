@@ -18,16 +18,19 @@ from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
-from jobring.admin.store.base import check_paging, new_id
-from jobring.admin.store.tables import workflow, workflow_run
-from jobring.admin.store.workflow_attempts import NodeAttempts, insert_starts
+from jobring.admin.store.base import check_paging, chunks, new_id, to_record
+from jobring.admin.store.records import JobInfo
+from jobring.admin.store.tables import job_info, workflow, workflow_run
+from jobring.admin.store.workflow_attempts import NodeAttempts, insert_starts, pending_attempts
 from jobring.admin.store.workflow_definitions import WorkflowDefinitions
 from jobring.admin.store.workflow_records import (
     MANAGED_BY_CODE,
+    SMALL_STATE_CHARS,
     EndedNodeRun,
     NewNodeRun,
     NodeRunRecord,
     NodeRunState,
+    StoredStep,
     WorkflowBusy,
     WorkflowGone,
     WorkflowRecord,
@@ -44,6 +47,7 @@ __all__ = [
     "NewNodeRun",
     "NodeRunRecord",
     "NodeRunState",
+    "StoredStep",
     "WorkflowBusy",
     "WorkflowGone",
     "WorkflowRecord",
@@ -56,10 +60,11 @@ __all__ = [
 _RUN_LIST_COLUMNS = [c for c in workflow_run.c if c.name not in ("state", "params")]
 
 
-async def _state_text(doc: Mapping[str, Any]) -> str:
+async def _state_text(doc: Mapping[str, Any] | str) -> str:
     # A run's state reaches megabytes (10,000 fan-out items with their messages): encoded in a
     # worker thread so the event loop keeps serving, and before the write transaction opens.
-    return await asyncio.to_thread(dumps, doc)
+    # (The driver passes its states encoded already, small ones on the loop.)
+    return doc if isinstance(doc, str) else await asyncio.to_thread(dumps, doc)
 
 
 class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
@@ -71,7 +76,7 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         version: int,
         job_group: int,
         status: str,
-        state: Mapping[str, Any],
+        state: Mapping[str, Any] | str,
         triggered_by: str | None,
         now_ms: int,
         starts: Sequence[NewNodeRun],
@@ -114,8 +119,11 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
     async def get_run(self, run_id: int) -> WorkflowRunRecord | None:
         async with self._db.read() as conn:
             row = (await conn.execute(select(workflow_run).where(workflow_run.c.id == run_id))).first()
-        # Decoded in a worker thread, like the encoding (see _state_text).
-        return None if row is None else await asyncio.to_thread(decoded_run, row)
+        if row is None:
+            return None
+        if len(row.state or "") + len(row.params or "") <= SMALL_STATE_CHARS:
+            return decoded_run(row)
+        return await asyncio.to_thread(decoded_run, row)  # like the encoding (see _state_text)
 
     async def list_runs(
         self,
@@ -163,12 +171,26 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         run_id: int,
         rev: int,
         status: str,
-        state: Mapping[str, Any],
+        state: Mapping[str, Any] | str,
         now_ms: int,
         starts: Sequence[NewNodeRun],
     ) -> bool:
         """Store a step computed from revision ``rev`` with the node attempts it starts, in one
         transaction; False (nothing stored) when the run is no longer at ``rev``."""
+        return await self.store_step(run_id, rev, status, state, now_ms, starts) is not None
+
+    async def store_step(
+        self,
+        run_id: int,
+        rev: int,
+        status: str,
+        state: Mapping[str, Any] | str,
+        now_ms: int,
+        starts: Sequence[NewNodeRun],
+    ) -> StoredStep | None:
+        """:meth:`advance`, returning (when it starts attempts) the run's pending attempts and
+        their jobs as read in the same transaction: the driver fires them without reading
+        them again. None when the run is no longer at ``rev``."""
         text = await _state_text(state)
         async with self._db.write() as conn:
             result = await conn.execute(
@@ -182,7 +204,13 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
                 )
             )
             if result.rowcount != 1:
-                return False
+                return None
+            if not starts:
+                return StoredStep([], {})
             await insert_starts(conn, run_id, starts, now_ms)
-        return True
-
+            attempts = await pending_attempts(conn, run_id)
+            jobs: dict[int, JobInfo] = {}
+            for part in chunks(sorted({a.job_id for a in attempts if a.workflow_id is None})):
+                rows = (await conn.execute(select(job_info).where(job_info.c.id.in_(part)))).all()
+                jobs.update({r.id: to_record(JobInfo, r) for r in rows})
+        return StoredStep(attempts, jobs)
