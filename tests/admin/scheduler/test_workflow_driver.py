@@ -23,7 +23,16 @@ from jobring.admin.store.records import NewLog
 from jobring.admin.store.workflow_records import SMALL_STATE_CHARS
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowRecord
 from jobring.admin.trigger.unsure import UnsureFires
-from jobring.core.workflow import RetryFailed, RunStarted, apply, parse_workflow, run_to_json
+from jobring.core.workflow import (
+    NodeFinished,
+    Outcome,
+    RetryFailed,
+    RunStarted,
+    apply,
+    parse_workflow,
+    run_from_json,
+    run_to_json,
+)
 from jobring.protocol.models import HandleCallbackParam, ReturnT
 from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
 
@@ -295,11 +304,11 @@ async def test_a_node_starts_after_its_parents_result_without_reading_the_run_ag
     two: Two, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Between a result and the child's /run: find the attempt (a read), store the step with the
-    # child's attempt and read it back with its job in the same transaction (a write), claim
-    # it (a write), record the job run (a write; the trigger reads the executor group alongside,
-    # two reads). The run this driver stored last is not read again, nor the attempt or the
-    # job, and a small state is never handed to a worker thread. (Before: five reads of the
-    # driver's and four writes, three hand-offs to a worker thread.)
+    # child's attempt claimed and read it back with its job in the same transaction (a write),
+    # record the job run (a write; the trigger reads the executor group alongside, two reads).
+    # The run this driver stored last is not read again, nor the attempt or the job, and a
+    # small state is never handed to a worker thread. (Before: five reads of the driver's and
+    # four writes, three hand-offs to a worker thread.)
     job = await two.env.job()
     workflow = await two.workflow({"nodes": [{"key": k, "job_id": job.id, "params": k} for k in "AB"],
                                    "edges": [{"from": "A", "to": "B"}]})
@@ -333,4 +342,30 @@ async def test_a_node_starts_after_its_parents_result_without_reading_the_run_ag
     monkeypatch.setattr(asyncio, "to_thread", to_thread)
     await two.a.on_results([(log_id, 200, "ok")])
     assert [p for p, _ in two.fired()] == ["A", "B"]
-    assert at_run == {"read": 3, "write": 3, "thread": 0}, at_run
+    assert at_run == {"read": 3, "write": 2, "thread": 0}, at_run
+
+
+async def test_attempts_a_dead_node_stored_claimed_are_taken_over_once_the_claim_is_stale(two: Two) -> None:
+    job = await two.env.job()
+    workflow = await two.workflow({"nodes": [{"key": k, "job_id": job.id, "params": k} for k in "AB"],
+                                   "edges": [{"from": "A", "to": "B"}]})
+    run_id, _ = await two.a.start_run(workflow, {}, None)
+    await two.a.wait_idle()
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.state is not None
+    # A node stored A's success with B's attempt claimed by it, and died before firing B.
+    graph = await two.a.graph(workflow.id, workflow.version)
+    (log_a,) = [log for p, log in two.fired() if p == "A"]
+    step = apply(graph, run_from_json(record.state), NodeFinished("A", 1, Outcome.SUCCESS, T0, run_id=log_a))
+    assert step.run is not None
+    stored = await two.env.store.workflows.store_step(
+        run_id, record.rev, "running", run_to_json(step.run), T0, [NewNodeRun("B", -1, 1, job.id, "B", None)],
+        claimed_by="dead-node")
+    assert stored is not None and [(a.node_key, a.state, a.claimed_by) for a in stored.attempts] == [
+        ("B", NodeRunState.FIRING, "dead-node")]
+    assert set(stored.jobs) == {job.id}
+    await asyncio.gather(two.a.tick(), two.b.tick())
+    assert [p for p, _ in two.fired()] == ["A"]  # the claim is recent: its node may be firing it
+    two.env.clock.advance(STALE_MS + 1)
+    await asyncio.gather(two.a.tick(), two.b.tick())
+    assert [p for p, _ in two.fired()] == ["A", "B"]

@@ -280,6 +280,7 @@ class WorkflowDriver(Monitor):
                 text,
                 self._clock.now_ms(),
                 new_attempts([c for step, changed in steps if changed for c in step.commands]),
+                claimed_by=self._node_id,  # see _carry_out
             )
             if stored is not None:
                 after = replace(record, rev=record.rev + 1, status=run.status.value, state=None,
@@ -308,11 +309,13 @@ class WorkflowDriver(Monitor):
             wanted = {c.key for c in starts}
             if (applied is not None and applied.stored is not None and applied.run is not None
                     and applied.stored_over is not None):
-                # The attempts, the run and the jobs as this driver's write stored and read them:
-                # nothing to read again before the claim.
+                # The attempts, the run and the jobs as this driver's write stored and read them,
+                # the attempts claimed by that write: nothing to read or write before the fire.
+                # (Should this node die first, another takes them over once the claim is stale,
+                # as it would had it died just after a claim of its own.)
                 run, group, jobs = applied.run, applied.stored_over.job_group, applied.stored.jobs
                 await asyncio.gather(*(
-                    self._fire(a, known=wanted_in(run, a, group, jobs))
+                    self._fire(a, known=wanted_in(run, a, group, jobs), claimed=True)
                     for a in applied.stored.attempts if (a.node_key, a.attempt, a.item) in wanted))
             else:
                 attempts = [
@@ -334,14 +337,21 @@ class WorkflowDriver(Monitor):
     # -- firing -------------------------------------------------------------------------------------
 
     async def _fire(
-        self, attempt: NodeRunRecord, *, stale: bool = False, known: Wanted | None = None
+        self,
+        attempt: NodeRunRecord,
+        *,
+        stale: bool = False,
+        known: Wanted | None = None,
+        claimed: bool = False,
     ) -> None:
-        """Claim the attempt and fire it. ``known``: its run as the step that stored the
-        attempt left it (else the run is read after the claim, as a stop or a repair may have
-        superseded the attempt since it was stored)."""
+        """Claim the attempt (unless ``claimed`` when stored) and fire it. ``known``: its run
+        as the step that stored the attempt left it (else the run is read after the claim, as
+        a stop or a repair may have superseded the attempt since it was stored)."""
         now = self._clock.now_ms()
         stale_before = now - self._stale_ms if stale else None
-        if not await self._store.workflows.claim(attempt.id, self._node_id, now, stale_before):
+        if not claimed and not await self._store.workflows.claim(
+            attempt.id, self._node_id, now, stale_before
+        ):
             return  # another admin has it
         wanted = known if known is not None else await self._wanted_context(attempt)
         if wanted is None or wanted.superseded:

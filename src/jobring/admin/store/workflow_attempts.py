@@ -20,7 +20,7 @@ from jobring.admin.store.workflow_records import (
     node_run_of,
 )
 
-__all__ = ["NodeAttempts", "insert_starts", "pending_attempts"]
+__all__ = ["NodeAttempts", "claimed_attempts", "insert_starts", "pending_attempts"]
 
 
 class NodeAttempts(Repository):
@@ -167,8 +167,13 @@ class NodeAttempts(Repository):
 
 
 async def insert_starts(
-    conn: AsyncConnection, run_id: int, starts: Sequence[NewNodeRun], now_ms: int
+    conn: AsyncConnection,
+    run_id: int,
+    starts: Sequence[NewNodeRun],
+    now_ms: int,
+    claimed_by: str | None = None,
 ) -> None:
+    """Insert a step's attempts: pending, or already claimed by the node ``claimed_by``."""
     if not starts:
         return
     await conn.execute(
@@ -182,7 +187,9 @@ async def insert_starts(
                 "job_id": s.job_id,
                 "params": s.params,
                 "timeout_s": s.timeout_s,
-                "state": NodeRunState.PENDING,
+                "state": NodeRunState.PENDING if claimed_by is None else NodeRunState.FIRING,
+                "claimed_by": claimed_by,
+                "claimed_at": None if claimed_by is None else now_ms,
                 "created_at": now_ms,
                 "workflow_id": s.workflow_id,
             }
@@ -199,6 +206,24 @@ async def pending_attempts(conn: AsyncConnection, run_id: int) -> builtins.list[
         .where(
             workflow_node_run.c.workflow_run_id == run_id,
             workflow_node_run.c.state == NodeRunState.PENDING,
+        )
+        .order_by(workflow_node_run.c.id)
+    )
+    return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
+
+
+async def claimed_attempts(
+    conn: AsyncConnection, run_id: int, claimed_by: str, now_ms: int
+) -> builtins.list[NodeRunRecord]:
+    """The run's attempts that ``claimed_by`` inserted claimed at ``now_ms`` and has not fired."""
+    stmt = (
+        select(workflow_node_run)
+        .where(
+            workflow_node_run.c.workflow_run_id == run_id,
+            workflow_node_run.c.state == NodeRunState.FIRING,
+            workflow_node_run.c.claimed_by == claimed_by,
+            workflow_node_run.c.created_at == now_ms,
+            workflow_node_run.c.claimed_at == now_ms,
         )
         .order_by(workflow_node_run.c.id)
     )

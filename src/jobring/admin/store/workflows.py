@@ -21,7 +21,12 @@ from sqlalchemy import func, insert, select, update
 from jobring.admin.store.base import check_paging, chunks, new_id, to_record
 from jobring.admin.store.records import JobInfo
 from jobring.admin.store.tables import job_info, workflow, workflow_run
-from jobring.admin.store.workflow_attempts import NodeAttempts, insert_starts, pending_attempts
+from jobring.admin.store.workflow_attempts import (
+    NodeAttempts,
+    claimed_attempts,
+    insert_starts,
+    pending_attempts,
+)
 from jobring.admin.store.workflow_definitions import WorkflowDefinitions
 from jobring.admin.store.workflow_records import (
     MANAGED_BY_CODE,
@@ -187,10 +192,14 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         state: Mapping[str, Any] | str,
         now_ms: int,
         starts: Sequence[NewNodeRun],
+        *,
+        claimed_by: str | None = None,
     ) -> StoredStep | None:
         """:meth:`advance`, returning (when it starts attempts) the run's pending attempts and
         their jobs as read in the same transaction: the driver fires them without reading
-        them again. None when the run is no longer at ``rev``."""
+        them again. ``claimed_by``: the attempts are inserted claimed by that node (as
+        :meth:`claim` would), and those are returned. None when the run is no longer at
+        ``rev``."""
         text = await _state_text(state)
         async with self._db.write() as conn:
             result = await conn.execute(
@@ -207,8 +216,11 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
                 return None
             if not starts:
                 return StoredStep([], {})
-            await insert_starts(conn, run_id, starts, now_ms)
-            attempts = await pending_attempts(conn, run_id)
+            await insert_starts(conn, run_id, starts, now_ms, claimed_by)
+            if claimed_by is None:
+                attempts = await pending_attempts(conn, run_id)
+            else:
+                attempts = await claimed_attempts(conn, run_id, claimed_by, now_ms)
             jobs: dict[int, JobInfo] = {}
             for part in chunks(sorted({a.job_id for a in attempts if a.workflow_id is None})):
                 rows = (await conn.execute(select(job_info).where(job_info.c.id.in_(part)))).all()
