@@ -358,7 +358,7 @@ async def test_attempts_a_dead_node_stored_claimed_are_taken_over_once_the_claim
     (log_a,) = [log for p, log in two.fired() if p == "A"]
     step = apply(graph, run_from_json(record.state), NodeFinished("A", 1, Outcome.SUCCESS, T0, run_id=log_a))
     assert step.run is not None
-    stored = await two.env.store.workflows.store_step(
+    stored = await two.env.store.workflows.advance(
         run_id, record.rev, "running", run_to_json(step.run), T0, [NewNodeRun("B", -1, 1, job.id, "B", None)],
         claimed_by="dead-node")
     assert stored is not None and [(a.node_key, a.state, a.claimed_by) for a in stored.attempts] == [

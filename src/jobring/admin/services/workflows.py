@@ -273,7 +273,7 @@ class WorkflowDriver(Monitor):
                 if known is not None:
                     self._remember(run_id, known)
                 return [Applied(step) for step, _ in steps]
-            stored = await self._store.workflows.store_step(
+            stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
                 run.status.value,

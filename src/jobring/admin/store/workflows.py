@@ -179,27 +179,14 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         state: Mapping[str, Any] | str,
         now_ms: int,
         starts: Sequence[NewNodeRun],
-    ) -> bool:
-        """Store a step computed from revision ``rev`` with the node attempts it starts, in one
-        transaction; False (nothing stored) when the run is no longer at ``rev``."""
-        return await self.store_step(run_id, rev, status, state, now_ms, starts) is not None
-
-    async def store_step(
-        self,
-        run_id: int,
-        rev: int,
-        status: str,
-        state: Mapping[str, Any] | str,
-        now_ms: int,
-        starts: Sequence[NewNodeRun],
         *,
         claimed_by: str | None = None,
     ) -> StoredStep | None:
-        """:meth:`advance`, returning (when it starts attempts) the run's pending attempts and
-        their jobs as read in the same transaction: the driver fires them without reading
-        them again. ``claimed_by``: the attempts are inserted claimed by that node (as
-        :meth:`claim` would), and those are returned. None when the run is no longer at
-        ``rev``."""
+        """Store a step computed from revision ``rev`` with the node attempts it starts, in one
+        transaction; None (nothing stored) when the run is no longer at ``rev``. Returns the
+        run's pending attempts and their jobs as read in the same transaction (the driver
+        fires them without reading them again); ``claimed_by``: the attempts are inserted
+        claimed by that node (as :meth:`claim` would), and those are returned."""
         text = await _state_text(state)
         async with self._db.write() as conn:
             result = await conn.execute(
