@@ -47,9 +47,6 @@ async def test_health_reports_node_backend_and_version(running: tuple[Starlette,
     assert body["version"]
 
 
-# In the serial lane: twice in loaded parallel runs the admin's stop left a lease release behind
-# (over its 2 s step) whose cancelled cleanup never ended, and the event loop's close waited.
-@pytest.mark.timing
 async def test_executor_api_is_served_at_root_and_base_path(
     running: tuple[Starlette, httpx.AsyncClient]
 ) -> None:

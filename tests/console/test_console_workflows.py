@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
@@ -217,3 +218,67 @@ def test_a_deep_graph_takes_the_run_pages_width_and_fits_it(
     # A node is still picked on the smaller picture.
     graph.locator("g.wf-node[data-node='step_3']").click()
     expect(page.locator("li[data-node-run='step_3']")).to_have_class(re.compile(r"\bselected\b"))
+
+
+# The schedule column of the workflow list in each language.
+SCHEDULE_WORDS = {
+    "en": {"column": "Schedule", "manual": "manual", "every": "every 600 s", "stopped": "stopped",
+           "next": "next"},
+    "zh-CN": {"column": "调度", "manual": "手动", "every": "每 600 秒", "stopped": "已停止", "next": "下次"},
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_the_workflow_list_shows_each_workflows_schedule(
+    page: Page, stack: Stack, errors: PageErrors, lang: str
+) -> None:
+    words = SCHEDULE_WORDS[lang]
+    manual, cron, rate = (_workflow(stack, f"{kind} {lang}") for kind in ("manual", "cron", "rate"))
+    with stack.api() as http:
+        http.put(f"/workflows/{cron}/schedule", json={
+            "schedule_type": "CRON", "schedule_conf": "0 0 2 * * ?", "schedule_timezone": "Asia/Shanghai",
+            "enabled": True}).raise_for_status()
+        http.put(f"/workflows/{rate}/schedule", json={
+            "schedule_type": "FIX_RATE", "schedule_conf": "600", "enabled": False}).raise_for_status()
+    _in(page, stack, lang, "/workflows")
+    expect(page.locator("main thead")).to_contain_text(words["column"])
+
+    def cell(workflow: int) -> Locator:
+        return page.locator(f"tr[data-workflow='{workflow}']").get_by_test_id("wf-schedule-cell")
+
+    expect(cell(manual)).to_have_text(words["manual"])
+    expect(cell(cron)).to_contain_text("0 0 2 * * ?")
+    expect(cell(cron)).to_contain_text("Asia/Shanghai")
+    expect(cell(cron).get_by_test_id("wf-next-fire")).to_contain_text(words["next"])
+    expect(cell(rate)).to_contain_text(words["every"])
+    expect(cell(rate)).to_contain_text(words["stopped"])
+    expect(cell(rate).get_by_test_id("wf-next-fire")).to_have_count(0)
+
+
+def test_a_schedule_declared_in_code_is_read_only_in_the_console(
+    page: Page, stack: Stack, errors: PageErrors
+) -> None:
+    """A workflow and its schedule declared by an executor (sent here as it would send them,
+    for a group of its own so the console executor's declarations stay as they are)."""
+    with stack.api() as http:
+        made = http.post("/groups", json={"app_name": "console-declared", "title": "Declared"})
+        made.raise_for_status()
+        token = http.get(f"/groups/{made.json()['id']}/access-token").json()["access_token"]
+    schedule = {"schedule_type": "FIX_RATE", "schedule_conf": "3600", "enabled": True}
+    jobs = [{"handler": "hello", "fields": {}, "start": True}]
+    body = {"appname": "console-declared", "declarations": jobs,
+            "workflows": [{"name": "declared nightly", "nodes": [{"key": "a", "job": "hello"}],
+                           "schedule": schedule}]}
+    answer = httpx.post(f"{stack.url}/xxl-job-admin/api/jobring/declareJobs", json=body,
+                        headers={"XXL-JOB-ACCESS-TOKEN": token}, timeout=10).json()
+    assert answer["code"] == 200, answer
+    (workflow,) = answer["content"]["workflows"]["created"]
+    login(page, stack, path="/workflows")
+    cell = page.locator(f"tr[data-workflow='{workflow}']").get_by_test_id("wf-schedule-cell")
+    expect(cell).to_contain_text("every 3600 s")
+    page.goto(f"{stack.url}/workflows/{workflow}")
+    form = page.get_by_test_id("wf-schedule")
+    expect(form.get_by_test_id("wf-schedule-declared")).to_be_visible()
+    expect(form.locator("input[name=schedule_conf]")).to_be_disabled()
+    expect(form.get_by_test_id("wf-schedule-save")).to_have_count(0)
+    expect(form.locator("input[name=schedule_conf]")).to_have_value("3600")

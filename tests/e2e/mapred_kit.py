@@ -135,31 +135,40 @@ class Cluster:
             after = page["next_after_id"]
 
 
-def _write_executor(home: Path) -> None:
+def _write_executor(home: Path, app: str) -> None:
     home.mkdir(parents=True)
-    (home / "mapred_jobs.py").write_text(EXECUTOR_CODE.format(app=APP), encoding="utf-8")
+    (home / "mapred_jobs.py").write_text(EXECUTOR_CODE.format(app=app), encoding="utf-8")
 
 
-async def start_executor(home: Path, admins: Sequence[AdminNode]) -> asyncio.subprocess.Process:
-    """An executor process in ``home`` that knows every admin of ``admins`` (in that order)."""
-    _write_executor(home)
-    port = free_port()
+async def start_executor(home: Path, admins: Sequence[AdminNode], *, app: str = APP,
+                         dispatch: str = "push", broker: str | None = None) -> asyncio.subprocess.Process:
+    """An executor process in ``home`` that knows every admin of ``admins`` (in that order);
+    ``dispatch`` push (a port of its own), pull or broker (``broker``: the AMQP URL)."""
+    _write_executor(home, app)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
     each = [arg for admin in admins for arg in ("--admin", admin.base_url + "/xxl-job-admin/")]
+    if dispatch == "push":
+        port = free_port()
+        how = ["--host", "127.0.0.1", "--port", str(port), "--address", f"http://127.0.0.1:{port}/"]
+    else:
+        how = ["--dispatch", dispatch, *(["--dispatch-broker", broker] if broker else [])]
     with (home / "executor.log").open("wb") as log:
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "jobring.cli", "executor", "mapred_jobs:executor",
-            *each, "--token", TOKEN, "--host", "127.0.0.1",
-            "--port", str(port), "--address", f"http://127.0.0.1:{port}/", "--log-path", str(home / "logs"),
+            *each, "--token", TOKEN, *how, "--log-path", str(home / "logs"),
             "--beat-interval", "1", cwd=home, env=env, stdout=log, stderr=log,
         )
 
 
 async def cluster_of(tmp_path: Path, executors: int, env: dict[str, str] | None = None, *,
-                     url: str | None = None, admins: int = 1) -> AsyncIterator[Cluster]:
+                     url: str | None = None, admins: int = 1, app: str = APP, dispatch: str = "push",
+                     broker: str | None = None) -> AsyncIterator[Cluster]:
     """Yield a cluster of ``admins`` admin processes on one database (``url``; a new SQLite
-    file by default) and ``executors`` executors that know every admin."""
+    file by default) and ``executors`` executors of ``dispatch`` mode that know every admin
+    (broker mode: the admins publish to ``broker``)."""
     database = url or f"sqlite+aiosqlite:///{tmp_path / 'e2e.db'}"
+    if broker:
+        env = {**(env or {}), "JOBRING_DISPATCH_BROKER": broker}
     nodes: list[AdminNode] = []
     processes: list[asyncio.subprocess.Process] = []
     try:
@@ -167,8 +176,9 @@ async def cluster_of(tmp_path: Path, executors: int, env: dict[str, str] | None 
         nodes.extend([await start_admin(database, f"mapred{i}", tmp_path, env=env) for i in range(admins)])
         async with AsyncAdminClient(nodes[0].base_url) as admin:
             await admin.login("admin", ADMIN_PASSWORD)
-            group = (await admin.groups.create(APP, "Map reduce"))["id"]
-            processes.extend([await start_executor(tmp_path / f"ex{i}", nodes) for i in range(executors)])
+            group = (await admin.groups.create(app, "Map reduce"))["id"]
+            processes.extend([await start_executor(tmp_path / f"ex{i}", nodes, app=app, dispatch=dispatch,
+                                                   broker=broker) for i in range(executors)])
 
             async def online() -> bool | None:
                 found = await admin.groups.get(group)

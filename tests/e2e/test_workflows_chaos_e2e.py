@@ -2,25 +2,31 @@
 (SQLite and PostgreSQL), a real jobring executor that calls back the first admin while it
 lives, a 50-node graph (chains with a fan-in on every layer) of short jobs. The admin that
 triggered the run and receives its callbacks is SIGKILLed mid-run; the survivor finishes
-the run, and the executor's own record shows every node ran exactly once."""
+the run, and the executor's own record shows every node ran exactly once. A variant kills it
+inside the claim window: the driver holds a node attempt it claimed before recording its job
+run (``JOBRING_TEST_PAUSE_AFTER_CLAIMS``, a test-only fault point) and is killed there; the
+survivor takes the attempt over and runs it once."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jobring.admin.services.claim_fault import ENV as CLAIM_FAULT_ENV
+from jobring.admin.services.claim_fault import PAUSED as CLAIM_FAULT_PAUSED
 from jobring.client import AsyncAdminClient
-from tests.e2e.admin_nodes import ADMIN_PASSWORD, TOKEN, AdminNode, free_port, kill, start_admin
+from tests.e2e.admin_nodes import ADMIN_PASSWORD, AdminNode, kill, start_admin
 from tests.e2e.databases import server_database
 from tests.e2e.sqlite_kit import database  # noqa: F401  (a fixture)
 from tests.e2e.waiting import eventually
+from tests.e2e.workflow_kit import start_executor, stop_executor, wait_online
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -65,25 +71,6 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         yield url
 
 
-def _write_executor(home: Path) -> None:
-    home.mkdir()
-    (home / "chaos_jobs.py").write_text(EXECUTOR_CODE.format(app=APP), encoding="utf-8")
-
-
-async def _start_executor(home: Path, admins: list[AdminNode]) -> asyncio.subprocess.Process:
-    _write_executor(home)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    where = [arg for a in admins for arg in ("--admin", a.base_url + "/xxl-job-admin/")]
-    with (home / "executor.log").open("wb") as log:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jobring.cli", "executor", "chaos_jobs:executor", *where,
-            "--token", TOKEN, "--host", "127.0.0.1", "--port", str(port),
-            "--address", f"http://127.0.0.1:{port}/", "--log-path", str(home / "logs"),
-            cwd=home, env=env, stdout=log, stderr=log,
-        )
-
-
 def _done(home: Path) -> list[tuple[str, int]]:
     path = home / "done.log"
     if not path.exists():
@@ -92,11 +79,21 @@ def _done(home: Path) -> list[tuple[str, int]]:
     return [(key, int(run)) for key, run in (line.split() for line in lines if line.count(" ") == 1)]
 
 
-@pytest.mark.parametrize("kill_after", [12, 30])
-async def test_the_run_completes_each_node_once_when_its_admin_is_killed(
-    database_url: str, tmp_path: Path, kill_after: int
-) -> None:
-    driver = await start_admin(database_url, "driver", tmp_path)
+@dataclass
+class Cluster:
+    """Two admins on one database, the executor calling back the first, the 50-node run
+    started on it."""
+
+    driver: AdminNode
+    other: AsyncAdminClient
+    home: Path
+    run_id: int
+
+
+@asynccontextmanager
+async def _cluster(database_url: str, tmp_path: Path, driver_env: dict[str, str] | None = None,
+                   ) -> AsyncIterator[Cluster]:
+    driver = await start_admin(database_url, "driver", tmp_path, env=driver_env)
     survivor: AdminNode | None = None
     executor: asyncio.subprocess.Process | None = None
     home = tmp_path / "executor"
@@ -106,42 +103,70 @@ async def test_the_run_completes_each_node_once_when_its_admin_is_killed(
             await admin.login("admin", ADMIN_PASSWORD)
             await other.login("admin", ADMIN_PASSWORD)
             group = (await admin.groups.create(APP, "Chaos"))["id"]
-            executor = await _start_executor(home, [driver, survivor])
-
-            async def online() -> bool | None:
-                return True if (await admin.groups.get(group))["online"] else None
-
-            await eventually("the executor online", online)
+            code = EXECUTOR_CODE.format(app=APP)
+            executor = await start_executor(home, [driver, survivor], "chaos_jobs", code)
+            await wait_online(admin, group)
             job = await admin.jobs.create({"job_group": group, "job_desc": "node",
                                            "executor_handler": "node"})
             created = await admin.workflows.create(graph(int(job["id"]), group))
             run_id = (await admin.workflows.trigger(created["id"]))["workflow_run_id"]
-
-            async def far_enough() -> bool | None:
-                return True if len(_done(home)) >= kill_after else None
-
-            await eventually(f"{kill_after} nodes run", far_enough)
-            await kill(driver)  # SIGKILL: mid-run, whatever it was doing
-
-            async def ended() -> dict[str, Any] | None:
-                run = await other.workflows.run(run_id)
-                return run if run["state"] != "running" else None
-
-            # A node the killed admin had claimed and not reported fired is taken over 30 s
-            # after its claim; the rest within the sweep's seconds.
-            run = await eventually("the run to end on the survivor", ended, limit_s=120)
-            assert run["state"] == "success", run
-            assert {(n["state"], n["attempt"]) for n in run["nodes"]} == {("success", 1)}, run["nodes"]
-            ran = _done(home)
-            counts = Counter(key for key, _ in ran)
-            assert {k for k, c in counts.items() if c != 1} == set(), sorted(ran)
-            assert set(counts) == {n["key"] for n in run["nodes"]} and len(counts) == 50
-            # What the executor ran is what the run records, node by node.
-            assert dict(ran) == {n["key"]: n["run_id"] for n in run["nodes"]}
+            yield Cluster(driver, other, home, run_id)
     finally:
-        if executor is not None and executor.returncode is None:
-            executor.kill()
-            await executor.wait()
+        await stop_executor(executor)
         await kill(driver)
         if survivor is not None:
             await kill(survivor)
+
+
+async def _completed_once_each(cluster: Cluster) -> dict[str, Any]:
+    """The run as the survivor ends it: a success, every node run once and exactly once."""
+
+    async def ended() -> dict[str, Any] | None:
+        run = await cluster.other.workflows.run(cluster.run_id)
+        return run if run["state"] != "running" else None
+
+    # A node the killed admin had claimed and not reported fired is taken over 30 s after its
+    # claim; the rest within the sweep's seconds.
+    run = await eventually("the run to end on the survivor", ended, limit_s=120)
+    assert run["state"] == "success", run
+    assert {(n["state"], n["attempt"]) for n in run["nodes"]} == {("success", 1)}, run["nodes"]
+    ran = _done(cluster.home)
+    counts = Counter(key for key, _ in ran)
+    assert {k for k, c in counts.items() if c != 1} == set(), sorted(ran)
+    assert set(counts) == {n["key"] for n in run["nodes"]} and len(counts) == 50
+    # What the executor ran is what the run records, node by node.
+    assert dict(ran) == {n["key"]: n["run_id"] for n in run["nodes"]}
+    return run
+
+
+@pytest.mark.parametrize("kill_after", [12, 30])
+async def test_the_run_completes_each_node_once_when_its_admin_is_killed(
+    database_url: str, tmp_path: Path, kill_after: int
+) -> None:
+    async with _cluster(database_url, tmp_path) as cluster:
+        async def far_enough() -> bool | None:
+            return True if len(_done(cluster.home)) >= kill_after else None
+
+        await eventually(f"{kill_after} nodes run", far_enough)
+        await kill(cluster.driver)  # SIGKILL: mid-run, whatever it was doing
+        await _completed_once_each(cluster)
+
+
+async def test_a_node_claimed_by_the_killed_admin_and_never_recorded_runs_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL inside the claim window: the driver holds its 20th claimed attempt between the
+    claim and recording its job run (the test-only fault point), and dies there."""
+    async with _cluster(database_url, tmp_path, {CLAIM_FAULT_ENV: "20"}) as cluster:
+        async def holding() -> bool | None:
+            return True if CLAIM_FAULT_PAUSED in cluster.driver.log_text() else None
+
+        await eventually("the driver holding a claimed attempt", holding)
+        during = await cluster.other.workflows.run(cluster.run_id)
+        # Claimed (its node running) and never dispatched: no job run of it anywhere.
+        held = {n["key"] for n in during["nodes"] if n["state"] == "running" and n["run_id"] is None}
+        assert during["state"] == "running" and held, during["nodes"]
+        assert not held & {key for key, _ in _done(cluster.home)}
+        await kill(cluster.driver)
+        run = await _completed_once_each(cluster)
+        assert all(n["run_id"] is not None for n in run["nodes"] if n["key"] in held)

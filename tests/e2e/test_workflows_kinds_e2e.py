@@ -6,46 +6,19 @@ nothing more, and a schedule starts runs by itself."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from jobring.client import AsyncAdminClient
-from tests.e2e.admin_nodes import ADMIN_PASSWORD, TOKEN, AdminNode, free_port, kill, start_admin
 from tests.e2e.waiting import eventually
+from tests.e2e.workflow_kit import EXECUTOR_HEAD, WorkflowEnv, states, workflow_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-T = TypeVar("T")
-APP = "kinds-app"
-# Each run appends "<param> start" and "<param> end" to order.log (one write per line, so
-# lines of parallel runs do not mix). "slow" sleeps 2 s, "fail" fails, "hang" runs until killed.
-EXECUTOR_CODE = '''
-import time
-from pathlib import Path
-
-from jobring import Executor, JobContext
-
-executor = Executor(app_name="{app}")
-ORDER = Path("order.log")
-
-
-def _note(text: str) -> None:
-    with ORDER.open("a", encoding="utf-8") as out:
-        out.write(text + "\\n")
-
-
-@executor.job("step")
-def step(ctx: JobContext) -> None:
-    _note(f"{{ctx.params}} start")
-    time.sleep(0.2)
-    _note(f"{{ctx.params}} end")
-
+# "slow" sleeps 2 s, "fail" fails, "hang" runs until killed.
+EXECUTOR_CODE = EXECUTOR_HEAD + '''
 
 @executor.job("slow")
 def slow(ctx: JobContext) -> None:
@@ -70,86 +43,13 @@ def hang(ctx: JobContext) -> None:
 '''
 
 
-class Kinds:
-    def __init__(self, admin: AsyncAdminClient, home: Path, group: int) -> None:
-        self.admin, self.home, self.group = admin, home, group
-        self.jobs: dict[str, int] = {}
-
-    def order(self) -> list[str]:
-        path = self.home / "order.log"
-        return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-
-    async def job(self, handler: str) -> int:
-        if handler not in self.jobs:
-            job = await self.admin.jobs.create({"job_group": self.group, "job_desc": handler,
-                                                "executor_handler": handler})
-            self.jobs[handler] = int(job["id"])
-        return self.jobs[handler]
-
-    async def workflow(self, name: str, nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> int:
-        created = await self.admin.workflows.create({"name": name, "job_group": self.group,
-                                                     "nodes": nodes, "edges": edges})
-        return int(created["id"])
-
-    async def run_until(
-        self, run_id: int, what: str, check: Callable[[dict[str, Any]], bool]
-    ) -> dict[str, Any]:
-        async def probe() -> dict[str, Any] | None:
-            run = await self.admin.workflows.run(run_id)
-            return run if check(run) else None
-
-        return await eventually(f"workflow run {run_id}: {what}", probe)
-
-    async def ended(self, run_id: int) -> dict[str, Any]:
-        return await self.run_until(run_id, "ended", lambda r: r["state"] != "running")
-
-
-def states(run: dict[str, Any]) -> dict[str, str]:
-    return {n["key"]: n["state"] for n in run["nodes"]}
-
-
 @pytest.fixture
-async def kinds(tmp_path: Path) -> AsyncIterator[Kinds]:
-    node = await start_admin(f"sqlite+aiosqlite:///{tmp_path / 'e2e.db'}", "kinds", tmp_path)
-    executor: asyncio.subprocess.Process | None = None
-    try:
-        async with AsyncAdminClient(node.base_url) as admin:
-            await admin.login("admin", ADMIN_PASSWORD)
-            group = (await admin.groups.create(APP, "Kinds"))["id"]
-            home = tmp_path / "executor"
-            executor = await _start_executor(home, node)
-
-            async def online() -> bool | None:
-                return True if (await admin.groups.get(group))["online"] else None
-
-            await eventually("the executor online", online)
-            yield Kinds(admin, home, group)
-    finally:
-        if executor is not None and executor.returncode is None:
-            executor.kill()
-            await executor.wait()
-        await kill(node)
+async def kinds(tmp_path: Path) -> AsyncIterator[WorkflowEnv]:
+    async with workflow_env(tmp_path, "kinds-app", "kinds_jobs", EXECUTOR_CODE) as env:
+        yield env
 
 
-def _write_executor(home: Path) -> None:
-    home.mkdir()
-    (home / "kinds_jobs.py").write_text(EXECUTOR_CODE.format(app=APP), encoding="utf-8")
-
-
-async def _start_executor(home: Path, admin: AdminNode) -> asyncio.subprocess.Process:
-    await asyncio.to_thread(_write_executor, home)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRING_")}
-    with (home / "executor.log").open("wb") as log:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jobring.cli", "executor", "kinds_jobs:executor",
-            "--admin", admin.base_url + "/xxl-job-admin/", "--token", TOKEN, "--host", "127.0.0.1",
-            "--port", str(port), "--address", f"http://127.0.0.1:{port}/", "--log-path", str(home / "logs"),
-            cwd=home, env=env, stdout=log, stderr=log,
-        )
-
-
-async def test_a_decision_takes_the_branch_its_condition_picks(kinds: Kinds) -> None:
+async def test_a_decision_takes_the_branch_its_condition_picks(kinds: WorkflowEnv) -> None:
     step = await kinds.job("step")
     nodes = [{"key": "route", "kind": "decision"},
              {"key": "big", "job_id": step, "params": "big {{ rows }}"},
@@ -169,7 +69,7 @@ async def test_a_decision_takes_the_branch_its_condition_picks(kinds: Kinds) -> 
     assert states(run)["big"] == "skipped" and states(run)["small"] == "success", run
 
 
-async def test_a_fan_out_runs_once_per_item_with_at_most_its_cap_at_once(kinds: Kinds) -> None:
+async def test_a_fan_out_runs_once_per_item_with_at_most_its_cap_at_once(kinds: WorkflowEnv) -> None:
     step = await kinds.job("step")
     nodes = [{"key": "files", "kind": "fanout", "job_id": step, "items": "files", "parallelism": 3,
               "params": "item {{ item }}"},
@@ -192,7 +92,7 @@ async def test_a_fan_out_runs_once_per_item_with_at_most_its_cap_at_once(kinds: 
     assert order[-2:] == ["after start", "after end"]
 
 
-async def test_an_any_success_join_starts_with_its_first_parent(kinds: Kinds) -> None:
+async def test_an_any_success_join_starts_with_its_first_parent(kinds: WorkflowEnv) -> None:
     step, slow = await kinds.job("step"), await kinds.job("slow")
     nodes = [{"key": "quick", "job_id": step, "params": "quick"},
              {"key": "slow", "job_id": slow, "params": "slow"},
@@ -208,7 +108,7 @@ async def test_an_any_success_join_starts_with_its_first_parent(kinds: Kinds) ->
     assert order.count("join start") == 1
 
 
-async def test_mark_succeeded_lets_a_failed_run_go_on(kinds: Kinds) -> None:
+async def test_mark_succeeded_lets_a_failed_run_go_on(kinds: WorkflowEnv) -> None:
     step, fail = await kinds.job("step"), await kinds.job("fail")
     nodes = [{"key": "A", "job_id": step, "params": "A"}, {"key": "F", "job_id": fail, "params": "F"},
              {"key": "D", "job_id": step, "params": "D"}]
@@ -225,7 +125,7 @@ async def test_mark_succeeded_lets_a_failed_run_go_on(kinds: Kinds) -> None:
     assert kinds.order().count("A start") == 1 and kinds.order().count("F start") == 1
 
 
-async def test_stop_kills_the_running_node_and_starts_nothing_more(kinds: Kinds) -> None:
+async def test_stop_kills_the_running_node_and_starts_nothing_more(kinds: WorkflowEnv) -> None:
     hang, step = await kinds.job("hang"), await kinds.job("step")
     nodes = [{"key": "H", "job_id": hang, "params": "H"}, {"key": "after", "job_id": step, "params": "after"}]
     wid = await kinds.workflow("stop", nodes, [{"from": "H", "to": "after"}])
@@ -247,7 +147,7 @@ async def test_stop_kills_the_running_node_and_starts_nothing_more(kinds: Kinds)
     assert "after start" not in kinds.order() and "H end" not in kinds.order()
 
 
-async def test_a_schedule_starts_runs_by_itself_until_stopped(kinds: Kinds) -> None:
+async def test_a_schedule_starts_runs_by_itself_until_stopped(kinds: WorkflowEnv) -> None:
     step = await kinds.job("step")
     wid = await kinds.workflow("every second", [{"key": "tick", "job_id": step, "params": "tick {{ n }}"}],
                                [])

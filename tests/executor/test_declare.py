@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -213,6 +214,36 @@ def test_a_declared_workflow_is_sent_with_a_job_for_each_handler_it_runs() -> No
 def test_a_workflow_declaration_is_refused_at_once(nodes: object) -> None:
     with pytest.raises(ValueError, match="workflow 'w'"):
         executor().workflow("w", nodes=nodes)  # type: ignore[arg-type]
+
+
+def test_a_workflow_declares_its_schedule_by_the_apis_names() -> None:
+    ex = executor()
+    ex.workflow("cron", nodes=[{"key": "a", "job": "step"}], cron="0 0 2 * * ?", timezone="Asia/Shanghai",
+                misfire="fire_once_now", overlap="queue_one", params={"day": "today"})
+    ex.workflow("rate", nodes=[{"key": "a", "job": "step"}], fix_rate=600, start=False)
+    ex.workflow("once", nodes=[{"key": "a", "job": "step"}], once="2027-01-01T02:00:00")
+    ex.workflow("manual", nodes=[{"key": "a", "job": "step"}])
+    sent = {w["name"]: w.get("schedule") for w in orjson.loads(
+        declaration_body("billing", ex.declarations, list(ex._workflows.values())))["workflows"]}
+    assert sent == {
+        "cron": {"schedule_type": "CRON", "schedule_conf": "0 0 2 * * ?", "enabled": True,
+                 "schedule_timezone": "Asia/Shanghai", "misfire_strategy": "FIRE_ONCE_NOW",
+                 "overlap": "queue_one", "params": {"day": "today"}},
+        "rate": {"schedule_type": "FIX_RATE", "schedule_conf": "600", "enabled": False},
+        "once": {"schedule_type": "ONCE", "schedule_conf": "2027-01-01T02:00:00", "enabled": True},
+        "manual": None,
+    }
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"cron": "0 0 2 * * ?", "fix_rate": 60}, "one of cron, fix_rate or once"),
+    ({"fix_rate": 0}, "fix_rate must be a positive"),
+    ({"fix_rate": True}, "fix_rate must be a positive"),
+    ({"timezone": "UTC"}, "need cron, fix_rate or once"),
+])
+def test_a_workflow_schedule_declaration_is_refused_at_once(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        executor().workflow("w", nodes=[{"key": "a", "job": "step"}], **kwargs)
 
 
 async def test_an_executor_with_only_a_workflow_declares(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -145,3 +146,42 @@ def test_cli_db_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unsupported database URL scheme 'oracle'" in capsys.readouterr().err
     assert main(["db", "upgrade", "--database-url", "postgresql://postgres@127.0.0.1:1/none"]) == 1
     assert "database upgrade failed" in capsys.readouterr().err
+
+
+async def test_a_statement_cancelled_twice_still_lets_its_connection_close(tmp_path: Path) -> None:
+    # A shutdown step left behind while its statement waits on SQLite's write lock, then
+    # cancelled again by the event loop's close: SQLAlchemy stops the connection's worker
+    # thread (forced close) and then waits for its graceful close, which asked aiosqlite to
+    # stop a second time. Unanswered, that close hung the event loop's shutdown for good.
+    path = tmp_path / "locked.db"
+    engine = create_engine(f"sqlite:///{path}")
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    blocker = sqlite3.connect(path, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN IMMEDIATE")
+
+    async def write() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(text("INSERT INTO t VALUES (1)"))
+
+    others = asyncio.all_tasks()
+    step = asyncio.create_task(write())
+    done, _ = await asyncio.wait({step}, timeout=0.2)
+    assert not done  # the blocker holds the write lock
+    step.cancel()
+
+    def graceful_close_pending() -> bool:
+        return any(getattr(t.get_coro(), "__qualname__", "").endswith("_terminate_graceful_close")
+                   for t in asyncio.all_tasks())
+
+    async with asyncio.timeout(20):
+        while not graceful_close_pending():  # noqa: ASYNC110 - SQLAlchemy's own task, no event
+            await asyncio.sleep(0.01)
+    step.cancel()  # what the event loop's close does to a task still pending
+    await engine.dispose()
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    async with asyncio.timeout(20):
+        while left := asyncio.all_tasks() - others - {asyncio.current_task()}:
+            await asyncio.wait(left, timeout=1)
+    assert step.cancelled()

@@ -60,3 +60,13 @@ async def test_waiting_fires_never_hide_a_due_instant(store: Store) -> None:
     await schedules.put(_schedule(500, next_fire_at=T0 - 5))
     due = [s.workflow_id for s in await schedules.due(T0, limit=5)]
     assert due[0] == 500 and len(due) == 6 and set(due[1:]) <= set(range(1, 7))
+
+
+async def test_a_schedule_declared_in_code_is_marked_and_handed_back(store: Store) -> None:
+    wf = await store.workflows.create("w", 3, "", GRAPH, None, T0)
+    schedules = store.workflow_schedules
+    await schedules.put(_schedule(wf, managed_by="code"))
+    assert (await schedules.get(wf)).managed_by == "code"  # type: ignore[union-attr]
+    await schedules.set_managed_by(wf, None)
+    got = await schedules.get(wf)
+    assert got is not None and got.managed_by is None and got.next_fire_at == T0 + 60_000

@@ -3442,6 +3442,8 @@ export interface components {
             nodes: {
                 [key: string]: unknown;
             }[];
+            /** @description its schedule in short (null: none, it runs only when triggered) */
+            schedule?: components["schemas"]["WorkflowScheduleBrief"] | null;
             /**
              * Updated At
              * @description epoch ms
@@ -3521,6 +3523,42 @@ export interface components {
             /** Workflow Id */
             workflow_id: number;
         };
+        /**
+         * WorkflowScheduleBrief
+         * @description A workflow's schedule in short, as the workflow list shows it.
+         */
+        WorkflowScheduleBrief: {
+            /**
+             * Enabled
+             * @description started: fires at its instants
+             */
+            enabled: boolean;
+            /**
+             * Managed By
+             * @description "code": declared in an executor's code
+             */
+            managed_by: string | null;
+            /**
+             * Next Fire At
+             * @description epoch ms of the next planned fire (null: none)
+             */
+            next_fire_at: number | null;
+            /**
+             * Schedule Conf
+             * @description cron expression, seconds, or the one-shot date and time
+             */
+            schedule_conf: string;
+            /**
+             * Schedule Timezone
+             * @description IANA zone (null: the admin's)
+             */
+            schedule_timezone: string | null;
+            /**
+             * Schedule Type
+             * @description CRON, FIX_RATE or ONCE (a NONE schedule is shown as null)
+             */
+            schedule_type: string;
+        };
         /** WorkflowScheduleIn */
         WorkflowScheduleIn: {
             /**
@@ -3575,6 +3613,11 @@ export interface components {
             last_fire_at: number | null;
             /** Last Result */
             last_result: string;
+            /**
+             * Managed By
+             * @description "code": declared with the workflow in an executor's code (read-only here)
+             */
+            managed_by?: string | null;
             /** Misfire Strategy */
             misfire_strategy: string;
             /**

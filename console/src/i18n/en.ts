@@ -765,6 +765,12 @@ export const en = {
   "workflows.schedule.last": "Last fire:",
   "workflows.schedule.save": "Save schedule",
   "workflows.schedule.saved": "Schedule saved.",
+  "workflows.schedule.manual": "manual",
+  "workflows.schedule.every": "every {n} s",
+  "workflows.schedule.onceAt": "once at {at}",
+  "workflows.schedule.stopped": "stopped",
+  "workflows.schedule.nextShort": "next {at}",
+  "workflows.schedule.declared": "Declared in the executor's code with the workflow: change it there (it is applied again when the executor starts).",
 } as const;
 
 export type MessageKey = keyof typeof en;

@@ -767,4 +767,10 @@ export const zhCN: Messages = {
   "workflows.schedule.last": "上次触发：",
   "workflows.schedule.save": "保存调度",
   "workflows.schedule.saved": "调度已保存。",
+  "workflows.schedule.manual": "手动",
+  "workflows.schedule.every": "每 {n} 秒",
+  "workflows.schedule.onceAt": "仅一次：{at}",
+  "workflows.schedule.stopped": "已停止",
+  "workflows.schedule.nextShort": "下次 {at}",
+  "workflows.schedule.declared": "与工作流一起在执行器代码中声明：请在代码中修改（执行器启动时重新应用）。",
 };

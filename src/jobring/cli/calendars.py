@@ -15,6 +15,7 @@ from jobring.cli.remote import (
     group_ref,
     instant_text,
     print_json,
+    print_result,
     print_table,
     remote_parser,
     resolve_group,
@@ -103,10 +104,8 @@ def _parts(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _print(calendar: Mapping[str, Any], args: argparse.Namespace, verb: str) -> None:
-    if args.json:
-        print_json(calendar)
-    else:
-        print(f"calendar {calendar['name']} (id {calendar['id']}) {verb}: {_summary(calendar)}")
+    print_result(args, calendar,
+                 f"calendar {calendar['name']} (id {calendar['id']}) {verb}: {_summary(calendar)}")
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -191,10 +190,7 @@ def _delete(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         calendar = _find(admin, args.calendar)
         admin.calendars.delete(calendar["id"])
-        if args.json:
-            print_json({"deleted": calendar["id"]})
-        else:
-            print(f"calendar {calendar['name']} deleted")
+        print_result(args, {"deleted": calendar["id"]}, f"calendar {calendar['name']} deleted")
         return 0
 
     return run_remote(args, action)

@@ -16,6 +16,7 @@ from jobring.cli.remote import (
     positive_int,
     print_json,
     print_page_json,
+    print_result,
     print_table,
     remote_parser,
     resolve_group,
@@ -84,10 +85,8 @@ def _show(args: argparse.Namespace) -> int:
 def _add(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         group = admin.groups.create(args.app_name, args.title, addresses=args.address)
-        if args.json:
-            print_json(group)
-        else:
-            print(f"created group {group['id']} ({group['app_name']}, {_kind(group)} addresses)")
+        print_result(args, group,
+                     f"created group {group['id']} ({group['app_name']}, {_kind(group)} addresses)")
         return 0
 
     return run_remote(args, action)
@@ -145,10 +144,8 @@ def _edit(args: argparse.Namespace) -> int:
             addresses = None
         group = admin.groups.update(group_id, args.app_name or old["app_name"], args.title or old["title"],
                                     addresses=addresses)
-        if args.json:
-            print_json(group)
-        else:
-            print(f"group {group['id']} updated ({group['app_name']}, {_kind(group)} addresses)")
+        print_result(args, group,
+                     f"group {group['id']} updated ({group['app_name']}, {_kind(group)} addresses)")
         return 0
 
     return run_remote(args, action)
@@ -158,10 +155,7 @@ def _delete(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         group_id = _group_id(admin, args.group)
         admin.groups.delete(group_id)
-        if args.json:
-            print_json({"deleted": group_id})
-        else:
-            print(f"group {group_id} deleted")
+        print_result(args, {"deleted": group_id}, f"group {group_id} deleted")
         return 0
 
     return run_remote(args, action)
@@ -185,10 +179,8 @@ def _flow(args: argparse.Namespace) -> int:
         else:
             current = admin.groups.get(group_id).get("flow")
             group = admin.groups.set_flow(group_id, merged_flow(current, changes))
-        if args.json:
-            print_json(group.get("flow"))
-        else:
-            print(f"group {group['id']} flow control: {_describe_flow(group.get('flow'))}")
+        print_result(args, group.get("flow"),
+                     f"group {group['id']} flow control: {_describe_flow(group.get('flow'))}")
         return 0
 
     return run_remote(args, action)

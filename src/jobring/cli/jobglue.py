@@ -9,7 +9,15 @@ from typing import Any
 
 from jobring.cli.common import UsageError
 from jobring.cli.jobfields import read_source
-from jobring.cli.remote import instant_text, positive_int, print_json, print_table, remote_parser, run_remote
+from jobring.cli.remote import (
+    instant_text,
+    positive_int,
+    print_json,
+    print_result,
+    print_table,
+    remote_parser,
+    run_remote,
+)
 from jobring.client import AdminClient
 
 
@@ -43,10 +51,7 @@ def _glue(args: argparse.Namespace) -> int:
                 sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
                 return 0
             message = ""
-        if args.json:
-            print_json(glue)
-        else:
-            print(message)
+        print_result(args, glue, message)
         return 0
 
     return run_remote(args, action)

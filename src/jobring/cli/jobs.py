@@ -29,6 +29,7 @@ from jobring.cli.remote import (
     positive_int,
     print_json,
     print_page_json,
+    print_result,
     print_table,
     remote_parser,
     resolve_group,
@@ -129,10 +130,7 @@ def _add(args: argparse.Namespace) -> int:
             except AdminApiError:
                 admin.jobs.delete(job["id"])  # undo the create: all or nothing
                 raise
-        if args.json:
-            print_json(job)
-        else:
-            print(f"created job {job['id']} ({_describe_state(job)})")
+        print_result(args, job, f"created job {job['id']} ({_describe_state(job)})")
         return 0
 
     return run_remote(args, action)
@@ -151,10 +149,7 @@ def _edit(args: argparse.Namespace) -> int:
         if "flow" in changes:
             changes["flow"] = merged_flow(admin.jobs.get(args.job_id).get("flow"), changes["flow"])
         job = admin.jobs.update(args.job_id, changes)
-        if args.json:
-            print_json(job)
-        else:
-            print(f"job {job['id']} updated ({_describe_state(job)})")
+        print_result(args, job, f"job {job['id']} updated ({_describe_state(job)})")
         return 0
 
     return run_remote(args, action)
@@ -163,10 +158,7 @@ def _edit(args: argparse.Namespace) -> int:
 def _copy(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         job = admin.jobs.copy(args.job_id)
-        if args.json:
-            print_json(job)
-        else:
-            print(f"copied job {args.job_id} to job {job['id']} (stopped)")
+        print_result(args, job, f"copied job {args.job_id} to job {job['id']} (stopped)")
         return 0
 
     return run_remote(args, action)
@@ -175,10 +167,7 @@ def _copy(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         admin.jobs.delete(args.job_id)
-        if args.json:
-            print_json({"deleted": args.job_id})
-        else:
-            print(f"job {args.job_id} deleted, with its runs")
+        print_result(args, {"deleted": args.job_id}, f"job {args.job_id} deleted, with its runs")
         return 0
 
     return run_remote(args, action)
@@ -275,10 +264,7 @@ def _trigger(args: argparse.Namespace) -> int:
 def _start(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         job = admin.jobs.start(args.job_id)
-        if args.json:
-            print_json(job)
-        else:
-            print(f"job {job['id']} {_describe_state(job)}")
+        print_result(args, job, f"job {job['id']} {_describe_state(job)}")
         return 0
 
     return run_remote(args, action)
@@ -287,10 +273,7 @@ def _start(args: argparse.Namespace) -> int:
 def _stop(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         job = admin.jobs.stop(args.job_id, reason=args.reason)
-        if args.json:
-            print_json(job)
-        else:
-            print(f"job {job['id']} stopped" + (f": {args.reason}" if args.reason else ""))
+        print_result(args, job, f"job {job['id']} stopped" + (f": {args.reason}" if args.reason else ""))
         return 0
 
     return run_remote(args, action)

@@ -173,6 +173,14 @@ def print_json(value: Any, out: TextIO | None = None) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False), file=out or sys.stdout)
 
 
+def print_result(args: argparse.Namespace, value: Any, line: str) -> None:
+    """A command's outcome: ``value`` as JSON under ``--json``, else the one-line summary."""
+    if getattr(args, "json", False):
+        print_json(value)
+    else:
+        print(line)
+
+
 def print_page_json(page: Page) -> None:
     """A listing's ``--json`` output: the page as the API sent it."""
     print_json({"items": page.items, "total": page.total, "offset": page.offset, "limit": page.limit})

@@ -18,6 +18,7 @@ from jobring.cli.remote import (
     positive_int,
     print_json,
     print_page_json,
+    print_result,
     print_table,
     remote_parser,
     resolve_group,
@@ -206,10 +207,7 @@ def _kill(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         run = admin.runs.cancel(args.run_id)
-        if args.json:
-            print_json(run)
-        else:
-            print(f"run {args.run_id} cancelled: {run.get('handle_msg') or '-'}")
+        print_result(args, run, f"run {args.run_id} cancelled: {run.get('handle_msg') or '-'}")
         return 0
 
     return run_remote(args, action)
@@ -231,10 +229,7 @@ def _clear(args: argparse.Namespace) -> int:
 
     def action(admin: AdminClient) -> int:
         result = admin.runs.clear(args.rule, group=resolve_group(admin, args.group), job=args.job)
-        if args.json:
-            print_json(result)
-        else:
-            print(f"{result.get('deleted', 0)} runs deleted")
+        print_result(args, result, f"{result.get('deleted', 0)} runs deleted")
         return 0
 
     return run_remote(args, action)

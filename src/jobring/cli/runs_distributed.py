@@ -7,7 +7,15 @@ import argparse
 import json
 from typing import Any
 
-from jobring.cli.remote import EXIT_FAILURE, positive_int, print_json, print_table, remote_parser, run_remote
+from jobring.cli.remote import (
+    EXIT_FAILURE,
+    positive_int,
+    print_json,
+    print_result,
+    print_table,
+    remote_parser,
+    run_remote,
+)
 from jobring.client import AdminClient
 
 SUBTASK_STATUSES = ("pending", "running", "succeeded", "failed", "cancelled")
@@ -60,10 +68,8 @@ def _subtasks(args: argparse.Namespace) -> int:
 def _retry_failed(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         result = admin.runs.retry_failed(args.run_id)
-        if args.json:
-            print_json(result)
-        else:
-            print(f"run {args.run_id}: {result['retried']} failed sub-task(s) dispatched again")
+        print_result(args, result,
+                     f"run {args.run_id}: {result['retried']} failed sub-task(s) dispatched again")
         return 0 if result.get("retried", 0) >= 0 else EXIT_FAILURE
 
     return run_remote(args, action)

@@ -15,6 +15,7 @@ from jobring.cli.remote import (
     instant_text,
     positive_int,
     print_json,
+    print_result,
     print_table,
     revoked_text,
     run_remote,
@@ -90,10 +91,7 @@ def _change_password(args: argparse.Namespace) -> int:
 def _revoke(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         admin.tokens.revoke(args.token_id)
-        if args.json:
-            print_json({"revoked": args.token_id})
-        else:
-            print(f"token {args.token_id} revoked")
+        print_result(args, {"revoked": args.token_id}, f"token {args.token_id} revoked")
         return 0
 
     return run_remote(args, action)

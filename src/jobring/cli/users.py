@@ -18,6 +18,7 @@ from jobring.cli.remote import (
     positive_int,
     print_json,
     print_page_json,
+    print_result,
     print_table,
     remote_parser,
     resolve_group,
@@ -111,10 +112,8 @@ def _edit(args: argparse.Namespace) -> int:
         if not changes:
             raise UsageError("nothing to change: give --username, --role, --group or --glue/--no-glue")
         user = admin.users.update(user_id, changes)
-        if args.json:
-            print_json(user)
-        else:
-            print(f"user {user['id']} updated ({user['username']}, {user['role']}){_revoked_note(user)}")
+        print_result(args, user,
+                     f"user {user['id']} updated ({user['username']}, {user['role']}){_revoked_note(user)}")
         return 0
 
     return run_remote(args, action)
@@ -209,10 +208,7 @@ def _delete(args: argparse.Namespace) -> int:
     def action(admin: AdminClient) -> int:
         user_id = _user_id(admin, args.target)
         admin.users.delete(user_id)
-        if args.json:
-            print_json({"deleted": user_id})
-        else:
-            print(f"user {user_id} deleted")
+        print_result(args, {"deleted": user_id}, f"user {user_id} deleted")
         return 0
 
     return run_remote(args, action)

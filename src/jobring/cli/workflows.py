@@ -16,6 +16,7 @@ from jobring.cli.remote import (
     positive_int,
     print_json,
     print_page_json,
+    print_result,
     print_table,
     remote_parser,
     run_remote,
@@ -159,10 +160,7 @@ def _update(args: argparse.Namespace) -> int:
 
     def action(admin: AdminClient) -> int:
         saved = admin.workflows.update(args.workflow_id, definition)
-        if args.json:
-            print_json(saved)
-        else:
-            print(f"saved workflow {saved['id']} as version {saved['version']}")
+        print_result(args, saved, f"saved workflow {saved['id']} as version {saved['version']}")
         return 0
     return run_remote(args, action)
 
@@ -180,10 +178,7 @@ def _trigger(args: argparse.Namespace) -> int:
 
     def action(admin: AdminClient) -> int:
         started = admin.workflows.trigger(args.workflow_id, params)
-        if args.json:
-            print_json(started)
-        else:
-            print(f"started workflow run {started['workflow_run_id']}")
+        print_result(args, started, f"started workflow run {started['workflow_run_id']}")
         return 0
     return run_remote(args, action)
 

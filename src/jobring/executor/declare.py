@@ -83,7 +83,11 @@ _NODE_IDS = ("job_id", "workflow_id")
 
 
 def workflow_declaration(
-    name: str, nodes: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str, Any]], description: str
+    name: str,
+    nodes: Sequence[Mapping[str, Any]],
+    edges: Sequence[Mapping[str, Any]],
+    description: str,
+    schedule: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A workflow declared next to the jobs: its nodes name their job by this executor's
     handler (``"job": "extract"``) and a sub-workflow by a workflow name of the group
@@ -100,8 +104,51 @@ def workflow_declaration(
             if field in node:
                 raise ValueError(f"workflow {name!r}, node {node.get('key')!r}: {field} is not declared in "
                                  "code (ids differ between admins): name the handler (job) or the workflow")
-    return {"name": name, "description": str(description), "nodes": [dict(n) for n in nodes],
-            "edges": [dict(e) for e in edges]}
+    declared: dict[str, Any] = {"name": name, "description": str(description),
+                                "nodes": [dict(n) for n in nodes], "edges": [dict(e) for e in edges]}
+    if schedule is not None:
+        declared["schedule"] = dict(schedule)
+    return declared
+
+
+def workflow_schedule_declaration(
+    name: str,
+    *,
+    cron: str | None,
+    fix_rate: int | None,
+    once: str | None,
+    timezone: str | None,
+    misfire: str | None,
+    overlap: str | None,
+    params: Mapping[str, Any] | None,
+    start: bool,
+) -> dict[str, Any] | None:
+    """A declared workflow's ``schedule`` (the fields of ``PUT /workflows/{id}/schedule``), or
+    None when the code declares none (then the workflow runs only when triggered, or on a
+    schedule set in the console)."""
+    given = [k for k, v in (("cron", cron), ("fix_rate", fix_rate), ("once", once)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"workflow {name!r}: give one of cron, fix_rate or once, not {' and '.join(given)}")
+    if not given:
+        if any(v is not None for v in (timezone, misfire, overlap, params)):
+            raise ValueError(f"workflow {name!r}: timezone, misfire, overlap and params need cron, "
+                             "fix_rate or once")
+        return None
+    bad_rate = isinstance(fix_rate, bool) or not isinstance(fix_rate, int) or fix_rate <= 0
+    if fix_rate is not None and bad_rate:
+        raise ValueError(f"workflow {name!r}: fix_rate must be a positive number of seconds")
+    kinds = {"cron": ("CRON", cron), "fix_rate": ("FIX_RATE", fix_rate), "once": ("ONCE", once)}
+    kind, conf = kinds[given[0]]
+    schedule: dict[str, Any] = {"schedule_type": kind, "schedule_conf": str(conf), "enabled": bool(start)}
+    if timezone is not None:
+        schedule["schedule_timezone"] = timezone
+    if misfire is not None:
+        schedule["misfire_strategy"] = str(getattr(misfire, "value", misfire)).upper()
+    if overlap is not None:
+        schedule["overlap"] = str(overlap)
+    if params is not None:
+        schedule["params"] = dict(params)
+    return schedule
 
 
 def workflow_handlers(workflows: Sequence[Mapping[str, Any]]) -> set[str]:

@@ -30,6 +30,7 @@ from jobring.executor.declare import (
     declaration_body,
     workflow_declaration,
     workflow_handlers,
+    workflow_schedule_declaration,
 )
 from jobring.executor.distributed import AdminLink, SubTaskRunner
 from jobring.executor.http.app import ExecutorEndpoints
@@ -209,6 +210,14 @@ class Executor:
         nodes: Sequence[Mapping[str, Any]],
         edges: Sequence[Mapping[str, Any]] = (),
         description: str = "",
+        cron: str | None = None,
+        fix_rate: int | None = None,
+        once: str | None = None,
+        timezone: str | None = None,
+        misfire: str | None = None,
+        overlap: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        start: bool = True,
     ) -> None:
         """Declare the workflow ``name`` of this executor group in code, next to its jobs.
 
@@ -217,8 +226,17 @@ class Executor:
         "workflow": "part"}``, declared first); other node fields are the API's
         (docs/workflows.md). Under a jobring admin the workflow is created, or saved as a new
         version when the declaration changed, when the executor starts; it is read-only in the
-        console. A handler a workflow runs gets a job even without job keywords."""
-        self._workflows[name] = workflow_declaration(name, nodes, edges, description)
+        console. A handler a workflow runs gets a job even without job keywords.
+
+        A schedule may be declared with it: ``cron`` (Quartz), ``fix_rate`` (seconds) or
+        ``once`` (a date and time), with ``timezone``, ``misfire`` (DO_NOTHING, FIRE_ONCE_NOW),
+        ``overlap`` (skip, queue_one, allow) and ``params`` (the scheduled runs' starting
+        context); ``start=False`` keeps it stopped. It follows the code: changed when the code
+        changes it, removed when the code drops it (docs/workflows.md#declared-in-code)."""
+        schedule = workflow_schedule_declaration(name, cron=cron, fix_rate=fix_rate, once=once,
+                                                 timezone=timezone, misfire=misfire, overlap=overlap,
+                                                 params=params, start=start)
+        self._workflows[name] = workflow_declaration(name, nodes, edges, description, schedule)
 
     @property
     def declarer(self) -> Declarer | None:

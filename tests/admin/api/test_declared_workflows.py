@@ -43,7 +43,8 @@ async def test_a_declared_workflow_is_created_versioned_and_read_only(sqlite_sto
                                   {"key": "l", "job_id": jobs["load"]}]
         # The same declaration again: no new version.
         again = await declare(env, [NIGHTLY])
-        assert again["content"]["workflows"] == {"created": [], "updated": [], "detached": [], "skipped": []}
+        assert again["content"]["workflows"] == {"created": [], "updated": [], "detached": [], "skipped": [],
+                                                 "schedules": []}
         changed = {**NIGHTLY, "edges": [], "nodes": [{"key": "e", "job": "extract"}]}
         assert (await declare(env, [changed]))["content"]["workflows"]["updated"] == [wid]
         assert (await http.get(f"/workflows/{wid}")).json()["version"] == 2

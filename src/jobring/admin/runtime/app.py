@@ -64,6 +64,7 @@ from jobring.admin.services.adopt import resolve_database_state
 from jobring.admin.services.audit import AuditLog
 from jobring.admin.services.bootstrap import bootstrap
 from jobring.admin.services.callbacks import CallbackService
+from jobring.admin.services.claim_fault import claim_fault_from
 from jobring.admin.services.coexist import refuse_if_java_admin_alive
 from jobring.admin.services.executor_tokens import ExecutorTokens
 from jobring.admin.services.settings import AdminSettings, address_policy
@@ -177,6 +178,7 @@ async def start_runtime(
                                 fail_monitor=monitors.find("fail-monitor"),
                                 child_fire_budget=settings.child_fire_budget)
     workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id, unsure=leases.unsure)
+    workflows.claim_fault = claim_fault_from(os.environ)  # test-only, None in production
     monitors.add(workflows)
     monitors.add(WorkflowScheduler(store, workflows, clock, default_zone=state.default_timezone))
     backfills = BackfillRunner(store, trigger, clock)

@@ -14,16 +14,36 @@ never taken over (skipped and reported, as for jobs). A workflow managed by code
 request no longer declares is *detached*: it becomes an ordinary workflow that the console
 may edit (nothing is deleted, its runs and schedule stay). Managed by code means read-only
 in the API and the console: the code is where it is changed.
+
+A declaration may carry a ``schedule`` (the fields of ``PUT /workflows/{id}/schedule``, checked
+by the same rules, refusals naming ``schedule.<field>``). A declared schedule follows the code:
+it is stored managed by code (read-only in the API and the console), replaced when the declared
+schedule changes (the next instant planned again from now; an unchanged declaration leaves the
+planned instant and a waiting fire alone), and removed when the declaration drops it (the
+workflow then runs only when triggered). A schedule set in the console on a workflow whose
+declaration has none is left alone; a detached workflow keeps its schedule, editable again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from jobring.admin.services.audit import Actor, AuditAction, AuditLog
+from jobring.admin.services.validation import FieldError
 from jobring.admin.services.workflow_access import GraphSource, check_tree
+from jobring.admin.services.workflow_schedule_rules import (
+    MISFIRES,
+    OVERLAPS,
+    SCHEDULE_TYPES,
+    ScheduleSpec,
+    audit_view,
+    checked,
+    planned,
+    spec_of,
+)
+from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.admin.store.workflows import MANAGED_BY_CODE
 from jobring.core.clock import Clock
 from jobring.core.text import one_line_problem
@@ -50,6 +70,25 @@ class WorkflowDeclaration:
     description: str
     nodes: list[dict[str, Any]]
     edges: list[dict[str, Any]]
+    schedule: ScheduleSpec | None = None  # None: the code declares no schedule
+
+
+# A declared schedule's keys (the API's names) -> the values each may take (a type or the choices).
+_SCHEDULE_FIELDS: dict[str, Any] = {
+    "schedule_type": SCHEDULE_TYPES,
+    "schedule_conf": str,
+    "schedule_timezone": (str, type(None)),
+    "misfire_strategy": MISFIRES,
+    "overlap": OVERLAPS,
+    "params": dict,
+    "enabled": bool,
+}
+
+
+@dataclass(frozen=True)
+class _ScheduleChange:
+    before: WorkflowSchedule | None
+    after: WorkflowSchedule | None  # None: removed
 
 
 class WorkflowDeclarationError(JobringError):
@@ -94,21 +133,56 @@ def parse_workflow_declarations(raw: object) -> list[WorkflowDeclaration] | None
             _text(item.get("description", ""), name, "description", 255),
             _objects(item.get("nodes"), name, "nodes"),
             _objects(item.get("edges", []), name, "edges"),
+            _schedule_spec(item.get("schedule"), name),
         )
     return list(found.values())
+
+
+def _schedule_spec(raw: object, name: str) -> ScheduleSpec | None:
+    """A declaration's ``schedule`` in shape (its values are checked when applied)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise WorkflowDeclarationError(name, "schedule", "schedule: an object is required")
+    for key, value in raw.items():
+        allowed = _SCHEDULE_FIELDS.get(key)
+        if allowed is None:
+            raise WorkflowDeclarationError(name, f"schedule.{key}", f"schedule.{key}: not a schedule field")
+        if isinstance(allowed, tuple) and all(isinstance(a, str) for a in allowed):
+            if value not in allowed:
+                raise WorkflowDeclarationError(
+                    name, f"schedule.{key}", f"schedule.{key}: one of {', '.join(allowed)}"
+                )
+        elif not isinstance(value, allowed) or (allowed is str and isinstance(value, bool)):
+            raise WorkflowDeclarationError(name, f"schedule.{key}", f"schedule.{key}: wrong type")
+    if "schedule_type" not in raw:
+        raise WorkflowDeclarationError(name, "schedule.schedule_type", "schedule.schedule_type: required")
+    return ScheduleSpec(
+        schedule_type=raw["schedule_type"],
+        schedule_conf=raw.get("schedule_conf", ""),
+        time_zone=raw.get("schedule_timezone"),
+        misfire_strategy=raw.get("misfire_strategy", "DO_NOTHING"),
+        overlap=raw.get("overlap", "skip"),
+        params=raw.get("params", {}),
+        enabled=raw.get("enabled", True),
+    )
 
 
 class DeclaredWorkflows:
     """Applies one group's declared workflows (see the module docstring)."""
 
-    def __init__(self, store: Store, audit: AuditLog, clock: Clock, graphs: GraphSource) -> None:
+    def __init__(
+        self, store: Store, audit: AuditLog, clock: Clock, graphs: GraphSource, *, default_zone: str = "UTC"
+    ) -> None:
         self._store, self._audit, self._clock, self._graphs = store, audit, clock, graphs
+        self._zone = default_zone
 
     async def apply(
         self, group_id: int, actor: Actor, declarations: list[WorkflowDeclaration], jobs: Mapping[str, int]
     ) -> dict[str, Any]:
         """Create, update and detach; ``jobs``: the group's job id per handler."""
-        out: dict[str, list[Any]] = {"created": [], "updated": [], "detached": [], "skipped": []}
+        out: dict[str, list[Any]] = {"created": [], "updated": [], "detached": [], "skipped": [],
+                                     "schedules": []}
         for decl in declarations:
             existing = (await self._store.workflow_children.by_name(group_id)).get(decl.name)
             if existing is not None and existing.managed_by != MANAGED_BY_CODE:
@@ -124,6 +198,9 @@ class DeclaredWorkflows:
                 group_id, decl, None if existing is None else existing.id, jobs
             )
             now = self._clock.now_ms()
+            # Checked before anything of this workflow is written: a bad schedule refuses it whole.
+            wid_before = None if existing is None else existing.id
+            schedule = await self._schedule_change(decl, wid_before, actor, now)
             if existing is None:
                 wid = await self._store.workflows.create(
                     decl.name,
@@ -143,7 +220,9 @@ class DeclaredWorkflows:
                     after={"name": decl.name, "nodes": len(decl.nodes), "version": 1},
                 )
                 out["created"].append(wid)
+                await self._apply_schedule(wid, group_id, actor, schedule, out)
                 continue
+            await self._apply_schedule(existing.id, group_id, actor, schedule, out)
             record = await self._store.workflows.get(existing.id)
             if record is None or (record.definition == definition and record.description == decl.description):
                 continue
@@ -172,6 +251,7 @@ class DeclaredWorkflows:
         for name, wf in (await self._store.workflow_children.by_name(group_id)).items():
             if wf.managed_by == MANAGED_BY_CODE and name not in declared:
                 await self._store.workflow_children.set_managed_by(wf.id, None)
+                await self._store.workflow_schedules.set_managed_by(wf.id, None)
                 await self._audit.record(
                     actor,
                     AuditAction.WORKFLOW_UPDATE,
@@ -183,6 +263,51 @@ class DeclaredWorkflows:
                 )
                 out["detached"].append(wf.id)
         return out
+
+    async def _schedule_change(
+        self, decl: WorkflowDeclaration, workflow_id: int | None, actor: Actor, now: int
+    ) -> _ScheduleChange | None:
+        """What the declared schedule changes in the stored one (None: nothing)."""
+        before = None if workflow_id is None else await self._store.workflow_schedules.get(workflow_id)
+        ours = before is not None and before.managed_by == MANAGED_BY_CODE
+        if decl.schedule is None:
+            return _ScheduleChange(before, None) if ours else None
+        try:
+            spec = checked(decl.schedule, self._zone)
+            if ours and before is not None and spec_of(before) == spec:
+                return None
+            after = planned(workflow_id or 0, spec, self._zone, now, before, actor.name, MANAGED_BY_CODE)
+        except FieldError as exc:
+            field = f"schedule.{exc.field}"
+            raise WorkflowDeclarationError(decl.name, field, f"schedule.{exc}") from None
+        return _ScheduleChange(before, after)
+
+    async def _apply_schedule(
+        self,
+        workflow_id: int,
+        group_id: int,
+        actor: Actor,
+        change: _ScheduleChange | None,
+        out: dict[str, list[Any]],
+    ) -> None:
+        if change is None:
+            return
+        if change.after is None:
+            await self._store.workflow_schedules.delete(workflow_id)
+            after = None
+        else:
+            after = replace(change.after, workflow_id=workflow_id)
+            await self._store.workflow_schedules.put(after)
+        await self._audit.record(
+            actor,
+            AuditAction.WORKFLOW_SCHEDULE,
+            target_type="workflow",
+            target_id=workflow_id,
+            group_id=group_id,
+            before=audit_view(change.before),
+            after=audit_view(after),
+        )
+        out["schedules"].append(workflow_id)
 
     async def _definition(
         self, group_id: int, decl: WorkflowDeclaration, workflow_id: int | None, jobs: Mapping[str, int]

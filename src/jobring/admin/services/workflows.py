@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.monitors.base import Monitor
+from jobring.admin.services.claim_fault import ClaimFault
 from jobring.admin.services.subworkflows import Children
 from jobring.admin.services.workflow_steps import (
     Applied,
@@ -139,6 +140,7 @@ class WorkflowDriver(Monitor):
         # Bounds the trigger calls only, not what follows them: a fire's result may start more
         # attempts, and holding a slot while waiting for another could use them all up.
         self._firing = asyncio.Semaphore(max_concurrent_fires)
+        self.claim_fault: ClaimFault | None = None  # test-only (services/claim_fault.py)
         self.lost_races = 0  # steps recomputed because another writer stored one first
         self.children = Children(store, clock, self)
 
@@ -353,6 +355,8 @@ class WorkflowDriver(Monitor):
             attempt.id, self._node_id, now, stale_before
         ):
             return  # another admin has it
+        if self.claim_fault is not None:  # (a stored attempt's claim was its insert's)
+            await self.claim_fault.claimed(attempt.id)
         wanted = known if known is not None else await self._wanted_context(attempt)
         if wanted is None or wanted.superseded:
             await self._store.workflows.ended([attempt.id], now)

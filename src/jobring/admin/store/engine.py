@@ -13,6 +13,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from jobring.admin.store.sqlite_connection import sqlite_connector
+
 _ASYNC_DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
     "sqlite+aiosqlite": "sqlite+aiosqlite",
@@ -91,7 +93,7 @@ def create_engine(
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        engine = create_async_engine(parsed, echo=echo, connect_args={"timeout": 10})
+        engine = create_async_engine(parsed, echo=echo, async_creator=sqlite_connector(parsed, timeout_s=10))
         event.listen(engine.sync_engine, "connect", _on_sqlite_connect)
         event.listen(engine.sync_engine, "begin", _on_sqlite_begin)
         return engine

@@ -437,6 +437,7 @@ workflow_schedule = Table(
     Column("last_result", String(255), nullable=False, server_default=""),
     Column("updated_by", String(64), nullable=True),
     Column("updated_at", BigInteger, nullable=False),
+    Column("managed_by", String(16), nullable=True),  # "code": declared with its workflow (r0032)
     Index("ix_workflow_schedule_due", "enabled", "next_fire_at"),
 )
 

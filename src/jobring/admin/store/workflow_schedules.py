@@ -40,6 +40,7 @@ class WorkflowSchedule:
     last_fire_at: int = 0
     last_result: str = ""
     updated_by: str | None = None
+    managed_by: str | None = None  # "code": declared with its workflow in an executor's code
 
 
 def _record(row: Any) -> WorkflowSchedule:
@@ -85,6 +86,7 @@ class WorkflowScheduleRepository(Repository):
             "last_result": schedule.last_result,
             "updated_by": schedule.updated_by,
             "updated_at": schedule.updated_at,
+            "managed_by": schedule.managed_by,
         }
         async with self._db.write() as conn:  # delete + insert: one portable upsert
             await conn.execute(
@@ -98,6 +100,16 @@ class WorkflowScheduleRepository(Repository):
                 delete(workflow_schedule).where(workflow_schedule.c.workflow_id == workflow_id)
             )
         return bool(result.rowcount)
+
+    async def set_managed_by(self, workflow_id: int, managed_by: str | None) -> None:
+        """Hand the schedule to the code ("code") or to the console (None)."""
+        stmt = (
+            update(workflow_schedule)
+            .where(workflow_schedule.c.workflow_id == workflow_id)
+            .values(managed_by=managed_by)
+        )
+        async with self._db.write() as conn:
+            await conn.execute(stmt)
 
     async def due(self, now_ms: int, limit: int = 100) -> builtins.list[WorkflowSchedule]:
         """Started schedules whose planned instant has come, and fires waiting for a run to end:

@@ -25,6 +25,7 @@ from jobring.admin.api.management import (
     runs,
     subtasks,
     users,
+    workflow_runs,
     workflow_schedules,
     workflows,
 )
@@ -61,7 +62,7 @@ def _api_app() -> FastAPI:
     install_error_handlers(app)
     install_docs(app)
     for module in (auth, jobs, backfills, calendars, glue, runs, subtasks, flow, groups, users, dashboard,
-                   audit, workflows, workflow_schedules):
+                   audit, workflows, workflow_runs, workflow_schedules):
         app.include_router(module.router)
     return app
 

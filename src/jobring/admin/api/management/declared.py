@@ -365,7 +365,8 @@ class DeclareApi:
     def __init__(self, services: ManagementServices) -> None:
         self._services = services
         self._declarations = DeclarationService(services)
-        self._workflows = DeclaredWorkflows(services.store, services.audit, services.clock, self._graph)
+        self._workflows = DeclaredWorkflows(services.store, services.audit, services.clock, self._graph,
+                                            default_zone=services.settings.timezone or "UTC")
 
     async def _graph(self, workflow_id: int, version: int) -> WorkflowGraph:
         # The driver's cache when this node runs workflows (it may be set after this is built).

@@ -6,36 +6,26 @@ workflow). The schedule types, cron syntax, time zones and misfire rules are the
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
-from jobring.admin.api.management.errors import ERROR_RESPONSES, not_found
+from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction
-from jobring.admin.services.validation import (
-    FieldError,
-    check_json_value,
-    check_schedule,
-    check_text,
-    check_timezone,
-    quartz_conf,
-)
+from jobring.admin.services.workflow_schedule_rules import ScheduleSpec, audit_view, checked, planned
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
-from jobring.admin.store.workflows import WorkflowRecord
-from jobring.core.oneshot import ONCE, canonical_once, workflow_schedule
-from jobring.core.schedule import ScheduleError, next_fire_times
+from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowRecord
+from jobring.core.oneshot import ONCE, workflow_schedule
+from jobring.core.schedule import next_fire_times
 
 router = APIRouter(tags=["workflows"], responses=ERROR_RESPONSES)
 
 WorkflowId = Annotated[int, Path(ge=1, le=MAX_INT32)]
-PARAMS_MAX_BYTES = 64 * 1024
 PREVIEW_COUNT = 5
 
 
@@ -77,6 +67,34 @@ class WorkflowScheduleOut(BaseModel):
     last_result: str
     updated_by: str | None
     updated_at: int | None
+    managed_by: str | None = Field(
+        default=None, description='"code": declared with the workflow in an executor\'s code (read-only here)'
+    )
+
+
+class WorkflowScheduleBrief(BaseModel):
+    """A workflow's schedule in short, as the workflow list shows it."""
+
+    schedule_type: str = Field(description="CRON, FIX_RATE or ONCE (a NONE schedule is shown as null)")
+    schedule_conf: str = Field(description="cron expression, seconds, or the one-shot date and time")
+    schedule_timezone: str | None = Field(description="IANA zone (null: the admin's)")
+    enabled: bool = Field(description="started: fires at its instants")
+    next_fire_at: int | None = Field(description="epoch ms of the next planned fire (null: none)")
+    managed_by: str | None = Field(description='"code": declared in an executor\'s code')
+
+
+def schedule_brief(schedule: WorkflowSchedule | None) -> WorkflowScheduleBrief | None:
+    """``schedule`` for the workflow list (None: none, or NONE: only run when triggered)."""
+    if schedule is None or schedule.schedule_type == "NONE":
+        return None
+    return WorkflowScheduleBrief(
+        schedule_type=schedule.schedule_type,
+        schedule_conf=schedule.schedule_conf,
+        schedule_timezone=schedule.time_zone,
+        enabled=schedule.enabled,
+        next_fire_at=schedule.next_fire_at or None,
+        managed_by=schedule.managed_by,
+    )
 
 
 def _out(
@@ -111,24 +129,8 @@ def _out(
         last_result=schedule.last_result,
         updated_by=schedule.updated_by,
         updated_at=schedule.updated_at,
+        managed_by=schedule.managed_by,
     )
-
-
-def _once_conf(conf: str, zone: str) -> str:
-    """A ONCE schedule's conf as stored (FieldError naming the field when it does not parse)."""
-    try:
-        workflow_schedule(ONCE, conf, zone)
-    except ScheduleError as exc:
-        name, _, _ = str(exc).partition(": ")
-        raise FieldError("schedule_timezone" if name == "time_zone" else "schedule_conf", str(exc)) from None
-    return canonical_once(conf)
-
-
-def _digest(params: Any) -> dict[str, Any]:
-    """Params in the audit log as their sha256 and size: they may carry secrets, and a change
-    of them alone must still show."""
-    data = orjson.dumps(dict(params), option=orjson.OPT_SORT_KEYS)
-    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
 
 
 def _zone(services: ManagementServices) -> str:
@@ -160,51 +162,23 @@ async def put_workflow_schedule(
 ) -> WorkflowScheduleOut:
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
-    # Stored, echoed and audited whatever the type: one line of plain text, a real zone.
-    check_text("schedule_conf", body.schedule_conf, 128, one_line=True)
-    check_text("schedule_timezone", body.schedule_timezone, 64, one_line=True)
-    check_timezone("schedule_timezone", body.schedule_timezone)
-    zone = body.schedule_timezone or _zone(services)
-    conf = quartz_conf(body.schedule_type, body.schedule_conf.strip()) or ""
-    if body.schedule_type == ONCE:
-        conf = _once_conf(conf, zone)
-    elif body.schedule_type != "NONE":
-        check_schedule(body.schedule_type, conf, zone)
-    elif body.enabled:
-        raise FieldError("enabled", "a workflow without a schedule (NONE) cannot be started")
-    check_json_value("params", body.params)
-    if len(orjson.dumps(body.params)) > PARAMS_MAX_BYTES:  # the store's serializer
-        raise FieldError("params", f"at most {PARAMS_MAX_BYTES // 1024} KiB")
-    now = services.now_ms()
     before = await services.store.workflow_schedules.get(workflow_id)
-    next_ms = workflow_schedule(body.schedule_type, conf, zone).next_fire_ms(now) if body.enabled else None
-    if body.enabled and next_ms is None and body.schedule_type == ONCE:
-        raise FieldError("schedule_conf", f"{conf} is in the past: a one-shot schedule starts only before it")
-    schedule = WorkflowSchedule(
-        workflow_id=workflow_id,
-        schedule_type=body.schedule_type,
-        schedule_conf=conf,
-        time_zone=body.schedule_timezone,
-        misfire_strategy=body.misfire_strategy,
-        overlap=body.overlap,
-        enabled=body.enabled,
-        updated_at=now,
-        params=body.params,
-        next_fire_at=next_ms or 0,
-        last_fire_at=before.last_fire_at if before else 0,
-        last_result=before.last_result if before else "",
-        updated_by=principal.user.username,
-    )
+    if before is not None and before.managed_by == MANAGED_BY_CODE:
+        raise ApiError(409, f"the schedule of workflow {workflow_id} is declared in an executor's code: "
+                       "change it there (it is applied again at the executor's next start)", "managed_by")
+    spec = ScheduleSpec(body.schedule_type, body.schedule_conf, body.schedule_timezone, body.misfire_strategy,
+                        body.overlap, body.params, body.enabled)
+    now = services.now_ms()
+    schedule = planned(workflow_id, checked(spec, _zone(services)), _zone(services), now, before,
+                       principal.user.username)
     await services.store.workflow_schedules.put(schedule)
-    fields = ("schedule_type", "schedule_conf", "time_zone", "misfire_strategy", "overlap", "enabled")
     await services.audit.record(
         principal,
         AuditAction.WORKFLOW_SCHEDULE,
         target_type="workflow",
         target_id=workflow_id,
         group_id=record.job_group,
-        before=None if before is None else {**{f: getattr(before, f) for f in fields},
-                                            "params": _digest(before.params)},
-        after={**{f: getattr(schedule, f) for f in fields}, "params": _digest(schedule.params)},
+        before=audit_view(before),
+        after=audit_view(schedule),
     )
     return _out(workflow_id, schedule, _zone(services), now)

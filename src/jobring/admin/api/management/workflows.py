@@ -1,4 +1,4 @@
-"""/workflows and /workflow-runs: define, trigger, observe and repair workflows.
+"""/workflows: define and trigger workflows (their runs: :mod:`.workflow_runs`).
 
 Permissions follow the jobs': a workflow belongs to an executor group (``job_group``: who may
 see and edit it), and saving, triggering or repairing it also needs the right to operate the
@@ -7,7 +7,7 @@ group of every job its nodes run (checked again at each trigger and repair: jobs
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,25 +16,21 @@ from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_g
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
 from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, Line, PageOut
 from jobring.admin.api.management.services import ManagementServices
+from jobring.admin.api.management.workflow_schedules import WorkflowScheduleBrief, schedule_brief
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction
 from jobring.admin.services.validation import check_json_value
 from jobring.admin.services.workflow_access import check_tree, store_graphs
 from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
-from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowBusy, WorkflowRecord, WorkflowRunRecord
+from jobring.admin.store.workflow_schedules import WorkflowSchedule
+from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowBusy, WorkflowRecord
 from jobring.core.workflow import (
-    Event,
-    MarkSucceeded,
-    RerunFrom,
-    RetryFailed,
-    StopRun,
     WorkflowGraph,
     WorkflowInvalid,
     check_run_budget,
     definition_changes,
     definition_summary,
     parse_workflow,
-    run_from_json,
 )
 
 router = APIRouter(tags=["workflows"], responses=ERROR_RESPONSES)
@@ -77,6 +73,9 @@ class WorkflowOut(BaseModel):
     )
     nodes: list[dict[str, Any]]
     edges: list[dict[str, Any]]
+    schedule: WorkflowScheduleBrief | None = Field(
+        default=None, description="its schedule in short (null: none, it runs only when triggered)"
+    )
 
 
 class WorkflowTriggerIn(BaseModel):
@@ -91,59 +90,10 @@ class WorkflowTriggerOut(BaseModel):
     workflow_run_id: int
 
 
-class NodeRunOut(BaseModel):
-    key: str
-    kind: str
-    job_id: int | None
-    workflow_id: int | None = Field(default=None, description="a sub-workflow node's workflow")
-    state: str = Field(description="waiting, running, success, failed, skipped, stopped")
-    run_id: int | None = Field(
-        description="the job run (run log id) of the latest attempt; of a sub-workflow node, its workflow run"
-    )
-    attempt: int
-    started_at: int | None = Field(description="epoch ms")
-    ended_at: int | None = Field(description="epoch ms")
-    duration_ms: int | None
-    message: str
-    skip_reason: str | None
-    marked_succeeded: bool
-    items: list[dict[str, Any]] | None = Field(
-        default=None, description="fan-out items: state, run_id, attempt"
-    )
-
-
-class WorkflowRunSummaryOut(BaseModel):
-    id: int
-    workflow_id: int
-    version: int
-    job_group: int
-    state: str = Field(description="running, success, failed, stopped")
-    triggered_by: str | None
-    started_at: int
-    ended_at: int | None
-    parent_run_id: int | None = Field(
-        default=None, description="the workflow run whose sub-workflow node started this run"
-    )
-
-
-class WorkflowRunOut(WorkflowRunSummaryOut):
-    round: int = Field(description="repair round: repairs name it so a repeated click repairs once")
-    message: str
-    context: dict[str, Any]
-    nodes: list[NodeRunOut]
-    edges: list[dict[str, Any]]
-
-
-class RepairIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    round: int | None = Field(default=None, ge=0, description="the run's round as last read (null: current)")
-
-
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _driver(services: ManagementServices) -> WorkflowDriver:
+def driver_of(services: ManagementServices) -> WorkflowDriver:
     if services.workflows is None:
         raise ApiError(503, "workflows are not available on this node")
     return services.workflows
@@ -164,7 +114,7 @@ def _parse(body: WorkflowIn) -> WorkflowGraph:
     return graph
 
 
-async def _check_jobs(
+async def check_jobs(
     services: ManagementServices,
     principal: Principal,
     graph: WorkflowGraph,
@@ -187,7 +137,7 @@ async def _check_jobs(
         raise _invalid(exc) from None
 
 
-def _out(record: WorkflowRecord) -> WorkflowOut:
+def _out(record: WorkflowRecord, schedule: WorkflowSchedule | None = None) -> WorkflowOut:
     return WorkflowOut(
         id=record.id,
         name=record.name,
@@ -200,6 +150,7 @@ def _out(record: WorkflowRecord) -> WorkflowOut:
         managed_by=record.managed_by,
         nodes=list(record.definition.get("nodes", [])),
         edges=list(record.definition.get("edges", [])),
+        schedule=schedule_brief(schedule),
     )
 
 
@@ -209,28 +160,6 @@ async def _load(services: ManagementServices, principal: Principal, workflow_id:
         raise not_found("workflow", workflow_id)
     ensure_group_read(principal, record.job_group, not_found("workflow", workflow_id))
     return record
-
-
-async def _load_run(services: ManagementServices, principal: Principal, run_id: int) -> WorkflowRunRecord:
-    record = await services.store.workflows.get_run(run_id)
-    if record is None:
-        raise not_found("workflow run", run_id)
-    ensure_group_read(principal, record.job_group, not_found("workflow run", run_id))
-    return record
-
-
-def _summary(record: WorkflowRunRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "workflow_id": record.workflow_id,
-        "version": record.version,
-        "job_group": record.job_group,
-        "state": record.status,
-        "triggered_by": record.triggered_by,
-        "started_at": record.started_at,
-        "ended_at": record.ended_at,
-        "parent_run_id": record.parent_run_id,
-    }
 
 
 # -- workflows ----------------------------------------------------------------------------------
@@ -248,14 +177,16 @@ async def list_workflows(
     if job_group is not None:
         groups = [job_group] if groups is None or job_group in groups else []
     records, total = await services.store.workflows.list(groups, offset, limit)
-    return PageOut[WorkflowOut](items=[_out(r) for r in records], total=total, offset=offset, limit=limit)
+    schedules = await services.store.workflow_schedules.get_many([r.id for r in records])
+    items = [_out(r, schedules.get(r.id)) for r in records]
+    return PageOut[WorkflowOut](items=items, total=total, offset=offset, limit=limit)
 
 
 @router.post("/workflows", response_model=WorkflowOut, status_code=201, summary="Create a workflow")
 async def create_workflow(body: WorkflowIn, services: Services, principal: Writer) -> WorkflowOut:
     ensure_group_write(principal, body.job_group)
     graph = _parse(body)
-    await _check_jobs(services, principal, graph, None, body.job_group)
+    await check_jobs(services, principal, graph, None, body.job_group)
     workflow_id = await services.store.workflows.create(
         body.name,
         body.job_group,
@@ -281,7 +212,8 @@ async def create_workflow(body: WorkflowIn, services: Services, principal: Write
     "/workflows/{workflow_id}", response_model=WorkflowOut, summary="A workflow and its current graph"
 )
 async def get_workflow(workflow_id: WorkflowId, services: Services, principal: Reader) -> WorkflowOut:
-    return _out(await _load(services, principal, workflow_id))
+    record = await _load(services, principal, workflow_id)
+    return _out(record, await services.store.workflow_schedules.get(workflow_id))
 
 
 @router.put(
@@ -299,7 +231,7 @@ async def update_workflow(
         raise ApiError(409, f"workflow {workflow_id} is declared in an executor's code: change it there "
                        "(it is saved again at the executor's next start)", "managed_by")
     graph = _parse(body)
-    await _check_jobs(services, principal, graph, workflow_id, body.job_group)
+    await check_jobs(services, principal, graph, workflow_id, body.job_group)
     expected = body.version if body.version is not None else record.version
     version = await services.store.workflows.update(
         workflow_id,
@@ -330,7 +262,7 @@ async def update_workflow(
         before=before,
         after=after,
     )
-    return _out(saved)
+    return _out(saved, await services.store.workflow_schedules.get(workflow_id))
 
 
 _AUDITED = ("name", "description", "job_group", "version")
@@ -388,10 +320,10 @@ async def trigger_workflow(
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     params = (body or WorkflowTriggerIn()).params
     check_json_value("params", params)
-    driver = _driver(services)
+    driver = driver_of(services)
     try:  # deleted meanwhile: as if it had never been there
         graph = await driver.graph(record.id, record.version)
-        await _check_jobs(services, principal, graph, workflow_id, record.job_group)
+        await check_jobs(services, principal, graph, workflow_id, record.job_group)
         run_id, step = await driver.start_run(record, params, principal.user.username)
     except WorkflowRunGone:
         raise not_found("workflow", workflow_id) from None
@@ -406,175 +338,3 @@ async def trigger_workflow(
         details={"workflow_run_id": run_id, "version": record.version},
     )
     return WorkflowTriggerOut(workflow_run_id=run_id)
-
-
-# -- runs ---------------------------------------------------------------------------------------
-
-
-@router.get("/workflow-runs", response_model=PageOut[WorkflowRunSummaryOut], summary="List workflow runs")
-async def list_workflow_runs(
-    services: Services,
-    principal: Reader,
-    workflow_id: Annotated[int | None, Query(ge=1, le=MAX_INT32)] = None,
-    state: Annotated[Literal["running", "success", "failed", "stopped"] | None, Query()] = None,
-    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-) -> PageOut[WorkflowRunSummaryOut]:
-    records, total = await services.store.workflows.list_runs(
-        workflow_id=workflow_id,
-        group_ids=principal.readable_group_ids(),
-        status=state,
-        offset=offset,
-        limit=limit,
-    )
-    return PageOut[WorkflowRunSummaryOut](
-        items=[WorkflowRunSummaryOut(**_summary(r)) for r in records], total=total, offset=offset, limit=limit
-    )
-
-
-async def _run_out(services: ManagementServices, record: WorkflowRunRecord) -> WorkflowRunOut:
-    assert record.state is not None
-    run = run_from_json(record.state)
-    driver = _driver(services)
-    graph = await driver.graph(record.workflow_id, record.version)
-    nodes = []
-    for key in graph.order:
-        node, rec = graph.nodes[key], run.node(key)
-        items = None
-        if rec.items is not None:
-            items = [
-                {
-                    "index": i,
-                    "state": u.status.value,
-                    "run_id": u.run_id,
-                    "attempt": u.attempt,
-                    "message": u.message,
-                }
-                for i, u in enumerate(rec.items)
-            ]
-        nodes.append(
-            NodeRunOut(
-                key=key,
-                kind=node.kind.value,
-                job_id=node.job_id,
-                workflow_id=node.workflow_id,
-                state=rec.status.value,
-                run_id=rec.run_id,
-                attempt=rec.attempt,
-                started_at=rec.started_ms,
-                ended_at=rec.ended_ms,
-                duration_ms=rec.duration_ms,
-                message=rec.message,
-                skip_reason=rec.skip.value if rec.skip else None,
-                marked_succeeded=rec.marked,
-                items=items,
-            )
-        )
-    return WorkflowRunOut(
-        **_summary(record),
-        round=run.round,
-        message=run.message,
-        context=dict(run.context),
-        nodes=nodes,
-        edges=_edges(graph),
-    )
-
-
-def _edges(graph: WorkflowGraph) -> list[dict[str, Any]]:
-    edges = graph.to_json()["edges"]
-    assert isinstance(edges, list)
-    return edges
-
-
-@router.get("/workflow-runs/{run_id}", response_model=WorkflowRunOut, summary="A workflow run and its nodes")
-async def get_workflow_run(run_id: RunId, services: Services, principal: Reader) -> WorkflowRunOut:
-    return await _run_out(services, await _load_run(services, principal, run_id))
-
-
-async def _repair(
-    services: ManagementServices, principal: Principal, run_id: int, event: Event, action: AuditAction
-) -> WorkflowRunOut:
-    record = await _load_run(services, principal, run_id)
-    ensure_group_write(principal, record.job_group, not_found("workflow run", run_id))
-    if record.parent_run_id is not None and not isinstance(event, StopRun):
-        raise ApiError(409, f"workflow run {run_id} is a sub-workflow run of workflow run "
-                       f"{record.parent_run_id}: repair that run (a retry there runs this workflow again)")
-    driver = _driver(services)
-    await _check_jobs(
-        services,
-        principal,
-        await driver.graph(record.workflow_id, record.version),
-        record.workflow_id,
-        record.job_group,
-    )
-    try:
-        step = await driver.apply(run_id, event)
-    except WorkflowRunGone:
-        raise not_found("workflow run", run_id) from None
-    await services.audit.record(
-        principal,
-        action,
-        target_type="workflow_run",
-        target_id=run_id,
-        group_id=record.job_group,
-        details={"workflow_id": record.workflow_id, "refused": step.note},
-    )
-    if not step.applied:
-        raise ApiError(409, step.note or "refused")
-    updated = await services.store.workflows.get_run(run_id)
-    assert updated is not None
-    return await _run_out(services, updated)
-
-
-def _round(body: RepairIn | None) -> int | None:
-    return None if body is None else body.round
-
-
-@router.post(
-    "/workflow-runs/{run_id}/stop",
-    response_model=WorkflowRunOut,
-    summary="Stop a running workflow run (kills its running nodes)",
-)
-async def stop_workflow_run(
-    run_id: RunId, services: Services, principal: Writer, body: RepairIn | None = None
-) -> WorkflowRunOut:
-    event = StopRun(services.now_ms(), _round(body), note=f"stopped by {principal.user.username}")
-    return await _repair(services, principal, run_id, event, AuditAction.WORKFLOW_RUN_STOP)
-
-
-@router.post(
-    "/workflow-runs/{run_id}/retry",
-    response_model=WorkflowRunOut,
-    summary="Retry a failed or stopped run from its failed nodes (keeps what succeeded)",
-)
-async def retry_workflow_run(
-    run_id: RunId, services: Services, principal: Writer, body: RepairIn | None = None
-) -> WorkflowRunOut:
-    event = RetryFailed(services.now_ms(), _round(body))
-    return await _repair(services, principal, run_id, event, AuditAction.WORKFLOW_RUN_RETRY)
-
-
-@router.post(
-    "/workflow-runs/{run_id}/nodes/{key}/mark-succeeded",
-    response_model=WorkflowRunOut,
-    summary="Take a failed or stopped node as succeeded and let the rest go on",
-)
-async def mark_node_succeeded(
-    run_id: RunId, key: NodeKey, services: Services, principal: Writer, body: RepairIn | None = None
-) -> WorkflowRunOut:
-    event = MarkSucceeded(
-        key, services.now_ms(), _round(body), note=f"marked as succeeded by {principal.user.username}"
-    )
-    return await _repair(services, principal, run_id, event, AuditAction.WORKFLOW_RUN_MARK)
-
-
-@router.post(
-    "/workflow-runs/{run_id}/nodes/{key}/rerun",
-    response_model=WorkflowRunOut,
-    summary="Run an ended run again from this node (then its descendants)",
-)
-async def rerun_from_node(
-    run_id: RunId, key: NodeKey, services: Services, principal: Writer, body: RepairIn | None = None
-) -> WorkflowRunOut:
-    event = RerunFrom(key, services.now_ms(), _round(body))
-    return await _repair(services, principal, run_id, event, AuditAction.WORKFLOW_RUN_RERUN)
