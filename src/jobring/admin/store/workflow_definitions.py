@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import Select, and_, delete, func, insert, select, update
 
 from jobring.admin.store.base import Repository, check_paging, chunks, new_id
 from jobring.admin.store.tables import (
@@ -105,24 +105,10 @@ class WorkflowDefinitions(Repository):
 
     async def get(self, workflow_id: int) -> WorkflowRecord | None:
         """The workflow with its current definition."""
-        stmt = (
-            select(workflow, workflow_version.c.definition)
-            .join(
-                workflow_version,
-                and_(
-                    workflow_version.c.workflow_id == workflow.c.id,
-                    workflow_version.c.version == workflow.c.version,
-                ),
-            )
-            .where(workflow.c.id == workflow_id)
-        )
+        stmt = _with_definition().where(workflow.c.id == workflow_id)
         async with self._db.read() as conn:
             row = (await conn.execute(stmt)).first()
-        if row is None:
-            return None
-        values = dict(row._asdict())
-        definition = values.pop("definition")
-        return WorkflowRecord(**values, definition=orjson.loads(definition))
+        return None if row is None else _record(row)
 
     async def definition(self, workflow_id: int, version: int) -> dict[str, Any] | None:
         """The graph of one saved version."""
@@ -140,14 +126,7 @@ class WorkflowDefinitions(Repository):
         check_paging(offset, limit)
         where = [] if group_ids is None else [workflow.c.job_group.in_(list(group_ids))]
         stmt = (
-            select(workflow, workflow_version.c.definition)
-            .join(
-                workflow_version,
-                and_(
-                    workflow_version.c.workflow_id == workflow.c.id,
-                    workflow_version.c.version == workflow.c.version,
-                ),
-            )
+            _with_definition()
             .where(*where)
             .order_by(workflow.c.id.desc())
             .offset(offset)
@@ -158,12 +137,7 @@ class WorkflowDefinitions(Repository):
             total = int(
                 (await conn.execute(select(func.count()).select_from(workflow).where(*where))).scalar_one()
             )
-        out = []
-        for row in rows:
-            values = dict(row._asdict())
-            definition = values.pop("definition")
-            out.append(WorkflowRecord(**values, definition=orjson.loads(definition)))
-        return out, total
+        return [_record(row) for row in rows], total
 
     async def delete(self, workflow_id: int) -> bool:
         """Delete the workflow, its versions, runs and node attempts; False when it was gone.
@@ -206,3 +180,19 @@ class WorkflowDefinitions(Repository):
             result = await conn.execute(delete(workflow).where(workflow.c.id == workflow_id))
             return bool(result.rowcount)
 
+
+def _with_definition() -> Select[Any]:
+    """Workflows joined to their current version's definition."""
+    return select(workflow, workflow_version.c.definition).join(
+        workflow_version,
+        and_(
+            workflow_version.c.workflow_id == workflow.c.id,
+            workflow_version.c.version == workflow.c.version,
+        ),
+    )
+
+
+def _record(row: Any) -> WorkflowRecord:
+    values = dict(row._asdict())
+    definition = values.pop("definition")
+    return WorkflowRecord(**values, definition=orjson.loads(definition))
