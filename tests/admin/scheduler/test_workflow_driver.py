@@ -14,15 +14,25 @@ from typing import Any
 import pytest
 
 from jobring.admin.dispatch.client import ExecutorClient
-from jobring.admin.services import workflows as driver_module
+from jobring.admin.services import workflow_steps as steps_module
 from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from jobring.admin.store import workflows as store_module
 from jobring.admin.store.records import NewLog
+from jobring.admin.store.workflow_records import SMALL_STATE_CHARS
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowRecord
 from jobring.admin.trigger.unsure import UnsureFires
-from jobring.core.workflow import RetryFailed, RunStarted, apply, parse_workflow, run_to_json
+from jobring.core.workflow import (
+    NodeFinished,
+    Outcome,
+    RetryFailed,
+    RunStarted,
+    apply,
+    parse_workflow,
+    run_from_json,
+    run_to_json,
+)
 from jobring.protocol.models import HandleCallbackParam, ReturnT
 from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
 
@@ -172,31 +182,53 @@ async def test_a_driver_has_at_most_its_cap_of_job_starts_in_flight(
     assert sorted(int(p) for p, _ in two.fired()) == list(range(10))
 
 
-async def test_the_engine_step_and_the_state_encoding_run_off_the_event_loop(
+async def test_a_large_state_is_stepped_and_encoded_off_the_event_loop(
     two: Two, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A run's state reaches megabytes; reading, applying and writing it back must not hold the loop.
     loop_thread = threading.get_ident()
     threads: dict[str, set[int]] = {"apply": set(), "encode": set()}
-    real_apply, real_dumps = driver_module.apply, store_module._dumps
+    real_apply, real_encode = apply, run_to_json
 
     def watched_apply(*args: Any) -> Any:
         threads["apply"].add(threading.get_ident())
         return real_apply(*args)
 
-    def watched_dumps(doc: Any) -> str:
+    def watched_encode(run: Any) -> Any:
         threads["encode"].add(threading.get_ident())
-        return real_dumps(doc)
+        return real_encode(run)
 
     job = await two.env.job()
-    workflow = await two.workflow(_diamond(job.id))  # (a definition is small: encoded on the loop)
-    monkeypatch.setattr(driver_module, "apply", watched_apply)
-    monkeypatch.setattr(store_module, "_dumps", watched_dumps)
+    workflow = await two.workflow(_diamond(job.id))
+    monkeypatch.setattr(steps_module, "SMALL_STATE_CHARS", 0)  # every state counts as large
+    monkeypatch.setattr(store_module, "SMALL_STATE_CHARS", 0)
+    monkeypatch.setattr(steps_module, "apply", watched_apply)
+    monkeypatch.setattr(steps_module, "run_to_json", watched_encode)
     await two.a.start_run(workflow, {}, "alice")
     await two.finish("A")
     assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
     assert threads["apply"] and loop_thread not in threads["apply"]
     assert threads["encode"] and loop_thread not in threads["encode"]
+
+
+async def test_a_small_state_is_stepped_on_the_event_loop(two: Two, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A few KB take less CPU than the hand-off to a worker thread and back.
+    threads: set[int] = set()
+    real_apply = apply
+
+    def watched_apply(*args: Any) -> Any:
+        threads.add(threading.get_ident())
+        return real_apply(*args)
+
+    job = await two.env.job()
+    workflow = await two.workflow(_diamond(job.id))
+    run_id, _ = await two.a.start_run(workflow, {}, "alice")
+    monkeypatch.setattr(steps_module, "apply", watched_apply)
+    await two.finish("A")
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
+    assert threads == {threading.get_ident()}
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and 0 < record.state_chars <= SMALL_STATE_CHARS
 
 
 async def test_a_run_a_dead_node_recorded_and_never_sent_is_sent_once_after_asking(two: Two) -> None:
@@ -260,8 +292,80 @@ async def test_the_results_of_a_fan_in_are_applied_as_one_step(two: Two) -> None
     # One read and one write for the twenty results (each alone would be a write, and most
     # would first lose the race to another and be read and applied again).
     after = await two.env.store.workflows.get_run(run_id)
-    assert after is not None and after.rev - before.rev <= 2, (before.rev, after.rev)
+    assert after is not None
+    assert after.rev - before.rev <= 2, (before.rev, after.rev)
     assert sorted(p for p, _ in two.fired()).count("sink") == 1
     await two.finish("sink")
     record = await two.env.store.workflows.get_run(run_id)
     assert record is not None and record.status == "success"
+
+
+async def test_a_node_starts_after_its_parents_result_without_reading_the_run_again(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between a result and the child's /run: find the attempt (a read), store the step with the
+    # child's attempt claimed and read it back with its job in the same transaction (a write),
+    # record the job run (a write; the trigger reads the executor group alongside, two reads).
+    # The run this driver stored last is not read again, nor the attempt or the job, and a
+    # small state is never handed to a worker thread. (Before: five reads of the driver's and
+    # four writes, three hand-offs to a worker thread.)
+    job = await two.env.job()
+    workflow = await two.workflow({"nodes": [{"key": k, "job_id": job.id, "params": k} for k in "AB"],
+                                   "edges": [{"from": "A", "to": "B"}]})
+    await two.a.start_run(workflow, {}, None)
+    await two.a.wait_idle()
+    (log_id,) = [log for p, log in two.fired() if p == "A"]
+    await two.callbacks.handle([HandleCallbackParam(log_id, T0, 200, "ok")])
+    db = two.env.store.db
+    real_read, real_write, real_to_thread = db.read, db.write, asyncio.to_thread
+    counted = {"read": 0, "write": 0, "thread": 0}
+    at_run: dict[str, int] = {}
+
+    def counting(kind: str, real: Any) -> Any:
+        def opened(*args: Any, **kwargs: Any) -> Any:
+            counted[kind] += 1
+            return real(*args, **kwargs)
+        return opened
+
+    async def to_thread(fn: Any, *args: Any) -> Any:
+        counted["thread"] += 1
+        return await real_to_thread(fn, *args)
+
+    async def run(body: dict[str, Any]) -> ReturnT:
+        at_run.update(counted)
+        return ReturnT.success()
+
+    for address in two.env.double.addresses:
+        two.env.double.answer(address, "run", run)
+    monkeypatch.setattr(db, "read", counting("read", real_read))
+    monkeypatch.setattr(db, "write", counting("write", real_write))
+    monkeypatch.setattr(asyncio, "to_thread", to_thread)
+    await two.a.on_results([(log_id, 200, "ok")])
+    assert [p for p, _ in two.fired()] == ["A", "B"]
+    assert at_run == {"read": 3, "write": 2, "thread": 0}, at_run
+
+
+async def test_attempts_a_dead_node_stored_claimed_are_taken_over_once_the_claim_is_stale(two: Two) -> None:
+    job = await two.env.job()
+    workflow = await two.workflow({"nodes": [{"key": k, "job_id": job.id, "params": k} for k in "AB"],
+                                   "edges": [{"from": "A", "to": "B"}]})
+    run_id, _ = await two.a.start_run(workflow, {}, None)
+    await two.a.wait_idle()
+    record = await two.env.store.workflows.get_run(run_id)
+    assert record is not None and record.state is not None
+    # A node stored A's success with B's attempt claimed by it, and died before firing B.
+    graph = await two.a.graph(workflow.id, workflow.version)
+    (log_a,) = [log for p, log in two.fired() if p == "A"]
+    step = apply(graph, run_from_json(record.state), NodeFinished("A", 1, Outcome.SUCCESS, T0, run_id=log_a))
+    assert step.run is not None
+    stored = await two.env.store.workflows.advance(
+        run_id, record.rev, "running", run_to_json(step.run), T0, [NewNodeRun("B", -1, 1, job.id, "B", None)],
+        claimed_by="dead-node")
+    assert stored is not None and [(a.node_key, a.state, a.claimed_by) for a in stored.attempts] == [
+        ("B", NodeRunState.FIRING, "dead-node")]
+    assert set(stored.jobs) == {job.id}
+    await asyncio.gather(two.a.tick(), two.b.tick())
+    assert [p for p, _ in two.fired()] == ["A"]  # the claim is recent: its node may be firing it
+    two.env.clock.advance(STALE_MS + 1)
+    await asyncio.gather(two.a.tick(), two.b.tick())
+    assert [p for p, _ in two.fired()] == ["A", "B"]

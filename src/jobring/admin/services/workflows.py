@@ -21,19 +21,31 @@ import contextlib
 import logging
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.monitors.base import Monitor
 from jobring.admin.services.claim_fault import ClaimFault
 from jobring.admin.services.subworkflows import Children
-from jobring.admin.store.records import HandleResult, LogEntry
-from jobring.admin.store.workflows import (
-    NewNodeRun,
+from jobring.admin.services.workflow_steps import (
+    Applied,
+    KnownRun,
+    Wanted,
+    finished,
+    first_step,
+    item_of,
+    naive_utc,
+    new_attempts,
+    off_loop_if_large,
+    steps_of,
+    steps_of_state,
+    unconfirmed,
+    wanted_in,
+)
+from jobring.admin.store.records import HandleResult
+from jobring.admin.store.workflow_records import (
     NodeRunRecord,
     NodeRunState,
     WorkflowGone,
@@ -46,7 +58,6 @@ from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.expression import JsonValue
-from jobring.core.runstate import killed_by_user
 from jobring.core.workflow import (
     Command,
     Event,
@@ -55,20 +66,17 @@ from jobring.core.workflow import (
     KillJob,
     NodeDispatched,
     NodeFinished,
-    NodeStatus,
     Outcome,
     RunStarted,
+    RunStatus,
     StartJob,
     StartSubworkflow,
     Step,
     StopSubworkflow,
     WorkflowGraph,
-    WorkflowRun,
-    apply,
     inherited_retries,
     parse_workflow,
     run_from_json,
-    run_to_json,
 )
 from jobring.errors import JobringError
 
@@ -83,10 +91,10 @@ MAX_CONCURRENT_FIRES = 50
 """Job starts one driver has in flight at once; the rest wait their turn (each is already a
 durable pending attempt, so nothing is lost if the admin stops while they wait)."""
 _GRAPHS_KEPT = 256
-
-
-_Applied = asyncio.Future[tuple[Step, WorkflowRunRecord | None]]
-"""An event's step once applied, with the run it was stored over (None: nothing stored)."""
+_RUNS_KEPT = 64
+_KEPT_STATE_CHARS = 262_144
+"""Runs this driver remembers as it stored them (see ``WorkflowDriver._known``): up to this
+many, each with a state up to this size (JSON characters)."""
 
 
 class WorkflowRunGone(JobringError, LookupError):
@@ -124,7 +132,11 @@ class WorkflowDriver(Monitor):
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Events waiting to be applied, per run, and the runs whose queue is being drained.
-        self._queued: dict[int, list[tuple[Event, _Applied]]] = {}
+        self._queued: dict[int, list[tuple[Event, asyncio.Future[Applied]]]] = {}
+        # The runs this driver stored last, by id: the next event of one is applied to it and
+        # stored over its revision without reading the run again. Another admin's write since
+        # makes that compare-and-set fail; the run is then read as usual.
+        self._known: dict[int, KnownRun] = {}
         self._draining: set[int] = set()
         # Bounds the trigger calls only, not what follows them: a fire's result may start more
         # attempts, and holding a slot while waiting for another could use them all up.
@@ -169,7 +181,7 @@ class WorkflowDriver(Monitor):
         refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
         now = self._clock.now_ms()
         event = RunStarted(now, workflow.version, params, inherited_retries(graph, refs.get))
-        step, state = await asyncio.to_thread(_first_step, graph, event)  # see apply
+        step, state = await asyncio.to_thread(first_step, graph, event)  # see apply
         if step.run is None or state is None:
             return 0, step
         try:
@@ -181,7 +193,7 @@ class WorkflowDriver(Monitor):
                 state,
                 triggered_by,
                 now,
-                _starts(step.commands),
+                new_attempts(step.commands),
                 params=params,
                 parent_run_id=None if parent is None else parent.workflow_run_id,
                 parent_node_run_id=None if parent is None else parent.id,
@@ -189,6 +201,12 @@ class WorkflowDriver(Monitor):
         except WorkflowGone as exc:  # deleted since it was read
             raise WorkflowRunGone(str(exc)) from None
         log.info("workflow %s run %s started (version %s)", workflow.id, run_id, workflow.version)
+        if step.run.status is RunStatus.RUNNING and len(state) <= _KEPT_STATE_CHARS:
+            record = WorkflowRunRecord(
+                run_id, workflow.id, workflow.version, workflow.job_group, step.run.status.value, 0,
+                triggered_by, now, None, None if parent is None else parent.workflow_run_id,
+                None if parent is None else parent.id)
+            self._remember(run_id, KnownRun(record, step.run, len(state)))
         await self._carry_out(run_id, step.commands, None if parent is None else parent.id)
         return run_id, step
 
@@ -200,15 +218,16 @@ class WorkflowDriver(Monitor):
         while a batch is being stored wait and go together into the next, read once and
         written once (a fan-in's results, a fan-out's dispatches). Applied one by one, each
         would read the state, lose the race to the others and read it again."""
-        waiter: _Applied = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Applied] = asyncio.get_running_loop().create_future()
         self._queued.setdefault(run_id, []).append((event, waiter))
         if run_id not in self._draining:
             self._draining.add(run_id)
             self._spawn(self._drain(run_id))
-        step, stored_over = await waiter
-        if stored_over is not None:
-            await self._carry_out(run_id, step.commands, stored_over.parent_node_run_id)
-        return step
+        applied = await waiter
+        if applied.stored_over is not None:
+            await self._carry_out(run_id, applied.step.commands, applied.stored_over.parent_node_run_id,
+                                  applied)
+        return applied.step
 
     async def _drain(self, run_id: int) -> None:
         """Apply the run's queued events, a batch at a time, until none is left."""
@@ -232,47 +251,82 @@ class WorkflowDriver(Monitor):
                 self._draining.add(run_id)
                 self._spawn(self._drain(run_id))
 
-    async def _apply_batch(
-        self, run_id: int, events: Sequence[Event]
-    ) -> list[tuple[Step, WorkflowRunRecord | None]]:
+    async def _apply_batch(self, run_id: int, events: Sequence[Event]) -> list[Applied]:
         """Per event: its step, and the run as read when the step was stored over it (None: the
         event changed nothing, no command of it is due)."""
         for _ in range(_CONTENDED_TRIES):
-            record = await self._store.workflows.get_run(run_id)
-            if record is None or record.state is None:
-                raise WorkflowRunGone(f"workflow run {run_id} does not exist")
-            graph = await self.graph(record.workflow_id, record.version)
-            # Reading, applying and writing back a large run's state takes tens of milliseconds
-            # of CPU: done in a worker thread so the loop keeps serving. The compare-and-set
-            # below is unchanged: the steps were computed from revision record.rev, nothing else.
-            steps, run, state = await asyncio.to_thread(_steps, graph, record.state, events)
-            if state is None or run is None:
-                return [(step, None) for step, _ in steps]
+            known = self._known.pop(run_id, None)
+            if known is not None:
+                record = known.record
+                graph = await self.graph(record.workflow_id, record.version)
+                steps, run, text = await off_loop_if_large(known.chars, steps_of, graph, known.run, events)
+            else:
+                read = await self._store.workflows.get_run(run_id)
+                if read is None or read.state is None:
+                    raise WorkflowRunGone(f"workflow run {run_id} does not exist")
+                record = read
+                graph = await self.graph(record.workflow_id, record.version)
+                # Reading, applying and writing back a large run's state takes tens of
+                # milliseconds of CPU: done in a worker thread so the loop keeps serving. The
+                # compare-and-set below is unchanged: the steps were computed from revision
+                # record.rev, nothing else.
+                steps, run, text = await off_loop_if_large(
+                    record.state_chars, steps_of_state, graph, record.state, events)
+            if text is None or run is None:
+                if known is not None:
+                    self._remember(run_id, known)
+                return [Applied(step) for step, _ in steps]
             stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
                 run.status.value,
-                state,
+                text,
                 self._clock.now_ms(),
-                _starts([c for step, changed in steps if changed for c in step.commands]),
+                new_attempts([c for step, changed in steps if changed for c in step.commands]),
+                claimed_by=self._node_id,  # see _carry_out
             )
-            if stored:
-                return [(step, record if changed else None) for step, changed in steps]
+            if stored is not None:
+                after = replace(record, rev=record.rev + 1, status=run.status.value, state=None,
+                                params=None)
+                if run.status is RunStatus.RUNNING and len(text) <= _KEPT_STATE_CHARS:
+                    self._remember(run_id, KnownRun(after, run, len(text)))
+                return [Applied(step, record, stored, run) if changed else Applied(step)
+                        for step, changed in steps]
             self.lost_races += 1
         raise RuntimeError(f"workflow run {run_id}: {_CONTENDED_TRIES} writers in a row came first")
 
+    def _remember(self, run_id: int, known: KnownRun) -> None:
+        self._known[run_id] = known
+        if len(self._known) > _RUNS_KEPT:
+            del self._known[next(iter(self._known))]  # the least recently stored
+
     async def _carry_out(
-        self, run_id: int, commands: Sequence[Command], parent_node_run_id: int | None
+        self,
+        run_id: int,
+        commands: Sequence[Command],
+        parent_node_run_id: int | None,
+        applied: Applied | None = None,
     ) -> None:
         starts = [c for c in commands if isinstance(c, StartJob | StartSubworkflow)]
         if starts:
             wanted = {c.key for c in starts}
-            attempts = [
-                a
-                for a in await self._store.workflows.pending_node_runs(run_id)
-                if (a.node_key, a.attempt, a.item) in wanted
-            ]
-            await asyncio.gather(*(self._fire(a) for a in attempts))
+            if (applied is not None and applied.stored is not None and applied.run is not None
+                    and applied.stored_over is not None):
+                # The attempts, the run and the jobs as this driver's write stored and read them,
+                # the attempts claimed by that write: nothing to read or write before the fire.
+                # (Should this node die first, another takes them over once the claim is stale,
+                # as it would had it died just after a claim of its own.)
+                run, group, jobs = applied.run, applied.stored_over.job_group, applied.stored.jobs
+                await asyncio.gather(*(
+                    self._fire(a, known=wanted_in(run, a, group, jobs), claimed=True)
+                    for a in applied.stored.attempts if (a.node_key, a.attempt, a.item) in wanted))
+            else:
+                attempts = [
+                    a
+                    for a in await self._store.workflows.pending_node_runs(run_id)
+                    if (a.node_key, a.attempt, a.item) in wanted
+                ]
+                await asyncio.gather(*(self._fire(a) for a in attempts))
         for command in commands:
             if isinstance(command, KillJob):
                 await self._kill(run_id, command)
@@ -285,25 +339,36 @@ class WorkflowDriver(Monitor):
 
     # -- firing -------------------------------------------------------------------------------------
 
-    async def _fire(self, attempt: NodeRunRecord, *, stale: bool = False) -> None:
+    async def _fire(
+        self,
+        attempt: NodeRunRecord,
+        *,
+        stale: bool = False,
+        known: Wanted | None = None,
+        claimed: bool = False,
+    ) -> None:
+        """Claim the attempt (unless ``claimed`` when stored) and fire it. ``known``: its run
+        as the step that stored the attempt left it (else the run is read after the claim, as
+        a stop or a repair may have superseded the attempt since it was stored)."""
         now = self._clock.now_ms()
         stale_before = now - self._stale_ms if stale else None
-        if not await self._store.workflows.claim(attempt.id, self._node_id, now, stale_before):
+        if not claimed and not await self._store.workflows.claim(
+            attempt.id, self._node_id, now, stale_before
+        ):
             return  # another admin has it
-        if self.claim_fault is not None:
+        if self.claim_fault is not None:  # (a stored attempt's claim was its insert's)
             await self.claim_fault.claimed(attempt.id)
-        wanted = await self._wanted_context(attempt)
-        if wanted is None:
+        wanted = known if known is not None else await self._wanted_context(attempt)
+        if wanted is None or wanted.superseded:
             await self._store.workflows.ended([attempt.id], now)
             return
-        context, group = wanted
         if attempt.workflow_id is not None:
             await self.children.fire(attempt)
             return
         log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
         if log_id is None:
             try:
-                log_id = await self._fire_job(attempt, context, group)
+                log_id = await self._fire_job(attempt, wanted)
             except IntegrityError:  # a node we took over for dead had recorded it after all
                 log_id = await self._store.workflows.log_of_node_run(attempt.id)
             if log_id is None:
@@ -312,13 +377,13 @@ class WorkflowDriver(Monitor):
         await self.apply(
             attempt.workflow_run_id,
             NodeDispatched(
-                attempt.node_key, attempt.attempt, log_id, self._clock.now_ms(), _item(attempt.item)
+                attempt.node_key, attempt.attempt, log_id, self._clock.now_ms(), item_of(attempt.item)
             ),
         )
         # A result recorded before the link was (a fast executor, a failed trigger) is applied
         # here; one recorded after it reaches on_results.
         entry = await self._store.logs.get(log_id)
-        if stale and self._unsure is not None and entry is not None and _unconfirmed(entry):
+        if stale and self._unsure is not None and entry is not None and unconfirmed(entry):
             # Taken over from an admin that died between recording the run and hearing the
             # executor's answer: it may never have been sent. Left alone it would wait for the
             # lost-run monitor (10 minutes); asked now, it is sent again only if no executor
@@ -334,35 +399,28 @@ class WorkflowDriver(Monitor):
                 linked, entry.trigger_code, entry.trigger_msg, entry.handle_code, entry.handle_msg
             )
 
-    async def _wanted_context(self, attempt: NodeRunRecord) -> tuple[dict[str, JsonValue], int] | None:
-        """The run's context and group when the attempt is still the running one of its node,
-        else None (a stop or a repair may have superseded it since it was stored)."""
+    async def _wanted_context(self, attempt: NodeRunRecord) -> Wanted | None:
+        """The run's context and group, read now (None: the run is gone)."""
         record = await self._store.workflows.get_run(attempt.workflow_run_id)
         if record is None or record.state is None:
             return None
-        run = await asyncio.to_thread(run_from_json, record.state)
-        node = run.node(attempt.node_key)
-        unit = (
-            node
-            if attempt.item < 0 or node.items is None or attempt.item >= len(node.items)
-            else node.items[attempt.item]
-        )
-        if unit.status is not NodeStatus.RUNNING or unit.attempt != attempt.attempt:
-            return None
-        return dict(run.context), record.job_group
+        run = await off_loop_if_large(record.state_chars, run_from_json, record.state)
+        return wanted_in(run, attempt, record.job_group, None)
 
-    async def _fire_job(
-        self, attempt: NodeRunRecord, context: dict[str, JsonValue], group: int
-    ) -> int | None:
+    async def _fire_job(self, attempt: NodeRunRecord, wanted: Wanted) -> int | None:
         """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
-        None when it could not even be recorded (the attempt is then failed here). ``group``:
-        the run's; a job moved to another group since the run started is not fired (a
-        workflow runs only its own group's jobs: checked at the start, and here at each fire)."""
-        job = await self._store.jobs.get(attempt.job_id)
+        None when it could not even be recorded (the attempt is then failed here). The run's
+        group is ``wanted.group``: a job moved to another group since the run started is not
+        fired (a workflow runs only its own group's jobs: checked at the start, and here at
+        each fire, on the job as read with the attempt's step or now)."""
+        if wanted.jobs is None:
+            job = await self._store.jobs.get(attempt.job_id)
+        else:
+            job = wanted.jobs.get(attempt.job_id)
         problem = None
         if job is None:
             problem = f"job {attempt.job_id} no longer exists"
-        elif job.job_group != group:
+        elif job.job_group != wanted.group:
             problem = (f"job {attempt.job_id} is now in another group: a workflow runs only its "
                        "own group's jobs")
         else:
@@ -374,7 +432,7 @@ class WorkflowDriver(Monitor):
                 executor_param=attempt.params,
                 fail_retry_count=0,
                 workflow_node_run_id=attempt.id,
-                workflow_context=context,
+                workflow_context=wanted.context,
             )
             try:
                 async with self._firing:
@@ -393,7 +451,7 @@ class WorkflowDriver(Monitor):
                 attempt.attempt,
                 Outcome.FAILED,
                 self._clock.now_ms(),
-                _item(attempt.item),
+                item_of(attempt.item),
                 message=f"not fired: {problem}",
             ),
         )
@@ -423,7 +481,7 @@ class WorkflowDriver(Monitor):
                 if not answer.ok:
                     log.warning("workflow run %s: killing run %s failed: %s", run_id, log_id, answer.msg)
             await self._store.logs.record_results(
-                [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, _naive_utc(now))]
+                [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))]
             )
 
     # -- results ------------------------------------------------------------------------------------
@@ -451,16 +509,7 @@ class WorkflowDriver(Monitor):
         handle_code: int,
         handle_msg: str | None,
     ) -> None:
-        if handle_code == 0 and trigger_code not in (0, HandleCode.SUCCESS):
-            outcome, message = Outcome.FAILED, f"trigger failed: {trigger_msg or ''}".strip()
-        elif handle_code == HandleCode.SUCCESS:
-            outcome, message = Outcome.SUCCESS, handle_msg or ""
-        else:
-            outcome = Outcome.KILLED if killed_by_user(handle_msg) else Outcome.FAILED
-            message = handle_msg or f"handle code {handle_code}"
-        added = _additions(attempt.context_added) if outcome is Outcome.SUCCESS else None
-        event = NodeFinished(attempt.node_key, attempt.attempt, outcome, self._clock.now_ms(),
-                             _item(attempt.item), run_id=attempt.log_id, message=message, context=added)
+        event = finished(attempt, trigger_code, trigger_msg, handle_code, handle_msg, self._clock.now_ms())
         with contextlib.suppress(WorkflowRunGone):  # the workflow was deleted meanwhile
             await self.apply(attempt.workflow_run_id, event)
         await self._store.workflows.ended([attempt.id], self._clock.now_ms())
@@ -503,59 +552,3 @@ class WorkflowDriver(Monitor):
     async def stop(self) -> None:
         await super().stop()
         await self.wait_idle()
-
-
-def _first_step(graph: WorkflowGraph, event: RunStarted) -> tuple[Step, dict[str, Any] | None]:
-    step = apply(graph, None, event)
-    return step, None if step.run is None else run_to_json(step.run)
-
-
-def _steps(
-    graph: WorkflowGraph, state: Mapping[str, Any], events: Sequence[Event]
-) -> tuple[list[tuple[Step, bool]], WorkflowRun | None, dict[str, Any] | None]:
-    """``events`` applied in turn to a stored state: per event its step and whether it changed
-    the run; the run after the last, and its state document (None when nothing changed)."""
-    run = run_from_json(state)
-    steps = []
-    changed = False
-    for event in events:
-        step = apply(graph, run, event)
-        moved = step.applied and step.run is not None and step.run is not run
-        steps.append((step, moved))
-        if moved:
-            assert step.run is not None
-            run, changed = step.run, True
-    return steps, run, run_to_json(run) if changed else None
-
-
-def _unconfirmed(entry: LogEntry) -> bool:
-    """Recorded, and neither a dispatch answer nor a result written."""
-    return entry.trigger_code == 0 and entry.dispatch_time is None and entry.handle_code == 0
-
-
-def _additions(text: str | None) -> dict[str, JsonValue] | None:
-    """The handler's context additions stored with its result (merged, and checked, by the
-    engine exactly as ``result_json`` additions are)."""
-    if text is None:
-        return None
-    value = orjson.loads(text)
-    return value if isinstance(value, dict) else None
-
-
-def _item(item: int) -> int | None:
-    return None if item < 0 else item
-
-
-def _starts(commands: Sequence[Command]) -> list[NewNodeRun]:
-    out = []
-    for c in commands:
-        if isinstance(c, StartJob):
-            out.append(NewNodeRun(c.node, -1 if c.item is None else c.item, c.attempt, c.job_id, c.params,
-                                  c.timeout_s))
-        elif isinstance(c, StartSubworkflow):  # job 0: the attempt runs a workflow, not a job
-            out.append(NewNodeRun(c.node, -1, c.attempt, 0, None, c.timeout_s, workflow_id=c.workflow_id))
-    return out
-
-
-def _naive_utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms // 1000, tz=UTC).replace(tzinfo=None)

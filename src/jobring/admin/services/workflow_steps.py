@@ -1,0 +1,199 @@
+"""The workflow driver's steps (:mod:`jobring.admin.services.workflows`): the engine applied to
+a run, on the event loop for a small state and in a worker thread for a large one, and what a
+step hands to the firing of its attempts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import orjson
+
+from jobring.admin.store.records import JobInfo, LogEntry
+from jobring.admin.store.workflow_records import (
+    SMALL_STATE_CHARS,
+    NewNodeRun,
+    NodeRunRecord,
+    StoredStep,
+    WorkflowRunRecord,
+    dumps,
+)
+from jobring.core.enums import HandleCode
+from jobring.core.expression import JsonValue
+from jobring.core.runstate import killed_by_user
+from jobring.core.workflow import (
+    Command,
+    Event,
+    NodeFinished,
+    NodeStatus,
+    Outcome,
+    RunStarted,
+    StartJob,
+    StartSubworkflow,
+    Step,
+    WorkflowGraph,
+    WorkflowRun,
+    apply,
+    run_from_json,
+    run_to_json,
+)
+
+__all__ = [
+    "Applied",
+    "finished",
+    "item_of",
+    "naive_utc",
+    "unconfirmed",
+    "KnownRun",
+    "Wanted",
+    "first_step",
+    "new_attempts",
+    "off_loop_if_large",
+    "steps_of",
+    "steps_of_state",
+    "wanted_in",
+]
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """An event's step once applied. ``stored_over``: the run it was stored over (None: nothing
+    stored, no command of it is due); ``stored``: what the write read back; ``run``: the run as
+    stored (after the whole batch the event was applied in)."""
+
+    step: Step
+    stored_over: WorkflowRunRecord | None = None
+    stored: StoredStep | None = None
+    run: WorkflowRun | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KnownRun:
+    """A run as this driver last stored it: its record (``rev`` the stored one, no state
+    document), the engine's run and the size of its encoded state."""
+
+    record: WorkflowRunRecord
+    run: WorkflowRun
+    chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What firing an attempt needs to know of its run: its context, its group and, when read
+    with the step that stored the attempt, the jobs (None: read the job at the fire)."""
+
+    context: dict[str, JsonValue]
+    group: int
+    jobs: Mapping[int, JobInfo] | None = None
+    superseded: bool = False  # the attempt is no longer the running one of its node
+
+
+async def off_loop_if_large(chars: int, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` for a run state of ``chars`` JSON characters: on the loop when it is small
+    (see SMALL_STATE_CHARS), else in a worker thread."""
+    if chars <= SMALL_STATE_CHARS:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
+
+
+def wanted_in(
+    run: WorkflowRun, attempt: NodeRunRecord, group: int, jobs: Mapping[int, JobInfo] | None
+) -> Wanted:
+    """What firing the attempt needs of ``run``; superseded unless the attempt is still the
+    running one of its node (or fan-out item) there."""
+    node = run.node(attempt.node_key)
+    unit = (
+        node
+        if attempt.item < 0 or node.items is None or attempt.item >= len(node.items)
+        else node.items[attempt.item]
+    )
+    superseded = unit.status is not NodeStatus.RUNNING or unit.attempt != attempt.attempt
+    return Wanted(dict(run.context), group, jobs, superseded)
+
+
+def first_step(graph: WorkflowGraph, event: RunStarted) -> tuple[Step, str | None]:
+    step = apply(graph, None, event)
+    return step, None if step.run is None else dumps(run_to_json(step.run))
+
+
+def steps_of_state(
+    graph: WorkflowGraph, state: Mapping[str, Any], events: Sequence[Event]
+) -> tuple[list[tuple[Step, bool]], WorkflowRun, str | None]:
+    """:func:`steps_of` over a stored state document."""
+    return steps_of(graph, run_from_json(state), events)
+
+
+def steps_of(
+    graph: WorkflowGraph, run: WorkflowRun, events: Sequence[Event]
+) -> tuple[list[tuple[Step, bool]], WorkflowRun, str | None]:
+    """``events`` applied in turn to a run: per event its step and whether it changed the run;
+    the run after the last, and its state document encoded (None when nothing changed)."""
+    steps = []
+    changed = False
+    for event in events:
+        step = apply(graph, run, event)
+        moved = step.applied and step.run is not None and step.run is not run
+        steps.append((step, moved))
+        if moved:
+            assert step.run is not None
+            run, changed = step.run, True
+    return steps, run, dumps(run_to_json(run)) if changed else None
+
+
+def new_attempts(commands: Sequence[Command]) -> list[NewNodeRun]:
+    out = []
+    for c in commands:
+        if isinstance(c, StartJob):
+            out.append(NewNodeRun(c.node, -1 if c.item is None else c.item, c.attempt, c.job_id, c.params,
+                                  c.timeout_s))
+        elif isinstance(c, StartSubworkflow):  # job 0: the attempt runs a workflow, not a job
+            out.append(NewNodeRun(c.node, -1, c.attempt, 0, None, c.timeout_s, workflow_id=c.workflow_id))
+    return out
+
+
+def finished(
+    attempt: NodeRunRecord,
+    trigger_code: int,
+    trigger_msg: str | None,
+    handle_code: int,
+    handle_msg: str | None,
+    now_ms: int,
+) -> NodeFinished:
+    """The engine event of an attempt whose job run ended (or failed to trigger)."""
+    if handle_code == 0 and trigger_code not in (0, HandleCode.SUCCESS):
+        outcome, message = Outcome.FAILED, f"trigger failed: {trigger_msg or ''}".strip()
+    elif handle_code == HandleCode.SUCCESS:
+        outcome, message = Outcome.SUCCESS, handle_msg or ""
+    else:
+        outcome = Outcome.KILLED if killed_by_user(handle_msg) else Outcome.FAILED
+        message = handle_msg or f"handle code {handle_code}"
+    added = _additions(attempt.context_added) if outcome is Outcome.SUCCESS else None
+    return NodeFinished(attempt.node_key, attempt.attempt, outcome, now_ms, item_of(attempt.item),
+                        run_id=attempt.log_id, message=message, context=added)
+
+
+def unconfirmed(entry: LogEntry) -> bool:
+    """Recorded, and neither a dispatch answer nor a result written."""
+    return entry.trigger_code == 0 and entry.dispatch_time is None and entry.handle_code == 0
+
+
+def _additions(text: str | None) -> dict[str, JsonValue] | None:
+    """The handler's context additions stored with its result (merged, and checked, by the
+    engine exactly as ``result_json`` additions are)."""
+    if text is None:
+        return None
+    value = orjson.loads(text)
+    return value if isinstance(value, dict) else None
+
+
+def item_of(item: int) -> int | None:
+    return None if item < 0 else item
+
+
+def naive_utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms // 1000, tz=UTC).replace(tzinfo=None)

@@ -1,0 +1,230 @@
+"""Node attempts (``jobring_workflow_node_run``): the outbox of a run's steps. An attempt is
+inserted with the step that starts it (``pending``), claimed by one admin (``firing``), linked
+to its job run (``running``) and marked ``ended`` once its result is applied to the run."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection, Sequence
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from jobring.admin.store.base import Repository, chunks
+from jobring.admin.store.tables import job_log, workflow_node_run
+from jobring.admin.store.workflow_records import (
+    EndedNodeRun,
+    NewNodeRun,
+    NodeRunRecord,
+    NodeRunState,
+    node_run_of,
+)
+
+__all__ = ["NodeAttempts", "claimed_attempts", "insert_starts", "pending_attempts"]
+
+
+class NodeAttempts(Repository):
+    """The node attempts of workflow runs."""
+
+    async def node_runs(self, run_id: int) -> builtins.list[NodeRunRecord]:
+        stmt = (
+            select(workflow_node_run)
+            .where(workflow_node_run.c.workflow_run_id == run_id)
+            .order_by(workflow_node_run.c.id)
+        )
+        async with self._db.read() as conn:
+            return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
+
+    async def pending_node_runs(self, run_id: int) -> builtins.list[NodeRunRecord]:
+        """The run's attempts stored and not yet claimed (read after each step, so it does not
+        read every attempt of a large run)."""
+        async with self._db.read() as conn:
+            return await pending_attempts(conn, run_id)
+
+    async def node_run(self, node_run_id: int) -> NodeRunRecord | None:
+        async with self._db.read() as conn:
+            row = (
+                await conn.execute(select(workflow_node_run).where(workflow_node_run.c.id == node_run_id))
+            ).first()
+        return None if row is None else node_run_of(row)
+
+    async def node_runs_of_logs(self, log_ids: Collection[int]) -> builtins.list[NodeRunRecord]:
+        """The node attempts carried out by these job runs."""
+        found: builtins.list[NodeRunRecord] = []
+        async with self._db.read() as conn:
+            for part in chunks(sorted(set(log_ids))):
+                rows = await conn.execute(
+                    select(workflow_node_run).where(workflow_node_run.c.log_id.in_(part))
+                )
+                found.extend(node_run_of(r) for r in rows.all())
+        return found
+
+    async def claim(
+        self, node_run_id: int, node_id: str, now_ms: int, stale_before_ms: int | None = None
+    ) -> bool:
+        """Take a pending attempt to fire it (or, with ``stale_before_ms``, one another node
+        claimed before that instant and never reported fired); True when this call got it."""
+        cond = workflow_node_run.c.state == NodeRunState.PENDING
+        if stale_before_ms is not None:
+            cond = cond | (
+                (workflow_node_run.c.state == NodeRunState.FIRING)
+                & (workflow_node_run.c.claimed_at < stale_before_ms)
+            )
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(workflow_node_run)
+                .where(workflow_node_run.c.id == node_run_id, cond)
+                .values(state=NodeRunState.FIRING, claimed_by=node_id, claimed_at=now_ms)
+            )
+            return result.rowcount == 1
+
+    async def fired(self, node_run_id: int, log_id: int) -> bool:
+        """The attempt's job run is ``log_id`` (firing -> running)."""
+        async with self._db.write() as conn:
+            result = await conn.execute(
+                update(workflow_node_run)
+                .where(
+                    workflow_node_run.c.id == node_run_id, workflow_node_run.c.state == NodeRunState.FIRING
+                )
+                .values(state=NodeRunState.RUNNING, log_id=log_id)
+            )
+            return result.rowcount == 1
+
+    async def ended(self, node_run_ids: Collection[int], now_ms: int) -> int:
+        """Mark attempts ended (their result was applied to the run)."""
+        changed = 0
+        async with self._db.write() as conn:
+            for part in chunks(sorted(set(node_run_ids))):
+                result = await conn.execute(
+                    update(workflow_node_run)
+                    .where(workflow_node_run.c.id.in_(part), workflow_node_run.c.state != NodeRunState.ENDED)
+                    .values(state=NodeRunState.ENDED, ended_at=now_ms)
+                )
+                changed += int(result.rowcount)
+        return changed
+
+    async def to_fire(self, now_ms: int, stale_ms: int, limit: int = 500) -> builtins.list[NodeRunRecord]:
+        """Attempts nobody fired: pending ones, and those claimed more than ``stale_ms`` ago
+        and not reported fired (their admin may have died)."""
+        stmt = (
+            select(workflow_node_run)
+            .where(
+                (workflow_node_run.c.state == NodeRunState.PENDING)
+                | (
+                    (workflow_node_run.c.state == NodeRunState.FIRING)
+                    & (workflow_node_run.c.claimed_at < now_ms - stale_ms)
+                )
+            )
+            .order_by(workflow_node_run.c.id)
+            .limit(limit)
+        )
+        async with self._db.read() as conn:
+            return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
+
+    async def log_of_node_run(self, node_run_id: int) -> int | None:
+        """The job run recorded for this attempt, if any (read through the unique key)."""
+        stmt = select(job_log.c.id).where(job_log.c.workflow_node_run_id == node_run_id)
+        async with self._db.read() as conn:
+            found = (await conn.execute(stmt)).scalar_one_or_none()
+        return None if found is None else int(found)
+
+    async def running_with_results(self, limit: int = 500) -> builtins.list[EndedNodeRun]:
+        """Running attempts whose job run has ended (a result, or a failed trigger)."""
+        stmt = (
+            select(
+                workflow_node_run,
+                job_log.c.trigger_code,
+                job_log.c.trigger_msg,
+                job_log.c.handle_code,
+                job_log.c.handle_msg,
+            )
+            .join(job_log, job_log.c.id == workflow_node_run.c.log_id)
+            .where(
+                workflow_node_run.c.state == NodeRunState.RUNNING,
+                (job_log.c.handle_code != 0)
+                | ((job_log.c.trigger_code != 0) & (job_log.c.trigger_code != 200)),
+            )
+            .order_by(workflow_node_run.c.id)
+            .limit(limit)
+        )
+        async with self._db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        out = []
+        for row in rows:
+            values = dict(row._asdict())
+            extra = {k: values.pop(k) for k in ("trigger_code", "trigger_msg", "handle_code", "handle_msg")}
+            out.append(
+                EndedNodeRun(
+                    NodeRunRecord(**values),
+                    int(extra["trigger_code"]),
+                    extra["trigger_msg"],
+                    int(extra["handle_code"]),
+                    extra["handle_msg"],
+                )
+            )
+        return out
+
+
+
+async def insert_starts(
+    conn: AsyncConnection,
+    run_id: int,
+    starts: Sequence[NewNodeRun],
+    now_ms: int,
+    claimed_by: str | None = None,
+) -> None:
+    """Insert a step's attempts: pending, or already claimed by the node ``claimed_by``."""
+    if not starts:
+        return
+    await conn.execute(
+        insert(workflow_node_run),
+        [
+            {
+                "workflow_run_id": run_id,
+                "node_key": s.node_key,
+                "item": s.item,
+                "attempt": s.attempt,
+                "job_id": s.job_id,
+                "params": s.params,
+                "timeout_s": s.timeout_s,
+                "state": NodeRunState.PENDING if claimed_by is None else NodeRunState.FIRING,
+                "claimed_by": claimed_by,
+                "claimed_at": None if claimed_by is None else now_ms,
+                "created_at": now_ms,
+                "workflow_id": s.workflow_id,
+            }
+            for s in starts
+        ],
+    )
+
+
+
+async def pending_attempts(conn: AsyncConnection, run_id: int) -> builtins.list[NodeRunRecord]:
+    """The run's attempts stored and not yet claimed, oldest first."""
+    stmt = (
+        select(workflow_node_run)
+        .where(
+            workflow_node_run.c.workflow_run_id == run_id,
+            workflow_node_run.c.state == NodeRunState.PENDING,
+        )
+        .order_by(workflow_node_run.c.id)
+    )
+    return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
+
+
+async def claimed_attempts(
+    conn: AsyncConnection, run_id: int, claimed_by: str, now_ms: int
+) -> builtins.list[NodeRunRecord]:
+    """The run's attempts that ``claimed_by`` inserted claimed at ``now_ms`` and has not fired."""
+    stmt = (
+        select(workflow_node_run)
+        .where(
+            workflow_node_run.c.workflow_run_id == run_id,
+            workflow_node_run.c.state == NodeRunState.FIRING,
+            workflow_node_run.c.claimed_by == claimed_by,
+            workflow_node_run.c.created_at == now_ms,
+            workflow_node_run.c.claimed_at == now_ms,
+        )
+        .order_by(workflow_node_run.c.id)
+    )
+    return [node_run_of(r) for r in (await conn.execute(stmt)).all()]
