@@ -13,7 +13,7 @@ from jobring.admin.services import callbacks
 from jobring.admin.trigger import fires
 from jobring.admin.trigger.fires import TRIGGER_TYPE_TITLES
 from jobring.core import runstate
-from jobring.executor import received, runlog, worker
+from jobring.executor import jobworker, received, runlog, worker
 from jobring.executor.http import app as executor_app
 from jobring.protocol import models
 
@@ -36,9 +36,9 @@ def _section(line: str) -> str:
 def test_every_server_message_has_a_translation() -> None:
     patterns = _patterns()
     messages = [
-        worker.MSG_DISCARD_LATER, worker.REASON_COVER_EARLY, worker.REASON_KILL,
-        worker.REASON_CHANGE_HANDLER, worker.REASON_CHANGE_SOURCE, worker.REASON_IDLE,
-        worker.REASON_STOPPING, worker.MSG_TIMEOUT, worker.MSG_ALREADY_KILLED, worker.MSG_BUSY,
+        worker.MSG_DISCARD_LATER, jobworker.REASON_COVER_EARLY, worker.REASON_KILL,
+        jobworker.REASON_CHANGE_HANDLER, jobworker.REASON_CHANGE_SOURCE, jobworker.REASON_IDLE,
+        jobworker.REASON_STOPPING, jobworker.MSG_TIMEOUT, worker.MSG_ALREADY_KILLED, worker.MSG_BUSY,
         worker.MSG_NOT_ACCEPTING, executor_app.MSG_NOT_STARTED, runlog.MSG_LOG_FILE_NOT_EXISTS,
         received.MSG_ALREADY_RECEIVED, models.MSG_TOKEN_WRONG,
         monitors.MSG_RESULT_LOST, monitors.MSG_DISPATCH_LOST, monitors.lost_message("http://h:1", 90),

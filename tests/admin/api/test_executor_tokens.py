@@ -382,3 +382,19 @@ async def test_registry_remove_of_an_address_not_under_that_appname_leaves_routi
     assert gone == []
     await registry.remove(RegistryParam("EXECUTOR", "app-b", "http://10.0.0.9:9999/"))
     assert gone == [("app-b", "http://10.0.0.9:9999/")]
+
+
+async def test_a_new_or_deleted_group_token_counts_at_once_on_its_node(sqlite_store: Store) -> None:
+    # Its executors start right after the group is made: the token cache read a moment ago
+    # (another executor's heartbeat) must not refuse them until it is read again.
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        env.services.secrets = replace(env.services.secrets, access_token=None)
+        tokens = ExecutorTokens(env.store, None, env.clock)
+        env.services.executor_tokens = tokens
+        assert await tokens.scope("no-such-token-0123456789") is None  # the cache is fresh now
+        created = (await http.post("/groups", json={"app_name": "fresh", "title": "F"})).json()
+        token = (await http.get(f"/groups/{created['id']}/access-token")).json()["access_token"]
+        scope = await tokens.scope(token)
+        assert scope is not None and scope.group_ids == frozenset({created["id"]})
+        assert (await http.delete(f"/groups/{created['id']}")).status_code == 204
+        assert await tokens.scope(token) is None

@@ -102,6 +102,14 @@ async def list_groups(
     return PageOut[GroupOut](items=items, total=page.total, offset=offset, limit=limit)
 
 
+def _tokens_changed(services: ManagementServices) -> None:
+    """Executor tokens are re-read on this node's next check: a group's executors start
+    right after it is made, renamed or rotated, and a deleted group's token stops at once
+    (other nodes re-read within the tokens' refresh)."""
+    if services.executor_tokens is not None:
+        services.executor_tokens.forget()
+
+
 async def _take_registry(services: ManagementServices, group: JobGroup) -> None:
     """An automatic group gets the addresses already registered under its appname at once
     (not at the next registry round), and the trigger service re-reads groups."""
@@ -120,6 +128,7 @@ async def create_group(body: GroupIn, services: Services, principal: Admin) -> G
         # a token of its own (rotate): its executors hold the global one.
         group = replace(group, access_token=new_group_token())
     new_id = await services.store.groups.create(group, services.now_naive_utc())
+    _tokens_changed(services)
     created = await _load(services, new_id)
     await services.audit.group_event(principal, AuditAction.GROUP_CREATE, created, snapshot=True)
     await _take_registry(services, created)
@@ -149,6 +158,7 @@ async def update_group(group_id: GroupId, body: GroupIn, services: Services, pri
             address_list=old.address_list if old.app_name == group.app_name else None,
         )
     await services.store.groups.update(group, services.now_naive_utc())
+    _tokens_changed(services)
     updated = await _load(services, group_id)
     await services.audit.group_event(principal, AuditAction.GROUP_UPDATE, updated, before=old)
     await _take_registry(services, group)
@@ -188,8 +198,7 @@ async def rotate_group_token(group_id: GroupId, services: Services, principal: A
     group = await _load(services, group_id)
     token = new_group_token()
     await services.store.groups.set_access_token(group_id, token)
-    if services.executor_tokens is not None:
-        services.executor_tokens.forget()
+    _tokens_changed(services)
     if services.trigger is not None:
         services.trigger.forget_groups()  # dispatch sends the new token from now on
     await services.audit.record(principal, AuditAction.GROUP_TOKEN_ROTATE, target_type="group",
@@ -242,5 +251,6 @@ async def delete_group(group_id: GroupId, services: Services, principal: Writer)
     ensure_group_write(principal, group_id)
     old = await _load(services, group_id)
     await services.store.groups.delete(group_id)  # ReferencedError -> 409
+    _tokens_changed(services)
     await services.audit.group_event(principal, AuditAction.GROUP_DELETE, old, snapshot=True)
     return Response(status_code=204)
