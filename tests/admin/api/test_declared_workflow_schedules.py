@@ -104,6 +104,18 @@ async def test_refusals_name_the_schedule_field_and_write_nothing(sqlite_store: 
         assert bad["content"]["field"] == "schedule", bad
 
 
+async def test_an_unknown_schedule_key_is_named_on_one_short_line(sqlite_store: Store) -> None:
+    # The refusal is logged and echoed: an executor's key must not forge log lines or flood them.
+    async with api_env(sqlite_store) as env:
+        _driver(env)
+        key = "x\nWARNING forged line " * 5_000
+        answer = await declare(env, [_with({**CRON, key: 1})])
+        assert answer["code"] == 500, answer
+        field = answer["content"]["field"]
+        assert field.startswith("schedule.") and "\n" not in field and len(field) <= 80, field
+        assert "\n" not in answer["msg"] and len(answer["msg"]) < 300, answer["msg"]
+
+
 async def test_a_declared_schedule_is_fired_by_the_admin(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env:
         _driver(env)
