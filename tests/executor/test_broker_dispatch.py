@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pytest
 
 from jobring.admin.dispatch.broker import BrokerPublisher
@@ -19,7 +20,7 @@ from jobring.executor.broker import BrokerConsumer, Runs, RunSlots
 from jobring.executor.context import JobContext
 from jobring.executor.executor import Executor
 from jobring.executor.received import run_key
-from jobring.protocol.broker import executor_queue, group_queue
+from jobring.protocol.broker import BATCH_MAX, batch_body, executor_queue, group_queue
 from jobring.protocol.models import HandleCallbackParam, ReturnT, TriggerParam, dumps
 from tests.broker_kit import amqp_url, delete_queues, unique_app
 from tests.e2e.waiting import eventually
@@ -198,6 +199,26 @@ async def test_a_pinned_run_goes_to_the_chosen_executor_only(setup: Setup) -> No
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_a_batch_larger_than_any_publisher_makes_is_rejected_unrun(setup: Setup) -> None:
+    # Whoever may write to the group's queue (the admin, or any executor of the group with its
+    # broker credentials) could otherwise start thousands of runs at once past the slots: a
+    # message larger than the free slots is taken once none is held.
+    runner = FakeRunner()
+    taker = await consumer(setup, "a", runner, slots=4)
+    try:
+        huge, kind = batch_body([body(i) for i in range(1, BATCH_MAX + 2)])
+        connection = await aio_pika.connect(setup.url, timeout=5)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            await channel.default_exchange.publish(aio_pika.Message(huge, content_type=kind),
+                                                   routing_key=group_queue(setup.app))
+        assert (await setup.client.run_body_now("broker://a/", body(1_000), None, setup.app)).ok
+        await until(lambda: 1_000 in runner.accepted, "the run published after the batch")
+        assert runner.accepted == [1_000]
+    finally:
+        await taker.stop()
 
 
 async def test_a_batch_with_a_refused_run_runs_the_others_and_reports_the_refusal(setup: Setup) -> None:

@@ -70,3 +70,15 @@ async def test_a_schedule_declared_in_code_is_marked_and_handed_back(store: Stor
     await schedules.set_managed_by(wf, None)
     got = await schedules.get(wf)
     assert got is not None and got.managed_by is None and got.next_fire_at == T0 + 60_000
+
+
+async def test_a_put_unless_managed_by_code_keeps_a_declared_schedule(store: Store) -> None:
+    # The console's edit checks inside its write that the code does not own the schedule.
+    wf = await store.workflows.create("w", 3, "", GRAPH, None, T0)
+    schedules = store.workflow_schedules
+    assert await schedules.put(_schedule(wf), unless_managed_by="code")  # none yet
+    assert await schedules.put(_schedule(wf, schedule_conf="120"), unless_managed_by="code")  # the console's
+    await schedules.put(_schedule(wf, schedule_conf="300", managed_by="code"))
+    assert not await schedules.put(_schedule(wf, schedule_conf="1"), unless_managed_by="code")
+    got = await schedules.get(wf)
+    assert got is not None and (got.schedule_conf, got.managed_by) == ("300", "code")

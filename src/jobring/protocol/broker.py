@@ -106,11 +106,14 @@ def batch_body(bodies: list[bytes]) -> tuple[bytes, str]:
 
 def run_bodies(body: bytes, content_type: str | None) -> list[Any]:
     """The decoded /run bodies (JSON objects) of one message (:func:`batch_body`'s inverse);
-    ValueError when it holds no run."""
+    ValueError when it holds no run, or more than ``BATCH_MAX`` (no publisher makes such a
+    batch, and a consumer takes one message even when it is larger than its free slots)."""
     decoded = orjson.loads(body)
     if content_type == RUNS_CONTENT_TYPE:
         if not isinstance(decoded, list) or not decoded:
             raise ValueError("a batch of runs must be a non-empty JSON array")
+        if len(decoded) > BATCH_MAX:
+            raise ValueError(f"a batch of {len(decoded)} runs: at most {BATCH_MAX} travel in one message")
         return decoded
     return [decoded]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from jobring.admin.monitors.workflow_schedules import WorkflowScheduler
 from jobring.admin.store import Store
+from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from tests.admin.api.test_api_workflows import _driver
 from tests.admin.api.test_declared_workflows import NIGHTLY, declare
 from tests.admin.api_harness import api_env
@@ -102,6 +103,41 @@ async def test_refusals_name_the_schedule_field_and_write_nothing(sqlite_store: 
         assert (await http.get("/workflows")).json()["total"] == 0
         bad = await declare(env, [{**NIGHTLY, "schedule": "daily"}])
         assert bad["content"]["field"] == "schedule", bad
+
+
+async def test_a_console_edit_racing_a_declaration_never_overwrites_the_declared_schedule(
+    sqlite_store: Store,
+) -> None:
+    # The console's check reads the schedule before it writes: a declaration stored in between
+    # (read here as "no schedule yet") must still be refused inside the write.
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        _driver(env)
+        (wid,) = (await declare(env, [_with(CRON)]))["content"]["workflows"]["created"]
+        schedules = env.store.workflow_schedules
+        real_get = schedules.get
+
+        async def read_before_the_declaration(workflow_id: int) -> WorkflowSchedule | None:
+            schedules.get = real_get  # type: ignore[method-assign]  # once: the API's first read
+            return None
+
+        schedules.get = read_before_the_declaration  # type: ignore[method-assign]
+        rate = {"schedule_type": "FIX_RATE", "schedule_conf": "1", "enabled": True}
+        refused = await http.put(f"/workflows/{wid}/schedule", json=rate)
+        assert refused.status_code == 409 and refused.json()["field"] == "managed_by", refused.text
+        kept = await real_get(wid)
+        assert kept is not None and (kept.schedule_type, kept.managed_by) == ("CRON", "code")
+
+
+async def test_an_unknown_schedule_key_is_named_on_one_short_line(sqlite_store: Store) -> None:
+    # The refusal is logged and echoed: an executor's key must not forge log lines or flood them.
+    async with api_env(sqlite_store) as env:
+        _driver(env)
+        key = "x\nWARNING forged line " * 5_000
+        answer = await declare(env, [_with({**CRON, key: 1})])
+        assert answer["code"] == 500, answer
+        field = answer["content"]["field"]
+        assert field.startswith("schedule.") and "\n" not in field and len(field) <= 80, field
+        assert "\n" not in answer["msg"] and len(answer["msg"]) < 300, answer["msg"]
 
 
 async def test_a_declared_schedule_is_fired_by_the_admin(sqlite_store: Store) -> None:

@@ -27,6 +27,7 @@ from jobring.core.addresses import (
 )
 from jobring.executor.config import load_executor_settings
 from jobring.protocol.broker import (
+    BATCH_MAX,
     RUN_CONTENT_TYPE,
     RUNS_CONTENT_TYPE,
     KeptConnection,
@@ -73,6 +74,18 @@ def test_a_batch_of_runs_is_the_runs_joined_and_read_back() -> None:
             run_bodies(bad, RUNS_CONTENT_TYPE)
     with pytest.raises(ValueError):
         run_bodies(b"not json", RUNS_CONTENT_TYPE)
+
+
+def test_a_batch_larger_than_any_publisher_makes_is_refused() -> None:
+    # A consumer holds slots per message and takes a message larger than its free slots once
+    # none is held: a batch of thousands of runs (published by anyone who may write to the
+    # group's queue) would run them all at once past the executor's slots.
+    run = dumps(TriggerParam(job_id=1, log_id=1, log_date_time=1_000).to_dict())
+    body, kind = batch_body([run] * BATCH_MAX)
+    assert len(run_bodies(body, kind)) == BATCH_MAX
+    body, kind = batch_body([run] * (BATCH_MAX + 1))
+    with pytest.raises(ValueError, match=f"at most {BATCH_MAX}"):
+        run_bodies(body, kind)
 
 
 def test_settings_of_a_broker_executor_and_of_the_admin() -> None:

@@ -42,7 +42,10 @@ def claim_fault_from(environ: Mapping[str, str]) -> ClaimFault | None:
     raw = environ.get(ENV, "").strip()
     if not raw:
         return None
-    after = int(raw)
+    try:
+        after = int(raw)
+    except ValueError:
+        after = 0  # refused below, naming the variable
     if after < 1:
         raise ValueError(f"{ENV} must be a positive number of claims, got {raw!r}")
     log.warning("%s=%d: a test-only fault point is armed on this admin", ENV, after)

@@ -147,7 +147,10 @@ def _schedule_spec(raw: object, name: str) -> ScheduleSpec | None:
     for key, value in raw.items():
         allowed = _SCHEDULE_FIELDS.get(key)
         if allowed is None:
-            raise WorkflowDeclarationError(name, f"schedule.{key}", f"schedule.{key}: not a schedule field")
+            # The key is the executor's text: logged and echoed, so one short line at most.
+            shown = key if key.isidentifier() and len(key) <= 64 else f"{key!r:.64}"
+            field = f"schedule.{shown}"
+            raise WorkflowDeclarationError(name, field, f"{field}: not a schedule field")
         if isinstance(allowed, tuple) and all(isinstance(a, str) for a in allowed):
             if value not in allowed:
                 raise WorkflowDeclarationError(

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.store.base import Repository, chunks
 from jobring.admin.store.tables import workflow_schedule
@@ -69,8 +70,10 @@ class WorkflowScheduleRepository(Repository):
                     out[record.workflow_id] = record
         return out
 
-    async def put(self, schedule: WorkflowSchedule) -> None:
-        """Store ``schedule`` in place of the workflow's current one (a waiting fire is dropped)."""
+    async def put(self, schedule: WorkflowSchedule, *, unless_managed_by: str | None = None) -> bool:
+        """Store ``schedule`` in place of the workflow's current one (a waiting fire is dropped).
+        ``unless_managed_by``: store nothing and return False when the current one is managed
+        by that, checked in the write (a declaration stored since the caller read it stays)."""
         values = {
             "workflow_id": schedule.workflow_id,
             "schedule_type": schedule.schedule_type,
@@ -88,11 +91,21 @@ class WorkflowScheduleRepository(Repository):
             "updated_at": schedule.updated_at,
             "managed_by": schedule.managed_by,
         }
-        async with self._db.write() as conn:  # delete + insert: one portable upsert
-            await conn.execute(
-                delete(workflow_schedule).where(workflow_schedule.c.workflow_id == schedule.workflow_id)
-            )
-            await conn.execute(insert(workflow_schedule).values(**values))
+        replaced = [workflow_schedule.c.workflow_id == schedule.workflow_id]
+        if unless_managed_by is not None:
+            replaced.append(or_(workflow_schedule.c.managed_by.is_(None),
+                                workflow_schedule.c.managed_by != unless_managed_by))
+        try:
+            async with self._db.write() as conn:  # delete + insert: one portable upsert
+                await conn.execute(delete(workflow_schedule).where(*replaced))
+                # A row kept by the condition (or inserted meanwhile) makes this insert fail.
+                await conn.execute(insert(workflow_schedule).values(**values))
+        except IntegrityError:
+            current = await self.get(schedule.workflow_id)
+            if unless_managed_by is None or current is None or current.managed_by != unless_managed_by:
+                raise
+            return False
+        return True
 
     async def delete(self, workflow_id: int) -> bool:
         async with self._db.write() as conn:

@@ -133,6 +133,11 @@ def _out(
     )
 
 
+def _declared(workflow_id: int) -> ApiError:
+    return ApiError(409, f"the schedule of workflow {workflow_id} is declared in an executor's code: "
+                    "change it there (it is applied again at the executor's next start)", "managed_by")
+
+
 def _zone(services: ManagementServices) -> str:
     return services.settings.timezone or "UTC"
 
@@ -164,14 +169,15 @@ async def put_workflow_schedule(
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     before = await services.store.workflow_schedules.get(workflow_id)
     if before is not None and before.managed_by == MANAGED_BY_CODE:
-        raise ApiError(409, f"the schedule of workflow {workflow_id} is declared in an executor's code: "
-                       "change it there (it is applied again at the executor's next start)", "managed_by")
+        raise _declared(workflow_id)
     spec = ScheduleSpec(body.schedule_type, body.schedule_conf, body.schedule_timezone, body.misfire_strategy,
                         body.overlap, body.params, body.enabled)
     now = services.now_ms()
     schedule = planned(workflow_id, checked(spec, _zone(services)), _zone(services), now, before,
                        principal.user.username)
-    await services.store.workflow_schedules.put(schedule)
+    # Checked again in the write: a declaration stored since the read above is not overwritten.
+    if not await services.store.workflow_schedules.put(schedule, unless_managed_by=MANAGED_BY_CODE):
+        raise _declared(workflow_id)
     await services.audit.record(
         principal,
         AuditAction.WORKFLOW_SCHEDULE,
