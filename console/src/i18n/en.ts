@@ -548,6 +548,7 @@ export const en = {
   "msg.alreadyKilled": "job thread already killed.",
   "msg.busy": "job thread is running or has trigger queue.",
   "msg.notAccepting": "executor is stopping, run not accepted.",
+  "msg.queueFull": "job queue full: {waiting} runs of this job wait behind its running run (max_queued_per_job={cap}); run not accepted.",
   "msg.notStarted": "executor is not started.",
   "msg.logNotExists": "readLog fail, logFile not exists",
   "msg.alreadyReceived": "already received: this run was accepted before (not run again)",

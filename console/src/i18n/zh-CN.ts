@@ -550,6 +550,7 @@ export const zhCN: Messages = {
   "msg.alreadyKilled": "任务线程已被终止。",
   "msg.busy": "任务线程正在运行或有排队的调度。",
   "msg.notAccepting": "执行器正在停止，不接受新的运行。",
+  "msg.queueFull": "任务队列已满：此任务有 {waiting} 个运行在其正在运行的运行之后等待（max_queued_per_job={cap}）；不接受此运行。",
   "msg.notStarted": "执行器尚未启动。",
   "msg.logNotExists": "读取日志失败，日志文件不存在",
   "msg.alreadyReceived": "已接收：此运行之前已被接受（不会再次运行）",

@@ -69,6 +69,7 @@ const KNOWN: readonly KnownLine[] = [
   { pattern: /^job thread already killed\.$/, key: "msg.alreadyKilled" },
   { pattern: /^job thread is running or has trigger queue\.$/, key: "msg.busy" },
   { pattern: /^executor is stopping, run not accepted\.$/, key: "msg.notAccepting" },
+  { pattern: /^job queue full: (?<waiting>\d+) runs of this job wait behind its running run \(max_queued_per_job=(?<cap>\d+)\); run not accepted\.$/, key: "msg.queueFull" },
   { pattern: /^executor is not started\.$/, key: "msg.notStarted" },
   { pattern: /^readLog fail, logFile not exists$/, key: "msg.logNotExists" },
   { pattern: /^already received: this run was accepted before \(not run again\)$/, key: "msg.alreadyReceived" },
