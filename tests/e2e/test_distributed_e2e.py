@@ -1,11 +1,10 @@
 """Distributed runs with a real admin process and real jobring executor processes: a map + reduce
 over several executors returns the reduce's result on the run; more shards than executors each
 run once with their index; a failure tolerance lets a run succeed with a few failed sub-tasks;
-"retry failed" runs only those again; a child job fires once after all shards; map-reduce over
-pull and broker executors (no port); an executor SIGKILLed mid-map has its sub-tasks dispatched
-again once and the reduce runs once; a broadcast with hooks runs its pre hook once, then one
-part on each executor, then its post hook once with their results (and a failed pre hook runs
-neither)."""
+"retry failed" runs only those again; a child job fires once after all shards; an executor
+SIGKILLed mid-map has its sub-tasks dispatched again once and the reduce runs once; a broadcast
+with hooks runs its pre hook once, then one part on each executor, then its post hook once with
+their results (and a failed pre hook runs neither)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,6 @@ from typing import Any
 
 import pytest
 
-from jobring.core.addresses import broker_name
-from jobring.protocol.broker import executor_queue, group_queue
-from tests.broker_kit import amqp_url, delete_queues, unique_app
 from tests.e2e.mapred_kit import Cluster, cluster_of, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -155,28 +151,3 @@ async def test_a_broadcast_runs_its_pre_hook_once_every_executor_then_its_post_h
     assert "pre hook failed" in failed["handle_msg"] and "no snapshot today" in failed["handle_msg"]
     # ran() joins the executors' files one after the other: compare counts, not a tail.
     assert Counter(cluster.ran()) - before == Counter(["pre"])
-
-
-@pytest.mark.parametrize("dispatch", ["pull", "broker"])
-async def test_map_reduce_over_executors_with_no_port(tmp_path: Path, dispatch: str) -> None:
-    # Sub-tasks reach pull and broker executors through their poll of the admin; the mapping
-    # run itself comes through the poll (pull) or from RabbitMQ (broker).
-    broker = amqp_url() if dispatch == "broker" else None
-    app = unique_app(f"mapred-{dispatch}")
-    queues = [group_queue(app)]
-    try:
-        async for cluster in cluster_of(tmp_path, 2, app=app, dispatch=dispatch, broker=broker):
-            job = await cluster.job("count_words")
-            run_id = await cluster.trigger(job, "|".join(["a b", "c", "d e f"] * 10))
-            run = await cluster.ended(run_id)
-            assert run["state"] == "success", run
-            assert f"reduce sum_counts: {(2 + 1 + 3) * 10}" in run["handle_msg"]
-            keys = sorted(line.split()[1] for line in cluster.ran() if line.startswith("map "))
-            assert keys == sorted(f"r/0.{i}" for i in range(30))  # each sub-task once
-            assert cluster.ran().count("reduce") == 1
-            online = (await cluster.admin.groups.get(cluster.group))["addresses"]
-            assert all(a.startswith(f"{dispatch}://") for a in online), online
-            queues += [executor_queue(app, broker_name(a)) for a in online]
-    finally:
-        if broker:
-            await delete_queues(broker, *queues)
