@@ -161,16 +161,18 @@ class JobRunner:
 
     async def run(self, param: TriggerParam) -> ReturnT:
         """Accept a trigger (answer 200) or refuse it with the reference's message."""
-        if self.runlog.behind() or self.pool.waiting > self.max_waiting_runs:
-            await self._wait_for_room()
+        await self._held_back_while_behind()
         return self._accept(param)
 
     async def run_all(self, params: list[TriggerParam]) -> list[ReturnT]:
         """:meth:`run` for several runs (a broker message's): room is waited for once, then
         each is accepted or refused in one step, so a stop cannot come between them."""
+        await self._held_back_while_behind()
+        return [self._accept(param) for param in params]
+
+    async def _held_back_while_behind(self) -> None:
         if self.runlog.behind() or self.pool.waiting > self.max_waiting_runs:
             await self._wait_for_room()
-        return [self._accept(param) for param in params]
 
     def _accept(self, param: TriggerParam) -> ReturnT:
         if self._closing:
