@@ -61,8 +61,8 @@ PYTEST_WORKERS ?= 3
 
 test: $(STAMP_TEST) console lint typecheck
 	cd console && npm test
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not timing"
-	$(BIN)/python -m pytest -m timing
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not timing" --durations=40
+	$(BIN)/python -m pytest -m timing --durations=40
 
 # A deeper OpenAPI fuzz run than make test's bounded one (200 generated requests per operation).
 fuzz: $(STAMP_TEST)
