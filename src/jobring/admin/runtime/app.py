@@ -177,7 +177,8 @@ async def start_runtime(
     callbacks = CallbackService(store, trigger, clock, alarms=alarms,
                                 fail_monitor=monitors.find("fail-monitor"),
                                 child_fire_budget=settings.child_fire_budget)
-    workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id, unsure=leases.unsure)
+    workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id, unsure=leases.unsure,
+                               stale_ms=settings.workflow_stale_claim_ms)
     workflows.claim_fault = claim_fault_from(os.environ)  # test-only, None in production
     monitors.add(workflows)
     monitors.add(WorkflowScheduler(store, workflows, clock, default_zone=state.default_timezone))
