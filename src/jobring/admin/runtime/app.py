@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
@@ -187,8 +187,8 @@ async def start_runtime(
     overlap_waits = OverlapRunner(store, trigger)
     monitors.add(overlap_waits)
 
-    def results_recorded(results: Sequence[tuple[int, int, str | None]]) -> None:
-        workflows.notify(results)
+    def results_recorded(results: Sequence[tuple[int, int, str | None]], contexts: Mapping[int, str]) -> None:
+        workflows.notify(results, contexts)
         backfills.results(results)
         trigger.flow.poke()  # a run ended: queued runs may start
         overlap_waits.results(results)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -121,6 +121,10 @@ def _with_context_checked(item: HandleCallbackParam) -> HandleCallbackParam:
                    handle_msg=f"{item.handle_msg}; {refusal}" if item.handle_msg else refusal)
 
 
+ResultsListener = Callable[[Sequence[tuple[int, int, str | None]], Mapping[int, str]], None]
+"""Told the results a callback batch recorded, and their workflow context additions."""
+
+
 class CallbackTaker(Protocol):
     """Takes the callbacks that are not a run's result (admin/distributed)."""
 
@@ -142,9 +146,10 @@ class CallbackService:
         self._fail_monitor = fail_monitor  # woken by a failed result: retry/alarm without waiting
         self._children_tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(concurrency)
-        # Told every result this node records, as (log id, handle code, handle message): the
-        # workflow driver advances the runs whose nodes these are (set by the app).
-        self.results_listener: Callable[[Sequence[tuple[int, int, str | None]]], None] | None = None
+        # Told every result this node records, as (log id, handle code, handle message), and
+        # the workflow context additions recorded with them by log id: the workflow driver
+        # advances the runs whose nodes these are (set by the app).
+        self.results_listener: ResultsListener | None = None
         # Takes the root tasks' results of distributed parents (admin/distributed; set by the app).
         self.distributed: CallbackTaker | None = None
         # For metrics (read at scrape time): callback items received, runs ended by state.
@@ -205,7 +210,10 @@ class CallbackService:
         # What follows a result (children, retry wake-up, recovery alarms, workflows) follows
         # only the rows this node's write really changed.
         if self.results_listener is not None and applied:
-            self.results_listener([(i.log_id, i.handle_code, i.handle_msg) for i in applied])
+            # With the context additions each result recorded: the workflow driver then applies
+            # a result of an attempt it fired itself without reading the attempt back.
+            contexts = {i.log_id: text for i in applied if (text := _context_text(i)) is not None}
+            self.results_listener([(i.log_id, i.handle_code, i.handle_msg) for i in applied], contexts)
         plans = await self._child_plans([i for i in applied if i.handle_code == HandleCode.SUCCESS])
         if plans:
             messages = {i.log_id: f"{i.handle_msg}\n\n{plan.summary}" if i.handle_msg else plan.summary

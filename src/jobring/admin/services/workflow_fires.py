@@ -7,6 +7,9 @@ step that stores it), and its job run carries the attempt's id under a unique ke
 admins firing the same attempt (a stale claim taken over) only one records a job run; the other
 finds it. A claim is stale ``stale_ms`` after it was taken when its attempt was never reported
 fired: its admin may have died in between (the ``workflow_stale_claim_ms`` setting).
+
+The job runs this admin linked are remembered (:meth:`NodeFires.running`, the latest
+``_LINKS_KEPT``), so a result that reaches this admin finds its attempt without a read.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ STOPPED_BY_WORKFLOW = "killed: its workflow run stopped"
 MAX_CONCURRENT_FIRES = 50
 """Job starts one driver has in flight at once; the rest wait their turn (each is already a
 durable pending attempt, so nothing is lost if the admin stops while they wait)."""
+_LINKS_KEPT = 4_096
 
 
 class FiringPort(Protocol):
@@ -100,7 +104,19 @@ class NodeFires:
         # Bounds the trigger calls only, not what follows them: a fire's result may start more
         # attempts, and holding a slot while waiting for another could use them all up.
         self._firing = asyncio.Semaphore(max_concurrent_fires)
+        # The attempts this node linked to their job runs, by job run (oldest first).
+        self._links: dict[int, NodeRunRecord] = {}
         self.claim_fault: ClaimFault | None = None  # test-only (services/claim_fault.py)
+
+    def running(self, log_id: int) -> NodeRunRecord | None:
+        """The attempt this node linked to job run ``log_id`` (as linked: running; forgotten
+        once asked for), or None when it does not remember one."""
+        return self._links.pop(log_id, None)
+
+    def forget(self, log_id: int | None) -> None:
+        """The attempt of job run ``log_id`` has ended (its result was applied otherwise)."""
+        if log_id is not None:
+            self._links.pop(log_id, None)
 
     async def fire(
         self,
@@ -136,7 +152,9 @@ class NodeFires:
                 log_id = await self._store.workflows.log_of_node_run(attempt.id)
             if log_id is None:
                 return
-        await self._store.workflows.fired(attempt.id, log_id)
+        linked = replace(attempt, state=NodeRunState.RUNNING, log_id=log_id)
+        if await self._store.workflows.fired(attempt.id, log_id):
+            self._remember(log_id, linked)
         await self._driver.apply(
             attempt.workflow_run_id,
             NodeDispatched(
@@ -161,6 +179,12 @@ class NodeFires:
                 replace(fresh or attempt, state=NodeRunState.RUNNING, log_id=log_id),
                 entry.trigger_code, entry.trigger_msg, entry.handle_code, entry.handle_msg
             )
+
+    def _remember(self, log_id: int, linked: NodeRunRecord) -> None:
+        self._links[log_id] = linked
+        if len(self._links) > _LINKS_KEPT:
+            # Results of runs long gone, or that reached another admin: found by a read there.
+            del self._links[next(iter(self._links))]
 
     async def _wanted_context(self, attempt: NodeRunRecord) -> Wanted | None:
         """The run's context and group, read now (None: the run is gone)."""
@@ -231,6 +255,7 @@ class NodeFires:
         for attempt in attempts:
             await self._store.workflows.ended([attempt.id], now)
             log_id = attempt.log_id or command.run_id
+            self.forget(log_id)
             if log_id is None:
                 continue
             entry = await self._store.logs.get(log_id)

@@ -335,20 +335,38 @@ class WorkflowDriver(Monitor):
 
     # -- results ------------------------------------------------------------------------------------
 
-    async def on_results(self, results: Sequence[tuple[int, int, str | None]]) -> None:
-        """Job runs whose results were just recorded: ``(log id, handle code, handle message)``."""
+    async def on_results(
+        self,
+        results: Sequence[tuple[int, int, str | None]],
+        contexts: Mapping[int, str] | None = None,
+    ) -> None:
+        """Job runs whose results were just recorded: ``(log id, handle code, handle message)``.
+        ``contexts``: the context additions recorded with them, by log id (given by the
+        callback service, which knows them all: the attempts this node linked are then not
+        read again); None: each attempt is read, its additions with it."""
         by_log = {log_id: (code, msg) for log_id, code, msg in results}
-        finishing = [
-            self.finish(attempt, HandleCode.SUCCESS, None, *by_log[attempt.log_id])
-            for attempt in await self._store.workflows.node_runs_of_logs(list(by_log))
-            if attempt.state == NodeRunState.RUNNING and attempt.log_id is not None
-        ]
+        attempts: list[NodeRunRecord] = []
+        unknown = list(by_log)
+        if contexts is not None:
+            unknown = []
+            for log_id in by_log:
+                linked = self.fires.running(log_id)
+                if linked is None:
+                    unknown.append(log_id)
+                else:
+                    attempts.append(replace(linked, context_added=contexts.get(log_id)))
+        if unknown:
+            attempts += [a for a in await self._store.workflows.node_runs_of_logs(unknown)
+                         if a.state == NodeRunState.RUNNING]
+        finishing = [self.finish(a, HandleCode.SUCCESS, None, *by_log[a.log_id])
+                     for a in attempts if a.log_id is not None]
         # Together: the results of one run are applied as one step (see apply).
         await asyncio.gather(*finishing)
 
-    def notify(self, results: Sequence[tuple[int, int, str | None]]) -> None:
+    def notify(self, results: Sequence[tuple[int, int, str | None]],
+               contexts: Mapping[int, str] | None = None) -> None:
         """:meth:`on_results` in the background (the callback answers without waiting for it)."""
-        self._spawn(self.on_results(results))
+        self._spawn(self.on_results(results, contexts))
 
     async def finish(
         self,
@@ -359,6 +377,7 @@ class WorkflowDriver(Monitor):
         handle_msg: str | None,
     ) -> None:
         """Apply the end of the attempt's job run (or its failed trigger) to its run."""
+        self.fires.forget(attempt.log_id)
         event = finished(attempt, trigger_code, trigger_msg, handle_code, handle_msg, self._clock.now_ms())
         with contextlib.suppress(WorkflowRunGone):  # the workflow was deleted meanwhile
             await self.apply(attempt.workflow_run_id, event)
