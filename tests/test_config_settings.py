@@ -61,11 +61,24 @@ def test_empty_text_unsets_an_optional_setting(tmp_path: Path) -> None:
     ({"JOBRING_LOOP__CYCLE_MS": "0"},
      "loop.cycle_ms: must be positive, got '0' (from JOBRING_LOOP__CYCLE_MS)"),
     ({"JOBRING_LOOP__MAX_COALESCE_MS": "-1"}, "loop.max_coalesce_ms: must be at least 0"),
+    ({"JOBRING_WORKFLOW_STALE_CLAIM_MS": "500"},
+     "workflow_stale_claim_ms: must be between 1000 and 86400000 (milliseconds), got 500 "
+     "(from JOBRING_WORKFLOW_STALE_CLAIM_MS)"),
+    ({"JOBRING_WORKFLOW_STALE_CLAIM_MS": "5000"},
+     "workflow_stale_claim_ms (5000) must exceed executor_connect_timeout + executor_read_timeout "
+     "(6000 ms)"),
+    ({"JOBRING_WORKFLOW_STALE_CLAIM_MS": "4000", "JOBRING_EXECUTOR_READ_TIMEOUT": "1.5"},
+     "(4500 ms): an admin still waiting for an executor's answer would be taken over"),
 ])
 def test_errors_name_the_field_and_where_its_value_came_from(source: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(environ=source)
     assert needle in str(caught.value)
+
+
+def test_the_workflow_stale_claim_delay_is_a_setting() -> None:
+    assert load_settings(environ={}).workflow_stale_claim_ms == 30_000
+    assert load_settings(environ={"JOBRING_WORKFLOW_STALE_CLAIM_MS": "7000"}).workflow_stale_claim_ms == 7_000
 
 
 def test_file_errors_name_the_file_and_the_key(tmp_path: Path) -> None:

@@ -62,6 +62,13 @@ async def test_executor_api_is_served_at_root_and_base_path(
     assert (await client.get("/api/v1/jobs")).status_code == 401
 
 
+async def test_the_workflow_driver_takes_claims_over_after_the_set_delay(settings: AdminSettings) -> None:
+    app = create_app(settings.model_copy(update={"workflow_stale_claim_ms": 7_000}))
+    async with app.router.lifespan_context(app):
+        runtime: AdminRuntime = app.state.runtime
+        assert runtime.workflows is not None and runtime.workflows.fires.stale_ms == 7_000
+
+
 async def test_no_task_outlives_the_lifespan(settings: AdminSettings) -> None:
     # A runner left behind after stop would hang the event loop's shutdown (a test's teardown).
     before = set(asyncio.all_tasks())

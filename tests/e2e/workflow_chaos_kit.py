@@ -73,13 +73,13 @@ class Cluster:
 
 @asynccontextmanager
 async def chaos_cluster(database_url: str, tmp_path: Path, driver_env: dict[str, str] | None = None,
-                   ) -> AsyncIterator[Cluster]:
+                        survivor_env: dict[str, str] | None = None) -> AsyncIterator[Cluster]:
     driver = await start_admin(database_url, "driver", tmp_path, env=driver_env)
     survivor: AdminNode | None = None
     executor: asyncio.subprocess.Process | None = None
     home = tmp_path / "executor"
     try:
-        survivor = await start_admin(database_url, "survivor", tmp_path)
+        survivor = await start_admin(database_url, "survivor", tmp_path, env=survivor_env)
         async with AsyncAdminClient(driver.base_url) as admin, AsyncAdminClient(survivor.base_url) as other:
             await admin.login("admin", ADMIN_PASSWORD)
             await other.login("admin", ADMIN_PASSWORD)
@@ -106,8 +106,8 @@ async def completed_once_each(cluster: Cluster) -> dict[str, Any]:
         run = await cluster.other.workflows.run(cluster.run_id)
         return run if run["state"] != "running" else None
 
-    # A node the killed admin had claimed and not reported fired is taken over 30 s after its
-    # claim; the rest within the sweep's seconds.
+    # A node the killed admin had claimed and not reported fired is taken over once its claim
+    # is stale (the survivor's workflow_stale_claim_ms); the rest within the sweep's seconds.
     run = await eventually("the run to end on the survivor", ended, limit_s=120)
     assert run["state"] == "success", run
     assert {(n["state"], n["attempt"]) for n in run["nodes"]} == {("success", 1)}, run["nodes"]

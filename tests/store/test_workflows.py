@@ -124,3 +124,28 @@ async def test_node_attempts_are_claimed_once_and_linked_to_their_run(store: Sto
     assert await store.workflows.ended([attempt.id], T0 + 3) == 0
     (record,) = await store.workflows.node_runs(run)
     assert (record.state, record.log_id, record.ended_at) == (NodeRunState.ENDED, log_id, T0 + 3)
+
+
+@pytest.mark.parametrize("returning", [True, False], ids=["returning", "read-back"])
+async def test_a_step_stores_its_attempts_claimed_and_returns_them_with_their_jobs(
+    store: Store, returning: bool
+) -> None:
+    # The driver fires a step's attempts from what this write returns: with INSERT ... RETURNING
+    # the attempts as inserted, else read back in the same transaction (MySQL).
+    store.db.force_no_returning = not returning
+    group = await store.groups.create(JobGroup(app_name="wf-app", title="W"), NOW)
+    job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h"))
+    wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
+    run = await store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [])
+    step = [NewNodeRun("b", -1, 1, job, "p", 7), NewNodeRun("f", 0, 2, job, None, None),
+            NewNodeRun("s", -1, 1, 0, None, None, workflow_id=wf)]
+    stored = await store.workflows.advance(run, 0, "running", {"v": 1}, T0 + 1, step, claimed_by="n1")
+    assert stored is not None
+    assert [(a.node_key, a.item, a.attempt, a.job_id, a.params, a.timeout_s, a.state, a.claimed_by,
+             a.claimed_at, a.workflow_id, a.workflow_run_id) for a in stored.attempts] == [
+        ("b", -1, 1, job, "p", 7, NodeRunState.FIRING, "n1", T0 + 1, None, run),
+        ("f", 0, 2, job, None, None, NodeRunState.FIRING, "n1", T0 + 1, None, run),
+        ("s", -1, 1, 0, None, None, NodeRunState.FIRING, "n1", T0 + 1, wf, run),
+    ]
+    assert stored.attempts == await store.workflows.node_runs(run)
+    assert set(stored.jobs) == {job}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from jobring.admin.alarms import Alarmer, AlarmService
 from jobring.admin.services.callbacks import CallbackService, child_summary, parse_child_ids
 from jobring.admin.store import Store
 from jobring.admin.store.records import JobInfo, ResultOutcome
@@ -109,3 +110,33 @@ async def test_concurrent_duplicate_callbacks_fire_children_once(cb: CbEnv) -> N
     await asyncio.gather(*(cb.callbacks.handle([done(log_id, 200)]) for _ in range(5)))
     await cb.callbacks.wait_idle()
     assert len(await env.store.logs.for_job(child.id)) == 1
+
+
+async def test_a_success_without_children_or_recovery_alarm_costs_one_read(
+    cb: CbEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After the result's write, a success reads its run's link with its job's child jobs and
+    # recovery alarm in one statement; the recovery alarm's own reads follow only for a job that
+    # asks for one. (Before: the link and the job were two reads, and every success spawned the
+    # recovery check's two reads, beside a workflow node start's path.)
+    alarms = AlarmService(cb.env.store, Alarmer([]))
+    callbacks = CallbackService(cb.env.store, cb.env.trigger, cb.env.clock, alarms=alarms)
+    job = await cb.env.job()
+    log_id = await fired_log(cb.env, job)
+    db = cb.env.store.db
+    real_read = db.read
+    reads = 0
+
+    def counting(*args: object, **kwargs: object) -> object:
+        nonlocal reads
+        reads += 1
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(db, "read", counting)
+    try:
+        assert await callbacks.handle([done(log_id)]) == [ResultOutcome.APPLIED]
+        await callbacks.wait_idle()
+    finally:
+        await callbacks.close()
+        await alarms.close()
+    assert reads == 1

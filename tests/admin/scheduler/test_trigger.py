@@ -358,6 +358,23 @@ async def test_scheduled_fires_read_the_group_through_a_short_cache(env: Env) ->
         env.double.address(0), env.double.address(0), env.double.address(1), env.double.address(1)]
 
 
+async def test_workflow_node_fires_read_the_group_through_the_same_short_cache(env: Env) -> None:
+    # A workflow node starts right after its parent's result: the group's two reads are not
+    # on that path. An edit on another admin reaches it as it reaches scheduled fires.
+    job = await env.job()
+    await env.trigger.fire(FireRequest(job, TriggerType.WORKFLOW))
+    group = await env.store.groups.get(env.group_id)
+    assert group is not None
+    await env.store.groups.update(replace(group, address_list=env.double.address(1)), datetime.now(UTC))
+    env.clock.set(T0 + 500)
+    await env.trigger.fire(FireRequest(job, TriggerType.WORKFLOW))
+    await env.trigger.fire(FireRequest(job, TriggerType.API))  # read fresh
+    env.clock.set(T0 + 1_500)
+    await env.trigger.fire(FireRequest(job, TriggerType.WORKFLOW))
+    assert [c.address for c in env.double.runs()] == [
+        env.double.address(0), env.double.address(0), env.double.address(1), env.double.address(1)]
+
+
 async def test_prepared_fires_send_the_same_run_body_as_a_fire_at_once(env: Env) -> None:
     job = await env.job(executor_param="p1", executor_timeout=7)
     (first,) = await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.services import workflow_steps as steps_module
@@ -303,12 +304,14 @@ async def test_the_results_of_a_fan_in_are_applied_as_one_step(two: Two) -> None
 async def test_a_node_starts_after_its_parents_result_without_reading_the_run_again(
     two: Two, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Between a result and the child's /run: find the attempt (a read), store the step with the
-    # child's attempt claimed and read it back with its job in the same transaction (a write),
-    # record the job run (a write; the trigger reads the executor group alongside, two reads).
-    # The run this driver stored last is not read again, nor the attempt or the job, and a
-    # small state is never handed to a worker thread. (Before: five reads of the driver's and
-    # four writes, three hand-offs to a worker thread.)
+    # Between a result and the child's /run: store the step with the child's attempt inserted
+    # claimed and returned by its INSERT, its job read in the same transaction (a write of
+    # three statements), and record the job run (a write of one). Nothing is read: the
+    # attempt of the result is the one this driver linked (its context additions come with
+    # the result), the run is the one it stored last, the executor group is cached for
+    # workflow fires as for scheduled ones, and a small state is never handed to a worker
+    # thread. (Before: the attempt read, the group's two reads, and the attempts read back
+    # after their insert: 3 reads, 5 statements.)
     job = await two.env.job()
     workflow = await two.workflow({"nodes": [{"key": k, "job_id": job.id, "params": k} for k in "AB"],
                                    "edges": [{"from": "A", "to": "B"}]})
@@ -318,7 +321,7 @@ async def test_a_node_starts_after_its_parents_result_without_reading_the_run_ag
     await two.callbacks.handle([HandleCallbackParam(log_id, T0, 200, "ok")])
     db = two.env.store.db
     real_read, real_write, real_to_thread = db.read, db.write, asyncio.to_thread
-    counted = {"read": 0, "write": 0, "thread": 0}
+    counted = {"read": 0, "write": 0, "thread": 0, "statement": 0}
     at_run: dict[str, int] = {}
 
     def counting(kind: str, real: Any) -> Any:
@@ -331,6 +334,10 @@ async def test_a_node_starts_after_its_parents_result_without_reading_the_run_ag
         counted["thread"] += 1
         return await real_to_thread(fn, *args)
 
+    def statement(conn: Any, cursor: Any, text: str, *args: Any) -> None:
+        if not text.startswith("BEGIN"):
+            counted["statement"] += 1
+
     async def run(body: dict[str, Any]) -> ReturnT:
         at_run.update(counted)
         return ReturnT.success()
@@ -340,9 +347,30 @@ async def test_a_node_starts_after_its_parents_result_without_reading_the_run_ag
     monkeypatch.setattr(db, "read", counting("read", real_read))
     monkeypatch.setattr(db, "write", counting("write", real_write))
     monkeypatch.setattr(asyncio, "to_thread", to_thread)
-    await two.a.on_results([(log_id, 200, "ok")])
+    event.listen(db.engine.sync_engine, "before_cursor_execute", statement)
+    try:
+        await two.a.on_results([(log_id, 200, "ok")], {})
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", statement)
     assert [p for p, _ in two.fired()] == ["A", "B"]
-    assert at_run == {"read": 3, "write": 2, "thread": 0}, at_run
+    assert at_run == {"read": 0, "write": 2, "thread": 0, "statement": 4}, at_run
+
+
+async def test_a_result_this_driver_did_not_fire_is_read_with_its_context_additions(two: Two) -> None:
+    # Driver a fired A; its result reaches driver b (the callback came to another admin): b
+    # has no memory of A's job run and reads the attempt, with the additions stored on it.
+    job = await two.env.job()
+    workflow = await two.workflow({"nodes": [{"key": k, "job_id": job.id, "params": k} for k in "AB"],
+                                   "edges": [{"from": "A", "to": "B"}]})
+    await two.a.start_run(workflow, {}, None)
+    await two.a.wait_idle()
+    (log_id,) = [log for p, log in two.fired() if p == "A"]
+    await two.callbacks.handle([HandleCallbackParam(log_id, T0, 200, "ok", workflow_context={"k": 1})])
+    await two.b.on_results([(log_id, 200, "ok")], {log_id: '{"k":1}'})
+    await two.b.wait_idle()
+    assert [p for p, _ in two.fired()] == ["A", "B"]
+    (b,) = [c.body for c in two.env.double.runs() if c.body["executorParams"] == "B"]
+    assert b["workflowContext"] == {"k": 1}
 
 
 async def test_attempts_a_dead_node_stored_claimed_are_taken_over_once_the_claim_is_stale(two: Two) -> None:

@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
@@ -177,7 +177,8 @@ async def start_runtime(
     callbacks = CallbackService(store, trigger, clock, alarms=alarms,
                                 fail_monitor=monitors.find("fail-monitor"),
                                 child_fire_budget=settings.child_fire_budget)
-    workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id, unsure=leases.unsure)
+    workflows = WorkflowDriver(store, trigger, executors, clock, node_id=node_id, unsure=leases.unsure,
+                               stale_ms=settings.workflow_stale_claim_ms)
     workflows.claim_fault = claim_fault_from(os.environ)  # test-only, None in production
     monitors.add(workflows)
     monitors.add(WorkflowScheduler(store, workflows, clock, default_zone=state.default_timezone))
@@ -186,8 +187,8 @@ async def start_runtime(
     overlap_waits = OverlapRunner(store, trigger)
     monitors.add(overlap_waits)
 
-    def results_recorded(results: Sequence[tuple[int, int, str | None]]) -> None:
-        workflows.notify(results)
+    def results_recorded(results: Sequence[tuple[int, int, str | None]], contexts: Mapping[int, str]) -> None:
+        workflows.notify(results, contexts)
         backfills.results(results)
         trigger.flow.poke()  # a run ended: queued runs may start
         overlap_waits.results(results)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from jobring.admin.monitors.failures import alarm_recoveries
-from jobring.admin.store.records import GroupGuard, HandleResult, JobInfo, ResultOutcome, RunLink
+from jobring.admin.store.records import GroupGuard, HandleResult, JobInfo, ParentLink, ResultOutcome, RunLink
 from jobring.admin.trigger.trigger import FireRequest, TriggerService
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
@@ -121,6 +121,10 @@ def _with_context_checked(item: HandleCallbackParam) -> HandleCallbackParam:
                    handle_msg=f"{item.handle_msg}; {refusal}" if item.handle_msg else refusal)
 
 
+ResultsListener = Callable[[Sequence[tuple[int, int, str | None]], Mapping[int, str]], None]
+"""Told the results a callback batch recorded, and their workflow context additions."""
+
+
 class CallbackTaker(Protocol):
     """Takes the callbacks that are not a run's result (admin/distributed)."""
 
@@ -142,9 +146,10 @@ class CallbackService:
         self._fail_monitor = fail_monitor  # woken by a failed result: retry/alarm without waiting
         self._children_tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(concurrency)
-        # Told every result this node records, as (log id, handle code, handle message): the
-        # workflow driver advances the runs whose nodes these are (set by the app).
-        self.results_listener: Callable[[Sequence[tuple[int, int, str | None]]], None] | None = None
+        # Told every result this node records, as (log id, handle code, handle message), and
+        # the workflow context additions recorded with them by log id: the workflow driver
+        # advances the runs whose nodes these are (set by the app).
+        self.results_listener: ResultsListener | None = None
         # Takes the root tasks' results of distributed parents (admin/distributed; set by the app).
         self.distributed: CallbackTaker | None = None
         # For metrics (read at scrape time): callback items received, runs ended by state.
@@ -205,8 +210,13 @@ class CallbackService:
         # What follows a result (children, retry wake-up, recovery alarms, workflows) follows
         # only the rows this node's write really changed.
         if self.results_listener is not None and applied:
-            self.results_listener([(i.log_id, i.handle_code, i.handle_msg) for i in applied])
-        plans = await self._child_plans([i for i in applied if i.handle_code == HandleCode.SUCCESS])
+            # With the context additions each result recorded: the workflow driver then applies
+            # a result of an attempt it fired itself without reading the attempt back.
+            contexts = {i.log_id: text for i in applied if (text := _context_text(i)) is not None}
+            self.results_listener([(i.log_id, i.handle_code, i.handle_msg) for i in applied], contexts)
+        successes = [i for i in applied if i.handle_code == HandleCode.SUCCESS]
+        parents = await self._store.logs.parent_links({i.log_id for i in successes}) if successes else {}
+        plans = await self._child_plans(parents)
         if plans:
             messages = {i.log_id: f"{i.handle_msg}\n\n{plan.summary}" if i.handle_msg else plan.summary
                         for i in applied if (plan := plans.get(i.log_id)) is not None}
@@ -217,7 +227,9 @@ class CallbackService:
                 self._spawn_children(to_fire)
         if self._fail_monitor is not None and any(i.handle_code != HandleCode.SUCCESS for i in applied):
             self._fail_monitor.wake()
-        recovered = [i.log_id for i in applied if i.handle_code == HandleCode.SUCCESS]
+        # Only the jobs that ask for recovery alarms (read with the children, just above).
+        recovered = [i.log_id for i in successes
+                     if (parent := parents.get(i.log_id)) is not None and parent.alarm_recovery]
         if self._alarms is not None and recovered:
             self._spawn(self._recoveries(recovered))
         return outcomes
@@ -234,21 +246,17 @@ class CallbackService:
         self._children_tasks.add(task)
         task.add_done_callback(self._children_tasks.discard)
 
-    async def _child_plans(self, successes: Sequence[HandleCallbackParam]) -> dict[int, _ChildPlan]:
+    async def _child_plans(self, parents: Mapping[int, ParentLink]) -> dict[int, _ChildPlan]:
         """The children of the runs whose success was just recorded (their budget taken)."""
-        if not successes:
-            return {}
-        runs = await self._store.logs.links({i.log_id for i in successes})
-        parents = await self._store.jobs.get_many({r.job_id for r in runs.values()})
-        entries_of = {jid: parse_child_ids(job.child_jobid) for jid, job in parents.items()}
+        entries_of = {log_id: parse_child_ids(p.child_jobid) for log_id, p in parents.items()}
         wanted = {int(e) for entries in entries_of.values() for e in entries if e.isdigit()}
         known = await self._store.jobs.get_many(wanted) if wanted else {}
         plans: dict[int, _ChildPlan] = {}
-        for log_id, run in runs.items():
-            entries = entries_of.get(run.job_id)
+        for log_id, parent in parents.items():
+            entries = entries_of[log_id]
             if entries:
                 children = [known[int(e)] for e in entries if e.isdigit() and int(e) in known]
-                plans[log_id] = await self._budgeted(log_id, run, entries, children, known)
+                plans[log_id] = await self._budgeted(log_id, parent.link, entries, children, known)
         return plans
 
     async def _budgeted(self, log_id: int, run: RunLink, entries: list[str], children: list[JobInfo],

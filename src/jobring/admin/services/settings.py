@@ -39,6 +39,10 @@ from jobring.core.addresses import (
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./jobring.db"
 ENV_PREFIX = "JOBRING_"
 
+DEFAULT_STALE_CLAIM_MS = 30_000
+MIN_STALE_CLAIM_MS = 1_000
+MAX_STALE_CLAIM_MS = 86_400_000
+
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -192,6 +196,9 @@ class AdminSettings(SettingsBase):
     # Child jobs: at most this many child fires descend from one root trigger (a chain or
     # tree of children fired on success); beyond it children are not fired.
     child_fire_budget: Annotated[int, Field(ge=1, le=1_000_000)] = 100
+    # Workflows: a node attempt an admin claimed and did not report fired this long after its
+    # claim is taken over by another admin (its admin may have died in between).
+    workflow_stale_claim_ms: int = DEFAULT_STALE_CLAIM_MS
     # The scheduling loop's tunables: the [admin.loop] table, JOBRING_LOOP__<NAME>.
     loop: LoopSettings = Field(default_factory=LoopSettings)
 
@@ -230,9 +237,30 @@ class AdminSettings(SettingsBase):
                 raise ValueError(str(exc)) from None  # names the bad part: alarm_default_targets.0.url
         return value
 
+    @field_validator("workflow_stale_claim_ms")
+    @classmethod
+    def _stale_claim(cls, value: int) -> int:
+        if not MIN_STALE_CLAIM_MS <= value <= MAX_STALE_CLAIM_MS:
+            raise ValueError(f"must be between {MIN_STALE_CLAIM_MS} and {MAX_STALE_CLAIM_MS} "
+                             f"(milliseconds), got {value}")
+        return value
+
     @model_validator(mode="after")
     def _loop_fits(self) -> Self:
         self.loop.check(self.pre_read_ms)
+        return self
+
+    @model_validator(mode="after")
+    def _stale_claim_outlasts_a_fire(self) -> Self:
+        # An admin still waiting for the executor's answer to a node's /run must not be taken
+        # over: the taker would find the job run unconfirmed and could send it again (an
+        # XXL-JOB executor does not recognise the run id, and would run it twice).
+        limit_ms = (self.executor_connect_timeout + self.executor_read_timeout) * 1000
+        if self.workflow_stale_claim_ms <= limit_ms:
+            raise ValueError(
+                f"workflow_stale_claim_ms ({self.workflow_stale_claim_ms}) must exceed "
+                f"executor_connect_timeout + executor_read_timeout ({limit_ms:g} ms): an admin "
+                "still waiting for an executor's answer would be taken over")
         return self
 
 

@@ -5,7 +5,9 @@ run's stored state and written back by compare-and-set on its revision, together
 attempts the step starts (``store.workflows.advance``); on a lost race the event is applied
 again to the newer state, where the engine ignores what is already done. The attempts are an
 outbox: each is claimed by one admin before it is fired, and its job run carries the attempt's
-id under a unique key, so a node attempt runs at most once whichever admin fires it.
+id under a unique key, so a node attempt runs at most once whichever admin fires it (firing
+is in :mod:`~jobring.admin.services.workflow_fires`, the engine's steps in
+:mod:`~jobring.admin.services.workflow_steps`).
 
 Results come in promptly: the callback service hands this driver every result it records
 (:meth:`WorkflowDriver.on_results`), a trigger failure is applied where it happens. The
@@ -23,28 +25,27 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import IntegrityError
-
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.monitors.base import Monitor
 from jobring.admin.services.claim_fault import ClaimFault
+from jobring.admin.services.settings import DEFAULT_STALE_CLAIM_MS
 from jobring.admin.services.subworkflows import Children
+from jobring.admin.services.workflow_fires import (
+    MAX_CONCURRENT_FIRES,
+    STOPPED_BY_WORKFLOW,
+    NodeFires,
+)
 from jobring.admin.services.workflow_steps import (
     Applied,
     KnownRun,
-    Wanted,
     finished,
     first_step,
-    item_of,
-    naive_utc,
     new_attempts,
     off_loop_if_large,
     steps_of,
     steps_of_state,
-    unconfirmed,
     wanted_in,
 )
-from jobring.admin.store.records import HandleResult
 from jobring.admin.store.workflow_records import (
     NodeRunRecord,
     NodeRunState,
@@ -52,11 +53,10 @@ from jobring.admin.store.workflow_records import (
     WorkflowRecord,
     WorkflowRunRecord,
 )
-from jobring.admin.trigger.fires import run_candidates
-from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.admin.trigger.trigger import TriggerService
 from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.clock import Clock
-from jobring.core.enums import HandleCode, TriggerType
+from jobring.core.enums import HandleCode
 from jobring.core.expression import JsonValue
 from jobring.core.workflow import (
     Command,
@@ -64,9 +64,6 @@ from jobring.core.workflow import (
     FinishRun,
     JobRef,
     KillJob,
-    NodeDispatched,
-    NodeFinished,
-    Outcome,
     RunStarted,
     RunStatus,
     StartJob,
@@ -76,7 +73,6 @@ from jobring.core.workflow import (
     WorkflowGraph,
     inherited_retries,
     parse_workflow,
-    run_from_json,
 )
 from jobring.errors import JobringError
 
@@ -85,11 +81,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STOPPED_BY_WORKFLOW = "killed: its workflow run stopped"
+__all__ = ["MAX_CONCURRENT_FIRES", "STOPPED_BY_WORKFLOW", "WorkflowDriver", "WorkflowRunGone"]
+
 _CONTENDED_TRIES = 50
-MAX_CONCURRENT_FIRES = 50
-"""Job starts one driver has in flight at once; the rest wait their turn (each is already a
-durable pending attempt, so nothing is lost if the admin stops while they wait)."""
 _GRAPHS_KEPT = 256
 _RUNS_KEPT = 64
 _KEPT_STATE_CHARS = 262_144
@@ -115,20 +109,14 @@ class WorkflowDriver(Monitor):
         *,
         node_id: str,
         interval_s: float = 2.0,
-        stale_ms: int = 30_000,
+        stale_ms: int = DEFAULT_STALE_CLAIM_MS,
         max_concurrent_fires: int = MAX_CONCURRENT_FIRES,
         unsure: UnsureFires | None = None,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
-        self._trigger = trigger
-        self._executors = executors
         self._clock = clock
         self._node_id = node_id
-        self._stale_ms = stale_ms
-        # Asks the executor about a taken-over attempt's job run that its dead admin recorded
-        # and perhaps never sent (and sends it then, under the same run id).
-        self._unsure = unsure
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Events waiting to be applied, per run, and the runs whose queue is being drained.
@@ -138,12 +126,20 @@ class WorkflowDriver(Monitor):
         # makes that compare-and-set fail; the run is then read as usual.
         self._known: dict[int, KnownRun] = {}
         self._draining: set[int] = set()
-        # Bounds the trigger calls only, not what follows them: a fire's result may start more
-        # attempts, and holding a slot while waiting for another could use them all up.
-        self._firing = asyncio.Semaphore(max_concurrent_fires)
-        self.claim_fault: ClaimFault | None = None  # test-only (services/claim_fault.py)
         self.lost_races = 0  # steps recomputed because another writer stored one first
         self.children = Children(store, clock, self)
+        self.fires = NodeFires(store, trigger, executors, clock, self, self.children, node_id=node_id,
+                               stale_ms=stale_ms, max_concurrent_fires=max_concurrent_fires,
+                               unsure=unsure)
+
+    @property
+    def claim_fault(self) -> ClaimFault | None:
+        """The test-only fault point of the claim window (services/claim_fault.py)."""
+        return self.fires.claim_fault
+
+    @claim_fault.setter
+    def claim_fault(self, fault: ClaimFault | None) -> None:
+        self.fires.claim_fault = fault
 
     # -- graphs -----------------------------------------------------------------------------------
 
@@ -318,7 +314,7 @@ class WorkflowDriver(Monitor):
                 # as it would had it died just after a claim of its own.)
                 run, group, jobs = applied.run, applied.stored_over.job_group, applied.stored.jobs
                 await asyncio.gather(*(
-                    self._fire(a, known=wanted_in(run, a, group, jobs), claimed=True)
+                    self.fires.fire(a, known=wanted_in(run, a, group, jobs), claimed=True)
                     for a in applied.stored.attempts if (a.node_key, a.attempt, a.item) in wanted))
             else:
                 attempts = [
@@ -326,10 +322,10 @@ class WorkflowDriver(Monitor):
                     for a in await self._store.workflows.pending_node_runs(run_id)
                     if (a.node_key, a.attempt, a.item) in wanted
                 ]
-                await asyncio.gather(*(self._fire(a) for a in attempts))
+                await asyncio.gather(*(self.fires.fire(a) for a in attempts))
         for command in commands:
             if isinstance(command, KillJob):
-                await self._kill(run_id, command)
+                await self.fires.kill(run_id, command)
             elif isinstance(command, StopSubworkflow):
                 await self.children.stop(run_id, command)
             elif isinstance(command, FinishRun):
@@ -337,171 +333,42 @@ class WorkflowDriver(Monitor):
                 if parent_node_run_id is not None:
                     await self.children.on_child_end(parent_node_run_id)
 
-    # -- firing -------------------------------------------------------------------------------------
-
-    async def _fire(
-        self,
-        attempt: NodeRunRecord,
-        *,
-        stale: bool = False,
-        known: Wanted | None = None,
-        claimed: bool = False,
-    ) -> None:
-        """Claim the attempt (unless ``claimed`` when stored) and fire it. ``known``: its run
-        as the step that stored the attempt left it (else the run is read after the claim, as
-        a stop or a repair may have superseded the attempt since it was stored)."""
-        now = self._clock.now_ms()
-        stale_before = now - self._stale_ms if stale else None
-        if not claimed and not await self._store.workflows.claim(
-            attempt.id, self._node_id, now, stale_before
-        ):
-            return  # another admin has it
-        if self.claim_fault is not None:  # (a stored attempt's claim was its insert's)
-            await self.claim_fault.claimed(attempt.id)
-        wanted = known if known is not None else await self._wanted_context(attempt)
-        if wanted is None or wanted.superseded:
-            await self._store.workflows.ended([attempt.id], now)
-            return
-        if attempt.workflow_id is not None:
-            await self.children.fire(attempt)
-            return
-        log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
-        if log_id is None:
-            try:
-                log_id = await self._fire_job(attempt, wanted)
-            except IntegrityError:  # a node we took over for dead had recorded it after all
-                log_id = await self._store.workflows.log_of_node_run(attempt.id)
-            if log_id is None:
-                return
-        await self._store.workflows.fired(attempt.id, log_id)
-        await self.apply(
-            attempt.workflow_run_id,
-            NodeDispatched(
-                attempt.node_key, attempt.attempt, log_id, self._clock.now_ms(), item_of(attempt.item)
-            ),
-        )
-        # A result recorded before the link was (a fast executor, a failed trigger) is applied
-        # here; one recorded after it reaches on_results.
-        entry = await self._store.logs.get(log_id)
-        if stale and self._unsure is not None and entry is not None and unconfirmed(entry):
-            # Taken over from an admin that died between recording the run and hearing the
-            # executor's answer: it may never have been sent. Left alone it would wait for the
-            # lost-run monitor (10 minutes); asked now, it is sent again only if no executor
-            # has it (the same run id: a jobring executor that does answers "already received").
-            self._unsure.submit([log_id])
-        if entry is not None and (
-            entry.handle_code != 0 or entry.trigger_code not in (0, HandleCode.SUCCESS)
-        ):
-            # Read again: the callback stored the handler's context additions on the attempt.
-            fresh = await self._store.workflows.node_run(attempt.id)
-            linked = replace(fresh or attempt, state=NodeRunState.RUNNING, log_id=log_id)
-            await self._finish(
-                linked, entry.trigger_code, entry.trigger_msg, entry.handle_code, entry.handle_msg
-            )
-
-    async def _wanted_context(self, attempt: NodeRunRecord) -> Wanted | None:
-        """The run's context and group, read now (None: the run is gone)."""
-        record = await self._store.workflows.get_run(attempt.workflow_run_id)
-        if record is None or record.state is None:
-            return None
-        run = await off_loop_if_large(record.state_chars, run_from_json, record.state)
-        return wanted_in(run, attempt, record.job_group, None)
-
-    async def _fire_job(self, attempt: NodeRunRecord, wanted: Wanted) -> int | None:
-        """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
-        None when it could not even be recorded (the attempt is then failed here). The run's
-        group is ``wanted.group``: a job moved to another group since the run started is not
-        fired (a workflow runs only its own group's jobs: checked at the start, and here at
-        each fire, on the job as read with the attempt's step or now)."""
-        if wanted.jobs is None:
-            job = await self._store.jobs.get(attempt.job_id)
-        else:
-            job = wanted.jobs.get(attempt.job_id)
-        problem = None
-        if job is None:
-            problem = f"job {attempt.job_id} no longer exists"
-        elif job.job_group != wanted.group:
-            problem = (f"job {attempt.job_id} is now in another group: a workflow runs only its "
-                       "own group's jobs")
-        else:
-            if attempt.timeout_s is not None:
-                job = replace(job, executor_timeout=attempt.timeout_s)
-            request = FireRequest(
-                job,
-                TriggerType.WORKFLOW,
-                executor_param=attempt.params,
-                fail_retry_count=0,
-                workflow_node_run_id=attempt.id,
-                workflow_context=wanted.context,
-            )
-            try:
-                async with self._firing:
-                    result = await self._trigger.fire(request)
-            except TriggerRejected as exc:
-                problem = str(exc)
-            else:
-                if result.log_ids:
-                    return result.log_ids[0]
-                problem = result.trigger_msg
-        await self._store.workflows.ended([attempt.id], self._clock.now_ms())
-        await self.apply(
-            attempt.workflow_run_id,
-            NodeFinished(
-                attempt.node_key,
-                attempt.attempt,
-                Outcome.FAILED,
-                self._clock.now_ms(),
-                item_of(attempt.item),
-                message=f"not fired: {problem}",
-            ),
-        )
-        return None
-
-    async def _kill(self, run_id: int, command: KillJob) -> None:
-        attempts = [
-            a
-            for a in await self._store.workflows.node_runs(run_id)
-            if (a.node_key, a.attempt, a.item) == command.key and a.state != NodeRunState.ENDED
-        ]
-        now = self._clock.now_ms()
-        for attempt in attempts:
-            await self._store.workflows.ended([attempt.id], now)
-            log_id = attempt.log_id or command.run_id
-            if log_id is None:
-                continue
-            entry = await self._store.logs.get(log_id)
-            if entry is None or entry.handle_code != 0:
-                continue
-            if self._executors is not None and entry.executor_address:
-                group = await self._store.groups.get(entry.job_group)
-                token = (group.access_token if group else None) or None
-                answer = await self._executors.kill(
-                    entry.executor_address, entry.job_id, token, group.app_name if group else None,
-                    runs=run_candidates(entry))
-                if not answer.ok:
-                    log.warning("workflow run %s: killing run %s failed: %s", run_id, log_id, answer.msg)
-            await self._store.logs.record_results(
-                [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))]
-            )
-
     # -- results ------------------------------------------------------------------------------------
 
-    async def on_results(self, results: Sequence[tuple[int, int, str | None]]) -> None:
-        """Job runs whose results were just recorded: ``(log id, handle code, handle message)``."""
+    async def on_results(
+        self,
+        results: Sequence[tuple[int, int, str | None]],
+        contexts: Mapping[int, str] | None = None,
+    ) -> None:
+        """Job runs whose results were just recorded: ``(log id, handle code, handle message)``.
+        ``contexts``: the context additions recorded with them, by log id (given by the
+        callback service, which knows them all: the attempts this node linked are then not
+        read again); None: each attempt is read, its additions with it."""
         by_log = {log_id: (code, msg) for log_id, code, msg in results}
-        finishing = [
-            self._finish(attempt, HandleCode.SUCCESS, None, *by_log[attempt.log_id])
-            for attempt in await self._store.workflows.node_runs_of_logs(list(by_log))
-            if attempt.state == NodeRunState.RUNNING and attempt.log_id is not None
-        ]
+        attempts: list[NodeRunRecord] = []
+        unknown = list(by_log)
+        if contexts is not None:
+            unknown = []
+            for log_id in by_log:
+                linked = self.fires.running(log_id)
+                if linked is None:
+                    unknown.append(log_id)
+                else:
+                    attempts.append(replace(linked, context_added=contexts.get(log_id)))
+        if unknown:
+            attempts += [a for a in await self._store.workflows.node_runs_of_logs(unknown)
+                         if a.state == NodeRunState.RUNNING]
+        finishing = [self.finish(a, HandleCode.SUCCESS, None, *by_log[a.log_id])
+                     for a in attempts if a.log_id is not None]
         # Together: the results of one run are applied as one step (see apply).
         await asyncio.gather(*finishing)
 
-    def notify(self, results: Sequence[tuple[int, int, str | None]]) -> None:
+    def notify(self, results: Sequence[tuple[int, int, str | None]],
+               contexts: Mapping[int, str] | None = None) -> None:
         """:meth:`on_results` in the background (the callback answers without waiting for it)."""
-        self._spawn(self.on_results(results))
+        self._spawn(self.on_results(results, contexts))
 
-    async def _finish(
+    async def finish(
         self,
         attempt: NodeRunRecord,
         trigger_code: int,
@@ -509,6 +376,8 @@ class WorkflowDriver(Monitor):
         handle_code: int,
         handle_msg: str | None,
     ) -> None:
+        """Apply the end of the attempt's job run (or its failed trigger) to its run."""
+        self.fires.forget(attempt.log_id)
         event = finished(attempt, trigger_code, trigger_msg, handle_code, handle_msg, self._clock.now_ms())
         with contextlib.suppress(WorkflowRunGone):  # the workflow was deleted meanwhile
             await self.apply(attempt.workflow_run_id, event)
@@ -518,14 +387,14 @@ class WorkflowDriver(Monitor):
 
     async def tick(self) -> None:
         now = self._clock.now_ms()
-        for attempt in await self._store.workflows.to_fire(now, self._stale_ms):
+        for attempt in await self._store.workflows.to_fire(now, self.fires.stale_ms):
             try:
-                await self._fire(attempt, stale=attempt.state == NodeRunState.FIRING)
+                await self.fires.fire(attempt, stale=attempt.state == NodeRunState.FIRING)
             except WorkflowRunGone:
                 await self._store.workflows.ended([attempt.id], now)
         for ended in await self._store.workflows.running_with_results():
             try:
-                await self._finish(
+                await self.finish(
                     ended.node_run, ended.trigger_code, ended.trigger_msg, ended.handle_code, ended.handle_msg
                 )
             except WorkflowRunGone:

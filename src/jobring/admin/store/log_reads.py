@@ -35,12 +35,13 @@ from jobring.admin.store.records import (
     LogEntry,
     LogStatus,
     Page,
+    ParentLink,
     RunCursor,
     RunLink,
 )
 from jobring.admin.store.run_estimate import estimate_runs
 from jobring.admin.store.subtasks import lost_parents_condition
-from jobring.admin.store.tables import job_group, job_log
+from jobring.admin.store.tables import job_group, job_info, job_log
 from jobring.core.runstate import RunState
 
 
@@ -88,6 +89,22 @@ class LogReads(Repository):
                            job_log.c.child_depth).where(job_log.c.id.in_(ids[start:start + 500])))
                 found.update({int(r.id): RunLink(int(r.id), int(r.job_id), int(r.job_group), r.root_run_id,
                                                  int(r.child_depth)) for r in rows})
+        return found
+
+    async def parent_links(self, run_ids: Collection[int]) -> dict[int, ParentLink]:
+        """run id -> :class:`ParentLink` for the runs among ``run_ids`` whose job exists, read
+        with their jobs' child jobs and recovery alarm in one statement (500 ids each)."""
+        ids = sorted(set(run_ids))
+        found: dict[int, ParentLink] = {}
+        cols = (job_log.c.id, job_log.c.job_id, job_log.c.job_group, job_log.c.root_run_id,
+                job_log.c.child_depth, job_info.c.child_jobid, job_info.c.alarm_recovery)
+        async with self._db.read() as conn:
+            for start in range(0, len(ids), 500):
+                rows = await conn.execute(select(*cols).join(job_info, job_info.c.id == job_log.c.job_id)
+                                          .where(job_log.c.id.in_(ids[start:start + 500])))
+                found.update({int(r.id): ParentLink(
+                    RunLink(int(r.id), int(r.job_id), int(r.job_group), r.root_run_id, int(r.child_depth)),
+                    r.child_jobid, bool(r.alarm_recovery)) for r in rows})
         return found
 
     async def list(

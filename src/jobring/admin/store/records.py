@@ -144,6 +144,16 @@ class RunLink:
 
 
 @dataclass(frozen=True, slots=True)
+class ParentLink:
+    """A run whose success was just recorded, with what follows a success in its job: the
+    child jobs to fire, and whether a recovery is alarmed."""
+
+    link: RunLink
+    child_jobid: str | None
+    alarm_recovery: bool
+
+
+@dataclass(frozen=True, slots=True)
 class LogEntry:
     """A row of ``xxl_job_log``."""
 

@@ -20,7 +20,13 @@ from jobring.admin.store.workflow_records import (
     node_run_of,
 )
 
-__all__ = ["NodeAttempts", "claimed_attempts", "insert_starts", "pending_attempts"]
+__all__ = [
+    "NodeAttempts",
+    "claimed_attempts",
+    "insert_claimed_returning",
+    "insert_starts",
+    "pending_attempts",
+]
 
 
 class NodeAttempts(Repository):
@@ -166,6 +172,28 @@ class NodeAttempts(Repository):
 
 
 
+def _start_rows(
+    run_id: int, starts: Sequence[NewNodeRun], now_ms: int, claimed_by: str | None
+) -> builtins.list[dict[str, object]]:
+    return [
+        {
+            "workflow_run_id": run_id,
+            "node_key": s.node_key,
+            "item": s.item,
+            "attempt": s.attempt,
+            "job_id": s.job_id,
+            "params": s.params,
+            "timeout_s": s.timeout_s,
+            "state": NodeRunState.PENDING if claimed_by is None else NodeRunState.FIRING,
+            "claimed_by": claimed_by,
+            "claimed_at": None if claimed_by is None else now_ms,
+            "created_at": now_ms,
+            "workflow_id": s.workflow_id,
+        }
+        for s in starts
+    ]
+
+
 async def insert_starts(
     conn: AsyncConnection,
     run_id: int,
@@ -176,27 +204,19 @@ async def insert_starts(
     """Insert a step's attempts: pending, or already claimed by the node ``claimed_by``."""
     if not starts:
         return
-    await conn.execute(
-        insert(workflow_node_run),
-        [
-            {
-                "workflow_run_id": run_id,
-                "node_key": s.node_key,
-                "item": s.item,
-                "attempt": s.attempt,
-                "job_id": s.job_id,
-                "params": s.params,
-                "timeout_s": s.timeout_s,
-                "state": NodeRunState.PENDING if claimed_by is None else NodeRunState.FIRING,
-                "claimed_by": claimed_by,
-                "claimed_at": None if claimed_by is None else now_ms,
-                "created_at": now_ms,
-                "workflow_id": s.workflow_id,
-            }
-            for s in starts
-        ],
-    )
+    await conn.execute(insert(workflow_node_run), _start_rows(run_id, starts, now_ms, claimed_by))
 
+
+async def insert_claimed_returning(
+    conn: AsyncConnection, run_id: int, starts: Sequence[NewNodeRun], now_ms: int, claimed_by: str
+) -> builtins.list[NodeRunRecord]:
+    """Insert a step's attempts claimed by ``claimed_by`` and return them as inserted, in one
+    statement (INSERT ... RETURNING: SQLite 3.35+, PostgreSQL, MariaDB 10.5+), oldest first."""
+    if not starts:
+        return []
+    stmt = insert(workflow_node_run).returning(*workflow_node_run.c)
+    rows = (await conn.execute(stmt, _start_rows(run_id, starts, now_ms, claimed_by))).all()
+    return sorted((node_run_of(r) for r in rows), key=lambda a: a.id)
 
 
 async def pending_attempts(conn: AsyncConnection, run_id: int) -> builtins.list[NodeRunRecord]:

@@ -24,6 +24,7 @@ from jobring.admin.store.tables import job_info, workflow, workflow_run
 from jobring.admin.store.workflow_attempts import (
     NodeAttempts,
     claimed_attempts,
+    insert_claimed_returning,
     insert_starts,
     pending_attempts,
 )
@@ -186,8 +187,11 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         transaction; None (nothing stored) when the run is no longer at ``rev``. Returns the
         run's pending attempts and their jobs as read in the same transaction (the driver
         fires them without reading them again); ``claimed_by``: the attempts are inserted
-        claimed by that node (as :meth:`claim` would), and those are returned."""
+        claimed by that node (as :meth:`claim` would), and those are returned (where the
+        database has INSERT ... RETURNING, the step's attempts as that statement returned
+        them)."""
         text = await _state_text(state)
+        returning = claimed_by is not None and (await self._db.capabilities()).insert_returning
         async with self._db.write() as conn:
             result = await conn.execute(
                 update(workflow_run)
@@ -203,10 +207,13 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
                 return None
             if not starts:
                 return StoredStep([], {})
-            await insert_starts(conn, run_id, starts, now_ms, claimed_by)
             if claimed_by is None:
+                await insert_starts(conn, run_id, starts, now_ms)
                 attempts = await pending_attempts(conn, run_id)
+            elif returning:  # the attempts as inserted: no statement to read them back
+                attempts = await insert_claimed_returning(conn, run_id, starts, now_ms, claimed_by)
             else:
+                await insert_starts(conn, run_id, starts, now_ms, claimed_by)
                 attempts = await claimed_attempts(conn, run_id, claimed_by, now_ms)
             jobs: dict[int, JobInfo] = {}
             for part in chunks(sorted({a.job_id for a in attempts if a.workflow_id is None})):

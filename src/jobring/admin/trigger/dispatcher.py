@@ -31,7 +31,7 @@ from jobring.admin.trigger.fires import (
 from jobring.admin.trigger.lanes import DispatchLanes, Lane
 from jobring.core.addresses import AddressPolicy, address_key, refused_addresses
 from jobring.core.clock import Clock
-from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy
+from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy, TriggerType
 from jobring.core.routing import PINNED_STRATEGIES, Router, RouteResult
 from jobring.protocol.models import FAIL_CODE, WORKFLOW_CONTEXT_FIELD, ReturnT, TriggerParam, dumps
 
@@ -106,9 +106,10 @@ class FireDispatcher:
         self._policy = address_policy or AddressPolicy()
         self.lanes = DispatchLanes(clock, fast_size=fast_pool, slow_size=slow_pool)
         self._router = router or Router(rng=rng, beat=client.beat_probe, idle_beat=client.idle_beat_probe)
-        # Scheduled fires read executor groups through a short-lived cache (one read per
-        # group per ``group_cache_ms`` instead of one per batch); manual and API fires, and
-        # every address override check, read the group fresh.
+        # Scheduled fires and workflow node fires read executor groups through a short-lived
+        # cache (one read per group per ``group_cache_ms`` instead of one per batch: an edit on
+        # another node reaches them within that time); manual and API fires, and every
+        # address override check, read the group fresh.
         self._group_cache_ms = group_cache_ms
         self._group_cache: dict[int, tuple[int, GroupView | None]] = {}
         # (appname, address key) of the addresses that unregistered (api/registryRemove)
@@ -169,7 +170,8 @@ class FireDispatcher:
     async def _groups(self, plans: Sequence[FirePlan]) -> dict[int, GroupView | None]:
         ids = {p.req.job.job_group for p in plans}
         cacheable = self._group_cache_ms > 0 and all(
-            p.req.planned_time is not None and not p.req.address_override for p in plans)
+            (p.req.planned_time is not None or p.req.trigger_type is TriggerType.WORKFLOW)
+            and not p.req.address_override for p in plans)
         now = self._clock.now_ms()
         groups: dict[int, GroupView | None] = {}
         for group_id in ids:

@@ -1,0 +1,275 @@
+"""Firing node attempts (:mod:`jobring.admin.services.workflows`): claim an attempt, fire its
+job (or hand a sub-workflow attempt to :class:`~jobring.admin.services.subworkflows.Children`),
+link the job run to the attempt, and kill the job runs of attempts a step stops.
+
+Exactly once: an attempt is claimed by one admin before it is fired (or inserted claimed by the
+step that stores it), and its job run carries the attempt's id under a unique key, so of two
+admins firing the same attempt (a stale claim taken over) only one records a job run; the other
+finds it. A claim is stale ``stale_ms`` after it was taken when its attempt was never reported
+fired: its admin may have died in between (the ``workflow_stale_claim_ms`` setting).
+
+The job runs this admin linked are remembered (:meth:`NodeFires.running`, the latest
+``_LINKS_KEPT``), so a result that reaches this admin finds its attempt without a read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
+
+from sqlalchemy.exc import IntegrityError
+
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.services.claim_fault import ClaimFault
+from jobring.admin.services.settings import DEFAULT_STALE_CLAIM_MS
+from jobring.admin.services.subworkflows import Children
+from jobring.admin.services.workflow_steps import (
+    Wanted,
+    item_of,
+    naive_utc,
+    off_loop_if_large,
+    unconfirmed,
+    wanted_in,
+)
+from jobring.admin.store.records import HandleResult
+from jobring.admin.store.workflow_records import NodeRunRecord, NodeRunState
+from jobring.admin.trigger.fires import run_candidates
+from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.admin.trigger.unsure import UnsureFires
+from jobring.core.clock import Clock
+from jobring.core.enums import HandleCode, TriggerType
+from jobring.core.workflow import (
+    Event,
+    KillJob,
+    NodeDispatched,
+    NodeFinished,
+    Outcome,
+    Step,
+    run_from_json,
+)
+
+if TYPE_CHECKING:
+    from jobring.admin.store import Store
+
+__all__ = ["MAX_CONCURRENT_FIRES", "STOPPED_BY_WORKFLOW", "FiringPort", "NodeFires"]
+
+log = logging.getLogger("jobring.admin.services.workflows")  # the driver's lines keep their logger
+
+STOPPED_BY_WORKFLOW = "killed: its workflow run stopped"
+MAX_CONCURRENT_FIRES = 50
+"""Job starts one driver has in flight at once; the rest wait their turn (each is already a
+durable pending attempt, so nothing is lost if the admin stops while they wait)."""
+_LINKS_KEPT = 4_096
+
+
+class FiringPort(Protocol):
+    """What firing needs of the workflow driver."""
+
+    async def apply(self, run_id: int, event: Event) -> Step: ...
+
+    async def finish(self, attempt: NodeRunRecord, trigger_code: int, trigger_msg: str | None,
+                     handle_code: int, handle_msg: str | None) -> None: ...
+
+
+class NodeFires:
+    """Claims and fires node attempts for one admin node."""
+
+    def __init__(
+        self,
+        store: Store,
+        trigger: TriggerService,
+        executors: ExecutorClient | None,
+        clock: Clock,
+        driver: FiringPort,
+        children: Children,
+        *,
+        node_id: str,
+        stale_ms: int = DEFAULT_STALE_CLAIM_MS,
+        max_concurrent_fires: int = MAX_CONCURRENT_FIRES,
+        unsure: UnsureFires | None = None,
+    ) -> None:
+        self._store = store
+        self._trigger = trigger
+        self._executors = executors
+        self._clock = clock
+        self._driver = driver
+        self._children = children
+        self._node_id = node_id
+        self.stale_ms = stale_ms
+        # Asks the executor about a taken-over attempt's job run that its dead admin recorded
+        # and perhaps never sent (and sends it then, under the same run id).
+        self._unsure = unsure
+        # Bounds the trigger calls only, not what follows them: a fire's result may start more
+        # attempts, and holding a slot while waiting for another could use them all up.
+        self._firing = asyncio.Semaphore(max_concurrent_fires)
+        # The attempts this node linked to their job runs, by job run (oldest first).
+        self._links: dict[int, NodeRunRecord] = {}
+        self.claim_fault: ClaimFault | None = None  # test-only (services/claim_fault.py)
+
+    def running(self, log_id: int) -> NodeRunRecord | None:
+        """The attempt this node linked to job run ``log_id`` (as linked: running; forgotten
+        once asked for), or None when it does not remember one."""
+        return self._links.pop(log_id, None)
+
+    def forget(self, log_id: int | None) -> None:
+        """The attempt of job run ``log_id`` has ended (its result was applied otherwise)."""
+        if log_id is not None:
+            self._links.pop(log_id, None)
+
+    async def fire(
+        self,
+        attempt: NodeRunRecord,
+        *,
+        stale: bool = False,
+        known: Wanted | None = None,
+        claimed: bool = False,
+    ) -> None:
+        """Claim the attempt (unless ``claimed`` when stored) and fire it. ``known``: its run
+        as the step that stored the attempt left it (else the run is read after the claim, as
+        a stop or a repair may have superseded the attempt since it was stored)."""
+        now = self._clock.now_ms()
+        stale_before = now - self.stale_ms if stale else None
+        if not claimed and not await self._store.workflows.claim(
+            attempt.id, self._node_id, now, stale_before
+        ):
+            return  # another admin has it
+        if self.claim_fault is not None:  # (a stored attempt's claim was its insert's)
+            await self.claim_fault.claimed(attempt.id)
+        wanted = known if known is not None else await self._wanted_context(attempt)
+        if wanted is None or wanted.superseded:
+            await self._store.workflows.ended([attempt.id], now)
+            return
+        if attempt.workflow_id is not None:
+            await self._children.fire(attempt)
+            return
+        log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
+        if log_id is None:
+            try:
+                log_id = await self._fire_job(attempt, wanted)
+            except IntegrityError:  # a node we took over for dead had recorded it after all
+                log_id = await self._store.workflows.log_of_node_run(attempt.id)
+            if log_id is None:
+                return
+        linked = replace(attempt, state=NodeRunState.RUNNING, log_id=log_id)
+        if await self._store.workflows.fired(attempt.id, log_id):
+            self._remember(log_id, linked)
+        await self._driver.apply(
+            attempt.workflow_run_id,
+            NodeDispatched(
+                attempt.node_key, attempt.attempt, log_id, self._clock.now_ms(), item_of(attempt.item)
+            ),
+        )
+        # A result recorded before the link was (a fast executor, a failed trigger) is applied
+        # here; one recorded after it reaches the driver's on_results.
+        entry = await self._store.logs.get(log_id)
+        if stale and self._unsure is not None and entry is not None and unconfirmed(entry):
+            # Taken over from an admin that died between recording the run and hearing the
+            # executor's answer: it may never have been sent. Left alone it would wait for the
+            # lost-run monitor (10 minutes); asked now, it is sent again only if no executor
+            # has it (the same run id: a jobring executor that does answers "already received").
+            self._unsure.submit([log_id])
+        if entry is not None and (
+            entry.handle_code != 0 or entry.trigger_code not in (0, HandleCode.SUCCESS)
+        ):
+            # Read again: the callback stored the handler's context additions on the attempt.
+            fresh = await self._store.workflows.node_run(attempt.id)
+            await self._driver.finish(
+                replace(fresh or attempt, state=NodeRunState.RUNNING, log_id=log_id),
+                entry.trigger_code, entry.trigger_msg, entry.handle_code, entry.handle_msg
+            )
+
+    def _remember(self, log_id: int, linked: NodeRunRecord) -> None:
+        self._links[log_id] = linked
+        if len(self._links) > _LINKS_KEPT:
+            # Results of runs long gone, or that reached another admin: found by a read there.
+            del self._links[next(iter(self._links))]
+
+    async def _wanted_context(self, attempt: NodeRunRecord) -> Wanted | None:
+        """The run's context and group, read now (None: the run is gone)."""
+        record = await self._store.workflows.get_run(attempt.workflow_run_id)
+        if record is None or record.state is None:
+            return None
+        run = await off_loop_if_large(record.state_chars, run_from_json, record.state)
+        return wanted_in(run, attempt, record.job_group, None)
+
+    async def _fire_job(self, attempt: NodeRunRecord, wanted: Wanted) -> int | None:
+        """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
+        None when it could not even be recorded (the attempt is then failed here). The run's
+        group is ``wanted.group``: a job moved to another group since the run started is not
+        fired (a workflow runs only its own group's jobs: checked at the start, and here at
+        each fire, on the job as read with the attempt's step or now)."""
+        if wanted.jobs is None:
+            job = await self._store.jobs.get(attempt.job_id)
+        else:
+            job = wanted.jobs.get(attempt.job_id)
+        problem = None
+        if job is None:
+            problem = f"job {attempt.job_id} no longer exists"
+        elif job.job_group != wanted.group:
+            problem = (f"job {attempt.job_id} is now in another group: a workflow runs only its "
+                       "own group's jobs")
+        else:
+            if attempt.timeout_s is not None:
+                job = replace(job, executor_timeout=attempt.timeout_s)
+            request = FireRequest(
+                job,
+                TriggerType.WORKFLOW,
+                executor_param=attempt.params,
+                fail_retry_count=0,
+                workflow_node_run_id=attempt.id,
+                workflow_context=wanted.context,
+            )
+            try:
+                async with self._firing:
+                    result = await self._trigger.fire(request)
+            except TriggerRejected as exc:
+                problem = str(exc)
+            else:
+                if result.log_ids:
+                    return result.log_ids[0]
+                problem = result.trigger_msg
+        await self._store.workflows.ended([attempt.id], self._clock.now_ms())
+        await self._driver.apply(
+            attempt.workflow_run_id,
+            NodeFinished(
+                attempt.node_key,
+                attempt.attempt,
+                Outcome.FAILED,
+                self._clock.now_ms(),
+                item_of(attempt.item),
+                message=f"not fired: {problem}",
+            ),
+        )
+        return None
+
+    async def kill(self, run_id: int, command: KillJob) -> None:
+        """End the attempts ``command`` stops and kill their job runs on their executors."""
+        attempts = [
+            a
+            for a in await self._store.workflows.node_runs(run_id)
+            if (a.node_key, a.attempt, a.item) == command.key and a.state != NodeRunState.ENDED
+        ]
+        now = self._clock.now_ms()
+        for attempt in attempts:
+            await self._store.workflows.ended([attempt.id], now)
+            log_id = attempt.log_id or command.run_id
+            self.forget(log_id)
+            if log_id is None:
+                continue
+            entry = await self._store.logs.get(log_id)
+            if entry is None or entry.handle_code != 0:
+                continue
+            if self._executors is not None and entry.executor_address:
+                group = await self._store.groups.get(entry.job_group)
+                token = (group.access_token if group else None) or None
+                answer = await self._executors.kill(
+                    entry.executor_address, entry.job_id, token, group.app_name if group else None,
+                    runs=run_candidates(entry))
+                if not answer.ok:
+                    log.warning("workflow run %s: killing run %s failed: %s", run_id, log_id, answer.msg)
+            await self._store.logs.record_results(
+                [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))]
+            )
+
