@@ -24,7 +24,7 @@ from typing import Any
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.pump import SubTaskPump
 from jobring.admin.monitors.base import Monitor
-from jobring.admin.store import GroupGuard, JobInfo, Store
+from jobring.admin.store import GroupGuard, JobInfo, Store, Tally
 from jobring.admin.store.subtasks import (
     KIND_BCAST,
     KIND_MAP,
@@ -240,9 +240,10 @@ class DistributedService(Monitor):
         hooks = ", ".join(f"{kind} hook {name}" for kind, name in named if name)
         return f"broadcast: {len(addresses)} executor(s) as sub-tasks ({hooks or 'no hooks'})"
 
-    async def retry_failed(self, run_id: int) -> int:
-        """Retry the failed sub-tasks of an ended parent; returns how many. NotFound, JoinError."""
-        count, ended = await self._store.distributed.retry_failed(run_id, self._clock.now_ms())
+    async def retry_failed(self, run_id: int, tally: Tally | None = None) -> int:
+        """Retry the failed sub-tasks of an ended parent; returns how many this call put back
+        (``tally`` counts them as they go). NotFound, JoinError."""
+        count, ended = await self._store.distributed.retry_failed(run_id, self._clock.now_ms(), tally=tally)
         if ended:
             await self._record_ended(ended)
         self.wake()
