@@ -1,7 +1,7 @@
-"""Contract tests on every backend: "retry the failed sub-tasks" changes a bounded number
-of rows per transaction (``Db.bulk_rows``, 250 on SQLite; 7 here), and stays right when
-interrupted midway (the same request again completes it), repeated at once, or met by late
-results."""
+"""Contract tests on every backend: "retry the failed sub-tasks" and "delete runs" change a
+bounded number of rows per transaction (``Db.bulk_rows``, 250 on SQLite; 7 here), and stay
+right when interrupted midway (the same request again completes them), repeated at once, or
+met by late results."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from collections import Counter
 from datetime import datetime
 
 import pytest
+from sqlalchemy import func, select
 
-from jobring.admin.store import JobInfo, NewLog, Store, Tally
+from jobring.admin.store import ClearRule, JobInfo, NewLog, Store, Tally
 from jobring.admin.store.subtasks import NewSubTask, TaskUpdate
 from jobring.admin.store.subtasks.records import HOOKS
+from jobring.admin.store.tables import distributed_run, job_log, subtask
 from jobring.core.distributed import Finished, JoinError
 from tests.store.transactions_kit import Killed, killed_at_write, rows_per_transaction
 
@@ -129,3 +131,50 @@ async def test_a_retry_with_nothing_failed_is_refused_before_it_changes_anything
     assert sum(rows) == 0
     parent = await store.distributed.get(run)
     assert parent is not None and (parent.phase, parent.attempt) == ("succeeded", 1)
+
+
+async def _logged(store: Store, group: int, runs: int, children: int) -> tuple[list[int], int]:
+    """``runs`` plain runs of ``group`` and one more, a parent of ``children`` sub-tasks."""
+    plain = [await _run(store, group) for _ in range(runs)]
+    return plain, await _mapped(store, children, group)
+
+
+async def _left(store: Store, group: int) -> tuple[int, int, int]:
+    """(runs, join states, sub-tasks) of the group still stored."""
+    async with store.engine.connect() as conn:
+        counts = [
+            (await conn.execute(select(func.count()).select_from(table).where(column == group))).scalar_one()
+            for table, column in (
+                (job_log, job_log.c.job_group),
+                (distributed_run, distributed_run.c.job_group),
+                (subtask, subtask.c.job_group),
+            )
+        ]
+    return counts[0], counts[1], counts[2]
+
+
+async def test_a_clear_of_many_runs_changes_a_few_rows_a_transaction(store: Store) -> None:
+    await _logged(store, 3, 20, TASKS)
+    _, parent = await _logged(store, 4, 5, 10)
+    with rows_per_transaction(store.engine) as rows:
+        deleted = await store.logs.clear(ClearRule.ALL, NOW, group_id=3)
+    assert deleted == 21
+    assert max(rows) <= ROWS + 1  # 7 runs (one with its join state), or 7 sub-tasks
+    assert await _left(store, 3) == (0, 0, 0)
+    assert await _left(store, 4) == (6, 1, 10)  # another group's runs and sub-tasks stay
+    assert await store.distributed.get(parent) is not None
+
+
+async def test_an_interrupted_clear_leaves_no_orphan_and_the_same_clear_completes_it(store: Store) -> None:
+    await _logged(store, 3, 3, TASKS)
+    await _logged(store, 4, 2, 10)
+    tally = Tally()
+    with killed_at_write(store, 3), pytest.raises(Killed):
+        await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally)
+    # The parent's sub-tasks go first, a part a write: the runs are all still there.
+    assert tally.count == 0
+    assert await _left(store, 3) == (4, 1, TASKS - 2 * ROWS)
+    assert await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally) == 4
+    assert tally.count == 4
+    assert await _left(store, 3) == (0, 0, 0)
+    assert await _left(store, 4) == (3, 1, 10)
