@@ -15,7 +15,7 @@ from sqlalchemy import (
     select,
 )
 
-from jobring.admin.store.base import Repository
+from jobring.admin.store.base import Repository, chunks
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.records import ClearRule, Tally
 from jobring.admin.store.subtasks import delete_parents_of_deleted, delete_some_children, parents_among
@@ -119,33 +119,35 @@ class LogRetention(Repository):
     ) -> int:
         """Delete in short transactions: the ids are read without a lock, then deleted by
         primary key in a transaction of their own (the condition repeated: a run that no longer
-        matches stays); ``pause_s`` after every ``batch`` runs leaves room to other writers. No transaction
+        matches stays); ``pause_s`` between batches leaves room to other writers. No transaction
         changes more than ``batch`` rows (SQLite: ``Db.bulk_rows``, bulk writes that take turns
         between the scheduler's): a distributed run's sub-tasks go first, a part at a time (an
         interrupted delete leaves runs that the same delete again removes, not orphans), then
         the runs with their join state. ``tally`` counts the runs deleted as they go."""
         tally = tally if tally is not None else Tally()
         size = min(batch, self._db.bulk_rows or batch)
-        after = paced = 0
+        after = 0
         while True:
+            # ``batch`` ids a read, deleted ``size`` a write: on SQLite the read may sort every
+            # row of the filter (a group's: its index is by time), so no more reads than before.
             async with self._db.read() as conn:
                 ids = list((await conn.execute(
                     select(job_log.c.id).where(*where, job_log.c.id > after)
-                    .order_by(job_log.c.id).limit(size)
+                    .order_by(job_log.c.id).limit(batch)
                 )).scalars())
                 parents = await parents_among(conn, ids) if ids else []
             if not ids:
                 return tally.count
             await self._delete_children(parents, where, size)
-            async with self._db.write(bulk=True) as conn:
-                result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids), *where))
-                tally.count += result.rowcount
-                parents = await delete_parents_of_deleted(conn, ids)
-            await self._delete_children(parents, None, size)
+            gone: builtins.list[int] = []
+            for part in chunks(ids, size):
+                async with self._db.write(bulk=True) as conn:
+                    result = await conn.execute(delete(job_log).where(job_log.c.id.in_(part), *where))
+                    tally.count += result.rowcount
+                    gone += await delete_parents_of_deleted(conn, part)
+            await self._delete_children(gone, None, size)
             after = ids[-1]
-            paced += len(ids)
-            if pause_s > 0 and paced >= batch:  # as often as before SQLite's shorter writes
-                paced = 0
+            if pause_s > 0:
                 await asyncio.sleep(pause_s)
 
     async def _delete_children(
