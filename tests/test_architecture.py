@@ -25,7 +25,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "core": ("jobring.core",),
     "protocol": ("jobring.protocol",),
     "foundation": ("jobring.version", "jobring.configbase", "jobring.logsetup", "jobring.listen",
-                   "jobring.http1"),
+                   "jobring.http1", "jobring.background"),
     "executor": ("jobring.executor",),
     "client": ("jobring.client",),
     "admin.store": ("jobring.admin.store",),

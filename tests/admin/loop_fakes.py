@@ -17,12 +17,13 @@ from typing import Any, cast
 
 from jobring.admin.loop.ahead import Withdrawals
 from jobring.admin.loop.config import LoopStats
-from jobring.admin.loop.context import Background, LoopContext
+from jobring.admin.loop.context import LoopContext
 from jobring.admin.loop.loop import LoopConfig, ScheduleLoop
 from jobring.admin.loop.ports import FireBatch, FirePreparer, Liveness, PlannedFire, TimingPort
 from jobring.admin.loop.timers import ManualTimers, Timers
 from jobring.admin.store.records import HeldJobs, JobInfo
 from jobring.admin.trigger.trigger import PreparedBatch
+from jobring.background import Background
 from jobring.core.clock import ManualClock
 from jobring.core.schedule import parse_schedule
 

@@ -35,6 +35,7 @@ from jobring.core.distributed.subtasks import (
     plan_retry,
     progress_after,
     progress_of,
+    retry_attempt,
 )
 
 POLICY = TaskPolicy(max_retries=1, max_redispatches=1)
@@ -101,6 +102,16 @@ def test_plan_retry_takes_the_failed_and_cancelled_children_of_a_finished_parent
     assert plan_retry(ParentPhase.FAILED, 4, {"r/0.0": TaskState.SUCCEEDED}).tasks == ()
     # Succeeded within the tolerance: the user may still retry the failed ones.
     assert plan_retry(ParentPhase.SUCCEEDED, 1, states).tasks == ("r/0.1", "r/0.2")
+
+
+def test_a_retry_interrupted_midway_goes_on_under_its_own_attempt() -> None:
+    assert retry_attempt(ParentPhase.FAILED, 1, failed=True) == 2
+    # RETRYING: the same request again completes it, whatever is left (not a third attempt).
+    assert retry_attempt(ParentPhase.RETRYING, 2, failed=True) == 2
+    assert retry_attempt(ParentPhase.RETRYING, 2, failed=False) == 2
+    assert not ParentPhase.RETRYING.is_final
+    with pytest.raises(JoinError, match="still reducing"):
+        retry_attempt(ParentPhase.REDUCING, 2, failed=True)
 
 
 def test_progress_deltas_match_a_recount() -> None:

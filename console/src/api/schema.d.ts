@@ -2803,7 +2803,7 @@ export interface components {
             pending: number;
             /**
              * Phase
-             * @description pre (a broadcast's pre hook runs), mapping, reducing (the reduce or a broadcast's post hook runs), succeeded, failed
+             * @description pre (a broadcast's pre hook runs), mapping, reducing (the reduce or a broadcast's post hook runs), succeeded, failed; retrying while a retry of the failed sub-tasks puts them back
              */
             phase: string;
             /**
@@ -2845,7 +2845,7 @@ export interface components {
         RetryFailedOut: {
             /**
              * Retried
-             * @description sub-tasks put back to pending
+             * @description sub-tasks put back to pending by this request (a retry interrupted midway leaves the run 'retrying': the same request again puts back the rest)
              */
             retried: number;
         };

@@ -440,6 +440,7 @@ export const en = {
   "subtasks.phase.pre": "pre hook running",
   "subtasks.phase.mapping": "running",
   "subtasks.phase.reducing": "reducing",
+  "subtasks.phase.retrying": "retrying the failed",
   "subtasks.phase.succeeded": "succeeded",
   "subtasks.phase.failed": "failed",
   "subtasks.state.pending": "Pending",

@@ -442,6 +442,7 @@ export const zhCN: Messages = {
   "subtasks.phase.pre": "前置钩子运行中",
   "subtasks.phase.mapping": "运行中",
   "subtasks.phase.reducing": "归约中",
+  "subtasks.phase.retrying": "正在重试失败的子任务",
   "subtasks.phase.succeeded": "成功",
   "subtasks.phase.failed": "失败",
   "subtasks.state.pending": "等待中",

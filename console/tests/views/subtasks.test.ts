@@ -55,6 +55,18 @@ describe("a distributed run's sub-tasks", () => {
     await vi.waitFor(() => expect(wrapper.find("[data-testid=retry-failed]").exists()).toBe(false));
   });
 
+  it("offers to go on with a retry interrupted midway (the run stays 'retrying')", async () => {
+    vi.mocked(getRunSubtasks).mockResolvedValue(subtasks({ phase: "retrying", attempt: 2, failed: 1, pending: 1 }));
+    const { wrapper } = await mountView(RunDetailView, { path: "/runs/7", props: { id: "7" } });
+    const card = wrapper.find("[data-testid=run-subtasks]");
+    expect(card.text()).toContain("retrying the failed");
+    vi.mocked(retryFailedSubtasks).mockResolvedValue({ retried: 1 });
+    vi.mocked(getRunSubtasks).mockResolvedValue(subtasks({ phase: "mapping", attempt: 2, failed: 0, pending: 2 }));
+    await card.find("[data-testid=retry-failed]").trigger("click");
+    expect(retryFailedSubtasks).toHaveBeenCalledWith(7);
+    await vi.waitFor(() => expect(wrapper.find("[data-testid=retry-failed]").exists()).toBe(false));
+  });
+
   it("shows no sub-task card for a run without sub-tasks", async () => {
     vi.mocked(getRunSubtasks).mockRejectedValue(new Error("run 7 has no sub-tasks"));
     const { wrapper } = await mountView(RunDetailView, { path: "/runs/7", props: { id: "7" } });

@@ -13,6 +13,7 @@ from jobring.admin.security.roles import Role
 from jobring.admin.security.sessions import CSRF_HEADER
 from jobring.admin.store import Store
 from tests.admin.api_harness import ACCESS_TOKEN, PASSWORD, ApiEnv, api_env
+from tests.store.transactions_kit import killed_at_write
 
 CLIENT_ADDRESS = "127.0.0.1"  # what httpx's ASGITransport reports as the client
 
@@ -263,6 +264,24 @@ async def test_kill_and_clear(sqlite_store: Store) -> None:
             "job_id": None,
             "deleted": 1,
         }
+
+
+async def test_a_clear_that_fails_midway_is_audited_with_what_it_deleted(sqlite_store: Store) -> None:
+    # A clear is many short writes (one run each here): the third one fails.
+    sqlite_store.db.bulk_rows = 1
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        job = await env.add_job(env.group_a)
+        for _ in range(3):
+            await env.add_run(job, env.group_a)
+        with killed_at_write(sqlite_store, 3):
+            broken = await http.post("/runs/clear", json={"rule": "all", "job_group": env.group_a})
+        assert broken.status_code == 500
+        failed = await _one(env, "runs.clear")
+        assert (failed["outcome"], failed["details"]["deleted"]) == ("failure", 2)
+        again = await http.post("/runs/clear", json={"rule": "all", "job_group": env.group_a})
+        assert again.json() == {"deleted": 1}
+        records = await _audit(env, action="runs.clear")
+        assert [(r["outcome"], r["details"]["deleted"]) for r in records] == [("success", 1), ("failure", 2)]
 
 
 async def test_reading_the_access_token_is_recorded_without_it(sqlite_store: Store) -> None:

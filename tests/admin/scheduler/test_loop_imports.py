@@ -10,12 +10,13 @@ from pathlib import Path
 import jobring.admin.loop as loop_pkg
 
 _LOOP = Path(loop_pkg.__file__).parent
-# The loop's parts: what they may import from jobring is each other, core and pure records
+# The loop's parts: what they may import from jobring is each other, core, pure records and
+# the background task set
 # (adapters.py, timing_book.py, delayed.py and liveness.py beside them work over the store).
 _LOOP_PARTS = ("ports", "loop", "config", "context", "ahead", "held", "adoption", "leases", "readahead",
                "timer", "firing", "fence", "advance", "timers", "timed", "catchup")
 _ALLOWED = tuple(f"jobring.admin.loop.{name}" for name in _LOOP_PARTS) + (
-    "jobring.core.", "jobring.admin.store.records")
+    "jobring.core.", "jobring.admin.store.records", "jobring.background")
 _ADAPTERS = ("aiohttp", "httpx", "jobring.admin.trigger", "jobring.admin.dispatch", "jobring.http1",
              "jobring.admin.loop.adapters")
 

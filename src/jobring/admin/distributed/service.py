@@ -12,19 +12,18 @@ left their group, and records parents that ended while no node recorded them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.pump import SubTaskPump
 from jobring.admin.monitors.base import Monitor
-from jobring.admin.store import GroupGuard, JobInfo, Store
+from jobring.admin.store import GroupGuard, JobInfo, Store, Tally
 from jobring.admin.store.subtasks import (
     KIND_BCAST,
     KIND_MAP,
@@ -33,6 +32,7 @@ from jobring.admin.store.subtasks import (
     NewSubTask,
     TaskUpdate,
 )
+from jobring.background import Background
 from jobring.core.clock import Clock
 from jobring.core.distributed import (
     MAX_ITEM_BYTES,
@@ -111,7 +111,7 @@ class DistributedService(Monitor):
         )
         self.record: Record | None = None
         self._last_take_back = 0.0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Background(log)
 
     # --- executor-facing --------------------------------------------------------------------
 
@@ -190,7 +190,7 @@ class DistributedService(Monitor):
                 roots, self._clock.now_ms(), guard=guard
             )
             if ended:
-                self._spawn(self._record_ended(ended))
+                self._tasks.spawn(self._record_ended(ended), "recording ended distributed runs")
         kept = [
             d if d is not None else item
             for d, item in zip(decided, items, strict=True)
@@ -240,9 +240,10 @@ class DistributedService(Monitor):
         hooks = ", ".join(f"{kind} hook {name}" for kind, name in named if name)
         return f"broadcast: {len(addresses)} executor(s) as sub-tasks ({hooks or 'no hooks'})"
 
-    async def retry_failed(self, run_id: int) -> int:
-        """Retry the failed sub-tasks of an ended parent; returns how many. NotFound, JoinError."""
-        count, ended = await self._store.distributed.retry_failed(run_id, self._clock.now_ms())
+    async def retry_failed(self, run_id: int, tally: Tally | None = None) -> int:
+        """Retry the failed sub-tasks of an ended parent; returns how many this call put back
+        (``tally`` counts them as they go). NotFound, JoinError."""
+        count, ended = await self._store.distributed.retry_failed(run_id, self._clock.now_ms(), tally=tally)
         if ended:
             await self._record_ended(ended)
         self.wake()
@@ -276,13 +277,7 @@ class DistributedService(Monitor):
             {p.run_id for p in parents}, {p.run_id: p.attempt for p in parents}
         )
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def stop(self) -> None:
         await super().stop()
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.wait()
         await self.pump.close()

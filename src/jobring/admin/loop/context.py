@@ -11,8 +11,6 @@ composes them, or through a narrow interface the earlier stage owns.
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,30 +18,8 @@ from jobring.admin.loop.ahead import Withdrawals
 from jobring.admin.loop.config import LoopConfig, LoopStats
 from jobring.admin.loop.ports import FirePreparer, LeaseStore, Liveness, ScheduleFactory, TimingPort
 from jobring.admin.loop.timers import Timers
+from jobring.background import Background
 from jobring.core.clock import Clock
-
-log = logging.getLogger(__name__)
-
-
-class Background:
-    """The loop's background work (fire batches, releases, skip records): a stop waits for it."""
-
-    def __init__(self) -> None:
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def spawn(self, work: Awaitable[None], what: str) -> None:
-        """Run ``work`` in the background; a failure is logged (as ``what``), not raised."""
-        async def runner() -> None:
-            try:
-                await work
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("%s failed", what)
-
-        task = asyncio.get_running_loop().create_task(runner())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +37,7 @@ class LoopContext:
     db_lock: asyncio.Lock
     preparer: FirePreparer[Any] | None  # the fire port, when it records fires ahead
     withdrawals: Withdrawals
-    background: Background
+    background: Background  # fire batches, releases, skip records: a stop waits for them
     liveness: Liveness | None = None
     timing: TimingPort | None = None
 

@@ -27,7 +27,7 @@ from jobring.admin.loop.adoption import Adopter
 from jobring.admin.loop.advance import AdvanceWriter
 from jobring.admin.loop.ahead import Withdrawals
 from jobring.admin.loop.config import LoopConfig, LoopStats
-from jobring.admin.loop.context import Background, LoopContext
+from jobring.admin.loop.context import LoopContext
 from jobring.admin.loop.fence import SendFence
 from jobring.admin.loop.firing import FireSender
 from jobring.admin.loop.held import HeldSet
@@ -43,6 +43,7 @@ from jobring.admin.loop.ports import (
 from jobring.admin.loop.readahead import ReadAhead
 from jobring.admin.loop.timer import FireTimer
 from jobring.admin.loop.timers import Timers
+from jobring.background import Background
 from jobring.core.bounded import within
 from jobring.core.timefmt import iso_ms
 
@@ -94,7 +95,7 @@ class ScheduleLoop:
         ctx = self._ctx = LoopContext(
             store=store, timers=timers, config=self.config, stats=self.stats,
             schedule_factory=schedule_factory, admin_timezone=admin_timezone, db_lock=asyncio.Lock(),
-            preparer=preparer, withdrawals=Withdrawals(preparer), background=Background(),
+            preparer=preparer, withdrawals=Withdrawals(preparer), background=Background(log),
             liveness=liveness, timing=timing,
         )
         # The stages, in pipeline order: each is given only the stages before it.
@@ -135,11 +136,9 @@ class ScheduleLoop:
         self._tasks = []
         if self._readahead.task is not None:
             await asyncio.wait({self._readahead.task}, timeout=_STOP_STEP_S)
-        if inflight := self._ctx.background.tasks:
-            _, late = await asyncio.wait(set(inflight), timeout=self.config.stop_timeout_s)
-            for task in late:
-                log.warning("fire batch still running at stop; cancelling it")
-                task.cancel()
+        for task in await self._ctx.background.wait(self.config.stop_timeout_s):
+            log.warning("fire batch still running at stop; cancelling it")
+            task.cancel()
         try:
             await within(self._give_back(), _STOP_STEP_S, "releasing the held leases")
         finally:

@@ -32,6 +32,7 @@ import orjson
 from jobring.admin.monitors.failures import alarm_recoveries
 from jobring.admin.store.records import GroupGuard, HandleResult, JobInfo, ParentLink, ResultOutcome, RunLink
 from jobring.admin.trigger.trigger import FireRequest, TriggerService
+from jobring.background import Background
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.runstate import run_state
@@ -144,7 +145,7 @@ class CallbackService:
         self._clock = clock
         self._alarms = alarms  # recovery alarms
         self._fail_monitor = fail_monitor  # woken by a failed result: retry/alarm without waiting
-        self._children_tasks: set[asyncio.Task[None]] = set()
+        self._children_tasks = Background(log)
         self._slots = asyncio.Semaphore(concurrency)
         # Told every result this node records, as (log id, handle code, handle message), and
         # the workflow context additions recorded with them by log id: the workflow driver
@@ -242,9 +243,7 @@ class CallbackService:
             log.exception("recovery alarms for runs %s failed", log_ids[:10])
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._children_tasks.add(task)
-        task.add_done_callback(self._children_tasks.discard)
+        self._children_tasks.spawn(work, "child jobs or recovery alarms")
 
     async def _child_plans(self, parents: Mapping[int, ParentLink]) -> dict[int, _ChildPlan]:
         """The children of the runs whose success was just recorded (their budget taken)."""
@@ -290,8 +289,7 @@ class CallbackService:
 
     async def wait_idle(self) -> None:
         """Wait until the child fires started so far are done (tests, shutdown)."""
-        while self._children_tasks:
-            await asyncio.gather(*list(self._children_tasks), return_exceptions=True)
+        await self._children_tasks.wait()
 
     async def close(self) -> None:
         await self.wait_idle()

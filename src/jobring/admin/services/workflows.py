@@ -55,6 +55,7 @@ from jobring.admin.store.workflow_records import (
 )
 from jobring.admin.trigger.trigger import TriggerService
 from jobring.admin.trigger.unsure import UnsureFires
+from jobring.background import Background
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode
 from jobring.core.expression import JsonValue
@@ -118,7 +119,7 @@ class WorkflowDriver(Monitor):
         self._clock = clock
         self._node_id = node_id
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Background(log)
         # Events waiting to be applied, per run, and the runs whose queue is being drained.
         self._queued: dict[int, list[tuple[Event, asyncio.Future[Applied]]]] = {}
         # The runs this driver stored last, by id: the next event of one is applied to it and
@@ -402,21 +403,11 @@ class WorkflowDriver(Monitor):
         await self.children.sweep()
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(self._logged(work))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    @staticmethod
-    async def _logged(work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        except Exception:
-            log.exception("advancing workflow runs failed (the sweep tries again)")
+        self._tasks.spawn(work, "advancing workflow runs (the sweep tries again)")
 
     async def wait_idle(self) -> None:
         """Wait for the background work started so far (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.wait()
 
     async def stop(self) -> None:
         await super().stop()

@@ -51,6 +51,7 @@ from jobring.admin.store.records import (
     ResultOutcome,
     RevokedAccess,
     RunCursor,
+    Tally,
     TriggerResult,
     User,
 )
@@ -153,6 +154,7 @@ __all__ = [
     "NotFound",
     "Page",
     "RunCursor",
+    "Tally",
     "RecordedFire",
     "ReferencedError",
     "RegistryEntry",

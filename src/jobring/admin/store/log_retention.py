@@ -15,10 +15,10 @@ from sqlalchemy import (
     select,
 )
 
-from jobring.admin.store.base import Repository
+from jobring.admin.store.base import Repository, chunks
 from jobring.admin.store.engine import utc_naive
-from jobring.admin.store.records import ClearRule
-from jobring.admin.store.subtasks import delete_children_of_deleted
+from jobring.admin.store.records import ClearRule, Tally
+from jobring.admin.store.subtasks import delete_parents_of_deleted, delete_some_children, parents_among
 from jobring.admin.store.tables import job_log
 
 _RULE_AGE = {
@@ -82,9 +82,10 @@ class LogRetention(Repository):
         group_id: int | None = None,
         job_id: int | None = None,
         batch: int = 1000,
+        tally: Tally | None = None,
     ) -> int:
         """The console's "clear logs": by age, keep the newest N, or all; optionally for one
-        group and/or job. Returns how many rows were deleted."""
+        group and/or job. Returns how many rows were deleted (``tally`` counts them as they go)."""
         where: builtins.list[ColumnElement[bool]] = []
         if group_id:
             where.append(job_log.c.job_group == group_id)
@@ -107,29 +108,53 @@ class LogRetention(Repository):
             if pivot is None:
                 return 0
             where.append(job_log.c.id < pivot)
-        return await self._delete_where(where, batch)
+        return await self._delete_where(where, batch, tally=tally)
 
     async def _delete_where(
-        self, where: builtins.list[ColumnElement[bool]], batch: int, pause_s: float = 0.0
+        self,
+        where: builtins.list[ColumnElement[bool]],
+        batch: int,
+        pause_s: float = 0.0,
+        tally: Tally | None = None,
     ) -> int:
-        """Delete in batches: the ids are read without a lock, then deleted by primary key in
-        a short transaction of their own (the condition repeated), so the table is never
-        locked for long; ``pause_s`` between batches leaves room to other writers."""
-        total = 0
+        """Delete in short transactions: the ids are read without a lock, then deleted by
+        primary key in a transaction of their own (the condition repeated: a run that no longer
+        matches stays); ``pause_s`` between batches leaves room to other writers. No transaction
+        changes more than ``batch`` rows (SQLite: ``Db.bulk_rows``, bulk writes that take turns
+        between the scheduler's): a distributed run's sub-tasks go first, a part at a time (an
+        interrupted delete leaves runs that the same delete again removes, not orphans), then
+        the runs with their join state. ``tally`` counts the runs deleted as they go."""
+        tally = tally if tally is not None else Tally()
+        size = min(batch, self._db.bulk_rows or batch)
         after = 0
         while True:
+            # ``batch`` ids a read, deleted ``size`` a write: on SQLite the read may sort every
+            # row of the filter (a group's: its index is by time), so no more reads than before.
             async with self._db.read() as conn:
                 ids = list((await conn.execute(
                     select(job_log.c.id).where(*where, job_log.c.id > after)
                     .order_by(job_log.c.id).limit(batch)
                 )).scalars())
+                parents = await parents_among(conn, ids) if ids else []
             if not ids:
-                return total
-            async with self._db.write() as conn:
-                result = await conn.execute(delete(job_log).where(job_log.c.id.in_(ids), *where))
-                total += result.rowcount
-                await delete_children_of_deleted(conn, ids)
+                return tally.count
+            await self._delete_children(parents, where, size)
+            gone: builtins.list[int] = []
+            for part in chunks(ids, size):
+                async with self._db.write(bulk=True) as conn:
+                    result = await conn.execute(delete(job_log).where(job_log.c.id.in_(part), *where))
+                    tally.count += result.rowcount
+                    gone += await delete_parents_of_deleted(conn, part)
+            await self._delete_children(gone, None, size)
             after = ids[-1]
             if pause_s > 0:
                 await asyncio.sleep(pause_s)
 
+    async def _delete_children(
+        self, run_ids: builtins.list[int], runs: builtins.list[ColumnElement[bool]] | None, size: int
+    ) -> None:
+        """The sub-tasks of ``run_ids`` (see ``delete_some_children``), ``size`` a write."""
+        while run_ids:
+            async with self._db.write(bulk=True) as conn:
+                if await delete_some_children(conn, run_ids, runs, size) < size:
+                    return

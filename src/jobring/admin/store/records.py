@@ -236,6 +236,14 @@ class GroupGuard:
         return group_id not in self.excluded
 
 
+@dataclass(slots=True)
+class Tally:
+    """The rows a write done in several short transactions changed so far: what was done when
+    it fails midway (an audit entry names it)."""
+
+    count: int = 0
+
+
 class LogStatus(StrEnum):
     """The console's log status filter (the reference's logStatus 0..3)."""
 

@@ -39,6 +39,7 @@ from jobring.admin.store.records import LogEntry, TriggerResult
 from jobring.admin.trigger.dispatcher import FireDispatcher
 from jobring.admin.trigger.fires import FirePlan, FireRequest, run_candidates
 from jobring.admin.trigger.recorder import FireRecorder
+from jobring.background import Background
 from jobring.core.clock import Clock
 from jobring.core.enums import RouteStrategy, TriggerType
 from jobring.core.flow import (
@@ -142,7 +143,7 @@ class FlowGate:
         self._stuck: dict[int, int | None] = {}
         self._busy = False  # runs were waiting at the last look: results poke the pump
         self._task: asyncio.Task[None] | None = None
-        self._work: set[asyncio.Task[None]] = set()
+        self._work = Background(log)
         # For metrics and tests: runs started, queued, skipped and cancelled by this node.
         self.counts = {"started": 0, "queued": 0, "skipped": 0, "cancelled": 0}
 
@@ -369,8 +370,7 @@ class FlowGate:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._work:
-            await asyncio.wait(set(self._work), timeout=5.0)
+        await self._work.wait(5.0)
 
     async def _pump(self) -> None:
         loop = asyncio.get_running_loop()
@@ -415,14 +415,4 @@ class FlowGate:
         return started
 
     def _spawn(self, work: Coroutine[Any, Any, None], what: str) -> None:
-        async def runner() -> None:
-            try:
-                await work
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("flow control: %s failed", what)
-
-        task = asyncio.get_running_loop().create_task(runner())
-        self._work.add(task)
-        task.add_done_callback(self._work.discard)
+        self._work.spawn(work, f"flow control: {what}")

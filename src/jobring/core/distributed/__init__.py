@@ -75,6 +75,7 @@ from jobring.core.distributed.subtasks import (
     plan_retry,
     progress_after,
     progress_of,
+    retry_attempt,
 )
 
 __all__ = [
@@ -127,6 +128,7 @@ __all__ = [
     "plan_retry",
     "progress_after",
     "progress_of",
+    "retry_attempt",
     "reassign_shards",
     "reduce_due",
     "reduce_key",

@@ -158,6 +158,9 @@ def join(progress: Progress, tolerance: FailureTolerance, *, fail_fast: bool = F
 class ParentPhase(StrEnum):
     PRE = "pre"  # a broadcast's pre hook runs; its success moves it to MAPPING
     MAPPING = "mapping"
+    # A user's retry puts the failed children back in several writes: nothing is dispatched
+    # and the join waits until all are back, then the phase goes to MAPPING (or PRE).
+    RETRYING = "retrying"
     REDUCING = "reducing"
     SUCCEEDED = "succeeded"
     FAILED = "failed"

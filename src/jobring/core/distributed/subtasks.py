@@ -42,6 +42,7 @@ __all__ = [
     "plan_retry",
     "progress_after",
     "progress_of",
+    "retry_attempt",
 ]
 
 K = TypeVar("K")
@@ -188,14 +189,23 @@ class RetryPlan(Generic[K]):
     attempt: int
 
 
-def plan_retry(phase: ParentPhase, attempt: int, tasks: Mapping[K, TaskState]) -> RetryPlan[K]:
-    """What "retry only the failed sub-tasks" does for a finished parent: its FAILED and
-    CANCELLED children (in key order). JoinError when the parent has not finished, or when it
-    succeeded with nothing failed."""
+def retry_attempt(phase: ParentPhase, attempt: int, *, failed: bool) -> int:
+    """The join attempt "retry only the failed sub-tasks" runs under, for a parent in ``phase``
+    (``failed``: it has a FAILED or CANCELLED child): the next one, or for a retry interrupted
+    midway (RETRYING) its own, so that repeating the request completes it. JoinError when
+    the parent has not finished, or when it succeeded with nothing failed."""
+    if phase is ParentPhase.RETRYING:
+        return attempt
     if not phase.is_final:
         raise JoinError("state", f"the run is still {phase.value}: retry it once it has finished")
-    failed = tuple(sorted((k for k, s in tasks.items() if s in (TaskState.FAILED, TaskState.CANCELLED)),
-                          key=str))
     if not failed and phase is ParentPhase.SUCCEEDED:
         raise JoinError("state", "nothing failed: there is nothing to retry")
-    return RetryPlan(failed, attempt + 1)
+    return attempt + 1
+
+
+def plan_retry(phase: ParentPhase, attempt: int, tasks: Mapping[K, TaskState]) -> RetryPlan[K]:
+    """What "retry only the failed sub-tasks" does for a finished parent: its FAILED and
+    CANCELLED children (in key order) under :func:`retry_attempt`."""
+    failed = tuple(sorted((k for k, s in tasks.items() if s in (TaskState.FAILED, TaskState.CANCELLED)),
+                          key=str))
+    return RetryPlan(failed, retry_attempt(phase, attempt, failed=bool(failed)))

@@ -24,7 +24,7 @@ from jobring.admin.api.management.models import (
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction, Outcome
-from jobring.admin.store.records import HandleResult, LogEntry, LogStatus, RunCursor
+from jobring.admin.store.records import HandleResult, LogEntry, LogStatus, RunCursor, Tally
 from jobring.admin.trigger.fires import run_candidates
 from jobring.core.enums import HandleCode
 from jobring.core.runstate import KILLED_BY_USER, RunState
@@ -288,9 +288,18 @@ async def clear_runs(body: ClearIn, services: Services, principal: Writer) -> Cl
             raise ApiError(403, "only admins may clear runs of every group; give job_group")
     else:
         ensure_group_write(principal, group_id)
-    deleted = await services.store.logs.clear(
-        body.rule, services.now_naive_utc(), group_id=group_id, job_id=body.job_id
-    )
+    # Done in short writes: one that fails midway has deleted some, and is audited with them.
+    tally = Tally()
+    try:
+        deleted = await services.store.logs.clear(
+            body.rule, services.now_naive_utc(), group_id=group_id, job_id=body.job_id, tally=tally
+        )
+    except Exception:
+        await services.audit.record(
+            principal, AuditAction.RUNS_CLEAR, group_id=group_id, outcome=Outcome.FAILURE,
+            details={"rule": body.rule, "job_id": body.job_id, "deleted": tally.count},
+        )
+        raise
     await services.audit.record(
         principal, AuditAction.RUNS_CLEAR, group_id=group_id,
         details={"rule": body.rule, "job_id": body.job_id, "deleted": deleted},

@@ -15,9 +15,10 @@ from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_f
 from jobring.admin.api.management.models import MAX_INT64
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import Principal
-from jobring.admin.services.audit import AuditAction
-from jobring.admin.store.records import LogEntry
+from jobring.admin.services.audit import AuditAction, Outcome
+from jobring.admin.store.records import LogEntry, Tally
 from jobring.admin.store.subtasks import DistributedRun, SubTaskRow
+from jobring.errors import Refused
 
 router = APIRouter(tags=["runs"], responses=ERROR_RESPONSES)
 
@@ -28,7 +29,8 @@ SubTaskStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"
 class ProgressOut(BaseModel):
     kind: str = Field(description="map (map / map-reduce), shard, or bcast (a broadcast with hooks)")
     phase: str = Field(description="pre (a broadcast's pre hook runs), mapping, reducing (the reduce or a "
-                                   "broadcast's post hook runs), succeeded, failed")
+                                   "broadcast's post hook runs), succeeded, failed; retrying while a retry "
+                                   "of the failed sub-tasks puts them back")
     attempt: int = Field(description="join attempt: 1, then one more per retry of failed sub-tasks")
     root_state: str = Field(description="the run's own handler (it maps): running, succeeded, failed")
     total: int
@@ -78,7 +80,9 @@ class SubTaskPageOut(BaseModel):
 
 
 class RetryFailedOut(BaseModel):
-    retried: int = Field(description="sub-tasks put back to pending")
+    retried: int = Field(description="sub-tasks put back to pending by this request (a retry interrupted "
+                                     "midway leaves the run 'retrying': the same request again puts back "
+                                     "the rest)")
 
 
 def _json(text: str | None) -> Any:
@@ -140,7 +144,17 @@ async def retry_failed(run_id: RunId, services: Services, principal: Writer) -> 
     ensure_group_write(principal, entry.job_group, not_found("run", run_id))
     if services.distributed is None:
         raise ApiError(503, "distributed runs are not available on this node")
-    retried = await services.distributed.retry_failed(run_id)
+    # Done in short writes: one that fails midway has put some back, and is audited with them.
+    tally = Tally()
+    try:
+        retried = await services.distributed.retry_failed(run_id, tally)
+    except Refused:
+        raise  # refused before it changed anything
+    except Exception:
+        await services.audit.record(principal, AuditAction.RUN_RETRY_FAILED, target_type="run",
+                                    target_id=run_id, group_id=entry.job_group, outcome=Outcome.FAILURE,
+                                    details={"retried": tally.count})
+        raise
     await services.audit.record(principal, AuditAction.RUN_RETRY_FAILED, target_type="run", target_id=run_id,
                                 group_id=entry.job_group, details={"retried": retried})
     return RetryFailedOut(retried=retried)

@@ -18,7 +18,13 @@ from __future__ import annotations
 
 from jobring.admin.store.subtasks.dispatch import Dispatch
 from jobring.admin.store.subtasks.maps import MapWrites
-from jobring.admin.store.subtasks.reads import Reads, delete_children_of_deleted, lost_parents_condition
+from jobring.admin.store.subtasks.reads import (
+    Reads,
+    delete_parents_of_deleted,
+    delete_some_children,
+    lost_parents_condition,
+    parents_among,
+)
 from jobring.admin.store.subtasks.records import (
     KIND_BCAST,
     KIND_MAP,
@@ -49,8 +55,10 @@ __all__ = [
     "Orphan",
     "SubTaskRow",
     "TaskUpdate",
-    "delete_children_of_deleted",
+    "delete_parents_of_deleted",
+    "delete_some_children",
     "lost_parents_condition",
+    "parents_among",
 ]
 
 

@@ -106,14 +106,41 @@ def lost_parents_condition() -> ColumnElement[bool]:
     return and_(job_log.c.id.not_in(waiting))
 
 
-async def delete_children_of_deleted(conn: AsyncConnection, run_ids: Sequence[int]) -> None:
-    """Retention: the sub-tasks and join state of those of ``run_ids`` no longer in the run log."""
-    still = select(job_log.c.id).where(job_log.c.id.in_(list(run_ids)))
-    await conn.execute(
-        delete(subtask).where(subtask.c.run_id.in_(list(run_ids)), subtask.c.run_id.not_in(still))
-    )
-    await conn.execute(
-        delete(distributed_run).where(
-            distributed_run.c.run_id.in_(list(run_ids)), distributed_run.c.run_id.not_in(still)
+async def parents_among(conn: AsyncConnection, run_ids: Sequence[int]) -> list[int]:
+    """Those of ``run_ids`` that are distributed parents (only they have sub-tasks)."""
+    stmt = select(distributed_run.c.run_id).where(distributed_run.c.run_id.in_(list(run_ids)))
+    return [int(i) for i in (await conn.execute(stmt)).scalars()]
+
+
+async def delete_some_children(
+    conn: AsyncConnection, run_ids: Sequence[int], runs: Sequence[ColumnElement[bool]] | None, limit: int
+) -> int:
+    """Retention, a bounded part at a time: delete up to ``limit`` sub-tasks of those of
+    ``run_ids`` that are in the run log and match ``runs`` (conditions on it), or with
+    ``runs`` None of those no longer in the run log. Returns how many it found: fewer than
+    ``limit``, none are left."""
+    ids = list(run_ids)
+    logged = select(job_log.c.id).where(job_log.c.id.in_(ids), *(runs or ()))
+    of_runs = subtask.c.run_id.not_in(logged) if runs is None else subtask.c.run_id.in_(logged)
+    # No order: a sort by id would read every child of the runs at each part.
+    found = list((await conn.execute(
+        select(subtask.c.id).where(subtask.c.run_id.in_(ids), of_runs).limit(limit)
+    )).scalars())
+    if found:
+        await conn.execute(delete(subtask).where(subtask.c.id.in_(found), of_runs))
+    return len(found)
+
+
+async def delete_parents_of_deleted(conn: AsyncConnection, run_ids: Sequence[int]) -> list[int]:
+    """Retention: the join state of those of ``run_ids`` no longer in the run log (inside the
+    write that deleted them). Returns the parents among ``run_ids``: their sub-tasks left
+    (a map call that raced the delete) are deleted next (:func:`delete_some_children`)."""
+    parents = await parents_among(conn, run_ids)
+    if parents:
+        still = select(job_log.c.id).where(job_log.c.id.in_(parents))
+        await conn.execute(
+            delete(distributed_run).where(
+                distributed_run.c.run_id.in_(parents), distributed_run.c.run_id.not_in(still)
+            )
         )
-    )
+    return parents

@@ -45,6 +45,9 @@ COUNTS = {
     TaskState.CANCELLED: (0, 1, 0),
 }
 LOCK_CHUNK = 500
+# Sub-tasks a retry puts back per write where the database has no ``Db.bulk_rows`` (row
+# locks: larger writes than SQLite's, still a bounded number of rows locked at once).
+RETRY_ROWS = 5_000
 
 
 @dataclass(frozen=True, slots=True)

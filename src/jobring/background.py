@@ -1,0 +1,53 @@
+"""Work a component starts in the background and waits for when it stops.
+
+asyncio keeps only weak references to tasks: a task nobody holds may be collected before it
+ends, and its failure surfaces late as "Task exception was never retrieved", if at all. A
+:class:`Background` holds each task until it ends and logs its failure (as "<what>
+failed"), so callers start work and forget it, and wait for all of it at their stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+
+__all__ = ["Background"]
+
+
+class Background:
+    """The background tasks of one component (see the module docstring)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self._log = logger or logging.getLogger(__name__)
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def spawn(self, work: Awaitable[None], what: str) -> None:
+        """Run ``work`` in the background; a failure is logged ("``what`` failed"), not raised."""
+
+        async def runner() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self._log.exception("%s failed", what)
+
+        task = asyncio.get_running_loop().create_task(runner())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def wait(self, timeout_s: float | None = None) -> set[asyncio.Task[None]]:
+        """Wait for the tasks, and for those they start meanwhile, at most ``timeout_s``;
+        returns those still running then (none without a timeout)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while self.tasks:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                break
+            await asyncio.wait(set(self.tasks), timeout=left)
+        return set(self.tasks)
