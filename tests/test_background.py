@@ -50,3 +50,26 @@ async def test_a_wait_covers_tasks_started_meanwhile_and_gives_back_the_late_one
     assert second.is_set() and len(late) == 1 and late == background.tasks
     release.set()
     assert await background.wait() == set()
+
+
+async def test_a_cancelled_wait_cancels_the_tasks_it_waited_for() -> None:
+    # A stop bounded by core.bounded.within cancels the wait when the database hangs: the
+    # tasks must not go on running after the component stopped (and its store closed).
+    background = Background()
+    started = asyncio.Event()
+
+    async def hanging() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    background.spawn(hanging(), "hanging")
+    (task,) = background.tasks
+    await started.wait()
+    waiter = asyncio.ensure_future(background.wait())
+    await asyncio.sleep(0)  # the wait has begun
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await asyncio.wait({task}, timeout=5.0)
+    assert task.cancelled()
+    assert len(background) == 0

@@ -42,12 +42,19 @@ class Background:
 
     async def wait(self, timeout_s: float | None = None) -> set[asyncio.Task[None]]:
         """Wait for the tasks, and for those they start meanwhile, at most ``timeout_s``;
-        returns those still running then (none without a timeout)."""
+        returns those still running then (none without a timeout). Cancelled itself (a stop
+        that ran out of time), it cancels the tasks too: they must not outlive their stop."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while self.tasks:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
                 break
-            await asyncio.wait(set(self.tasks), timeout=left)
+            try:
+                await asyncio.wait(set(self.tasks), timeout=left)
+            except asyncio.CancelledError:
+                # asyncio.wait leaves the tasks running when it is cancelled (gather did not).
+                for task in list(self.tasks):
+                    task.cancel()
+                raise
         return set(self.tasks)

@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 
 from jobring.admin.runtime.admin_runtime import AdminRuntime
 from jobring.admin.runtime.app import create_app
+from jobring.admin.services import callbacks as callbacks_module
 from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store.records import JobGroup
 from jobring.cli import main
@@ -81,6 +82,28 @@ async def test_no_task_outlives_the_lifespan(settings: AdminSettings) -> None:
             assert accepted.json()["code"] == 200
     left = [task.get_coro() for task in asyncio.all_tasks() - before]
     assert left == []
+
+
+async def test_child_fires_still_running_at_stop_do_not_outlive_it(
+    settings: AdminSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The callback service's background work (child fires, recovery alarms) uses the trigger
+    # service, the alarms and the store: the stop waits for it briefly, then cancels it.
+    monkeypatch.setattr(callbacks_module, "STOP_WAIT_S", 0.01)
+    started = asyncio.Event()
+
+    async def hanging() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        runtime: AdminRuntime = app.state.runtime
+        runtime.callbacks._spawn(hanging())
+        await started.wait()
+        (task,) = runtime.callbacks._children_tasks.tasks
+    await asyncio.wait({task}, timeout=5.0)
+    assert task.cancelled()
 
 
 async def test_the_loop_fires_and_stop_releases_leases(settings: AdminSettings) -> None:

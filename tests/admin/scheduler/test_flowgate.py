@@ -4,6 +4,7 @@ executor double, manual clock)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -226,3 +227,20 @@ async def test_a_refused_fire_of_a_limited_job_fails_without_a_slot(env: Env) ->
     assert entry is not None and entry.trigger_code == 500
     assert "params template" in (entry.trigger_msg or "")
     assert await env.store.flow.waiting_groups() == []
+
+
+async def test_work_still_running_at_close_is_cancelled(env: Env) -> None:
+    # A dispatch that outlasts the close must not go on after the trigger service and its
+    # store are closed.
+    started = asyncio.Event()
+
+    async def hanging() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    env.trigger.flow._spawn(hanging(), "a hanging dispatch")
+    (task,) = env.trigger.flow._work.tasks
+    await started.wait()
+    await env.trigger.flow.close(wait_s=0.01)
+    await asyncio.wait({task}, timeout=5.0)
+    assert task.cancelled()

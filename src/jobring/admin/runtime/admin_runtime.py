@@ -79,6 +79,8 @@ class AdminRuntime:
                     # After the loop: its leases are released and it no longer counts as live.
                     await within(self.liveness.stop(), left(), "closing the liveness lock session")
                 await within(self.delayed.stop(), left(), "stopping the delayed fires")
+                # Before the trigger service and the alarms: child fires and recovery alarms use them.
+                await within(self.callbacks.close(), left(), "finishing the child fires")
                 await within(self.monitors.stop(), left(), "stopping the monitors")
                 if self.leases.unsure is not None:
                     await within(self.leases.unsure.close(), left(), "stopping the fire resolutions")

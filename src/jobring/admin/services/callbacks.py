@@ -54,6 +54,8 @@ CHILD_HEADER = ">>>>>>>>>>> Trigger child job <<<<<<<<<<<"
 DEFAULT_CHILD_FIRE_BUDGET = 100
 # Items per transaction of a callback batch (the executors send up to 1,000 per request).
 CALLBACK_CHUNK = 200
+# How long a stop waits for the child fires and recovery alarms in flight.
+STOP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -292,4 +294,9 @@ class CallbackService:
         await self._children_tasks.wait()
 
     async def close(self) -> None:
-        await self.wait_idle()
+        """At the admin's stop: wait briefly (``STOP_WAIT_S``) for the child fires and recovery
+        alarms started so far, then cancel those still running (they must not outlive the
+        trigger service, the alarms and the store they use)."""
+        for task in await self._children_tasks.wait(STOP_WAIT_S):
+            log.warning("child jobs or recovery alarms still running at stop; cancelling them")
+            task.cancel()

@@ -363,14 +363,18 @@ class FlowGate:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._pump(), name="jobring-flow-pump")
 
-    async def close(self) -> None:
-        """Stop the pump; wait briefly for the dispatches it started."""
+    async def close(self, wait_s: float = 5.0) -> None:
+        """Stop the pump; wait briefly (``wait_s``) for the dispatches it started, then cancel
+        those still running: they must not outlive the trigger service and its store (a run
+        left unanswered is settled as any other, by the lost-run monitor)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        await self._work.wait(5.0)
+        for task in await self._work.wait(wait_s):
+            log.warning("flow control: work still running at stop; cancelling it")
+            task.cancel()
 
     async def _pump(self) -> None:
         loop = asyncio.get_running_loop()
