@@ -88,16 +88,6 @@ class Reads(Repository):
             ).all()
         return {str(s): int(n) for s, n in rows}
 
-    async def delete_runs(self, run_ids: Sequence[int]) -> int:
-        """Forget the parents and sub-tasks of deleted runs (retention)."""
-        deleted = 0
-        async with self._db.write(bulk=True) as conn:
-            for part in chunks(sorted(set(run_ids))):
-                deleted += (await conn.execute(delete(subtask).where(subtask.c.run_id.in_(part)))).rowcount
-                await conn.execute(delete(distributed_run).where(distributed_run.c.run_id.in_(part)))
-        return deleted
-
-
 
 def lost_parents_condition() -> ColumnElement[bool]:
     """Runs whose root task ended and that wait for their join: never "lost" with the
