@@ -58,3 +58,12 @@ class Background:
                     task.cancel()
                 raise
         return set(self.tasks)
+
+    async def stop(self, timeout_s: float, what: str) -> None:
+        """At a stop: wait at most ``timeout_s`` for the tasks, then cancel (and log) those
+        still running: they must not outlive what they use."""
+        late = await self.wait(timeout_s)
+        if late:
+            self._log.warning("%s still running at stop; cancelling %d", what, len(late))
+        for task in late:
+            task.cancel()

@@ -136,9 +136,7 @@ class ScheduleLoop:
         self._tasks = []
         if self._readahead.task is not None:
             await asyncio.wait({self._readahead.task}, timeout=_STOP_STEP_S)
-        for task in await self._ctx.background.wait(self.config.stop_timeout_s):
-            log.warning("fire batch still running at stop; cancelling it")
-            task.cancel()
+        await self._ctx.background.stop(self.config.stop_timeout_s, "fire batches")
         try:
             await within(self._give_back(), _STOP_STEP_S, "releasing the held leases")
         finally:

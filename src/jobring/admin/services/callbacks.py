@@ -297,6 +297,4 @@ class CallbackService:
         """At the admin's stop: wait briefly (``STOP_WAIT_S``) for the child fires and recovery
         alarms started so far, then cancel those still running (they must not outlive the
         trigger service, the alarms and the store they use)."""
-        for task in await self._children_tasks.wait(STOP_WAIT_S):
-            log.warning("child jobs or recovery alarms still running at stop; cancelling them")
-            task.cancel()
+        await self._children_tasks.stop(STOP_WAIT_S, "child jobs or recovery alarms")

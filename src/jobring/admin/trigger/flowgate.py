@@ -372,9 +372,7 @@ class FlowGate:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for task in await self._work.wait(wait_s):
-            log.warning("flow control: work still running at stop; cancelling it")
-            task.cancel()
+        await self._work.stop(wait_s, "flow control's dispatches")
 
     async def _pump(self) -> None:
         loop = asyncio.get_running_loop()
