@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
-from jobring.admin.store import ClearRule, JobInfo, NewLog, Store, Tally
+from jobring.admin.store import ClearRule, JobInfo, NewLog, Store, Tally, log_retention
 from jobring.admin.store.subtasks import NewSubTask, TaskUpdate
 from jobring.admin.store.subtasks.records import HOOKS
 from jobring.admin.store.tables import distributed_run, job_log, subtask
@@ -178,3 +179,26 @@ async def test_an_interrupted_clear_leaves_no_orphan_and_the_same_clear_complete
     assert tally.count == 4
     assert await _left(store, 3) == (0, 0, 0)
     assert await _left(store, 4) == (3, 1, 10)
+
+
+async def test_a_clear_failing_in_a_write_counts_only_the_runs_deleted(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3 * ROWS - 1):
+        await _run(store)
+    real = log_retention.delete_parents_of_deleted
+    calls = 0
+
+    async def failing_second(conn: Any, run_ids: Any) -> list[int]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the second write has deleted its runs, and fails before its commit
+            raise Killed
+        return await real(conn, run_ids)
+
+    monkeypatch.setattr(log_retention, "delete_parents_of_deleted", failing_second)
+    tally = Tally()
+    with pytest.raises(Killed):
+        await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally)
+    assert tally.count == ROWS  # what the audit says was deleted: the first write's runs only
+    assert (await _left(store, 3))[0] == 2 * ROWS - 1

@@ -143,8 +143,9 @@ class LogRetention(Repository):
             for part in chunks(ids, size):
                 async with self._db.write(bulk=True) as conn:
                     result = await conn.execute(delete(job_log).where(job_log.c.id.in_(part), *where))
-                    tally.count += result.rowcount
+                    deleted = int(result.rowcount)
                     gone += await delete_parents_of_deleted(conn, part)
+                tally.count += deleted  # once committed: a write that failed deleted nothing
             await self._delete_children(gone, None, size)
             after = ids[-1]
             if pause_s > 0:
