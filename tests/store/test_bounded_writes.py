@@ -170,9 +170,9 @@ async def test_an_interrupted_clear_leaves_no_orphan_and_the_same_clear_complete
     await _logged(store, 3, 3, TASKS)
     await _logged(store, 4, 2, 10)
     tally = Tally()
-    with killed_at_write(store, 3), pytest.raises(Killed):
+    with killed_at_write(store, 4), pytest.raises(Killed):
         await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally)
-    # The parent's sub-tasks go first, a part a write: the runs are all still there.
+    # The parent ends, then its sub-tasks go, a part a write: the runs are all still there.
     assert tally.count == 0
     assert await _left(store, 3) == (4, 1, TASKS - 2 * ROWS)
     assert await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally) == 4
@@ -202,3 +202,24 @@ async def test_a_clear_failing_in_a_write_counts_only_the_runs_deleted(
         await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally)
     assert tally.count == ROWS  # what the audit says was deleted: the first write's runs only
     assert (await _left(store, 3))[0] == 2 * ROWS - 1
+
+
+async def test_a_clear_interrupted_after_a_running_parents_subtasks_leaves_it_ended(store: Store) -> None:
+    _, parent = await _logged(store, 3, 2, TASKS)
+    _, other = await _logged(store, 4, 1, 10)
+    with killed_at_write(store, 3), pytest.raises(Killed):  # after the first part of its sub-tasks
+        await store.logs.clear(ClearRule.ALL, NOW, group_id=3)
+    runs, states, tasks = await _left(store, 3)
+    assert (runs, states) == (3, 1) and 0 < tasks < TASKS  # killed midway through its sub-tasks
+    # It would wait for ever for the sub-tasks gone: it ended failed, neither retried nor alarmed.
+    ended = await store.distributed.get(parent)
+    assert ended is not None and (ended.phase, ended.result_recorded) == ("failed", 1)
+    log = await store.logs.get(parent)
+    assert log is not None and (log.handle_code, log.alarm_status) == (500, 1)
+    assert log.handle_msg is not None and "run-log clear" in log.handle_msg
+    assert await store.distributed.unrecorded() == []
+    assert [p.run_id for p in await store.distributed.pending_runs()] == [other]  # not sent on
+    still = await store.distributed.get(other)  # another group's parent is left as it was
+    assert still is not None and still.phase == "mapping"
+    assert await store.logs.clear(ClearRule.ALL, NOW, group_id=3) == 3
+    assert await _left(store, 3) == (0, 0, 0)
