@@ -88,6 +88,7 @@ async def test_an_interrupted_retry_is_consistent_and_the_same_request_completes
     assert tally.count == 2 * ROWS  # the parent marked, then two writes of sub-tasks
     parent = await store.distributed.get(run)
     assert parent is not None and (parent.phase, parent.attempt) == ("retrying", 2)
+    assert [(p.run_id, p.failed) for p in await store.distributed.retrying()] == [(run, TASKS - 2 * ROWS)]
     assert await _consistent(store, run) == {"pending": 2 * ROWS, "failed": TASKS - 2 * ROWS}
     # Meanwhile nothing of it is dispatched, and late results of the first attempt change nothing.
     assert run not in [p.run_id for p in await store.distributed.pending_runs()]
@@ -96,6 +97,7 @@ async def test_an_interrupted_retry_is_consistent_and_the_same_request_completes
     # The same request again goes on under the same attempt.
     retried, ended = await store.distributed.retry_failed(run, T0 + 1)
     assert (retried, ended) == (TASKS - 2 * ROWS, [])
+    assert await store.distributed.retrying() == []
     parent = await store.distributed.get(run)
     assert parent is not None and (parent.phase, parent.attempt) == ("mapping", 2)
     assert await _consistent(store, run) == {"pending": TASKS}
