@@ -118,8 +118,8 @@ class NodeFires:
         self._firing = asyncio.Semaphore(max_concurrent_fires)
         # The attempts this node linked to their job runs, by job run (oldest first).
         self._links: dict[int, NodeRunRecord] = {}
-        # The attempts this node holds claimed and has not fired yet: when it last made sure
-        # of each claim (the claimed_at it wrote).
+        # The attempts whose job this node is firing (claimed, waiting for their turn or
+        # being sent): when it last made sure of each claim (the claimed_at it wrote).
         self._held: dict[int, int] = {}
         self.claim_fault: ClaimFault | None = None  # test-only (services/claim_fault.py)
 
@@ -150,31 +150,27 @@ class NodeFires:
             attempt.id, self._node_id, now, stale_before
         ):
             return  # another admin has it
-        # Held (renewed by the ClaimKeeper) until it is fired or given up.
-        self._held[attempt.id] = attempt.claimed_at if claimed and attempt.claimed_at is not None else now
-        try:
-            if self.claim_fault is not None:  # (a stored attempt's claim was its insert's)
-                await self.claim_fault.claimed(attempt.id)
-            wanted = known if known is not None else await self._wanted_context(attempt)
-            if wanted is None or wanted.superseded:
-                await self._store.workflows.ended([attempt.id], now)
-                return
-            if attempt.workflow_id is not None:
-                await self._children.fire(attempt)
-                return
-            log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
+        if self.claim_fault is not None:  # (a stored attempt's claim was its insert's)
+            await self.claim_fault.claimed(attempt.id)
+        wanted = known if known is not None else await self._wanted_context(attempt)
+        if wanted is None or wanted.superseded:
+            await self._store.workflows.ended([attempt.id], now)
+            return
+        if attempt.workflow_id is not None:
+            await self._children.fire(attempt)
+            return
+        log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
+        if log_id is None:
+            claimed_at = attempt.claimed_at if claimed and attempt.claimed_at is not None else now
+            try:
+                log_id = await self._fire_job(attempt, wanted, claimed_at)
+            except IntegrityError:  # a node we took over for dead had recorded it after all
+                log_id = await self._store.workflows.log_of_node_run(attempt.id)
             if log_id is None:
-                try:
-                    log_id = await self._fire_job(attempt, wanted)
-                except IntegrityError:  # a node we took over for dead had recorded it after all
-                    log_id = await self._store.workflows.log_of_node_run(attempt.id)
-                if log_id is None:
-                    return
-            linked = replace(attempt, state=NodeRunState.RUNNING, log_id=log_id)
-            if await self._store.workflows.fired(attempt.id, log_id):
-                self._remember(log_id, linked)
-        finally:
-            self._held.pop(attempt.id, None)
+                return
+        linked = replace(attempt, state=NodeRunState.RUNNING, log_id=log_id)
+        if await self._store.workflows.fired(attempt.id, log_id):
+            self._remember(log_id, linked)
         await self._driver.apply(
             attempt.workflow_run_id,
             NodeDispatched(
@@ -243,13 +239,14 @@ class NodeFires:
         run = await off_loop_if_large(record.state_chars, run_from_json, record.state)
         return wanted_in(run, attempt, record.job_group, None)
 
-    async def _fire_job(self, attempt: NodeRunRecord, wanted: Wanted) -> int | None:
+    async def _fire_job(self, attempt: NodeRunRecord, wanted: Wanted, claimed_at: int) -> int | None:
         """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
         None when it could not even be recorded (the attempt is then failed here). The run's
         group is ``wanted.group``: a job moved to another group since the run started is not
         fired (a workflow runs only its own group's jobs: checked at the start, and here at
         each fire, on the job as read with the attempt's step or now). None too, and nothing
-        sent nor failed, when another admin took the attempt over meanwhile."""
+        sent nor failed, when another admin took the attempt over meanwhile: its claim, taken
+        at ``claimed_at``, is held (renewed) while the fire waits for its turn and is sent."""
         if wanted.jobs is None:
             job = await self._store.jobs.get(attempt.job_id)
         else:
@@ -272,6 +269,7 @@ class NodeFires:
                 workflow_context=wanted.context,
                 send_check=functools.partial(self.still_claimed, attempt.id),
             )
+            self._held[attempt.id] = claimed_at
             try:
                 async with self._firing:
                     result = await self._trigger.fire(request)
@@ -283,6 +281,8 @@ class NodeFires:
                 if result.log_ids:
                     return result.log_ids[0]
                 problem = result.trigger_msg
+            finally:
+                self._held.pop(attempt.id, None)
         await self._store.workflows.ended([attempt.id], self._clock.now_ms())
         await self._driver.apply(
             attempt.workflow_run_id,
@@ -325,7 +325,6 @@ class NodeFires:
             await self._store.logs.record_results(
                 [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))]
             )
-
 
 
 class ClaimKeeper(Monitor):
