@@ -17,8 +17,9 @@ import pytest
 from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from jobring.admin.store.workflows import NodeRunRecord, NodeRunState, WorkflowRecord
-from jobring.admin.trigger.trigger import TriggerService
+from jobring.admin.trigger.trigger import FireRequest, TriggerService
 from jobring.admin.trigger.unsure import MSG_NOT_EXISTS, UnsureFires
+from jobring.core.enums import TriggerType
 from jobring.core.workflow import parse_workflow
 from jobring.protocol.models import FAIL_CODE, ReturnT, msg_uri_not_found
 from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
@@ -148,3 +149,16 @@ async def test_an_admin_not_renewed_for_a_while_renews_its_claim_before_sending(
     assert (attempt.state, attempt.claimed_by) == (NodeRunState.RUNNING, "node-a")
     assert attempt.claimed_at == T0 + STALE_MS // 2  # renewed by the check before the /run
     assert admins.runs() == [("A", attempt.log_id)]
+
+
+async def test_a_fire_with_a_send_check_is_fired_alone(admins: Admins) -> None:
+    # A check that says no raises for the whole batch: the other fires' answers would be lost.
+    job = await admins.env.job()
+
+    async def yes() -> bool:
+        return True
+
+    request = FireRequest(job, TriggerType.WORKFLOW, send_check=yes)
+    with pytest.raises(ValueError, match="fired alone"):
+        await admins.env.trigger.fire_batch([request, FireRequest(job, TriggerType.MANUAL)])
+    assert admins.runs() == []
