@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
-from jobring.admin.store import ClearRule, JobInfo, NewLog, Store, Tally
+from jobring.admin.store import ClearRule, JobInfo, NewLog, Store, Tally, log_retention
 from jobring.admin.store.subtasks import NewSubTask, TaskUpdate
 from jobring.admin.store.subtasks.records import HOOKS
 from jobring.admin.store.tables import distributed_run, job_log, subtask
@@ -87,6 +88,7 @@ async def test_an_interrupted_retry_is_consistent_and_the_same_request_completes
     assert tally.count == 2 * ROWS  # the parent marked, then two writes of sub-tasks
     parent = await store.distributed.get(run)
     assert parent is not None and (parent.phase, parent.attempt) == ("retrying", 2)
+    assert [(p.run_id, p.failed) for p in await store.distributed.retrying()] == [(run, TASKS - 2 * ROWS)]
     assert await _consistent(store, run) == {"pending": 2 * ROWS, "failed": TASKS - 2 * ROWS}
     # Meanwhile nothing of it is dispatched, and late results of the first attempt change nothing.
     assert run not in [p.run_id for p in await store.distributed.pending_runs()]
@@ -95,6 +97,7 @@ async def test_an_interrupted_retry_is_consistent_and_the_same_request_completes
     # The same request again goes on under the same attempt.
     retried, ended = await store.distributed.retry_failed(run, T0 + 1)
     assert (retried, ended) == (TASKS - 2 * ROWS, [])
+    assert await store.distributed.retrying() == []
     parent = await store.distributed.get(run)
     assert parent is not None and (parent.phase, parent.attempt) == ("mapping", 2)
     assert await _consistent(store, run) == {"pending": TASKS}
@@ -169,12 +172,56 @@ async def test_an_interrupted_clear_leaves_no_orphan_and_the_same_clear_complete
     await _logged(store, 3, 3, TASKS)
     await _logged(store, 4, 2, 10)
     tally = Tally()
-    with killed_at_write(store, 3), pytest.raises(Killed):
+    with killed_at_write(store, 4), pytest.raises(Killed):
         await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally)
-    # The parent's sub-tasks go first, a part a write: the runs are all still there.
+    # The parent ends, then its sub-tasks go, a part a write: the runs are all still there.
     assert tally.count == 0
     assert await _left(store, 3) == (4, 1, TASKS - 2 * ROWS)
     assert await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally) == 4
     assert tally.count == 4
     assert await _left(store, 3) == (0, 0, 0)
     assert await _left(store, 4) == (3, 1, 10)
+
+
+async def test_a_clear_failing_in_a_write_counts_only_the_runs_deleted(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3 * ROWS - 1):
+        await _run(store)
+    real = log_retention.delete_parents_of_deleted
+    calls = 0
+
+    async def failing_second(conn: Any, run_ids: Any) -> list[int]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the second write has deleted its runs, and fails before its commit
+            raise Killed
+        return await real(conn, run_ids)
+
+    monkeypatch.setattr(log_retention, "delete_parents_of_deleted", failing_second)
+    tally = Tally()
+    with pytest.raises(Killed):
+        await store.logs.clear(ClearRule.ALL, NOW, group_id=3, tally=tally)
+    assert tally.count == ROWS  # what the audit says was deleted: the first write's runs only
+    assert (await _left(store, 3))[0] == 2 * ROWS - 1
+
+
+async def test_a_clear_interrupted_after_a_running_parents_subtasks_leaves_it_ended(store: Store) -> None:
+    _, parent = await _logged(store, 3, 2, TASKS)
+    _, other = await _logged(store, 4, 1, 10)
+    with killed_at_write(store, 3), pytest.raises(Killed):  # after the first part of its sub-tasks
+        await store.logs.clear(ClearRule.ALL, NOW, group_id=3)
+    runs, states, tasks = await _left(store, 3)
+    assert (runs, states) == (3, 1) and 0 < tasks < TASKS  # killed midway through its sub-tasks
+    # It would wait for ever for the sub-tasks gone: it ended failed, neither retried nor alarmed.
+    ended = await store.distributed.get(parent)
+    assert ended is not None and (ended.phase, ended.result_recorded) == ("failed", 1)
+    log = await store.logs.get(parent)
+    assert log is not None and (log.handle_code, log.alarm_status) == (500, 1)
+    assert log.handle_msg is not None and "run-log clear" in log.handle_msg
+    assert await store.distributed.unrecorded() == []
+    assert [p.run_id for p in await store.distributed.pending_runs()] == [other]  # not sent on
+    still = await store.distributed.get(other)  # another group's parent is left as it was
+    assert still is not None and still.phase == "mapping"
+    assert await store.logs.clear(ClearRule.ALL, NOW, group_id=3) == 3
+    assert await _left(store, 3) == (0, 0, 0)

@@ -126,6 +126,37 @@ async def test_node_attempts_are_claimed_once_and_linked_to_their_run(store: Sto
     assert (record.state, record.log_id, record.ended_at) == (NodeRunState.ENDED, log_id, T0 + 3)
 
 
+async def test_a_node_renews_only_the_claims_it_still_holds(store: Store) -> None:
+    group = await store.groups.create(JobGroup(app_name="wf-app", title="W"), NOW)
+    job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h"))
+    wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
+    run = await store.workflows.start_run(
+        wf, 1, group, "running", {}, None, T0,
+        [NewNodeRun(k, -1, 1, job, None, None) for k in ("mine", "taken", "fired", "pending")],
+    )
+    mine, taken, fired, pending = (a.id for a in await store.workflows.node_runs(run))
+    for attempt in (mine, taken, fired):
+        assert await store.workflows.claim(attempt, "n1", T0)
+    assert await store.workflows.claim(taken, "n2", T0 + 2_000, stale_before_ms=T0 + 1)  # taken over
+    assert await store.workflows.fired(fired, 99)
+    everything = [mine, taken, fired, pending]
+    assert await store.workflows.keep_claims(everything, "n1", T0) == {mine}  # renewed at the same ms
+    assert await store.workflows.keep_claims(everything, "n1", T0 + 1_500) == {mine}
+    assert await store.workflows.keep_claims([mine], "n1", T0 + 1_600) == {mine}
+    assert await store.workflows.keep_claims([taken], "n1", T0 + 1_700) == set()
+    assert await store.workflows.keep_claims([], "n1", T0 + 1_800) == set()
+    states = {a.id: (a.state, a.claimed_by, a.claimed_at) for a in await store.workflows.node_runs(run)}
+    assert states == {
+        mine: (NodeRunState.FIRING, "n1", T0 + 1_600),
+        taken: (NodeRunState.FIRING, "n2", T0 + 2_000),
+        fired: (NodeRunState.RUNNING, "n1", T0),
+        pending: (NodeRunState.PENDING, None, None),
+    }
+    # A renewed claim is not stale: no other node takes it over.
+    assert not await store.workflows.claim(mine, "n2", T0 + 2_000, stale_before_ms=T0 + 1_000)
+    assert [a.id for a in await store.workflows.to_fire(T0 + 2_000, stale_ms=1_000)] == [pending]
+
+
 @pytest.mark.parametrize("returning", [True, False], ids=["returning", "read-back"])
 async def test_a_step_stores_its_attempts_claimed_and_returns_them_with_their_jobs(
     store: Store, returning: bool

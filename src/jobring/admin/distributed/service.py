@@ -7,7 +7,9 @@ executor's callback, through the callback service: child jobs, workflow edges, r
 alarms follow the parent's outcome, not its root task's. The root task's own callback is
 taken here and never recorded as the run's result. The sweep (every second, and at once when
 woken by a map call or results) sends pending sub-tasks, takes back those of executors that
-left their group, and records parents that ended while no node recorded them.
+left their group, records parents that ended while no node recorded them, and resumes a
+"retry the failed sub-tasks" that stopped midway (its admin died: the parent would stay
+``retrying`` until a user asked again) once it has not moved for ``retry_stall_ms``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.pump import SubTaskPump
 from jobring.admin.monitors.base import Monitor
 from jobring.admin.store import GroupGuard, JobInfo, Store, Tally
+from jobring.admin.store.errors import NotFound
 from jobring.admin.store.subtasks import (
     KIND_BCAST,
     KIND_MAP,
@@ -38,6 +41,7 @@ from jobring.core.distributed import (
     MAX_ITEM_BYTES,
     FailureTolerance,
     Finished,
+    JoinError,
     MapLimitError,
     ParentPhase,
     check_shard_total,
@@ -54,6 +58,9 @@ Record = Callable[[Sequence[HandleCallbackParam]], Awaitable[object]]
 # id, attempt, ok, result JSON, message, its log's last lines
 SubTaskResult = tuple[int, int, bool, str | None, str | None, str | None]
 _TAKE_BACK_EVERY_S = 2.0
+RETRY_STALL_MS = 60_000
+"""A retry of failed sub-tasks that has put none back for this long is resumed by the sweep
+(a live one puts back a part every few milliseconds; two at once share the work)."""
 _RESULT_SHOWN = 1_000
 _HANDLER = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # a reduce handler's name
 
@@ -102,6 +109,7 @@ class DistributedService(Monitor):
         window: int = 2_000,
         batch: int = 500,
         node_id: str = "",
+        retry_stall_ms: int = RETRY_STALL_MS,
     ) -> None:
         super().__init__(interval_s)
         self._store = store
@@ -112,6 +120,10 @@ class DistributedService(Monitor):
         self.record: Record | None = None
         self._last_take_back = 0.0
         self._tasks = Background(log)
+        self._retry_stall_ms = retry_stall_ms
+        # Per retrying parent: its (attempt, failed children) as last seen and since when.
+        self._retries_seen: dict[int, tuple[tuple[int, int], int]] = {}
+        self._resuming: set[int] = set()
 
     # --- executor-facing --------------------------------------------------------------------
 
@@ -259,7 +271,39 @@ class DistributedService(Monitor):
             unrecorded = await self._store.distributed.unrecorded()
             if unrecorded:
                 await self._record_ended(unrecorded)
+            await self.resume_stalled_retries()
         await self.pump.round()
+
+    async def resume_stalled_retries(self) -> list[int]:
+        """Resume (in the background) each retry of failed sub-tasks that has not moved for
+        ``retry_stall_ms`` as this node saw it; returns their run ids."""
+        now = self._clock.now_ms()
+        seen: dict[int, tuple[tuple[int, int], int]] = {}
+        stalled: list[int] = []
+        for parent in await self._store.distributed.retrying():
+            moved = (parent.attempt, parent.failed)  # each part put back lowers ``failed``
+            before = self._retries_seen.get(parent.run_id)
+            since = now if before is None or before[0] != moved else before[1]
+            seen[parent.run_id] = (moved, since)
+            if now - since >= self._retry_stall_ms and parent.run_id not in self._resuming:
+                stalled.append(parent.run_id)
+                seen[parent.run_id] = (moved, now)  # not again before another stall
+        self._retries_seen = seen
+        for run_id in stalled:
+            self._resuming.add(run_id)
+            self._tasks.spawn(self._resume_retry(run_id), f"resuming the retry of run {run_id}")
+        return stalled
+
+    async def _resume_retry(self, run_id: int) -> None:
+        try:
+            count = await self.retry_failed(run_id)
+        except (NotFound, JoinError):
+            return  # completed (or the run deleted) since it was read
+        finally:
+            self._resuming.discard(run_id)
+        log.warning("run %s: a retry of its failed sub-tasks had stopped midway (no progress for %s ms); "
+                    "resumed here: %d more put back", run_id, self._retry_stall_ms, count,
+                    extra={"run_id": run_id})
 
     async def _record_ended(self, parents: Sequence[DistributedRun]) -> None:
         """Record each ended parent's result on its run (children, alarms, workflows follow)."""

@@ -8,6 +8,16 @@ admins firing the same attempt (a stale claim taken over) only one records a job
 finds it. A claim is stale ``stale_ms`` after it was taken when its attempt was never reported
 fired: its admin may have died in between (the ``workflow_stale_claim_ms`` setting).
 
+An admin still alive but slow to fire (its fire waiting for a dispatch lane, FAILOVER probing
+one executor after another) must not be taken over: with XXL-JOB executors, which cannot be
+asked whether they got a run, the node would run twice. So while it fires, the admin renews
+its claims every third of ``stale_ms`` (:class:`ClaimKeeper`), and right before each /run it
+makes sure it still holds the claim (:meth:`NodeFires.still_claimed`): at once when it renewed
+it within that third (no other admin may take a claim younger than ``stale_ms``), else by a
+write that renews the claim only if it is still its own. A claim taken over all the same (this
+admin's writes failed or its loop stalled that long) is not sent: the admin that took it over
+sends it.
+
 The job runs this admin linked are remembered (:meth:`NodeFires.running`, the latest
 ``_LINKS_KEPT``), so a result that reaches this admin finds its attempt without a read.
 """
@@ -15,6 +25,7 @@ The job runs this admin linked are remembered (:meth:`NodeFires.running`, the la
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
@@ -22,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.monitors.base import Monitor
 from jobring.admin.services.claim_fault import ClaimFault
 from jobring.admin.services.settings import DEFAULT_STALE_CLAIM_MS
 from jobring.admin.services.subworkflows import Children
@@ -36,7 +48,7 @@ from jobring.admin.services.workflow_steps import (
 from jobring.admin.store.records import HandleResult
 from jobring.admin.store.workflow_records import NodeRunRecord, NodeRunState
 from jobring.admin.trigger.fires import run_candidates
-from jobring.admin.trigger.trigger import FireRequest, TriggerRejected, TriggerService
+from jobring.admin.trigger.trigger import FireRequest, NotSent, TriggerRejected, TriggerService
 from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
@@ -53,7 +65,7 @@ from jobring.core.workflow import (
 if TYPE_CHECKING:
     from jobring.admin.store import Store
 
-__all__ = ["MAX_CONCURRENT_FIRES", "STOPPED_BY_WORKFLOW", "FiringPort", "NodeFires"]
+__all__ = ["MAX_CONCURRENT_FIRES", "STOPPED_BY_WORKFLOW", "ClaimKeeper", "FiringPort", "NodeFires"]
 
 log = logging.getLogger("jobring.admin.services.workflows")  # the driver's lines keep their logger
 
@@ -106,6 +118,9 @@ class NodeFires:
         self._firing = asyncio.Semaphore(max_concurrent_fires)
         # The attempts this node linked to their job runs, by job run (oldest first).
         self._links: dict[int, NodeRunRecord] = {}
+        # The attempts whose job this node is firing (claimed, waiting for their turn or
+        # being sent): when it last made sure of each claim (the claimed_at it wrote).
+        self._held: dict[int, int] = {}
         self.claim_fault: ClaimFault | None = None  # test-only (services/claim_fault.py)
 
     def running(self, log_id: int) -> NodeRunRecord | None:
@@ -146,8 +161,9 @@ class NodeFires:
             return
         log_id = await self._store.workflows.log_of_node_run(attempt.id) if stale else None
         if log_id is None:
+            claimed_at = attempt.claimed_at if claimed and attempt.claimed_at is not None else now
             try:
-                log_id = await self._fire_job(attempt, wanted)
+                log_id = await self._fire_job(attempt, wanted, claimed_at)
             except IntegrityError:  # a node we took over for dead had recorded it after all
                 log_id = await self._store.workflows.log_of_node_run(attempt.id)
             if log_id is None:
@@ -180,6 +196,35 @@ class NodeFires:
                 entry.trigger_code, entry.trigger_msg, entry.handle_code, entry.handle_msg
             )
 
+    async def keep_claims(self) -> None:
+        """Renew the claims of the attempts this node is still firing (see the module
+        docstring); the ClaimKeeper calls it every third of ``stale_ms``."""
+        if not self._held:
+            return
+        now = self._clock.now_ms()
+        kept = await self._store.workflows.keep_claims(list(self._held), self._node_id, now)
+        for attempt_id in kept:
+            if attempt_id in self._held:
+                self._held[attempt_id] = now
+
+    async def still_claimed(self, attempt_id: int) -> bool:
+        """Whether this node still holds the attempt's claim, asked right before its /run is
+        sent: yes at once when it made sure of it within the last third of ``stale_ms``,
+        else the claim is renewed in one write if it is still this node's (False: another
+        admin took the attempt over, or it was fired)."""
+        now = self._clock.now_ms()
+        since = self._held.get(attempt_id)
+        if since is not None and now - since < self.stale_ms // 3:
+            return True
+        if attempt_id in await self._store.workflows.keep_claims([attempt_id], self._node_id, now):
+            if attempt_id in self._held:
+                self._held[attempt_id] = now
+            return True
+        log.warning("workflow node attempt %s: taken over by another admin before its job was sent "
+                    "(its claim was not renewed for workflow_stale_claim_ms, %s ms); not sent here",
+                    attempt_id, self.stale_ms)
+        return False
+
     def _remember(self, log_id: int, linked: NodeRunRecord) -> None:
         self._links[log_id] = linked
         if len(self._links) > _LINKS_KEPT:
@@ -194,12 +239,14 @@ class NodeFires:
         run = await off_loop_if_large(record.state_chars, run_from_json, record.state)
         return wanted_in(run, attempt, record.job_group, None)
 
-    async def _fire_job(self, attempt: NodeRunRecord, wanted: Wanted) -> int | None:
+    async def _fire_job(self, attempt: NodeRunRecord, wanted: Wanted, claimed_at: int) -> int | None:
         """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
         None when it could not even be recorded (the attempt is then failed here). The run's
         group is ``wanted.group``: a job moved to another group since the run started is not
         fired (a workflow runs only its own group's jobs: checked at the start, and here at
-        each fire, on the job as read with the attempt's step or now)."""
+        each fire, on the job as read with the attempt's step or now). None too, and nothing
+        sent nor failed, when another admin took the attempt over meanwhile: its claim, taken
+        at ``claimed_at``, is held (renewed) while the fire waits for its turn and is sent."""
         if wanted.jobs is None:
             job = await self._store.jobs.get(attempt.job_id)
         else:
@@ -220,16 +267,22 @@ class NodeFires:
                 fail_retry_count=0,
                 workflow_node_run_id=attempt.id,
                 workflow_context=wanted.context,
+                send_check=functools.partial(self.still_claimed, attempt.id),
             )
+            self._held[attempt.id] = claimed_at
             try:
                 async with self._firing:
                     result = await self._trigger.fire(request)
             except TriggerRejected as exc:
                 problem = str(exc)
+            except NotSent:
+                return None  # taken over: the admin that has the claim fires it
             else:
                 if result.log_ids:
                     return result.log_ids[0]
                 problem = result.trigger_msg
+            finally:
+                self._held.pop(attempt.id, None)
         await self._store.workflows.ended([attempt.id], self._clock.now_ms())
         await self._driver.apply(
             attempt.workflow_run_id,
@@ -273,3 +326,16 @@ class NodeFires:
                 [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))]
             )
 
+
+class ClaimKeeper(Monitor):
+    """Renews the claims of the attempts a :class:`NodeFires` is still firing, every third of
+    its ``stale_ms`` (a fire may take that long: a full dispatch lane, FAILOVER probes)."""
+
+    name = "workflow-claims"
+
+    def __init__(self, fires: NodeFires) -> None:
+        super().__init__(fires.stale_ms / 3 / 1000)
+        self._fires = fires
+
+    async def tick(self) -> None:
+        await self._fires.keep_claims()

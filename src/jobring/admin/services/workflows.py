@@ -33,6 +33,7 @@ from jobring.admin.services.subworkflows import Children
 from jobring.admin.services.workflow_fires import (
     MAX_CONCURRENT_FIRES,
     STOPPED_BY_WORKFLOW,
+    ClaimKeeper,
     NodeFires,
 )
 from jobring.admin.services.workflow_steps import (
@@ -132,6 +133,7 @@ class WorkflowDriver(Monitor):
         self.fires = NodeFires(store, trigger, executors, clock, self, self.children, node_id=node_id,
                                stale_ms=stale_ms, max_concurrent_fires=max_concurrent_fires,
                                unsure=unsure)
+        self.claim_keeper = ClaimKeeper(self.fires)
 
     @property
     def claim_fault(self) -> ClaimFault | None:
@@ -409,6 +411,11 @@ class WorkflowDriver(Monitor):
         """Wait for the background work started so far (tests, shutdown)."""
         await self._tasks.wait()
 
+    def start(self) -> None:
+        super().start()
+        self.claim_keeper.start()
+
     async def stop(self) -> None:
         await super().stop()
         await self.wait_idle()
+        await self.claim_keeper.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import (
     ColumnElement,
@@ -18,7 +18,13 @@ from sqlalchemy import (
 from jobring.admin.store.base import Repository, chunks
 from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.records import ClearRule, Tally
-from jobring.admin.store.subtasks import delete_parents_of_deleted, delete_some_children, parents_among
+from jobring.admin.store.subtasks import (
+    delete_parents_of_deleted,
+    delete_some_children,
+    end_parents_of_deleted,
+    open_among,
+    parents_among,
+)
 from jobring.admin.store.tables import job_log
 
 _RULE_AGE = {
@@ -108,7 +114,7 @@ class LogRetention(Repository):
             if pivot is None:
                 return 0
             where.append(job_log.c.id < pivot)
-        return await self._delete_where(where, batch, tally=tally)
+        return await self._delete_where(where, batch, tally=tally, now=now)
 
     async def _delete_where(
         self,
@@ -116,6 +122,7 @@ class LogRetention(Repository):
         batch: int,
         pause_s: float = 0.0,
         tally: Tally | None = None,
+        now: datetime | None = None,
     ) -> int:
         """Delete in short transactions: the ids are read without a lock, then deleted by
         primary key in a transaction of their own (the condition repeated: a run that no longer
@@ -123,8 +130,12 @@ class LogRetention(Repository):
         changes more than ``batch`` rows (SQLite: ``Db.bulk_rows``, bulk writes that take turns
         between the scheduler's): a distributed run's sub-tasks go first, a part at a time (an
         interrupted delete leaves runs that the same delete again removes, not orphans), then
-        the runs with their join state. ``tally`` counts the runs deleted as they go."""
+        the runs with their join state. A parent still open ends (failed) before its sub-tasks
+        go, so a delete interrupted before its run leaves it ended, not waiting for ever for
+        sub-tasks that are gone. ``tally`` counts the runs deleted as they go; ``now`` (default:
+        the system clock) is when such a parent ends."""
         tally = tally if tally is not None else Tally()
+        ending = now or datetime.now(UTC)
         size = min(batch, self._db.bulk_rows or batch)
         after = 0
         while True:
@@ -136,15 +147,20 @@ class LogRetention(Repository):
                     .order_by(job_log.c.id).limit(batch)
                 )).scalars())
                 parents = await parents_among(conn, ids) if ids else []
+                still_open = await open_among(conn, parents) if parents else []
             if not ids:
                 return tally.count
+            for some in chunks(still_open, max(1, size // 2)):  # two rows each
+                async with self._db.write(bulk=True) as conn:
+                    await end_parents_of_deleted(conn, some, where, ending)
             await self._delete_children(parents, where, size)
             gone: builtins.list[int] = []
             for part in chunks(ids, size):
                 async with self._db.write(bulk=True) as conn:
                     result = await conn.execute(delete(job_log).where(job_log.c.id.in_(part), *where))
-                    tally.count += result.rowcount
+                    deleted = int(result.rowcount)
                     gone += await delete_parents_of_deleted(conn, part)
+                tally.count += deleted  # once committed: a write that failed deleted nothing
             await self._delete_children(gone, None, size)
             after = ids[-1]
             if pause_s > 0:

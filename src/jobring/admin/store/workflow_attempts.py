@@ -84,6 +84,31 @@ class NodeAttempts(Repository):
             )
             return result.rowcount == 1
 
+    async def keep_claims(
+        self, node_run_ids: Collection[int], node_id: str, now_ms: int
+    ) -> builtins.set[int]:
+        """Renew ``node_id``'s claims of these attempts (claimed at ``now_ms``, so none is
+        stale for another ``stale_ms``), in one write that takes only those it still holds
+        (firing, claimed by it); returns their ids. An attempt another admin took over, or
+        already fired, is left as it is."""
+        ids = sorted(set(node_run_ids))
+        held: builtins.set[int] = set()
+        async with self._db.write() as conn:
+            for part in chunks(ids):
+                mine = (
+                    workflow_node_run.c.id.in_(part),
+                    workflow_node_run.c.state == NodeRunState.FIRING,
+                    workflow_node_run.c.claimed_by == node_id,
+                )
+                result = await conn.execute(update(workflow_node_run).where(*mine).values(claimed_at=now_ms))
+                if result.rowcount == len(part):
+                    held.update(part)
+                elif result.rowcount:  # some were taken over or fired meanwhile: which?
+                    renewed = workflow_node_run.c.claimed_at == now_ms
+                    stmt = select(workflow_node_run.c.id).where(*mine, renewed)
+                    held.update(int(i) for i in (await conn.execute(stmt)).scalars())
+        return held
+
     async def fired(self, node_run_id: int, log_id: int) -> bool:
         """The attempt's job run is ``log_id`` (firing -> running)."""
         async with self._db.write() as conn:

@@ -23,6 +23,7 @@ from jobring.admin.trigger.fires import (
     TRIGGER_TYPE_TITLES,
     FirePlan,
     GroupView,
+    NotSent,
     TriggerRejected,
     bean_handler,
     dispatch_error_reason,
@@ -70,6 +71,13 @@ def _pinned(plan: FirePlan) -> bool:
     them through its own queue): its strategy chooses one on purpose, or the trigger named the
     addresses."""
     return plan.strategy in PINNED_STRATEGIES or bool(plan.req.address_override)
+
+
+async def _check_send(plan: FirePlan) -> None:
+    """NotSent when the plan's ``send_check`` says no."""
+    check = plan.req.send_check
+    if check is not None and not await check():
+        raise NotSent(f"run of job {plan.req.job.id} not sent: its send check said no")
 
 
 def _hooked(job: JobInfo) -> bool:
@@ -292,6 +300,8 @@ class FireDispatcher:
 
     async def _dispatch(self, plan: FirePlan, shard: tuple[int, int], log_id: int) -> TriggerResult:
         route = await self._route(plan, shard)
+        # After the wait for a lane and the probes, if any; before a result is recorded too.
+        await _check_send(plan)
         address = route.address
         dispatch_time: int | None = None
         if address is None:
@@ -308,12 +318,14 @@ class FireDispatcher:
 
     async def _sharded(self, plan: FirePlan, shard: tuple[int, int], log_id: int) -> TriggerResult:
         assert self.sharding is not None
+        await _check_send(plan)
         msg = await self.sharding.start_sharded(log_id, plan.req.job, plan.param)
         route = RouteResult((), msg)  # no one executor: the sub-tasks go to all
         return self._result(plan, shard, log_id, route, ReturnT.success(), self._clock.now_ms())
 
     async def _broadcast(self, plan: FirePlan, shard: tuple[int, int], log_id: int) -> TriggerResult:
         assert self.sharding is not None
+        await _check_send(plan)
         msg = await self.sharding.start_broadcast(log_id, plan.req.job, plan.param, self._live(plan))
         route = RouteResult((), msg)  # every executor, through the parent's parts
         return self._result(plan, shard, log_id, route, ReturnT.success(), self._clock.now_ms())
@@ -323,7 +335,8 @@ class FireDispatcher:
     ) -> Awaitable[TriggerResult] | None:
         """Route and write the /run call now when that needs no waiting (a lane slot is
         free, the strategy needs no probe); None otherwise (the caller takes the slow way)."""
-        if not self._live(plan) or plan.strategy is None or plan.strategy in _PROBING:
+        if (not self._live(plan) or plan.strategy is None or plan.strategy in _PROBING
+                or plan.req.send_check is not None):
             return None
         job_id = plan.req.job.id
         lane = self.lanes.enter_now(job_id)

@@ -7,7 +7,7 @@ until they are dispatched or cancelled; each request ends as a :class:`FireResul
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +52,11 @@ class TriggerRejected(JobringError, ValueError):
     """A fire request that must not be carried out (e.g. an address outside the group)."""
 
 
+class NotSent(JobringError, RuntimeError):
+    """A fire's ``send_check`` said no right before its /run: nothing was sent and no trigger
+    result recorded (its run log row stays as recorded, for whoever took the fire over)."""
+
+
 @dataclass(frozen=True, slots=True)
 class FireRequest:
     """One fire of one job.
@@ -82,6 +87,10 @@ class FireRequest:
     logical_time: int | None = None
     data_interval_start: int | None = None
     backfill_id: int | None = None
+    # Awaited right before the /run is sent (after routing): False and it is not sent (the
+    # fire raises NotSent). A workflow node's fire checks that its admin still holds the
+    # attempt's claim. Only for a fire of one request (``TriggerService.fire``).
+    send_check: Callable[[], Awaitable[bool]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from jobring.admin.trigger.fires import (
     FirePlan,
     FireRequest,
     FireResult,
+    NotSent,
     PreparedBatch,
     TriggerRejected,
     dispatch_error_reason,
@@ -41,7 +42,7 @@ from jobring.core.routing import Router
 if TYPE_CHECKING:
     from jobring.admin.store import Store
 
-__all__ = ["TRIGGER_TYPE_TITLES", "FireRequest", "FireResult", "PreparedBatch", "TriggerRejected",
+__all__ = ["TRIGGER_TYPE_TITLES", "FireRequest", "FireResult", "NotSent", "PreparedBatch", "TriggerRejected",
            "TriggerService", "dispatch_error_reason"]
 
 
@@ -116,6 +117,9 @@ class TriggerService:
         and are not dispatched. Returns once every dispatch answer is recorded.
         """
         self._refuse_if_closed()
+        if len(reqs) > 1 and any(r.send_check is not None for r in reqs):
+            # A refused send raises for the whole batch: the others' answers would be lost.
+            raise ValueError("a fire with a send check is fired alone")
         for req in reqs:
             self.requested[req.trigger_type] = self.requested.get(req.trigger_type, 0) + 1
         return await self._tracked(self._fire_batch(list(reqs)))

@@ -22,7 +22,9 @@ from jobring.admin.store.subtasks.reads import (
     Reads,
     delete_parents_of_deleted,
     delete_some_children,
+    end_parents_of_deleted,
     lost_parents_condition,
+    open_among,
     parents_among,
 )
 from jobring.admin.store.subtasks.records import (
@@ -57,7 +59,9 @@ __all__ = [
     "TaskUpdate",
     "delete_parents_of_deleted",
     "delete_some_children",
+    "end_parents_of_deleted",
     "lost_parents_condition",
+    "open_among",
     "parents_among",
 ]
 

@@ -4,11 +4,13 @@ them with their run (retention)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 
-from sqlalchemy import ColumnElement, and_, delete, func, select
+from sqlalchemy import ColumnElement, and_, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, chunks, to_record
+from jobring.admin.store.engine import utc_naive
 from jobring.admin.store.records import GroupGuard
 from jobring.admin.store.subtasks.records import (
     HOOKS,
@@ -19,7 +21,12 @@ from jobring.admin.store.subtasks.records import (
     subtask_row,
 )
 from jobring.admin.store.tables import distributed_run, job_log, subtask
-from jobring.core.distributed import TaskState
+from jobring.core.distributed import ParentPhase, TaskState
+from jobring.core.enums import HandleCode
+
+CLEARED_MSG = ("ended: its sub-tasks were deleted by a run-log clear (or retention) that did "
+               "not get to the run itself; the same clear again removes it")
+_FINAL = (ParentPhase.SUCCEEDED.value, ParentPhase.FAILED.value)
 
 
 class Reads(Repository):
@@ -41,6 +48,13 @@ class Reads(Repository):
                 for row in (await conn.execute(stmt)).all():
                     found[int(row.run_id)] = to_record(DistributedRun, row)
         return found
+
+    async def retrying(self, limit: int = 100) -> list[DistributedRun]:
+        """Parents whose "retry the failed sub-tasks" is under way (or was interrupted)."""
+        stmt = (select(distributed_run).where(distributed_run.c.phase == ParentPhase.RETRYING.value)
+                .order_by(distributed_run.c.run_id).limit(limit))
+        async with self._db.read() as conn:
+            return [to_record(DistributedRun, r) for r in (await conn.execute(stmt)).all()]
 
     async def page(
         self, run_id: int, *, status: str | None = None, after_id: int = 0, limit: int = 100
@@ -102,6 +116,13 @@ async def parents_among(conn: AsyncConnection, run_ids: Sequence[int]) -> list[i
     return [int(i) for i in (await conn.execute(stmt)).scalars()]
 
 
+async def open_among(conn: AsyncConnection, run_ids: Sequence[int]) -> list[int]:
+    """Those of the parents ``run_ids`` that have not ended."""
+    stmt = select(distributed_run.c.run_id).where(
+        distributed_run.c.run_id.in_(list(run_ids)), distributed_run.c.phase.not_in(_FINAL))
+    return sorted(int(i) for i in (await conn.execute(stmt)).scalars())
+
+
 async def delete_some_children(
     conn: AsyncConnection, run_ids: Sequence[int], runs: Sequence[ColumnElement[bool]] | None, limit: int
 ) -> int:
@@ -119,6 +140,35 @@ async def delete_some_children(
     if found:
         await conn.execute(delete(subtask).where(subtask.c.id.in_(found), of_runs))
     return len(found)
+
+
+async def end_parents_of_deleted(
+    conn: AsyncConnection, run_ids: Sequence[int], runs: Sequence[ColumnElement[bool]], now: datetime
+) -> int:
+    """Retention, before their sub-tasks are deleted: those of ``run_ids`` in the run log
+    matching ``runs`` that are still open end failed, their result written on the run
+    (neither retried nor alarmed: it is being deleted). Their sub-tasks go before their run,
+    in several writes: a delete interrupted in between would otherwise leave a parent waiting
+    for ever for sub-tasks that are gone. Returns how many ended (two rows changed each)."""
+    logged = select(job_log.c.id).where(job_log.c.id.in_(list(run_ids)), *runs)
+    open_ = select(distributed_run.c.run_id).where(
+        distributed_run.c.run_id.in_(logged), distributed_run.c.phase.not_in(_FINAL))
+    ids = [int(i) for i in (await conn.execute(open_)).scalars()]
+    if not ids:
+        return 0
+    now_ms = int(now.replace(tzinfo=now.tzinfo or UTC).timestamp() * 1000)
+    await conn.execute(
+        update(job_log)
+        .where(job_log.c.id.in_(ids), job_log.c.handle_code == 0)
+        .values(handle_code=int(HandleCode.FAIL), handle_msg=CLEARED_MSG, handle_time=utc_naive(now),
+                handle_time_ms=now_ms, alarm_status=1)
+    )
+    ended = await conn.execute(
+        update(distributed_run)
+        .where(distributed_run.c.run_id.in_(ids), distributed_run.c.phase.not_in(_FINAL))
+        .values(phase=ParentPhase.FAILED.value, root_msg=CLEARED_MSG, ended_at=now_ms, result_recorded=1)
+    )
+    return int(ended.rowcount)
 
 
 async def delete_parents_of_deleted(conn: AsyncConnection, run_ids: Sequence[int]) -> list[int]:
