@@ -31,7 +31,9 @@ Choices (documented in docs/executor.md):
 - Writers never block the event loop on the disk: lines are gathered in memory and appended
   by one background thread, a batch of runs at a time (two writes per day: lines and index;
   no fsync); a ``read`` first writes out the run's pending lines, so a live /log read sees
-  every line written so far. Call ``flush()`` at shutdown. When more than ``max_backlog``
+  every line written so far. A run's lines are queued for that thread when the run ends (so
+  a short run makes one record); those of a run still running are written by the thread's
+  sweep every 0.5 s. Call ``flush()`` at shutdown. When more than ``max_backlog``
   run logs wait for that thread (a stuck or very slow disk), ``behind()`` says so and the
   engine holds back new runs until it catches up.
 - ``cleanup`` deletes day folders at least ``retention_days`` old; below 3 days
@@ -66,6 +68,10 @@ MIN_RETENTION_DAYS = 3
 _DAY_DIR = re.compile(r"\d{4}-\d{2}-\d{2}")  # fullmatch
 _CHUNK = 1 << 20
 _COALESCE_S = 0.01
+# How often the writer thread writes the lines of runs still running (a run's lines are
+# otherwise queued once, when it ends): at most this long in memory only. A read writes
+# out the run's pending lines first, whatever their age.
+_SWEEP_S = 0.5
 # Run logs waiting for the writer thread beyond which new runs wait (see RunLog.behind): on a
 # stuck or slow disk the pending lines would pile up in memory without bound.
 MAX_BACKLOG = 5000
@@ -145,7 +151,9 @@ class RunLogWriter:
 
     def write_line(self, line: str) -> None:
         self._pending.append(line if line.endswith("\n") else line + "\n")
-        if not self._queued:
+        # A running run's lines wait for its close (one record per run, its writer queued
+        # once) or for the writer thread's sweep; only a late line (after the close) queues.
+        if self._closed and not self._queued:
             self._queued = True
             self._runlog._enqueue(self)
 
@@ -172,6 +180,10 @@ class RunLogWriter:
     def queued(self) -> bool:
         """Whether lines (or the close) wait for the writer thread."""
         return self._queued
+
+    def has_lines(self) -> bool:
+        """Whether lines wait to be written."""
+        return bool(self._pending)
 
 
 class RunLog:
@@ -280,11 +292,15 @@ class RunLog:
 
     def _write_loop(self) -> None:
         dirty = self._dirty
+        swept = time.monotonic()
         while True:
-            self._wake.wait()
-            time.sleep(_COALESCE_S)  # let a burst gather; readers flush what they need themselves
+            if self._wake.wait(_SWEEP_S):
+                time.sleep(_COALESCE_S)  # let a burst gather; readers flush what they need themselves
             self._wake.clear()
             self._wake_pending = False
+            if time.monotonic() - swept >= _SWEEP_S:
+                swept = time.monotonic()
+                self._sweep()
             while dirty:
                 count = min(len(dirty), _BATCH_RUNS)
                 self._writing = count  # still counted as behind until written
@@ -295,6 +311,16 @@ class RunLog:
                     logger.exception("run log: writing a batch of %d run(s) failed", count)
                 finally:
                     self._writing = 0
+
+    def _sweep(self) -> None:
+        """Write the lines of runs still running (a closed run's writer is queued)."""
+        try:
+            # list() of the values takes them in one step (no other thread runs meanwhile).
+            running = [writer for writer in list(self._active.values()) if writer.has_lines()]
+            if running:
+                self._write_out(running)
+        except Exception:  # the thread must go on
+            logger.exception("run log: writing the lines of running runs failed")
 
     def _write_out(self, writers: list[RunLogWriter]) -> None:
         """Append the writers' pending lines to their days' segments (one write per day)."""
@@ -359,6 +385,8 @@ class RunLog:
         writer = self._active.get(key)
         if writer is None:
             writer = self._active[key] = RunLogWriter(self, *key)
+        if self._thread is None:  # its sweep writes the lines of runs that are still running
+            self._start_thread()
         return writer
 
     def append(self, log_date_time_ms: int, log_id: int, line: str) -> None:
