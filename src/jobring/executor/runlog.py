@@ -301,22 +301,16 @@ class RunLog:
             if time.monotonic() - swept >= _SWEEP_S:
                 swept = time.monotonic()
                 self._sweep()
-            # One batch per wake-up, not a drain: under load the runs that end while a batch is
-            # written would make many small batches (each a wake of this thread, an fstat, two
-            # writes and GIL hand-offs); they wait for the next batch, 10 ms on.
-            count = min(len(dirty), _BATCH_RUNS)
-            if not count:
-                continue
-            self._writing = count  # still counted as behind until written
-            batch = [dirty.popleft() for _ in range(count)]
-            try:
-                self._write_out(batch)
-            except Exception:  # the thread must go on: /run waits while it is behind
-                logger.exception("run log: writing a batch of %d run(s) failed", count)
-            finally:
-                self._writing = 0
-            if dirty:
-                self._wake.set()
+            while dirty:
+                count = min(len(dirty), _BATCH_RUNS)
+                self._writing = count  # still counted as behind until written
+                batch = [dirty.popleft() for _ in range(count)]
+                try:
+                    self._write_out(batch)
+                except Exception:  # the thread must go on: /run waits while it is behind
+                    logger.exception("run log: writing a batch of %d run(s) failed", count)
+                finally:
+                    self._writing = 0
 
     def _sweep(self) -> None:
         """Write the lines of runs still running (a closed run's writer is queued)."""
