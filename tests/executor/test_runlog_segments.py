@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import struct
+import time
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -78,6 +79,24 @@ def test_reads_of_a_live_run_see_each_line_at_once(base: Path) -> None:
         result = runlog.read(T, 3, n)  # as the admin polls: from the line after the last one
         seen.append((result.to_line_num, result.log_content))
     assert seen == [(1, "step 1\n"), (2, "step 2\n"), (3, "step 3\n")]
+
+
+def test_a_short_run_is_one_record_and_a_running_runs_lines_reach_the_disk_unread(base: Path) -> None:
+    runlog = RunLog(base, tz=UTC)
+    short = runlog.writer(T, 5)
+    for n in range(3):
+        short.write_line(f"s{n}")
+    short.close()
+    running = runlog.writer(T, 6)
+    running.write_line("still running")  # no close, no read: the writer thread's sweep writes it
+    segment = base / DAY / "runs-0.log"
+    deadline = time.monotonic() + 10.0
+    while not (segment.exists() and b"still running" in segment.read_bytes()):
+        assert time.monotonic() < deadline, "a running run's line never reached the disk"
+        time.sleep(0.02)
+    records = [line for line in segment.read_bytes().splitlines() if line.startswith(b"#jobring-run 5-")]
+    assert len(records) == 1  # the run's three lines were taken together, at its close
+    assert _content(runlog, 5) == "s0\ns1\ns2\n" and _content(runlog, 6) == "still running\n"
 
 
 def test_a_late_line_after_its_day_was_cleaned_up_opens_a_new_segment(base: Path) -> None:

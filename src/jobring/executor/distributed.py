@@ -218,11 +218,9 @@ class SubTaskRunner:
         # taken yet: what an admin that takes over a dead one's sub-tasks asks about.
         self._held: dict[tuple[int, int], int] = {}
 
-    def root_scope(self, run_id: int, handler_name: str) -> MapScope:
-        """The scope of a run's root task (its handler may map)."""
-        return MapScope(
-            self._link, asyncio.get_running_loop(), run_id, ROOT_KEY, self._reducers.get(handler_name)
-        )
+    def root_scope(self, run_id: int, handler_name: str, loop: asyncio.AbstractEventLoop) -> MapScope:
+        """The scope of a run's root task (its handler may map); ``loop`` is the executor's."""
+        return MapScope(self._link, loop, run_id, ROOT_KEY, self._reducers.get(handler_name))
 
     async def accept(self, body: bytes) -> ReturnT:
         """``/jobring/subtasks``: take a batch (answered at once; results come later)."""

@@ -42,12 +42,13 @@ SUFFIX_QUEUED = " [job not executed, in the job queue, killed.]"
 MSG_TIMEOUT = "job execute timeout "
 
 _ENGINE = "jobring.executor.worker#run"
+_START_LINE = "<br>----------- jobring job execute start -----------<br>----------- Param:"
 
 
 class RootScopes(Protocol):
     """Gives a run's handler what ``ctx.map`` calls (executor.distributed.SubTaskRunner)."""
 
-    def root_scope(self, run_id: int, handler_name: str) -> Any: ...
+    def root_scope(self, run_id: int, handler_name: str, loop: asyncio.AbstractEventLoop) -> Any: ...
 
 
 class Run:
@@ -250,24 +251,34 @@ class JobWorker:
         )
         run.ctx = ctx
         if runner.distributed is not None and isinstance(unit, JobHandler) and unit.isolation == "thread":
-            ctx.bind_subtask(None, None, runner.distributed.root_scope(param.log_id, unit.name))
+            ctx.bind_subtask(None, None, runner.distributed.root_scope(param.log_id, unit.name, self._loop))
         try:
-            ctx.write(
-                _ENGINE,
-                0,
-                "<br>----------- jobring job execute start -----------<br>----------- Param:"
-                + param.executor_params,
-                self.label,
-            )
-            await self._supervise(run, ctx)
+            writer.write_line(format_line(_ENGINE, 0, self.label, _START_LINE + param.executor_params))
+            future = self._start(ctx)
+            self.exec_future = future
+            timeout = param.executor_timeout if param.executor_timeout > 0 else None
+            if timeout is None:  # the common case, without asyncio.wait's waiter, set and timer
+                try:
+                    await future
+                except asyncio.CancelledError:
+                    if not _killed(future):
+                        raise  # this worker was cancelled, not the run
+                except BaseException:  # read from the future below
+                    pass
+                finished = True
+            else:
+                finished = await _finished_within(future, timeout)
+            self._conclude(run, ctx, future, finished, timeout)
+            if not future.done() or future.cancelled():
+                await self._settle(future)
         finally:
-            self._write_end(run, ctx, writer)
+            self._write_end(run, writer)
 
-    async def _supervise(self, run: Run, ctx: JobContext) -> None:
-        timeout = run.param.executor_timeout if run.param.executor_timeout > 0 else None
-        future = self._start(ctx)
-        self.exec_future = future
-        if not await _finished_within(future, timeout):
+    def _conclude(self, run: Run, ctx: JobContext, future: asyncio.Future[Outcome], finished: bool,
+                  timeout: int | None) -> None:
+        """Report the run's outcome: timed out, or what its future holds (nothing when it was
+        killed: the kill reported it)."""
+        if not finished:
             ctx.mark_cancelled()
             ctx.write(_ENGINE, 0, f"<br>----------- jobring job execute timeout ({timeout} s)", self.label)
             self.runner.finish(run, 502, MSG_TIMEOUT)
@@ -281,8 +292,6 @@ class JobWorker:
                 text = "".join(traceback.format_exception(exc))
                 ctx.write(_ENGINE, 0, f"<br>----------- JobThread Exception:{text}", self.label)
                 self.runner.finish(run, 500, exception_summary(exc))
-        if not future.done() or future.cancelled():
-            await self._settle(future)
 
     def _start(self, ctx: JobContext) -> asyncio.Future[Outcome]:
         loop = self._loop
@@ -312,36 +321,29 @@ class JobWorker:
             late = future.exception()
             log.debug("job %s: handler ended with %r after its run was reported", self.job_id, late)
 
-    def _write_end(self, run: Run, ctx: JobContext, writer: RunLogWriter) -> None:
+    def _write_end(self, run: Run, writer: RunLogWriter) -> None:
         try:
             # Only reached unreported when the worker task itself was torn down mid-run.
             self.runner.finish(run, 500, "job run interrupted: its worker was stopped")
-            ctx.write(
-                _ENGINE,
-                0,
+            writer.write_line(format_line(
+                _ENGINE, 0, self.label,
                 "<br>----------- jobring job execute end(finish) -----------<br>----------- Result: "
-                f"handleCode={run.code}, handleMsg = {'null' if run.msg is None else run.msg}",
-                self.label,
-            )
+                f"handleCode={run.code}, handleMsg = {'null' if run.msg is None else run.msg}"))
         finally:
             writer.close()
 
 
-async def _finished_within(future: asyncio.Future[Outcome], limit_s: float | None) -> bool:
+async def _finished_within(future: asyncio.Future[Outcome], limit_s: float) -> bool:
     """Wait for the run's future; False on timeout. Its outcome is read from the future after."""
-    if limit_s is not None:
-        done, _ = await asyncio.wait((future,), timeout=limit_s)
-        return bool(done)
-    try:  # the common case, without asyncio.wait's extra waiter and set
-        await future
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if future.cancelled() and (task is None or not task.cancelling()):
-            return True  # the run was killed, not this worker
-        raise
-    except BaseException:  # the caller reads the exception from the future
-        pass
-    return True
+    done, _ = await asyncio.wait((future,), timeout=limit_s)
+    return bool(done)
+
+
+def _killed(future: asyncio.Future[Outcome]) -> bool:
+    """Whether a CancelledError out of awaiting the run's future means the run was killed (its
+    future cancelled), not the worker's own task."""
+    task = asyncio.current_task()
+    return future.cancelled() and (task is None or not task.cancelling())
 
 
 def _ctx_outcome(ctx: JobContext) -> Outcome:

@@ -69,7 +69,9 @@ class ReceivedRuns:
                     parts = line.split()
                     self._lines += 1
                     if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                        self._remember((int(parts[0]), int(parts[1])))
+                        run = (int(parts[0]), int(parts[1]))
+                        if run not in self._set:
+                            self._remember(run)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -83,8 +85,7 @@ class ReceivedRuns:
         return len(self._set)
 
     def _remember(self, run: Run) -> None:
-        if run in self._set:
-            return
+        """Remember a run not remembered yet."""
         self._order.append(run)
         self._set.add(run)
         while len(self._order) > self.window:

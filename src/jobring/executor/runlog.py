@@ -31,7 +31,9 @@ Choices (documented in docs/executor.md):
 - Writers never block the event loop on the disk: lines are gathered in memory and appended
   by one background thread, a batch of runs at a time (two writes per day: lines and index;
   no fsync); a ``read`` first writes out the run's pending lines, so a live /log read sees
-  every line written so far. Call ``flush()`` at shutdown. When more than ``max_backlog``
+  every line written so far. A run's lines are queued for that thread when the run ends (so
+  a short run makes one record); those of a run still running are written by the thread's
+  sweep every 0.5 s. Call ``flush()`` at shutdown. When more than ``max_backlog``
   run logs wait for that thread (a stuck or very slow disk), ``behind()`` says so and the
   engine holds back new runs until it catches up.
 - ``cleanup`` deletes day folders at least ``retention_days`` old; below 3 days
@@ -66,6 +68,10 @@ MIN_RETENTION_DAYS = 3
 _DAY_DIR = re.compile(r"\d{4}-\d{2}-\d{2}")  # fullmatch
 _CHUNK = 1 << 20
 _COALESCE_S = 0.01
+# How often the writer thread writes the lines of runs still running (a run's lines are
+# otherwise queued once, when it ends): at most this long in memory only. A read writes
+# out the run's pending lines first, whatever their age.
+_SWEEP_S = 0.5
 # Run logs waiting for the writer thread beyond which new runs wait (see RunLog.behind): on a
 # stuck or slow disk the pending lines would pile up in memory without bound.
 MAX_BACKLOG = 5000
@@ -100,6 +106,8 @@ def format_line(source: str, lineno: int, thread: str, message: str) -> str:
 
 
 def _check_ids(log_date_time_ms: int, log_id: int) -> None:
+    if type(log_id) is int and type(log_date_time_ms) is int and log_id > 0 and log_date_time_ms >= 0:
+        return  # the usual case, decided by four cheap tests (bool is not exactly int)
     if isinstance(log_id, bool) or not isinstance(log_id, int) or log_id <= 0:
         raise ValueError(f"invalid logId {log_id!r}: must be a positive integer")
     if isinstance(log_date_time_ms, bool) or not isinstance(log_date_time_ms, int) or log_date_time_ms < 0:
@@ -124,8 +132,7 @@ class RunLogWriter:
     needs no index look-up.
     """
 
-    __slots__ = ("key", "day_dir", "log_id", "second", "extents", "_runlog", "_lock", "_pending",
-                 "_queued", "_closed")
+    __slots__ = ("key", "day_dir", "log_id", "second", "extents", "_runlog", "_pending", "_queued", "_closed")
 
     def __init__(self, runlog: RunLog, day_dir: str, log_id: int, second: int) -> None:
         self.key = (day_dir, log_id, second)
@@ -134,38 +141,49 @@ class RunLogWriter:
         self.second = second
         self.extents: list[Extent] = []  # written by the RunLog under its segment lock
         self._runlog = runlog
-        self._lock = threading.Lock()  # guards the pending batch; held only briefly
-        self._pending: list[str] = []
+        # No lock (a run writes ~3 lines; a lock per line cost more than the rest of the
+        # line's path): lines are appended to a deque and taken one by one (each step atomic),
+        # and ``_queued`` goes down before the lines are taken, so a line written meanwhile is
+        # taken now or queues its writer again; at worst the writer is queued once too often.
+        self._pending: deque[str] = deque()
         self._queued = False
         self._closed = False
 
     def write_line(self, line: str) -> None:
-        data = line if line.endswith("\n") else line + "\n"
-        with self._lock:
-            self._pending.append(data)
-            if self._queued:
-                return
+        self._pending.append(line if line.endswith("\n") else line + "\n")
+        # A running run's lines wait for its close (one record per run, its writer queued
+        # once) or for the writer thread's sweep; only a late line (after the close) queues.
+        if self._closed and not self._queued:
             self._queued = True
-        self._runlog._enqueue(self)
+            self._runlog._enqueue(self)
 
     def close(self) -> None:
         """The run is over; pending lines are still written."""
-        with self._lock:
-            self._closed = True
-            if self._queued:
-                return
+        self._closed = True
+        if not self._queued:
             self._queued = True
-        self._runlog._enqueue(self)
+            self._runlog._enqueue(self)
 
     def flush(self) -> None:
         """Append pending lines now (a reader, shutdown)."""
         self._runlog._write_out([self])
 
     def _take(self) -> tuple[list[str], bool]:
-        with self._lock:
-            batch, self._pending = self._pending, []
-            self._queued = False
-            return batch, self._closed
+        """The lines written so far, and whether the run was over before them (caller holds
+        the RunLog's segment lock: one taker at a time)."""
+        self._queued = False
+        closed = self._closed
+        pending = self._pending
+        return [pending.popleft() for _ in range(len(pending))], closed
+
+    @property
+    def queued(self) -> bool:
+        """Whether lines (or the close) wait for the writer thread."""
+        return self._queued
+
+    def has_lines(self) -> bool:
+        """Whether lines wait to be written."""
+        return bool(self._pending)
 
 
 class RunLog:
@@ -274,11 +292,15 @@ class RunLog:
 
     def _write_loop(self) -> None:
         dirty = self._dirty
+        swept = time.monotonic()
         while True:
-            self._wake.wait()
-            time.sleep(_COALESCE_S)  # let a burst gather; readers flush what they need themselves
+            if self._wake.wait(_SWEEP_S):
+                time.sleep(_COALESCE_S)  # let a burst gather; readers flush what they need themselves
             self._wake.clear()
             self._wake_pending = False
+            if time.monotonic() - swept >= _SWEEP_S:
+                swept = time.monotonic()
+                self._sweep()
             while dirty:
                 count = min(len(dirty), _BATCH_RUNS)
                 self._writing = count  # still counted as behind until written
@@ -289,6 +311,16 @@ class RunLog:
                     logger.exception("run log: writing a batch of %d run(s) failed", count)
                 finally:
                     self._writing = 0
+
+    def _sweep(self) -> None:
+        """Write the lines of runs still running (a closed run's writer is queued)."""
+        try:
+            # list() of the values takes them in one step (no other thread runs meanwhile).
+            running = [writer for writer in list(self._active.values()) if writer.has_lines()]
+            if running:
+                self._write_out(running)
+        except Exception:  # the thread must go on
+            logger.exception("run log: writing the lines of running runs failed")
 
     def _write_out(self, writers: list[RunLogWriter]) -> None:
         """Append the writers' pending lines to their days' segments (one write per day)."""
@@ -309,9 +341,7 @@ class RunLog:
                     # A full or read-only disk must not kill the writer thread; the lines are lost.
                     logger.exception("run log: writing %d run(s) to %s failed", len(records), day_dir)
             for writer in done:
-                with writer._lock:
-                    idle = not writer._queued
-                if idle:  # nothing arrived meanwhile: it need not be flushed anymore
+                if not writer.queued:  # nothing arrived meanwhile: it need not be flushed anymore
                     self._forget(writer)
 
     def append_records(self, day_dir: str, records: list[tuple[RunLogWriter, bytes]]) -> None:
@@ -355,6 +385,8 @@ class RunLog:
         writer = self._active.get(key)
         if writer is None:
             writer = self._active[key] = RunLogWriter(self, *key)
+        if self._thread is None:  # its sweep writes the lines of runs that are still running
+            self._start_thread()
         return writer
 
     def append(self, log_date_time_ms: int, log_id: int, line: str) -> None:

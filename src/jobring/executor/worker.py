@@ -164,6 +164,13 @@ class JobRunner:
         await self._held_back_while_behind()
         return self._accept(param)
 
+    def run_now(self, param: TriggerParam) -> ReturnT | None:
+        """:meth:`run` when it need not wait (the run-log writer and the pool keep up: the usual
+        case), else None: then await :meth:`run`."""
+        if self.runlog.behind() or self.pool.waiting > self.max_waiting_runs:
+            return None
+        return self._accept(param)
+
     async def run_all(self, params: list[TriggerParam]) -> list[ReturnT]:
         """:meth:`run` for several runs (a broker message's): room is waited for once, then
         each is accepted or refused in one step, so a stop cannot come between them."""

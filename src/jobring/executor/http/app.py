@@ -34,8 +34,10 @@ MSG_JOB_BUSY = "job thread is running or has trigger queue."
 MSG_NOT_STARTED = "executor is not started."
 
 _TOKEN_HEADER = b"xxl-job-access-token"
+_RUN_PATHS = frozenset({"/run", "/trigger"})
 _HEADERS = [(b"content-type", b"application/json;charset=UTF-8"), *SECURITY_HEADERS]
 _BEAT_OK = ReturnT.success().encode()
+OK_ANSWER = _BEAT_OK  # the body of every plain success (the same object each time)
 _METHOD_NOT_SUPPORTED = ReturnT.fail(MSG_METHOD_NOT_SUPPORTED).encode()
 _TOKEN_WRONG = ReturnT.fail(MSG_TOKEN_WRONG).encode()
 
@@ -52,6 +54,7 @@ class RunService(Protocol):
     def received_of(self, runs: list[tuple[int, int]]) -> list[int]: ...
 
 
+RunNow = Callable[[TriggerParam], "ReturnT | None"]
 LogReader = Callable[[int, int, int], LogResult]
 
 
@@ -62,6 +65,8 @@ class ExecutorEndpoints:
     def __init__(self, access_token: str | None) -> None:
         self._token = access_token.encode() if access_token else None
         self._service: RunService | None = None
+        # The service's ``run_now`` (JobRunner has one): a /run answered without a coroutine.
+        self._run_now: RunNow | None = None
         self._read_log: LogReader | None = None
         self._startup: Callable[[], Awaitable[None]] | None = None
         self._shutdown: Callable[[], Awaitable[None]] | None = None
@@ -80,10 +85,12 @@ class ExecutorEndpoints:
     def bind(self, service: RunService, read_log: LogReader) -> None:
         """Attach the running engine; until then /run etc. answer 'executor is not started.'."""
         self._service = service
+        self._run_now = getattr(service, "run_now", None)
         self._read_log = read_log
 
     def unbind(self) -> None:
         self._service = None
+        self._run_now = None
         self._read_log = None
 
     def on_lifespan(
@@ -177,19 +184,22 @@ class ExecutorEndpoints:
             return _BEAT_OK
         try:
             answer = await self._dispatch(path, body)
-        except ValueError as exc:  # undecodable body, ids out of range
-            return ReturnT.fail(f"request error:{exc}").encode()
         except Exception as exc:
-            # The reference answers any failure as "request error:"; keep the trace in our log.
-            log.exception("executor endpoint %s failed", path)
-            return ReturnT.fail(f"request error:{type(exc).__name__}: {exc}").encode()
-        if answer.code == SUCCESS_CODE and answer.msg is None and answer.content is None:
-            return _BEAT_OK  # the common answer, encoded once
+            return _failed(path, exc)
+        return _encoded(path, answer)
+
+    def answer_now(self, path: str, token_ok: bool, body: bytes) -> bytes | None:
+        """What :meth:`handle` answers to a POST of ``path``, when that needs no waiting: a
+        ``/run`` accepted or refused at once (the executor's hot path: no coroutine); None
+        for any other request, and for a ``/run`` that must wait (handle it then)."""
+        run_now = self._run_now
+        if run_now is None or not token_ok or path not in _RUN_PATHS or path in self.extra_routes:
+            return None
         try:
-            return answer.encode()
-        except TypeError as exc:  # a value JSON cannot carry (e.g. an integer past 64 bits)
-            log.error("executor endpoint %s: answer cannot be encoded: %s", path, exc)
-            return ReturnT.fail(f"request error:answer cannot be encoded: {exc}").encode()
+            answer = run_now(decode_trigger(body))
+        except Exception as exc:
+            return _failed(path, exc)
+        return None if answer is None else _encoded(path, answer)
 
     async def _dispatch(self, path: str, body: bytes) -> ReturnT:
         extra = self.extra_routes.get(path)
@@ -215,3 +225,19 @@ class ExecutorEndpoints:
         return ReturnT.success(result.to_dict())
 
 
+def _failed(path: str, exc: Exception) -> bytes:
+    if isinstance(exc, ValueError):  # undecodable body, ids out of range
+        return ReturnT.fail(f"request error:{exc}").encode()
+    # The reference answers any failure as "request error:"; keep the trace in our log.
+    log.error("executor endpoint %s failed", path, exc_info=exc)
+    return ReturnT.fail(f"request error:{type(exc).__name__}: {exc}").encode()
+
+
+def _encoded(path: str, answer: ReturnT) -> bytes:
+    if answer.code == SUCCESS_CODE and answer.msg is None and answer.content is None:
+        return _BEAT_OK  # the common answer, encoded once
+    try:
+        return answer.encode()
+    except TypeError as exc:  # a value JSON cannot carry (e.g. an integer past 64 bits)
+        log.error("executor endpoint %s: answer cannot be encoded: %s", path, exc)
+        return ReturnT.fail(f"request error:answer cannot be encoded: {exc}").encode()

@@ -28,7 +28,7 @@ from typing import cast
 from jobring.errors import JobringError
 from jobring.executor.eager import first_step, resume
 from jobring.executor.http.admission import Admission
-from jobring.executor.http.app import ExecutorEndpoints
+from jobring.executor.http.app import OK_ANSWER, ExecutorEndpoints
 from jobring.executor.http.limits import BAD_REQUEST, ServerLimits, error_answer, refusal_reason
 from jobring.executor.ops import OpsAnswer
 from jobring.protocol.edge import LINGER_S, SECURITY_HEADER_LINES, HeadLimits, HeadMeter, feed_head
@@ -39,6 +39,8 @@ _TOKEN_HEADER = b"xxl-job-access-token"
 _STATUS_LINE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json;charset=UTF-8\r\n"
                 + SECURITY_HEADER_LINES + b"Content-Length: ")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_OK_BODY = OK_ANSWER
+_OK_ANSWER = _STATUS_LINE + b"%d\r\n\r\n" % len(_OK_BODY) + _OK_BODY
 KEEP_ALIVE_TIMEOUT_S = 75.0
 # Closing unauthenticated connections for newcomers is logged at most this often.
 EVICTION_LOG_INTERVAL_S = 60.0
@@ -213,6 +215,14 @@ class HttpConnection(asyncio.Protocol):
 
     def _start_answer(self, method: str, request: _Request, keep_alive: bool) -> None:
         path = request.url.split(b"?", 1)[0].decode("utf-8", "replace")
+        last = self._last
+        if method == "POST" and (last is None or last.done()):
+            # A /run accepted or refused at once (the hot path): answered without a coroutine.
+            answer = self._server.endpoints.answer_now(path, request.token_ok, _body(request))
+            if answer is not None:
+                self._last = None
+                self._write_answer(answer, keep_alive)
+                return
         self._owed += 1
         # Most answers need no waiting (a /run is accepted or refused at once): answer now,
         # and make a task only when the answer has to wait (a log read, an earlier answer).
@@ -246,22 +256,27 @@ class HttpConnection(asyncio.Protocol):
                     await previous
                 self._write_ops(ops, keep_alive)
                 return
-            body = request.chunks[0] if len(request.chunks) == 1 else b"".join(request.chunks)
-            answer = await endpoints.handle(method, path, request.token_ok, body)
+            answer = await endpoints.handle(method, path, request.token_ok, _body(request))
             if previous is not None and not previous.done():
                 await previous  # answers leave in request order
-            transport = self._transport
-            if transport is None or self._closing:
-                return
-            head = _STATUS_LINE + str(len(answer)).encode()
-            transport.write(head + (b"\r\n\r\n" if keep_alive else b"\r\nConnection: close\r\n\r\n") + answer)
-            self._last_activity = self._loop.time()
-            if not keep_alive:
-                self._end(transport)
+            self._write_answer(answer, keep_alive)
         finally:
             self._owed -= 1
             if self._read_paused:
                 self._update_reading()
+
+    def _write_answer(self, answer: bytes, keep_alive: bool) -> None:
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        if answer is _OK_BODY and keep_alive:
+            transport.write(_OK_ANSWER)  # the common answer, built once
+        else:
+            head = _STATUS_LINE + str(len(answer)).encode()
+            transport.write(head + (b"\r\n\r\n" if keep_alive else b"\r\nConnection: close\r\n\r\n") + answer)
+        self._last_activity = self._loop.time()
+        if not keep_alive:
+            self._end(transport)
 
     def _write_ops(self, ops: OpsAnswer, keep_alive: bool) -> None:
         transport = self._transport
@@ -453,6 +468,11 @@ class ExecutorHttpServer:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+
+
+def _body(request: _Request) -> bytes:
+    chunks = request.chunks
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _peer_host(transport: asyncio.BaseTransport) -> str:
