@@ -60,3 +60,26 @@ async def test_a_run_is_on_disk_before_its_handler_starts(tmp_path: Path) -> Non
     second = LOG_TIME // 1000
     # Both runs were accepted before either handler started: the first start wrote both at once.
     assert seen == [[f"5 {second}", f"6 {second}"]] * 2
+
+
+def test_a_full_file_becomes_the_previous_one_and_the_window_survives_a_restart(tmp_path: Path) -> None:
+    runs = ReceivedRuns(tmp_path, window=5)
+    for n in range(1, 13):
+        runs.add((n, 0))
+        runs.flush()  # as the engine does before each handler starts
+    # Full at 5 and at 10: the file of runs 6-10 is the previous one, 11-12 begin a new one.
+    assert (tmp_path / received_module.PREVIOUS_FILE_NAME).read_text().split("\n")[:-1] == [
+        f"{n} 0" for n in range(6, 11)]
+    assert _on_disk(tmp_path) == ["11 0", "12 0"]
+    # No close: as after a crash, the two files still hold the whole window.
+    restarted = ReceivedRuns(tmp_path, window=5)
+    assert sorted(r for r, _ in restarted._order) == [8, 9, 10, 11, 12]  # noqa: SLF001
+    assert (7, 0) not in restarted
+    restarted.add((13, 0))
+    restarted.add((14, 0))
+    restarted.add((15, 0))
+    restarted.close()  # the current file reaches 5 lines: renamed, the runs 6-10 are gone
+    assert not (tmp_path / FILE_NAME).exists()
+    again = ReceivedRuns(tmp_path, window=5)
+    assert sorted(r for r, _ in again._order) == [11, 12, 13, 14, 15]  # noqa: SLF001
+    again.close()

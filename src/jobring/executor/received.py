@@ -11,8 +11,11 @@ as its log file is (runlog.py): two admins on different databases may reuse a lo
 with the same trigger second.
 
 The window is bounded (``window`` runs, the most recent) and survives a restart of the
-executor: accepted runs are appended to ``<log_path>/received-runs.txt``, which is rewritten
-with the window's runs once it holds twice as many lines.
+executor: accepted runs are appended to ``<log_path>/received-runs.txt``; once it holds
+``window`` lines it is renamed ``received-runs.1.txt`` (replacing the one before) and a new file
+begins. The two files hold at least the window's runs, and nothing is ever rewritten: the
+rewrite of the window this replaced took tens of milliseconds on the event loop every
+``window`` runs (1.7 % of the executor's CPU at full load, bench/RESULTS.md, issue 27).
 
 When a run reaches the file: before its handler starts. ``add`` only remembers the run (in
 memory, and in a pending batch); ``flush`` appends the batch in one write, and the engine calls
@@ -36,6 +39,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 FILE_NAME = "received-runs.txt"
+PREVIOUS_FILE_NAME = "received-runs.1.txt"
 DEFAULT_WINDOW = 100_000
 # Pending runs past which ``add`` writes at once (runs queued behind a long one start late).
 MAX_PENDING = 1000
@@ -56,10 +60,13 @@ class ReceivedRuns:
         self._order: deque[Run] = deque()
         self._set: set[Run] = set()
         self._path = None if folder is None else folder / FILE_NAME
+        self._previous = None if folder is None else folder / PREVIOUS_FILE_NAME
         self._fd: int | None = None
-        self._lines = 0
+        self._lines = 0  # in the current file
         self._pending: list[str] = []  # lines of runs remembered but not written yet
-        if self._path is not None:
+        if self._path is not None and self._previous is not None:
+            self._load(self._previous)
+            self._lines = 0
             self._load(self._path)
 
     def _load(self, path: Path) -> None:
@@ -117,19 +124,18 @@ class ReceivedRuns:
             while data:
                 data = data[os.write(self._fd, data):]
             self._lines += len(batch)
-            if self._lines > 2 * self.window:
-                self._compact()
+            if self._lines >= self.window:
+                self._rotate()
         except OSError as exc:
             log.warning("cannot record %d received run(s) on disk (%s): they are known until a restart",
                         len(batch), exc)
 
-    def _compact(self) -> None:
-        assert self._path is not None
-        spare = self._path.with_suffix(".tmp")
-        spare.write_text("".join(f"{a} {b}\n" for a, b in self._order), encoding="ascii")
-        os.replace(spare, self._path)
+    def _rotate(self) -> None:
+        """The full file becomes the previous one; the next write begins a new file."""
+        assert self._path is not None and self._previous is not None
         self._close_fd()
-        self._lines = len(self._order)
+        os.replace(self._path, self._previous)
+        self._lines = 0
 
     def close(self) -> None:
         """Write what is pending and close the file."""
