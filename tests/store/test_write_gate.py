@@ -1,6 +1,6 @@
 """The SQLite write gate: a process's bulk writes one at a time, in arrival order, each begun
-only when no ordinary write is in progress (or after its yield); ordinary writes never wait
-for it; a bulk writer that gives up leaves no hole."""
+only when no ordinary write is queued or in progress (or after its yield); ordinary writes one
+at a time in arrival order too, in their own queue; a writer that gives up leaves no hole."""
 
 from __future__ import annotations
 
@@ -46,30 +46,66 @@ async def test_bulk_writes_take_turns_in_arrival_order() -> None:
     assert gate.waiting == 0
 
 
-async def test_a_bulk_write_begins_after_the_ordinary_writes_in_progress() -> None:
+async def _queued_ordinary(gate: WriteGate, count: int) -> None:
+    for _ in range(100):
+        if gate.waiting_ordinary == count:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{gate.waiting_ordinary} ordinary writers queued, expected {count}")
+
+
+async def test_ordinary_writes_take_turns_in_arrival_order() -> None:
+    # The turn passes on as a write ends (in SQLite's busy handler the next one slept up to
+    # 25 ms between tries: a workflow node start's p99, bench/RESULTS.md issue 21 wfpath).
     gate = WriteGate()
-    entered = asyncio.Event()
+    order: list[str] = []
+    inside = 0
+
+    async def writer(name: str) -> None:
+        nonlocal inside
+        async with gate.turn():
+            inside += 1
+            assert inside == 1
+            order.append(name)
+            await asyncio.sleep(0)
+            inside -= 1
+
+    async with gate.turn():
+        started = [asyncio.create_task(writer(f"write-{i}")) for i in range(4)]
+        await _queued_ordinary(gate, 4)
+    await asyncio.gather(*started)
+    assert order == ["write-0", "write-1", "write-2", "write-3"]
+    assert gate.waiting_ordinary == 0
+    with pytest.raises(TimeoutError, match="turn to write to"):
+        async with gate.turn(), gate.turn(timeout_s=0.01):
+            pass
+    async with gate.turn(timeout_s=0.01):  # and the gate is free again
+        pass
+
+
+async def test_a_bulk_write_begins_after_the_ordinary_writes_queued_or_in_progress() -> None:
+    gate = WriteGate()
+    order: list[str] = []
 
     async def bulk() -> None:
         async with gate.turn(bulk=True):
-            entered.set()
+            order.append("bulk")
 
-    first, second = gate.turn(), gate.turn()
+    async def ordinary(name: str) -> None:
+        async with gate.turn():
+            order.append(name)
+
+    first = gate.turn()
     await first.__aenter__()
-    await second.__aenter__()
+    second = asyncio.create_task(ordinary("second"))
+    await _queued_ordinary(gate, 1)
     work = asyncio.create_task(bulk())
     for _ in range(10):
         await asyncio.sleep(0)
-    assert not entered.is_set()
+    assert order == []
     await first.__aexit__(None, None, None)
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert not entered.is_set()  # one is still in progress
-    async with gate.turn():  # ordinary writes never wait for the gate
-        pass
-    await second.__aexit__(None, None, None)
-    await work
-    assert entered.is_set()
+    await asyncio.gather(second, work)
+    assert order == ["second", "bulk"]
 
 
 async def test_a_bulk_write_does_not_wait_past_its_yield_for_ordinary_ones() -> None:

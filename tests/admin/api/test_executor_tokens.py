@@ -3,6 +3,7 @@ child jobs limited to the caller's groups (security issue #9, items 1 and 2)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -212,6 +213,39 @@ async def test_rotated_token_stops_working(sqlite_store: Store) -> None:
     clock.advance(2_000)
     assert await tokens.scope(TOKEN_A) is None
     assert await tokens.scope(TOKEN_B) is not None
+
+
+async def test_past_half_its_age_the_copy_answers_while_it_is_read_again(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A callback past half of refresh_ms does not wait for the groups' read (it did at
+    # refresh_ms, on a workflow node start's path); the copy is never older than refresh_ms.
+    clock = ManualClock(T0)
+    group = await sqlite_store.groups.create(JobGroup(app_name="app-h", title="H", access_token=TOKEN_A), NOW)
+    tokens = ExecutorTokens(sqlite_store, None, clock, refresh_ms=2_000)
+    assert await tokens.scope(TOKEN_A) is not None
+    await sqlite_store.groups.set_access_token(group, TOKEN_B)
+    real_read = sqlite_store.groups.tokens
+    release = asyncio.Event()
+    reads = 0
+
+    async def held_read() -> list[tuple[int, str, str | None]]:
+        nonlocal reads
+        reads += 1
+        await asyncio.wait_for(release.wait(), 5)
+        return await real_read()
+
+    monkeypatch.setattr(sqlite_store.groups, "tokens", held_read)
+    clock.advance(1_000)
+    still = await asyncio.wait_for(tokens.scope(TOKEN_A), 5)  # answered with the read held
+    assert still is not None and still.group_ids == {group}
+    assert await asyncio.wait_for(tokens.scope(TOKEN_A), 5) is not None  # one re-read at a time
+    release.set()
+    await tokens.close()  # lets the re-read end
+    assert reads == 1
+    clock.advance(500)  # the copy read at T0 + 1 s is current: no read on these calls
+    assert await tokens.scope(TOKEN_B) is not None
+    assert await tokens.scope(TOKEN_A) is None
 
 
 async def test_unknown_tokens_reread_the_groups_at_most_once_a_second(sqlite_store: Store) -> None:

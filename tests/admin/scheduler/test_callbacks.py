@@ -2,15 +2,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import pytest
 
 from jobring.admin.alarms import Alarmer, AlarmService
+from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.distributed.service import DistributedService
 from jobring.admin.services.callbacks import CallbackService, child_summary, parse_child_ids
 from jobring.admin.store import Store
-from jobring.admin.store.records import JobInfo, ResultOutcome
+from jobring.admin.store.records import GroupGuard, JobInfo, ResultOutcome
 from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import HandleCallbackParam
@@ -140,3 +142,55 @@ async def test_a_success_without_children_or_recovery_alarm_costs_one_read(
         await callbacks.close()
         await alarms.close()
     assert reads == 1
+
+
+async def test_a_token_checked_callback_reads_once_before_its_write(
+    cb: CbEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a token's guard and distributed runs on, a callback reads the runs' groups and which
+    # runs are distributed parents in one read before its write (before: the parents, then the
+    # groups, two reads on a workflow node start's path). A distributed parent's root task
+    # still goes to the distributed service.
+    distributed = DistributedService(cb.env.store, ExecutorClient(access_token="tok"), cb.env.clock)
+    callbacks = CallbackService(cb.env.store, cb.env.trigger, cb.env.clock)
+    callbacks.distributed = distributed
+    taken: list[list[int]] = []
+    real_take = distributed.take_callbacks
+
+    async def take(items: Sequence[HandleCallbackParam], guard: GroupGuard | None
+                   ) -> tuple[list[HandleCallbackParam], set[int]]:
+        taken.append([i.log_id for i in items])
+        return await real_take(items, guard)
+
+    monkeypatch.setattr(distributed, "take_callbacks", take)
+    job = await cb.env.job()
+    plain, parent = await fired_log(cb.env, job), await fired_log(cb.env, job)
+    await cb.env.store.distributed.start_sharded(parent, job.id, job.job_group, "demoJobHandler", 2, None,
+                                                 None, 0, T0)
+    guard = GroupGuard(only=frozenset({cb.env.group_id}))
+    db = cb.env.store.db
+    real_read, real_write = db.read, db.write
+    reads_before_write: list[int] = []
+    reads = 0
+
+    def counting_read(*args: object, **kwargs: object) -> object:
+        nonlocal reads
+        reads += 1
+        return real_read(*args, **kwargs)
+
+    def noting_write(*args: object, **kwargs: object) -> object:
+        reads_before_write.append(reads)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(db, "read", counting_read)
+    monkeypatch.setattr(db, "write", noting_write)
+    try:
+        assert await callbacks.handle([done(plain)], guard) == [ResultOutcome.APPLIED]
+        assert reads_before_write[0] == 1
+        assert taken == []
+        assert await callbacks.handle([done(parent)], guard) == [ResultOutcome.APPLIED]
+        assert taken == [[parent]]
+    finally:
+        await callbacks.close()
+    entry = await cb.env.store.logs.get(parent)
+    assert entry is not None and entry.handle_code == 0  # its join ends it, not its root task

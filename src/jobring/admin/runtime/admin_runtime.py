@@ -85,6 +85,7 @@ class AdminRuntime:
                 if self.leases.unsure is not None:
                     await within(self.leases.unsure.close(), left(), "stopping the fire resolutions")
                 await within(self.trigger.close(), left(), "recording the last trigger results")
+                await within(self.executor_tokens.close(), left(), "ending the executor tokens' re-read")
             finally:
                 await within(self.executors.aclose(), left(), "closing the executor client")
                 await within(self.store.close(), left(), "closing the database pool")

@@ -168,33 +168,41 @@ class CallbackService:
         The batch is worked through in chunks, each its own short transaction, at most
         ``concurrency`` chunks of all callers at a time and a yield to the event loop between
         chunks: a flood of callbacks neither holds the database nor the loop for long."""
-        if self.distributed is not None and items:
+        if not items or (self.distributed is None and guard is None):
+            return await self._handle(items, guard)
+        # One read for what the write needs read first (the runs' groups, for the guard) and
+        # for which runs are distributed parents (usually none: then nothing more is read).
+        seen, parents = await self._store.logs.callback_targets(
+            [i.log_id for i in items], parents=self.distributed is not None)
+        if parents and self.distributed is not None:
             # A distributed parent's root task does not end its run: its join does.
             kept, taken = await self.distributed.take_callbacks(items, guard)
             if taken:
                 recorded = iter(await self._handle(kept, guard))
                 return [ResultOutcome.APPLIED if i.log_id in taken else next(recorded) for i in items]
-            items = kept
-        return await self._handle(items, guard)
+            return await self._handle(kept, guard)
+        return await self._handle(items, guard, seen)
 
     async def _handle(
-        self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None
+        self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None,
+        seen: Mapping[int, tuple[int, int]] | None = None,
     ) -> list[ResultOutcome]:
         outcomes: list[ResultOutcome] = []
         for start in range(0, len(items), CALLBACK_CHUNK):
             if start:
                 await asyncio.sleep(0)
             async with self._slots:
-                outcomes += await self._handle_chunk(items[start:start + CALLBACK_CHUNK], guard)
+                outcomes += await self._handle_chunk(items[start:start + CALLBACK_CHUNK], guard, seen)
         return outcomes
 
     async def _handle_chunk(
-        self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None
+        self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None,
+        seen: Mapping[int, tuple[int, int]] | None,
     ) -> list[ResultOutcome]:
         now = datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=UTC)
         items = [_with_context_checked(i) if i.workflow_context is not None else i for i in items]
         results = [HandleResult(i.log_id, i.handle_code, i.handle_msg, now, _context_text(i)) for i in items]
-        outcomes = await self._store.logs.record_results(results, guard=guard)
+        outcomes = await self._store.logs.record_results(results, guard=guard, seen=seen)
         self.received += len(items)
         applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
         missing = [i.log_id for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.NOT_FOUND]

@@ -15,6 +15,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from jobring.admin.store.sqlite_connection import sqlite_connector
+from jobring.admin.store.sqlite_onehop import new_dbapi
 from jobring.admin.store.write_gate import WriteGate, gate_for
 
 _ASYNC_DRIVERS = {
@@ -100,7 +101,9 @@ def create_engine(
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        engine = create_async_engine(parsed, echo=echo, async_creator=sqlite_connector(parsed, timeout_s=10))
+        # One thread hand-off per statement (sqlite_onehop.py), not five.
+        engine = create_async_engine(parsed, echo=echo, async_creator=sqlite_connector(parsed, timeout_s=10),
+                                     module=new_dbapi())
         event.listen(engine.sync_engine, "connect", _on_sqlite_connect)
         event.listen(engine.sync_engine, "begin", _on_sqlite_begin)
         return engine

@@ -5,7 +5,7 @@ the run states in :mod:`.log_conditions`."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
@@ -41,7 +41,7 @@ from jobring.admin.store.records import (
     ResultOutcome,
     TriggerResult,
 )
-from jobring.admin.store.tables import job_log, workflow_node_run
+from jobring.admin.store.tables import distributed_run, job_log, workflow_node_run
 from jobring.core.timefmt import iso_ms
 
 # MySQL TEXT holds 65,535 bytes: 15,000 characters fit even at 4 bytes each.
@@ -191,8 +191,24 @@ class LogRepository(LogReads, LogRetention):
             )
             return int(result.rowcount)
 
+    async def callback_targets(
+        self, log_ids: Sequence[int], *, parents: bool
+    ) -> tuple[dict[int, tuple[int, int]], set[int]]:
+        """What a callback batch needs read before its write, in one read: log id ->
+        (handle_code, job_group) of the runs that exist, and (with ``parents``) which of the
+        ids are distributed parents (``jobring_distributed_run``)."""
+        async with self._db.read() as conn:
+            seen = await _existing_ids(conn, log_ids, lock=False)
+            found: set[int] = set()
+            if parents:
+                for part in chunks(sorted(set(log_ids))):
+                    stmt = select(distributed_run.c.run_id).where(distributed_run.c.run_id.in_(part))
+                    found.update(int(i) for i in (await conn.execute(stmt)).scalars())
+        return seen, found
+
     async def record_results(
-        self, results: Sequence[HandleResult], *, guard: GroupGuard | None = None
+        self, results: Sequence[HandleResult], *, guard: GroupGuard | None = None,
+        seen: Mapping[int, tuple[int, int]] | None = None,
     ) -> list[ResultOutcome]:
         """Record executor callbacks, each only if the log has no result yet (handle_code 0).
 
@@ -203,7 +219,8 @@ class LogRepository(LogReads, LogRetention):
         found, and the guard is part of the UPDATE itself, so no row the token may not
         report is ever written, whenever it was created. A log that does not exist when the
         batch is read is not found for good: it is never written by this call, even when a
-        fire inserts it a moment later.
+        fire inserts it a moment later. ``seen``: that read, made by the caller already
+        (``callback_targets``, with the batch's other reads); None: made here.
         """
         if not results:
             return []
@@ -211,9 +228,11 @@ class LogRepository(LogReads, LogRetention):
         if guard is not None:
             # Without the write lock first: a flood of unknown (or other groups') ids costs a
             # read, never a write transaction that the scheduler's inserts would wait for.
-            async with self._db.read() as conn:
-                seen = await _existing_ids(conn, wanted, lock=False)
-            wanted = [i for i, (_, group) in seen.items() if guard.allows(group)]
+            if seen is None:
+                async with self._db.read() as conn:
+                    seen = await _existing_ids(conn, wanted, lock=False)
+            wanted = [i for i in sorted(set(wanted))
+                      if (row := seen.get(i)) is not None and guard.allows(row[1])]
         if not wanted:
             return [ResultOutcome.NOT_FOUND] * len(results)
         outcomes: list[ResultOutcome] = []

@@ -33,6 +33,35 @@ class StopOnceConnection(aiosqlite.Connection):
         # As SQLAlchemy does for the connections it creates itself: a forgotten connection's
         # thread must not keep the process alive.
         self._thread.daemon = True
+        # Calls queued (counted on the event loop's thread) and finished (counted on the
+        # worker thread): equal when none is queued or running (see ``nothing_begun``).
+        self._queued = 0
+        self._finished = 0
+
+    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def counted() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._finished += 1  # only this connection's worker thread writes it
+
+        self._queued += 1
+        return await super()._execute(counted)  # type: ignore[no-untyped-call]
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(sqlite3_connection, *args)`` on the worker thread, as one hand-off."""
+        return await self._execute(self._run_with_connection, fn, *args)
+
+    def _run_with_connection(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(self._conn, *args)
+
+    def nothing_begun(self) -> bool:
+        """True when no call is queued or running and no transaction is open: a rollback
+        would do nothing. (With a call on its way, e.g. a ``BEGIN`` whose caller was
+        cancelled, the answer is False: the transaction may be about to open.)"""
+        connection = self._connection
+        return (connection is not None and self._queued == self._finished
+                and not connection.in_transaction)
 
     def stop(self) -> asyncio.Future[Any] | None:
         if self._stop_requested is _NOT_STOPPED:

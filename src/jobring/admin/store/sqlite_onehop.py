@@ -1,0 +1,156 @@
+"""SQLAlchemy's aiosqlite adapter with one thread hand-off per statement.
+
+aiosqlite runs each call of a connection on the connection's worker thread and hands the
+answer back to the event loop: every call is two thread wake-ups. SQLAlchemy's adapter makes
+four calls per statement (open a cursor, enter it, execute, fetch the rows) and a fifth to
+close the cursor; a transaction adds ``BEGIN`` (through a cursor: three more), ``COMMIT`` and,
+when the pool takes the connection back, a ``ROLLBACK`` of nothing. On a busy two-core machine
+each wake-up can wait for a core: the wake-ups, not SQLite, were most of a workflow node's
+start through an admin process (bench/RESULTS.md, issue 21, branch wfpath).
+
+Here a statement is one call (cursor, execute, rows, close, done on the worker thread
+together), and the pool's rollback of a connection with no transaction open is skipped (it
+would do nothing: the check is made only when no call of the connection is queued or
+running, so it cannot race a ``BEGIN`` still on its way). The SQL, the transactions and the
+results are unchanged; server-side cursors keep SQLAlchemy's own class.
+"""
+
+from __future__ import annotations
+
+import collections
+import sqlite3
+from typing import Any
+
+import aiosqlite
+from sqlalchemy.dialects.sqlite.aiosqlite import (
+    AsyncAdapt_aiosqlite_connection,
+    AsyncAdapt_aiosqlite_cursor,
+    AsyncAdapt_aiosqlite_dbapi,
+)
+from sqlalchemy.util import immutabledict
+from sqlalchemy.util.concurrency import await_
+
+from jobring.admin.store.sqlite_connection import StopOnceConnection
+
+__all__ = ["OneHopConnection", "OneHopCursor", "OneHopDbapi", "new_dbapi"]
+
+_Answer = tuple[Any, list[Any], int | None, int]
+
+
+def _statement(conn: sqlite3.Connection, operation: str, parameters: Any) -> _Answer:
+    """On the worker thread: run one statement and take everything SQLAlchemy reads of it."""
+    cursor = conn.cursor()
+    try:
+        if parameters is None:
+            cursor.execute(operation)
+        else:
+            cursor.execute(operation, parameters)
+        description = cursor.description
+        rows = cursor.fetchall() if description else []
+        return description, rows, cursor.lastrowid, cursor.rowcount
+    finally:
+        cursor.close()
+
+
+def _statements(conn: sqlite3.Connection, operation: str, seq_of_parameters: Any) -> _Answer:
+    cursor = conn.cursor()
+    try:
+        cursor.executemany(operation, seq_of_parameters)
+        return None, [], cursor.lastrowid, cursor.rowcount
+    finally:
+        cursor.close()
+
+
+class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
+    """A DBAPI cursor whose execute is one call on the connection's worker thread."""
+
+    __slots__ = ("_answer_description", "_answer_lastrowid", "_answer_rowcount", "_size")
+
+    def __init__(self, adapt_connection: Any) -> None:  # no aiosqlite cursor is opened
+        self._adapt_connection = adapt_connection
+        self._connection = adapt_connection._connection
+        self._cursor = None  # type: ignore[assignment]
+        self._soft_closed_memoized = immutabledict()
+        self._rows = collections.deque()
+        self._answer_description: Any = None
+        self._answer_lastrowid: int | None = None
+        self._answer_rowcount = -1
+        self._size = 1
+
+    @property
+    def description(self) -> Any:
+        return self._answer_description
+
+    @property
+    def rowcount(self) -> int:
+        return self._answer_rowcount
+
+    @property
+    def lastrowid(self) -> int:
+        return self._answer_lastrowid  # type: ignore[return-value]
+
+    @property
+    def arraysize(self) -> int:
+        return self._size
+
+    @arraysize.setter
+    def arraysize(self, value: int) -> None:
+        self._size = value
+
+    async def _async_soft_close(self) -> None:
+        return None  # nothing left open: the rows were taken with the statement
+
+    def close(self) -> None:
+        self._rows.clear()
+
+    def setinputsizes(self, *inputsizes: Any) -> None:
+        return None
+
+    def execute(self, operation: Any, parameters: Any = None) -> Any:
+        try:
+            return await_(self._run(_statement, operation, parameters))
+        except Exception as error:
+            self._adapt_connection._handle_exception(error)
+
+    def executemany(self, operation: Any, seq_of_parameters: Any) -> Any:
+        try:
+            return await_(self._run(_statements, operation, seq_of_parameters))
+        except Exception as error:
+            self._adapt_connection._handle_exception(error)
+
+    async def _run(self, work: Any, operation: Any, parameters: Any) -> None:
+        connection: StopOnceConnection = self._connection  # type: ignore[assignment]
+        async with self._adapt_connection._execute_mutex:
+            description, rows, lastrowid, rowcount = await connection.call(work, operation, parameters)
+        self._answer_description = description
+        self._rows = collections.deque(rows)
+        self._answer_lastrowid = lastrowid
+        self._answer_rowcount = rowcount
+
+
+class OneHopConnection(AsyncAdapt_aiosqlite_connection):
+    """The adapted connection handing out :class:`OneHopCursor`; see the module doc."""
+
+    __slots__ = ()
+
+    _cursor_cls = OneHopCursor
+
+    def rollback(self) -> None:
+        connection = self._connection
+        if isinstance(connection, StopOnceConnection) and connection.nothing_begun():
+            return
+        super().rollback()
+
+
+class OneHopDbapi(AsyncAdapt_aiosqlite_dbapi):
+    """The aiosqlite DBAPI module of SQLAlchemy, connecting as :class:`OneHopConnection`
+    (given to ``create_async_engine(module=...)``)."""
+
+    def connect(self, *arg: Any, **kw: Any) -> AsyncAdapt_aiosqlite_connection:
+        adapted = super().connect(*arg, **kw)
+        return OneHopConnection(self, adapted._connection)
+
+
+def new_dbapi() -> OneHopDbapi:
+    """The module to give ``create_async_engine(module=...)`` for a SQLite URL."""
+    return OneHopDbapi(aiosqlite, sqlite3)
