@@ -158,6 +158,34 @@ async def test_a_waiter_cancelled_as_the_turn_reaches_it_hands_it_on() -> None:
         pass
 
 
+@pytest.mark.parametrize("bulk", [False, True])
+async def test_a_waiter_cancelled_then_passed_over_by_a_release_stays_cancelled(bulk: bool) -> None:
+    # The waiter's future is cancelled at once by Task.cancel; the task only runs later. A
+    # release in between pops the cancelled waiter and passes it over: the cancelled writer
+    # must still end with CancelledError (it raised ValueError from deque.remove), and the
+    # turn must reach the next writer.
+    gate = WriteGate()
+    ran: list[str] = []
+
+    async def writer(name: str) -> None:
+        async with gate.turn(bulk=bulk):
+            ran.append(name)
+
+    holder = gate.turn(bulk=bulk)
+    await holder.__aenter__()
+    first = asyncio.create_task(writer("first"))
+    second = asyncio.create_task(writer("second"))
+    await (_queued(gate, 2) if bulk else _queued_ordinary(gate, 2))
+    first.cancel()  # its waiter is cancelled now; the task has not run yet ...
+    await holder.__aexit__(None, None, None)  # ... when the release passes it over
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await second
+    assert ran == ["second"]
+    async with gate.turn(bulk=bulk, timeout_s=0.01):  # and the gate is free again
+        pass
+
+
 async def test_waiting_past_the_limit_is_a_timeout_error() -> None:
     gate = WriteGate()
     async with gate.turn(bulk=True):

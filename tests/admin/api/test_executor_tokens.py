@@ -248,6 +248,38 @@ async def test_past_half_its_age_the_copy_answers_while_it_is_read_again(
     assert await tokens.scope(TOKEN_A) is None
 
 
+async def test_a_rotation_on_this_node_is_not_undone_by_a_reread_in_flight(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A re-read in the background begun before a rotation on this node ends after it (its
+    # read saw the old token): the node's forget() must still hold, the old token refused at
+    # the next check (it was accepted for another refresh_ms).
+    clock = ManualClock(T0)
+    group = await sqlite_store.groups.create(JobGroup(app_name="app-f", title="F", access_token=TOKEN_A), NOW)
+    tokens = ExecutorTokens(sqlite_store, None, clock, refresh_ms=2_000)
+    assert await tokens.scope(TOKEN_A) is not None
+    real_read = sqlite_store.groups.tokens
+    before_rotation = await real_read()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def held_read() -> list[tuple[int, str, str | None]]:
+        started.set()
+        await asyncio.wait_for(release.wait(), 5)
+        return before_rotation
+
+    monkeypatch.setattr(sqlite_store.groups, "tokens", held_read)
+    clock.advance(1_000)
+    assert await tokens.scope(TOKEN_A) is not None  # past half its age: re-read in the background
+    await asyncio.wait_for(started.wait(), 5)
+    await sqlite_store.groups.set_access_token(group, TOKEN_B)
+    tokens.forget()  # as the rotation's endpoint does
+    release.set()
+    await tokens.close()  # the re-read in flight ends
+    monkeypatch.setattr(sqlite_store.groups, "tokens", real_read)
+    assert await tokens.scope(TOKEN_A) is None
+    assert await tokens.scope(TOKEN_B) is not None
+
+
 async def test_unknown_tokens_reread_the_groups_at_most_once_a_second(sqlite_store: Store) -> None:
     clock = ManualClock(T0)
     tokens = ExecutorTokens(sqlite_store, None, clock, refresh_ms=60_000)

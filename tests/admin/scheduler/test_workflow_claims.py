@@ -162,3 +162,19 @@ async def test_a_fire_with_a_send_check_is_fired_alone(admins: Admins) -> None:
     with pytest.raises(ValueError, match="fired alone"):
         await admins.env.trigger.fire_batch([request, FireRequest(job, TriggerType.MANUAL)])
     assert admins.runs() == []
+
+
+async def test_an_admin_does_not_take_over_an_attempt_it_is_still_firing(admins: Admins) -> None:
+    start, run_id = await admins.a_is_probing(await admins.workflow())
+    # A's renewals did not happen (its writes failed): the claim is stale, and A's own sweep
+    # finds it. Taking it over, A marked the attempt running with the run its first fire had
+    # recorded, and that fire's check then refused to send: the node was sent by no one.
+    admins.env.clock.advance(STALE_MS + 1)
+    await admins.a.tick()
+    attempt = await admins.attempt(run_id)
+    assert (attempt.state, attempt.claimed_by) == (NodeRunState.FIRING, "node-a")
+    admins.answer_probe.set()
+    await asyncio.wait_for(start, WAIT_S)
+    attempt = await admins.attempt(run_id)
+    assert (attempt.state, attempt.claimed_by) == (NodeRunState.RUNNING, "node-a")
+    assert admins.runs() == [("A", attempt.log_id)]

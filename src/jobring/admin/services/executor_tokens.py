@@ -86,6 +86,7 @@ class ExecutorTokens:
         self._refresh_ms = refresh_ms
         self._groups: list[tuple[int, str, str]] = []
         self._read_at: int | None = None
+        self._forgotten = 0  # forget() calls so far
         self._lock = asyncio.Lock()
         self._ahead = Background(log)  # the re-read past half of refresh_ms
 
@@ -98,9 +99,12 @@ class ExecutorTokens:
             # Callers that waited for another's reload use its result.
             if self._read_at is not None and self._clock.now_ms() - self._read_at < max_age_ms:
                 return
+            forgotten = self._forgotten
             rows = await self._store.groups.tokens()
             self._groups = [(gid, app, token) for gid, app, token in rows if token]
-            self._read_at = self._clock.now_ms()
+            # A forget() during the read (a rotation on this node) may postdate what it saw:
+            # then the copy is read again at the next check.
+            self._read_at = self._clock.now_ms() if forgotten == self._forgotten else None
 
     def _match(self, given: str) -> TokenScope | None:
         if self._global is not None and _same(self._global, given):
@@ -134,8 +138,10 @@ class ExecutorTokens:
         return found
 
     def forget(self) -> None:
-        """Re-read the tokens on the next check (after a rotation on this node)."""
+        """Re-read the tokens on the next check (after a rotation on this node), even when a
+        read under way, begun before the rotation, ends first."""
         self._read_at = None
+        self._forgotten += 1
 
     async def close(self, wait_s: float = 1.0) -> None:
         """At the admin's stop: let a re-read in the background end (at most ``wait_s``, then

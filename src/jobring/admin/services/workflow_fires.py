@@ -121,6 +121,8 @@ class NodeFires:
         # The attempts whose job this node is firing (claimed, waiting for their turn or
         # being sent): when it last made sure of each claim (the claimed_at it wrote).
         self._held: dict[int, int] = {}
+        # The attempts a fire() of this node is working on (claiming, firing, linking).
+        self._in_fire: set[int] = set()
         self.claim_fault: ClaimFault | None = None  # test-only (services/claim_fault.py)
 
     def running(self, log_id: int) -> NodeRunRecord | None:
@@ -143,7 +145,25 @@ class NodeFires:
     ) -> None:
         """Claim the attempt (unless ``claimed`` when stored) and fire it. ``known``: its run
         as the step that stored the attempt left it (else the run is read after the claim, as
-        a stop or a repair may have superseded the attempt since it was stored)."""
+        a stop or a repair may have superseded the attempt since it was stored).
+
+        An attempt this node is still firing is left alone, even when its claim went stale
+        (its renewals failed, its loop stalled): taken over by this node's own sweep, the
+        claim would still be this node's, so the first fire's check before its /run could
+        not tell, and the second fire, finding the recorded run, would mark the attempt
+        running (then the first fire's check says no: nothing sent). Another admin may take
+        it over; the first fire's check then refuses to send."""
+        if attempt.id in self._in_fire:
+            return
+        self._in_fire.add(attempt.id)
+        try:
+            await self._claim_and_fire(attempt, stale=stale, known=known, claimed=claimed)
+        finally:
+            self._in_fire.discard(attempt.id)
+
+    async def _claim_and_fire(
+        self, attempt: NodeRunRecord, *, stale: bool, known: Wanted | None, claimed: bool
+    ) -> None:
         now = self._clock.now_ms()
         stale_before = now - self.stale_ms if stale else None
         if not claimed and not await self._store.workflows.claim(

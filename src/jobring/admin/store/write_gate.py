@@ -56,7 +56,10 @@ class _Turns:
                 self.release()  # handed over as this writer gave up: to the next one
             else:
                 waiter.cancel()
-                self.queue.remove(waiter)
+                # A release may have passed over the cancelled waiter already (the waiter is
+                # cancelled with its task, which runs only later): then it is gone.
+                if waiter in self.queue:
+                    self.queue.remove(waiter)
             if isinstance(exc, TimeoutError):
                 raise TimeoutError(f"waited over {timeout_s:g} s for this process's turn to "
                                    f"{self._what} to the SQLite database") from None
