@@ -12,6 +12,7 @@ from datetime import datetime
 import pytest
 
 from jobring.admin.dispatch.client import ExecutorClient
+from jobring.admin.distributed import service as service_module
 from jobring.admin.distributed.service import DistributedService
 from jobring.admin.store import JobInfo, NewLog, Store
 from jobring.admin.store.subtasks import NewSubTask, TaskUpdate
@@ -102,3 +103,16 @@ async def test_a_retry_that_moves_is_not_resumed(
     assert await a.resume_stalled_retries() == [run]
     await a.stop()
     assert await _state(sqlite_store, run) == ("mapping", 2, 0)
+
+
+async def test_every_stalled_retry_is_seen_past_the_first_page(
+    sqlite_store: Store, admins: Admins, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service_module, "RETRYING_PAGE", 2)
+    clock, a, _ = admins
+    runs = [await _interrupted_retry(sqlite_store, 3) for _ in range(3)]
+    assert await a.resume_stalled_retries() == []
+    clock.advance(STALL_MS)
+    assert sorted(await a.resume_stalled_retries()) == runs  # the third is on a second page
+    await a.stop()
+    assert [await _state(sqlite_store, run) for run in runs] == [("mapping", 2, 0)] * 3

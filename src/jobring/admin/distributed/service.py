@@ -61,6 +61,7 @@ _TAKE_BACK_EVERY_S = 2.0
 RETRY_STALL_MS = 60_000
 """A retry of failed sub-tasks that has put none back for this long is resumed by the sweep
 (a live one puts back a part every few milliseconds; two at once share the work)."""
+RETRYING_PAGE = 100  # parents in "retrying" read at a time by the sweep
 _RESULT_SHOWN = 1_000
 _HANDLER = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # a reduce handler's name
 
@@ -280,7 +281,7 @@ class DistributedService(Monitor):
         now = self._clock.now_ms()
         seen: dict[int, tuple[tuple[int, int], int]] = {}
         stalled: list[int] = []
-        for parent in await self._store.distributed.retrying():
+        for parent in await self._retrying():
             moved = (parent.attempt, parent.failed)  # each part put back lowers ``failed``
             before = self._retries_seen.get(parent.run_id)
             since = now if before is None or before[0] != moved else before[1]
@@ -293,6 +294,16 @@ class DistributedService(Monitor):
             self._resuming.add(run_id)
             self._tasks.spawn(self._resume_retry(run_id), f"resuming the retry of run {run_id}")
         return stalled
+
+    async def _retrying(self) -> list[DistributedRun]:
+        """Every parent in ``retrying``, a page a read."""
+        parents: list[DistributedRun] = []
+        while True:
+            after = parents[-1].run_id if parents else 0
+            page = await self._store.distributed.retrying(after_run_id=after, limit=RETRYING_PAGE)
+            parents.extend(page)
+            if len(page) < RETRYING_PAGE:
+                return parents
 
     async def _resume_retry(self, run_id: int) -> None:
         try:

@@ -49,9 +49,12 @@ class Reads(Repository):
                     found[int(row.run_id)] = to_record(DistributedRun, row)
         return found
 
-    async def retrying(self, limit: int = 100) -> list[DistributedRun]:
-        """Parents whose "retry the failed sub-tasks" is under way (or was interrupted)."""
-        stmt = (select(distributed_run).where(distributed_run.c.phase == ParentPhase.RETRYING.value)
+    async def retrying(self, after_run_id: int = 0, limit: int = 100) -> list[DistributedRun]:
+        """Parents whose "retry the failed sub-tasks" is under way (or was interrupted), by
+        run id after ``after_run_id`` (keyset)."""
+        stmt = (select(distributed_run)
+                .where(distributed_run.c.phase == ParentPhase.RETRYING.value,
+                       distributed_run.c.run_id > after_run_id)
                 .order_by(distributed_run.c.run_id).limit(limit))
         async with self._db.read() as conn:
             return [to_record(DistributedRun, r) for r in (await conn.execute(stmt)).all()]
