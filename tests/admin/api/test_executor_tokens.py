@@ -464,3 +464,27 @@ async def test_a_new_or_deleted_group_token_counts_at_once_on_its_node(sqlite_st
         assert scope is not None and scope.group_ids == frozenset({created["id"]})
         assert (await http.delete(f"/groups/{created['id']}")).status_code == 204
         assert await tokens.scope(token) is None
+
+
+async def test_no_reread_begins_in_the_background_after_close(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A request answered during the admin's stop must not start a read that outlives the store.
+    clock = ManualClock(T0)
+    await sqlite_store.groups.create(JobGroup(app_name="app-c", title="C", access_token=TOKEN_A), NOW)
+    tokens = ExecutorTokens(sqlite_store, None, clock, refresh_ms=2_000)
+    assert await tokens.scope(TOKEN_A) is not None
+    await tokens.close()
+    reads = 0
+    real_read = sqlite_store.groups.tokens
+
+    async def counted_read() -> list[tuple[int, str, str | None]]:
+        nonlocal reads
+        reads += 1
+        return await real_read()
+
+    monkeypatch.setattr(sqlite_store.groups, "tokens", counted_read)
+    clock.advance(1_500)  # past half of refresh_ms: before close, a re-read in the background
+    assert await tokens.scope(TOKEN_A) is not None
+    await asyncio.sleep(0)
+    assert reads == 0

@@ -89,6 +89,7 @@ class ExecutorTokens:
         self._forgotten = 0  # forget() calls so far
         self._lock = asyncio.Lock()
         self._ahead = Background(log)  # the re-read past half of refresh_ms
+        self._closed = False  # no re-read in the background after close()
 
     @property
     def global_enabled(self) -> bool:
@@ -127,7 +128,8 @@ class ExecutorTokens:
         age = None if self._read_at is None else self._clock.now_ms() - self._read_at
         if age is None or age >= self._refresh_ms:
             await self._reload(self._refresh_ms)
-        elif age >= self._refresh_ms // 2 and not self._ahead and not self._lock.locked():
+        elif (age >= self._refresh_ms // 2 and not self._ahead and not self._lock.locked()
+              and not self._closed):
             self._ahead.spawn(self._reload(self._refresh_ms // 2), "re-reading the executor tokens")
         found = self._match(given)
         if found is None:
@@ -145,7 +147,8 @@ class ExecutorTokens:
 
     async def close(self, wait_s: float = 1.0) -> None:
         """At the admin's stop: let a re-read in the background end (at most ``wait_s``, then
-        it is cancelled: it must not outlive the store)."""
+        it is cancelled: it must not outlive the store); none begins after it."""
+        self._closed = True
         for task in await self._ahead.wait(wait_s):
             task.cancel()
         await self._ahead.wait()
