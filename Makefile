@@ -63,7 +63,8 @@ PYTEST_WORKERS ?= 3
 # collects it: schemathesis draws its coverage examples while collecting it (about a minute of
 # CPU, mostly the calendar operations' 20,000-item arrays), which every xdist worker would pay.
 # Sources are compiled first: with PYTHONDONTWRITEBYTECODE set, every admin and executor process
-# the suite starts would otherwise compile jobring's modules again (~0.4 s each).
+# the suite starts would otherwise compile jobring's modules again (~0.4 s each). Each lane's
+# time per test is kept in $(VENV)/junit-*.xml, to find what makes the suite long.
 FUZZ_TEST := tests/admin/api/test_fuzz_openapi.py
 FUZZ_LOG := $(VENV)/fuzz-test.log
 test: $(STAMP_TEST) console lint typecheck
@@ -71,10 +72,10 @@ test: $(STAMP_TEST) console lint typecheck
 	$(BIN)/python -m compileall -q src
 	$(BIN)/python -m pytest $(FUZZ_TEST) > $(FUZZ_LOG) 2>&1 & fuzz=$$!; \
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not timing" --durations=40 \
-	  --ignore=$(FUZZ_TEST); lane=$$?; \
+	  --junitxml=$(VENV)/junit-lane.xml --ignore=$(FUZZ_TEST); lane=$$?; \
 	wait $$fuzz; fuzzed=$$?; echo "== $(FUZZ_TEST), run beside the lane:"; cat $(FUZZ_LOG); \
 	test $$lane -eq 0 && test $$fuzzed -eq 0
-	$(BIN)/python -m pytest -m timing --durations=40 --ignore=$(FUZZ_TEST)
+	$(BIN)/python -m pytest -m timing --durations=40 --junitxml=$(VENV)/junit-timing.xml --ignore=$(FUZZ_TEST)
 
 # A deeper OpenAPI fuzz run than make test's bounded one (200 generated requests per operation).
 fuzz: $(STAMP_TEST)
