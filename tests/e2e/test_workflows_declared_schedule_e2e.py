@@ -37,8 +37,10 @@ async def env(tmp_path: Path) -> AsyncIterator[WorkflowEnv]:
 
 async def test_declared_schedules_fire_by_themselves(env: WorkflowEnv) -> None:
     async def declared() -> dict[str, dict[str, Any]] | None:
+        # A declaration is applied in several writes (the workflow, its audit, its schedule):
+        # wait for both schedules, not only both workflows.
         found = {w["name"]: w for w in (await env.admin.workflows.list()).items}
-        return found if len(found) == 2 else None
+        return found if len(found) == 2 and all(w["schedule"] for w in found.values()) else None
 
     flows = await eventually("the declared workflows", declared)
     rate, cron = flows["every-second"], flows["every-other-second"]
