@@ -232,6 +232,19 @@ def _ms(value: datetime | None) -> int:
     return 0 if value is None else int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
 
 
+def sent_instant(planned_ms: int | None, now_ms: int) -> int:
+    """The ``logDateTime`` to send a run recorded at ``now_ms`` with, and its trigger time: a
+    value :func:`sent_time_ms` gives back from the stored row whatever the column keeps of it
+    (a DATETIME column may drop or round the milliseconds). A run's identity on an executor
+    is (logId, logDateTime): the admin asks executors about a run, kills it and sends an
+    unsure fire again by that pair. So a fire planned ahead (or late by under a second or
+    so) is stamped with its planned instant, anything else with a whole second."""
+    whole = now_ms - now_ms % 1_000
+    if planned_ms is not None and (planned_ms >= now_ms or whole - planned_ms < 1_000):
+        return planned_ms
+    return whole
+
+
 def sent_time_ms(row: LogEntry) -> int:
     """The ``logDateTime`` the run of ``row`` was sent with: its planned instant when the row was
     recorded ahead (the stored trigger time may have lost its milliseconds), else the

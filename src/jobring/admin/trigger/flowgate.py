@@ -37,7 +37,7 @@ from jobring.admin.store import Store
 from jobring.admin.store.flow import FlowAdmitted, FlowArrival, FlowOutcome, FlowView
 from jobring.admin.store.records import LogEntry, TriggerResult
 from jobring.admin.trigger.dispatcher import FireDispatcher
-from jobring.admin.trigger.fires import FirePlan, FireRequest, run_candidates
+from jobring.admin.trigger.fires import FirePlan, FireRequest, run_candidates, sent_time_ms
 from jobring.admin.trigger.recorder import FireRecorder
 from jobring.background import Background
 from jobring.core.clock import Clock
@@ -289,7 +289,6 @@ class FlowGate:
     # -- runs started or cancelled by a pass ----------------------------------------------------
 
     async def _dispatch_stored(self, entries: Sequence[LogEntry]) -> None:
-        now = self._clock.now_ms()
         jobs = await self._store.jobs.get_many({e.job_id for e in entries})
         plans: list[FirePlan] = []
         failed: list[TriggerResult] = []
@@ -309,8 +308,10 @@ class FlowGate:
                               attempt=entry.attempt, root_run_id=entry.root_run_id,
                               child_depth=entry.child_depth, retry_of=entry.retry_of,
                               workflow_node_run_id=entry.workflow_node_run_id)
+            # Sent with the instant its row gives back (the stored start, whole seconds): the
+            # identity the admin asks executors about and kills by.
             plan = FirePlan(req, parse_strategy(job.executor_route_strategy), entry.executor_param or "",
-                            entry.executor_fail_retry_count, now)
+                            entry.executor_fail_retry_count, sent_time_ms(entry))
             # What the run stands for was decided when it was recorded (params rendered then).
             plan.logical_ms, plan.interval_start_ms = entry.logical_time, entry.data_interval_start
             plan.log_ids.append(entry.id)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from jobring.admin.store.errors import public_reason
 from jobring.admin.store.records import NewLog, TriggerResult
-from jobring.admin.trigger.fires import FirePlan, FireRequest, TriggerRejected
+from jobring.admin.trigger.fires import FirePlan, FireRequest, TriggerRejected, sent_instant
 from jobring.admin.trigger.logical import (
     default_logical_ms,
     logical_of,
@@ -105,10 +105,10 @@ class FireRecorder:
         param = req.executor_param if req.executor_param is not None else (job.executor_param or "")
         retry = req.fail_retry_count if req.fail_retry_count is not None else job.executor_fail_retry_count
         # A scheduled fire prepared ahead is logged at its planned instant (the executor files
-        # its run log under that day); a late one (misfire) at the time it really runs.
+        # its run log under that day); a late one (misfire) at the second it really runs.
         planned = req.planned_time
-        trigger_time = now_ms if planned is None or planned < now_ms else planned
-        plan = FirePlan(req, parse_strategy(job.executor_route_strategy), param, max(retry, 0), trigger_time)
+        plan = FirePlan(req, parse_strategy(job.executor_route_strategy), param, max(retry, 0),
+                        sent_instant(planned, now_ms))
         logical = req.logical_time
         if logical is None:
             logical = default_logical_ms(req.trigger_type, planned)
