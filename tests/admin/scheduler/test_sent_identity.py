@@ -6,15 +6,20 @@ the row as stored, or a received run reads as lost and is sent, and run, twice."
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from jobring.admin.store.records import HandleResult
+from jobring.admin.store import Store
+from jobring.admin.store.records import HandleResult, LogEntry, NewLog
+from jobring.admin.store.zones import from_database, to_database
 from jobring.admin.trigger.fires import run_candidates, sent_time_ms
 from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from jobring.core.flow.settings import FlowSettings
+from tests.admin.api_harness import api_env
 from tests.admin.trigger_kit import HOSTS, T0, Env, env_fixture
 
 env = env_fixture(HOSTS)
@@ -62,3 +67,47 @@ async def test_a_run_queued_by_flow_control_keeps_an_identity_its_row_reproduces
     await env.trigger.flow._work.wait()  # noqa: SLF001 (the dispatch the pass started)
     await _sent_matches_row(env, first.log_ids[0])
     await _sent_matches_row(env, queued.log_ids[0])
+
+
+def test_a_run_sent_in_a_database_zones_repeated_hour_is_still_recognised() -> None:
+    """DST ends: 01:30 UTC is 02:30 in Berlin a second time, read back as its first occurrence
+    (00:30 UTC), an hour early."""
+    berlin = ZoneInfo("Europe/Berlin")
+    sent = int(datetime(2026, 10, 25, 1, 30, tzinfo=UTC).timestamp() * 1000)
+    wall = to_database(datetime.fromtimestamp(sent / 1000, tz=UTC), berlin)
+    stored = from_database(wall.replace(fold=0), berlin)  # a DATETIME column keeps no fold
+    assert _ms(stored) == sent - 3_600_000
+    for planned in (sent, None):
+        row = _row(stored, planned)
+        assert (row.id, sent) in run_candidates(row)
+    assert sent_time_ms(_row(stored, sent)) == sent
+
+
+def _row(trigger_time: datetime, planned: int | None) -> LogEntry:
+    fields: dict[str, object] = {f.name: None for f in dataclasses.fields(LogEntry)}
+    fields.update(id=7, job_group=1, job_id=1, executor_fail_retry_count=0, trigger_code=0, handle_code=0,
+                  trigger_time=trigger_time, planned_time=planned)
+    return LogEntry(**fields)  # type: ignore[arg-type]
+
+
+def _ms(value: datetime) -> int:
+    return int(value.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+async def test_the_consoles_log_read_asks_with_the_instant_the_run_was_sent_with(sqlite_store: Store) -> None:
+    """A run planned at 23:59:59.800 and sent late by half a second was sent with its planned
+    instant (filed under that day by an XXL-JOB executor); its row keeps 00:00:00 of the next
+    day. The log is asked for with what was sent."""
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        job = await env.add_job(env.group_a)
+        planned = int(datetime(2026, 11, 29, 23, 59, 59, 800_000, tzinfo=UTC).timestamp() * 1000)
+        (run,) = await sqlite_store.logs.insert_fires([NewLog(
+            job_group=env.group_a, job_id=job,
+            trigger_time=datetime.fromtimestamp((planned + 200) / 1000, tz=UTC),
+            executor_handler="demo", executor_address=env.double.address(0), trigger_code=200,
+            trigger_type="CRON", planned_time=planned)])
+        assert run is not None
+        answer = await http.get(f"/runs/{run}/log")
+        assert answer.status_code == 200, answer.text
+        call = env.double.calls[-1]
+        assert call.path == "log" and call.body["logId"] == run and call.body["logDateTim"] == planned

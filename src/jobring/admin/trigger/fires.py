@@ -232,6 +232,9 @@ def _ms(value: datetime | None) -> int:
     return 0 if value is None else int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
 
 
+_FOLD_MS = 3_600_000  # a daylight-saving shift
+
+
 def sent_instant(planned_ms: int | None, now_ms: int) -> int:
     """The ``logDateTime`` to send a run recorded at ``now_ms`` with, and its trigger time: a
     value :func:`sent_time_ms` gives back from the stored row whatever the column keeps of it
@@ -250,13 +253,17 @@ def sent_time_ms(row: LogEntry) -> int:
     recorded ahead (the stored trigger time may have lost its milliseconds), else the
     stored trigger time."""
     stored = _ms(row.trigger_time)
-    if row.planned_time is not None and abs(stored - row.planned_time) < 1_000:
-        return row.planned_time
+    planned = row.planned_time
+    # A database zone's repeated hour (DST ending) reads back as its first occurrence: an hour early.
+    if planned is not None and (abs(stored - planned) < 1_000 or abs(stored + _FOLD_MS - planned) < 1_000):
+        return planned
     return stored
 
 
 def run_candidates(row: LogEntry) -> list[tuple[int, int]]:
     """The (logId, logDateTime) pairs the run of ``row`` may have been sent with: what to ask
-    executors' ``/received`` about it (its stored trigger time may have lost its milliseconds)."""
+    executors' ``/received`` about it (its stored trigger time may have lost its milliseconds
+    and, in a database zone's repeated hour, reads an hour early). Only this run has its log
+    id, so a candidate it was not sent with matches nothing."""
     at = sent_time_ms(row)
-    return [(row.id, at), (row.id, at - 1_000)]
+    return [(row.id, at), (row.id, at - 1_000), (row.id, at + _FOLD_MS)]

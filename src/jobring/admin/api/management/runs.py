@@ -25,7 +25,7 @@ from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction, Outcome
 from jobring.admin.store.records import HandleResult, LogEntry, LogStatus, RunCursor, Tally
-from jobring.admin.trigger.fires import run_candidates
+from jobring.admin.trigger.fires import run_candidates, sent_time_ms
 from jobring.core.enums import HandleCode
 from jobring.core.runstate import KILLED_BY_USER, RunState
 from jobring.core.timefmt import iso_utc
@@ -207,7 +207,8 @@ async def run_log(
         )
     if services.executors is None:
         raise ApiError(503, "executor calls are not available on this node")
-    param = LogParam(log_date_tim=_epoch_ms(entry.trigger_time), log_id=entry.id, from_line_num=from_line)
+    # Asked with the instant it was sent with (an XXL-JOB executor looks in that day's folder).
+    param = LogParam(log_date_tim=sent_time_ms(entry), log_id=entry.id, from_line_num=from_line)
     token, app_name = await _executor_token(services, entry.job_group)
     answer = await services.executors.log(entry.executor_address, param, token, app_name)
     if not answer.ok or not isinstance(answer.content, dict):
