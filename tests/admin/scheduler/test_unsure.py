@@ -3,6 +3,7 @@ received is sent again, with the same run id (trigger/unsure.py)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,7 +42,9 @@ def _received(known: set[int]) -> Any:
     return answer
 
 
-async def test_jobring_executors_are_asked_and_only_unreceived_fires_are_sent_again(env: Env) -> None:
+async def test_jobring_executors_are_asked_and_only_unreceived_fires_are_sent_again(
+        env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "jobring.admin.trigger.unsure")
     job = await env.job()
     got = await _recorded(env, job.id, T0)
     missed = await _recorded(env, job.id, T0 + 1_000)
@@ -51,6 +54,7 @@ async def test_jobring_executors_are_asked_and_only_unreceived_fires_are_sent_ag
     assert (done.received, done.resent, done.unknown) == ([got], [missed], [])
     (run,) = env.double.runs()
     assert run.body["logId"] == missed and run.body["logDateTime"] == T0 + 1_000  # the same run, again
+    assert f"run {missed} sent again: code 200" in caplog.text  # each resend's answer, by run id
     asked = [c.body for c in env.double.calls if c.path == "received"]
     assert len(asked) == 2 and [missed, T0 + 1_000] in asked[0]["runs"]
     row = await env.store.logs.get(missed)

@@ -130,7 +130,11 @@ class UnsureFires:
             else:
                 done.unknown.append(row.id)
         if resend:
-            await self._trigger.dispatch_prepared(PreparedBatch(resend))
+            for result in await self._trigger.dispatch_prepared(PreparedBatch(resend)):
+                # Rare and decisive for the run: each resend's answer, by run id.
+                log.warning("run %s sent again: %s", ",".join(map(str, result.log_ids)) or "?",
+                            f"code {result.trigger_code}, {' '.join(result.trigger_msg.split())[:300]}",
+                            extra={"run_id": result.log_ids[0] if result.log_ids else None})
         for name, ids in (("received", done.received), ("resent", done.resent), ("unknown", done.unknown)):
             self.counts[name] = self.counts.get(name, 0) + len(ids)
         log.warning("fires perhaps sent by a failed node: %d received by their executors, %d sent again "
