@@ -8,11 +8,14 @@ with its own trigger service) over one store, a manual clock and an executor dou
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
@@ -178,3 +181,43 @@ async def test_an_admin_does_not_take_over_an_attempt_it_is_still_firing(admins:
     attempt = await admins.attempt(run_id)
     assert (attempt.state, attempt.claimed_by) == (NodeRunState.RUNNING, "node-a")
     assert admins.runs() == [("A", attempt.log_id)]
+
+
+async def test_a_locked_database_at_the_check_before_sending_is_tried_again(
+        admins: Admins, monkeypatch: pytest.MonkeyPatch) -> None:
+    start, run_id = await admins.a_is_probing(await admins.workflow())
+    admins.env.clock.advance(STALE_MS // 2)  # the check before the /run renews the claim
+    workflows = admins.env.store.workflows
+    renew = workflows.keep_claims
+    failures = [OperationalError("UPDATE ...", {}, sqlite3.OperationalError("database is locked"))]
+
+    async def locked_once(ids: list[int], node: str, now_ms: int) -> set[int]:
+        if failures:
+            raise failures.pop()
+        return await renew(ids, node, now_ms)
+
+    monkeypatch.setattr(workflows, "keep_claims", locked_once)
+    admins.answer_probe.set()
+    await asyncio.wait_for(start, WAIT_S)
+    assert failures == []
+    attempt = await admins.attempt(run_id)
+    assert (attempt.state, attempt.claimed_by) == (NodeRunState.RUNNING, "node-a")
+    assert admins.runs() == [("A", attempt.log_id)]  # sent after the second try
+
+
+async def test_a_lasting_error_at_the_check_before_sending_sends_nothing(
+        admins: Admins, monkeypatch: pytest.MonkeyPatch) -> None:
+    start, run_id = await admins.a_is_probing(await admins.workflow())
+    admins.env.clock.advance(STALE_MS // 2)
+    calls = []
+
+    async def broken(ids: list[int], node: str, now_ms: int) -> set[int]:
+        calls.append(now_ms)
+        raise OperationalError("UPDATE ...", {}, sqlite3.OperationalError("no such table: x"))
+
+    monkeypatch.setattr(admins.env.store.workflows, "keep_claims", broken)
+    admins.answer_probe.set()
+    with contextlib.suppress(OperationalError):
+        await asyncio.wait_for(start, WAIT_S)
+    assert len(calls) == 1  # not a transient error: not tried again
+    assert admins.runs() == []  # and nothing sent

@@ -45,6 +45,7 @@ from jobring.admin.services.workflow_steps import (
     unconfirmed,
     wanted_in,
 )
+from jobring.admin.store.errors import is_transient
 from jobring.admin.store.records import HandleResult
 from jobring.admin.store.workflow_records import NodeRunRecord, NodeRunState
 from jobring.admin.trigger.fires import run_candidates
@@ -74,6 +75,8 @@ MAX_CONCURRENT_FIRES = 50
 """Job starts one driver has in flight at once; the rest wait their turn (each is already a
 durable pending attempt, so nothing is lost if the admin stops while they wait)."""
 _LINKS_KEPT = 4_096
+_RENEW_TRIES = 3  # the claim's renewal right before a /run
+_RENEW_BACKOFF_S = 0.1
 
 
 class FiringPort(Protocol):
@@ -236,14 +239,32 @@ class NodeFires:
         since = self._held.get(attempt_id)
         if since is not None and now - since < self.stale_ms // 3:
             return True
-        if attempt_id in await self._store.workflows.keep_claims([attempt_id], self._node_id, now):
+        if attempt_id in await self._renew_before_send(attempt_id):
             if attempt_id in self._held:
-                self._held[attempt_id] = now
+                self._held[attempt_id] = self._clock.now_ms()
             return True
         log.warning("workflow node attempt %s: taken over by another admin before its job was sent "
                     "(its claim was not renewed for workflow_stale_claim_ms, %s ms); not sent here",
                     attempt_id, self.stale_ms)
         return False
+
+    async def _renew_before_send(self, attempt_id: int) -> set[int]:
+        """The claim renewed in one conditional write, tried again on a transient database
+        error (a locked SQLite file, a dropped connection): given up, the run would wait for
+        another admin's sweep and the unsure-fire resolution, tens of seconds."""
+        tried = 1
+        while True:
+            try:
+                return await self._store.workflows.keep_claims([attempt_id], self._node_id,
+                                                               self._clock.now_ms())
+            except Exception as exc:
+                if tried == _RENEW_TRIES or not is_transient(exc):
+                    raise
+                pause_s = _RENEW_BACKOFF_S * 2 ** (tried - 1)
+                log.warning("workflow node attempt %s: renewing its claim before the send failed (%s: %s); "
+                            "trying again in %.2f s", attempt_id, type(exc).__name__, exc, pause_s)
+                await asyncio.sleep(pause_s)
+                tried += 1
 
     def _remember(self, log_id: int, linked: NodeRunRecord) -> None:
         self._links[log_id] = linked
