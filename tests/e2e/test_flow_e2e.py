@@ -88,7 +88,9 @@ async def _record_admissions(store: Store) -> None:
 async def _admissions(store: Store) -> dict[int, int]:
     async with store.engine.connect() as conn:
         rows = (await conn.execute(text("SELECT log_id, started_ms FROM test_admitted"))).all()
-    return {int(log_id): int(at) for log_id, at in rows}
+    admitted = {int(log_id): int(at) for log_id, at in rows}
+    assert len(admitted) == len(rows), sorted(rows)  # no run admitted (a token taken) twice
+    return admitted
 
 
 async def test_a_rate_limit_holds_across_two_nodes(server_url: str, tmp_path: Path) -> None:

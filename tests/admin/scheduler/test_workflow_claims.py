@@ -221,3 +221,22 @@ async def test_a_lasting_error_at_the_check_before_sending_sends_nothing(
         await asyncio.wait_for(start, WAIT_S)
     assert len(calls) == 1  # not a transient error: not tried again
     assert admins.runs() == []  # and nothing sent
+
+
+async def test_the_check_before_sending_is_not_tried_again_past_a_third_of_the_stale_time(
+        admins: Admins, monkeypatch: pytest.MonkeyPatch) -> None:
+    start, _ = await admins.a_is_probing(await admins.workflow())
+    admins.env.clock.advance(STALE_MS // 2)
+    calls = []
+
+    async def locked_slowly(ids: list[int], node: str, now_ms: int) -> set[int]:
+        calls.append(now_ms)
+        admins.env.clock.advance(STALE_MS // 3)  # the busy wait of a locked SQLite file
+        raise OperationalError("UPDATE ...", {}, sqlite3.OperationalError("database is locked"))
+
+    monkeypatch.setattr(admins.env.store.workflows, "keep_claims", locked_slowly)
+    admins.answer_probe.set()
+    with contextlib.suppress(OperationalError):
+        await asyncio.wait_for(start, WAIT_S)
+    assert len(calls) == 1  # another admin may have taken it over by now: left to it
+    assert admins.runs() == []

@@ -239,28 +239,33 @@ class NodeFires:
         since = self._held.get(attempt_id)
         if since is not None and now - since < self.stale_ms // 3:
             return True
-        if attempt_id in await self._renew_before_send(attempt_id):
+        renewed_at = await self._renew_before_send(attempt_id)
+        if renewed_at is not None:
             if attempt_id in self._held:
-                self._held[attempt_id] = self._clock.now_ms()
+                self._held[attempt_id] = renewed_at
             return True
         log.warning("workflow node attempt %s: taken over by another admin before its job was sent "
                     "(its claim was not renewed for workflow_stale_claim_ms, %s ms); not sent here",
                     attempt_id, self.stale_ms)
         return False
 
-    async def _renew_before_send(self, attempt_id: int) -> set[int]:
-        """The claim renewed in one conditional write, tried again on a transient database
-        error (a locked SQLite file, a dropped connection): given up, the run would wait for
-        another admin's sweep and the unsure-fire resolution, tens of seconds."""
-        tried = 1
+    async def _renew_before_send(self, attempt_id: int) -> int | None:
+        """The instant the claim was renewed at (None: it is no longer this node's), in one
+        conditional write, tried again on a transient database error (a locked SQLite file, a
+        dropped connection) while a third of ``stale_ms`` has not passed since the first try:
+        given up, the run waits for another admin's sweep and the unsure-fire resolution
+        (``stale_ms`` and more); past that third, another admin may take it over anyway."""
+        tried, first = 1, self._clock.now_ms()
         while True:
+            now = self._clock.now_ms()
             try:
-                return await self._store.workflows.keep_claims([attempt_id], self._node_id,
-                                                               self._clock.now_ms())
+                kept = await self._store.workflows.keep_claims([attempt_id], self._node_id, now)
+                return now if attempt_id in kept else None
             except Exception as exc:
-                if tried == _RENEW_TRIES or not is_transient(exc):
-                    raise
                 pause_s = _RENEW_BACKOFF_S * 2 ** (tried - 1)
+                late = self._clock.now_ms() + pause_s * 1000 - first >= self.stale_ms // 3
+                if tried == _RENEW_TRIES or late or not is_transient(exc):
+                    raise
                 log.warning("workflow node attempt %s: renewing its claim before the send failed (%s: %s); "
                             "trying again in %.2f s", attempt_id, type(exc).__name__, exc, pause_s)
                 await asyncio.sleep(pause_s)

@@ -34,6 +34,7 @@ from jobring.admin.store.records import JobInfo, LogEntry
 from jobring.admin.trigger.fires import FirePlan, FireRequest, PreparedBatch, run_candidates, sent_time_ms
 from jobring.core.enums import RouteStrategy, TriggerType
 from jobring.core.routing import parse_strategy
+from jobring.core.text import one_line
 from jobring.protocol.models import SUCCESS_CODE, LogParam, msg_uri_not_found
 
 if TYPE_CHECKING:
@@ -132,8 +133,9 @@ class UnsureFires:
         if resend:
             for result in await self._trigger.dispatch_prepared(PreparedBatch(resend)):
                 # Rare and decisive for the run: each resend's answer, by run id.
+                # The message's end says what the executor answered (its start: the route).
                 log.warning("run %s sent again: %s", ",".join(map(str, result.log_ids)) or "?",
-                            f"code {result.trigger_code}, {' '.join(result.trigger_msg.split())[:300]}",
+                            f"code {result.trigger_code}, ...{one_line(result.trigger_msg)[-300:]}",
                             extra={"run_id": result.log_ids[0] if result.log_ids else None})
         for name, ids in (("received", done.received), ("resent", done.resent), ("unknown", done.unknown)):
             self.counts[name] = self.counts.get(name, 0) + len(ids)
