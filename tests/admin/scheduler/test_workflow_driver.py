@@ -264,7 +264,7 @@ async def test_a_run_a_dead_node_recorded_and_never_sent_is_sent_once_after_aski
     two.env.clock.advance(STALE_MS + 1)
     await survivor.tick()
     await unsure.wait_idle()
-    assert asked and all(ids == [log_id, log_id] for ids in asked)  # every executor asked of it
+    assert asked and all(set(ids) == {log_id} for ids in asked)  # every executor asked of it (only)
     assert two.fired() == [("A", log_id)]  # sent now, under the run id the dead node recorded
     await asyncio.gather(survivor.tick(), two.a.tick())
     await unsure.wait_idle()
