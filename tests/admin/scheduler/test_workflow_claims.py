@@ -183,22 +183,33 @@ async def test_an_admin_does_not_take_over_an_attempt_it_is_still_firing(admins:
     assert admins.runs() == [("A", attempt.log_id)]
 
 
+def _db_error(text: str) -> OperationalError:
+    return OperationalError("UPDATE ...", {}, sqlite3.OperationalError(text))
+
+
+async def _fire_renewing_with(admins: Admins, monkeypatch: pytest.MonkeyPatch, renew: Any) -> int:
+    """A's node fire, past half the stale time (its check before the /run renews the claim),
+    with ``renew`` in place of the claims' renewal; the run's id once the fire is over."""
+    start, run_id = await admins.a_is_probing(await admins.workflow())
+    admins.env.clock.advance(STALE_MS // 2)
+    monkeypatch.setattr(admins.env.store.workflows, "keep_claims", renew)
+    admins.answer_probe.set()
+    with contextlib.suppress(OperationalError):
+        await asyncio.wait_for(start, WAIT_S)
+    return run_id
+
+
 async def test_a_locked_database_at_the_check_before_sending_is_tried_again(
         admins: Admins, monkeypatch: pytest.MonkeyPatch) -> None:
-    start, run_id = await admins.a_is_probing(await admins.workflow())
-    admins.env.clock.advance(STALE_MS // 2)  # the check before the /run renews the claim
-    workflows = admins.env.store.workflows
-    renew = workflows.keep_claims
-    failures = [OperationalError("UPDATE ...", {}, sqlite3.OperationalError("database is locked"))]
+    renew = admins.env.store.workflows.keep_claims
+    failures = [_db_error("database is locked")]
 
     async def locked_once(ids: list[int], node: str, now_ms: int) -> set[int]:
         if failures:
             raise failures.pop()
         return await renew(ids, node, now_ms)
 
-    monkeypatch.setattr(workflows, "keep_claims", locked_once)
-    admins.answer_probe.set()
-    await asyncio.wait_for(start, WAIT_S)
+    run_id = await _fire_renewing_with(admins, monkeypatch, locked_once)
     assert failures == []
     attempt = await admins.attempt(run_id)
     assert (attempt.state, attempt.claimed_by) == (NodeRunState.RUNNING, "node-a")
@@ -207,36 +218,26 @@ async def test_a_locked_database_at_the_check_before_sending_is_tried_again(
 
 async def test_a_lasting_error_at_the_check_before_sending_sends_nothing(
         admins: Admins, monkeypatch: pytest.MonkeyPatch) -> None:
-    start, run_id = await admins.a_is_probing(await admins.workflow())
-    admins.env.clock.advance(STALE_MS // 2)
     calls = []
 
     async def broken(ids: list[int], node: str, now_ms: int) -> set[int]:
         calls.append(now_ms)
-        raise OperationalError("UPDATE ...", {}, sqlite3.OperationalError("no such table: x"))
+        raise _db_error("no such table: x")
 
-    monkeypatch.setattr(admins.env.store.workflows, "keep_claims", broken)
-    admins.answer_probe.set()
-    with contextlib.suppress(OperationalError):
-        await asyncio.wait_for(start, WAIT_S)
+    await _fire_renewing_with(admins, monkeypatch, broken)
     assert len(calls) == 1  # not a transient error: not tried again
     assert admins.runs() == []  # and nothing sent
 
 
 async def test_the_check_before_sending_is_not_tried_again_past_a_third_of_the_stale_time(
         admins: Admins, monkeypatch: pytest.MonkeyPatch) -> None:
-    start, _ = await admins.a_is_probing(await admins.workflow())
-    admins.env.clock.advance(STALE_MS // 2)
     calls = []
 
     async def locked_slowly(ids: list[int], node: str, now_ms: int) -> set[int]:
         calls.append(now_ms)
         admins.env.clock.advance(STALE_MS // 3)  # the busy wait of a locked SQLite file
-        raise OperationalError("UPDATE ...", {}, sqlite3.OperationalError("database is locked"))
+        raise _db_error("database is locked")
 
-    monkeypatch.setattr(admins.env.store.workflows, "keep_claims", locked_slowly)
-    admins.answer_probe.set()
-    with contextlib.suppress(OperationalError):
-        await asyncio.wait_for(start, WAIT_S)
+    await _fire_renewing_with(admins, monkeypatch, locked_slowly)
     assert len(calls) == 1  # another admin may have taken it over by now: left to it
     assert admins.runs() == []

@@ -240,10 +240,11 @@ def sent_instant(planned_ms: int | None, now_ms: int) -> int:
     value :func:`sent_time_ms` gives back from the stored row whatever the column keeps of it
     (a DATETIME column may drop or round the milliseconds). A run's identity on an executor
     is (logId, logDateTime): the admin asks executors about a run, kills it and sends an
-    unsure fire again by that pair. So a fire planned ahead (or late by under a second or
-    so) is stamped with its planned instant, anything else with a whole second."""
+    unsure fire again by that pair. So a fire planned ahead (or up to about two seconds late:
+    its whole second within one of the plan) is stamped with its planned instant, anything
+    else with a whole second."""
     whole = now_ms - now_ms % 1_000
-    if planned_ms is not None and (planned_ms >= now_ms or whole - planned_ms < 1_000):
+    if planned_ms is not None and whole - planned_ms < 1_000:
         return planned_ms
     return whole
 

@@ -132,8 +132,8 @@ class UnsureFires:
                 done.unknown.append(row.id)
         if resend:
             for result in await self._trigger.dispatch_prepared(PreparedBatch(resend)):
-                # Rare and decisive for the run: each resend's answer, by run id.
-                # The message's end says what the executor answered (its start: the route).
+                # Rare and decisive for the run: each resend's answer, by run id (the end of the
+                # trigger message is the executor's answer; its start, the route).
                 log.warning("run %s sent again: %s", ",".join(map(str, result.log_ids)) or "?",
                             f"code {result.trigger_code}, ...{one_line(result.trigger_msg)[-300:]}",
                             extra={"run_id": result.log_ids[0] if result.log_ids else None})

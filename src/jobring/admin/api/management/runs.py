@@ -44,10 +44,6 @@ def _instant(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def _epoch_ms(value: datetime | None) -> int:
-    return 0 if value is None else int(value.replace(tzinfo=UTC).timestamp() * 1000)
-
-
 # Beyond this many matching runs the total is estimated (from the time the newest of them span,
 # store/run_estimate.py): counting a million rows exactly costs more than the page itself
 # (bench/console_api.py).
