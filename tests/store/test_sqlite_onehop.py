@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobring.admin.store import create_engine
@@ -44,14 +45,80 @@ def hand_offs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 async def test_a_write_transaction_is_one_hand_off_per_statement(
     engine: AsyncEngine, hand_offs: list[str]
 ) -> None:
-    # BEGIN IMMEDIATE, two statements, COMMIT; the pool's rollback of the returned connection
-    # is skipped (no transaction is open). SQLAlchemy's own adapter made 12 calls here.
+    # BEGIN IMMEDIATE with the first statement, the second, COMMIT; the pool's rollback of the
+    # returned connection is skipped (no transaction is open). SQLAlchemy's own adapter made
+    # 12 calls here.
     db = Db(engine)
     async with db.write() as conn:
         await conn.execute(text("INSERT INTO t (v) VALUES ('a'), ('b')"))
         rows = (await conn.execute(text("SELECT id, v FROM t ORDER BY id"))).all()
     assert [tuple(r) for r in rows] == [(1, "a"), (2, "b")]
-    assert len(hand_offs) == 4, hand_offs
+    assert len(hand_offs) == 3, hand_offs
+
+
+async def test_a_transaction_without_a_statement_makes_no_call(
+    engine: AsyncEngine, hand_offs: list[str]
+) -> None:
+    db = Db(engine)
+    async with db.write():
+        pass
+    async with db.read():
+        pass
+    assert hand_offs == []
+    async with db.read() as conn:  # the held-back BEGIN was dropped, not sent twice
+        assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 0
+
+
+async def test_the_write_lock_is_held_from_the_first_statement(engine: AsyncEngine, tmp_path: Path) -> None:
+    db = Db(engine)
+    other = create_engine(f"sqlite:///{tmp_path / 'one.db'}")
+    try:
+        async with db.write() as conn:
+            await conn.execute(text("SELECT 1"))  # BEGIN IMMEDIATE went with it
+            async with other.connect() as second:
+                raw = await second.get_raw_connection()
+                aio = raw.driver_connection
+                assert isinstance(aio, StopOnceConnection)
+
+                def try_lock(connection: Any) -> str:
+                    connection.execute("PRAGMA busy_timeout=0")
+                    try:
+                        connection.execute("BEGIN IMMEDIATE")
+                    except Exception as exc:
+                        return str(exc)
+                    connection.execute("ROLLBACK")
+                    return "locked by nobody"
+
+                answer = await aio.call(try_lock)
+                assert answer == "database is locked", answer
+    finally:
+        await other.dispose()
+
+
+async def test_a_begin_that_fails_fails_its_statement_and_leaves_the_connection_usable(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    blocker = create_engine(f"sqlite:///{tmp_path / 'one.db'}")
+    db = Db(engine)
+    try:
+        async with blocker.connect() as held:
+            aio = (await held.get_raw_connection()).driver_connection
+            assert isinstance(aio, StopOnceConnection)
+            await aio.call(lambda c: c.execute("BEGIN IMMEDIATE"))
+            async with engine.connect() as conn:
+                waiter = (await conn.get_raw_connection()).driver_connection
+                assert isinstance(waiter, StopOnceConnection)
+                await waiter.call(lambda c: c.execute("PRAGMA busy_timeout=0"))
+            with pytest.raises(OperationalError, match="locked"):
+                async with db.write() as conn:
+                    await conn.execute(text("INSERT INTO t (v) VALUES ('x')"))
+            await aio.call(lambda c: c.execute("ROLLBACK"))
+        async with db.write() as conn:
+            await conn.execute(text("INSERT INTO t (v) VALUES ('y')"))
+        async with db.read() as conn:
+            assert (await conn.execute(text("SELECT v FROM t"))).scalars().all() == ["y"]
+    finally:
+        await blocker.dispose()
 
 
 async def test_results_rowcounts_and_returning_are_as_before(engine: AsyncEngine) -> None:

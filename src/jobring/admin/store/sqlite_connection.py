@@ -37,6 +37,8 @@ class StopOnceConnection(aiosqlite.Connection):
         # worker thread): equal when none is queued or running (see ``nothing_begun``).
         self._queued = 0
         self._finished = 0
+        # A transaction's BEGIN, held back to go with its first statement (sqlite_onehop.py).
+        self.deferred_begin: str | None = None
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         def counted() -> Any:

@@ -11,7 +11,10 @@ start through an admin process (bench/RESULTS.md, issue 21, branch wfpath).
 Here a statement is one call (cursor, execute, rows, close, done on the worker thread
 together), and the pool's rollback of a connection with no transaction open is skipped (it
 would do nothing: the check is made only when no call of the connection is queued or
-running, so it cannot race a ``BEGIN`` still on its way). The SQL, the transactions and the
+running, so it cannot race a ``BEGIN`` still on its way). A transaction's ``BEGIN`` goes in
+the hand-off of its first statement: nothing else runs on the connection between the two, so
+the transaction and its lock (``BEGIN IMMEDIATE``) are what they were, taken a little later;
+a transaction that runs no statement sends neither ``BEGIN`` nor ``COMMIT``. The SQL and the
 results are unchanged; server-side cursors keep SQLAlchemy's own class.
 """
 
@@ -35,10 +38,14 @@ from jobring.admin.store.sqlite_connection import StopOnceConnection
 __all__ = ["OneHopConnection", "OneHopCursor", "OneHopDbapi", "new_dbapi"]
 
 _Answer = tuple[Any, list[Any], int | None, int]
+_BEGINS = frozenset({"BEGIN", "BEGIN IMMEDIATE"})
 
 
-def _statement(conn: sqlite3.Connection, operation: str, parameters: Any) -> _Answer:
-    """On the worker thread: run one statement and take everything SQLAlchemy reads of it."""
+def _statement(conn: sqlite3.Connection, begin: str | None, operation: str, parameters: Any) -> _Answer:
+    """On the worker thread: run one statement (after the transaction's deferred ``BEGIN``)
+    and take everything SQLAlchemy reads of it."""
+    if begin is not None:
+        conn.execute(begin)
     cursor = conn.cursor()
     try:
         if parameters is None:
@@ -52,7 +59,10 @@ def _statement(conn: sqlite3.Connection, operation: str, parameters: Any) -> _An
         cursor.close()
 
 
-def _statements(conn: sqlite3.Connection, operation: str, seq_of_parameters: Any) -> _Answer:
+def _statements(conn: sqlite3.Connection, begin: str | None, operation: str, seq_of_parameters: Any
+                ) -> _Answer:
+    if begin is not None:
+        conn.execute(begin)
     cursor = conn.cursor()
     try:
         cursor.executemany(operation, seq_of_parameters)
@@ -107,6 +117,12 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
         return None
 
     def execute(self, operation: Any, parameters: Any = None) -> Any:
+        if operation in _BEGINS and not parameters:
+            # Sent with the transaction's first statement, in its hand-off (see the module doc).
+            self._connection.deferred_begin = operation
+            self._answer_description, self._answer_rowcount = None, -1
+            self._rows.clear()
+            return None
         try:
             return await_(self._run(_statement, operation, parameters))
         except Exception as error:
@@ -121,7 +137,8 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
     async def _run(self, work: Any, operation: Any, parameters: Any) -> None:
         connection: StopOnceConnection = self._connection  # type: ignore[assignment]
         async with self._adapt_connection._execute_mutex:
-            description, rows, lastrowid, rowcount = await connection.call(work, operation, parameters)
+            begin, connection.deferred_begin = connection.deferred_begin, None
+            description, rows, lastrowid, rowcount = await connection.call(work, begin, operation, parameters)
         self._answer_description = description
         self._rows = collections.deque(rows)
         self._answer_lastrowid = lastrowid
@@ -137,9 +154,20 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
 
     def rollback(self) -> None:
         connection = self._connection
-        if isinstance(connection, StopOnceConnection) and connection.nothing_begun():
-            return
+        if isinstance(connection, StopOnceConnection):
+            if connection.deferred_begin is not None:  # no statement ran: nothing was begun
+                connection.deferred_begin = None
+                return
+            if connection.nothing_begun():
+                return
         super().rollback()
+
+    def commit(self) -> None:
+        connection = self._connection
+        if isinstance(connection, StopOnceConnection) and connection.deferred_begin is not None:
+            connection.deferred_begin = None  # a transaction without a statement: nothing to commit
+            return
+        super().commit()
 
 
 class OneHopDbapi(AsyncAdapt_aiosqlite_dbapi):
