@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -356,6 +357,7 @@ def run_case(
     finally:
         stop_processes([pollers, admin, fake])
         asyncio.run(adrop_test_database(url))
+        shutil.rmtree(workdir, ignore_errors=True)  # the SQLite file, the admin's logs
 
 
 def main(argv: list[str] | None = None) -> int:

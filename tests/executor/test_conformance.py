@@ -54,10 +54,10 @@ def build_executor(admin: FakeAdmin, log_path: Path) -> Executor:
 
 
 @pytest.fixture
-async def running() -> AsyncIterator[tuple[FakeAdmin, Executor, httpx.AsyncClient]]:
+async def running(tmp_path: Path) -> AsyncIterator[tuple[FakeAdmin, Executor, httpx.AsyncClient]]:
     admin = FakeAdmin()
     await admin.start()
-    ex = build_executor(admin, Path(__import__("tempfile").mkdtemp(prefix="jobring-conf-")))
+    ex = build_executor(admin, tmp_path / "logs")
     ready = asyncio.Event()
     serving = asyncio.create_task(ex.serve(ready=lambda _a: ready.set()))
     try:

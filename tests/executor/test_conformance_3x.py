@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -60,13 +59,13 @@ def admin_of(spec: dict[str, Any]) -> FakeAdmin:
 
 @pytest.fixture(params=["3.3", "3.5"])
 async def running(
-    request: pytest.FixtureRequest,
+    request: pytest.FixtureRequest, tmp_path: Path,
 ) -> AsyncIterator[tuple[dict[str, Any], FakeAdmin, Executor]]:
     spec = fixture(request.param)
     admin = admin_of(spec)
     await admin.start()
     ex = Executor(app_name=spec["app_name"], admin_addresses=[admin.base_url], access_token=spec["token"],
-                  host="127.0.0.1", port=0, log_path=tempfile.mkdtemp(prefix="jobring-conf3-"), environ={})
+                  host="127.0.0.1", port=0, log_path=str(tmp_path / "logs"), environ={})
 
     @ex.job("demoJobHandler")
     def demo(ctx: JobContext) -> None:
@@ -144,12 +143,12 @@ async def test_executor_under_a_3x_admin(running: tuple[dict[str, Any], FakeAdmi
 
 @pytest.mark.parametrize("protocol", ["3.5", "3"])
 @pytest.mark.timeout(60)
-async def test_a_set_protocol_sends_its_callback_shape_at_once(protocol: str) -> None:
+async def test_a_set_protocol_sends_its_callback_shape_at_once(protocol: str, tmp_path: Path) -> None:
     spec = fixture("3.5" if protocol == "3.5" else "3.3")
     admin = admin_of(spec)
     await admin.start()
     ex = Executor(app_name=spec["app_name"], admin_addresses=[admin.base_url], access_token=spec["token"],
-                  host="127.0.0.1", port=0, log_path=tempfile.mkdtemp(prefix="jobring-conf3-"),
+                  host="127.0.0.1", port=0, log_path=str(tmp_path / "logs"),
                   environ={"JOBRING_EXECUTOR_PROTOCOL": protocol})
 
     @ex.job("demoJobHandler")
