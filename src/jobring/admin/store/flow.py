@@ -257,7 +257,11 @@ class FlowRepository(Repository):
         if gone:
             await self._drop(conn, gone)
         if still:
-            rows = {i: {"trigger_msg": None, "trigger_time": _naive(now_ms)} for i in still}
+            # Sent with the whole second it starts in (its logDateTime: the run's identity on
+            # an executor and the day of its log file there), as any run not sent at its plan.
+            sent = now_ms - now_ms % 1_000
+            started = {"trigger_msg": None, "trigger_time": _naive(now_ms), "sent_time": sent}
+            rows = dict.fromkeys(still, started)
             await update_rows(conn, job_log, rows, match={"trigger_code": 0, "handle_code": 0})
             for part in chunks(still):
                 await conn.execute(update(flow_run).where(flow_run.c.log_id.in_(part))

@@ -130,6 +130,7 @@ class NewLog:
     logical_time: int | None = None  # the instant the run stands for (backfills, templated params)
     data_interval_start: int | None = None
     backfill_id: int | None = None
+    sent_time: int | None = None  # the logDateTime it is sent with (epoch ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +187,7 @@ class LogEntry:
     logical_time: int | None = None
     data_interval_start: int | None = None
     backfill_id: int | None = None
+    sent_time: int | None = None  # the logDateTime it was sent with (epoch ms; None: older rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,6 +167,9 @@ job_log = Table(
     # A backfill's run (``jobring_backfill.id``); with logical_time and attempt unique, so an
     # instant of a backfill is recorded at most once per attempt whichever admin fires it.
     Column("backfill_id", BigInteger, nullable=True),
+    # The logDateTime the run was sent with, epoch ms (trigger_time may have lost or rounded
+    # its milliseconds, and reads an hour early in a database zone's repeated hour).
+    Column("sent_time", BigInteger, nullable=True),
     UniqueConstraint("job_id", "planned_time", name="ux_job_log_planned_fire"),
     Index("I_trigger_time", "trigger_time"),
     Index("I_handle_code", "handle_code"),

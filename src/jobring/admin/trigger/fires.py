@@ -250,9 +250,12 @@ def sent_instant(planned_ms: int | None, now_ms: int) -> int:
 
 
 def sent_time_ms(row: LogEntry) -> int:
-    """The ``logDateTime`` the run of ``row`` was sent with: its planned instant when the row was
-    recorded ahead (the stored trigger time may have lost its milliseconds), else the
-    stored trigger time."""
+    """The ``logDateTime`` the run of ``row`` was sent with: as recorded (``sent_time``); for a
+    row without it (recorded before that column, or by an XXL-JOB admin), its planned instant
+    when the row was recorded ahead (the stored trigger time may have lost its milliseconds),
+    else the stored trigger time."""
+    if row.sent_time is not None:
+        return row.sent_time
     stored = _ms(row.trigger_time)
     planned = row.planned_time
     # A database zone's repeated hour (DST ending) reads back as its first occurrence: an hour early.
@@ -263,8 +266,11 @@ def sent_time_ms(row: LogEntry) -> int:
 
 def run_candidates(row: LogEntry) -> list[tuple[int, int]]:
     """The (logId, logDateTime) pairs the run of ``row`` may have been sent with: what to ask
-    executors' ``/received`` about it (its stored trigger time may have lost its milliseconds
-    and, in a database zone's repeated hour, reads an hour early). Only this run has its log
-    id, so a candidate it was not sent with matches nothing."""
+    executors' ``/received`` about it: the one recorded, or for a row without it, the ones its
+    stored trigger time allows (it may have lost its milliseconds and, in a database zone's
+    repeated hour, reads an hour early). Only this run has its log id, so a candidate it was
+    not sent with matches nothing."""
     at = sent_time_ms(row)
+    if row.sent_time is not None:
+        return [(row.id, at)]
     return [(row.id, at), (row.id, at - 1_000), (row.id, at + _FOLD_MS)]

@@ -308,8 +308,8 @@ class FlowGate:
                               attempt=entry.attempt, root_run_id=entry.root_run_id,
                               child_depth=entry.child_depth, retry_of=entry.retry_of,
                               workflow_node_run_id=entry.workflow_node_run_id)
-            # Sent with the instant its row gives back (the stored start, whole seconds): the
-            # identity the admin asks executors about and kills by.
+            # Sent with the instant its row keeps (set when it was admitted): the identity the
+            # admin asks executors about and kills by.
             plan = FirePlan(req, parse_strategy(job.executor_route_strategy), entry.executor_param or "",
                             entry.executor_fail_retry_count, sent_time_ms(entry))
             # What the run stands for was decided when it was recorded (params rendered then).

@@ -147,6 +147,7 @@ class FireRecorder:
             logical_time=plan.logical_ms if plan.logical_ms != plan.req.planned_time else None,
             data_interval_start=plan.interval_start_ms,
             backfill_id=plan.req.backfill_id if identity else None,
+            sent_time=plan.trigger_time_ms,
         )
 
     async def _insert_identities(self, plans: list[FirePlan]) -> None:
