@@ -45,8 +45,8 @@ async def test_bad_backfill_requests_name_the_field(sqlite_store: Store) -> None
         ):
             r = await op.post(f"/jobs/{job}/backfill", json=body)
             assert r.status_code == 422 and r.json()["field"] == field, (body, r.text)
-        r = await op.post(f"/jobs/{manual}/backfill", json=RANGE)
-        assert r.status_code == 422 and r.json()["field"] == "schedule_type", r.text
+        r = await op.post(f"/jobs/{manual}/backfill", json=RANGE)  # the job, not the request: 409
+        assert r.status_code == 409 and r.json()["field"] == "schedule_type", r.text
         r = await op.post(f"/jobs/{job}/backfill", json={"start": "2026-03-01T00:10:00Z",
                                                          "end": "2026-03-01T00:20:00Z"})
         assert r.status_code == 422 and r.json()["field"] == "start", r.text

@@ -132,7 +132,7 @@ async def test_none_schedule_cannot_start(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("admin") as http:
         job = (await http.post("/jobs", json=job_body(env.group_a, schedule_type="NONE"))).json()
         r = await http.post(f"/jobs/{job['id']}/start")
-        assert r.status_code == 400 and r.json()["field"] == "schedule_type"
+        assert r.status_code == 409 and r.json()["field"] == "schedule_type"
 
 
 async def test_trigger_with_params_and_an_allowed_address(sqlite_store: Store) -> None:
@@ -154,9 +154,11 @@ async def test_trigger_with_params_and_an_allowed_address(sqlite_store: Store) -
 async def test_trigger_refuses_an_address_outside_the_group(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client("admin") as http:
         job = (await http.post("/jobs", json=job_body(env.group_a))).json()
-        for bad in (["http://evil.example:9999/"], ["file:///etc/passwd"], ["not a url"]):
+        # Not one of the group's (the group as stored: 409), not a URL an executor has (422).
+        for bad, status in ((["http://evil.example:9999/"], 409), (["file:///etc/passwd"], 422),
+                            (["not a url"], 422)):
             r = await http.post(f"/jobs/{job['id']}/trigger", json={"addresses": bad})
-            assert r.status_code in (400, 422) and r.json()["field"] == "addresses.0", r.text
+            assert r.status_code == status and r.json()["field"] == "addresses.0", r.text
         assert env.double.runs() == []
         assert (await sqlite_store.logs.list()).total == 0
 

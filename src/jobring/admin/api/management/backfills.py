@@ -58,7 +58,7 @@ class BackfillIn(Strict):
 
     start: InstantOrMs | None = Field(default=None, description="ISO 8601 with an offset, or epoch ms")
     end: InstantOrMs | None = Field(default=None, description="ISO 8601 with an offset, or epoch ms")
-    dates: Annotated[list[DateText], Field(max_length=1_000)] | None = None
+    dates: Annotated[list[DateText], Field(min_length=1, max_length=1_000)] | None = None
     order: Literal["oldest_first", "newest_first"] = "oldest_first"
     parallelism: Annotated[int, Field(ge=1, le=MAX_BACKFILL_PARALLELISM)] = 1
     honour_calendars: bool = Field(default=False, description="list instants the job's calendars exclude as "
@@ -114,10 +114,10 @@ async def plan_for(services: ManagementServices, job: JobInfo, body: BackfillIn)
         raise FieldError(exc.field, exc.problem) from None
     try:
         schedule = parse_schedule(job.schedule_type or "NONE", job.schedule_conf, zone)
-    except (ScheduleError, ValueError) as exc:
-        raise FieldError("schedule_conf", f"the job's schedule does not parse: {exc}") from None
+    except (ScheduleError, ValueError) as exc:  # the job as stored, not the request: 409
+        raise Conflict(f"the job's schedule does not parse: {exc}", "schedule_conf") from None
     if not isinstance(schedule, CronSchedule | FixRateSchedule):
-        raise FieldError("schedule_type", "a backfill needs a job with a CRON or FIX_RATE schedule")
+        raise Conflict("a backfill needs a job with a CRON or FIX_RATE schedule", "schedule_type")
     rules = await timing.rules_of(services, job)
     timeline = timeline_for(schedule, None if rules is None else rules.dst, anchor_ms=0)
     try:

@@ -17,6 +17,7 @@ from jobring.admin.api.management.models import MAX_INT32, GlueOut, GlueSave, Gl
 from jobring.admin.services.audit import AuditAction
 from jobring.admin.store.records import JobInfo
 from jobring.core.enums import GlueType
+from jobring.errors import Conflict
 
 router = APIRouter(tags=["glue"], responses=ERROR_RESPONSES)
 
@@ -37,7 +38,7 @@ def _out(job: JobInfo) -> GlueOut:
 
 def _require_glue_job(job: JobInfo) -> None:
     if job.glue_type == GlueType.BEAN:
-        raise ApiError(400, f"job {job.id} is a BEAN job; set its glue_type first", "glue_type")
+        raise Conflict(f"job {job.id} is a BEAN job; set its glue_type first", "glue_type")
 
 
 @router.get("/jobs/{job_id}/glue", response_model=GlueOut, summary="The job's GLUE source")

@@ -252,13 +252,15 @@ async def trigger_job_at(
     job = await jobservice.load_job_for_write(services, principal, job_id)
     if (body.at is None) == (body.delay_ms is None):
         raise FieldError("at", "give either at or delay_ms")
+    now = services.now_ms()  # one instant: a delay of 1 ms is not "in the past" by the time it is checked
     if body.at is not None:
         fire_at, field = jobservice.parse_instant("at", body.at), "at"
     else:
         assert body.delay_ms is not None
-        fire_at, field = services.now_ms() + body.delay_ms, "delay_ms"
+        fire_at, field = now + body.delay_ms, "delay_ms"
     fire = await jobservice.trigger_at(
-        services, job, fire_at, body.executor_param, body.addresses, principal.user.username, field=field
+        services, job, fire_at, body.executor_param, body.addresses, principal.user.username, field=field,
+        now=now,
     )
     await services.audit.job_event(
         principal, AuditAction.JOB_TRIGGER_AT, job, delayed_fire=fire.id, fire_at=fire.fire_at,

@@ -296,8 +296,8 @@ async def delete_job(services: ManagementServices, job: JobInfo) -> None:
 
 async def start_job(services: ManagementServices, job: JobInfo) -> JobInfo:
     if job.schedule_type == ScheduleType.NONE:
-        raise BadRequest("a job with schedule_type NONE cannot be started; trigger it instead",
-                         "schedule_type")
+        raise Conflict("a job with schedule_type NONE cannot be started; trigger it instead",
+                       "schedule_type")
     now = services.now_ms()
     # A job with a catch-up window resumes at its first instant since the pause (within the
     # window): the loop finds it late and catches up (docs/time.md, Catch-up).
@@ -364,9 +364,10 @@ async def trigger_at(
     created_by: str | None,
     *,
     field: str = "at",
+    now: int | None = None,
 ) -> DelayedFire:
-    """Record a run of ``job`` at ``fire_at`` (epoch ms, in the future, at most a year ahead)."""
-    now = services.now_ms()
+    """Record a run of ``job`` at ``fire_at`` (epoch ms, after ``now``, at most a year ahead)."""
+    now = services.now_ms() if now is None else now
     if fire_at <= now:
         raise FieldError(field, "must be in the future")
     if fire_at > now + MAX_DELAY_MS:
@@ -396,7 +397,7 @@ async def _check_override(services: ManagementServices, job: JobInfo, override: 
     normalized = {a.rstrip("/") for a in known}
     for i, address in enumerate(override):
         if address.rstrip("/") not in normalized:
-            raise BadRequest(
+            raise Conflict(  # the group as it is now, not the request: 409
                 f"address {address!r} is not registered in executor group {job.job_group}",
                 f"addresses.{i}",
             )

@@ -29,6 +29,7 @@ from jobring.admin.trigger.fires import run_candidates, sent_time_ms
 from jobring.core.enums import HandleCode
 from jobring.core.runstate import KILLED_BY_USER, RunState
 from jobring.core.timefmt import iso_utc
+from jobring.errors import Conflict
 from jobring.protocol.models import LogParam, LogResult, ProtocolError
 
 router = APIRouter(tags=["runs"], responses=ERROR_RESPONSES)
@@ -278,7 +279,7 @@ async def clear_runs(body: ClearIn, services: Services, principal: Writer) -> Cl
         job = await services.store.jobs.get(body.job_id)
         if job is not None and principal.can_read_group(job.job_group):  # else: as a missing job
             if group_id is not None and group_id != job.job_group:
-                raise ApiError(422, "job_id: the job is not in job_group", "job_id")
+                raise Conflict("job_id: the job is not in job_group", "job_id")  # as stored: 409
             group_id = job.job_group
     if group_id is None:
         if not principal.is_admin:
