@@ -215,7 +215,7 @@ async def test_operator_cannot_turn_an_executor_token_into_other_groups_runs(wor
     # ... nor may a manual trigger name an address outside the group.
     with pytest.raises(AdminApiError) as refused:
         await world.mallory.jobs.trigger(job_a, addresses=[attacker])
-    assert refused.value.status in (400, 422)
+    assert refused.value.status == 409 and refused.value.field == "addresses.0"  # not one of the group's
 
     # 2. Group A's executor token registers nothing into group B (nor does any guessed global one).
     beat = {"registryGroup": "EXECUTOR", "registryKey": "team-b", "registryValue": attacker}

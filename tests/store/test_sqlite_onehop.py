@@ -167,3 +167,14 @@ async def test_a_rollback_is_skipped_only_with_nothing_begun_or_on_its_way(engin
         assert not aio.nothing_begun()  # a transaction is open
         await aio.rollback()
         assert aio.nothing_begun()
+
+
+async def test_a_streamed_first_statement_runs_inside_its_transaction(engine: AsyncEngine) -> None:
+    db = Db(engine)
+    async with db.write() as conn:
+        streamed = await conn.stream(text("SELECT count(*) FROM t"))
+        assert [tuple(r) async for r in streamed] == [(0,)]
+        raw = await conn.get_raw_connection()
+        aio = raw.driver_connection
+        assert isinstance(aio, StopOnceConnection)
+        assert await aio.call(lambda c: c.in_transaction)  # BEGIN IMMEDIATE went before it

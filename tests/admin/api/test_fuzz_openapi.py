@@ -158,7 +158,7 @@ def valid_request_accepted(ctx: Any, response: Any, case: schemathesis.Case) -> 
     if response.status_code == 422 and refused in STATEFUL_FIELDS:
         return None
     if response.status_code == 422 and isinstance(refused, str) and re.fullmatch(r"addresses\.\d+", refused):
-        return None  # an executor URL the admin's address policy refuses (a deployment's ranges)
+        return None  # not an executor address, or one the admin's address policy refuses
     if response.status_code == 422 and isinstance(refused, str) and refused.startswith("alarm_targets."):
         # An alarm target's keys depend on its kind (an object of free keys in the schema); a
         # job body with a timing field draws other examples than before, some with targets.

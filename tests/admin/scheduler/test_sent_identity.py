@@ -32,7 +32,7 @@ async def _sent_matches_row(env: Env, log_id: int) -> int:
     row = await env.store.logs.get(log_id)
     assert row is not None
     assert row.sent_time == sent
-    assert run_candidates(row) == [(log_id, sent)]
+    assert run_candidates(row)[0] == (log_id, sent)  # the recorded instant is asked about first
     # A row without it (recorded before the column, or by an XXL-JOB admin): from the rest.
     older = dataclasses.replace(row, sent_time=None)
     assert (log_id, sent) in run_candidates(older), (sent, row.trigger_time, row.planned_time)
@@ -103,9 +103,19 @@ def test_a_run_sent_in_a_database_zones_repeated_hour_is_still_recognised() -> N
         # With the instant recorded as sent, exactly, even without a planned one (a manual
         # run, a workflow node's, a late fire): asked about, read and resent by that alone.
         recorded = dataclasses.replace(row, sent_time=sent)
-        assert run_candidates(recorded) == [(row.id, sent)] and sent_time_ms(recorded) == sent
+        assert run_candidates(recorded)[0] == (row.id, sent) and sent_time_ms(recorded) == sent
     assert sent_time_ms(_row(stored, sent)) == sent
     assert sent_time_ms(_row(stored, None)) == sent - 3_600_000  # the weakness the column ends
+
+
+def test_a_run_an_earlier_admin_started_from_the_queue_is_still_recognised() -> None:
+    """A rolling upgrade: an admin of an earlier version starts a queued run with the second it
+    starts in (its new trigger time) and leaves the recorded sent_time as it was."""
+    recorded_at = int(datetime(2026, 11, 30, 1, 0, 0, tzinfo=UTC).timestamp() * 1000)
+    started = datetime(2026, 11, 30, 1, 0, 7)  # naive UTC, as the column reads back
+    row = dataclasses.replace(_row(started, None), sent_time=recorded_at)
+    assert run_candidates(row)[0] == (7, recorded_at)
+    assert (7, _ms(started)) in run_candidates(row)
 
 
 def _row(trigger_time: datetime, planned: int | None) -> LogEntry:

@@ -71,6 +71,10 @@ def _statements(conn: sqlite3.Connection, begin: str | None, operation: str, seq
         cursor.close()
 
 
+def _begin(conn: sqlite3.Connection, begin: str) -> None:
+    conn.execute(begin)
+
+
 class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
     """A DBAPI cursor whose execute is one call on the connection's worker thread."""
 
@@ -151,6 +155,17 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
     __slots__ = ()
 
     _cursor_cls = OneHopCursor
+
+    def cursor(self, server_side: bool = False) -> Any:
+        connection = self._connection
+        if server_side and isinstance(connection, StopOnceConnection) and connection.deferred_begin:
+            # SQLAlchemy's own streaming cursor does not carry the held-back BEGIN: sent now.
+            begin, connection.deferred_begin = connection.deferred_begin, None
+            try:
+                await_(connection.call(_begin, begin))
+            except Exception as error:
+                self._handle_exception(error)
+        return super().cursor(server_side)
 
     def rollback(self) -> None:
         connection = self._connection

@@ -8,7 +8,7 @@ until they are dispatched or cancelled; each request ends as a :class:`FireResul
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -266,11 +266,17 @@ def sent_time_ms(row: LogEntry) -> int:
 
 def run_candidates(row: LogEntry) -> list[tuple[int, int]]:
     """The (logId, logDateTime) pairs the run of ``row`` may have been sent with: what to ask
-    executors' ``/received`` about it: the one recorded, or for a row without it, the ones its
-    stored trigger time allows (it may have lost its milliseconds and, in a database zone's
-    repeated hour, reads an hour early). Only this run has its log id, so a candidate it was
-    not sent with matches nothing."""
+    executors' ``/received`` about it: the one recorded first, then the ones its stored
+    trigger time allows (it may have lost its milliseconds and, in a database zone's repeated
+    hour, reads an hour early). Only this run has its log id, so a candidate it was not sent
+    with matches nothing."""
     at = sent_time_ms(row)
-    if row.sent_time is not None:
-        return [(row.id, at)]
-    return [(row.id, at), (row.id, at - 1_000), (row.id, at + _FOLD_MS)]
+    candidates = [(row.id, at)]
+    # Also what the stored trigger time allows when the instant was recorded: an admin of an
+    # earlier version (a rolling upgrade) starts a queued run with the second it starts in
+    # and leaves sent_time as it was. Only this run has its id: no other run matches these.
+    worked_out = sent_time_ms(replace(row, sent_time=None))
+    for other in (worked_out, worked_out - 1_000, worked_out + _FOLD_MS):
+        if (row.id, other) not in candidates:
+            candidates.append((row.id, other))
+    return candidates

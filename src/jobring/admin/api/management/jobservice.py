@@ -333,8 +333,8 @@ async def trigger_job(
     )
     try:
         return await services.trigger.fire(request)
-    except TriggerRejected as exc:
-        raise BadRequest(str(exc), "addresses") from None
+    except TriggerRejected as exc:  # an address disabled, not live, without the handler: as stored
+        raise Conflict(str(exc), "addresses") from None
 
 
 MAX_PENDING_DELAYED = 1_000  # per job: a runaway script cannot fill the table

@@ -154,10 +154,6 @@ EXECUTOR_URL_PATTERN = (
 )
 
 
-# An address a manual run is sent to (the server's check also takes IPv6 literals).
-ExecutorUrl = Annotated[Line, Field(max_length=255, json_schema_extra={"pattern": EXECUTOR_URL_PATTERN})]
-
-
 def manual_addresses_rule(schema: dict[str, Any]) -> None:
     """A manual group (address_type 1) lists at least one executor URL."""
     schema["allOf"] = [{
@@ -524,7 +520,7 @@ class TriggerIn(Strict):
     executor_param: ExecutorParam | None = Field(
         None, description="replaces the job's params for this run"
     )
-    addresses: Annotated[list[ExecutorUrl], Field(max_length=100)] | None = Field(
+    addresses: Annotated[list[Annotated[Line, Field(max_length=255)]], Field(max_length=100)] | None = Field(
         None, description="run on these addresses only; each must be one of the group's addresses"
     )
 
@@ -533,15 +529,14 @@ MAX_DELAY_MS = 366 * 86_400_000  # how far ahead a delayed run may be asked for
 
 
 class TriggerAtIn(Strict):
-    at: Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)] | Annotated[
-        Text, Field(max_length=64, json_schema_extra={"format": "offset-date-time"})] | None = Field(
+    at: Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)] | Annotated[Text, Field(max_length=64)] | None = Field(
         None, description="when to run: epoch ms, or ISO 8601 (without an offset: UTC)"
     )
     delay_ms: Annotated[int, Field(ge=1, le=MAX_DELAY_MS)] | None = Field(
         None, description="or: run this many ms from now"
     )
     executor_param: ExecutorParam | None = Field(None, description="replaces the job's params for this run")
-    addresses: Annotated[list[ExecutorUrl], Field(max_length=100)] | None = Field(
+    addresses: Annotated[list[Annotated[Line, Field(max_length=255)]], Field(max_length=100)] | None = Field(
         None, description="run on these addresses only; each must be one of the group's addresses"
     )
 
