@@ -57,6 +57,11 @@ class StopOnceConnection(aiosqlite.Connection):
     def _run_with_connection(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(self._conn, *args)
 
+    def take_begin(self) -> str | None:
+        """The held-back BEGIN, to send now (None: there is none); it is held back no more."""
+        begin, self.deferred_begin = self.deferred_begin, None
+        return begin
+
     def nothing_begun(self) -> bool:
         """True when no call is queued or running and no transaction is open: a rollback
         would do nothing. (With a call on its way, e.g. a ``BEGIN`` whose caller was

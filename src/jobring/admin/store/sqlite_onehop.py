@@ -41,11 +41,16 @@ _Answer = tuple[Any, list[Any], int | None, int]
 _BEGINS = frozenset({"BEGIN", "BEGIN IMMEDIATE"})
 
 
+def _begin(conn: sqlite3.Connection, begin: str | None) -> None:
+    """On the worker thread: the transaction's held-back ``BEGIN``, if any."""
+    if begin is not None:
+        conn.execute(begin)
+
+
 def _statement(conn: sqlite3.Connection, begin: str | None, operation: str, parameters: Any) -> _Answer:
     """On the worker thread: run one statement (after the transaction's deferred ``BEGIN``)
     and take everything SQLAlchemy reads of it."""
-    if begin is not None:
-        conn.execute(begin)
+    _begin(conn, begin)
     cursor = conn.cursor()
     try:
         if parameters is None:
@@ -61,18 +66,13 @@ def _statement(conn: sqlite3.Connection, begin: str | None, operation: str, para
 
 def _statements(conn: sqlite3.Connection, begin: str | None, operation: str, seq_of_parameters: Any
                 ) -> _Answer:
-    if begin is not None:
-        conn.execute(begin)
+    _begin(conn, begin)
     cursor = conn.cursor()
     try:
         cursor.executemany(operation, seq_of_parameters)
         return None, [], cursor.lastrowid, cursor.rowcount
     finally:
         cursor.close()
-
-
-def _begin(conn: sqlite3.Connection, begin: str) -> None:
-    conn.execute(begin)
 
 
 class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
@@ -141,8 +141,8 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
     async def _run(self, work: Any, operation: Any, parameters: Any) -> None:
         connection: StopOnceConnection = self._connection  # type: ignore[assignment]
         async with self._adapt_connection._execute_mutex:
-            begin, connection.deferred_begin = connection.deferred_begin, None
-            description, rows, lastrowid, rowcount = await connection.call(work, begin, operation, parameters)
+            description, rows, lastrowid, rowcount = await connection.call(
+                work, connection.take_begin(), operation, parameters)
         self._answer_description = description
         self._rows = collections.deque(rows)
         self._answer_lastrowid = lastrowid
@@ -160,9 +160,8 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
         connection = self._connection
         if server_side and isinstance(connection, StopOnceConnection) and connection.deferred_begin:
             # SQLAlchemy's own streaming cursor does not carry the held-back BEGIN: sent now.
-            begin, connection.deferred_begin = connection.deferred_begin, None
             try:
-                await_(connection.call(_begin, begin))
+                await_(connection.call(_begin, connection.take_begin()))
             except Exception as error:
                 self._handle_exception(error)
         return super().cursor(server_side)
@@ -170,8 +169,7 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
     def rollback(self) -> None:
         connection = self._connection
         if isinstance(connection, StopOnceConnection):
-            if connection.deferred_begin is not None:  # no statement ran: nothing was begun
-                connection.deferred_begin = None
+            if connection.take_begin() is not None:  # no statement ran: nothing was begun
                 return
             if connection.nothing_begun():
                 return
@@ -179,9 +177,8 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
 
     def commit(self) -> None:
         connection = self._connection
-        if isinstance(connection, StopOnceConnection) and connection.deferred_begin is not None:
-            connection.deferred_begin = None  # a transaction without a statement: nothing to commit
-            return
+        if isinstance(connection, StopOnceConnection) and connection.take_begin() is not None:
+            return  # a transaction without a statement: nothing to commit
         super().commit()
 
 
