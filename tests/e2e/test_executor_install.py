@@ -93,6 +93,13 @@ async def test_the_executor_alone_installs_without_the_admin_and_runs_a_job(tmp_
             executor = await asyncio.create_subprocess_exec(
                 str(venv / "bin" / "python"), str(tmp_path / "jobs.py"), admin.base_url + "/xxl-job-admin",
                 str(port), str(tmp_path / "runlogs"), stdout=out, stderr=out, env=env, cwd=tmp_path)
+        # The job fires once: first the executor listens (it logs its registration, which a
+        # slow machine may take seconds to reach).
+        for _ in range(1200):
+            if f"as http://127.0.0.1:{port}/ with" in (tmp_path / "executor.log").read_text():
+                break
+            assert executor.returncode is None, (tmp_path / "executor.log").read_text()
+            await asyncio.sleep(0.1)
         group = await add_manual_group(store, f"http://127.0.0.1:{port}/")
         await store.jobs.create(fix_rate(group, now_ms() + 1_000, seconds=3600))
         for _ in range(600):

@@ -3,6 +3,8 @@ login rate limiting."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from sqlalchemy import text
@@ -67,11 +69,22 @@ async def test_unsafe_methods_need_the_csrf_header_with_a_session(sqlite_store: 
 async def test_wrong_password_and_unknown_user_look_the_same(sqlite_store: Store) -> None:
     async with api_env(sqlite_store) as env, env.client() as http:
         await _operator(env)
+        argon2_calls: list[str] = []
+        workers = env.services.passwords
+        run = workers.run
+
+        async def counted(work: Any, *args: object) -> Any:
+            argon2_calls.append(work.__name__)
+            return await run(work, *args)
+
+        workers.run = counted  # type: ignore[method-assign]
         a = await _login(http, "alice", "wrong password")
         b = await _login(http, "nobody", "wrong password")
         assert a.status_code == b.status_code == 401
         assert a.json() == b.json()
         assert SESSION_COOKIE not in http.cookies
+        # The unknown user costs one argon2 computation too (a hash: as costly as a verify).
+        assert argon2_calls == ["verify_password", "hash_password"]
 
 
 async def test_a_user_without_an_argon2_hash_never_logs_in(sqlite_store: Store) -> None:

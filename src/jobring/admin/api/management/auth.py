@@ -18,7 +18,7 @@ from jobring.admin.api.management.models import (
     UserOut,
 )
 from jobring.admin.api.management.services import ManagementServices
-from jobring.admin.security.passwords import HashingBusy, hash_password, needs_rehash, password_problem
+from jobring.admin.security.passwords import HashingBusy, needs_rehash, password_problem
 from jobring.admin.security.principal import AuthMethod
 from jobring.admin.security.sessions import (
     CSRF_COOKIE,
@@ -33,7 +33,6 @@ from jobring.admin.store.records import User
 router = APIRouter(tags=["auth"], responses=ERROR_RESPONSES)
 
 # Verified against when the user does not exist, so both failures cost the same time.
-_DUMMY_HASH = hash_password("jobring-no-such-user")
 WRONG_LOGIN = "wrong username or password"
 
 
@@ -74,6 +73,9 @@ def _too_many(retry_after: int, why: str = "too many failed attempts") -> ApiErr
 
 async def _check_password(services: ManagementServices, password_hash: str | None, password: str) -> bool:
     try:
+        if not password_hash:  # nothing to check against: costs a hash all the same
+            await services.passwords.hash(password)
+            return False
         return await services.passwords.verify(password_hash, password)
     except HashingBusy:
         # Refused before any hashing: a flood of logins must not queue up behind the pool.
@@ -126,9 +128,9 @@ async def login(body: LoginIn, request: Request, response: Response, services: S
     if user is not None and legacy is not None:
         ok, user = await _adopt_md5_login(services, user, legacy, body.password)
     else:
-        # Unknown users cost a hash too, so timing tells nothing; only a real stored hash
-        # can make the login succeed.
-        ok = await _check_password(services, stored or _DUMMY_HASH, body.password) and stored is not None
+        # Unknown users cost a hash too (hashing costs what a verify costs), so timing tells
+        # nothing; only a real stored hash can make the login succeed.
+        ok = await _check_password(services, stored, body.password)
     if user is None or not ok:
         services.limiter.record_failure(body.username, address)
         await services.audit.login_failed(body.username, user)
