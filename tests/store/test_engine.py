@@ -14,6 +14,7 @@ from jobring.admin.store import (
     Conflict,
     NotFound,
     ReferencedError,
+    Store,
     StoreError,
     create_engine,
     head_revision,
@@ -185,3 +186,15 @@ async def test_a_statement_cancelled_twice_still_lets_its_connection_close(tmp_p
         while left := asyncio.all_tasks() - others - {asyncio.current_task()}:
             await asyncio.wait(left, timeout=1)
     assert step.cancelled()
+
+
+async def test_a_read_on_postgresql_runs_its_statements_without_a_transaction(store: Store) -> None:
+    xid = text("SELECT txid_current()")  # the transaction's id (assigned by the call)
+    async with store.db.read() as conn:
+        if store.db.backend != "postgresql":
+            return  # SQLite, MariaDB: a plain transaction (MariaDB's REPEATABLE READ snapshot)
+        first, second = (await conn.execute(xid)).scalar_one(), (await conn.execute(xid)).scalar_one()
+    assert first != second
+    # Back in the pool (the same connection: one used at a time), its writes are transactions.
+    async with store.db.write() as conn:
+        assert (await conn.execute(xid)).scalar_one() == (await conn.execute(xid)).scalar_one()

@@ -186,9 +186,18 @@ class Db:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A connection in a plain transaction (committed at the end; for reads)."""
-        async with self.engine.connect() as conn, conn.begin():
-            yield conn
+        """A connection for reads: in a plain transaction (committed at the end), except on
+        PostgreSQL, where each statement runs on its own (autocommit)."""
+        async with self.engine.connect() as conn:
+            if self.engine.dialect.name == "postgresql":
+                # At PostgreSQL's READ COMMITTED each statement of a transaction takes its own
+                # snapshot anyway: the transaction would only add a BEGIN and a COMMIT, a
+                # round trip each (~0.2 ms of a read here).
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+                return
+            async with conn.begin():
+                yield conn
 
     @asynccontextmanager
     async def write(
