@@ -198,3 +198,23 @@ async def test_a_read_on_postgresql_runs_its_statements_without_a_transaction(st
     # Back in the pool (the same connection: one used at a time), its writes are transactions.
     async with store.db.write() as conn:
         assert (await conn.execute(xid)).scalar_one() == (await conn.execute(xid)).scalar_one()
+
+
+async def test_a_write_declared_alone_runs_one_statement(store: Store) -> None:
+    async with store.db.write(alone=True) as conn:
+        await conn.execute(text("UPDATE xxl_job_lock SET lock_name = lock_name"))
+    if store.db.backend != "postgresql":
+        return  # a plain write transaction there
+    # On PostgreSQL it has no transaction around it: a second statement would not be atomic
+    # with the first, so it is refused, and the first stands.
+    with pytest.raises(RuntimeError, match="second statement"):
+        async with store.db.write(alone=True) as conn:
+            await conn.execute(text("INSERT INTO xxl_job_lock (lock_name) VALUES ('alone-1')"))
+            await conn.execute(text("INSERT INTO xxl_job_lock (lock_name) VALUES ('alone-2')"))
+    async with store.db.read() as conn:
+        names = set((await conn.execute(text("SELECT lock_name FROM xxl_job_lock"))).scalars())
+    assert "alone-1" in names and "alone-2" not in names
+    # The connection's next writes are transactions again, with as many statements as they need.
+    async with store.db.write() as conn:
+        await conn.execute(text("DELETE FROM xxl_job_lock WHERE lock_name = 'alone-1'"))
+        await conn.execute(text("SELECT 1"))

@@ -40,6 +40,9 @@ SQLITE_WRITE_WAIT_S = 10.0
 SQLITE_BULK_ROWS = 250
 # Execution option that silences MariaDB's per-row warnings of one INSERT IGNORE.
 MARIADB_QUIET = "jobring_mariadb_quiet"
+# Key of a PostgreSQL connection's info while it runs a write declared alone (Db.write): the
+# statements it has run.
+_ALONE = "jobring_alone"
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -88,6 +91,16 @@ def _on_mysql_before_execute(
     return statement, parameters
 
 
+def _on_postgresql_before_execute(
+    conn: Any, _cursor: Any, statement: str, _parameters: Any, _context: Any, _executemany: bool
+) -> None:
+    info = conn.info
+    if _ALONE in info:
+        info[_ALONE] += 1
+        if info[_ALONE] > 1:
+            raise RuntimeError(f"a write declared alone ran a second statement: {statement[:80]}")
+
+
 def create_engine(
     url: str | URL, *, pool_size: int = 10, max_overflow: int = 20, echo: bool = False
 ) -> AsyncEngine:
@@ -121,6 +134,8 @@ def create_engine(
     )
     if backend in ("mysql", "mariadb"):
         event.listen(engine.sync_engine, "before_cursor_execute", _on_mysql_before_execute, retval=True)
+    elif backend == "postgresql":
+        event.listen(engine.sync_engine, "before_cursor_execute", _on_postgresql_before_execute)
     return engine
 
 
@@ -201,7 +216,7 @@ class Db:
 
     @asynccontextmanager
     async def write(
-        self, *, read_committed: bool = False, bulk: bool = False
+        self, *, read_committed: bool = False, bulk: bool = False, alone: bool = False
     ) -> AsyncIterator[AsyncConnection]:
         """A connection in a write transaction: ``BEGIN IMMEDIATE`` on SQLite. ``bulk`` (for
         floods of writes no instant waits for, such as a large map's sub-tasks): on SQLite
@@ -210,7 +225,21 @@ class Db:
 
         ``read_committed`` on MySQL/MariaDB: InnoDB then releases the locks of scanned rows
         that do not match (REPEATABLE READ would hold them until commit).
+
+        ``alone``: the body executes exactly one statement (a second one raises), which is
+        atomic on its own: on PostgreSQL it then runs without BEGIN and COMMIT, two round
+        trips less.
         """
+        if alone and self.engine.dialect.name == "postgresql":
+            async with self.engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                info = conn.info
+                info[_ALONE] = 0
+                try:
+                    yield conn
+                finally:
+                    del info[_ALONE]
+            return
         if self._gate is None:
             async with self._write(read_committed) as conn:
                 yield conn

@@ -114,7 +114,10 @@ class LogRepository(LogReads, LogRetention):
         ids: list[int | None] = [None] * len(rows)
         planned = [(i, r) for i, r in enumerate(rows) if r.planned_time is not None]
         unplanned = [(i, r) for i, r in enumerate(rows) if r.planned_time is None]
-        async with self._db.write() as conn:
+        # One statement (one row unplanned, or one part of planned rows with RETURNING) needs
+        # no transaction around it: a workflow node's or a manual run's fire, most scheduled ones.
+        alone = len(unplanned) + (len(chunks(planned)) if caps.insert_returning else len(planned)) == 1
+        async with self._db.write(alone=alone) as conn:
             for i, row in unplanned:
                 result = await conn.execute(insert(job_log).values(**_row(row)))
                 ids[i] = new_id(result)

@@ -76,7 +76,7 @@ class NodeAttempts(Repository):
                 (workflow_node_run.c.state == NodeRunState.FIRING)
                 & (workflow_node_run.c.claimed_at < stale_before_ms)
             )
-        async with self._db.write() as conn:
+        async with self._db.write(alone=True) as conn:
             result = await conn.execute(
                 update(workflow_node_run)
                 .where(workflow_node_run.c.id == node_run_id, cond)
@@ -111,7 +111,7 @@ class NodeAttempts(Repository):
 
     async def fired(self, node_run_id: int, log_id: int) -> bool:
         """The attempt's job run is ``log_id`` (firing -> running)."""
-        async with self._db.write() as conn:
+        async with self._db.write(alone=True) as conn:
             result = await conn.execute(
                 update(workflow_node_run)
                 .where(
