@@ -15,12 +15,17 @@ from playwright.sync_api import (
     Dialog,
     Page,
     Playwright,
+    expect,
     sync_playwright,
 )
 
 from tests.console.stack import Stack, ensure_chromium, ensure_console_built
 
 VIEWPORT = {"width": 1440, "height": 900}
+# Assertions wait as long as actions (Playwright's default is 5 s): on a slow machine under
+# the suite's load a page that waits for argon2 (a login, a password change: two hashes)
+# took longer.
+expect.set_options(timeout=15_000)
 # Every CSP violation as a console error naming its directive and sample (the browser's own
 # message does not always reach the console, e.g. for style attributes set by scripts).
 REPORT_CSP_VIOLATIONS = """

@@ -100,6 +100,8 @@ async def test_the_executor_alone_installs_without_the_admin_and_runs_a_job(tmp_
                 break
             assert executor.returncode is None, (tmp_path / "executor.log").read_text()
             await asyncio.sleep(0.1)
+        else:
+            pytest.fail(f"the executor never registered: {(tmp_path / 'executor.log').read_text()}")
         group = await add_manual_group(store, f"http://127.0.0.1:{port}/")
         await store.jobs.create(fix_rate(group, now_ms() + 1_000, seconds=3600))
         for _ in range(600):

@@ -188,15 +188,20 @@ async def test_a_statement_cancelled_twice_still_lets_its_connection_close(tmp_p
     assert step.cancelled()
 
 
+PID = text("SELECT pg_backend_pid()")
+
+
 async def test_a_read_on_postgresql_runs_its_statements_without_a_transaction(store: Store) -> None:
     xid = text("SELECT txid_current()")  # the transaction's id (assigned by the call)
     async with store.db.read() as conn:
         if store.db.backend != "postgresql":
             return  # SQLite, MariaDB: a plain transaction (MariaDB's REPEATABLE READ snapshot)
         first, second = (await conn.execute(xid)).scalar_one(), (await conn.execute(xid)).scalar_one()
+        pid = (await conn.execute(PID)).scalar_one()
     assert first != second
-    # Back in the pool (the same connection: one used at a time), its writes are transactions.
+    # Back in the pool, the same connection's writes are transactions.
     async with store.db.write() as conn:
+        assert (await conn.execute(PID)).scalar_one() == pid
         assert (await conn.execute(xid)).scalar_one() == (await conn.execute(xid)).scalar_one()
 
 
@@ -213,8 +218,11 @@ async def test_a_write_declared_alone_runs_one_statement(store: Store) -> None:
             await conn.execute(text("INSERT INTO xxl_job_lock (lock_name) VALUES ('alone-2')"))
     async with store.db.read() as conn:
         names = set((await conn.execute(text("SELECT lock_name FROM xxl_job_lock"))).scalars())
+        pid = (await conn.execute(PID)).scalar_one()
     assert "alone-1" in names and "alone-2" not in names
     # The connection's next writes are transactions again, with as many statements as they need.
+    xid = text("SELECT txid_current()")
     async with store.db.write() as conn:
+        assert (await conn.execute(PID)).scalar_one() == pid
         await conn.execute(text("DELETE FROM xxl_job_lock WHERE lock_name = 'alone-1'"))
-        await conn.execute(text("SELECT 1"))
+        assert (await conn.execute(xid)).scalar_one() == (await conn.execute(xid)).scalar_one()

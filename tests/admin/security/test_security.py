@@ -66,7 +66,9 @@ async def test_unsafe_methods_need_the_csrf_header_with_a_session(sqlite_store: 
         assert (await http.get("/jobs")).status_code == 200
 
 
-async def test_wrong_password_and_unknown_user_look_the_same(sqlite_store: Store) -> None:
+async def test_wrong_password_and_unknown_user_look_the_same(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with api_env(sqlite_store) as env, env.client() as http:
         await _operator(env)
         argon2_calls: list[str] = []
@@ -77,7 +79,7 @@ async def test_wrong_password_and_unknown_user_look_the_same(sqlite_store: Store
             argon2_calls.append(work.__name__)
             return await run(work, *args)
 
-        workers.run = counted  # type: ignore[method-assign]
+        monkeypatch.setattr(workers, "run", counted)
         a = await _login(http, "alice", "wrong password")
         b = await _login(http, "nobody", "wrong password")
         assert a.status_code == b.status_code == 401

@@ -116,7 +116,10 @@ class LogRepository(LogReads, LogRetention):
         unplanned = [(i, r) for i, r in enumerate(rows) if r.planned_time is None]
         # One statement (one row unplanned, or one part of planned rows with RETURNING) needs
         # no transaction around it: a workflow node's or a manual run's fire, most scheduled ones.
-        alone = len(unplanned) + (len(chunks(planned)) if caps.insert_returning else len(planned)) == 1
+        # (Without RETURNING a planned row is a savepoint and an INSERT.) A part of CHUNK rows
+        # is one statement as long as SQLAlchemy's insertmanyvalues batch holds it (1,000 rows
+        # and 32,700 parameters on PostgreSQL); a second one would fail Db.write's guard.
+        alone = len(unplanned) + len(chunks(planned)) == 1 and (caps.insert_returning or not planned)
         async with self._db.write(alone=alone) as conn:
             for i, row in unplanned:
                 result = await conn.execute(insert(job_log).values(**_row(row)))

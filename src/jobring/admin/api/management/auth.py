@@ -32,7 +32,6 @@ from jobring.admin.store.records import User
 
 router = APIRouter(tags=["auth"], responses=ERROR_RESPONSES)
 
-# Verified against when the user does not exist, so both failures cost the same time.
 WRONG_LOGIN = "wrong username or password"
 
 
