@@ -80,22 +80,30 @@ class DbProxy:
         await asyncio.gather(*self._pipes, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Known to close() from the start: a connection accepted just before it (its upstream
+        # still connecting) is reset with the others, and neither side is left unclosed
+        # however this ends (a refused upstream, the scenario's loop cancelling it).
+        self._writers.add(writer)
+        up_writer: asyncio.StreamWriter | None = None
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
+            if writer.transport.is_closing():
+                return  # closed meanwhile: the database stays unreachable
+            self._writers.add(up_writer)
+            tasks = [asyncio.create_task(self._pipe(reader, up_writer)),
+                     asyncio.create_task(self._pipe(up_reader, writer))]
+            self._pipes.update(tasks)
+            try:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                self._pipes.difference_update(tasks)
         except OSError:
-            writer.transport.abort()
-            return
-        self._writers.update((writer, up_writer))
-        tasks = [asyncio.create_task(self._pipe(reader, up_writer)),
-                 asyncio.create_task(self._pipe(up_reader, writer))]
-        self._pipes.update(tasks)
-        try:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            return  # the database refused: so does the proxy (reset below)
         finally:
-            self._pipes.difference_update(tasks)
             for w in (writer, up_writer):
-                self._writers.discard(w)
-                w.transport.abort()
+                if w is not None:
+                    self._writers.discard(w)
+                    w.transport.abort()
 
     @staticmethod
     async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
