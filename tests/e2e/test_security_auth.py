@@ -65,9 +65,11 @@ async def test_item4_a_login_flood_does_not_stall_health(tmp_path: Path) -> None
             await watcher
         assert set(statuses) <= {401, 429}, statuses
         # The attack stalled /health (and the scheduler on the same loop) for seconds while
-        # the hashes ran on the event loop; now they run in a bounded pool.
+        # the hashes ran on the event loop (30 argon2 hashes: 3 s and more here); now they run
+        # in a bounded pool. The loop still serves the flood's own requests (decoding, the
+        # limiter, an audit row per failure): up to ~1 s at once on a slow machine.
         assert answered_while_pending >= 1
-        assert max(health_latencies) < 1.0, health_latencies
+        assert max(health_latencies) < 2.0, health_latencies
     finally:
         await kill(node)
 
