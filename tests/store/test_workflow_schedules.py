@@ -82,3 +82,25 @@ async def test_a_put_unless_managed_by_code_keeps_a_declared_schedule(store: Sto
     assert not await schedules.put(_schedule(wf, schedule_conf="1"), unless_managed_by="code")
     got = await schedules.get(wf)
     assert got is not None and (got.schedule_conf, got.managed_by) == ("300", "code")
+
+
+async def test_an_edit_keeps_the_fire_the_sweep_recorded_meanwhile(store: Store) -> None:
+    # The console reads the schedule, the sweep fires an instant and notes its run, then the
+    # console's edit (built from what it read) lands: the note stays, the edit applies.
+    wf = await store.workflows.create("w", 3, "", GRAPH, None, T0)
+    schedules = store.workflow_schedules
+    await schedules.put(_schedule(wf))
+    read_by_console = await schedules.get(wf)
+    assert read_by_console is not None
+    assert await schedules.claim(wf, T0 + 60_000, T0 + 120_000, queued_at=0, result="t: starting")
+    await schedules.note(wf, "t: started run 9")
+    edit = _schedule(wf, enabled=False, next_fire_at=0, last_fire_at=read_by_console.last_fire_at,
+                     last_result=read_by_console.last_result, updated_at=T0 + 1)
+    assert await schedules.put(edit)
+    got = await schedules.get(wf)
+    assert got is not None
+    assert (got.enabled, got.next_fire_at, got.last_fire_at, got.last_result) == (
+        False, 0, T0 + 60_000, "t: started run 9")
+    # The same edit saved twice changes nothing and is no conflict.
+    assert await schedules.put(edit)
+    assert await schedules.get(wf) == got

@@ -72,10 +72,11 @@ class WorkflowScheduleRepository(Repository):
 
     async def put(self, schedule: WorkflowSchedule, *, unless_managed_by: str | None = None) -> bool:
         """Store ``schedule`` in place of the workflow's current one (a waiting fire is dropped).
+        A stored schedule keeps its ``last_fire_at`` and ``last_result``: they are the sweep's,
+        and a fire it records while the caller edits must not be undone by the caller's copy.
         ``unless_managed_by``: store nothing and return False when the current one is managed
         by that, checked in the write (a declaration stored since the caller read it stays)."""
-        values = {
-            "workflow_id": schedule.workflow_id,
+        settings = {
             "schedule_type": schedule.schedule_type,
             "schedule_conf": schedule.schedule_conf,
             "time_zone": schedule.time_zone,
@@ -85,21 +86,25 @@ class WorkflowScheduleRepository(Repository):
             "enabled": int(schedule.enabled),
             "next_fire_at": schedule.next_fire_at,
             "queued_at": 0,
-            "last_fire_at": schedule.last_fire_at,
-            "last_result": schedule.last_result,
             "updated_by": schedule.updated_by,
             "updated_at": schedule.updated_at,
             "managed_by": schedule.managed_by,
         }
-        replaced = [workflow_schedule.c.workflow_id == schedule.workflow_id]
+        c = workflow_schedule.c
+        replaced = [c.workflow_id == schedule.workflow_id]
         if unless_managed_by is not None:
-            replaced.append(or_(workflow_schedule.c.managed_by.is_(None),
-                                workflow_schedule.c.managed_by != unless_managed_by))
+            replaced.append(or_(c.managed_by.is_(None), c.managed_by != unless_managed_by))
         try:
-            async with self._db.write() as conn:  # delete + insert: one portable upsert
-                await conn.execute(delete(workflow_schedule).where(*replaced))
+            # An update, else an insert: one portable upsert (updated_at changes, so a stored
+            # row always counts as matched).
+            async with self._db.write() as conn:
+                updated = await conn.execute(update(workflow_schedule).where(*replaced).values(**settings))
+                if updated.rowcount:
+                    return True
                 # A row kept by the condition (or inserted meanwhile) makes this insert fail.
-                await conn.execute(insert(workflow_schedule).values(**values))
+                await conn.execute(insert(workflow_schedule).values(
+                    workflow_id=schedule.workflow_id, last_fire_at=schedule.last_fire_at,
+                    last_result=schedule.last_result, **settings))
         except IntegrityError:
             current = await self.get(schedule.workflow_id)
             if unless_managed_by is None or current is None or current.managed_by != unless_managed_by:
