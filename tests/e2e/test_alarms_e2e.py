@@ -210,6 +210,10 @@ async def test_retries_alarms_deadline_and_lost_runs(pg_url: str, tmp_path: Path
                     trigger_code=200,
                     executor_address=executors[0][1],
                     planned_time=now_ms() - 120_000,
+                    # Dispatched since the executor started (queued, say): a run dispatched
+                    # before would be lost as forgotten by it 30 s after its first heartbeat,
+                    # and alarmed as a failure too.
+                    dispatch_time=now_ms(),
                 )
             ]
         )
