@@ -115,3 +115,34 @@ async def test_a_flood_of_unknown_ids_takes_no_write_transaction(
     outcomes = await store.logs.record_results([_done(10_000 + k, "x") for k in range(1000)],
                                                guard=GroupGuard(only=frozenset({ga})))
     assert set(outcomes) == {ResultOutcome.NOT_FOUND} and writes == []
+
+
+@pytest.mark.parametrize("returning", [True, False], ids=["update-returning", "locked"])
+async def test_one_result_alone_is_judged_as_in_a_batch(store: Store, returning: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A callback of one result takes the short path where UPDATE returns rows (one statement,
+    no lock first): applied, repeat, unknown and another group's run come out as in a batch,
+    and the guard still holds in the UPDATE when the read before it is fooled."""
+    store.db.force_no_returning = not returning
+    (ga, ja), (gb, jb) = await _groups(store)
+    run_a, run_b = await _run(store, ga, ja), await _run(store, gb, jb)
+    own = GroupGuard(only=frozenset({ga}))
+    record = store.logs.record_results
+    assert await record([_done(run_a, "m" * 20_000)], guard=own) == [ResultOutcome.APPLIED]
+    assert await record([_done(run_a, "again")], guard=own) == [ResultOutcome.REPEAT]
+    assert await record([_done(run_a, "again")]) == [ResultOutcome.REPEAT]
+    assert await record([_done(run_b + 1000, "unknown")]) == [ResultOutcome.NOT_FOUND]
+    assert await record([_done(run_b, "forged")], guard=own) == [ResultOutcome.NOT_FOUND]
+    real = logs_module._existing_ids
+
+    async def fooled(conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool) -> Any:
+        return {i: (code, ga) for i, (code, _) in (await real(conn, log_ids, lock=lock)).items()}
+
+    monkeypatch.setattr(logs_module, "_existing_ids", fooled)
+    assert await record([_done(run_b, "forged")], guard=own) == [ResultOutcome.NOT_FOUND]
+    entry_a, entry_b = await store.logs.get(run_a), await store.logs.get(run_b)
+    assert entry_a is not None and (entry_a.handle_code, entry_a.handle_msg) == (200, "m" * 15_000)
+    assert entry_a.handle_time_ms == int(WHEN.timestamp() * 1000)
+    assert entry_b is not None and (entry_b.handle_code, entry_b.handle_msg) == (0, None)
+    # Without a guard the run of any group is written.
+    assert await record([_done(run_b, "ok")]) == [ResultOutcome.APPLIED]

@@ -146,6 +146,7 @@ class Capabilities:
     backend: str  # "sqlite", "postgresql", "mariadb", "mysql"
     skip_locked: bool
     insert_returning: bool
+    update_returning: bool
 
 
 def utc_naive(value: datetime) -> datetime:
@@ -193,10 +194,10 @@ class Db:
                 skip_locked = tuple(version[:1]) >= (8,)
             else:
                 skip_locked = False
-            returning = bool(dialect.insert_returning) and not self.force_no_returning
-            self._caps = Capabilities(backend, skip_locked, returning)
-        if self.force_no_returning and self._caps.insert_returning:
-            return Capabilities(self._caps.backend, self._caps.skip_locked, False)
+            self._caps = Capabilities(backend, skip_locked, bool(dialect.insert_returning),
+                                      bool(dialect.update_returning))
+        if self.force_no_returning:
+            return Capabilities(self._caps.backend, self._caps.skip_locked, False, False)
         return self._caps
 
     @asynccontextmanager

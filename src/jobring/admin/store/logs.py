@@ -241,6 +241,8 @@ class LogRepository(LogReads, LogRetention):
                       if (row := seen.get(i)) is not None and guard.allows(row[1])]
         if not wanted:
             return [ResultOutcome.NOT_FOUND] * len(results)
+        if len(results) == 1 and (await self._db.capabilities()).update_returning:
+            return [await self._record_one(results[0], guard)]
         outcomes: list[ResultOutcome] = []
         rows: dict[int, dict[str, Any]] = {}
         async with self._db.write() as conn:
@@ -280,6 +282,34 @@ class LogRepository(LogReads, LogRetention):
                 await conn.execute(update(workflow_node_run).where(workflow_node_run.c.id == attempt)
                                    .values(context_added=context))
         return outcomes
+
+    async def _record_one(self, result: HandleResult, guard: GroupGuard | None) -> ResultOutcome:
+        """One result where UPDATE has RETURNING: the conditional UPDATE alone tells whether it
+        wrote the row (no rows to lock first; one row cannot deadlock), so without workflow
+        context additions it is one statement (on PostgreSQL one round trip, no BEGIN)."""
+        c = job_log.c
+        where = [c.id == result.log_id, c.handle_code == 0]
+        if (member := _guard_condition(guard)) is not None:
+            column = job_log.c[member.column]
+            where.append(column.in_(member.values) if member.inside else column.not_in(member.values))
+        msg, at = result.handle_msg, result.handle_time
+        stmt = (update(job_log).where(*where)
+                .values(handle_code=result.handle_code, handle_msg=msg and msg[:HANDLE_MSG_MAX],
+                        handle_time=utc_naive(at), handle_time_ms=_epoch_ms(at))
+                .returning(c.workflow_node_run_id))
+        async with self._db.write(alone=result.workflow_context is None) as conn:
+            written = (await conn.execute(stmt)).first()
+            if written is not None and written[0] is not None and result.workflow_context is not None:
+                await conn.execute(update(workflow_node_run).where(workflow_node_run.c.id == written[0])
+                                   .values(context_added=result.workflow_context))
+        if written is not None:
+            return ResultOutcome.APPLIED
+        # Not written: a repeat if the run has a result (and the token may report it).
+        async with self._db.read() as conn:
+            row = (await _existing_ids(conn, [result.log_id], lock=False)).get(result.log_id)
+        if row is None or (guard is not None and not guard.allows(row[1])) or row[0] == 0:
+            return ResultOutcome.NOT_FOUND
+        return ResultOutcome.REPEAT
 
     async def append_handle_msgs(self, messages: dict[int, str]) -> None:
         """Set the handle message of runs whose result this node just recorded (the child
