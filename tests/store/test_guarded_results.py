@@ -146,3 +146,18 @@ async def test_one_result_alone_is_judged_as_in_a_batch(store: Store, returning:
     assert entry_b is not None and (entry_b.handle_code, entry_b.handle_msg) == (0, None)
     # Without a guard the run of any group is written.
     assert await record([_done(run_b, "ok")]) == [ResultOutcome.APPLIED]
+
+
+async def test_a_callbacks_targets_are_read_in_one_go(store: Store) -> None:
+    """The read before a callback's write: the runs that exist (with their result and group)
+    and which ids are distributed parents, also one whose run row is gone."""
+    (ga, ja), _ = await _groups(store)
+    plain, parent = await _run(store, ga, ja), await _run(store, ga, ja)
+    assert await store.distributed.start_sharded(parent, ja, ga, "h", 2, None, "0%", 0, 1_773_144_000_000)
+    orphan = parent + 50  # a parent row whose run is not in the log
+    assert await store.distributed.start_sharded(orphan, ja, ga, "h", 2, None, "0%", 0, 1_773_144_000_000)
+    await store.logs.record_results([_done(plain, "done")])
+    ids = [plain, parent, orphan, plain + 1000]
+    seen, parents = await store.logs.callback_targets(ids, parents=True)
+    assert seen == {plain: (200, ga), parent: (0, ga)} and parents == {parent, orphan}
+    assert await store.logs.callback_targets(ids, parents=False) == (seen, set())

@@ -14,7 +14,9 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    null,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import mysql as mysql_dialect
@@ -203,13 +205,23 @@ class LogRepository(LogReads, LogRetention):
         """What a callback batch needs read before its write, in one read: log id ->
         (handle_code, job_group) of the runs that exist, and (with ``parents``) which of the
         ids are distributed parents (``jobring_distributed_run``)."""
+        if not parents:
+            async with self._db.read() as conn:
+                return await _existing_ids(conn, log_ids, lock=False), set()
+        seen: dict[int, tuple[int, int]] = {}
+        found: set[int] = set()
         async with self._db.read() as conn:
-            seen = await _existing_ids(conn, log_ids, lock=False)
-            found: set[int] = set()
-            if parents:
-                for part in chunks(sorted(set(log_ids))):
-                    stmt = select(distributed_run.c.run_id).where(distributed_run.c.run_id.in_(part))
-                    found.update(int(i) for i in (await conn.execute(stmt)).scalars())
+            for part in chunks(sorted(set(log_ids))):
+                # One statement (one round trip) for both: the parents' rows have no group.
+                runs = select(job_log.c.id, job_log.c.handle_code, job_log.c.job_group).where(
+                    job_log.c.id.in_(part))
+                dist = select(distributed_run.c.run_id, null(), null()).where(
+                    distributed_run.c.run_id.in_(part))
+                for log_id, code, group in (await conn.execute(union_all(runs, dist))).all():
+                    if group is None:
+                        found.add(int(log_id))
+                    else:
+                        seen[int(log_id)] = (int(code), int(group))
         return seen, found
 
     async def record_results(
