@@ -180,3 +180,16 @@ async def test_a_step_stores_its_attempts_claimed_and_returns_them_with_their_jo
     ]
     assert stored.attempts == await store.workflows.node_runs(run)
     assert set(stored.jobs) == {job}
+    got = await store.workflows.get_run(run)
+    assert got is not None and (got.rev, got.status, got.state) == (1, "running", {"v": 1})
+    # A step computed from a revision no longer stored is refused whole: no attempt inserted.
+    late = [NewNodeRun("late", -1, 1, job, None, None)]
+    assert await store.workflows.advance(run, 0, "failed", {"v": 2}, T0 + 2, late, claimed_by="n2") is None
+    assert [a.node_key for a in await store.workflows.node_runs(run)] == ["b", "f", "s"]
+    got = await store.workflows.get_run(run)
+    assert got is not None and (got.rev, got.status, got.state, got.ended_at) == (1, "running", {"v": 1}, None)
+    # The step that ends the run with a last attempt stores its end.
+    ended = await store.workflows.advance(run, 1, "failed", {"v": 3}, T0 + 3, late, claimed_by="n1")
+    assert ended is not None and [a.node_key for a in ended.attempts] == ["late"]
+    got = await store.workflows.get_run(run)
+    assert got is not None and (got.rev, got.status, got.ended_at) == (2, "failed", T0 + 3)

@@ -5,13 +5,16 @@ to its job run (``running``) and marked ``ended`` once its result is applied to 
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Collection, Sequence
+from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import TextClause, insert, select, text, update
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, chunks
-from jobring.admin.store.tables import job_log, workflow_node_run
+from jobring.admin.store.tables import job_log, workflow_node_run, workflow_run
 from jobring.admin.store.workflow_records import (
     EndedNodeRun,
     NewNodeRun,
@@ -22,6 +25,7 @@ from jobring.admin.store.workflow_records import (
 
 __all__ = [
     "NodeAttempts",
+    "advance_with_claimed_starts",
     "claimed_attempts",
     "insert_claimed_returning",
     "insert_starts",
@@ -242,6 +246,44 @@ async def insert_claimed_returning(
     stmt = insert(workflow_node_run).returning(*workflow_node_run.c)
     rows = (await conn.execute(stmt, _start_rows(run_id, starts, now_ms, claimed_by))).all()
     return sorted((node_run_of(r) for r in rows), key=lambda a: a.id)
+
+
+_PER_ATTEMPT = ("node_key", "item", "attempt", "job_id", "params", "timeout_s", "workflow_id")
+
+
+@functools.lru_cache(maxsize=4)
+def _advance_with_claimed_starts(dialect: Dialect) -> TextClause:
+    # WITH moved AS (UPDATE run ... WHERE rev = :rev RETURNING id), ins AS (INSERT INTO attempts
+    # SELECT moved.id, v.* FROM moved, unnest(arrays) AS v RETURNING *) SELECT * FROM ins
+    quote = dialect.identifier_preparer.quote
+    arrays = ", ".join(f"CAST(:a_{name} AS {workflow_node_run.c[name].type.compile(dialect=dialect)}[])"
+                       for name in _PER_ATTEMPT)
+    columns = ", ".join(quote(name) for name in ("workflow_run_id", *_PER_ATTEMPT, "state", "claimed_by",
+                                                 "claimed_at", "created_at"))
+    values = ", ".join(f"v.{quote(name)}" for name in _PER_ATTEMPT)
+    names = ", ".join(quote(name) for name in _PER_ATTEMPT)
+    return text(
+        f"WITH moved AS (UPDATE {quote(workflow_run.name)} SET rev = :rev + 1, status = :status, "
+        f"state = :state, ended_at = :ended_at WHERE id = :run_id AND rev = :rev RETURNING id), "
+        f"ins AS (INSERT INTO {quote(workflow_node_run.name)} ({columns}) "
+        f"SELECT moved.id, {values}, :firing, :claimed_by, :claimed_at, :created_at "
+        f"FROM moved, unnest({arrays}) AS v({names}) RETURNING *) "
+        f"SELECT * FROM ins ORDER BY id")
+
+
+async def advance_with_claimed_starts(
+    conn: AsyncConnection, run_id: int, rev: int, values: dict[str, Any], starts: Sequence[NewNodeRun],
+    now_ms: int, claimed_by: str,
+) -> builtins.list[NodeRunRecord] | None:
+    """PostgreSQL: store a step by compare-and-set on ``rev`` (``values``: the run's status,
+    state and ended_at) and insert its attempts claimed, in one statement (a data-modifying
+    CTE: the attempts are inserted only if the run moved). The attempts as inserted, oldest
+    first; None when the run is no longer at ``rev`` (``starts`` must not be empty)."""
+    params: dict[str, Any] = {f"a_{name}": [getattr(s, name) for s in starts] for name in _PER_ATTEMPT}
+    params.update(values, run_id=run_id, rev=rev, firing=NodeRunState.FIRING, claimed_by=claimed_by,
+                  claimed_at=now_ms, created_at=now_ms)
+    rows = (await conn.execute(_advance_with_claimed_starts(conn.dialect), params)).all()
+    return [node_run_of(r) for r in rows] if rows else None
 
 
 async def pending_attempts(conn: AsyncConnection, run_id: int) -> builtins.list[NodeRunRecord]:

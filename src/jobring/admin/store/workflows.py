@@ -17,12 +17,14 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import check_paging, chunks, new_id, to_record
 from jobring.admin.store.records import JobInfo
 from jobring.admin.store.tables import job_info, workflow, workflow_run
 from jobring.admin.store.workflow_attempts import (
     NodeAttempts,
+    advance_with_claimed_starts,
     claimed_attempts,
     insert_claimed_returning,
     insert_starts,
@@ -71,6 +73,15 @@ async def _state_text(doc: Mapping[str, Any] | str) -> str:
     # worker thread so the event loop keeps serving, and before the write transaction opens.
     # (The driver passes its states encoded already, small ones on the loop.)
     return doc if isinstance(doc, str) else await asyncio.to_thread(dumps, doc)
+
+
+async def _jobs_of(conn: AsyncConnection, attempts: Sequence[NodeRunRecord]) -> dict[int, JobInfo]:
+    """The jobs the attempts run (a sub-workflow attempt runs none)."""
+    jobs: dict[int, JobInfo] = {}
+    for part in chunks(sorted({a.job_id for a in attempts if a.workflow_id is None})):
+        rows = (await conn.execute(select(job_info).where(job_info.c.id.in_(part)))).all()
+        jobs.update({r.id: to_record(JobInfo, r) for r in rows})
+    return jobs
 
 
 class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
@@ -191,7 +202,11 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         database has INSERT ... RETURNING, the step's attempts as that statement returned
         them)."""
         text = await _state_text(state)
-        returning = claimed_by is not None and (await self._db.capabilities()).insert_returning
+        caps = await self._db.capabilities()
+        returning = claimed_by is not None and caps.insert_returning
+        if returning and starts and caps.backend == "postgresql":
+            assert claimed_by is not None
+            return await self._advance_in_one(run_id, rev, status, text, now_ms, starts, claimed_by)
         async with self._db.write() as conn:
             result = await conn.execute(
                 update(workflow_run)
@@ -215,8 +230,21 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
             else:
                 await insert_starts(conn, run_id, starts, now_ms, claimed_by)
                 attempts = await claimed_attempts(conn, run_id, claimed_by, now_ms)
-            jobs: dict[int, JobInfo] = {}
-            for part in chunks(sorted({a.job_id for a in attempts if a.workflow_id is None})):
-                rows = (await conn.execute(select(job_info).where(job_info.c.id.in_(part)))).all()
-                jobs.update({r.id: to_record(JobInfo, r) for r in rows})
+            jobs = await _jobs_of(conn, attempts)
         return StoredStep(attempts, jobs)
+
+    async def _advance_in_one(
+        self, run_id: int, rev: int, status: str, text: str, now_ms: int, starts: Sequence[NewNodeRun],
+        claimed_by: str,
+    ) -> StoredStep | None:
+        # PostgreSQL: the step and its claimed attempts in one statement without BEGIN and
+        # COMMIT, then the jobs in a read (at READ COMMITTED a statement of the write would see
+        # no other snapshot than the read's): two round trips instead of five.
+        values = {"status": status, "state": text, "ended_at": None if status == "running" else now_ms}
+        async with self._db.write(alone=True) as conn:
+            attempts = await advance_with_claimed_starts(conn, run_id, rev, values, starts, now_ms,
+                                                         claimed_by)
+        if attempts is None:
+            return None
+        async with self._db.read() as conn:
+            return StoredStep(attempts, await _jobs_of(conn, attempts))
