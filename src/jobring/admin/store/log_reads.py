@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from sqlalchemy import (
     ColumnElement,
     and_,
+    bindparam,
     case,
     func,
     not_,
@@ -43,6 +44,13 @@ from jobring.admin.store.run_estimate import estimate_runs
 from jobring.admin.store.subtasks import lost_parents_condition
 from jobring.admin.store.tables import job_group, job_info, job_log
 from jobring.core.runstate import RunState
+
+# Read after every successful callback: built once (see logs._TARGETS).
+_PARENT_LINKS = (
+    select(job_log.c.id, job_log.c.job_id, job_log.c.job_group, job_log.c.root_run_id, job_log.c.child_depth,
+           job_info.c.child_jobid, job_info.c.alarm_recovery)
+    .join(job_info, job_info.c.id == job_log.c.job_id)
+    .where(job_log.c.id.in_(bindparam("ids", expanding=True))))
 
 
 class LogReads(Repository):
@@ -96,12 +104,9 @@ class LogReads(Repository):
         with their jobs' child jobs and recovery alarm in one statement (500 ids each)."""
         ids = sorted(set(run_ids))
         found: dict[int, ParentLink] = {}
-        cols = (job_log.c.id, job_log.c.job_id, job_log.c.job_group, job_log.c.root_run_id,
-                job_log.c.child_depth, job_info.c.child_jobid, job_info.c.alarm_recovery)
         async with self._db.read() as conn:
             for start in range(0, len(ids), 500):
-                rows = await conn.execute(select(*cols).join(job_info, job_info.c.id == job_log.c.job_id)
-                                          .where(job_log.c.id.in_(ids[start:start + 500])))
+                rows = await conn.execute(_PARENT_LINKS, {"ids": ids[start:start + 500]})
                 found.update({int(r.id): ParentLink(
                     RunLink(int(r.id), int(r.job_id), int(r.job_group), r.root_run_id, int(r.child_depth)),
                     r.child_jobid, bool(r.alarm_recovery)) for r in rows})

@@ -9,9 +9,10 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import TextClause, insert, select, text, update
+from sqlalchemy import TextClause, bindparam, insert, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import Update
 
 from jobring.admin.store.base import Repository, chunks
 from jobring.admin.store.tables import job_log, workflow_node_run, workflow_run
@@ -31,6 +32,28 @@ __all__ = [
     "insert_starts",
     "pending_attempts",
 ]
+
+
+# Each node start runs these: built once (see logs._TARGETS).
+_ID = workflow_node_run.c.id == bindparam("b_id")
+
+
+def _claim_statement(stale: bool) -> Update:
+    c = workflow_node_run.c
+    taken = c.state == NodeRunState.PENDING
+    if stale:  # or claimed by a node that never reported it fired
+        taken = taken | ((c.state == NodeRunState.FIRING) & (c.claimed_at < bindparam("b_stale_before")))
+    return (update(workflow_node_run).where(_ID, taken)
+            .values(state=NodeRunState.FIRING, claimed_by=bindparam("b_node"), claimed_at=bindparam("b_now")))
+
+
+_CLAIM, _CLAIM_STALE = _claim_statement(False), _claim_statement(True)
+_FIRED = (update(workflow_node_run).where(_ID, workflow_node_run.c.state == NodeRunState.FIRING)
+          .values(state=NodeRunState.RUNNING, log_id=bindparam("b_log_id")))
+_ENDED = (update(workflow_node_run)
+          .where(workflow_node_run.c.id.in_(bindparam("ids", expanding=True)),
+                 workflow_node_run.c.state != NodeRunState.ENDED)
+          .values(state=NodeRunState.ENDED, ended_at=bindparam("b_now")))
 
 
 class NodeAttempts(Repository):
@@ -74,18 +97,11 @@ class NodeAttempts(Repository):
     ) -> bool:
         """Take a pending attempt to fire it (or, with ``stale_before_ms``, one another node
         claimed before that instant and never reported fired); True when this call got it."""
-        cond = workflow_node_run.c.state == NodeRunState.PENDING
+        params = {"b_id": node_run_id, "b_node": node_id, "b_now": now_ms}
         if stale_before_ms is not None:
-            cond = cond | (
-                (workflow_node_run.c.state == NodeRunState.FIRING)
-                & (workflow_node_run.c.claimed_at < stale_before_ms)
-            )
+            params["b_stale_before"] = stale_before_ms
         async with self._db.write(alone=True) as conn:
-            result = await conn.execute(
-                update(workflow_node_run)
-                .where(workflow_node_run.c.id == node_run_id, cond)
-                .values(state=NodeRunState.FIRING, claimed_by=node_id, claimed_at=now_ms)
-            )
+            result = await conn.execute(_CLAIM if stale_before_ms is None else _CLAIM_STALE, params)
             return result.rowcount == 1
 
     async def keep_claims(
@@ -116,26 +132,15 @@ class NodeAttempts(Repository):
     async def fired(self, node_run_id: int, log_id: int) -> bool:
         """The attempt's job run is ``log_id`` (firing -> running)."""
         async with self._db.write(alone=True) as conn:
-            result = await conn.execute(
-                update(workflow_node_run)
-                .where(
-                    workflow_node_run.c.id == node_run_id, workflow_node_run.c.state == NodeRunState.FIRING
-                )
-                .values(state=NodeRunState.RUNNING, log_id=log_id)
-            )
-            return result.rowcount == 1
+            return (await conn.execute(_FIRED, {"b_id": node_run_id, "b_log_id": log_id})).rowcount == 1
 
     async def ended(self, node_run_ids: Collection[int], now_ms: int) -> int:
         """Mark attempts ended (their result was applied to the run)."""
         changed = 0
-        async with self._db.write() as conn:
-            for part in chunks(sorted(set(node_run_ids))):
-                result = await conn.execute(
-                    update(workflow_node_run)
-                    .where(workflow_node_run.c.id.in_(part), workflow_node_run.c.state != NodeRunState.ENDED)
-                    .values(state=NodeRunState.ENDED, ended_at=now_ms)
-                )
-                changed += int(result.rowcount)
+        parts = chunks(sorted(set(node_run_ids)))
+        async with self._db.write(alone=len(parts) == 1) as conn:
+            for part in parts:
+                changed += int((await conn.execute(_ENDED, {"ids": part, "b_now": now_ms})).rowcount)
         return changed
 
     async def to_fire(self, now_ms: int, stale_ms: int, limit: int = 500) -> builtins.list[NodeRunRecord]:

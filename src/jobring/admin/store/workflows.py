@@ -16,7 +16,7 @@ import builtins
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import check_paging, chunks, new_id, to_record
@@ -75,11 +75,15 @@ async def _state_text(doc: Mapping[str, Any] | str) -> str:
     return doc if isinstance(doc, str) else await asyncio.to_thread(dumps, doc)
 
 
+# Read before every node's fire: built once (see logs._TARGETS).
+_JOBS = select(job_info).where(job_info.c.id.in_(bindparam("ids", expanding=True)))
+
+
 async def _jobs_of(conn: AsyncConnection, attempts: Sequence[NodeRunRecord]) -> dict[int, JobInfo]:
     """The jobs the attempts run (a sub-workflow attempt runs none)."""
     jobs: dict[int, JobInfo] = {}
     for part in chunks(sorted({a.job_id for a in attempts if a.workflow_id is None})):
-        rows = (await conn.execute(select(job_info).where(job_info.c.id.in_(part)))).all()
+        rows = (await conn.execute(_JOBS, {"ids": part})).all()
         jobs.update({r.id: to_record(JobInfo, r) for r in rows})
     return jobs
 
