@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowBusy, WorkflowGone
@@ -187,9 +188,38 @@ async def test_a_step_stores_its_attempts_claimed_and_returns_them_with_their_jo
     assert await store.workflows.advance(run, 0, "failed", {"v": 2}, T0 + 2, late, claimed_by="n2") is None
     assert [a.node_key for a in await store.workflows.node_runs(run)] == ["b", "f", "s"]
     got = await store.workflows.get_run(run)
-    assert got is not None and (got.rev, got.status, got.state, got.ended_at) == (1, "running", {"v": 1}, None)
+    assert got is not None
+    assert (got.rev, got.status, got.state, got.ended_at) == (1, "running", {"v": 1}, None)
     # The step that ends the run with a last attempt stores its end.
     ended = await store.workflows.advance(run, 1, "failed", {"v": 3}, T0 + 3, late, claimed_by="n1")
     assert ended is not None and [a.node_key for a in ended.attempts] == ["late"]
     got = await store.workflows.get_run(run)
     assert got is not None and (got.rev, got.status, got.ended_at) == (2, "failed", T0 + 3)
+
+
+async def test_a_step_survives_a_column_a_newer_version_added(store: Store) -> None:
+    # Admins of two versions share the database during a rolling upgrade: the step's attempts
+    # come back as the columns this version knows, whatever else the table has.
+    group = await store.groups.create(JobGroup(app_name="wf-new", title="W"), NOW)
+    job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h"))
+    wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
+    run = await store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [])
+    async with store.db.engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE jobring_workflow_node_run ADD COLUMN future_col INTEGER"))
+    start = [NewNodeRun("a", -1, 1, job, None, None)]
+    stored = await store.workflows.advance(run, 0, "running", {}, T0 + 1, start, claimed_by="n1")
+    assert stored is not None and [a.node_key for a in stored.attempts] == ["a"] and set(stored.jobs) == {job}
+
+
+async def test_a_step_never_cuts_a_value_longer_than_its_column(store: Store) -> None:
+    if store.db.backend == "sqlite":
+        pytest.skip("SQLite does not enforce VARCHAR lengths")
+    group = await store.groups.create(JobGroup(app_name="wf-long", title="W"), NOW)
+    job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h"))
+    wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
+    run = await store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [])
+    with pytest.raises(DBAPIError):
+        long_key = [NewNodeRun("k" * 70, -1, 1, job, None, None)]
+        await store.workflows.advance(run, 0, "running", {}, T0 + 1, long_key, claimed_by="n1")
+    got = await store.workflows.get_run(run)
+    assert got is not None and got.rev == 0 and await store.workflows.node_runs(run) == []

@@ -9,7 +9,7 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import TextClause, bindparam, insert, select, text, update
+from sqlalchemy import String, TextClause, bindparam, insert, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Update
@@ -259,21 +259,29 @@ _PER_ATTEMPT = ("node_key", "item", "attempt", "job_id", "params", "timeout_s", 
 @functools.lru_cache(maxsize=4)
 def _advance_with_claimed_starts(dialect: Dialect) -> TextClause:
     # WITH moved AS (UPDATE run ... WHERE rev = :rev RETURNING id), ins AS (INSERT INTO attempts
-    # SELECT moved.id, v.* FROM moved, unnest(arrays) AS v RETURNING *) SELECT * FROM ins
+    # SELECT moved.id, v.* FROM moved, unnest(arrays) AS v RETURNING cols) SELECT cols FROM ins
     quote = dialect.identifier_preparer.quote
-    arrays = ", ".join(f"CAST(:a_{name} AS {workflow_node_run.c[name].type.compile(dialect=dialect)}[])"
-                       for name in _PER_ATTEMPT)
+
+    def array_type(name: str) -> str:
+        # Without a length: an explicit cast to VARCHAR(n) would cut a longer value where the
+        # column's own check refuses it.
+        sql_type = workflow_node_run.c[name].type
+        return "VARCHAR" if isinstance(sql_type, String) else sql_type.compile(dialect=dialect)
+
+    arrays = ", ".join(f"CAST(:a_{name} AS {array_type(name)}[])" for name in _PER_ATTEMPT)
     columns = ", ".join(quote(name) for name in ("workflow_run_id", *_PER_ATTEMPT, "state", "claimed_by",
                                                  "claimed_at", "created_at"))
     values = ", ".join(f"v.{quote(name)}" for name in _PER_ATTEMPT)
     names = ", ".join(quote(name) for name in _PER_ATTEMPT)
+    # The columns this code knows, not *: a column a newer version added must not break it.
+    known = ", ".join(quote(c.name) for c in workflow_node_run.c)
     return text(
         f"WITH moved AS (UPDATE {quote(workflow_run.name)} SET rev = :rev + 1, status = :status, "
         f"state = :state, ended_at = :ended_at WHERE id = :run_id AND rev = :rev RETURNING id), "
         f"ins AS (INSERT INTO {quote(workflow_node_run.name)} ({columns}) "
         f"SELECT moved.id, {values}, :firing, :claimed_by, :claimed_at, :created_at "
-        f"FROM moved, unnest({arrays}) AS v({names}) RETURNING *) "
-        f"SELECT * FROM ins ORDER BY id")
+        f"FROM moved, unnest({arrays}) AS v({names}) RETURNING {known}) "
+        f"SELECT {known} FROM ins ORDER BY id")
 
 
 async def advance_with_claimed_starts(

@@ -95,8 +95,8 @@ class WorkflowScheduleRepository(Repository):
         if unless_managed_by is not None:
             replaced.append(or_(c.managed_by.is_(None), c.managed_by != unless_managed_by))
         try:
-            # An update, else an insert: one portable upsert (updated_at changes, so a stored
-            # row always counts as matched).
+            # An update, else an insert: one portable upsert. A stored row counts as matched
+            # even when nothing changes (SQLAlchemy connects to MySQL with CLIENT.FOUND_ROWS).
             async with self._db.write() as conn:
                 updated = await conn.execute(update(workflow_schedule).where(*replaced).values(**settings))
                 if updated.rowcount:

@@ -200,11 +200,13 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
     ) -> StoredStep | None:
         """Store a step computed from revision ``rev`` with the node attempts it starts, in one
         transaction; None (nothing stored) when the run is no longer at ``rev``. Returns the
-        run's pending attempts and their jobs as read in the same transaction (the driver
-        fires them without reading them again); ``claimed_by``: the attempts are inserted
-        claimed by that node (as :meth:`claim` would), and those are returned (where the
-        database has INSERT ... RETURNING, the step's attempts as that statement returned
-        them)."""
+        run's pending attempts and their jobs (the driver fires them without reading them
+        again); ``claimed_by``: the attempts are inserted claimed by that node (as
+        :meth:`claim` would), and those are returned (where the database has INSERT ...
+        RETURNING, the step's attempts as that statement returned them). The jobs are read
+        in the same transaction, except on PostgreSQL with ``claimed_by``, where the step is
+        one statement and the jobs are read right after it (at READ COMMITTED the same
+        snapshot rule: each statement sees what was committed before it)."""
         text = await _state_text(state)
         caps = await self._db.capabilities()
         returning = claimed_by is not None and caps.insert_returning
