@@ -5,6 +5,7 @@ to its job run (``running``) and marked ``ended`` once its result is applied to 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -253,7 +254,8 @@ async def insert_claimed_returning(
     return sorted((node_run_of(r) for r in rows), key=lambda a: a.id)
 
 
-_PER_ATTEMPT = ("node_key", "item", "attempt", "job_id", "params", "timeout_s", "workflow_id")
+# A start's own values, one array each: the columns are named as NewNodeRun's fields.
+_PER_ATTEMPT = tuple(f.name for f in dataclasses.fields(NewNodeRun))
 
 
 @functools.lru_cache(maxsize=4)
