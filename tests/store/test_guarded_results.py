@@ -38,6 +38,19 @@ def _done(log_id: int, msg: str) -> HandleResult:
     return HandleResult(log_id, 200, msg, WHEN)
 
 
+def _count_writes(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A list that grows by one with each write transaction the store opens from now on."""
+    writes: list[bool] = []
+    real_write = store.db.write
+
+    def counting_write(**kwargs: Any) -> Any:
+        writes.append(True)
+        return real_write(**kwargs)
+
+    monkeypatch.setattr(store.db, "write", counting_write)
+    return writes
+
+
 async def test_a_token_writes_only_its_groups_runs(store: Store) -> None:
     (ga, ja), (gb, jb) = await _groups(store)
     run_a, run_b = await _run(store, ga, ja), await _run(store, gb, jb)
@@ -104,14 +117,7 @@ async def test_the_guard_is_part_of_the_update_itself(store: Store, monkeypatch:
 async def test_a_flood_of_unknown_ids_takes_no_write_transaction(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     (ga, _), _ = await _groups(store)
-    writes: list[bool] = []
-    real_write = store.db.write
-
-    def counting_write(**kwargs: Any) -> Any:
-        writes.append(True)
-        return real_write(**kwargs)
-
-    monkeypatch.setattr(store.db, "write", counting_write)
+    writes = _count_writes(store, monkeypatch)
     outcomes = await store.logs.record_results([_done(10_000 + k, "x") for k in range(1000)],
                                                guard=GroupGuard(only=frozenset({ga})))
     assert set(outcomes) == {ResultOutcome.NOT_FOUND} and writes == []
@@ -146,6 +152,28 @@ async def test_one_result_alone_is_judged_as_in_a_batch(store: Store, returning:
     assert entry_b is not None and (entry_b.handle_code, entry_b.handle_msg) == (0, None)
     # Without a guard the run of any group is written.
     assert await record([_done(run_b, "ok")]) == [ResultOutcome.APPLIED]
+
+
+async def test_results_the_batch_read_already_shows_take_no_write(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An executor sending its results again: runs read with a result are repeats without a
+    write; a run of another group stays not found."""
+    (ga, ja), (gb, jb) = await _groups(store)
+    run, other = await _run(store, ga, ja), await _run(store, gb, jb)
+    assert await store.logs.record_results([_done(run, "first"), _done(other, "b")]) == [
+        ResultOutcome.APPLIED, ResultOutcome.APPLIED]
+    seen, _ = await store.logs.callback_targets([run, other], parents=False)
+    writes = _count_writes(store, monkeypatch)
+    record = store.logs.record_results
+    assert await record([_done(run, "again")], seen=seen) == [ResultOutcome.REPEAT]
+    twice = [_done(run, "again"), _done(run, "and again")]
+    assert await record(twice, seen=seen) == [ResultOutcome.REPEAT] * 2
+    assert writes == []
+    only_a = GroupGuard(only=frozenset({ga}))
+    assert await record([_done(other, "forged")], guard=only_a, seen=seen) == [ResultOutcome.NOT_FOUND]
+    entry = await store.logs.get(run)
+    assert entry is not None and entry.handle_msg == "first"
+    assert writes == []
 
 
 async def test_a_callbacks_targets_are_read_in_one_go(store: Store) -> None:

@@ -249,6 +249,10 @@ class LogRepository(LogReads, LogRetention):
                       if (row := seen.get(i)) is not None and guard.allows(row[1])]
         if not wanted:
             return [ResultOutcome.NOT_FOUND] * len(results)
+        if seen is not None and all(_had_result(seen.get(r.log_id), guard) for r in results):
+            # A result only ever replaces handle_code 0: every run had one when read (an
+            # executor sending a batch again), so no write transaction is opened.
+            return [ResultOutcome.REPEAT] * len(results)
         if len(results) == 1 and (await self._db.capabilities()).update_returning:
             return [await self._record_one(results[0], guard)]
         outcomes: list[ResultOutcome] = []
@@ -434,6 +438,11 @@ async def _written_ids(conn: AsyncConnection, rows: dict[int, dict[str, Any]]) -
             if code == row["handle_code"] and ms == row["handle_time_ms"]:
                 written.add(int(i))
     return written
+
+
+def _had_result(row: tuple[int, int] | None, guard: GroupGuard | None) -> bool:
+    """Whether a run read as ``row`` (handle_code, job_group) had a result this caller may see."""
+    return row is not None and row[0] != 0 and (guard is None or guard.allows(row[1]))
 
 
 def _guard_condition(guard: GroupGuard | None) -> Member | None:
