@@ -123,6 +123,7 @@ async def test_node_attempts_are_claimed_once_and_linked_to_their_run(store: Sto
     assert (ended.node_run.id, ended.handle_code, ended.handle_msg) == (attempt.id, 500, "boom")
     assert await store.workflows.ended([attempt.id], T0 + 3) == 1
     assert await store.workflows.ended([attempt.id], T0 + 3) == 0
+    assert await store.workflows.ended([], T0 + 3) == 0
     (record,) = await store.workflows.node_runs(run)
     assert (record.state, record.log_id, record.ended_at) == (NodeRunState.ENDED, log_id, T0 + 3)
 

@@ -139,6 +139,8 @@ class NodeAttempts(Repository):
         """Mark attempts ended (their result was applied to the run)."""
         changed = 0
         parts = chunks(sorted(set(node_run_ids)))
+        if not parts:
+            return 0  # no write to open
         async with self._db.write(alone=len(parts) == 1) as conn:
             for part in parts:
                 changed += int((await conn.execute(_ENDED, {"ids": part, "b_now": now_ms})).rowcount)
