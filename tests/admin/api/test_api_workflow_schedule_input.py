@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from jobring.admin.store import Store
 from tests.admin.api_harness import ApiEnv, api_env
@@ -75,3 +76,23 @@ async def test_a_change_of_params_alone_is_audited_as_a_digest(sqlite_store: Sto
         change = changed[0]["details"]["changes"]["params"]
         assert change["before"]["sha256"] != change["after"]["sha256"]
         assert change["after"]["size"] == len('{"target":"attacker-db"}')
+
+
+async def test_the_answer_to_a_schedule_edit_shows_the_sweeps_note_stored_meanwhile(
+        sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        wid = await _workflow(env, http)
+        body: dict[str, Any] = {"schedule_type": "CRON", "schedule_conf": "0 0 2 * * ?", "enabled": True}
+        assert (await http.put(f"/workflows/{wid}/schedule", json=body)).status_code == 200
+        schedules = sqlite_store.workflow_schedules
+        real_put = schedules.put
+
+        async def sweep_first(*args: Any, **kwargs: Any) -> bool:
+            await schedules.note(wid, "started run 7")  # the sweep's fire, between read and write
+            return await real_put(*args, **kwargs)
+
+        monkeypatch.setattr(schedules, "put", sweep_first)
+        body["schedule_conf"] = "0 0 3 * * ?"
+        r = await http.put(f"/workflows/{wid}/schedule", json=body)
+        assert r.status_code == 200 and r.json()["last_result"] == "started run 7", r.text
+        assert r.json()["schedule_conf"] == "0 0 3 * * ?"

@@ -187,4 +187,6 @@ async def put_workflow_schedule(
         before=audit_view(before),
         after=audit_view(schedule),
     )
-    return _out(workflow_id, schedule, _zone(services), now)
+    # As stored: its last fire and result are the sweep's (put keeps them), not this copy's.
+    stored = await services.store.workflow_schedules.get(workflow_id)
+    return _out(workflow_id, stored or schedule, _zone(services), now)
