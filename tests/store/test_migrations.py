@@ -58,6 +58,12 @@ async def test_fresh_upgrade_is_idempotent_and_matches_tables(fresh_db_url: str)
         async with engine.connect() as conn:
             assert await conn.run_sync(_schema_diff) == []
             locks = (await conn.execute(text("SELECT lock_name FROM xxl_job_lock"))).scalars().all()
+            if backend_of(fresh_db_url) == "postgresql":
+                # A workflow run's state (rewritten at every step) is compressed with lz4.
+                compression = (await conn.execute(text(
+                    "SELECT attcompression FROM pg_attribute WHERE attrelid = "
+                    "'jobring_workflow_run'::regclass AND attname = 'state'"))).scalar()
+                assert compression == b"l"  # a "char" column: bytes through asyncpg
         assert locks == ["schedule_lock"]
     finally:
         await engine.dispose()
