@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store
+from jobring.admin.store import workflows as workflows_module
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowBusy, WorkflowGone
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
@@ -210,6 +211,35 @@ async def test_a_step_survives_a_column_a_newer_version_added(store: Store) -> N
     start = [NewNodeRun("a", -1, 1, job, None, None)]
     stored = await store.workflows.advance(run, 0, "running", {}, T0 + 1, start, claimed_by="n1")
     assert stored is not None and [a.node_key for a in stored.attempts] == ["a"] and set(stored.jobs) == {job}
+
+
+async def test_a_step_whose_jobs_cannot_be_read_is_stored_whole_or_not_at_all(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where the jobs are read in the step's transaction, the failure rolls the step back; on
+    # PostgreSQL they are read after the step's one statement committed: the step stands and
+    # says its jobs are to be read at the fire (raising would leave its claimed attempts to
+    # the stale-claim sweep).
+    group = await store.groups.create(JobGroup(app_name="wf-jobs", title="W"), NOW)
+    job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h"))
+    wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
+    run = await store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [])
+
+    async def connection_lost(*_: object) -> None:
+        raise OSError("connection lost")
+
+    monkeypatch.setattr(workflows_module, "_jobs_of", connection_lost)
+    start = [NewNodeRun("a", -1, 1, job, None, None)]
+    try:
+        stored = await store.workflows.advance(run, 0, "running", {}, T0 + 1, start, claimed_by="n1")
+    except OSError:
+        stored = None
+    got, attempts = await store.workflows.get_run(run), await store.workflows.node_runs(run)
+    assert got is not None
+    if store.db.backend == "postgresql":
+        assert stored is not None and stored.jobs is None and stored.attempts == attempts
+        assert got.rev == 1 and [(a.node_key, a.claimed_by) for a in attempts] == [("a", "n1")]
+    else:
+        assert stored is None and got.rev == 0 and attempts == []
 
 
 async def test_a_step_never_cuts_a_value_longer_than_its_column(store: Store) -> None:

@@ -144,10 +144,11 @@ on a busy machine. Larger ones (a state reaches megabytes) go to a worker thread
 @dataclass(frozen=True, slots=True)
 class StoredStep:
     """What storing a step read in its transaction: the run's pending attempts (those it
-    inserted among them) and the jobs they run, by id (missing: deleted)."""
+    inserted among them) and the jobs they run, by id (missing: deleted; None: not read, each
+    is read at its fire)."""
 
     attempts: builtins.list[NodeRunRecord]
-    jobs: dict[int, JobInfo]
+    jobs: dict[int, JobInfo] | None
 
 
 def dumps(doc: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +49,8 @@ from jobring.admin.store.workflow_records import (
     listed_run,
     node_run_of,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "MANAGED_BY_CODE",
@@ -252,5 +255,12 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
                                                          claimed_by)
         if attempts is None:
             return None
-        async with self._db.read() as conn:
-            return StoredStep(attempts, await _jobs_of(conn, attempts))
+        try:
+            async with self._db.read() as conn:
+                return StoredStep(attempts, await _jobs_of(conn, attempts))
+        except Exception:
+            # The step is stored: raising now would leave its attempts claimed and unfired
+            # until the sweep takes them as stale. Their jobs are read at the fire instead.
+            log.warning("workflow run %s: reading the jobs of a stored step failed; each is read "
+                        "at its fire", run_id, exc_info=True)
+            return StoredStep(attempts, None)
