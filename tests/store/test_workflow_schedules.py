@@ -104,3 +104,26 @@ async def test_an_edit_keeps_the_fire_the_sweep_recorded_meanwhile(store: Store)
     # The same edit saved twice changes nothing and is no conflict.
     assert await schedules.put(edit)
     assert await schedules.get(wf) == got
+
+
+async def test_an_edit_planned_before_its_instant_was_fired_does_not_plan_it_again(store: Store) -> None:
+    wf = await store.workflows.create("w", 3, "", GRAPH, None, T0)
+    schedules = store.workflow_schedules
+    await schedules.put(_schedule(wf))
+    instant = T0 + 60_000
+    # The console plans the next instant before it comes; the sweep fires it; the edit lands.
+    edit = _schedule(wf, updated_by="bob", params={"day": "y"}, next_fire_at=instant)
+    assert await schedules.claim(wf, instant, instant + 60_000, queued_at=0, result="started run 1")
+    assert await schedules.put(edit, unless_managed_by="code")
+    assert not await schedules.claim(wf, instant, instant + 60_000, queued_at=0, result="again")
+    stored = await schedules.get(wf)
+    assert stored is not None and (stored.next_fire_at, stored.last_fire_at) == (instant + 60_000, instant)
+    assert stored.params == {"day": "y"} and stored.updated_by == "bob"
+    # An instant after the last fire is planned as the caller says; stopping plans none.
+    assert await schedules.put(_schedule(wf, next_fire_at=instant + 30_000))
+    assert (await schedules.get(wf)).next_fire_at == instant + 30_000  # type: ignore[union-attr]
+    assert await schedules.put(_schedule(wf, enabled=False, next_fire_at=0))
+    assert (await schedules.get(wf)).next_fire_at == 0  # type: ignore[union-attr]
+    # Started again (next 0 stored): the caller's instant, whatever the last fire says.
+    assert await schedules.put(_schedule(wf, next_fire_at=instant))
+    assert (await schedules.get(wf)).next_fire_at == instant  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.store.base import Repository, chunks
@@ -94,11 +94,18 @@ class WorkflowScheduleRepository(Repository):
         replaced = [c.workflow_id == schedule.workflow_id]
         if unless_managed_by is not None:
             replaced.append(or_(c.managed_by.is_(None), c.managed_by != unless_managed_by))
+        planned = schedule.next_fire_at
+        # An instant the sweep fired since the caller planned it (read before it came) is not
+        # planned again: the sweep's next one stays. Decided in the write, on the row as stored
+        # (a stopped or spent schedule, next 0, takes the caller's instant).
+        fired_since = and_(c.next_fire_at > 0, c.last_fire_at >= planned)
+        next_fire_at = case((fired_since, c.next_fire_at), else_=planned) if planned else 0
         try:
             # An update, else an insert: one portable upsert. A stored row counts as matched
             # even when nothing changes (SQLAlchemy connects to MySQL with CLIENT.FOUND_ROWS).
             async with self._db.write() as conn:
-                updated = await conn.execute(update(workflow_schedule).where(*replaced).values(**settings))
+                updated = await conn.execute(update(workflow_schedule).where(*replaced)
+                                             .values(**{**settings, "next_fire_at": next_fire_at}))
                 if updated.rowcount:
                     return True
                 # A row kept by the condition (or inserted meanwhile) makes this insert fail.
