@@ -59,7 +59,28 @@ def test_authenticated_connections_are_never_closed_for_a_newcomer() -> None:
     assert admission.admit("x3", "B") == (True, None)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["admit", "auth", "close", "trim"]), st.integers(0, 40),
+def test_a_refused_and_answered_connection_is_closed_last() -> None:
+    # Its client is still reading the answer: the budgets leave it alone, and only a newcomer
+    # past the total closes it, after every idle unauthenticated one.
+    admission: Admission[str] = Admission(4, 4, 2)
+    for name in ("refused", "x1", "x2"):
+        admission.admit(name, "A")
+    admission.linger("refused")
+    assert admission.unauthenticated_from("A") == 2 and admission.trim() == []
+    assert admission.admit("x3", "A") == (True, None)
+    assert admission.trim() == ["x1"]
+    assert admission.admit("y1", "B") == (True, None)
+    assert admission.admit("y2", "B") == (True, "x2")  # total reached: an idle one goes first
+    for name in ("x3", "y1", "y2"):
+        admission.authenticated(name)
+    assert admission.admit("z1", "C") == (True, "refused")  # then the lingering one
+    admission.authenticated("z1")
+    assert admission.admit("z2", "C") == (False, None)
+    admission.linger("z1")  # an authenticated connection refused later keeps its place
+    assert admission.admit("z2", "C") == (False, None)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["admit", "auth", "linger", "close", "trim"]), st.integers(0, 40),
                           st.sampled_from("ABC")), max_size=200),
        st.integers(1, 8), st.integers(1, 6), st.integers(1, 4))
 def test_budgets_hold_after_a_trim_and_authenticated_connections_stay(
@@ -68,6 +89,7 @@ def test_budgets_hold_after_a_trim_and_authenticated_connections_stay(
     admission: Admission[int] = Admission(total, unauthenticated, per_address)
     open_now: dict[int, str] = {}
     authenticated: set[int] = set()
+    lingering: set[int] = set()
     for action, connection, address in [*steps, ("trim", 0, "A")]:
         evicted: list[int] = []
         if action == "admit" and connection not in open_now:
@@ -80,19 +102,28 @@ def test_budgets_hold_after_a_trim_and_authenticated_connections_stay(
         elif action == "auth" and connection in open_now:
             admission.authenticated(connection)
             authenticated.add(connection)
+            lingering.discard(connection)
+        elif action == "linger" and connection in open_now:
+            admission.linger(connection)
+            if connection not in authenticated:
+                lingering.add(connection)
         elif action == "close" and connection in open_now:
             admission.forget(connection)
             del open_now[connection]
             authenticated.discard(connection)
+            lingering.discard(connection)
         elif action == "trim":
             evicted = admission.trim()
             assert admission.unauthenticated <= unauthenticated
             assert all(admission.unauthenticated_from(name) <= per_address for name in "ABC")
         assert not set(evicted) & authenticated
+        if action == "trim":
+            assert not set(evicted) & lingering  # the budgets leave answered ones alone
         for gone in evicted:
             del open_now[gone]
+            lingering.discard(gone)
         assert admission.admitted == len(open_now) <= total
-        assert admission.unauthenticated == len(set(open_now) - authenticated)
+        assert admission.unauthenticated == len(set(open_now) - authenticated - lingering)
 
 
 Serve = Callable[[ServerLimits], Awaitable[tuple[int, ExecutorHttpServer]]]

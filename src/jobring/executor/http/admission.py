@@ -7,6 +7,13 @@ then of all) are closed. Connections that presented the token (the admin's) neve
 against those budgets and are never closed for others, so idle connections opened by others
 cannot keep the admin out.
 
+A connection whose request was refused and answered (a wrong or missing token) is
+*lingering*: the server reads and drops what its client still sends for a moment, so that the
+client reads the answer instead of a reset. It leaves the budgets (it closes on its own
+shortly, and closing it early would lose the answer it was given) but still counts towards
+``max_connections``, and a newcomer past that closes the oldest lingering one when no
+unauthenticated one is left.
+
 The budgets are enforced by :meth:`Admission.trim`, which the server runs shortly after a
 connection arrives rather than at once: connections accepted together (a flood and, among
 it, a new connection of the admin) all get their first read before the oldest are chosen,
@@ -35,6 +42,7 @@ class Admission(Generic[C]):
         self._unauthenticated: dict[C, str] = {}
         self._by_address: dict[str, dict[C, None]] = {}
         self._crowded: set[str] = set()  # addresses that went past their budget since the last trim
+        self._lingering: dict[C, None] = {}  # answered and refused, closing on their own (oldest first)
 
     @property
     def admitted(self) -> int:
@@ -56,9 +64,10 @@ class Admission(Generic[C]):
         make room for it (already forgotten here)."""
         evicted: C | None = None
         if len(self._admitted) >= self.max_connections:
-            if not self._unauthenticated:
+            oldest = self._unauthenticated or self._lingering
+            if not oldest:
                 return False, None
-            evicted = self._drop(next(iter(self._unauthenticated)))
+            evicted = self._drop(next(iter(oldest)))
         self._admitted.add(connection)
         self._unauthenticated[connection] = address
         same_address = self._by_address.setdefault(address, {})
@@ -88,9 +97,17 @@ class Admission(Generic[C]):
         if not same_address:
             del self._by_address[address]
 
+    def linger(self, connection: C) -> None:
+        """``connection`` was refused and answered, and closes on its own shortly: out of the
+        budgets, closed for a newcomer only when no unauthenticated connection is left."""
+        if connection in self._unauthenticated:
+            self.authenticated(connection)
+            self._lingering[connection] = None
+
     def forget(self, connection: C) -> None:
         """``connection`` is closed (idempotent)."""
         self._admitted.discard(connection)
+        self._lingering.pop(connection, None)
         self.authenticated(connection)
 
     def _drop(self, connection: C) -> C:

@@ -211,6 +211,7 @@ class HttpConnection(asyncio.Protocol):
         """Answer a request without the right token from its head alone, then close."""
         self._cancel_read_timer()
         self._refused = True  # what the client still sends is dropped
+        self._server.admission.linger(self)  # closing early would lose the answer (see admission)
         self._start_answer(self._parser.get_method().decode("latin-1"), self._request, False)
 
     def _start_answer(self, method: str, request: _Request, keep_alive: bool) -> None:
@@ -353,6 +354,7 @@ class HttpConnection(asyncio.Protocol):
         if self._refused or self._closing or transport is None:
             return
         self._refused = self._closing = True
+        self._server.admission.linger(self)
         why = refusal_reason(status, self._limits, in_body=self._body_started is not None)
         log.warning("refused a request: %s", why)
         if self._read_paused:
