@@ -7,7 +7,7 @@ then of all) are closed. Connections that presented the token (the admin's) neve
 against those budgets and are never closed for others, so idle connections opened by others
 cannot keep the admin out.
 
-A connection whose request was refused and answered (a wrong or missing token) is
+A connection whose request was refused and answered (a wrong or missing token, a limit) is
 *lingering*: the server reads and drops what its client still sends for a moment, so that the
 client reads the answer instead of a reset. It leaves the budgets (it closes on its own
 shortly, and closing it early would lose the answer it was given) but still counts towards
