@@ -209,7 +209,8 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         RETURNING, the step's attempts as that statement returned them). The jobs are read
         in the same transaction, except on PostgreSQL with ``claimed_by``, where the step is
         one statement and the jobs are read right after it (at READ COMMITTED the same
-        snapshot rule: each statement sees what was committed before it)."""
+        snapshot rule: each statement sees what was committed before it); should that read
+        fail, the stored step comes back with its jobs None (read at the fire)."""
         text = await _state_text(state)
         caps = await self._db.capabilities()
         returning = claimed_by is not None and caps.insert_returning

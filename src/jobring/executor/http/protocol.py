@@ -211,7 +211,6 @@ class HttpConnection(asyncio.Protocol):
         """Answer a request without the right token from its head alone, then close."""
         self._cancel_read_timer()
         self._refused = True  # what the client still sends is dropped
-        self._server.admission.linger(self)  # closing early would lose the answer (see admission)
         self._start_answer(self._parser.get_method().decode("latin-1"), self._request, False)
 
     def _start_answer(self, method: str, request: _Request, keep_alive: bool) -> None:
@@ -297,8 +296,15 @@ class HttpConnection(asyncio.Protocol):
         if not self._refused:
             transport.close()
             return
+        self._linger(transport)
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Close shortly after a refusal's answer: meanwhile what the client still sends is read
+        and dropped (so that it reads the answer, not a reset) and the connection is out of the
+        admission budgets (closing it early would lose the answer)."""
+        self._server.admission.linger(self)
         if self._read_paused:
-            transport.resume_reading()  # lingering reads (and drops) what the client sends
+            transport.resume_reading()
         if transport.can_write_eof():
             transport.write_eof()
         self._loop.call_later(LINGER_S, transport.close)
@@ -354,15 +360,10 @@ class HttpConnection(asyncio.Protocol):
         if self._refused or self._closing or transport is None:
             return
         self._refused = self._closing = True
-        self._server.admission.linger(self)
         why = refusal_reason(status, self._limits, in_body=self._body_started is not None)
         log.warning("refused a request: %s", why)
-        if self._read_paused:
-            transport.resume_reading()  # lingering reads (and drops) what the client sends
         transport.write(error_answer(status, why))
-        if transport.can_write_eof():
-            transport.write_eof()
-        self._loop.call_later(LINGER_S, transport.close)
+        self._linger(transport)
 
     def _arm_read_timer(self, delay_s: float) -> None:
         self._read_timer = self._loop.call_later(delay_s, self._read_timed_out)
