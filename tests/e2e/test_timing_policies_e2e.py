@@ -61,7 +61,10 @@ async def _the_run_in_progress(store: Store, job_id: int) -> int:
     return accepted[0]
 
 
-@pytest.mark.timing  # an admin restarted on the clock: a loaded machine makes it slow to catch up
+# An admin restarted on the clock (its catch-up is judged within a second of its start): a
+# loaded machine makes it slow to catch up.
+@pytest.mark.timing
+@pytest.mark.quiet
 async def test_catch_up_after_an_admin_outage(database: tuple[str, Store], tmp_path: Path) -> None:
     url, store = database
     executor = RecordingExecutor()
