@@ -5,7 +5,8 @@ poll, a broker restart that loses no run, and an executor SIGKILLed with an unac
 delivery whose run another executor then runs, once.
 
 Each test uses an appname of its own (so queues of its own) and deletes its queues. The
-restart test stops the broker for everyone: it runs in the timing lane (alone)."""
+restart test stops the broker for everyone: it runs in the timing lane, where no other test
+uses the broker."""
 
 from __future__ import annotations
 
