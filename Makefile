@@ -58,7 +58,7 @@ typecheck: $(STAMP_TEST)
 # judged by real-time precision (marker `timing`: chaos, takeover, fire times) run afterwards
 # without that load, two files at a time: they mostly wait (alone they kept a third of the
 # machine busy, 255 s of CPU in 417 s), and two at a time took 238 s instead of 417. The few
-# judged on a sub-second answer under a load of their own (marker `quiet`) run last, alone.
+# that fail even beside one other (marker `quiet`) run last, alone.
 PYTEST_WORKERS ?= 3
 TIMING_WORKERS ?= 2
 
