@@ -41,6 +41,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _DB_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.db)
+        if item.get_closest_marker("quiet") is not None:  # kept out of the lanes that exclude timing
+            item.add_marker(pytest.mark.timing)
 
 
 def _unreachable(backend: str, reason: str) -> None:

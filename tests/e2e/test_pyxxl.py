@@ -14,7 +14,7 @@ from tests.e2e.pyxxl_harness import running_admin, wait_for
 # pyxxl executors in real processes: seen refusing a child trigger's connection under the
 # parallel workers' load, and again beside one other timing test (2026-11-30), so these run in
 # make test's last phase, alone.
-pytestmark = [pytest.mark.e2e, pytest.mark.timing, pytest.mark.quiet]
+pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
 
 
 async def test_pyxxl_registers_runs_calls_back_and_leaves(sqlite_store: Store, tmp_path: Path) -> None:

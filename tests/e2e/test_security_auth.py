@@ -30,7 +30,6 @@ async def _add_user(node: AdminNode, username: str, password: str) -> None:
 
 # Bounds /health's answer time while its own flood of hashes takes the CPU: run in make test's
 # last phase, alone.
-@pytest.mark.timing
 @pytest.mark.quiet
 async def test_item4_a_login_flood_does_not_stall_health(tmp_path: Path) -> None:
     node = await _admin(tmp_path, "flood")

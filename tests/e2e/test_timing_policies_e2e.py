@@ -63,7 +63,6 @@ async def _the_run_in_progress(store: Store, job_id: int) -> int:
 
 # An admin restarted on the clock (its catch-up is judged within a second of its start): a
 # loaded machine makes it slow to catch up.
-@pytest.mark.timing
 @pytest.mark.quiet
 async def test_catch_up_after_an_admin_outage(database: tuple[str, Store], tmp_path: Path) -> None:
     url, store = database
