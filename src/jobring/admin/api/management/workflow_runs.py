@@ -136,7 +136,10 @@ async def _run_out(services: ManagementServices, record: WorkflowRunRecord) -> W
     assert record.state is not None
     run = run_from_json(record.state)
     driver = driver_of(services)
-    graph = await driver.graph(record.workflow_id, record.version)
+    try:
+        graph = await driver.graph(record.workflow_id, record.version)
+    except WorkflowRunGone:  # its workflow deleted since the run was read
+        raise not_found("workflow run", record.id) from None
     nodes = []
     for key in graph.order:
         node, rec = graph.nodes[key], run.node(key)
@@ -200,14 +203,10 @@ async def _repair(
         raise ApiError(409, f"workflow run {run_id} is a sub-workflow run of workflow run "
                        f"{record.parent_run_id}: repair that run (a retry there runs this workflow again)")
     driver = driver_of(services)
-    await check_jobs(
-        services,
-        principal,
-        await driver.graph(record.workflow_id, record.version),
-        record.workflow_id,
-        record.job_group,
-    )
     try:
+        if not isinstance(event, StopRun):  # a stop starts nothing: a job deleted since may not hold it up
+            graph = await driver.graph(record.workflow_id, record.version)
+            await check_jobs(services, principal, graph, record.workflow_id, record.job_group)
         step = await driver.apply(run_id, event)
     except WorkflowRunGone:
         raise not_found("workflow run", run_id) from None
@@ -222,7 +221,8 @@ async def _repair(
     if not step.applied:
         raise ApiError(409, step.note or "refused")
     updated = await services.store.workflows.get_run(run_id)
-    assert updated is not None
+    if updated is None:  # its workflow deleted right after (a stopped run does not hold that up)
+        raise not_found("workflow run", run_id)
     return await _run_out(services, updated)
 
 
