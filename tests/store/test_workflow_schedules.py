@@ -3,8 +3,11 @@ due list, and the two compare-and-sets that let one admin fire each instant."""
 
 from __future__ import annotations
 
+import pytest
+
 from jobring.admin.store import Store
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
+from jobring.admin.store.workflows import WorkflowGone
 
 T0 = 1_773_144_000_000
 GRAPH = {"nodes": [{"key": "a", "job_id": 1}], "edges": []}
@@ -82,6 +85,21 @@ async def test_a_put_unless_managed_by_code_keeps_a_declared_schedule(store: Sto
     assert not await schedules.put(_schedule(wf, schedule_conf="1"), unless_managed_by="code")
     got = await schedules.get(wf)
     assert got is not None and (got.schedule_conf, got.managed_by) == ("300", "code")
+
+
+async def test_a_put_for_one_group_stores_nothing_once_the_workflow_left_it(store: Store) -> None:
+    wf = await store.workflows.create("w", 3, "", GRAPH, None, T0)
+    schedules = store.workflow_schedules
+    assert await schedules.put(_schedule(wf), owner_group=3)
+    await store.workflows.update(wf, "w", 4, "", GRAPH, None, T0 + 1, 1)  # moved to group 4
+    with pytest.raises(WorkflowGone):
+        await schedules.put(_schedule(wf, schedule_conf="120"), owner_group=3)
+    got = await schedules.get(wf)
+    assert got is not None and got.schedule_conf == "60"
+    await store.workflows.delete(wf)
+    with pytest.raises(WorkflowGone):  # deleted: no schedule row left behind for it
+        await schedules.put(_schedule(wf), owner_group=4)
+    assert await schedules.get(wf) is None
 
 
 async def test_an_edit_keeps_the_fire_the_sweep_recorded_meanwhile(store: Store) -> None:

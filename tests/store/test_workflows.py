@@ -3,6 +3,7 @@ the node attempts as an outbox (claimed once), and their link to the run log."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 import pytest
@@ -11,7 +12,13 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store
 from jobring.admin.store import workflows as workflows_module
-from jobring.admin.store.workflows import NewNodeRun, NodeRunState, WorkflowBusy, WorkflowGone
+from jobring.admin.store.workflows import (
+    NewNodeRun,
+    NodeRunState,
+    WorkflowBusy,
+    WorkflowGone,
+    WorkflowNameTaken,
+)
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
 T0 = 1_773_144_000_000
@@ -60,6 +67,47 @@ async def test_versions_list_and_delete(store: Store) -> None:
     with pytest.raises(WorkflowGone):
         await store.workflows.start_run(wf, 2, 3, "running", {}, None, T0, [])
     assert await store.workflows.running_run_ids(wf) == []
+
+
+async def test_a_declared_workflow_is_created_once_per_group_and_name(store: Store) -> None:
+    # Two replicas of one executor declaring at once (through two admin nodes): one creates it.
+    group = await store.groups.create(JobGroup(app_name="decl-app", title="d"), NOW)
+    other = await store.groups.create(JobGroup(app_name="decl-other", title="o"), NOW)
+
+    async def declare(g: int) -> int | WorkflowNameTaken:
+        try:
+            return await store.workflows.create("nightly", g, "", GRAPH, "executor:app", T0,
+                                                managed_by="code")
+        except WorkflowNameTaken as exc:
+            return exc
+
+    outcomes = await asyncio.gather(declare(group), declare(group))
+    created = [o for o in outcomes if isinstance(o, int)]
+    taken = [o for o in outcomes if isinstance(o, WorkflowNameTaken)]
+    assert len(created) == 1 and len(taken) == 1 and taken[0].workflow_id == created[0], outcomes
+    assert isinstance(await declare(other), int)  # the same name in another group is another workflow
+    listed, total = await store.workflows.list([group])
+    assert total == 1 and listed[0].id == created[0]
+    # The console may still name two workflows alike (names were never unique there).
+    assert await store.workflows.create("nightly", group, "", GRAPH, "alice", T0) > 0
+
+
+async def test_a_save_or_delete_for_one_group_does_not_touch_the_workflow_once_moved(store: Store) -> None:
+    # The console checks the caller's group, then writes: a move to another group (or a change
+    # of who manages it) in between makes the write find nothing, in the write itself.
+    wf = await store.workflows.create("nightly", 3, "", GRAPH, "alice", T0)
+    assert await store.workflows.update(wf, "nightly", 4, "", GRAPH, "admin", T0 + 1, 1) == 2  # moved to 4
+    assert await store.workflows.update(wf, "mine", 3, "", GRAPH, "bob", T0 + 2, 2, owner_group=3) is None
+    assert not await store.workflows.delete(wf, owner_group=3)
+    # Declared in code: a console save (managed_by None) finds nothing, the code's own does.
+    await store.workflow_children.set_managed_by(wf, "code")
+    assert await store.workflows.update(wf, "x", 4, "", GRAPH, "bob", T0 + 3, 2, owner_group=4) is None
+    assert await store.workflows.update(wf, "nightly", 4, "d", GRAPH, None, T0 + 3, 2, owner_group=4,
+                                        managed_by="code") == 3
+    got = await store.workflows.get(wf)
+    assert got is not None
+    assert (got.name, got.job_group, got.version, got.description) == ("nightly", 4, 3, "d")
+    assert await store.workflows.delete(wf, owner_group=4) and await store.workflows.get(wf) is None
 
 
 async def test_a_step_is_stored_once_over_its_revision(store: Store) -> None:

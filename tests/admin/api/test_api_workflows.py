@@ -160,10 +160,10 @@ async def test_a_run_started_just_before_the_delete_is_not_lost(
         real_delete = store.delete
         late: list[int] = []
 
-        async def trigger_lands_first(workflow_id: int) -> bool:
+        async def trigger_lands_first(workflow_id: int, **kwargs: Any) -> bool:
             # A trigger on another admin stores its run after any check made before the delete.
             late.append(await store.start_run(workflow_id, 1, env.group_a, "running", {}, "bob", 1, []))
-            return await real_delete(workflow_id)
+            return await real_delete(workflow_id, **kwargs)
 
         monkeypatch.setattr(store, "delete", trigger_lands_first)
         answer = await http.delete(f"/workflows/{wf['id']}")
@@ -190,6 +190,91 @@ async def test_a_trigger_of_a_workflow_deleted_meanwhile_answers_404(
         answer = await http.post(f"/workflows/{wf['id']}/trigger", json={"params": {}})
         assert answer.status_code == 404, answer.text
         assert (await store.list_runs(workflow_id=wf["id"]))[1] == 0
+
+
+async def test_writes_checked_on_one_group_leave_the_workflow_alone_once_moved(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # op_in may write group A only; an admin moves the workflow to B between op_in's check and
+    # op_in's write: the write finds nothing (checked in it) and B's workflow stays as it is.
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job_a, job_b = await env.add_job(env.group_a), await env.add_job(env.group_b)
+        wf = (await http.post("/workflows", json=_body(env, [{"key": "a", "job_id": job_a}], []))).json()
+        workflows, schedules = env.store.workflows, env.store.workflow_schedules
+        moves: list[int] = []
+
+        async def move(name: str, group: int, job: int) -> None:
+            current = await workflows.get(wf["id"])
+            assert current is not None
+            graph = {"nodes": [{"key": "a", "job_id": job}], "edges": []}
+            moves.append(await workflows.update(wf["id"], name, group, "", graph, "admin", 1,
+                                                current.version) or 0)
+
+        def moving_first(real: Any) -> Any:
+            async def write(*args: Any, **kwargs: Any) -> Any:
+                await move("theirs", env.group_b, job_b)
+                return await real(*args, **kwargs)
+            return write
+
+        schedule = {"schedule_type": "FIX_RATE", "schedule_conf": "60", "enabled": True}
+        monkeypatch.setattr(schedules, "put", moving_first(schedules.put))
+        answer = await http.put(f"/workflows/{wf['id']}/schedule", json=schedule)
+        assert answer.status_code == 404, answer.text
+        assert await schedules.get(wf["id"]) is None
+        monkeypatch.undo()
+        await move("w", env.group_a, job_a)  # back in A
+        monkeypatch.setattr(workflows, "delete", moving_first(workflows.delete))
+        answer = await http.delete(f"/workflows/{wf['id']}")
+        assert answer.status_code == 404, answer.text
+        kept = await workflows.get(wf["id"])
+        assert kept is not None and (kept.name, kept.job_group) == ("theirs", env.group_b)
+        assert moves == [2, 3, 4]
+
+
+async def test_an_edit_from_a_version_that_is_not_the_current_one_is_refused(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        job = await env.add_job(env.group_a)
+        body = _body(env, [{"key": "a", "job_id": job}], [])
+        wf = (await http.post("/workflows", json=body)).json()
+        saved = await http.put(f"/workflows/{wf['id']}", json={**body, "name": "x", "version": 1})
+        assert saved.status_code == 200 and saved.json()["version"] == 2
+        for version in (1, 3, 7):  # older, or one never saved (the next one, guessed)
+            answer = await http.put(f"/workflows/{wf['id']}", json={**body, "name": "y", "version": version})
+            assert answer.status_code == 409 and answer.json()["field"] == "version", answer.text
+        got = (await http.get(f"/workflows/{wf['id']}")).json()
+        assert (got["name"], got["version"]) == ("x", 2)
+        # The guessed next version saved meanwhile by an admin moving it to group B: the edit,
+        # checked on group A at version 2, must not land on B's version 3.
+        workflows, theirs = env.store.workflows, await env.add_job(env.group_b)
+        real_update = workflows.update
+
+        async def moved_first(*args: Any, **kwargs: Any) -> int | None:
+            await real_update(wf["id"], "theirs", env.group_b, "", {"nodes": [{"key": "a", "job_id": theirs}],
+                                                                      "edges": []}, "admin", 1, 2)
+            return await real_update(*args, **kwargs)
+
+        monkeypatch.setattr(workflows, "update", moved_first)
+        answer = await http.put(f"/workflows/{wf['id']}", json={**body, "name": "y", "version": 3})
+        assert answer.status_code == 409, answer.text
+
+
+async def test_a_run_is_stopped_even_when_one_of_its_jobs_was_deleted(sqlite_store: Store) -> None:
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        _driver(env)
+        first, later = await env.add_job(env.group_a), await env.add_job(env.group_a)
+        body = _body(env, [{"key": "a", "job_id": first}, {"key": "b", "job_id": later}],
+                     [{"from": "a", "to": "b"}])
+        wf = (await http.post("/workflows", json=body)).json()
+        run_id = (await http.post(f"/workflows/{wf['id']}/trigger", json={})).json()["workflow_run_id"]
+        assert await env.store.jobs.delete(later)
+        retried = await http.post(f"/workflow-runs/{run_id}/retry")  # a repair that starts nodes: checked
+        assert retried.status_code in (409, 422), retried.text
+        stopped = await http.post(f"/workflow-runs/{run_id}/stop")
+        assert stopped.status_code == 200 and stopped.json()["state"] == "stopped", stopped.text
 
 
 async def test_an_update_is_audited_with_the_changed_fields_and_graph(sqlite_store: Store) -> None:

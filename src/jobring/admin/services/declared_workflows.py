@@ -44,7 +44,7 @@ from jobring.admin.services.workflow_schedule_rules import (
     spec_of,
 )
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
-from jobring.admin.store.workflows import MANAGED_BY_CODE
+from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowGone, WorkflowNameTaken
 from jobring.core.clock import Clock
 from jobring.core.text import one_line_problem
 from jobring.core.workflow import WorkflowInvalid, check_run_budget, parse_workflow
@@ -205,15 +205,20 @@ class DeclaredWorkflows:
             wid_before = None if existing is None else existing.id
             schedule = await self._schedule_change(decl, wid_before, actor, now)
             if existing is None:
-                wid = await self._store.workflows.create(
-                    decl.name,
-                    group_id,
-                    decl.description,
-                    definition,
-                    actor.name,
-                    now,
-                    managed_by=MANAGED_BY_CODE,
-                )
+                try:
+                    wid = await self._store.workflows.create(
+                        decl.name,
+                        group_id,
+                        decl.description,
+                        definition,
+                        actor.name,
+                        now,
+                        managed_by=MANAGED_BY_CODE,
+                    )
+                except WorkflowNameTaken as exc:  # created since it was read (another replica, node)
+                    out["skipped"].append({"workflow": decl.name, "workflow_id": exc.workflow_id,
+                                           "reason": f"{exc}: declared meanwhile by another start"})
+                    continue
                 await self._audit.record(
                     actor,
                     AuditAction.WORKFLOW_CREATE,
@@ -223,9 +228,9 @@ class DeclaredWorkflows:
                     after={"name": decl.name, "nodes": len(decl.nodes), "version": 1},
                 )
                 out["created"].append(wid)
-                await self._apply_schedule(wid, group_id, actor, schedule, out)
+                await self._apply_schedule(decl.name, wid, group_id, actor, schedule, out)
                 continue
-            await self._apply_schedule(existing.id, group_id, actor, schedule, out)
+            await self._apply_schedule(decl.name, existing.id, group_id, actor, schedule, out)
             record = await self._store.workflows.get(existing.id)
             if record is None or (record.definition == definition and record.description == decl.description):
                 continue
@@ -238,6 +243,8 @@ class DeclaredWorkflows:
                 actor.name,
                 now,
                 record.version,
+                owner_group=group_id,  # not once detached or moved to another group meanwhile
+                managed_by=MANAGED_BY_CODE,
             )
             if version is not None:
                 await self._audit.record(
@@ -287,6 +294,7 @@ class DeclaredWorkflows:
 
     async def _apply_schedule(
         self,
+        name: str,
         workflow_id: int,
         group_id: int,
         actor: Actor,
@@ -300,7 +308,12 @@ class DeclaredWorkflows:
             after = None
         else:
             after = replace(change.after, workflow_id=workflow_id)
-            await self._store.workflow_schedules.put(after)
+            try:
+                await self._store.workflow_schedules.put(after, owner_group=group_id)
+            except WorkflowGone:  # deleted or moved to another group since it was read
+                out["skipped"].append({"workflow": name, "workflow_id": workflow_id, "reason": f"workflow "
+                                       f"{workflow_id} left this group while its schedule was declared"})
+                return
         await self._audit.record(
             actor,
             AuditAction.WORKFLOW_SCHEDULE,

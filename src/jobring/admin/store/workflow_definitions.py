@@ -8,9 +8,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, and_, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Select, and_, delete, func, insert, select, update
 
 from jobring.admin.store.base import Repository, check_paging, chunks, new_id
+from jobring.admin.store.tables import job_group as group_table
 from jobring.admin.store.tables import (
     workflow,
     workflow_node_run,
@@ -18,7 +19,7 @@ from jobring.admin.store.tables import (
     workflow_schedule,
     workflow_version,
 )
-from jobring.admin.store.workflow_records import WorkflowBusy, WorkflowRecord, dumps
+from jobring.admin.store.workflow_records import WorkflowBusy, WorkflowNameTaken, WorkflowRecord, dumps
 
 __all__ = ["WorkflowDefinitions"]
 
@@ -37,8 +38,17 @@ class WorkflowDefinitions(Repository):
         managed_by: str | None = None,
     ) -> int:
         """A new workflow at version 1; returns its id (``managed_by`` "code": declared by an
-        executor)."""
+        executor, and then :class:`WorkflowNameTaken` when the group has a workflow of that
+        name: checked in the write with the group's row locked, so two replicas of one executor
+        declaring at once, through two admin nodes, create it once)."""
         async with self._db.write() as conn:
+            if managed_by is not None:
+                await conn.execute(select(group_table.c.id).where(group_table.c.id == job_group)
+                                   .with_for_update())
+                taken = (await conn.execute(select(workflow.c.id).where(
+                    workflow.c.job_group == job_group, workflow.c.name == name).limit(1))).scalar()
+                if taken is not None:
+                    raise WorkflowNameTaken(name, int(taken))
             workflow_id = new_id(
                 await conn.execute(
                     insert(workflow).values(
@@ -74,14 +84,22 @@ class WorkflowDefinitions(Repository):
         updated_by: str | None,
         now_ms: int,
         expected_version: int,
+        *,
+        owner_group: int | None = None,
+        managed_by: str | None = None,
     ) -> int | None:
         """Save a new version over ``expected_version``; returns the new version, or None when
-        the workflow is gone or another save came first."""
+        the workflow is gone or another save came first. With ``owner_group``: only while the
+        workflow is in that group and managed by ``managed_by`` (None: the console), checked
+        in the write (the caller's permission check was made on that group)."""
         version = expected_version + 1
+        where = [workflow.c.id == workflow_id, workflow.c.version == expected_version]
+        if owner_group is not None:
+            where += [workflow.c.job_group == owner_group, _managed_by_is(managed_by)]
         async with self._db.write() as conn:
             result = await conn.execute(
                 update(workflow)
-                .where(workflow.c.id == workflow_id, workflow.c.version == expected_version)
+                .where(*where)
                 .values(
                     name=name,
                     job_group=job_group,
@@ -139,14 +157,18 @@ class WorkflowDefinitions(Repository):
             )
         return [_record(row) for row in rows], total
 
-    async def delete(self, workflow_id: int) -> bool:
-        """Delete the workflow, its versions, runs and node attempts; False when it was gone.
+    async def delete(self, workflow_id: int, *, owner_group: int | None = None) -> bool:
+        """Delete the workflow, its versions, runs and node attempts; False when it was gone
+        (or, with ``owner_group``, is no longer in that group: checked in the write).
 
         Refused (:class:`WorkflowBusy`) while a run is running, checked in the same transaction
         with the workflow's row locked: a run starting meanwhile (:meth:`start_run` locks the
         row too) either comes first and is seen here, or finds the workflow gone."""
+        where = [workflow.c.id == workflow_id]
+        if owner_group is not None:
+            where.append(workflow.c.job_group == owner_group)
         async with self._db.write() as conn:
-            locked = select(workflow.c.id).where(workflow.c.id == workflow_id).with_for_update()
+            locked = select(workflow.c.id).where(*where).with_for_update()
             if (await conn.execute(locked)).first() is None:
                 return False
             running = (
@@ -179,6 +201,10 @@ class WorkflowDefinitions(Repository):
             await conn.execute(delete(workflow_schedule).where(schedule_row))
             result = await conn.execute(delete(workflow).where(workflow.c.id == workflow_id))
             return bool(result.rowcount)
+
+
+def _managed_by_is(managed_by: str | None) -> ColumnElement[bool]:
+    return workflow.c.managed_by.is_(None) if managed_by is None else workflow.c.managed_by == managed_by
 
 
 def _with_definition() -> Select[Any]:

@@ -23,6 +23,7 @@ __all__ = [
     "StoredStep",
     "WorkflowBusy",
     "WorkflowGone",
+    "WorkflowNameTaken",
     "WorkflowRecord",
     "WorkflowRunRecord",
     "decoded_run",
@@ -55,6 +56,15 @@ class WorkflowBusy(JobringError):
     def __init__(self, workflow_id: int, run_ids: builtins.list[int]) -> None:
         super().__init__(f"workflow {workflow_id} has running runs")
         self.run_ids = run_ids
+
+
+class WorkflowNameTaken(JobringError):
+    """A workflow of that name is in the group already (``workflow_id``): a declared one is
+    created once per group and name."""
+
+    def __init__(self, name: str, workflow_id: int) -> None:
+        super().__init__(f"workflow {workflow_id} is named {name!r} already")
+        self.workflow_id = workflow_id
 
 
 @dataclass(frozen=True, slots=True)

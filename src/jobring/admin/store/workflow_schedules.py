@@ -16,9 +16,11 @@ from typing import Any
 import orjson
 from sqlalchemy import and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, chunks
-from jobring.admin.store.tables import workflow_schedule
+from jobring.admin.store.tables import workflow, workflow_schedule
+from jobring.admin.store.workflow_records import WorkflowGone
 
 __all__ = ["WorkflowSchedule", "WorkflowScheduleRepository"]
 
@@ -51,6 +53,14 @@ def _record(row: Any) -> WorkflowSchedule:
     return WorkflowSchedule(**values, params=orjson.loads(raw) if raw else {})
 
 
+async def _lock_owned(conn: AsyncConnection, workflow_id: int, group: int) -> None:
+    # A shared lock, as a run's start takes: a deletion or a group move waits for this write.
+    owned = (select(workflow.c.id).where(workflow.c.id == workflow_id, workflow.c.job_group == group)
+             .with_for_update(read=True))
+    if (await conn.execute(owned)).first() is None:
+        raise WorkflowGone(f"workflow {workflow_id} does not exist in group {group}")
+
+
 class WorkflowScheduleRepository(Repository):
     """Workflow schedules and the claims that fire them."""
 
@@ -70,12 +80,16 @@ class WorkflowScheduleRepository(Repository):
                     out[record.workflow_id] = record
         return out
 
-    async def put(self, schedule: WorkflowSchedule, *, unless_managed_by: str | None = None) -> bool:
+    async def put(self, schedule: WorkflowSchedule, *, unless_managed_by: str | None = None,
+                  owner_group: int | None = None) -> bool:
         """Store ``schedule`` in place of the workflow's current one (a waiting fire is dropped).
         A stored schedule keeps its ``last_fire_at`` and ``last_result``: they are the sweep's,
         and a fire it records while the caller edits must not be undone by the caller's copy.
         ``unless_managed_by``: store nothing and return False when the current one is managed
-        by that, checked in the write (a declaration stored since the caller read it stays)."""
+        by that, checked in the write (a declaration stored since the caller read it stays).
+        ``owner_group``: :class:`WorkflowGone` unless the workflow is (still) in that group,
+        checked in the write with its row locked (the caller's permission check was made on
+        that group; a deletion or a move to another group since then wins)."""
         settings = {
             "schedule_type": schedule.schedule_type,
             "schedule_conf": schedule.schedule_conf,
@@ -104,6 +118,8 @@ class WorkflowScheduleRepository(Repository):
             # An update, else an insert: one portable upsert. A stored row counts as matched
             # even when nothing changes (SQLAlchemy connects to MySQL with CLIENT.FOUND_ROWS).
             async with self._db.write() as conn:
+                if owner_group is not None:
+                    await _lock_owned(conn, schedule.workflow_id, owner_group)
                 updated = await conn.execute(update(workflow_schedule).where(*replaced)
                                              .values(**{**settings, "next_fire_at": next_fire_at}))
                 if updated.rowcount:

@@ -19,7 +19,7 @@ from jobring.admin.security.principal import Principal
 from jobring.admin.services.audit import AuditAction
 from jobring.admin.services.workflow_schedule_rules import ScheduleSpec, audit_view, checked, planned
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
-from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowRecord
+from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowGone, WorkflowRecord
 from jobring.core.oneshot import ONCE, workflow_schedule
 from jobring.core.schedule import next_fire_times
 
@@ -175,8 +175,14 @@ async def put_workflow_schedule(
     now = services.now_ms()
     schedule = planned(workflow_id, checked(spec, _zone(services)), _zone(services), now, before,
                        principal.user.username)
-    # Checked again in the write: a declaration stored since the read above is not overwritten.
-    if not await services.store.workflow_schedules.put(schedule, unless_managed_by=MANAGED_BY_CODE):
+    # Checked again in the write: a declaration stored since the read above is not overwritten,
+    # and the workflow is still in the group checked above.
+    try:
+        put = await services.store.workflow_schedules.put(schedule, unless_managed_by=MANAGED_BY_CODE,
+                                                          owner_group=record.job_group)
+    except WorkflowGone:
+        raise not_found("workflow", workflow_id) from None
+    if not put:
         raise _declared(workflow_id)
     await services.audit.record(
         principal,

@@ -135,6 +135,8 @@ async def check_jobs(
         )
     except WorkflowInvalid as exc:
         raise _invalid(exc) from None
+    except WorkflowRunGone as exc:  # a sub-workflow deleted between two reads of the check
+        raise ApiError(409, f"a sub-workflow was deleted while this was checked ({exc})", "nodes") from None
 
 
 def _out(record: WorkflowRecord, schedule: WorkflowSchedule | None = None) -> WorkflowOut:
@@ -233,7 +235,10 @@ async def update_workflow(
     graph = _parse(body)
     await check_jobs(services, principal, graph, workflow_id, body.job_group)
     expected = body.version if body.version is not None else record.version
-    version = await services.store.workflows.update(
+    # Saved over the version checked above, in its group and managed in the console, or not
+    # at all: an edit started from another version, or a move to another group meanwhile,
+    # is refused in the write.
+    version = None if expected != record.version else await services.store.workflows.update(
         workflow_id,
         body.name,
         body.job_group,
@@ -242,6 +247,8 @@ async def update_workflow(
         principal.user.username,
         services.now_ms(),
         expected,
+        owner_group=record.job_group,
+        managed_by=None,
     )
     if version is None:
         raise ApiError(
@@ -291,12 +298,15 @@ async def delete_workflow(workflow_id: WorkflowId, services: Services, principal
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
     try:  # the check for running runs and the deletion are one transaction (no run is lost)
-        await services.store.workflows.delete(workflow_id)
+        # Only while the workflow is in the group checked above (moved meanwhile: not found).
+        deleted = await services.store.workflows.delete(workflow_id, owner_group=record.job_group)
     except WorkflowBusy as exc:
         raise ApiError(
             409,
             f"workflow {workflow_id} has running runs ({', '.join(map(str, exc.run_ids))}); stop them first",
         ) from None
+    if not deleted:
+        raise not_found("workflow", workflow_id)
     await services.audit.record(
         principal,
         AuditAction.WORKFLOW_DELETE,
