@@ -45,10 +45,12 @@ class WorkflowDefinitions(Repository):
             if managed_by is not None:
                 await conn.execute(select(group_table.c.id).where(group_table.c.id == job_group)
                                    .with_for_update())
-                taken = (await conn.execute(select(workflow.c.id).where(
-                    workflow.c.job_group == job_group, workflow.c.name == name).limit(1))).scalar()
-                if taken is not None:
-                    raise WorkflowNameTaken(name, int(taken))
+                alike = (await conn.execute(select(workflow.c.id, workflow.c.name).where(
+                    workflow.c.job_group == job_group, workflow.c.name == name))).all()
+                # The exact name: a collation that ignores case finds "Nightly" for "nightly".
+                taken = [row.id for row in alike if row.name == name]
+                if taken:
+                    raise WorkflowNameTaken(name, int(min(taken)))
             workflow_id = new_id(
                 await conn.execute(
                     insert(workflow).values(
