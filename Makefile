@@ -79,8 +79,9 @@ test: $(STAMP_TEST) console lint typecheck
 	wait $$fuzz; fuzzed=$$?; echo "== $(FUZZ_TEST), run beside the lane:"; cat $(FUZZ_LOG); \
 	test $$lane -eq 0 && test $$fuzzed -eq 0
 	$(BIN)/python -m pytest -n $(TIMING_WORKERS) --dist loadfile -m "timing and not quiet" --durations=40 \
-	  --junitxml=$(VENV)/junit-timing.xml --ignore=$(FUZZ_TEST)
-	$(BIN)/python -m pytest -m quiet --durations=10 --junitxml=$(VENV)/junit-quiet.xml --ignore=$(FUZZ_TEST)
+	  --junitxml=$(VENV)/junit-timing.xml --ignore=$(FUZZ_TEST); timing=$$?; \
+	$(BIN)/python -m pytest -m quiet --durations=10 --junitxml=$(VENV)/junit-quiet.xml --ignore=$(FUZZ_TEST); \
+	quiet=$$?; test $$timing -eq 0 && test $$quiet -eq 0
 
 # A deeper OpenAPI fuzz run than make test's bounded one (200 generated requests per operation).
 fuzz: $(STAMP_TEST)

@@ -3,6 +3,8 @@ due list, and the two compare-and-sets that let one admin fire each instant."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from jobring.admin.store import Store
@@ -100,6 +102,17 @@ async def test_a_put_for_one_group_stores_nothing_once_the_workflow_left_it(stor
     with pytest.raises(WorkflowGone):  # deleted: no schedule row left behind for it
         await schedules.put(_schedule(wf), owner_group=4)
     assert await schedules.get(wf) is None
+
+
+async def test_two_first_puts_at_once_both_store_and_leave_one_schedule(store: Store) -> None:
+    # Two replicas of one executor declaring a new schedule through two admin nodes at once.
+    wf = await store.workflows.create("w", 3, "", GRAPH, None, T0)
+    schedules = store.workflow_schedules
+    stored = await asyncio.gather(schedules.put(_schedule(wf, schedule_conf="60"), owner_group=3),
+                                  schedules.put(_schedule(wf, schedule_conf="120"), owner_group=3))
+    assert stored == [True, True]
+    got = await schedules.get(wf)
+    assert got is not None and got.schedule_conf in ("60", "120")
 
 
 async def test_an_edit_keeps_the_fire_the_sweep_recorded_meanwhile(store: Store) -> None:

@@ -43,6 +43,7 @@ from jobring.admin.services.workflow_schedule_rules import (
     planned,
     spec_of,
 )
+from jobring.admin.services.workflows import WorkflowRunGone
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.admin.store.workflows import MANAGED_BY_CODE, WorkflowGone, WorkflowNameTaken
 from jobring.core.clock import Clock
@@ -217,7 +218,8 @@ class DeclaredWorkflows:
                     )
                 except WorkflowNameTaken as exc:  # created since it was read (another replica, node)
                     out["skipped"].append({"workflow": decl.name, "workflow_id": exc.workflow_id,
-                                           "reason": f"{exc}: declared meanwhile by another start"})
+                                           "reason": f"{exc}: created meanwhile (by another executor's "
+                                           "declaration or in the console)"})
                     continue
                 await self._audit.record(
                     actor,
@@ -376,4 +378,7 @@ class DeclaredWorkflows:
             )
         except WorkflowInvalid as exc:
             raise WorkflowDeclarationError(decl.name, exc.field, str(exc)) from None
+        except WorkflowRunGone as exc:  # a sub-workflow deleted between two reads of the check
+            raise WorkflowDeclarationError(decl.name, "nodes", f"a sub-workflow was deleted while this "
+                                           f"was checked ({exc})") from None
         return graph.to_json()

@@ -54,9 +54,10 @@ def _record(row: Any) -> WorkflowSchedule:
 
 
 async def _lock_owned(conn: AsyncConnection, workflow_id: int, group: int) -> None:
-    # A shared lock, as a run's start takes: a deletion or a group move waits for this write.
+    # Exclusive: a deletion or a group move waits for this write, and so does another put of
+    # the same workflow's schedule (two first puts at once would both insert: one would fail).
     owned = (select(workflow.c.id).where(workflow.c.id == workflow_id, workflow.c.job_group == group)
-             .with_for_update(read=True))
+             .with_for_update())
     if (await conn.execute(owned)).first() is None:
         raise WorkflowGone(f"workflow {workflow_id} does not exist in group {group}")
 
