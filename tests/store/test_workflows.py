@@ -7,11 +7,12 @@ import asyncio
 from datetime import datetime
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import insert, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store
 from jobring.admin.store import workflows as workflows_module
+from jobring.admin.store.tables import job_group, workflow
 from jobring.admin.store.workflows import (
     NewNodeRun,
     NodeRunState,
@@ -70,26 +71,43 @@ async def test_versions_list_and_delete(store: Store) -> None:
 
 
 async def test_a_declared_workflow_is_created_once_per_group_and_name(store: Store) -> None:
-    # Two replicas of one executor declaring at once (through two admin nodes): one creates it.
     group = await store.groups.create(JobGroup(app_name="decl-app", title="d"), NOW)
     other = await store.groups.create(JobGroup(app_name="decl-other", title="o"), NOW)
 
-    async def declare(g: int) -> int | WorkflowNameTaken:
-        try:
-            return await store.workflows.create("nightly", g, "", GRAPH, "executor:app", T0,
-                                                managed_by="code")
-        except WorkflowNameTaken as exc:
-            return exc
+    async def declare(g: int, name: str = "nightly") -> int:
+        return await store.workflows.create(name, g, "", GRAPH, "executor:app", T0, managed_by="code")
 
-    outcomes = await asyncio.gather(declare(group), declare(group))
-    created = [o for o in outcomes if isinstance(o, int)]
-    taken = [o for o in outcomes if isinstance(o, WorkflowNameTaken)]
-    assert len(created) == 1 and len(taken) == 1 and taken[0].workflow_id == created[0], outcomes
-    assert isinstance(await declare(other), int)  # the same name in another group is another workflow
-    listed, total = await store.workflows.list([group])
-    assert total == 1 and listed[0].id == created[0]
+    first = await declare(group)
+    with pytest.raises(WorkflowNameTaken) as taken:
+        await declare(group)
+    assert taken.value.workflow_id == first
+    assert await declare(other) != first  # the same name in another group is another workflow
+    assert await declare(group, "Nightly") != first  # names are compared exactly
     # The console may still name two workflows alike (names were never unique there).
     assert await store.workflows.create("nightly", group, "", GRAPH, "alice", T0) > 0
+
+
+async def test_a_declared_create_waits_for_one_in_flight_and_then_finds_it(store: Store) -> None:
+    # Two replicas of one executor declaring at once through two admin nodes: the other node's
+    # create holds the group's row between its check and its commit; this one waits for it.
+    if store.db.backend == "sqlite":
+        pytest.skip("SQLite runs one write at a time: two creates are never in flight together")
+    group = await store.groups.create(JobGroup(app_name="decl-race", title="d"), NOW)
+    async with store.db.engine.connect() as rival:
+        await rival.begin()
+        await rival.execute(select(job_group.c.id).where(job_group.c.id == group).with_for_update())
+        await rival.execute(insert(workflow).values(name="nightly", job_group=group, description="",
+                                                    version=1, created_at=T0, updated_at=T0,
+                                                    managed_by="code"))
+        mine = asyncio.create_task(
+            store.workflows.create("nightly", group, "", GRAPH, "executor:app", T0, managed_by="code"))
+        done, _ = await asyncio.wait({mine}, timeout=1.0)
+        assert not done, "the create did not wait for the group's lock"
+        await rival.commit()
+    with pytest.raises(WorkflowNameTaken):
+        await mine
+    listed, total = await store.workflows.list([group])
+    assert total == 1
 
 
 async def test_a_save_or_delete_for_one_group_does_not_touch_the_workflow_once_moved(store: Store) -> None:
