@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import ColumnElement, Select, and_, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, check_paging, chunks, new_id
 from jobring.admin.store.tables import job_group as group_table
@@ -21,7 +22,7 @@ from jobring.admin.store.tables import (
 )
 from jobring.admin.store.workflow_records import WorkflowBusy, WorkflowNameTaken, WorkflowRecord, dumps
 
-__all__ = ["WorkflowDefinitions"]
+__all__ = ["WorkflowDefinitions", "lock_workflow_row"]
 
 
 class WorkflowDefinitions(Repository):
@@ -166,12 +167,8 @@ class WorkflowDefinitions(Repository):
         Refused (:class:`WorkflowBusy`) while a run is running, checked in the same transaction
         with the workflow's row locked: a run starting meanwhile (:meth:`start_run` locks the
         row too) either comes first and is seen here, or finds the workflow gone."""
-        where = [workflow.c.id == workflow_id]
-        if owner_group is not None:
-            where.append(workflow.c.job_group == owner_group)
         async with self._db.write() as conn:
-            locked = select(workflow.c.id).where(*where).with_for_update()
-            if (await conn.execute(locked)).first() is None:
+            if not await lock_workflow_row(conn, workflow_id, group=owner_group):
                 return False
             running = (
                 await conn.execute(
@@ -203,6 +200,17 @@ class WorkflowDefinitions(Repository):
             await conn.execute(delete(workflow_schedule).where(schedule_row))
             result = await conn.execute(delete(workflow).where(workflow.c.id == workflow_id))
             return bool(result.rowcount)
+
+
+async def lock_workflow_row(conn: AsyncConnection, workflow_id: int, *, group: int | None = None,
+                            shared: bool = False) -> bool:
+    """Lock the workflow's row for the rest of the transaction (``shared``: as a reader, so
+    that a deletion or a group move waits); False when it is gone, or not in ``group``."""
+    where = [workflow.c.id == workflow_id]
+    if group is not None:
+        where.append(workflow.c.job_group == group)
+    locked = select(workflow.c.id).where(*where).with_for_update(read=shared)
+    return (await conn.execute(locked)).first() is not None
 
 
 def _managed_by_is(managed_by: str | None) -> ColumnElement[bool]:

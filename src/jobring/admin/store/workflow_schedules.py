@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 from sqlalchemy import and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import Repository, chunks
-from jobring.admin.store.tables import workflow, workflow_schedule
+from jobring.admin.store.tables import workflow_schedule
+from jobring.admin.store.workflow_definitions import lock_workflow_row
 from jobring.admin.store.workflow_records import WorkflowGone
 
 __all__ = ["WorkflowSchedule", "WorkflowScheduleRepository"]
@@ -51,15 +51,6 @@ def _record(row: Any) -> WorkflowSchedule:
     raw = values.pop("params")
     values["enabled"] = bool(values["enabled"])
     return WorkflowSchedule(**values, params=orjson.loads(raw) if raw else {})
-
-
-async def _lock_owned(conn: AsyncConnection, workflow_id: int, group: int) -> None:
-    # Exclusive: a deletion or a group move waits for this write, and so does another put of
-    # the same workflow's schedule (two first puts at once would both insert: one would fail).
-    owned = (select(workflow.c.id).where(workflow.c.id == workflow_id, workflow.c.job_group == group)
-             .with_for_update())
-    if (await conn.execute(owned)).first() is None:
-        raise WorkflowGone(f"workflow {workflow_id} does not exist in group {group}")
 
 
 class WorkflowScheduleRepository(Repository):
@@ -119,8 +110,11 @@ class WorkflowScheduleRepository(Repository):
             # An update, else an insert: one portable upsert. A stored row counts as matched
             # even when nothing changes (SQLAlchemy connects to MySQL with CLIENT.FOUND_ROWS).
             async with self._db.write() as conn:
-                if owner_group is not None:
-                    await _lock_owned(conn, schedule.workflow_id, owner_group)
+                # Exclusive: a deletion or a group move waits for this write, and so does another
+                # put of this schedule (two first puts at once would both insert: one would fail).
+                wid = schedule.workflow_id
+                if owner_group is not None and not await lock_workflow_row(conn, wid, group=owner_group):
+                    raise WorkflowGone(f"workflow {wid} does not exist in group {owner_group}")
                 updated = await conn.execute(update(workflow_schedule).where(*replaced)
                                              .values(**{**settings, "next_fire_at": next_fire_at}))
                 if updated.rowcount:

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store.base import check_paging, chunks, new_id, to_record
 from jobring.admin.store.records import JobInfo
-from jobring.admin.store.tables import job_info, workflow, workflow_run
+from jobring.admin.store.tables import job_info, workflow_run
 from jobring.admin.store.workflow_attempts import (
     NodeAttempts,
     advance_with_claimed_starts,
@@ -31,7 +31,7 @@ from jobring.admin.store.workflow_attempts import (
     insert_starts,
     pending_attempts,
 )
-from jobring.admin.store.workflow_definitions import WorkflowDefinitions
+from jobring.admin.store.workflow_definitions import WorkflowDefinitions, lock_workflow_row
 from jobring.admin.store.workflow_records import (
     MANAGED_BY_CODE,
     SMALL_STATE_CHARS,
@@ -118,8 +118,7 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         text = await _state_text(state)
         params_text = None if params is None else await _state_text(params)  # up to 64 KiB
         async with self._db.write() as conn:
-            shared = select(workflow.c.id).where(workflow.c.id == workflow_id).with_for_update(read=True)
-            if (await conn.execute(shared)).first() is None:
+            if not await lock_workflow_row(conn, workflow_id, shared=True):
                 raise WorkflowGone(f"workflow {workflow_id} does not exist")
             run_id = new_id(
                 await conn.execute(
