@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import text
 
 from jobring.admin.store import (
     Conflict,
@@ -226,3 +226,44 @@ async def test_a_write_declared_alone_runs_one_statement(store: Store) -> None:
         assert (await conn.execute(PID)).scalar_one() == pid
         await conn.execute(text("DELETE FROM xxl_job_lock WHERE lock_name = 'alone-1'"))
         assert (await conn.execute(xid)).scalar_one() == (await conn.execute(xid)).scalar_one()
+
+
+async def test_a_burst_larger_than_the_pool_waits_for_its_connections(db_url: str) -> None:
+    # Overflow connections were closed as they came back, so each burst opened new ones (each
+    # a server process, a login, its statements prepared again): the pool keeps its own.
+    if backend_of(db_url) == "sqlite":
+        pytest.skip("SQLite connections are files opened in process")
+    engine = create_engine(db_url, pool_size=3)
+    opened = 0
+
+    def count(*_: object) -> None:
+        nonlocal opened
+        opened += 1
+
+    event.listen(engine.sync_engine, "connect", count)
+    holding = 0
+    most = 0
+    three_hold = asyncio.Event()
+
+    async def transaction(release: asyncio.Event) -> None:
+        nonlocal holding, most
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+            holding += 1
+            most = max(most, holding)
+            if holding == 3:
+                three_hold.set()
+            await release.wait()
+            holding -= 1
+
+    try:
+        for _ in range(2):
+            release = asyncio.Event()
+            three_hold.clear()
+            burst = [asyncio.create_task(transaction(release)) for _ in range(8)]
+            await asyncio.wait_for(three_hold.wait(), 10)
+            release.set()
+            await asyncio.wait_for(asyncio.gather(*burst), 10)
+    finally:
+        await engine.dispose()
+    assert (opened, most) == (3, 3)

@@ -53,7 +53,8 @@ async def prepare_local(settings: AdminSettings, demo_port: int) -> str:
     from jobring.core.clock import SystemClock
     from jobring.protocol.models import RegistryParam
 
-    store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade)
+    store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade,
+                             pool_size=settings.database_pool_size)
     try:
         await bootstrap(store, settings)
         seeded = await seed_demo(store, datetime.now(UTC).replace(tzinfo=None))

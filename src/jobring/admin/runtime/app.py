@@ -128,7 +128,8 @@ async def start_runtime(
     """Open the store (migrating unless ``auto_upgrade`` is off), bootstrap, start the loop."""
     clock = clock or _process_clock()
     node_id = make_node_id(settings)
-    store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade)
+    store = await Store.open(settings.database_url, upgrade=settings.auto_upgrade,
+                             pool_size=settings.database_pool_size)
     try:
         state = await resolve_database_state(store, settings.database_timezone, settings.timezone)
         settings = settings.model_copy(

@@ -19,7 +19,14 @@ from jobring.admin.store.audit import AuditEvent, AuditFilter, AuditRepository, 
 from jobring.admin.store.backfills import BackfillRepository
 from jobring.admin.store.calendars import CalendarRepository, CalendarRow
 from jobring.admin.store.delayed import DelayedFire, DelayedFireRepository
-from jobring.admin.store.engine import Capabilities, Db, create_engine, normalize_url, utc_naive
+from jobring.admin.store.engine import (
+    DEFAULT_POOL_SIZE,
+    Capabilities,
+    Db,
+    create_engine,
+    normalize_url,
+    utc_naive,
+)
 from jobring.admin.store.errors import Conflict, NotFound, ReferencedError, StoreError, is_transient
 from jobring.admin.store.fires import FireRepository, RecordedFire
 from jobring.admin.store.flow import FlowRepository
@@ -95,9 +102,10 @@ class Store:
         self.overlap = OverlapRepository(self.db)
 
     @classmethod
-    async def open(cls, url: str, *, upgrade: bool = True) -> Store:
-        """Create the engine for ``url``, optionally run migrations, and return the store."""
-        engine = create_engine(url)
+    async def open(cls, url: str, *, upgrade: bool = True, pool_size: int = DEFAULT_POOL_SIZE) -> Store:
+        """Create the engine for ``url`` (``pool_size``: connections kept, PostgreSQL and
+        MySQL/MariaDB), optionally run migrations, and return the store."""
+        engine = create_engine(url, pool_size=pool_size)
         if upgrade:
             await upgrade_database(engine)
         return cls(engine)
@@ -176,6 +184,7 @@ __all__ = [
     "User",
     "UserRepository",
     "WorkflowRepository",
+    "DEFAULT_POOL_SIZE",
     "create_engine",
     "current_revision",
     "head_revision",
