@@ -248,7 +248,7 @@ async def test_a_step_stores_its_attempts_claimed_and_returns_them_with_their_jo
         ("s", -1, 1, 0, None, None, NodeRunState.FIRING, "n1", T0 + 1, wf, run),
     ]
     assert stored.attempts == await store.workflows.node_runs(run)
-    assert set(stored.jobs) == {job}
+    assert stored.jobs == {job: await store.jobs.get(job)}  # every column as a read of the job
     got = await store.workflows.get_run(run)
     assert got is not None and (got.rev, got.status, got.state) == (1, "running", {"v": 1})
     # A step computed from a revision no longer stored is refused whole: no attempt inserted.
@@ -281,10 +281,9 @@ async def test_a_step_survives_a_column_a_newer_version_added(store: Store) -> N
 
 async def test_a_step_whose_jobs_cannot_be_read_is_stored_whole_or_not_at_all(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Where the jobs are read in the step's transaction, the failure rolls the step back; on
-    # PostgreSQL they are read after the step's one statement committed: the step stands and
-    # says its jobs are to be read at the fire (raising would leave its claimed attempts to
-    # the stale-claim sweep).
+    # The jobs are read in the step's transaction: a failure to read them rolls the step back.
+    # On PostgreSQL the step's one statement returns them: no read after it (which, failing,
+    # would have left a stored step without its jobs).
     group = await store.groups.create(JobGroup(app_name="wf-jobs", title="W"), NOW)
     job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h"))
     wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
@@ -302,7 +301,7 @@ async def test_a_step_whose_jobs_cannot_be_read_is_stored_whole_or_not_at_all(
     got, attempts = await store.workflows.get_run(run), await store.workflows.node_runs(run)
     assert got is not None
     if store.db.backend == "postgresql":
-        assert stored is not None and stored.jobs is None and stored.attempts == attempts
+        assert stored is not None and stored.attempts == attempts and set(stored.jobs) == {job}
         assert got.rev == 1 and [(a.node_key, a.claimed_by) for a in attempts] == [("a", "n1")]
     else:
         assert stored is None and got.rev == 0 and attempts == []

@@ -10,13 +10,14 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import String, TextClause, bindparam, insert, select, text, update
+from sqlalchemy import String, TextualSelect, bindparam, column, insert, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Update
 
 from jobring.admin.store.base import Repository, chunks
-from jobring.admin.store.tables import job_log, workflow_node_run, workflow_run
+from jobring.admin.store.records import JobInfo
+from jobring.admin.store.tables import job_info, job_log, workflow_node_run, workflow_run
 from jobring.admin.store.workflow_records import (
     EndedNodeRun,
     NewNodeRun,
@@ -258,12 +259,15 @@ async def insert_claimed_returning(
 
 # A start's own values, one array each: the columns are named as NewNodeRun's fields.
 _PER_ATTEMPT = tuple(f.name for f in dataclasses.fields(NewNodeRun))
+# The job of an attempt comes back beside it, its columns named with this prefix.
+_JOB = "j_"
 
 
 @functools.lru_cache(maxsize=4)
-def _advance_with_claimed_starts(dialect: Dialect) -> TextClause:
+def _advance_with_claimed_starts(dialect: Dialect) -> TextualSelect:
     # WITH moved AS (UPDATE run ... WHERE rev = :rev RETURNING id), ins AS (INSERT INTO attempts
-    # SELECT moved.id, v.* FROM moved, unnest(arrays) AS v RETURNING cols) SELECT cols FROM ins
+    # SELECT moved.id, v.* FROM moved, unnest(arrays) AS v RETURNING cols) SELECT cols, job cols
+    # FROM ins LEFT JOIN jobs
     quote = dialect.identifier_preparer.quote
 
     def array_type(name: str) -> str:
@@ -279,28 +283,46 @@ def _advance_with_claimed_starts(dialect: Dialect) -> TextClause:
     names = ", ".join(quote(name) for name in _PER_ATTEMPT)
     # The columns this code knows, not *: a column a newer version added must not break it.
     known = ", ".join(quote(c.name) for c in workflow_node_run.c)
+    attempt_columns = ", ".join(f"ins.{quote(c.name)}" for c in workflow_node_run.c)
+    job_columns = ", ".join(f"j.{quote(c.name)} AS {quote(_JOB + c.name)}" for c in job_info.c)
     return text(
         f"WITH moved AS (UPDATE {quote(workflow_run.name)} SET rev = :rev + 1, status = :status, "
         f"state = :state, ended_at = :ended_at WHERE id = :run_id AND rev = :rev RETURNING id), "
         f"ins AS (INSERT INTO {quote(workflow_node_run.name)} ({columns}) "
         f"SELECT moved.id, {values}, :firing, :claimed_by, :claimed_at, :created_at "
         f"FROM moved, unnest({arrays}) AS v({names}) RETURNING {known}) "
-        f"SELECT {known} FROM ins ORDER BY id")
+        f"SELECT {attempt_columns}, {job_columns} FROM ins "
+        f"LEFT JOIN {quote(job_info.name)} AS j ON j.id = ins.job_id AND ins.workflow_id IS NULL "
+        f"ORDER BY ins.id"
+    ).columns(  # typed: the jobs' columns are read as a select of the table reads them
+        *(column(c.name, c.type) for c in workflow_node_run.c),
+        *(column(_JOB + c.name, c.type) for c in job_info.c),
+    )
 
 
 async def advance_with_claimed_starts(
     conn: AsyncConnection, run_id: int, rev: int, values: dict[str, Any], starts: Sequence[NewNodeRun],
     now_ms: int, claimed_by: str,
-) -> builtins.list[NodeRunRecord] | None:
+) -> tuple[builtins.list[NodeRunRecord], dict[int, JobInfo]] | None:
     """PostgreSQL: store a step by compare-and-set on ``rev`` (``values``: the run's status,
     state and ended_at) and insert its attempts claimed, in one statement (a data-modifying
-    CTE: the attempts are inserted only if the run moved). The attempts as inserted, oldest
-    first; None when the run is no longer at ``rev`` (``starts`` must not be empty)."""
+    CTE: the attempts are inserted only if the run moved) that reads their jobs too. The
+    attempts as inserted, oldest first, and their jobs by id (missing: deleted); None when the
+    run is no longer at ``rev`` (``starts`` must not be empty)."""
     params: dict[str, Any] = {f"a_{name}": [getattr(s, name) for s in starts] for name in _PER_ATTEMPT}
     params.update(values, run_id=run_id, rev=rev, firing=NodeRunState.FIRING, claimed_by=claimed_by,
                   claimed_at=now_ms, created_at=now_ms)
     rows = (await conn.execute(_advance_with_claimed_starts(conn.dialect), params)).all()
-    return [node_run_of(r) for r in rows] if rows else None
+    if not rows:
+        return None
+    attempts, jobs = [], {}
+    for row in rows:
+        values_of = row._mapping
+        attempts.append(NodeRunRecord(**{c.name: values_of[c.name] for c in workflow_node_run.c}))
+        if values_of[_JOB + "id"] is not None:
+            job = JobInfo(**{c.name: values_of[_JOB + c.name] for c in job_info.c})
+            jobs[job.id] = job
+    return attempts, jobs
 
 
 async def pending_attempts(conn: AsyncConnection, run_id: int) -> builtins.list[NodeRunRecord]:

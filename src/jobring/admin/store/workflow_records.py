@@ -154,11 +154,10 @@ on a busy machine. Larger ones (a state reaches megabytes) go to a worker thread
 @dataclass(frozen=True, slots=True)
 class StoredStep:
     """What storing a step read in its transaction: the run's pending attempts (those it
-    inserted among them) and the jobs they run, by id (missing: deleted; None: not read, each
-    is read at its fire)."""
+    inserted among them) and the jobs they run, by id (missing: deleted)."""
 
     attempts: builtins.list[NodeRunRecord]
-    jobs: dict[int, JobInfo] | None
+    jobs: dict[int, JobInfo]
 
 
 def dumps(doc: Mapping[str, Any]) -> str:
