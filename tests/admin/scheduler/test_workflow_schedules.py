@@ -11,10 +11,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import update
 
 from jobring.admin.monitors.workflow_schedules import WorkflowScheduler
 from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
+from jobring.admin.store.tables import workflow
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
 from jobring.admin.store.workflows import WorkflowRecord
 from jobring.core.workflow import parse_workflow
@@ -135,6 +137,25 @@ async def test_a_job_moved_to_another_group_keeps_the_run_from_starting(sched: S
     await sched.a.tick()
     assert await sched.runs(wf.id) == []
     assert "not started" in (await sched.schedule(wf.id)).last_result
+
+
+async def test_a_workflow_moved_as_its_run_starts_keeps_its_schedule(
+        sched: Sched, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Moved to another group between the sweep's read and the run's start: the start is refused
+    # in its write (no run under the group it left), and the schedule is kept for the next fire.
+    wf = await sched.workflow()
+    async with sched.env.store.engine.begin() as conn:
+        moved = update(workflow).where(workflow.c.id == wf.id).values(job_group=wf.job_group + 100)
+        await conn.execute(moved)
+
+    async def as_read_before_the_move(workflow_id: int) -> WorkflowRecord | None:
+        return wf if workflow_id == wf.id else None
+
+    monkeypatch.setattr(sched.env.store.workflows, "get", as_read_before_the_move)
+    sched.env.clock.set(T0 + MINUTE)
+    await sched.a.tick()
+    assert await sched.runs(wf.id) == []
+    assert "moved to another group" in (await sched.schedule(wf.id)).last_result
 
 
 async def _once(sched: Sched, at_ms: int, misfire: str) -> WorkflowRecord:

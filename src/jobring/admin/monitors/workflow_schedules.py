@@ -126,7 +126,11 @@ class WorkflowScheduler(Monitor):
         try:
             run_id, step = await self._driver.start_run(record, schedule.params, SCHEDULED_BY)
         except WorkflowRunGone:
-            await self._store.workflow_schedules.delete(wid)
+            if await self._store.workflows.get(wid) is None:
+                await self._store.workflow_schedules.delete(wid)
+            else:  # moved to another group since it was read: its schedule stays
+                await self._store.workflow_schedules.note(
+                    wid, f"{what}: not started: the workflow moved to another group meanwhile")
             return
         text = f"{what}: started run {run_id}" if step.applied else f"{what}: not started: {step.note}"
         await self._store.workflow_schedules.note(wid, text)

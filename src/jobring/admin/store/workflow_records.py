@@ -47,7 +47,7 @@ class NodeRunState:
 
 
 class WorkflowGone(JobringError, LookupError):
-    """The workflow was deleted (a run cannot start)."""
+    """The workflow was deleted, or moved to another group (a run cannot start)."""
 
 
 class WorkflowBusy(JobringError):

@@ -109,14 +109,16 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         parent_node_run_id: int | None = None,
     ) -> int:
         """Record a run and the node attempts its first step starts; returns the run id.
-        :class:`WorkflowGone` when the workflow was deleted (see :meth:`delete`). A child run
+        :class:`WorkflowGone` when the workflow was deleted (see :meth:`delete`) or is no
+        longer in ``job_group`` (moved since it was read: the run would be recorded under a
+        group the workflow has left). A child run
         names its parent run and node attempt (unique: IntegrityError when the attempt has
         started one already)."""
         text = await _state_text(state)
         params_text = None if params is None else await _state_text(params)  # up to 64 KiB
         async with self._db.write() as conn:
-            if not await lock_workflow_row(conn, workflow_id, shared=True):
-                raise WorkflowGone(f"workflow {workflow_id} does not exist")
+            if not await lock_workflow_row(conn, workflow_id, group=job_group, shared=True):
+                raise WorkflowGone(f"workflow {workflow_id} does not exist in group {job_group}")
             run_id = new_id(
                 await conn.execute(
                     insert(workflow_run).values(
