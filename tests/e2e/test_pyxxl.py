@@ -11,10 +11,8 @@ from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from tests.e2e.pyxxl_harness import running_admin, wait_for
 
-# pyxxl executors in real processes: seen refusing a child trigger's connection under the
-# parallel workers' load, and again beside one other timing test (2026-11-30), so these run in
-# make test's last phase, alone.
-pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
+# pyxxl executors in real processes.
+pytestmark = pytest.mark.e2e
 
 
 async def test_pyxxl_registers_runs_calls_back_and_leaves(sqlite_store: Store, tmp_path: Path) -> None:
@@ -57,13 +55,16 @@ async def test_child_job_runs_after_parent_success(sqlite_store: Store, tmp_path
         child = await admin.job("demo", executor_param="child")
         parent = await admin.job("demo", executor_param="parent", child_jobid=str(child.id))
         fired = await admin.trigger.fire(FireRequest(parent, TriggerType.MANUAL))
-        parent_log = await admin.wait_result(fired.log_ids[0])
-        assert "Trigger child job" in (parent_log.handle_msg or "")
+        await admin.wait_result(fired.log_ids[0])
 
         async def child_logged() -> bool:
             return bool(await admin.store.logs.for_job(child.id))
 
         await wait_for("the child's log", child_logged)
+        # The children's summary is appended to the parent's message after its result is
+        # recorded, before they are fired: read once the child's run exists.
+        parent_log = await admin.store.logs.get(fired.log_ids[0])
+        assert parent_log is not None and "Trigger child job" in (parent_log.handle_msg or "")
         (child_log,) = await admin.store.logs.for_job(child.id)
         assert child_log.trigger_type == "PARENT"
         done = await admin.wait_result(child_log.id)
