@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
+from jobring.admin.store.tables import workflow
 from jobring.admin.store.workflows import NodeRunState, WorkflowRecord
 from jobring.core.workflow import RetryFailed, StopRun, parse_workflow, run_from_json
 from jobring.protocol.models import HandleCallbackParam
@@ -150,6 +152,31 @@ async def test_a_child_that_leads_back_above_it_is_refused_at_its_start(kit: Kit
     assert "not started" in nodes["to_b"].message and "may not recurse" in nodes["to_b"].message
     assert (await kit.env.store.workflows.list_runs(workflow_id=b.id))[1] == 0  # B never ran
     assert kit.fired() == []
+
+
+async def test_a_child_moved_to_another_group_as_it_starts_fails_the_node(
+        kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The child is read in the parent's group, then moved before its run is recorded: the start
+    # is refused in its write and the node fails saying so (the error used to escape through
+    # the parent's own start, as if the parent were gone).
+    parent, child = await _parent_and_child(kit)
+    async with kit.env.store.engine.begin() as conn:
+        moved = update(workflow).where(workflow.c.id == child.id).values(job_group=child.job_group + 1)
+        await conn.execute(moved)
+    read = kit.env.store.workflows.get
+
+    async def child_as_read_before_the_move(workflow_id: int) -> WorkflowRecord | None:
+        return child if workflow_id == child.id else await read(workflow_id)
+
+    monkeypatch.setattr(kit.env.store.workflows, "get", child_as_read_before_the_move)
+    run_id, _ = await kit.a.start_run(parent, {"day": "d1"}, "alice")
+    await kit.finish("p1")
+    status, nodes = await kit.state(run_id)
+    assert status == "failed" and nodes["sub"].status.value == "failed", nodes
+    gone = f"workflow {child.id} does not exist in group {child.job_group}"
+    assert nodes["sub"].message == f"attempt 1 failed: not started: {gone}"
+    assert (await kit.env.store.workflows.list_runs(workflow_id=child.id))[1] == 0
+    assert kit.fired() == ["p1"]
 
 
 async def test_the_sweep_hands_over_a_child_end_no_admin_handed_over(kit: Kit) -> None:

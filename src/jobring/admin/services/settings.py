@@ -104,8 +104,8 @@ class AdminSettings(SettingsBase):
     _json_fields: ClassVar[frozenset[str]] = frozenset({"alarm_default_targets"})
 
     database_url: str = DEFAULT_DATABASE_URL
-    # Connections kept open to PostgreSQL/MySQL/MariaDB, and the most used at once (a burst
-    # waits for one): 20 per admin node, 60 for three (PostgreSQL allows 100 by default).
+    # The most connections to PostgreSQL/MySQL/MariaDB, each kept once opened (a burst waits
+    # for one): 20 per admin node, 60 for three (PostgreSQL allows 100 by default).
     database_pool_size: PositiveInt = 20
     host: str = "127.0.0.1"
     port: int = 8080

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy.exc import IntegrityError
 
 from jobring.admin.services.workflow_access import check_tree, check_tree_budget
+from jobring.admin.services.workflow_steps import WorkflowRunGone
 from jobring.admin.store.workflows import NodeRunRecord, NodeRunState, WorkflowRecord, WorkflowRunRecord
 from jobring.core.clock import Clock
 from jobring.core.expression import JsonValue
@@ -120,6 +121,9 @@ class Children:
         except IntegrityError:  # another admin started it (a claim taken over)
             found = await self._store.workflow_children.child_of(attempt.id)
             return None if found is None else found.id
+        except WorkflowRunGone as exc:  # deleted or moved to another group since it was read
+            await self._fail(attempt, f"not started: {exc}")
+            return None
         if not step.applied:
             await self._fail(attempt, f"not started: {step.note}")
             return None

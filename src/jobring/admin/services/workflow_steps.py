@@ -40,9 +40,11 @@ from jobring.core.workflow import (
     run_from_json,
     run_to_json,
 )
+from jobring.errors import JobringError
 
 __all__ = [
     "Applied",
+    "WorkflowRunGone",
     "finished",
     "item_of",
     "naive_utc",
@@ -58,6 +60,11 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+
+class WorkflowRunGone(JobringError, LookupError):
+    """The run (or its workflow version) no longer exists; at a run's start: its workflow was
+    deleted, or moved out of the group it was read in."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from jobring.admin.services.workflow_fires import (
 from jobring.admin.services.workflow_steps import (
     Applied,
     KnownRun,
+    WorkflowRunGone,
     finished,
     first_step,
     new_attempts,
@@ -76,7 +77,6 @@ from jobring.core.workflow import (
     inherited_retries,
     parse_workflow,
 )
-from jobring.errors import JobringError
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
@@ -91,10 +91,6 @@ _RUNS_KEPT = 64
 _KEPT_STATE_CHARS = 262_144
 """Runs this driver remembers as it stored them (see ``WorkflowDriver._known``): up to this
 many, each with a state up to this size (JSON characters)."""
-
-
-class WorkflowRunGone(JobringError, LookupError):
-    """The run (or its workflow version) no longer exists."""
 
 
 class WorkflowDriver(Monitor):
@@ -172,8 +168,9 @@ class WorkflowDriver(Monitor):
     ) -> tuple[int, Step]:
         """Start a run of the workflow's current version; (run id, first step). A step that is
         not applied (bad params) records nothing: its note says why. WorkflowRunGone when the
-        workflow has been deleted. ``parent``: the sub-workflow attempt this run is the child
-        of (IntegrityError when that attempt has started a child already)."""
+        workflow has been deleted, or moved out of the group it was read in. ``parent``: the
+        sub-workflow attempt this run is the child of (IntegrityError when that attempt has
+        started a child already)."""
         graph = await self.graph(workflow.id, workflow.version)
         job_ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
         jobs = await self._store.jobs.get_many(job_ids)
@@ -197,7 +194,7 @@ class WorkflowDriver(Monitor):
                 parent_run_id=None if parent is None else parent.workflow_run_id,
                 parent_node_run_id=None if parent is None else parent.id,
             )
-        except WorkflowGone as exc:  # deleted since it was read
+        except WorkflowGone as exc:  # deleted or moved to another group since it was read
             raise WorkflowRunGone(str(exc)) from None
         log.info("workflow %s run %s started (version %s)", workflow.id, run_id, workflow.version)
         if step.run.status is RunStatus.RUNNING and len(state) <= _KEPT_STATE_CHARS:
