@@ -84,7 +84,7 @@ def fresh_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 async def _emptied_store(url: str) -> Store:
-    store = Store(create_engine(url, pool_size=5, max_overflow=5))
+    store = Store(create_engine(url, pool_size=10))  # as the admin's: no overflow
     async with store.engine.begin() as conn:
         for table in reversed(metadata.sorted_tables):
             await conn.execute(delete(table))

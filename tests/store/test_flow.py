@@ -97,7 +97,7 @@ async def test_queued_runs_are_left_alone_by_the_fire_queries(store: Store) -> N
 
 async def test_two_nodes_admitting_at_once_never_exceed_the_limit(store: Store, db_url: str) -> None:
     group, job = await _setup(store)
-    other = Store(create_engine(db_url, pool_size=5, max_overflow=5))
+    other = Store(create_engine(db_url, pool_size=10))
     try:
         ids = await _record(store, group, job, 40)
         batches = [ids[i:i + 4] for i in range(0, len(ids), 4)]
@@ -113,7 +113,7 @@ async def test_two_nodes_admitting_at_once_never_exceed_the_limit(store: Store, 
 
 async def test_rate_limit_buckets_are_shared(store: Store, db_url: str) -> None:
     group, job = await _setup(store)
-    other = Store(create_engine(db_url, pool_size=5, max_overflow=5))
+    other = Store(create_engine(db_url, pool_size=10))
     try:
         ids = await _record(store, group, job, 6)
         rate = RateLimit(2, 1_000)
