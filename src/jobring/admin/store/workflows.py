@@ -111,9 +111,8 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         """Record a run and the node attempts its first step starts; returns the run id.
         :class:`WorkflowGone` when the workflow was deleted (see :meth:`delete`) or is no
         longer in ``job_group`` (moved since it was read: the run would be recorded under a
-        group the workflow has left). A child run
-        names its parent run and node attempt (unique: IntegrityError when the attempt has
-        started one already)."""
+        group the workflow has left). A child run names its parent run and node attempt
+        (unique: IntegrityError when the attempt has started one already)."""
         text = await _state_text(state)
         params_text = None if params is None else await _state_text(params)  # up to 64 KiB
         async with self._db.write() as conn:
