@@ -15,7 +15,7 @@ as an executor would:
   times until the next node's ``/run`` reaches the executor (callback arrival at the admin ->
   the child's ``/run`` at the executor, both on loopback). Also the same over one 1,000-node
   chain (the largest run state a chain has) and the sink of a wide run (the callback of the
-  last of its 998 parents).
+  last of its 998 parents; `--wide-runs` of them, one sample each).
 * run page: ``GET /api/v1/workflow-runs/{id}`` of the finished 1,000-node runs, wide (one
   root, 998 in parallel, a sink) and deep (a chain), timed through the Python client (its JSON
   decoding included), ``--gets`` times each.
@@ -196,6 +196,8 @@ async def main() -> None:
                         help="chains run first and reported apart (the admin process is new)")
     parser.add_argument("--big", type=int, default=1_000, help="nodes of the wide and deep runs")
     parser.add_argument("--gap-ms", type=int, default=20)
+    parser.add_argument("--wide-runs", type=int, default=1,
+                        help="wide runs, one sink start sample each (their pages: the last one's)")
     parser.add_argument("--gets", type=int, default=30)
     parser.add_argument("--admin-log", type=Path, help="copy the admin's log here")
     args = parser.parse_args()
@@ -241,7 +243,10 @@ async def _measure(args: argparse.Namespace, base_url: str, executor: TimedExecu
         for i in range(args.runs):
             starts += (await bench.run_chain(chain(f"c{i}", group, bench.job_id, args.chain)))[1]
         deep_id, deep_starts = await bench.run_chain(chain("deep", group, bench.job_id, args.big))
-        wide_id, sink_ms = await bench.run_wide(wide("wide", group, bench.job_id, args.big))
+        sinks: list[float] = []
+        for i in range(args.wide_runs):
+            wide_id, sink_ms = await bench.run_wide(wide(f"wide{i}", group, bench.job_id, args.big))
+            sinks.append(sink_ms)
         deep_page, deep_nodes = await bench.page(deep_id, args.gets)
         wide_page, wide_nodes = await bench.page(wide_id, args.gets)
     return [
@@ -251,7 +256,7 @@ async def _measure(args: argparse.Namespace, base_url: str, executor: TimedExecu
           if warm else []),
         row(f"node start after its parent's callback ({args.chain}-node chains)", starts),
         row(f"node start after its parent's callback ({args.big}-node chain)", deep_starts),
-        row(f"sink start after its last parent's callback (wide, {args.big - 2} parents)", [sink_ms]),
+        row(f"sink start after its last parent's callback (wide, {args.big - 2} parents)", sinks),
         row(f"GET /workflow-runs/{{id}}, deep ({deep_nodes} nodes, finished)", deep_page),
         row(f"GET /workflow-runs/{{id}}, wide ({wide_nodes} nodes, finished)", wide_page),
     ]
