@@ -27,13 +27,13 @@ that joins it with the taken one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 
-from jobring.core.workflow.model import FailureRule, Join, Node, NodeKind
-from jobring.core.workflow.state import NodeRun, NodeStatus, SkipReason
+from jobring.core.workflow.model import FailureRule, Join, Node, NodeKind, WorkflowGraph
+from jobring.core.workflow.state import FRESH, NodeRun, NodeStatus, SkipReason
 
-__all__ = ["Signal", "Verdict", "edge_signal", "join_verdict"]
+__all__ = ["Signal", "Verdict", "edge_signal", "incoming_signals", "join_verdict"]
 
 
 class Signal(Enum):
@@ -64,6 +64,33 @@ def edge_signal(parent: Node, record: NodeRun, child: str) -> Signal:
     if status is NodeStatus.STOPPED:
         return Signal.FAILED
     return Signal.PENDING
+
+
+def incoming_signals(graph: WorkflowGraph, records: Mapping[str, NodeRun], key: str) -> set[Signal]:
+    """The distinct signals of the edges into ``key``; ``records`` are the run's node records (a
+    node missing from them is waiting). A join node reads every parent's at each parent's end, so
+    a wide join reads a thousand parents a thousand times in a run: the common cases (a parent
+    waiting, running, or succeeded and not a decision) are told here by identity alone, without
+    a call or a hash per parent."""
+    pending = ok = False
+    others: set[Signal] = set()
+    nodes, get = graph.nodes, records.get
+    waiting, running, success, decision = (
+        NodeStatus.WAITING, NodeStatus.RUNNING, NodeStatus.SUCCESS, NodeKind.DECISION)
+    for parent in graph.parents[key]:
+        record = get(parent, FRESH)
+        status = record.status
+        if status is waiting or status is running:
+            pending = True
+        elif status is success and nodes[parent].kind is not decision:
+            ok = True
+        else:
+            others.add(edge_signal(nodes[parent], record, key))
+    if pending:
+        others.add(Signal.PENDING)
+    if ok:
+        others.add(Signal.OK)
+    return others
 
 
 def join_verdict(join: Join, signals: Iterable[Signal]) -> Verdict:

@@ -31,7 +31,7 @@ from jobring.core.workflow.events import (
     Step,
     StopSubworkflow,
 )
-from jobring.core.workflow.joins import Verdict, edge_signal, join_verdict
+from jobring.core.workflow.joins import Verdict, incoming_signals, join_verdict
 from jobring.core.workflow.model import (
     MAX_FANOUT_ITEMS,
     MAX_RUN_ITEMS,
@@ -119,8 +119,7 @@ class Transition:
             if record.status is not NodeStatus.WAITING:
                 continue
             node = self.graph.nodes[key]
-            signals = (edge_signal(self.graph.nodes[p], self.node(p), key) for p in self.graph.parents[key])
-            verdict = join_verdict(node.join, signals)
+            verdict = join_verdict(node.join, incoming_signals(self.graph, self.nodes, key))
             if verdict is Verdict.RUN:
                 self.start(node)
             elif verdict is not Verdict.WAIT:
@@ -135,7 +134,14 @@ class Transition:
     def _all_final(self) -> bool:
         if len(self.nodes) < len(self.graph.nodes):
             return False
-        return all(record.status.is_final for record in self.nodes.values())
+        # Newest first: a node started by this step was added last (records start out of the
+        # map). A loop on identity: the status's is_final is a call, and this runs at every step.
+        waiting, running = NodeStatus.WAITING, NodeStatus.RUNNING
+        for record in reversed(self.nodes.values()):
+            status = record.status
+            if status is waiting or status is running:
+                return False
+        return True
 
     def complete(self) -> None:
         failed = [key for key in self.graph.order if self._counts_as_failure(key)]
