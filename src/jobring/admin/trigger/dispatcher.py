@@ -1,9 +1,10 @@
 """FireDispatcher: the trigger's executor side.
 
-Resolves fire plans against their executor groups (scheduled fires through a short cache,
-``group_cache_ms``; addresses refused by the address policy or unregistered on this node are
-never called), routes each recorded shard and sends its /run call through the fast/slow
-lanes, and turns each answer into the trigger result to record.
+Resolves fire plans against their executor groups (read by :mod:`.groups`, scheduled and
+workflow fires through a short cache, ``group_cache_ms``; addresses refused by the address
+policy or unregistered on this node are never called), routes each recorded shard and sends
+its /run call through the fast/slow lanes, and turns each answer into the trigger result to
+record.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Protocol
 
 from jobring.admin.dispatch.client import ExecutorClient
-from jobring.admin.store.records import JobGroup, JobInfo, TriggerResult
+from jobring.admin.store.records import JobInfo, TriggerResult
 from jobring.admin.trigger.fires import (
     MSG_ADDRESS_EMPTY,
     TRIGGER_TYPE_TITLES,
@@ -29,10 +30,11 @@ from jobring.admin.trigger.fires import (
     dispatch_error_reason,
     msg_no_handler,
 )
+from jobring.admin.trigger.groups import GroupViews
 from jobring.admin.trigger.lanes import DispatchLanes, Lane
 from jobring.core.addresses import AddressPolicy, address_key, refused_addresses
 from jobring.core.clock import Clock
-from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy, TriggerType
+from jobring.core.enums import AddressType, BlockStrategy, RouteStrategy
 from jobring.core.routing import PINNED_STRATEGIES, Router, RouteResult
 from jobring.protocol.models import FAIL_CODE, WORKFLOW_CONTEXT_FIELD, ReturnT, TriggerParam, dumps
 
@@ -114,12 +116,7 @@ class FireDispatcher:
         self._policy = address_policy or AddressPolicy()
         self.lanes = DispatchLanes(clock, fast_size=fast_pool, slow_size=slow_pool)
         self._router = router or Router(rng=rng, beat=client.beat_probe, idle_beat=client.idle_beat_probe)
-        # Scheduled fires and workflow node fires read executor groups through a short-lived
-        # cache (one read per group per ``group_cache_ms`` instead of one per batch: an edit on
-        # another node reaches them within that time); manual and API fires, and every
-        # address override check, read the group fresh.
-        self._group_cache_ms = group_cache_ms
-        self._group_cache: dict[int, tuple[int, GroupView | None]] = {}
+        self.groups = GroupViews(store, clock, self._policy, group_cache_ms)
         # (appname, address key) of the addresses that unregistered (api/registryRemove)
         # from an appname on this node: never routed to for that appname's groups, even by
         # fires prepared before they left, until they register there again. Per appname: a
@@ -137,7 +134,7 @@ class FireDispatcher:
         """An executor unregistered from ``app_name``: route nothing more of that appname's
         groups to it, and re-read groups."""
         self._gone.add((app_name, address_key(address)))
-        self._group_cache.clear()
+        self.groups.forget()
 
     def address_back(self, app_name: str, address: str, *, v35: bool = False) -> None:
         """An executor (re)registered under ``app_name`` with a token of that appname;
@@ -146,52 +143,22 @@ class FireDispatcher:
         key = (app_name, address_key(address))
         if key in self._gone:
             self._gone.discard(key)
-            self._group_cache.clear()
+            self.groups.forget()
 
     def forget_groups(self) -> None:
         """Drop the cached executor groups (an address was disabled, a group edited)."""
-        self._group_cache.clear()
+        self.groups.forget()
+
+    async def warm_group(self, group_id: int) -> None:
+        """See :meth:`GroupViews.warm`."""
+        await self.groups.warm(group_id)
 
     async def resolve(self, plans: list[FirePlan]) -> None:
         """Fill in each plan's addresses, shards and token from its group (TriggerRejected
         for an override outside the group or refused by the address policy: the SSRF guard)."""
-        groups = await self._groups(plans)
+        groups = await self.groups.views(plans)
         for plan in plans:
             self._resolve(plan, groups.get(plan.req.job.job_group))
-
-    def _view(self, group: JobGroup | None, declared: dict[str, frozenset[str]]) -> GroupView | None:
-        """``declared``: the handlers declared per registered address of the group's appname."""
-        if group is None:
-            return None
-        addresses = group.routable_addresses
-        refused = refused_addresses(addresses, self._policy) if addresses else []
-        if refused:
-            log.warning("executor group %s: not calling refused addresses %s", group.id, refused)
-            addresses = [a for a in addresses if a not in refused]
-        mine: dict[str, frozenset[str]] = {}
-        if declared:
-            # A hand-typed address may be spelled otherwise than the registered one.
-            by_key = {address_key(a): names for a, names in declared.items()}
-            mine = {a: by_key[k] for a in addresses if (k := address_key(a)) in by_key}
-        return GroupView(group, addresses, refused, group.access_token or None, mine)
-
-    async def _groups(self, plans: Sequence[FirePlan]) -> dict[int, GroupView | None]:
-        ids = {p.req.job.job_group for p in plans}
-        cacheable = self._group_cache_ms > 0 and all(
-            (p.req.planned_time is not None or p.req.trigger_type is TriggerType.WORKFLOW)
-            and not p.req.address_override for p in plans)
-        now = self._clock.now_ms()
-        groups: dict[int, GroupView | None] = {}
-        for group_id in ids:
-            cached = self._group_cache.get(group_id) if cacheable else None
-            if cached is not None and now - cached[0] < self._group_cache_ms:
-                groups[group_id] = cached[1]
-                continue
-            group = await self._store.groups.get(group_id)
-            declared = await self._store.registry.declared(group.app_name) if group is not None else {}
-            groups[group_id] = view = self._view(group, declared)
-            self._group_cache[group_id] = (now, view)
-        return groups
 
     def _resolve(self, plan: FirePlan, view: GroupView | None) -> None:
         req = plan.req

@@ -106,6 +106,11 @@ class TriggerService:
         """Drop the cached executor groups (an address was disabled, a group edited)."""
         self.dispatcher.forget_groups()
 
+    async def warm_group(self, group_id: int) -> None:
+        """Read an executor group ahead of workflow fires about to come (see
+        ``FireDispatcher.warm_group``)."""
+        await self.dispatcher.warm_group(group_id)
+
     async def fire(self, req: FireRequest) -> FireResult:
         """Fire one request; raises TriggerRejected for a request that must not run."""
         return (await self.fire_batch([req]))[0]

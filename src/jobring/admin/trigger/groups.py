@@ -1,0 +1,119 @@
+"""GroupViews: the executor groups as fires see them (addresses the policy allows, declared
+handlers), read from the store.
+
+Scheduled fires and workflow node fires read them through a short-lived cache (one read per
+group per ``cache_ms`` instead of one per batch: an edit on another node reaches them within
+that time); manual and API fires, and every address override check, read the group fresh.
+Fires that may use the cache share a read already under way for their group, and a workflow
+step about to start nodes reads its group ahead (:meth:`GroupViews.warm`), so that the read is
+not on the nodes' way to their executors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from jobring.admin.store.records import JobGroup
+from jobring.admin.trigger.fires import FirePlan, GroupView
+from jobring.core.addresses import AddressPolicy, address_key, refused_addresses
+from jobring.core.clock import Clock
+from jobring.core.enums import TriggerType
+
+if TYPE_CHECKING:
+    from jobring.admin.store import Store
+
+__all__ = ["GroupViews"]
+
+log = logging.getLogger("jobring.admin.trigger.trigger")  # the trigger's lines keep their logger
+
+
+class GroupViews:
+    """Reads executor groups for fires, through the cache described in the module docstring."""
+
+    def __init__(self, store: Store, clock: Clock, policy: AddressPolicy, cache_ms: int) -> None:
+        self._store = store
+        self._clock = clock
+        self._policy = policy
+        self._cache_ms = cache_ms
+        self._cache: dict[int, tuple[int, GroupView | None]] = {}  # group -> (read at, view)
+        self._reads: dict[int, asyncio.Future[GroupView | None]] = {}  # reads under way
+        # Counts the forgets: a read begun before one is not cached (it may predate an edit).
+        self._generation = 0
+
+    def forget(self) -> None:
+        """Drop the cached groups and those being read: a fire from now on reads them again
+        (an address was disabled or unregistered, a group edited)."""
+        self._cache.clear()
+        self._reads.clear()
+        self._generation += 1
+
+    async def views(self, plans: Sequence[FirePlan]) -> dict[int, GroupView | None]:
+        """The view of each plan's group (None: the group does not exist)."""
+        ids = {p.req.job.job_group for p in plans}
+        cacheable = self._cache_ms > 0 and all(
+            (p.req.planned_time is not None or p.req.trigger_type is TriggerType.WORKFLOW)
+            and not p.req.address_override for p in plans)
+        now = self._clock.now_ms()
+        groups: dict[int, GroupView | None] = {}
+        for group_id in ids:
+            cached = self._cache.get(group_id) if cacheable else None
+            if cached is not None and now - cached[0] < self._cache_ms:
+                groups[group_id] = cached[1]
+                continue
+            groups[group_id] = await self._read(group_id, now, join=cacheable)
+        return groups
+
+    async def warm(self, group_id: int) -> None:
+        """Read the group into the cache now, unless it was read within the last half of
+        ``cache_ms``: for fires about to come (a workflow step being stored)."""
+        now = self._clock.now_ms()
+        cached = self._cache.get(group_id)
+        if self._cache_ms > 0 and (cached is None or now - cached[0] >= self._cache_ms // 2):
+            await self._read(group_id, now, join=True)
+
+    async def _read(self, group_id: int, now: int, *, join: bool) -> GroupView | None:
+        """Read the group and cache it as read at ``now``; ``join``: a read of it already
+        under way serves this one too (a fire that may use the cache: that read began after
+        the cached copy it replaces). Fires that read fresh start their own."""
+        if not join:
+            return await self._fetch(group_id, now, self._generation)
+        reading = self._reads.get(group_id)
+        if reading is None:
+            reading = asyncio.ensure_future(self._fetch(group_id, now, self._generation))
+            self._reads[group_id] = reading
+            reading.add_done_callback(functools.partial(self._read_done, group_id))
+        return await asyncio.shield(reading)
+
+    def _read_done(self, group_id: int, reading: asyncio.Future[GroupView | None]) -> None:
+        if self._reads.get(group_id) is reading:
+            del self._reads[group_id]
+        if not reading.cancelled():
+            reading.exception()  # raised to those awaiting it; retrieved here should none be left
+
+    async def _fetch(self, group_id: int, now: int, generation: int) -> GroupView | None:
+        group = await self._store.groups.get(group_id)
+        declared = await self._store.registry.declared(group.app_name) if group is not None else {}
+        view = self._view(group, declared)
+        if generation == self._generation:
+            self._cache[group_id] = (now, view)
+        return view
+
+    def _view(self, group: JobGroup | None, declared: dict[str, frozenset[str]]) -> GroupView | None:
+        """``declared``: the handlers declared per registered address of the group's appname."""
+        if group is None:
+            return None
+        addresses = group.routable_addresses
+        refused = refused_addresses(addresses, self._policy) if addresses else []
+        if refused:
+            log.warning("executor group %s: not calling refused addresses %s", group.id, refused)
+            addresses = [a for a in addresses if a not in refused]
+        mine: dict[str, frozenset[str]] = {}
+        if declared:
+            # A hand-typed address may be spelled otherwise than the registered one.
+            by_key = {address_key(a): names for a, names in declared.items()}
+            mine = {a: by_key[k] for a in addresses if (k := address_key(a)) in by_key}
+        return GroupView(group, addresses, refused, group.access_token or None, mine)

@@ -1,0 +1,115 @@
+"""The executor groups as fires read them: the short cache of scheduled and workflow fires, a
+read shared by the fires that may use it, a read ahead of workflow fires, and fresh reads for
+manual fires and after a forget."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from jobring.admin.store.records import JobGroup, JobInfo
+from jobring.admin.trigger.fires import FirePlan, FireRequest
+from jobring.admin.trigger.groups import GroupViews
+from jobring.core.addresses import AddressPolicy
+from jobring.core.enums import TriggerType
+from tests.admin.trigger_kit import HOSTS, Env, env_fixture
+
+env = env_fixture(HOSTS[:1])
+
+
+class GatedReads:
+    """Counts the store's group reads; while ``gate`` is clear they wait for it."""
+
+    def __init__(self, env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+        real = env.store.groups.get
+
+        async def get(group_id: int) -> JobGroup | None:
+            self.count += 1
+            await self.gate.wait()
+            return await real(group_id)
+
+        monkeypatch.setattr(env.store.groups, "get", get)
+
+
+@pytest.fixture
+async def reads(env: Env, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[GatedReads]:
+    yield GatedReads(env, monkeypatch)
+
+
+def plan(job: JobInfo, trigger_type: TriggerType) -> FirePlan:
+    return FirePlan(FireRequest(job, trigger_type), None, "", 0, 0)
+
+
+def views_of(env: Env) -> GroupViews:
+    return GroupViews(env.store, env.clock, AddressPolicy(), 1_000)
+
+
+async def test_workflow_fires_share_one_read_and_the_cache_serves_them_for_a_second(
+    env: Env, reads: GatedReads
+) -> None:
+    views, job = views_of(env), await env.job()
+    reads.gate.clear()
+    both = asyncio.gather(*(views.views([plan(job, TriggerType.WORKFLOW)]) for _ in range(2)))
+    await asyncio.sleep(0.01)
+    reads.gate.set()
+    first, second = await asyncio.wait_for(both, 5)
+    assert reads.count == 1
+    assert first[env.group_id] is second[env.group_id] is not None
+    env.clock.advance(999)
+    await views.views([plan(job, TriggerType.WORKFLOW)])
+    assert reads.count == 1
+    env.clock.advance(1)
+    await views.views([plan(job, TriggerType.WORKFLOW)])
+    assert reads.count == 2
+
+
+async def test_a_manual_fire_reads_its_group_itself(env: Env, reads: GatedReads) -> None:
+    views, job = views_of(env), await env.job()
+    reads.gate.clear()
+    workflow = asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)]))
+    manual = asyncio.ensure_future(views.views([plan(job, TriggerType.MANUAL)]))
+    await asyncio.sleep(0.01)
+    reads.gate.set()
+    await asyncio.wait_for(asyncio.gather(workflow, manual), 5)
+    assert reads.count == 2
+    await views.views([plan(job, TriggerType.MANUAL)])
+    assert reads.count == 3  # never from the cache either
+
+
+async def test_a_group_read_ahead_serves_the_fires_after_it(env: Env, reads: GatedReads) -> None:
+    views, job = views_of(env), await env.job()
+    await views.warm(env.group_id)
+    assert reads.count == 1
+    env.clock.advance(400)
+    await views.warm(env.group_id)  # read 400 ms ago: fresh enough
+    await views.views([plan(job, TriggerType.WORKFLOW)])
+    assert reads.count == 1
+    env.clock.advance(100)
+    reads.gate.clear()
+    warming = asyncio.ensure_future(views.warm(env.group_id))  # half its life gone: read again
+    await asyncio.sleep(0.01)
+    env.clock.advance(600)  # the cached copy is stale now: the fire waits for the read under way
+    firing = asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)]))
+    await asyncio.sleep(0.01)
+    reads.gate.set()
+    await asyncio.wait_for(asyncio.gather(warming, firing), 5)
+    assert reads.count == 2 and firing.result()[env.group_id] is not None
+
+
+async def test_a_read_under_way_when_the_groups_are_forgotten_is_not_cached(
+    env: Env, reads: GatedReads
+) -> None:
+    views, job = views_of(env), await env.job()
+    reads.gate.clear()
+    before = asyncio.ensure_future(views.warm(env.group_id))
+    await asyncio.sleep(0.01)
+    views.forget()  # e.g. the group was edited: what that read returns may predate the edit
+    reads.gate.set()
+    await asyncio.wait_for(before, 5)
+    await views.views([plan(job, TriggerType.WORKFLOW)])
+    assert reads.count == 2
