@@ -16,6 +16,7 @@ from sqlalchemy import event
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.services import workflow_steps as steps_module
+from jobring.admin.services import workflows as workflows_module
 from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
@@ -189,27 +190,50 @@ async def test_a_large_state_is_stepped_and_encoded_off_the_event_loop(
     # A run's state reaches megabytes; reading, applying and writing it back must not hold the loop.
     loop_thread = threading.get_ident()
     threads: dict[str, set[int]] = {"apply": set(), "encode": set()}
-    real_apply, real_encode = apply, run_to_json
+    real_apply, real_encode = apply, steps_module.StateEncoder.encode
 
     def watched_apply(*args: Any) -> Any:
         threads["apply"].add(threading.get_ident())
         return real_apply(*args)
 
-    def watched_encode(run: Any) -> Any:
+    def watched_encode(encoder: steps_module.StateEncoder, run: Any) -> Any:
         threads["encode"].add(threading.get_ident())
-        return real_encode(run)
+        return real_encode(encoder, run)
 
     job = await two.env.job()
     workflow = await two.workflow(_diamond(job.id))
     monkeypatch.setattr(steps_module, "SMALL_STATE_CHARS", 0)  # every state counts as large
     monkeypatch.setattr(store_module, "SMALL_STATE_CHARS", 0)
+    monkeypatch.setattr(workflows_module, "KNOWN_STEP_ON_LOOP", 0)  # and every step of a known run
     monkeypatch.setattr(steps_module, "apply", watched_apply)
-    monkeypatch.setattr(steps_module, "run_to_json", watched_encode)
+    monkeypatch.setattr(steps_module.StateEncoder, "encode", watched_encode)
     await two.a.start_run(workflow, {}, "alice")
     await two.finish("A")
     assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
     assert threads["apply"] and loop_thread not in threads["apply"]
     assert threads["encode"] and loop_thread not in threads["encode"]
+
+
+async def test_a_step_that_starts_nodes_reads_their_group_while_it_is_stored(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The group cache lasts a second; a join's last parent often comes later than that.
+    job = await two.env.job()
+    workflow = await two.workflow(_diamond(job.id))
+    await two.a.start_run(workflow, {}, "alice")
+    warmed: list[int] = []
+    real = two.env.trigger.warm_group
+
+    async def warm_group(group_id: int) -> None:
+        warmed.append(group_id)
+        await real(group_id)
+
+    monkeypatch.setattr(two.env.trigger, "warm_group", warm_group)
+    two.env.clock.advance(5_000)
+    await two.finish("A")
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
+    # By the steps that started B and C (both drivers heard of A's result).
+    assert warmed and set(warmed) == {two.env.group_id}
 
 
 async def test_a_small_state_is_stepped_on_the_event_loop(two: Two, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,6 +254,30 @@ async def test_a_small_state_is_stepped_on_the_event_loop(two: Two, monkeypatch:
     assert threads == {threading.get_ident()}
     record = await two.env.store.workflows.get_run(run_id)
     assert record is not None and 0 < record.state_chars <= SMALL_STATE_CHARS
+
+
+async def test_a_known_runs_step_of_few_events_is_on_the_event_loop_whatever_its_size(
+    two: Two, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its run is in memory and only its changed nodes are encoded: less CPU than the hand-off.
+    threads: set[int] = set()
+    real_apply = apply
+
+    def watched_apply(*args: Any) -> Any:
+        threads.add(threading.get_ident())
+        return real_apply(*args)
+
+    job = await two.env.job()
+    workflow = await two.workflow(_diamond(job.id))
+    monkeypatch.setattr(steps_module, "SMALL_STATE_CHARS", 0)  # every state counts as large
+    monkeypatch.setattr(store_module, "SMALL_STATE_CHARS", 0)
+    await two.a.start_run(workflow, {}, "alice")
+    monkeypatch.setattr(steps_module, "apply", watched_apply)
+    (log_id,) = [log for p, log in two.fired() if p == "A"]
+    await two.callbacks.handle([HandleCallbackParam(log_id, T0, 200, "ok")])
+    await two.a.on_results([(log_id, 200, "ok")])  # driver a alone: it stored the run last
+    assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
+    assert threads == {threading.get_ident()}
 
 
 async def test_a_run_a_dead_node_recorded_and_never_sent_is_sent_once_after_asking(two: Two) -> None:

@@ -37,8 +37,10 @@ from jobring.admin.services.workflow_fires import (
     NodeFires,
 )
 from jobring.admin.services.workflow_steps import (
+    KNOWN_STEP_ON_LOOP,
     Applied,
     KnownRun,
+    StateEncoder,
     WorkflowRunGone,
     finished,
     first_step,
@@ -113,6 +115,7 @@ class WorkflowDriver(Monitor):
     ) -> None:
         super().__init__(interval_s)
         self._store = store
+        self._trigger = trigger
         self._clock = clock
         self._node_id = node_id
         self._graphs: dict[tuple[int, int], WorkflowGraph] = {}
@@ -177,7 +180,8 @@ class WorkflowDriver(Monitor):
         refs = {jid: JobRef(jid, job.job_group, job.executor_fail_retry_count) for jid, job in jobs.items()}
         now = self._clock.now_ms()
         event = RunStarted(now, workflow.version, params, inherited_retries(graph, refs.get))
-        step, state = await asyncio.to_thread(first_step, graph, event)  # see apply
+        encoder = StateEncoder()
+        step, state = await asyncio.to_thread(first_step, graph, event, encoder)  # see apply
         if step.run is None or state is None:
             return 0, step
         try:
@@ -202,7 +206,7 @@ class WorkflowDriver(Monitor):
                 run_id, workflow.id, workflow.version, workflow.job_group, step.run.status.value, 0,
                 triggered_by, now, None, None if parent is None else parent.workflow_run_id,
                 None if parent is None else parent.id)
-            self._remember(run_id, KnownRun(record, step.run, len(state)))
+            self._remember(run_id, KnownRun(record, step.run, len(state), encoder))
         await self._carry_out(run_id, step.commands, None if parent is None else parent.id)
         return run_id, step
 
@@ -253,39 +257,48 @@ class WorkflowDriver(Monitor):
         for _ in range(_CONTENDED_TRIES):
             known = self._known.pop(run_id, None)
             if known is not None:
-                record = known.record
+                record, encoder = known.record, known.encoder
                 graph = await self.graph(record.workflow_id, record.version)
-                steps, run, text = await off_loop_if_large(known.chars, steps_of, graph, known.run, events)
+                steps, run, text = await off_loop_if_large(
+                    known.chars * len(events), steps_of, graph, known.run, events, encoder,
+                    small=KNOWN_STEP_ON_LOOP)
             else:
                 read = await self._store.workflows.get_run(run_id)
                 if read is None or read.state is None:
                     raise WorkflowRunGone(f"workflow run {run_id} does not exist")
-                record = read
+                record, encoder = read, StateEncoder()
                 graph = await self.graph(record.workflow_id, record.version)
                 # Reading, applying and writing back a large run's state takes tens of
                 # milliseconds of CPU: done in a worker thread so the loop keeps serving. The
                 # compare-and-set below is unchanged: the steps were computed from revision
                 # record.rev, nothing else.
                 steps, run, text = await off_loop_if_large(
-                    record.state_chars, steps_of_state, graph, record.state, events)
+                    record.state_chars, steps_of_state, graph, record.state, events, encoder)
             if text is None or run is None:
                 if known is not None:
                     self._remember(run_id, known)
                 return [Applied(step) for step, _ in steps]
+            starts = new_attempts([c for step, changed in steps if changed for c in step.commands])
+            if any(start.job_id for start in starts):
+                # Their group is read while the step is stored, not on their way to the
+                # executor after it (its cached copy lasts a second: a join's last parent
+                # often comes later than that).
+                self._tasks.spawn(self._trigger.warm_group(record.job_group),
+                                  f"reading executor group {record.job_group} ahead of run {run_id}'s fires")
             stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
                 run.status.value,
                 text,
                 self._clock.now_ms(),
-                new_attempts([c for step, changed in steps if changed for c in step.commands]),
+                starts,
                 claimed_by=self._node_id,  # see _carry_out
             )
             if stored is not None:
                 after = replace(record, rev=record.rev + 1, status=run.status.value, state=None,
                                 params=None)
                 if run.status is RunStatus.RUNNING and len(text) <= _KEPT_STATE_CHARS:
-                    self._remember(run_id, KnownRun(after, run, len(text)))
+                    self._remember(run_id, KnownRun(after, run, len(text), encoder))
                 return [Applied(step, record, stored, run) if changed else Applied(step)
                         for step, changed in steps]
             self.lost_races += 1
@@ -360,8 +373,12 @@ class WorkflowDriver(Monitor):
                          if a.state == NodeRunState.RUNNING]
         finishing = [self.finish(a, HandleCode.SUCCESS, None, *by_log[a.log_id])
                      for a in attempts if a.log_id is not None]
-        # Together: the results of one run are applied as one step (see apply).
-        await asyncio.gather(*finishing)
+        if len(finishing) == 1:
+            # Awaited in this task: a task of its own for it would be one more turn of the
+            # loop before the step starts, and the callback's next read would come first.
+            await finishing[0]
+        else:  # together: the results of one run are applied as one step (see apply)
+            await asyncio.gather(*finishing)
 
     def notify(self, results: Sequence[tuple[int, int, str | None]],
                contexts: Mapping[int, str] | None = None) -> None:

@@ -65,7 +65,9 @@ from jobring.core.workflow.state import (
     SkipReason,
     Unit,
     WorkflowRun,
+    node_to_json,
     run_from_json,
+    run_head_json,
     run_to_json,
 )
 
@@ -115,9 +117,11 @@ __all__ = [
     "definition_changes",
     "definition_summary",
     "inherited_retries",
+    "node_to_json",
     "on_fire",
     "on_run_end",
     "parse_workflow",
     "run_from_json",
+    "run_head_json",
     "run_to_json",
 ]

@@ -26,7 +26,9 @@ __all__ = [
     "Unit",
     "WorkflowRun",
     "clip_message",
+    "node_to_json",
     "run_from_json",
+    "run_head_json",
     "run_to_json",
 ]
 
@@ -152,7 +154,9 @@ def _unit_json(unit: Unit) -> dict[str, Any]:
     return doc
 
 
-def _node_json(node: NodeRun) -> dict[str, Any]:
+def node_to_json(node: NodeRun) -> dict[str, Any]:
+    """One node record of :func:`run_to_json`'s ``nodes`` (a record equal to the fresh one is
+    left out of them)."""
     doc = _unit_json(node)
     if node.skip is not None:
         doc["k"] = node.skip.value
@@ -169,11 +173,18 @@ def _node_json(node: NodeRun) -> dict[str, Any]:
 
 def run_to_json(run: WorkflowRun) -> dict[str, Any]:
     """The run as a JSON-ready dict (store it; :func:`run_from_json` reads it back)."""
+    doc = run_head_json(run)
+    doc["nodes"] = {key: node_to_json(node) for key, node in run.nodes.items() if node != FRESH}
+    return doc
+
+
+def run_head_json(run: WorkflowRun) -> dict[str, Any]:
+    """:func:`run_to_json` without its ``nodes``, which come last in it (an encoder that keeps
+    each node's encoded text builds the document from this and them)."""
     return {
         "format": _FORMAT, "status": run.status.value, "version": run.version, "round": run.round,
         "started_ms": run.started_ms, "ended_ms": run.ended_ms, "message": run.message,
         "context": dict(run.context), "retries": dict(run.retries),
-        "nodes": {key: _node_json(node) for key, node in run.nodes.items() if node != FRESH},
     }
 
 
