@@ -189,3 +189,27 @@ async def test_a_callbacks_targets_are_read_in_one_go(store: Store) -> None:
     seen, parents = await store.logs.callback_targets(ids, parents=True)
     assert seen == {plain: (200, ga), parent: (0, ga)} and parents == {parent, orphan}
     assert await store.logs.callback_targets(ids, parents=False) == (seen, set())
+
+
+@pytest.mark.parametrize("returning", [True, False], ids=["update-returning", "no-returning"])
+async def test_a_first_result_is_written_without_a_read_only_when_it_may_be(
+        store: Store, returning: bool) -> None:
+    """``record_first_result``: a run's first result of a group the guard allows, written by the
+    UPDATE alone; anything else (a repeat, an unknown run, another group's, a distributed
+    parent's root task, or no UPDATE ... RETURNING) writes nothing and is left to
+    record_results."""
+    store.db.force_no_returning = not returning
+    writes = (await store.db.capabilities()).update_returning  # MariaDB: never
+    (ga, ja), (gb, jb) = await _groups(store)
+    run_a, run_b, parent = await _run(store, ga, ja), await _run(store, gb, jb), await _run(store, ga, ja)
+    assert await store.distributed.start_sharded(parent, ja, ga, "h", 2, None, "0%", 0, 1_773_144_000_000)
+    first = store.logs.record_first_result
+    for guard in (GroupGuard(only=frozenset({ga})), GroupGuard(excluded=frozenset({gb}))):
+        assert not await first(_done(run_b, "forged"), guard)
+        assert not await first(_done(run_b + 1000, "unknown"), guard)
+        assert not await first(_done(parent, "root task"), guard)
+    assert await first(_done(run_a, "own"), GroupGuard(only=frozenset({ga}))) is writes
+    assert not await first(_done(run_a, "again"), None)
+    entries = {i: await store.logs.get(i) for i in (run_a, run_b, parent)}
+    assert {i: (e.handle_code, e.handle_msg) for i, e in entries.items() if e is not None} == {
+        run_a: (200, "own") if writes else (0, None), run_b: (0, None), parent: (0, None)}

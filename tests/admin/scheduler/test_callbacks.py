@@ -144,13 +144,20 @@ async def test_a_success_without_children_or_recovery_alarm_costs_one_read(
     assert reads == 1
 
 
+@pytest.mark.parametrize("unread", [False, True], ids=["read-first", "first-result-unread"])
 async def test_a_token_checked_callback_reads_once_before_its_write(
-    cb: CbEnv, monkeypatch: pytest.MonkeyPatch
+    cb: CbEnv, monkeypatch: pytest.MonkeyPatch, unread: bool
 ) -> None:
     # With a token's guard and distributed runs on, a callback reads the runs' groups and which
     # runs are distributed parents in one read before its write (before: the parents, then the
     # groups, two reads on a workflow node start's path). A distributed parent's root task
-    # still goes to the distributed service.
+    # still goes to the distributed service. ``unread`` (PostgreSQL's way): a lone result
+    # that is its run's first is written with no read before; the others take the read.
+    async def yes() -> bool:
+        return True
+
+    if unread:
+        monkeypatch.setattr(cb.env.store.logs, "first_result_unread", yes)
     distributed = DistributedService(cb.env.store, ExecutorClient(access_token="tok"), cb.env.clock)
     callbacks = CallbackService(cb.env.store, cb.env.trigger, cb.env.clock)
     callbacks.distributed = distributed
@@ -186,8 +193,12 @@ async def test_a_token_checked_callback_reads_once_before_its_write(
     monkeypatch.setattr(db, "write", noting_write)
     try:
         assert await callbacks.handle([done(plain)], guard) == [ResultOutcome.APPLIED]
-        assert reads_before_write[0] == 1
+        assert reads_before_write[0] == (0 if unread else 1)
         assert taken == []
+        assert await callbacks.handle([done(plain)], guard) == [ResultOutcome.REPEAT]
+        assert await callbacks.handle([done(parent + 100)], guard) == [ResultOutcome.NOT_FOUND]
+        assert await callbacks.handle([done(plain)], GroupGuard(only=frozenset({-1}))) == [
+            ResultOutcome.NOT_FOUND]
         assert await callbacks.handle([done(parent)], guard) == [ResultOutcome.APPLIED]
         assert taken == [[parent]]
     finally:

@@ -170,6 +170,13 @@ class CallbackService:
         chunks: a flood of callbacks neither holds the database nor the loop for long."""
         if not items or (self.distributed is None and guard is None):
             return await self._handle(items, guard)
+        if len(items) == 1 and await self._store.logs.first_result_unread():
+            # A lone result (what executors send as each run ends) is written at once when it
+            # is its run's first, the read below only when it was not (see record_first_result).
+            async with self._slots:
+                first = await self._handle_chunk(items, guard, None, first_only=True)
+            if first is not None:
+                return first
         # One read for what the write needs read first (the runs' groups, for the guard) and
         # for which runs are distributed parents (usually none: then nothing more is read).
         seen, parents = await self._store.logs.callback_targets(
@@ -192,17 +199,27 @@ class CallbackService:
             if start:
                 await asyncio.sleep(0)
             async with self._slots:
-                outcomes += await self._handle_chunk(items[start:start + CALLBACK_CHUNK], guard, seen)
+                chunk = await self._handle_chunk(items[start:start + CALLBACK_CHUNK], guard, seen)
+            assert chunk is not None  # (None only with first_only)
+            outcomes += chunk
         return outcomes
 
     async def _handle_chunk(
         self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None,
-        seen: Mapping[int, tuple[int, int]] | None,
-    ) -> list[ResultOutcome]:
+        seen: Mapping[int, tuple[int, int]] | None, *, first_only: bool = False,
+    ) -> list[ResultOutcome] | None:
+        """Record the chunk and carry out what follows its results. ``first_only`` (one item):
+        only if it is its run's first result and its run no distributed parent, else nothing
+        is done and None returned."""
         now = datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=UTC)
         items = [_with_context_checked(i) if i.workflow_context is not None else i for i in items]
         results = [HandleResult(i.log_id, i.handle_code, i.handle_msg, now, _context_text(i)) for i in items]
-        outcomes = await self._store.logs.record_results(results, guard=guard, seen=seen)
+        if first_only:
+            if not await self._store.logs.record_first_result(results[0], guard):
+                return None
+            outcomes = [ResultOutcome.APPLIED]
+        else:
+            outcomes = await self._store.logs.record_results(results, guard=guard, seen=seen)
         self.received += len(items)
         applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
         missing = [i.log_id for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.NOT_FOUND]

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     bindparam,
+    exists,
     func,
     insert,
     null,
@@ -299,21 +300,7 @@ class LogRepository(LogReads, LogRetention):
         """One result where UPDATE has RETURNING: the conditional UPDATE alone tells whether it
         wrote the row (no rows to lock first; one row cannot deadlock), so without workflow
         context additions it is one statement (on PostgreSQL one round trip, no BEGIN)."""
-        member = _guard_condition(guard)
-        msg, at = result.handle_msg, result.handle_time
-        params: dict[str, Any] = {
-            "b_id": result.log_id, "b_code": result.handle_code, "b_msg": msg and msg[:HANDLE_MSG_MAX],
-            "b_time": utc_naive(at), "b_time_ms": _epoch_ms(at)}
-        if member is None:
-            stmt = _RECORD_ONE
-        else:
-            stmt = _RECORD_ONE_IN if member.inside else _RECORD_ONE_NOT_IN
-            params["b_groups"] = list(member.values)
-        async with self._db.write(alone=result.workflow_context is None) as conn:
-            written = (await conn.execute(stmt, params)).first()
-            if written is not None and written[0] is not None and result.workflow_context is not None:
-                await conn.execute(_CONTEXT_ADDED, {"b_id": written[0], "b_context": result.workflow_context})
-        if written is not None:
+        if await self._write_one(result, guard, first_only=False):
             return ResultOutcome.APPLIED
         # Not written: a repeat if the run has a result (and the token may report it).
         async with self._db.read() as conn:
@@ -321,6 +308,39 @@ class LogRepository(LogReads, LogRetention):
         if row is None or (guard is not None and not guard.allows(row[1])) or row[0] == 0:
             return ResultOutcome.NOT_FOUND
         return ResultOutcome.REPEAT
+
+    async def first_result_unread(self) -> bool:
+        """Whether a lone callback result is best written with :meth:`record_first_result`
+        before anything is read: on PostgreSQL, where it is one statement and round trip, and
+        one that matches nothing (an unknown run, a flood of them) takes no lock. Elsewhere
+        the read first stays cheaper (SQLite would take its one write lock; MariaDB has no
+        UPDATE ... RETURNING)."""
+        return (await self._db.capabilities()).backend == "postgresql"
+
+    async def record_first_result(self, result: HandleResult, guard: GroupGuard | None) -> bool:
+        """Record one result if it is its run's first, the run is of a group ``guard`` allows
+        and not a distributed parent (whose root task's result goes to its join), all decided
+        by the write itself; False, nothing written: :meth:`record_results` then tells why (a
+        repeat, an unknown run or another group's, a distributed parent). Needs UPDATE ...
+        RETURNING (False without it)."""
+        if not (await self._db.capabilities()).update_returning:
+            return False
+        return await self._write_one(result, guard, first_only=True)
+
+    async def _write_one(self, result: HandleResult, guard: GroupGuard | None, *, first_only: bool) -> bool:
+        member = _guard_condition(guard)
+        msg, at = result.handle_msg, result.handle_time
+        params: dict[str, Any] = {
+            "b_id": result.log_id, "b_code": result.handle_code, "b_msg": msg and msg[:HANDLE_MSG_MAX],
+            "b_time": utc_naive(at), "b_time_ms": _epoch_ms(at)}
+        stmt = _RECORD_ONE[(None if member is None else member.inside, first_only)]
+        if member is not None:
+            params["b_groups"] = list(member.values)
+        async with self._db.write(alone=result.workflow_context is None) as conn:
+            written = (await conn.execute(stmt, params)).first()
+            if written is not None and written[0] is not None and result.workflow_context is not None:
+                await conn.execute(_CONTEXT_ADDED, {"b_id": written[0], "b_context": result.workflow_context})
+        return written is not None
 
     async def append_handle_msgs(self, messages: dict[int, str]) -> None:
         """Set the handle message of runs whose result this node just recorded (the child
@@ -375,13 +395,16 @@ _TARGETS = union_all(
     select(distributed_run.c.run_id, null(), null()).where(distributed_run.c.run_id.in_(_IDS)))
 
 
-def _record_one_statement(groups: bool | None) -> Update:
+def _record_one_statement(groups: bool | None, first_only: bool) -> Update:
     # groups None: no guard; True: the run's group among b_groups; False: not among them.
+    # first_only: not a distributed parent's run either (see record_first_result).
     c = job_log.c
     where = [c.id == bindparam("b_id"), c.handle_code == 0]
     if groups is not None:
         in_groups: BindParameter[int] = bindparam("b_groups", expanding=True)
         where.append(c.job_group.in_(in_groups) if groups else c.job_group.not_in(in_groups))
+    if first_only:
+        where.append(~exists().where(distributed_run.c.run_id == c.id))
     return (update(job_log).where(*where)
             .values(handle_code=bindparam("b_code", type_=c.handle_code.type),
                     handle_msg=bindparam("b_msg", type_=c.handle_msg.type),
@@ -390,7 +413,9 @@ def _record_one_statement(groups: bool | None) -> Update:
             .returning(c.workflow_node_run_id))
 
 
-_RECORD_ONE, _RECORD_ONE_IN, _RECORD_ONE_NOT_IN = (_record_one_statement(g) for g in (None, True, False))
+# By (guard: None, or whether it lists the groups allowed; first_only), built once.
+_RECORD_ONE = {(groups, first): _record_one_statement(groups, first)
+               for groups in (None, True, False) for first in (False, True)}
 _CONTEXT_ADDED = (update(workflow_node_run).where(workflow_node_run.c.id == bindparam("b_id"))
                   .values(context_added=bindparam("b_context", type_=workflow_node_run.c.context_added.type)))
 
