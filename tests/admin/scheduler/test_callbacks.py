@@ -144,7 +144,7 @@ async def test_a_success_without_children_or_recovery_alarm_costs_one_read(
     assert reads == 1
 
 
-@pytest.mark.parametrize("unread", [False, True], ids=["read-first", "first-result-unread"])
+@pytest.mark.parametrize("unread", [False, True], ids=["read-first", "lone-result-first"])
 async def test_a_token_checked_callback_reads_once_before_its_write(
     cb: CbEnv, monkeypatch: pytest.MonkeyPatch, unread: bool
 ) -> None:
@@ -157,7 +157,7 @@ async def test_a_token_checked_callback_reads_once_before_its_write(
         return True
 
     if unread:
-        monkeypatch.setattr(cb.env.store.logs, "first_result_unread", yes)
+        monkeypatch.setattr(cb.env.store.logs, "writes_lone_result_first", yes)
     distributed = DistributedService(cb.env.store, ExecutorClient(access_token="tok"), cb.env.clock)
     callbacks = CallbackService(cb.env.store, cb.env.trigger, cb.env.clock)
     callbacks.distributed = distributed

@@ -113,3 +113,31 @@ async def test_a_read_under_way_when_the_groups_are_forgotten_is_not_cached(
     await asyncio.wait_for(before, 5)
     await views.views([plan(job, TriggerType.WORKFLOW)])
     assert reads.count == 2
+
+
+async def test_a_failed_read_fails_every_fire_that_shared_it_and_a_stalled_one_is_not_shared(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    views, job = views_of(env), await env.job()
+    gate = asyncio.Event()
+    calls = 0
+
+    async def get(group_id: int) -> JobGroup | None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await gate.wait()
+            raise ConnectionError("database gone")
+        return await real(group_id)
+
+    real = env.store.groups.get
+    monkeypatch.setattr(env.store.groups, "get", get)
+    fires = [asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)])) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    env.clock.advance(1_000)  # the read under way began a cache's lifetime ago: not joined
+    late = await asyncio.wait_for(views.views([plan(job, TriggerType.WORKFLOW)]), 5)
+    assert late[env.group_id] is not None and calls == 2
+    gate.set()
+    for fire in fires:
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(fire, 5)

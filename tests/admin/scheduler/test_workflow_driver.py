@@ -229,11 +229,21 @@ async def test_a_step_that_starts_nodes_reads_their_group_while_it_is_stored(
         await real(group_id)
 
     monkeypatch.setattr(two.env.trigger, "warm_group", warm_group)
+    reads: list[int] = []
+    real_get = two.env.store.groups.get
+
+    async def get(group_id: int) -> Any:
+        reads.append(group_id)
+        return await real_get(group_id)
+
+    monkeypatch.setattr(two.env.store.groups, "get", get)
     two.env.clock.advance(5_000)
     await two.finish("A")
     assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
-    # By the steps that started B and C (both drivers heard of A's result).
+    # By the steps that started B and C (both drivers heard of A's result); their fires found
+    # it read (or being read): read once.
     assert warmed and set(warmed) == {two.env.group_id}
+    assert reads == [two.env.group_id]
 
 
 async def test_a_small_state_is_stepped_on_the_event_loop(two: Two, monkeypatch: pytest.MonkeyPatch) -> None:

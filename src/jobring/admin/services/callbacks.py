@@ -170,11 +170,10 @@ class CallbackService:
         chunks: a flood of callbacks neither holds the database nor the loop for long."""
         if not items or (self.distributed is None and guard is None):
             return await self._handle(items, guard)
-        if len(items) == 1 and await self._store.logs.first_result_unread():
+        if len(items) == 1 and await self._store.logs.writes_lone_result_first():
             # A lone result (what executors send as each run ends) is written at once when it
             # is its run's first, the read below only when it was not (see record_first_result).
-            async with self._slots:
-                first = await self._handle_chunk(items, guard, None, first_only=True)
+            first = await self._handle_first(items[0], guard)
             if first is not None:
                 return first
         # One read for what the write needs read first (the runs' groups, for the guard) and
@@ -199,27 +198,42 @@ class CallbackService:
             if start:
                 await asyncio.sleep(0)
             async with self._slots:
-                chunk = await self._handle_chunk(items[start:start + CALLBACK_CHUNK], guard, seen)
-            assert chunk is not None  # (None only with first_only)
-            outcomes += chunk
+                outcomes += await self._handle_chunk(items[start:start + CALLBACK_CHUNK], guard, seen)
         return outcomes
 
     async def _handle_chunk(
         self, items: Sequence[HandleCallbackParam], guard: GroupGuard | None,
-        seen: Mapping[int, tuple[int, int]] | None, *, first_only: bool = False,
+        seen: Mapping[int, tuple[int, int]] | None,
+    ) -> list[ResultOutcome]:
+        items, results = self._results_of(items)
+        outcomes = await self._store.logs.record_results(results, guard=guard, seen=seen)
+        return await self._follow(items, outcomes)
+
+    async def _handle_first(
+        self, item: HandleCallbackParam, guard: GroupGuard | None
     ) -> list[ResultOutcome] | None:
-        """Record the chunk and carry out what follows its results. ``first_only`` (one item):
-        only if it is its run's first result and its run no distributed parent, else nothing
-        is done and None returned."""
-        now = datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=UTC)
-        items = [_with_context_checked(i) if i.workflow_context is not None else i for i in items]
-        results = [HandleResult(i.log_id, i.handle_code, i.handle_msg, now, _context_text(i)) for i in items]
-        if first_only:
+        """The one item recorded and followed if it is its run's first result, of a run the
+        guard allows and no distributed parent (see ``LogRepository.record_first_result``);
+        None, nothing done, otherwise."""
+        items, results = self._results_of([item])
+        async with self._slots:
             if not await self._store.logs.record_first_result(results[0], guard):
                 return None
-            outcomes = [ResultOutcome.APPLIED]
-        else:
-            outcomes = await self._store.logs.record_results(results, guard=guard, seen=seen)
+            return await self._follow(items, [ResultOutcome.APPLIED])
+
+    def _results_of(
+        self, items: Sequence[HandleCallbackParam]
+    ) -> tuple[list[HandleCallbackParam], list[HandleResult]]:
+        """The items (their context additions checked) and the results to record of them."""
+        now = datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=UTC)
+        checked = [_with_context_checked(i) if i.workflow_context is not None else i for i in items]
+        return checked, [HandleResult(i.log_id, i.handle_code, i.handle_msg, now, _context_text(i))
+                         for i in checked]
+
+    async def _follow(
+        self, items: Sequence[HandleCallbackParam], outcomes: list[ResultOutcome]
+    ) -> list[ResultOutcome]:
+        """What follows the recorded results (logs, counts, listeners, children, alarms)."""
         self.received += len(items)
         applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
         missing = [i.log_id for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.NOT_FOUND]

@@ -99,13 +99,14 @@ class StateEncoder:
         kept = self._texts.get
         parts = []
         for key, node in run.nodes.items():
-            known = kept(key)
-            if known is not None and known[0] is node:
-                text = known[1]
-            else:  # a record equal to the fresh one (all defaults: {}) is left out, as run_to_json does
+            entry = kept(key)
+            if entry is None or entry[0] is not node:
+                # A record equal to the fresh one (all defaults: {}) is left out, as run_to_json
+                # does. (Unchanged records keep their entry as it is.)
                 doc = node_to_json(node)
-                text = orjson.dumps({key: doc})[1:-1] if doc else None
-            texts[key] = (node, text)
+                entry = (node, orjson.dumps({key: doc})[1:-1] if doc else None)
+            texts[key] = entry
+            text = entry[1]
             if text is not None:
                 parts.append(text)
         self._texts = texts
@@ -136,12 +137,15 @@ class Wanted:
 
 
 KNOWN_STEP_ON_LOOP = 200_000
-"""A known run's step (its run kept in memory, see :class:`KnownRun`) runs on the event loop
-when its state's size (JSON characters) times the events applied is at most this: nothing to
-decode, and only the changed nodes encoded, so its CPU grows with the nodes and events alone
-(some 0.4 ms for the last parent of a 1,000-node join, 76,000 characters, on the test
-machine): less than handing it to a worker thread and back, which waited milliseconds for the
-interpreter lock on a busy loop. A batch of many results goes to the thread as before."""
+"""A known run's step (its run kept in memory, see :class:`KnownRun`) of a workflow without
+fan-out nodes runs on the event loop when its state's size (JSON characters) times the events
+applied is at most this: nothing to decode, and only the node records it changes encoded (a
+result changes one or two), so its CPU grows with the nodes and the events (some 0.4 ms for
+the last parent of a 1,000-node join, 76,000 characters, on the test machine): less than
+handing it to a worker thread and back, which waited milliseconds for the interpreter lock on
+a busy loop. A batch of many results goes to the thread as before, and so does every step of
+a run with fan-out nodes (a fan-out node's record, items and all, is encoded again whole at
+each item's result)."""
 
 
 async def off_loop_if_large(chars: int, fn: Callable[..., _T], *args: Any, small: int | None = None) -> _T:

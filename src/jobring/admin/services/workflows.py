@@ -259,9 +259,11 @@ class WorkflowDriver(Monitor):
             if known is not None:
                 record, encoder = known.record, known.encoder
                 graph = await self.graph(record.workflow_id, record.version)
+                # A fan-out node's record holds its items (up to 1,000): encoded again whole
+                # at each item's result, so such runs keep the rule of any other state.
                 steps, run, text = await off_loop_if_large(
                     known.chars * len(events), steps_of, graph, known.run, events, encoder,
-                    small=KNOWN_STEP_ON_LOOP)
+                    small=None if graph.fanouts else KNOWN_STEP_ON_LOOP)
             else:
                 read = await self._store.workflows.get_run(run_id)
                 if read is None or read.state is None:

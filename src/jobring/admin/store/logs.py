@@ -309,7 +309,7 @@ class LogRepository(LogReads, LogRetention):
             return ResultOutcome.NOT_FOUND
         return ResultOutcome.REPEAT
 
-    async def first_result_unread(self) -> bool:
+    async def writes_lone_result_first(self) -> bool:
         """Whether a lone callback result is best written with :meth:`record_first_result`
         before anything is read: on PostgreSQL, where it is one statement and round trip, and
         one that matches nothing (an unknown run, a flood of them) takes no lock. Elsewhere

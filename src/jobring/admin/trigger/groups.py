@@ -40,7 +40,8 @@ class GroupViews:
         self._policy = policy
         self._cache_ms = cache_ms
         self._cache: dict[int, tuple[int, GroupView | None]] = {}  # group -> (read at, view)
-        self._reads: dict[int, asyncio.Future[GroupView | None]] = {}  # reads under way
+        # Reads under way: when each began (the ``now`` it caches), and its outcome.
+        self._reads: dict[int, tuple[int, asyncio.Future[GroupView | None]]] = {}
         # Counts the forgets: a read begun before one is not cached (it may predate an edit).
         self._generation = 0
 
@@ -77,19 +78,23 @@ class GroupViews:
 
     async def _read(self, group_id: int, now: int, *, join: bool) -> GroupView | None:
         """Read the group and cache it as read at ``now``; ``join``: a read of it already
-        under way serves this one too (a fire that may use the cache: that read began after
-        the cached copy it replaces). Fires that read fresh start their own."""
+        under way serves this one too, unless it began ``cache_ms`` ago or more (a fire that
+        may use the cache: a cached copy that old would not serve it either). Fires that read
+        fresh start their own."""
         if not join:
             return await self._fetch(group_id, now, self._generation)
-        reading = self._reads.get(group_id)
-        if reading is None:
+        under_way = self._reads.get(group_id)
+        if under_way is not None and now - under_way[0] < self._cache_ms:
+            reading = under_way[1]
+        else:
             reading = asyncio.ensure_future(self._fetch(group_id, now, self._generation))
-            self._reads[group_id] = reading
+            self._reads[group_id] = (now, reading)
             reading.add_done_callback(functools.partial(self._read_done, group_id))
         return await asyncio.shield(reading)
 
     def _read_done(self, group_id: int, reading: asyncio.Future[GroupView | None]) -> None:
-        if self._reads.get(group_id) is reading:
+        under_way = self._reads.get(group_id)
+        if under_way is not None and under_way[1] is reading:
             del self._reads[group_id]
         if not reading.cancelled():
             reading.exception()  # raised to those awaiting it; retrieved here should none be left
@@ -98,8 +103,9 @@ class GroupViews:
         group = await self._store.groups.get(group_id)
         declared = await self._store.registry.declared(group.app_name) if group is not None else {}
         view = self._view(group, declared)
-        if generation == self._generation:
-            self._cache[group_id] = (now, view)
+        cached = self._cache.get(group_id)
+        if generation == self._generation and (cached is None or cached[0] <= now):
+            self._cache[group_id] = (now, view)  # (a read begun later, done first, is kept)
         return view
 
     def _view(self, group: JobGroup | None, declared: dict[str, frozenset[str]]) -> GroupView | None:

@@ -129,7 +129,8 @@ class Edge:
 @dataclass(frozen=True, slots=True)
 class WorkflowGraph:
     """A checked graph: acyclic, connected, every edge between known nodes. ``order`` is a
-    topological order; ``position`` maps a key to its place in it."""
+    topological order; ``position`` maps a key to its place in it; ``fanouts`` are the fan-out
+    nodes' keys."""
 
     nodes: Mapping[str, Node]
     edges: tuple[Edge, ...]
@@ -137,6 +138,7 @@ class WorkflowGraph:
     children: Mapping[str, tuple[Edge, ...]]
     order: tuple[str, ...]
     position: Mapping[str, int] = field(repr=False)
+    fanouts: frozenset[str] = field(repr=False)  # the fan-out nodes' keys
 
     def descendants(self, key: str) -> set[str]:
         """Every node reachable from ``key`` (not ``key`` itself)."""

@@ -324,6 +324,7 @@ def parse_workflow(doc: object) -> WorkflowGraph:
         parents={key: tuple(value) for key, value in parents.items()},
         children={key: tuple(value) for key, value in children.items()},
         order=tuple(order), position={key: i for i, key in enumerate(order)},
+        fanouts=frozenset(key for key, node in nodes.items() if node.kind is NodeKind.FANOUT),
     )
 
 

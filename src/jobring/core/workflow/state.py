@@ -74,7 +74,9 @@ class SkipReason(StrEnum):
 
 # Unit and NodeRun are values: nothing mutates one, the engine makes changed copies
 # (dataclasses.replace). They are not frozen only because a frozen dataclass is about five
-# times slower to build, and a stored run with a 1,000-item fan-out builds 1,000 of them.
+# times slower to build, and a stored run with a 1,000-item fan-out builds 1,000 of them. The
+# admin's state encoder relies on it: it keeps each record's encoded text by the record's
+# identity, so a record changed in place would be stored as it was.
 @dataclass(slots=True)
 class Unit:
     """One runnable thing: a node, or one item of a fan-out node. ``attempt`` counts every
