@@ -246,8 +246,8 @@ async def test_a_step_that_starts_nodes_reads_their_group_while_it_is_stored(
     assert reads == [two.env.group_id]
 
 
-async def test_a_small_state_is_stepped_on_the_event_loop(two: Two, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A few KB take less CPU than the hand-off to a worker thread and back.
+def _apply_threads(monkeypatch: pytest.MonkeyPatch) -> set[int]:
+    """The threads the engine's ``apply`` is called in from now on (filled as it is)."""
     threads: set[int] = set()
     real_apply = apply
 
@@ -255,10 +255,16 @@ async def test_a_small_state_is_stepped_on_the_event_loop(two: Two, monkeypatch:
         threads.add(threading.get_ident())
         return real_apply(*args)
 
+    monkeypatch.setattr(steps_module, "apply", watched_apply)
+    return threads
+
+
+async def test_a_small_state_is_stepped_on_the_event_loop(two: Two, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A few KB take less CPU than the hand-off to a worker thread and back.
     job = await two.env.job()
     workflow = await two.workflow(_diamond(job.id))
     run_id, _ = await two.a.start_run(workflow, {}, "alice")
-    monkeypatch.setattr(steps_module, "apply", watched_apply)
+    threads = _apply_threads(monkeypatch)
     await two.finish("A")
     assert sorted(p for p, _ in two.fired()) == ["A", "B", "C"]
     assert threads == {threading.get_ident()}
@@ -270,19 +276,12 @@ async def test_a_known_runs_step_of_few_events_is_on_the_event_loop_whatever_its
     two: Two, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Its run is in memory and only its changed nodes are encoded: less CPU than the hand-off.
-    threads: set[int] = set()
-    real_apply = apply
-
-    def watched_apply(*args: Any) -> Any:
-        threads.add(threading.get_ident())
-        return real_apply(*args)
-
     job = await two.env.job()
     workflow = await two.workflow(_diamond(job.id))
     monkeypatch.setattr(steps_module, "SMALL_STATE_CHARS", 0)  # every state counts as large
     monkeypatch.setattr(store_module, "SMALL_STATE_CHARS", 0)
     await two.a.start_run(workflow, {}, "alice")
-    monkeypatch.setattr(steps_module, "apply", watched_apply)
+    threads = _apply_threads(monkeypatch)
     (log_id,) = [log for p, log in two.fired() if p == "A"]
     await two.callbacks.handle([HandleCallbackParam(log_id, T0, 200, "ok")])
     await two.a.on_results([(log_id, 200, "ok")])  # driver a alone: it stored the run last
