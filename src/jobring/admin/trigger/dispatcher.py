@@ -149,10 +149,6 @@ class FireDispatcher:
         """Drop the cached executor groups (an address was disabled, a group edited)."""
         self.groups.forget()
 
-    async def warm_group(self, group_id: int) -> None:
-        """See :meth:`GroupViews.warm`."""
-        await self.groups.warm(group_id)
-
     async def resolve(self, plans: list[FirePlan]) -> None:
         """Fill in each plan's addresses, shards and token from its group (TriggerRejected
         for an override outside the group or refused by the address policy: the SSRF guard)."""

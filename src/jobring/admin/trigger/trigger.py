@@ -108,8 +108,8 @@ class TriggerService:
 
     async def warm_group(self, group_id: int) -> None:
         """Read an executor group ahead of workflow fires about to come (see
-        ``FireDispatcher.warm_group``)."""
-        await self.dispatcher.warm_group(group_id)
+        ``GroupViews.warm``)."""
+        await self.dispatcher.groups.warm(group_id)
 
     async def fire(self, req: FireRequest) -> FireResult:
         """Fire one request; raises TriggerRejected for a request that must not run."""
