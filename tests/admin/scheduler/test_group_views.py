@@ -23,22 +23,44 @@ class GatedReads:
     """Counts the store's group reads; while ``gate`` is clear they wait for it."""
 
     def __init__(self, env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
+        self.calls = Calls()
         self.gate = asyncio.Event()
         self.gate.set()
         real = env.store.groups.get
 
         async def get(group_id: int) -> JobGroup | None:
-            self.count += 1
+            self.calls.add()
             await self.gate.wait()
             return await real(group_id)
 
         monkeypatch.setattr(env.store.groups, "get", get)
 
+    @property
+    def count(self) -> int:
+        return self.calls.count
+
 
 @pytest.fixture
 async def reads(env: Env, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[GatedReads]:
     yield GatedReads(env, monkeypatch)
+
+
+class Calls:
+    """Counts calls; ``reached(n)`` waits (5 s at most) until there were ``n``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._changed = asyncio.Event()
+
+    def add(self) -> None:
+        self.count += 1
+        self._changed.set()
+
+    async def reached(self, n: int) -> None:
+        async with asyncio.timeout(5):
+            while self.count < n:
+                self._changed.clear()
+                await self._changed.wait()
 
 
 def plan(job: JobInfo, trigger_type: TriggerType) -> FirePlan:
@@ -55,7 +77,7 @@ async def test_workflow_fires_share_one_read_and_the_cache_serves_them_for_a_sec
     views, job = views_of(env), await env.job()
     reads.gate.clear()
     both = asyncio.gather(*(views.views([plan(job, TriggerType.WORKFLOW)]) for _ in range(2)))
-    await asyncio.sleep(0.01)
+    await reads.calls.reached(1)  # both views started: the second shares the read
     reads.gate.set()
     first, second = await asyncio.wait_for(both, 5)
     assert reads.count == 1
@@ -73,7 +95,7 @@ async def test_a_manual_fire_reads_its_group_itself(env: Env, reads: GatedReads)
     reads.gate.clear()
     workflow = asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)]))
     manual = asyncio.ensure_future(views.views([plan(job, TriggerType.MANUAL)]))
-    await asyncio.sleep(0.01)
+    await reads.calls.reached(2)
     reads.gate.set()
     await asyncio.wait_for(asyncio.gather(workflow, manual), 5)
     assert reads.count == 2
@@ -92,10 +114,10 @@ async def test_a_group_read_ahead_serves_the_fires_after_it(env: Env, reads: Gat
     env.clock.advance(100)
     reads.gate.clear()
     warming = asyncio.ensure_future(views.warm(env.group_id))  # half its life gone: read again
-    await asyncio.sleep(0.01)
+    await reads.calls.reached(2)
     env.clock.advance(600)  # the cached copy is stale now: the fire waits for the read under way
     firing = asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)]))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn of the loop: the fire's first step joins the read
     reads.gate.set()
     await asyncio.wait_for(asyncio.gather(warming, firing), 5)
     assert reads.count == 2 and firing.result()[env.group_id] is not None
@@ -107,7 +129,7 @@ async def test_a_read_under_way_when_the_groups_are_forgotten_is_not_cached(
     views, job = views_of(env), await env.job()
     reads.gate.clear()
     before = asyncio.ensure_future(views.warm(env.group_id))
-    await asyncio.sleep(0.01)
+    await reads.calls.reached(1)
     views.forget()  # e.g. the group was edited: what that read returns may predate the edit
     reads.gate.set()
     await asyncio.wait_for(before, 5)
@@ -120,12 +142,11 @@ async def test_a_failed_read_fails_every_fire_that_shared_it_and_a_stalled_one_i
 ) -> None:
     views, job = views_of(env), await env.job()
     gate = asyncio.Event()
-    calls = 0
+    calls = Calls()
 
     async def get(group_id: int) -> JobGroup | None:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
+        calls.add()
+        if calls.count == 1:
             await gate.wait()
             raise ConnectionError("database gone")
         return await real(group_id)
@@ -133,10 +154,10 @@ async def test_a_failed_read_fails_every_fire_that_shared_it_and_a_stalled_one_i
     real = env.store.groups.get
     monkeypatch.setattr(env.store.groups, "get", get)
     fires = [asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)])) for _ in range(2)]
-    await asyncio.sleep(0.01)
+    await calls.reached(1)  # both fires started: the second shares the read
     env.clock.advance(1_000)  # the read under way began a cache's lifetime ago: not joined
     late = await asyncio.wait_for(views.views([plan(job, TriggerType.WORKFLOW)]), 5)
-    assert late[env.group_id] is not None and calls == 2
+    assert late[env.group_id] is not None and calls.count == 2
     gate.set()
     for fire in fires:
         with pytest.raises(ConnectionError):
