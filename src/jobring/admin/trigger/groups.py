@@ -79,17 +79,24 @@ class GroupViews:
     async def _read(self, group_id: int, now: int, *, join: bool) -> GroupView | None:
         """Read the group and cache it as read at ``now``; ``join``: a read of it already
         under way serves this one too, unless it began ``cache_ms`` ago or more (a fire that
-        may use the cache: a cached copy that old would not serve it either). Fires that read
-        fresh start their own."""
+        may use the cache: a cached copy that old would not serve it either), or it fails (then
+        this one reads the group itself). Fires that read fresh start their own."""
         if not join:
             return await self._fetch(group_id, now, self._generation)
         under_way = self._reads.get(group_id)
         if under_way is not None and now - under_way[0] < self._cache_ms:
-            reading = under_way[1]
-        else:
-            reading = asyncio.ensure_future(self._fetch(group_id, now, self._generation))
-            self._reads[group_id] = (now, reading)
-            reading.add_done_callback(functools.partial(self._read_done, group_id))
+            try:
+                return await asyncio.shield(under_way[1])
+            except Exception as exc:
+                # That read may have begun before the database came back (a restart) while this
+                # fire's log row was written after: the fire reads the group itself, as it would
+                # have had it not joined, rather than fail with a read that was not its own.
+                log.warning("executor group %s: a shared read failed (%s: %s); reading it again",
+                            group_id, type(exc).__name__, exc)
+                return await self._fetch(group_id, self._clock.now_ms(), self._generation)
+        reading = asyncio.ensure_future(self._fetch(group_id, now, self._generation))
+        self._reads[group_id] = (now, reading)
+        reading.add_done_callback(functools.partial(self._read_done, group_id))
         return await asyncio.shield(reading)
 
     def _read_done(self, group_id: int, reading: asyncio.Future[GroupView | None]) -> None:
