@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from jobring.admin.store import Store
+from jobring.admin.store.records import JobGroup
 from jobring.admin.trigger.trigger import FireRequest, PreparedBatch, TriggerRejected
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import ReturnT, TriggerParam
@@ -226,18 +227,56 @@ async def test_group_read_failure_after_recording_fails_the_fires_visibly(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = await env.job()
+    reads = 0
 
     async def broken(group_id: int) -> None:
+        nonlocal reads
+        reads += 1
         raise ConnectionError("database went away")
 
     monkeypatch.setattr(env.store.groups, "get", broken)
     (result,) = await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
     # Recorded (so no other node fires it again) and failed with the reason, never silently lost.
     assert result.trigger_code == 500 and env.double.runs() == []
+    assert reads == 3  # a transient error: tried twice more
     entry = await env.store.logs.get(result.log_ids[0])
     assert entry is not None and entry.trigger_code == 500
     expected = "could not read the executor group: ConnectionError: database went away"
     assert expected in (entry.trigger_msg or "")
+
+
+async def test_a_group_read_that_fails_once_after_recording_is_read_again_and_the_fire_sent(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await env.job()
+    real, reads = env.store.groups.get, 0
+
+    async def once_broken(group_id: int) -> JobGroup | None:
+        nonlocal reads
+        reads += 1
+        if reads == 1:  # a connection the database dropped in a restart
+            raise ConnectionError("connection reset")
+        return await real(group_id)
+
+    monkeypatch.setattr(env.store.groups, "get", once_broken)
+    (result,) = await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
+    assert result.trigger_code == 200 and len(env.double.runs()) == 1 and reads == 2
+
+
+async def test_a_group_read_failing_otherwise_than_transiently_is_not_tried_again(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await env.job()
+    reads = 0
+
+    async def broken(group_id: int) -> None:
+        nonlocal reads
+        reads += 1
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(env.store.groups, "get", broken)
+    (result,) = await env.trigger.fire_batch([FireRequest(job, TriggerType.CRON, planned_time=T0)])
+    assert result.trigger_code == 500 and reads == 1 and env.double.runs() == []
 
 
 async def test_log_insert_failure_raises_and_records_nothing(
