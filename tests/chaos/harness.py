@@ -293,7 +293,8 @@ async def log_rows(store: Store) -> list[Any]:
         return list((await conn.execute(
             select(job_log.c.id, job_log.c.job_id, job_log.c.planned_time, job_log.c.trigger_type,
                    job_log.c.admin_node, job_log.c.trigger_code, job_log.c.dispatch_time,
-                   job_log.c.handle_code, job_log.c.handle_msg, job_log.c.executor_address)
+                   job_log.c.handle_code, job_log.c.handle_msg, job_log.c.executor_address,
+                   job_log.c.trigger_msg)
             .order_by(job_log.c.id))).all())
 
 
@@ -441,6 +442,7 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
     verdict.lost_logged = Counter(
         f"trigger_code={row.trigger_code} handle_code={row.handle_code} {str(row.trigger_type)}"
         f" by {row.admin_node}: {str(row.handle_msg or '')[:80]}"
+        f" (trigger message ends: {str(row.trigger_msg or '')[-120:]})"
         for key in verdict.lost if (row := logged.get(key)) is not None)
     return verdict
 

@@ -1,6 +1,6 @@
 """The executor groups as fires read them: the short cache of scheduled and workflow fires, a
 read shared by the fires that may use it, a read ahead of workflow fires, and fresh reads for
-manual fires and after a forget; a failed shared read is read again by those that shared it."""
+manual fires and after a forget; a read failing transiently tried again."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from jobring.admin.store.records import JobGroup, JobInfo
+from jobring.admin.trigger import groups
 from jobring.admin.trigger.fires import FirePlan, FireRequest
 from jobring.admin.trigger.groups import GroupViews
 from jobring.core.addresses import AddressPolicy
@@ -137,7 +138,7 @@ async def test_a_read_under_way_when_the_groups_are_forgotten_is_not_cached(
     assert reads.count == 2
 
 
-async def test_a_failed_read_fails_the_fire_that_began_it_and_those_that_shared_it_read_again(
+async def test_a_failed_read_fails_every_fire_that_shared_it_and_a_stalled_one_is_not_shared(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     views, job = views_of(env), await env.job()
@@ -148,20 +149,64 @@ async def test_a_failed_read_fails_the_fire_that_began_it_and_those_that_shared_
         calls.add()
         if calls.count == 1:
             await gate.wait()
-            raise ConnectionError("database gone")
+            raise ValueError("not a database error")  # not transient: not tried again
         return await real(group_id)
 
     real = env.store.groups.get
     monkeypatch.setattr(env.store.groups, "get", get)
-    first, shared = (asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)])) for _ in range(2))
+    fires = [asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)])) for _ in range(2)]
     await calls.reached(1)  # both fires started: the second shares the read
     env.clock.advance(1_000)  # the read under way began a cache's lifetime ago: not joined
     late = await asyncio.wait_for(views.views([plan(job, TriggerType.WORKFLOW)]), 5)
     assert late[env.group_id] is not None and calls.count == 2
     gate.set()
+    for fire in fires:
+        with pytest.raises(ValueError):
+            await asyncio.wait_for(fire, 5)
+    assert calls.count == 2
+
+
+async def test_a_shared_read_failing_transiently_is_read_again_once_for_the_fires_that_shared_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    views, job = views_of(env), await env.job()
+    gate = asyncio.Event()
+    calls = Calls()
+
+    async def get(group_id: int) -> JobGroup | None:
+        calls.add()
+        if calls.count == 1:  # begun while the database restarts
+            await gate.wait()
+            raise ConnectionError("connection reset")
+        return await real(group_id)
+
+    real = env.store.groups.get
+    monkeypatch.setattr(env.store.groups, "get", get)
+    monkeypatch.setattr(groups, "_READ_PAUSES_S", (0, 0))
+    fires = [asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)])) for _ in range(3)]
+    await calls.reached(1)
+    gate.set()
+    seen = await asyncio.wait_for(asyncio.gather(*fires), 5)
+    assert all(s[env.group_id] is not None for s in seen)
+    assert calls.count == 2  # the fires tried again share one read too
+
+
+async def test_a_read_failing_transiently_is_tried_twice_more_within_a_second(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    views, job = views_of(env), await env.job()
+    calls = Calls()
+
+    async def get(group_id: int) -> JobGroup | None:
+        calls.add()
+        raise ConnectionError("database gone")
+
+    monkeypatch.setattr(env.store.groups, "get", get)
+    monkeypatch.setattr(groups, "_READ_PAUSES_S", (0, 0))
     with pytest.raises(ConnectionError):
-        await asyncio.wait_for(first, 5)
-    # The database came back meanwhile (a restart): the fire that shared the failed read reads
-    # the group itself, as it would have alone.
-    assert (await asyncio.wait_for(shared, 5))[env.group_id] is not None
+        await asyncio.wait_for(views.views([plan(job, TriggerType.MANUAL)]), 5)
     assert calls.count == 3
+    monkeypatch.setattr(groups, "_READ_PAUSES_S", (0, 5))  # the second pause would end past the second
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(views.views([plan(job, TriggerType.MANUAL)]), 5)
+    assert calls.count == 5

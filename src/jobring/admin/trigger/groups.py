@@ -6,7 +6,8 @@ group per ``cache_ms`` instead of one per batch: an edit on another node reaches
 that time); manual and API fires, and every address override check, read the group fresh.
 Fires that may use the cache share a read already under way for their group, and a workflow
 step about to start nodes reads its group ahead (:meth:`GroupViews.warm`), so that the read is
-not on the nodes' way to their executors.
+not on the nodes' way to their executors. A read that fails with a transient database error
+(a connection a database restart dropped) is tried again, twice, within a second.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from jobring.admin.store.errors import is_transient
 from jobring.admin.store.records import JobGroup
 from jobring.admin.trigger.fires import FirePlan, GroupView
 from jobring.core.addresses import AddressPolicy, address_key, refused_addresses
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["GroupViews"]
 
 log = logging.getLogger("jobring.admin.trigger.trigger")  # the trigger's lines keep their logger
+
+_READ_PAUSES_S = (0.05, 0.1)  # a group read that failed transiently is tried again after these
+_READ_BUDGET_MS = 1_000  # ... but not past this since the first try (a pool timeout takes 30 s)
 
 
 class GroupViews:
@@ -58,15 +63,31 @@ class GroupViews:
         cacheable = self._cache_ms > 0 and all(
             (p.req.planned_time is not None or p.req.trigger_type is TriggerType.WORKFLOW)
             and not p.req.address_override for p in plans)
-        now = self._clock.now_ms()
-        groups: dict[int, GroupView | None] = {}
-        for group_id in ids:
+        return {group_id: await self._view_of(group_id, cacheable) for group_id in ids}
+
+    async def _view_of(self, group_id: int, cacheable: bool) -> GroupView | None:
+        """The group's view from the cache (``cacheable``) or read; a read that fails with a
+        transient database error is tried again after each of ``_READ_PAUSES_S`` while within
+        ``_READ_BUDGET_MS`` of the first (a fire whose log row was written on a fresh
+        connection right after a database restart, its group read on one the restart dropped,
+        would fail otherwise; or it shared a read begun before the database came back)."""
+        first, tried = self._clock.now_ms(), 0
+        while True:
+            now = self._clock.now_ms()
             cached = self._cache.get(group_id) if cacheable else None
             if cached is not None and now - cached[0] < self._cache_ms:
-                groups[group_id] = cached[1]
-                continue
-            groups[group_id] = await self._read(group_id, now, join=cacheable)
-        return groups
+                return cached[1]
+            try:
+                return await self._read(group_id, now, join=cacheable)
+            except Exception as exc:
+                pause_s = _READ_PAUSES_S[tried] if tried < len(_READ_PAUSES_S) else None
+                if pause_s is None or not is_transient(exc) or (
+                        self._clock.now_ms() + pause_s * 1000 - first > _READ_BUDGET_MS):
+                    raise
+                log.warning("executor group %s: reading it failed (%s: %s); trying again in %.2f s",
+                            group_id, type(exc).__name__, exc, pause_s)
+                tried += 1
+                await asyncio.sleep(pause_s)
 
     async def warm(self, group_id: int) -> None:
         """Read the group into the cache now, unless it was read within the last half of
@@ -79,24 +100,17 @@ class GroupViews:
     async def _read(self, group_id: int, now: int, *, join: bool) -> GroupView | None:
         """Read the group and cache it as read at ``now``; ``join``: a read of it already
         under way serves this one too, unless it began ``cache_ms`` ago or more (a fire that
-        may use the cache: a cached copy that old would not serve it either), or it fails (then
-        this one reads the group itself). Fires that read fresh start their own."""
+        may use the cache: a cached copy that old would not serve it either). Fires that read
+        fresh start their own."""
         if not join:
             return await self._fetch(group_id, now, self._generation)
         under_way = self._reads.get(group_id)
         if under_way is not None and now - under_way[0] < self._cache_ms:
-            try:
-                return await asyncio.shield(under_way[1])
-            except Exception as exc:
-                # That read may have begun before the database came back (a restart) while this
-                # fire's log row was written after: the fire reads the group itself, as it would
-                # have had it not joined, rather than fail with a read that was not its own.
-                log.warning("executor group %s: a shared read failed (%s: %s); reading it again",
-                            group_id, type(exc).__name__, exc)
-                return await self._fetch(group_id, self._clock.now_ms(), self._generation)
-        reading = asyncio.ensure_future(self._fetch(group_id, now, self._generation))
-        self._reads[group_id] = (now, reading)
-        reading.add_done_callback(functools.partial(self._read_done, group_id))
+            reading = under_way[1]
+        else:
+            reading = asyncio.ensure_future(self._fetch(group_id, now, self._generation))
+            self._reads[group_id] = (now, reading)
+            reading.add_done_callback(functools.partial(self._read_done, group_id))
         return await asyncio.shield(reading)
 
     def _read_done(self, group_id: int, reading: asyncio.Future[GroupView | None]) -> None:

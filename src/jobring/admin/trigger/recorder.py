@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from jobring.admin.store.errors import is_transient, public_reason
+from jobring.admin.store.errors import public_reason
 from jobring.admin.store.records import NewLog, TriggerResult
 from jobring.admin.trigger.fires import FirePlan, FireRequest, TriggerRejected, sent_instant
 from jobring.admin.trigger.logical import (
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobring.admin.trigger.trigger")
 
 _MANUAL_KINDS = (TriggerType.MANUAL, TriggerType.DELAYED)  # fires a person asked for
-_RESOLVE_BACKOFF_S = (0.05, 0.1)  # a recorded fire's group read, tried again (the fire waits)
 
 Resolver = Callable[[list[FirePlan]], Awaitable[None]]
 """Resolves plans against their executor groups (the dispatcher's ``resolve``)."""
@@ -82,34 +81,16 @@ class FireRecorder:
                 self._resolve(plans), self._insert_identities(plans), return_exceptions=True)
             if isinstance(inserted, BaseException):
                 raise inserted  # nothing recorded
-            if isinstance(resolved, Exception):
-                resolved = await self._resolve_again(plans, resolved)
             if isinstance(resolved, BaseException):
                 # Recorded but no addresses: each fire fails visibly (and is retried/alarmed).
                 log.error("reading executor groups failed: %s", resolved)
-                problem = f"could not read the executor group: {type(resolved).__name__}: {resolved}"
+                # The run's message is shown in the console: a database error's text (its SQL
+                # and parameters) stays in this log.
+                problem = f"could not read the executor group: {public_reason(resolved)}"
                 for plan in plans:
                     plan.problem = problem
         await self._insert_other_shards(plans)
         return plans
-
-    async def _resolve_again(self, plans: list[FirePlan], exc: Exception) -> Exception | None:
-        """The plans' rows are written, their groups' read failed: a transient error (a
-        connection the database dropped in a restart, while the rows' insert had a fresh one)
-        is tried again, ``_RESOLVE_BACKOFF_S`` apart; the error that ends the tries, or None."""
-        for pause_s in _RESOLVE_BACKOFF_S:
-            if not is_transient(exc):
-                return exc
-            log.warning("reading executor groups failed (%s: %s); trying again in %.2f s",
-                        type(exc).__name__, exc, pause_s)
-            await asyncio.sleep(pause_s)
-            try:
-                await self._resolve(plans)
-            except Exception as again:
-                exc = again
-            else:
-                return None
-        return exc
 
     async def withdraw(self, plans: Sequence[FirePlan]) -> int:
         """Delete the plans' log rows (while this node holds the jobs' leases); the count."""
