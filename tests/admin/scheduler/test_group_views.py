@@ -138,57 +138,52 @@ async def test_a_read_under_way_when_the_groups_are_forgotten_is_not_cached(
     assert reads.count == 2
 
 
+class FirstReadFails:
+    """The store's first group read waits for ``gate``, then raises ``error``; later ones read."""
+
+    def __init__(self, env: Env, monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+        self.calls, self.gate = Calls(), asyncio.Event()
+        real = env.store.groups.get
+
+        async def get(group_id: int) -> JobGroup | None:
+            self.calls.add()
+            if self.calls.count == 1:
+                await self.gate.wait()
+                raise error
+            return await real(group_id)
+
+        monkeypatch.setattr(env.store.groups, "get", get)
+
+
 async def test_a_failed_read_fails_every_fire_that_shared_it_and_a_stalled_one_is_not_shared(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     views, job = views_of(env), await env.job()
-    gate = asyncio.Event()
-    calls = Calls()
-
-    async def get(group_id: int) -> JobGroup | None:
-        calls.add()
-        if calls.count == 1:
-            await gate.wait()
-            raise ValueError("not a database error")  # not transient: not tried again
-        return await real(group_id)
-
-    real = env.store.groups.get
-    monkeypatch.setattr(env.store.groups, "get", get)
+    reads = FirstReadFails(env, monkeypatch, ValueError("not a database error"))  # not retried
     fires = [asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)])) for _ in range(2)]
-    await calls.reached(1)  # both fires started: the second shares the read
+    await reads.calls.reached(1)  # both fires started: the second shares the read
     env.clock.advance(1_000)  # the read under way began a cache's lifetime ago: not joined
     late = await asyncio.wait_for(views.views([plan(job, TriggerType.WORKFLOW)]), 5)
-    assert late[env.group_id] is not None and calls.count == 2
-    gate.set()
+    assert late[env.group_id] is not None and reads.calls.count == 2
+    reads.gate.set()
     for fire in fires:
         with pytest.raises(ValueError):
             await asyncio.wait_for(fire, 5)
-    assert calls.count == 2
+    assert reads.calls.count == 2
 
 
 async def test_a_shared_read_failing_transiently_is_read_again_once_for_the_fires_that_shared_it(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     views, job = views_of(env), await env.job()
-    gate = asyncio.Event()
-    calls = Calls()
-
-    async def get(group_id: int) -> JobGroup | None:
-        calls.add()
-        if calls.count == 1:  # begun while the database restarts
-            await gate.wait()
-            raise ConnectionError("connection reset")
-        return await real(group_id)
-
-    real = env.store.groups.get
-    monkeypatch.setattr(env.store.groups, "get", get)
+    reads = FirstReadFails(env, monkeypatch, ConnectionError("connection reset"))  # a restart
     monkeypatch.setattr(groups, "_READ_PAUSES_S", (0, 0))
     fires = [asyncio.ensure_future(views.views([plan(job, TriggerType.WORKFLOW)])) for _ in range(3)]
-    await calls.reached(1)
-    gate.set()
+    await reads.calls.reached(1)
+    reads.gate.set()
     seen = await asyncio.wait_for(asyncio.gather(*fires), 5)
     assert all(s[env.group_id] is not None for s in seen)
-    assert calls.count == 2  # the fires tried again share one read too
+    assert reads.calls.count == 2  # the fires tried again share one read too
 
 
 async def test_a_read_failing_transiently_is_tried_twice_more_within_a_second(
