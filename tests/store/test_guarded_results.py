@@ -3,6 +3,7 @@ backend: an executor token's groups are a condition of the UPDATE itself (issue 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -213,3 +214,20 @@ async def test_a_first_result_is_written_without_a_read_only_when_it_may_be(
     entries = {i: await store.logs.get(i) for i in (run_a, run_b, parent)}
     assert {i: (e.handle_code, e.handle_msg) for i, e in entries.items() if e is not None} == {
         run_a: (200, "own") if writes else (0, None), run_b: (0, None), parent: (0, None)}
+
+
+async def test_a_lone_result_and_a_batch_racing_for_the_same_runs_write_each_once(store: Store) -> None:
+    """The lone result's UPDATE (``record_first_result``) and a batch (``record_results``) of
+    the same runs at once, as two callbacks carrying the same results would: each run's result
+    is written by one of them, and the other says so (a repeat, or nothing written)."""
+    (ga, ja), _ = await _groups(store)
+    runs = [await _run(store, ga, ja) for _ in range(20)]
+    guard = GroupGuard(only=frozenset({ga}))
+    lone = [store.logs.record_first_result(_done(run, "lone"), guard) for run in runs]
+    batch = store.logs.record_results([_done(run, "batch") for run in runs], guard=guard)
+    *lone_written, outcomes = await asyncio.gather(*lone, batch)
+    for run, by_lone, outcome in zip(runs, lone_written, outcomes, strict=True):
+        assert by_lone != (outcome is ResultOutcome.APPLIED), (run, by_lone, outcome)
+        assert outcome in (ResultOutcome.APPLIED, ResultOutcome.REPEAT)
+        entry = await store.logs.get(run)
+        assert entry is not None and entry.handle_msg == ("lone" if by_lone else "batch")
