@@ -26,6 +26,7 @@ class Row(NamedTuple):
     handle_code: int
     handle_msg: str | None
     executor_address: str
+    trigger_msg: str | None = None
 
 
 def _run(received: dict[int, tuple[int, str]], unsent: dict[int, dict[str, Any]],
