@@ -216,18 +216,41 @@ async def test_a_first_result_is_written_without_a_read_only_when_it_may_be(
         run_a: (200, "own") if writes else (0, None), run_b: (0, None), parent: (0, None)}
 
 
-async def test_a_lone_result_and_a_batch_racing_for_the_same_runs_write_each_once(store: Store) -> None:
-    """The lone result's UPDATE (``record_first_result``) and a batch (``record_results``) of
-    the same runs at once, as two callbacks carrying the same results would: each run's result
-    is written by one of them, and the other says so (a repeat, or nothing written)."""
+async def test_a_lone_result_and_a_batch_of_the_same_runs_write_each_result_once_in_either_order(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lone result's UPDATE (``record_first_result``) against a batch (``record_results``) of
+    the same runs, as two callbacks carrying the same results would, both ways round: written
+    alone between the batch's read and its write (the batch then finds them answered), and
+    tried alone while the batch's write holds them (it then writes nothing; on SQLite, whose
+    writes run one at a time, after it)."""
+    if not (await store.db.capabilities()).update_returning:
+        pytest.skip("without UPDATE ... RETURNING a lone result is written the batch's way")
     (ga, ja), _ = await _groups(store)
-    runs = [await _run(store, ga, ja) for _ in range(20)]
     guard = GroupGuard(only=frozenset({ga}))
-    lone = [store.logs.record_first_result(_done(run, "lone"), guard) for run in runs]
-    batch = store.logs.record_results([_done(run, "batch") for run in runs], guard=guard)
-    *lone_written, outcomes = await asyncio.gather(*lone, batch)
-    for run, by_lone, outcome in zip(runs, lone_written, outcomes, strict=True):
-        assert by_lone != (outcome is ResultOutcome.APPLIED), (run, by_lone, outcome)
-        assert outcome in (ResultOutcome.APPLIED, ResultOutcome.REPEAT)
+    before = [await _run(store, ga, ja) for _ in range(3)]  # written alone after the batch's read
+    during = [await _run(store, ga, ja) for _ in range(3)]  # tried alone inside the batch's write
+    real = logs_module._existing_ids
+    lone_before: list[bool] = []
+    lone_during: list[asyncio.Task[bool]] = []
+
+    async def read_then_lone(conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool) -> Any:
+        found = await real(conn, log_ids, lock=lock)
+        if not lock and not lone_before:
+            lone_before.extend([await store.logs.record_first_result(_done(r, "lone"), guard)
+                                for r in before])
+        elif lock and not lone_during:  # the batch holds these rows until it commits
+            lone_during.extend(asyncio.create_task(store.logs.record_first_result(_done(r, "lone"), guard))
+                               for r in during)
+        return found
+
+    monkeypatch.setattr(logs_module, "_existing_ids", read_then_lone)
+    outcomes = await store.logs.record_results([_done(r, "batch") for r in before + during], guard=guard)
+    assert lone_before == [True] * 3
+    if not lone_during:  # SQLite: no locked read, its writes run one at a time: after the batch
+        lone_during.extend(asyncio.create_task(store.logs.record_first_result(_done(r, "lone"), guard))
+                           for r in during)
+    assert [await asyncio.wait_for(task, 10) for task in lone_during] == [False] * 3
+    assert outcomes == [ResultOutcome.REPEAT] * 3 + [ResultOutcome.APPLIED] * 3
+    for run in before + during:
         entry = await store.logs.get(run)
-        assert entry is not None and entry.handle_msg == ("lone" if by_lone else "batch")
+        assert entry is not None and entry.handle_msg == ("lone" if run in before else "batch")
