@@ -442,9 +442,16 @@ def check_fires(executor: RecordingExecutor, rows: list[Any], jobs: dict[int, in
     verdict.lost_logged = Counter(
         f"trigger_code={row.trigger_code} handle_code={row.handle_code} {str(row.trigger_type)}"
         f" by {row.admin_node}: {str(row.handle_msg or '')[:80]}"
-        f" (trigger message ends: {str(row.trigger_msg or '')[-120:]})"
+        f"{_problem_of(row.trigger_msg)}"
         for key in verdict.lost if (row := logged.get(key)) is not None)
     return verdict
+
+
+def _problem_of(trigger_msg: str | None) -> str:
+    """The trigger message's ``Problem:`` line (why a recorded fire was not sent), as a suffix:
+    a line that names no run, so lost fires of one cause count as one pattern."""
+    problems = [line for line in (trigger_msg or "").splitlines() if line.startswith("Problem: ")]
+    return f" ({problems[0][:120]})" if problems else ""
 
 
 def _pattern(job_id: int, grid: list[int], got: dict[int, list[int]], gap: Gap | None) -> str:
