@@ -133,7 +133,8 @@ class SocketCallbacks:
         self._used = 0.0
 
     async def post(self, log_ids: list[int]) -> int:
-        if self._conn is None or time.monotonic() - self._used > self.IDLE_S:
+        if (self._conn is None or self._conn[1].is_closing() or self._conn[0].at_eof()
+                or time.monotonic() - self._used > self.IDLE_S):
             await self.close()
             self._conn = await asyncio.open_connection(self._host, self._port)
             await asyncio.sleep(0.01)  # the admin accepts it meanwhile, not in the measured time
@@ -144,7 +145,7 @@ class SocketCallbacks:
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         writer.write(head + body)
         sent = time.perf_counter_ns()
-        status, headers, answer = await self._answer(reader)
+        status, headers, answer = await asyncio.wait_for(self._answer(reader), 60)
         assert status == 200 and orjson.loads(answer)["code"] == 200, (status, answer)
         if headers.get("connection", "").lower() == "close":
             await self.close()
