@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobring.admin.store import GroupGuard, HandleResult, JobGroup, JobInfo, NewLog, ResultOutcome, Store
 from jobring.admin.store import logs as logs_module
+from jobring.admin.store.records import FirstResult
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
 WHEN = datetime(2026, 3, 10, 12, 0, 5, tzinfo=UTC)
@@ -209,11 +210,39 @@ async def test_a_first_result_is_written_without_a_read_only_when_it_may_be(
         assert not await first(_done(run_b, "forged"), guard)
         assert not await first(_done(run_b + 1000, "unknown"), guard)
         assert not await first(_done(parent, "root task"), guard)
-    assert await first(_done(run_a, "own"), GroupGuard(only=frozenset({ga}))) is writes
+    assert (await first(_done(run_a, "own"), GroupGuard(only=frozenset({ga}))) is not None) is writes
     assert not await first(_done(run_a, "again"), None)
     entries = {i: await store.logs.get(i) for i in (run_a, run_b, parent)}
     assert {i: (e.handle_code, e.handle_msg) for i, e in entries.items() if e is not None} == {
         run_a: (200, "own") if writes else (0, None), run_b: (0, None), parent: (0, None)}
+
+
+async def test_a_first_result_returns_what_parent_links_reads_of_its_run(store: Store) -> None:
+    """The lone result's write returns its run's parent link (the job's child jobs and recovery
+    alarm, the run's child-fire tree) equal to what ``parent_links`` reads after it, and none
+    for a run whose job was deleted."""
+    if not (await store.db.capabilities()).update_returning:
+        pytest.skip("without UPDATE ... RETURNING a lone result is written the batch's way")
+    (ga, ja), (gb, jb) = await _groups(store)
+    child = await store.jobs.create(JobInfo(job_group=ga, job_desc="child", executor_handler="h"))
+    parent_job = await store.jobs.create(JobInfo(job_group=ga, job_desc="parent", executor_handler="h",
+                                                 child_jobid=f"{child}, 999999", alarm_recovery=True))
+    (tree_run,) = await store.logs.insert_fires([NewLog(ga, parent_job, NOW, executor_handler="h",
+                                                        trigger_type="PARENT", trigger_code=200,
+                                                        root_run_id=7, child_depth=2)])
+    assert tree_run is not None
+    plain, orphan = await _run(store, ga, ja), await _run(store, gb, jb)
+    await store.jobs.delete(jb)
+    written = {run: await store.logs.record_first_result(_done(run, "ok"), None)
+               for run in (tree_run, plain, orphan)}
+    read = await store.logs.parent_links([tree_run, plain, orphan])
+    assert written == {tree_run: FirstResult(read[tree_run]), plain: FirstResult(read[plain]),
+                       orphan: FirstResult(None)}
+    assert orphan not in read
+    link = read[tree_run]
+    assert (link.child_jobid, link.alarm_recovery) == (f"{child}, 999999", True)
+    assert (link.link.job_id, link.link.job_group, link.link.root_run_id, link.link.child_depth) == (
+        parent_job, ga, 7, 2)
 
 
 async def test_a_lone_result_and_a_batch_of_the_same_runs_write_each_result_once_in_either_order(
@@ -230,8 +259,8 @@ async def test_a_lone_result_and_a_batch_of_the_same_runs_write_each_result_once
     before = [await _run(store, ga, ja) for _ in range(3)]  # written alone after the batch's read
     during = [await _run(store, ga, ja) for _ in range(3)]  # tried alone inside the batch's write
     real = logs_module._existing_ids
-    lone_before: list[bool] = []
-    lone_during: list[asyncio.Task[bool]] = []
+    lone_before: list[FirstResult | None] = []
+    lone_during: list[asyncio.Task[FirstResult | None]] = []
 
     async def read_then_lone(conn: AsyncConnection, log_ids: Sequence[int], *, lock: bool) -> Any:
         found = await real(conn, log_ids, lock=lock)
@@ -245,11 +274,11 @@ async def test_a_lone_result_and_a_batch_of_the_same_runs_write_each_result_once
 
     monkeypatch.setattr(logs_module, "_existing_ids", read_then_lone)
     outcomes = await store.logs.record_results([_done(r, "batch") for r in before + during], guard=guard)
-    assert lone_before == [True] * 3
+    assert [r is not None for r in lone_before] == [True] * 3
     if not lone_during:  # SQLite: no locked read, its writes run one at a time: after the batch
         lone_during.extend(asyncio.create_task(store.logs.record_first_result(_done(r, "lone"), guard))
                            for r in during)
-    assert [await asyncio.wait_for(task, 10) for task in lone_during] == [False] * 3
+    assert [await asyncio.wait_for(task, 10) for task in lone_during] == [None] * 3
     assert outcomes == [ResultOutcome.REPEAT] * 3 + [ResultOutcome.APPLIED] * 3
     for run in before + during:
         entry = await store.logs.get(run)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -12,7 +12,7 @@ from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.service import DistributedService
 from jobring.admin.services.callbacks import CallbackService, child_summary, parse_child_ids
 from jobring.admin.store import Store
-from jobring.admin.store.records import GroupGuard, JobInfo, ResultOutcome
+from jobring.admin.store.records import GroupGuard, JobInfo, ParentLink, ResultOutcome
 from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import HandleCallbackParam
@@ -66,14 +66,38 @@ async def test_outcomes_repeat_and_unknown_are_logged(cb: CbEnv, caplog: pytest.
     assert "log item not found. logId=424242" in caplog.text
 
 
-async def test_success_fires_children_once_with_parent_trigger_type(cb: CbEnv) -> None:
+def lone_result_first(cb: CbEnv, monkeypatch: pytest.MonkeyPatch) -> tuple[GroupGuard, list[int]]:
+    """PostgreSQL's way on this store: a lone result of a token-checked callback is written
+    before anything is read, its run's parent link returned by the write. The guard to pass,
+    and a list that grows with each ``parent_links`` read."""
+    async def yes() -> bool:
+        return True
+
+    links_read: list[int] = []
+    real = cb.env.store.logs.parent_links
+
+    async def counted(run_ids: Collection[int]) -> dict[int, ParentLink]:
+        links_read.append(len(run_ids))
+        return await real(run_ids)
+
+    monkeypatch.setattr(cb.env.store.logs, "writes_lone_result_first", yes)
+    monkeypatch.setattr(cb.env.store.logs, "parent_links", counted)
+    return GroupGuard(only=frozenset({cb.env.group_id})), links_read
+
+
+@pytest.mark.parametrize("lone", [False, True], ids=["batch", "lone-result-first"])
+async def test_success_fires_children_once_with_parent_trigger_type(
+        cb: CbEnv, monkeypatch: pytest.MonkeyPatch, lone: bool) -> None:
+    # Lone (PostgreSQL): the children are those the result's own write returned, not read after.
     env = cb.env
+    guard, links_read = lone_result_first(cb, monkeypatch) if lone else (None, [])
     child_a = await env.job(job_desc="child a")
     child_b = await env.job(job_desc="child b")
     parent = await env.job(child_jobid=f"{child_a.id},oops,{child_b.id},987654")
     log_id = await fired_log(env, parent)
-    await cb.callbacks.handle([done(log_id, 200, "all good")])
+    await cb.callbacks.handle([done(log_id, 200, "all good")], guard)
     await cb.callbacks.wait_idle()
+    assert links_read == []
     for child in (child_a, child_b):
         (entry,) = await env.store.logs.for_job(child.id)
         assert entry.trigger_type == "PARENT" and entry.trigger_code == 200
@@ -86,18 +110,20 @@ async def test_success_fires_children_once_with_parent_trigger_type(cb: CbEnv) -
     assert "2/4 [Job ID=oops], Trigger Fail, Trigger msg: Job ID is illegal" in msg
     assert "4/4 [Job ID=987654], Trigger Fail" in msg
     # A repeated success callback changes nothing and fires no more children.
-    await cb.callbacks.handle([done(log_id, 200)])
+    await cb.callbacks.handle([done(log_id, 200)], guard)
     await cb.callbacks.wait_idle()
     assert len(await env.store.logs.for_job(child_a.id)) == 1
     assert len(env.double.runs()) == 3
 
 
-async def test_failure_fires_no_children(cb: CbEnv) -> None:
+@pytest.mark.parametrize("lone", [False, True], ids=["batch", "lone-result-first"])
+async def test_failure_fires_no_children(cb: CbEnv, monkeypatch: pytest.MonkeyPatch, lone: bool) -> None:
     env = cb.env
+    guard = lone_result_first(cb, monkeypatch)[0] if lone else None
     child = await env.job()
     parent = await env.job(child_jobid=str(child.id))
     log_id = await fired_log(env, parent)
-    await cb.callbacks.handle([done(log_id, 500, "no")])
+    await cb.callbacks.handle([done(log_id, 500, "no")], guard)
     await cb.callbacks.wait_idle()
     assert await env.store.logs.for_job(child.id) == []
     entry = await env.store.logs.get(log_id)
@@ -114,13 +140,16 @@ async def test_concurrent_duplicate_callbacks_fire_children_once(cb: CbEnv) -> N
     assert len(await env.store.logs.for_job(child.id)) == 1
 
 
+@pytest.mark.parametrize("lone", [False, True], ids=["batch", "lone-result-first"])
 async def test_a_success_without_children_or_recovery_alarm_costs_one_read(
-    cb: CbEnv, monkeypatch: pytest.MonkeyPatch
+    cb: CbEnv, monkeypatch: pytest.MonkeyPatch, lone: bool
 ) -> None:
     # After the result's write, a success reads its run's link with its job's child jobs and
     # recovery alarm in one statement; the recovery alarm's own reads follow only for a job that
     # asks for one. (Before: the link and the job were two reads, and every success spawned the
-    # recovery check's two reads, beside a workflow node start's path.)
+    # recovery check's two reads, beside a workflow node start's path.) A lone result written
+    # first (PostgreSQL) has the link back from its write: no read at all.
+    guard = lone_result_first(cb, monkeypatch)[0] if lone else None
     alarms = AlarmService(cb.env.store, Alarmer([]))
     callbacks = CallbackService(cb.env.store, cb.env.trigger, cb.env.clock, alarms=alarms)
     job = await cb.env.job()
@@ -136,12 +165,12 @@ async def test_a_success_without_children_or_recovery_alarm_costs_one_read(
 
     monkeypatch.setattr(db, "read", counting)
     try:
-        assert await callbacks.handle([done(log_id)]) == [ResultOutcome.APPLIED]
+        assert await callbacks.handle([done(log_id)], guard) == [ResultOutcome.APPLIED]
         await callbacks.wait_idle()
     finally:
         await callbacks.close()
         await alarms.close()
-    assert reads == 1
+    assert reads == (0 if lone else 1)
 
 
 @pytest.mark.parametrize("unread", [False, True], ids=["read-first", "lone-result-first"])

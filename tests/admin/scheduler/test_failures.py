@@ -15,7 +15,7 @@ from jobring.admin.monitors.retention import ARMED_SETTING, RetentionMonitor
 from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
-from jobring.admin.store.records import HandleResult, JobGroup, LogEntry, TriggerResult
+from jobring.admin.store.records import GroupGuard, HandleResult, JobGroup, LogEntry, TriggerResult
 from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import AddressType, AlarmStatus, TriggerType
 from jobring.core.retry import retry_delay_ms
@@ -196,7 +196,17 @@ async def test_deadline_alarm_once_with_two_nodes(env: Env) -> None:
     assert await env.store.alarms.status(done, "deadline") is None
 
 
-async def test_recovery_alarm_after_a_failure(env: Env) -> None:
+@pytest.mark.parametrize("lone", [False, True], ids=["batch", "lone-result-first"])
+async def test_recovery_alarm_after_a_failure(env: Env, monkeypatch: pytest.MonkeyPatch, lone: bool) -> None:
+    # lone: a token-checked lone result written before any read (PostgreSQL's way), the job's
+    # recovery alarm setting returned by that write.
+    async def yes() -> bool:
+        return True
+
+    guard = None
+    if lone:
+        monkeypatch.setattr(env.store.logs, "writes_lone_result_first", yes)
+        guard = GroupGuard(only=frozenset({env.group_id}))
     channel = Channel()
     alarms = AlarmService(env.store, Alarmer([channel]))
     callbacks = CallbackService(env.store, env.trigger, env.clock, alarms=alarms)
@@ -205,10 +215,10 @@ async def test_recovery_alarm_after_a_failure(env: Env) -> None:
     ok1 = await add_log(env.store, job.id, group=env.group_id)
     ok2 = await add_log(env.store, job.id, group=env.group_id)
     await callbacks.handle(
-        [HandleCallbackParam(log_id=ok1, log_date_tim=T0, handle_code=200, handle_msg=None)]
+        [HandleCallbackParam(log_id=ok1, log_date_tim=T0, handle_code=200, handle_msg=None)], guard
     )
     await callbacks.handle(
-        [HandleCallbackParam(log_id=ok2, log_date_tim=T0, handle_code=200, handle_msg=None)]
+        [HandleCallbackParam(log_id=ok2, log_date_tim=T0, handle_code=200, handle_msg=None)], guard
     )
     await callbacks.wait_idle()
     await alarms.close()

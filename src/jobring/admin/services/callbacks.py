@@ -217,9 +217,14 @@ class CallbackService:
         None, nothing done, otherwise."""
         items, results = self._results_of([item])
         async with self._slots:
-            if not await self._store.logs.record_first_result(results[0], guard):
+            written = await self._store.logs.record_first_result(results[0], guard)
+            if written is None:
                 return None
-            return await self._follow(items, [ResultOutcome.APPLIED])
+            # Its job's child jobs and recovery alarm came back with the write: not read again
+            # while the workflow driver applies the result on the same loop.
+            success = items[0].handle_code == HandleCode.SUCCESS
+            parents = {item.log_id: written.parent} if success and written.parent is not None else {}
+            return await self._follow(items, [ResultOutcome.APPLIED], parents)
 
     def _results_of(
         self, items: Sequence[HandleCallbackParam]
@@ -231,9 +236,11 @@ class CallbackService:
                          for i in checked]
 
     async def _follow(
-        self, items: Sequence[HandleCallbackParam], outcomes: list[ResultOutcome]
+        self, items: Sequence[HandleCallbackParam], outcomes: list[ResultOutcome],
+        parents: Mapping[int, ParentLink] | None = None,
     ) -> list[ResultOutcome]:
-        """What follows the recorded results (logs, counts, listeners, children, alarms)."""
+        """What follows the recorded results (logs, counts, listeners, children, alarms);
+        ``parents``: the successes' parent links when known (None: read here)."""
         self.received += len(items)
         applied = [i for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.APPLIED]
         missing = [i.log_id for i, o in zip(items, outcomes, strict=True) if o is ResultOutcome.NOT_FOUND]
@@ -257,7 +264,8 @@ class CallbackService:
             contexts = {i.log_id: text for i in applied if (text := _context_text(i)) is not None}
             self.results_listener([(i.log_id, i.handle_code, i.handle_msg) for i in applied], contexts)
         successes = [i for i in applied if i.handle_code == HandleCode.SUCCESS]
-        parents = await self._store.logs.parent_links({i.log_id for i in successes}) if successes else {}
+        if parents is None:
+            parents = await self._store.logs.parent_links({i.log_id for i in successes}) if successes else {}
         plans = await self._child_plans(parents)
         if plans:
             messages = {i.log_id: f"{i.handle_msg}\n\n{plan.summary}" if i.handle_msg else plan.summary

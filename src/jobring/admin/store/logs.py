@@ -40,13 +40,16 @@ from jobring.admin.store.errors import Conflict
 from jobring.admin.store.log_reads import LogReads
 from jobring.admin.store.log_retention import LogRetention
 from jobring.admin.store.records import (
+    FirstResult,
     GroupGuard,
     HandleResult,
     NewLog,
+    ParentLink,
     ResultOutcome,
+    RunLink,
     TriggerResult,
 )
-from jobring.admin.store.tables import distributed_run, job_log, workflow_node_run
+from jobring.admin.store.tables import distributed_run, job_info, job_log, workflow_node_run
 from jobring.core.timefmt import iso_ms
 
 # MySQL TEXT holds 65,535 bytes: 15,000 characters fit even at 4 bytes each.
@@ -300,7 +303,7 @@ class LogRepository(LogReads, LogRetention):
         """One result where UPDATE has RETURNING: the conditional UPDATE alone tells whether it
         wrote the row (no rows to lock first; one row cannot deadlock), so without workflow
         context additions it is one statement (on PostgreSQL one round trip, no BEGIN)."""
-        if await self._write_one(result, guard, first_only=False):
+        if await self._write_one(result, guard, first_only=False) is not None:
             return ResultOutcome.APPLIED
         # Not written: a repeat if the run has a result (and the token may report it).
         async with self._db.read() as conn:
@@ -317,17 +320,25 @@ class LogRepository(LogReads, LogRetention):
         UPDATE ... RETURNING)."""
         return (await self._db.capabilities()).backend == "postgresql"
 
-    async def record_first_result(self, result: HandleResult, guard: GroupGuard | None) -> bool:
+    async def record_first_result(self, result: HandleResult, guard: GroupGuard | None) -> FirstResult | None:
         """Record one result if it is its run's first, the run is of a group ``guard`` allows
         and not a distributed parent (whose root task's result goes to its join), all decided
-        by the write itself; False, nothing written: :meth:`record_results` then tells why (a
-        repeat, an unknown run or another group's, a distributed parent). Needs UPDATE ...
-        RETURNING (False without it)."""
+        by the write itself, which also returns what :meth:`parent_links` would read of the
+        run (no read after it); None, nothing written: :meth:`record_results` then tells why
+        (a repeat, an unknown run or another group's, a distributed parent). Needs UPDATE ...
+        RETURNING (None without it)."""
         if not (await self._db.capabilities()).update_returning:
-            return False
-        return await self._write_one(result, guard, first_only=True)
+            return None
+        row = await self._write_one(result, guard, first_only=True)
+        if row is None:
+            return None
+        if row.job_found is None:  # its job was deleted: no children, no recovery alarm
+            return FirstResult(None)
+        link = RunLink(result.log_id, int(row.job_id), int(row.job_group), row.root_run_id,
+                       int(row.child_depth))
+        return FirstResult(ParentLink(link, row.child_jobid, bool(row.alarm_recovery)))
 
-    async def _write_one(self, result: HandleResult, guard: GroupGuard | None, *, first_only: bool) -> bool:
+    async def _write_one(self, result: HandleResult, guard: GroupGuard | None, *, first_only: bool) -> Any:
         member = _guard_condition(guard)
         msg, at = result.handle_msg, result.handle_time
         params: dict[str, Any] = {
@@ -340,7 +351,7 @@ class LogRepository(LogReads, LogRetention):
             written = (await conn.execute(stmt, params)).first()
             if written is not None and written[0] is not None and result.workflow_context is not None:
                 await conn.execute(_CONTEXT_ADDED, {"b_id": written[0], "b_context": result.workflow_context})
-        return written is not None
+        return written
 
     async def append_handle_msgs(self, messages: dict[int, str]) -> None:
         """Set the handle message of runs whose result this node just recorded (the child
@@ -397,7 +408,8 @@ _TARGETS = union_all(
 
 def _record_one_statement(groups: bool | None, first_only: bool) -> Update:
     # groups None: no guard; True: the run's group among b_groups; False: not among them.
-    # first_only: not a distributed parent's run either (see record_first_result).
+    # first_only: not a distributed parent's run either, and what parent_links reads of the
+    # run is returned with it (see record_first_result).
     c = job_log.c
     where = [c.id == bindparam("b_id"), c.handle_code == 0]
     if groups is not None:
@@ -405,12 +417,21 @@ def _record_one_statement(groups: bool | None, first_only: bool) -> Update:
         where.append(c.job_group.in_(in_groups) if groups else c.job_group.not_in(in_groups))
     if first_only:
         where.append(~exists().where(distributed_run.c.run_id == c.id))
-    return (update(job_log).where(*where)
+    stmt = (update(job_log).where(*where)
             .values(handle_code=bindparam("b_code", type_=c.handle_code.type),
                     handle_msg=bindparam("b_msg", type_=c.handle_msg.type),
                     handle_time=bindparam("b_time", type_=c.handle_time.type),
-                    handle_time_ms=bindparam("b_time_ms", type_=c.handle_time_ms.type))
-            .returning(c.workflow_node_run_id))
+                    handle_time_ms=bindparam("b_time_ms", type_=c.handle_time_ms.type)))
+    if not first_only:
+        return stmt.returning(c.workflow_node_run_id)
+
+    def of_job(column: Any, name: str) -> Any:
+        found = select(column).where(job_info.c.id == c.job_id).correlate(job_log)
+        return found.scalar_subquery().label(name)
+
+    return stmt.returning(c.workflow_node_run_id, c.job_id, c.job_group, c.root_run_id, c.child_depth,
+                          of_job(job_info.c.id, "job_found"), of_job(job_info.c.child_jobid, "child_jobid"),
+                          of_job(job_info.c.alarm_recovery, "alarm_recovery"))
 
 
 # By (guard: None, or whether it lists the groups allowed; first_only), built once.

@@ -155,6 +155,14 @@ class ParentLink:
 
 
 @dataclass(frozen=True, slots=True)
+class FirstResult:
+    """A run's first result, written alone (``LogRepository.record_first_result``), with its
+    run's :class:`ParentLink` as the write returned it (None: its job no longer exists)."""
+
+    parent: ParentLink | None
+
+
+@dataclass(frozen=True, slots=True)
 class LogEntry:
     """A row of ``xxl_job_log``."""
 
