@@ -69,6 +69,7 @@ class Cluster:
     other: AsyncAdminClient
     home: Path
     run_id: int
+    survivor: AdminNode
 
 
 @asynccontextmanager
@@ -91,7 +92,7 @@ async def chaos_cluster(database_url: str, tmp_path: Path, driver_env: dict[str,
                                            "executor_handler": "node"})
             created = await admin.workflows.create(graph(int(job["id"]), group))
             run_id = (await admin.workflows.trigger(created["id"]))["workflow_run_id"]
-            yield Cluster(driver, other, home, run_id)
+            yield Cluster(driver, other, home, run_id, survivor)
     finally:
         await stop_executor(executor)
         await kill(driver)

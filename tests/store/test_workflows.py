@@ -14,6 +14,7 @@ from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store
 from jobring.admin.store import workflows as workflows_module
 from jobring.admin.store.tables import job_group, workflow
 from jobring.admin.store.workflows import (
+    FireRows,
     NewNodeRun,
     NodeRunState,
     WorkflowBusy,
@@ -267,6 +268,51 @@ async def test_a_step_stores_its_attempts_claimed_and_returns_them_with_their_jo
     assert ended is not None and [a.node_key for a in ended.attempts] == ["late"]
     got = await store.workflows.get_run(run)
     assert got is not None and (got.rev, got.status, got.ended_at) == (2, "failed", T0 + 3)
+
+
+async def test_a_step_records_its_job_attempts_run_log_rows_where_it_is_one_statement(store: Store) -> None:
+    # PostgreSQL: the step's statement records each job attempt's run-log row as the trigger
+    # would (its params, else the job's; stamped; no retries), for a job still in the run's
+    # group whose params are not a template, and none for a sub-workflow attempt. Elsewhere
+    # the step records none (the trigger does at the fire). A lost race records nothing.
+
+    one_statement = (await store.db.capabilities()).backend == "postgresql"
+    group = await store.groups.create(JobGroup(app_name="wf-app", title="W"), NOW)
+    other = await store.groups.create(JobGroup(app_name="wf-other", title="O"), NOW)
+    job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h",
+                                          executor_param="job's", executor_fail_retry_count=3))
+    moved = await store.jobs.create(JobInfo(job_group=other, job_desc="m", executor_handler="h"))
+    templated = await store.jobs.create(JobInfo(job_group=group, job_desc="t", executor_handler="h",
+                                                timing='{"params_template": true}'))
+    wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
+    run = await store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [])
+    rows = FireRows("n1", "WORKFLOW", T0, group)
+    step = [NewNodeRun("own", -1, 1, job, "p" * 512, None), NewNodeRun("default", -1, 1, job, None, None),
+            NewNodeRun("moved", -1, 1, moved, None, None), NewNodeRun("tpl", -1, 1, templated, None, None),
+            NewNodeRun("sub", -1, 1, 0, None, None, workflow_id=wf)]
+    late = await store.workflows.advance(run, 5, "running", {}, T0, step, claimed_by="n1", fire_rows=rows)
+    assert late is None and await store.logs.for_job(job) == []
+    stored = await store.workflows.advance(run, 0, "running", {}, T0, step, claimed_by="n1", fire_rows=rows)
+    assert stored is not None
+    by_key = {a.node_key: a for a in stored.attempts}
+    if not one_statement:
+        assert stored.log_ids == {} and await store.logs.for_job(job) == []
+        return
+    assert set(stored.log_ids) == {by_key["own"].id, by_key["default"].id}
+    assert stored.logged_at_ms == T0
+    for key, param in (("own", "p" * 512), ("default", "job's")):
+        entry = await store.logs.get(stored.log_ids[by_key[key].id])
+        assert entry is not None
+        assert (entry.job_id, entry.job_group, entry.executor_handler, entry.executor_param,
+                entry.executor_fail_retry_count, entry.trigger_type, entry.admin_node, entry.attempt,
+                entry.workflow_node_run_id, entry.sent_time, entry.trigger_code, entry.handle_code,
+                entry.planned_time) == (job, group, "h", param, 0, "WORKFLOW", "n1", 1, by_key[key].id, T0,
+                                        0, 0, None)
+        assert entry.trigger_time == datetime(2026, 3, 10, 12, 0, 0)
+    assert await store.logs.for_job(moved) == [] and await store.logs.for_job(templated) == []
+    # The attempt's identity holds: a second row for it is refused.
+    with pytest.raises(IntegrityError):
+        await store.logs.insert_fires([NewLog(group, job, NOW, workflow_node_run_id=by_key["own"].id)])
 
 
 async def test_a_step_survives_a_column_a_newer_version_added(store: Store) -> None:

@@ -46,7 +46,7 @@ from jobring.admin.services.workflow_steps import (
     wanted_in,
 )
 from jobring.admin.store.errors import is_transient
-from jobring.admin.store.records import HandleResult
+from jobring.admin.store.records import HandleResult, TriggerResult
 from jobring.admin.store.workflow_records import NodeRunRecord, NodeRunState
 from jobring.admin.trigger.fires import run_candidates
 from jobring.admin.trigger.trigger import FireRequest, NotSent, TriggerRejected, TriggerService
@@ -62,6 +62,7 @@ from jobring.core.workflow import (
     Step,
     run_from_json,
 )
+from jobring.protocol.models import FAIL_CODE
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
@@ -178,6 +179,8 @@ class NodeFires:
         wanted = known if known is not None else await self._wanted_context(attempt)
         if wanted is None or wanted.superseded:
             await self._store.workflows.ended([attempt.id], now)
+            if wanted is not None and wanted.recorded is not None:  # recorded with it, never sent
+                await self._not_sent(wanted.recorded[0], "not fired: its node attempt was stopped first")
             return
         if attempt.workflow_id is not None:
             await self._children.fire(attempt)
@@ -318,7 +321,10 @@ class NodeFires:
             self._held[attempt.id] = claimed_at
             try:
                 async with self._firing:
-                    result = await self._trigger.fire(request)
+                    if wanted.recorded is None:
+                        result = await self._trigger.fire(request)
+                    else:  # its run-log row was recorded with the step that stored it
+                        result = await self._trigger.fire_recorded(request, *wanted.recorded)
             except TriggerRejected as exc:
                 problem = str(exc)
             except NotSent:
@@ -329,6 +335,8 @@ class NodeFires:
                 problem = result.trigger_msg
             finally:
                 self._held.pop(attempt.id, None)
+        if wanted.recorded is not None:
+            await self._not_sent(wanted.recorded[0], f"not fired: {problem}")
         await self._store.workflows.ended([attempt.id], self._clock.now_ms())
         await self._driver.apply(
             attempt.workflow_run_id,
@@ -342,6 +350,11 @@ class NodeFires:
             ),
         )
         return None
+
+    async def _not_sent(self, log_id: int, why: str) -> None:
+        """A run-log row recorded with its attempt's step whose job is not sent: failed as a
+        trigger that failed, so it neither waits for the lost-run monitor nor runs."""
+        await self._store.logs.update_trigger_results([TriggerResult(log_id, None, FAIL_CODE, why)])
 
     async def kill(self, run_id: int, command: KillJob) -> None:
         """End the attempts ``command`` stops and kill their job runs on their executors."""

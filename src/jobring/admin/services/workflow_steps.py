@@ -128,12 +128,14 @@ class KnownRun:
 @dataclass(frozen=True, slots=True)
 class Wanted:
     """What firing an attempt needs to know of its run: its context, its group and, when read
-    with the step that stored the attempt, the jobs (None: read the job at the fire)."""
+    with the step that stored the attempt, the jobs (None: read the job at the fire) and the
+    run-log row that step recorded for it: (log id, its trigger time in epoch ms)."""
 
     context: dict[str, JsonValue]
     group: int
     jobs: Mapping[int, JobInfo] | None = None
     superseded: bool = False  # the attempt is no longer the running one of its node
+    recorded: tuple[int, int] | None = None
 
 
 KNOWN_STEP_ON_LOOP = 200_000
@@ -157,10 +159,12 @@ async def off_loop_if_large(chars: int, fn: Callable[..., _T], *args: Any, small
 
 
 def wanted_in(
-    run: WorkflowRun, attempt: NodeRunRecord, group: int, jobs: Mapping[int, JobInfo] | None
+    run: WorkflowRun, attempt: NodeRunRecord, group: int, jobs: Mapping[int, JobInfo] | None,
+    stored: StoredStep | None = None,
 ) -> Wanted:
     """What firing the attempt needs of ``run``; superseded unless the attempt is still the
-    running one of its node (or fan-out item) there."""
+    running one of its node (or fan-out item) there. ``stored``: the step that stored it (its
+    run-log row, when it recorded one)."""
     node = run.node(attempt.node_key)
     unit = (
         node
@@ -168,7 +172,9 @@ def wanted_in(
         else node.items[attempt.item]
     )
     superseded = unit.status is not NodeStatus.RUNNING or unit.attempt != attempt.attempt
-    return Wanted(dict(run.context), group, jobs, superseded)
+    log_id = None if stored is None else stored.log_ids.get(attempt.id)
+    recorded = None if log_id is None or stored is None else (log_id, stored.logged_at_ms)
+    return Wanted(dict(run.context), group, jobs, superseded, recorded)
 
 
 def first_step(graph: WorkflowGraph, event: RunStarted, encoder: StateEncoder) -> tuple[Step, str | None]:

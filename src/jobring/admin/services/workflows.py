@@ -51,17 +51,19 @@ from jobring.admin.services.workflow_steps import (
     wanted_in,
 )
 from jobring.admin.store.workflow_records import (
+    FireRows,
     NodeRunRecord,
     NodeRunState,
     WorkflowGone,
     WorkflowRecord,
     WorkflowRunRecord,
 )
+from jobring.admin.trigger.fires import sent_instant
 from jobring.admin.trigger.trigger import TriggerService
 from jobring.admin.trigger.unsure import UnsureFires
 from jobring.background import Background
 from jobring.core.clock import Clock
-from jobring.core.enums import HandleCode
+from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.expression import JsonValue
 from jobring.core.workflow import (
     Command,
@@ -281,20 +283,27 @@ class WorkflowDriver(Monitor):
                     self._remember(run_id, known)
                 return [Applied(step) for step, _ in steps]
             starts = new_attempts([c for step, changed in steps if changed for c in step.commands])
+            now = self._clock.now_ms()
+            fire_rows = None
             if any(start.job_id for start in starts):
                 # Their group is read while the step is stored, not on their way to the
                 # executor after it (its cached copy lasts a second: a join's last parent
                 # often comes later than that).
                 self._tasks.spawn(self._trigger.warm_group(record.job_group),
                                   f"reading executor group {record.job_group} ahead of run {run_id}'s fires")
+                # Their run-log rows are recorded with the step where it is one statement (no
+                # INSERT of its own at each fire), stamped as the trigger stamps a fire now.
+                fire_rows = FireRows(self._node_id, TriggerType.WORKFLOW.value, sent_instant(None, now),
+                                     record.job_group)
             stored = await self._store.workflows.advance(
                 run_id,
                 record.rev,
                 run.status.value,
                 text,
-                self._clock.now_ms(),
+                now,
                 starts,
                 claimed_by=self._node_id,  # see _carry_out
+                fire_rows=fire_rows,
             )
             if stored is not None:
                 after = replace(record, rev=record.rev + 1, status=run.status.value, state=None,
@@ -327,9 +336,9 @@ class WorkflowDriver(Monitor):
                 # the attempts claimed by that write: nothing to read or write before the fire.
                 # (Should this node die first, another takes them over once the claim is stale,
                 # as it would had it died just after a claim of its own.)
-                run, group, jobs = applied.run, applied.stored_over.job_group, applied.stored.jobs
+                run, group, stored = applied.run, applied.stored_over.job_group, applied.stored
                 await asyncio.gather(*(
-                    self.fires.fire(a, known=wanted_in(run, a, group, jobs), claimed=True)
+                    self.fires.fire(a, known=wanted_in(run, a, group, stored.jobs, stored), claimed=True)
                     for a in applied.stored.attempts if (a.node_key, a.attempt, a.item) in wanted))
             else:
                 attempts = [

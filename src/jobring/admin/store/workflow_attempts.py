@@ -7,7 +7,8 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import String, TextualSelect, bindparam, column, insert, select, text, update
@@ -20,9 +21,11 @@ from jobring.admin.store.records import JobInfo
 from jobring.admin.store.tables import job_info, job_log, workflow_node_run, workflow_run
 from jobring.admin.store.workflow_records import (
     EndedNodeRun,
+    FireRows,
     NewNodeRun,
     NodeRunRecord,
     NodeRunState,
+    StoredStep,
     node_run_of,
 )
 
@@ -259,15 +262,47 @@ async def insert_claimed_returning(
 
 # A start's own values, one array each: the columns are named as NewNodeRun's fields.
 _PER_ATTEMPT = tuple(f.name for f in dataclasses.fields(NewNodeRun))
-# The job of an attempt comes back beside it, its columns named with this prefix.
+# The job of an attempt comes back beside it, its columns named with this prefix, and the
+# run-log row recorded for it (FireRows) as this column.
 _JOB = "j_"
+_LOG_ID = "logged_id"
+_EPOCH = datetime(1970, 1, 1)  # trigger_time is naive UTC
 
 
-@functools.lru_cache(maxsize=4)
-def _advance_with_claimed_starts(dialect: Dialect) -> TextualSelect:
+# The run-log row of a job attempt recorded by its step (FireRows): these columns, bound once
+# per statement, and the job's and the attempt's as the SELECT in _logged reads them.
+_LOGGED = {
+    "trigger_time": job_log.c.trigger_time.type,
+    "trigger_type": job_log.c.trigger_type.type,
+    "admin_node": job_log.c.admin_node.type,
+    "sent_time": job_log.c.sent_time.type,
+    "group": job_log.c.job_group.type,
+}
+
+
+def _logged(quote: Callable[[str], str]) -> str:
+    """The CTE that records the job attempts' run-log rows (see FireRows)."""
+    columns = ", ".join(quote(n) for n in (
+        "job_group", "job_id", "trigger_time", "executor_handler", "executor_param",
+        "executor_fail_retry_count", "trigger_code", "handle_code", "trigger_type", "attempt",
+        "admin_node", "child_depth", "workflow_node_run_id", "sent_time"))
+    return (
+        f"logged AS (INSERT INTO {quote(job_log.name)} ({columns}) "
+        f"SELECT j.job_group, j.id, :l_trigger_time, j.executor_handler, "
+        f"COALESCE(ins.params, j.executor_param, ''), 0, 0, 0, :l_trigger_type, 1, "
+        f":l_admin_node, 0, ins.id, :l_sent_time FROM ins JOIN {quote(job_info.name)} AS j "
+        f"ON j.id = ins.job_id WHERE ins.workflow_id IS NULL AND j.job_group = :l_group "
+        f"AND (j.timing IS NULL OR j.timing NOT LIKE '%params_template%') "
+        f"RETURNING id, workflow_node_run_id)"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _advance_with_claimed_starts(dialect: Dialect, record: bool) -> TextualSelect:
     # WITH moved AS (UPDATE run ... WHERE rev = :rev RETURNING id), ins AS (INSERT INTO attempts
-    # SELECT moved.id, v.* FROM moved, unnest(arrays) AS v RETURNING cols) SELECT cols, job cols
-    # FROM ins LEFT JOIN jobs
+    # SELECT moved.id, v.* FROM moved, unnest(arrays) AS v RETURNING cols)[, logged AS (INSERT
+    # INTO run logs SELECT ... FROM ins JOIN jobs RETURNING id)] SELECT cols, job cols[, log id]
+    # FROM ins LEFT JOIN jobs[ LEFT JOIN logged]
     quote = dialect.identifier_preparer.quote
 
     def array_type(name: str) -> str:
@@ -285,44 +320,61 @@ def _advance_with_claimed_starts(dialect: Dialect) -> TextualSelect:
     known = ", ".join(quote(c.name) for c in workflow_node_run.c)
     attempt_columns = ", ".join(f"ins.{quote(c.name)}" for c in workflow_node_run.c)
     job_columns = ", ".join(f"j.{quote(c.name)} AS {quote(_JOB + c.name)}" for c in job_info.c)
-    return text(
+    statement = text(
         f"WITH moved AS (UPDATE {quote(workflow_run.name)} SET rev = :rev + 1, status = :status, "
         f"state = :state, ended_at = :ended_at WHERE id = :run_id AND rev = :rev RETURNING id), "
         f"ins AS (INSERT INTO {quote(workflow_node_run.name)} ({columns}) "
         f"SELECT moved.id, {values}, :firing, :claimed_by, :claimed_at, :created_at "
-        f"FROM moved, unnest({arrays}) AS v({names}) RETURNING {known}) "
-        f"SELECT {attempt_columns}, {job_columns} FROM ins "
-        f"LEFT JOIN {quote(job_info.name)} AS j ON j.id = ins.job_id AND ins.workflow_id IS NULL "
-        f"ORDER BY ins.id"
-    ).columns(  # typed: the jobs' columns are read as a select of the table reads them
+        f"FROM moved, unnest({arrays}) AS v({names}) RETURNING {known})"
+        + (f", {_logged(quote)} " if record else " ")
+        + f"SELECT {attempt_columns}, {job_columns}"
+        + (f", logged.id AS {quote(_LOG_ID)} " if record else " ")
+        + f"FROM ins LEFT JOIN {quote(job_info.name)} AS j ON j.id = ins.job_id AND ins.workflow_id IS NULL "
+        + ("LEFT JOIN logged ON logged.workflow_node_run_id = ins.id " if record else "")
+        + "ORDER BY ins.id"
+    )
+    if record:
+        statement = statement.bindparams(*(bindparam(f"l_{name}", type_=t) for name, t in _LOGGED.items()))
+    return statement.columns(  # typed: the jobs' columns are read as a select of the table reads them
         *(column(c.name, c.type) for c in workflow_node_run.c),
         *(column(_JOB + c.name, c.type) for c in job_info.c),
+        *((column(_LOG_ID, job_log.c.id.type),) if record else ()),
     )
 
 
 async def advance_with_claimed_starts(
     conn: AsyncConnection, run_id: int, rev: int, values: dict[str, Any], starts: Sequence[NewNodeRun],
-    now_ms: int, claimed_by: str,
-) -> tuple[builtins.list[NodeRunRecord], dict[int, JobInfo]] | None:
+    now_ms: int, claimed_by: str, fire_rows: FireRows | None = None,
+) -> StoredStep | None:
     """PostgreSQL: store a step by compare-and-set on ``rev`` (``values``: the run's status,
     state and ended_at) and insert its attempts claimed, in one statement (a data-modifying
-    CTE: the attempts are inserted only if the run moved) that reads their jobs too. The
-    attempts as inserted, oldest first, and their jobs by id (missing: deleted); None when the
-    run is no longer at ``rev`` (``starts`` must not be empty)."""
+    CTE: the attempts are inserted only if the run moved) that reads their jobs too, and
+    records their run-log rows with ``fire_rows``. The attempts as inserted, oldest first,
+    their jobs by id (missing: deleted) and the rows recorded; None when the run is no longer
+    at ``rev`` (``starts`` must not be empty)."""
     params: dict[str, Any] = {f"a_{name}": [getattr(s, name) for s in starts] for name in _PER_ATTEMPT}
     params.update(values, run_id=run_id, rev=rev, firing=NodeRunState.FIRING, claimed_by=claimed_by,
                   claimed_at=now_ms, created_at=now_ms)
-    rows = (await conn.execute(_advance_with_claimed_starts(conn.dialect), params)).all()
+    if fire_rows is not None:
+        at = fire_rows.trigger_time_ms
+        params.update(l_trigger_time=_EPOCH + timedelta(milliseconds=at), l_sent_time=at,
+                      l_trigger_type=fire_rows.trigger_type, l_admin_node=fire_rows.admin_node,
+                      l_group=fire_rows.job_group)
+    statement = _advance_with_claimed_starts(conn.dialect, fire_rows is not None)
+    rows = (await conn.execute(statement, params)).all()
     if not rows:
         return None
-    attempts, jobs = [], {}
+    attempts, jobs, log_ids = [], {}, {}
     for row in rows:
         values_of = row._mapping
-        attempts.append(NodeRunRecord(**{c.name: values_of[c.name] for c in workflow_node_run.c}))
+        attempt = NodeRunRecord(**{c.name: values_of[c.name] for c in workflow_node_run.c})
+        attempts.append(attempt)
         if values_of[_JOB + "id"] is not None:
             job = JobInfo(**{c.name: values_of[_JOB + c.name] for c in job_info.c})
             jobs[job.id] = job
-    return attempts, jobs
+        if fire_rows is not None and values_of[_LOG_ID] is not None:
+            log_ids[attempt.id] = int(values_of[_LOG_ID])
+    return StoredStep(attempts, jobs, log_ids, 0 if fire_rows is None else fire_rows.trigger_time_ms)
 
 
 async def pending_attempts(conn: AsyncConnection, run_id: int) -> builtins.list[NodeRunRecord]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -16,6 +16,7 @@ from jobring.errors import JobringError
 __all__ = [
     "MANAGED_BY_CODE",
     "EndedNodeRun",
+    "FireRows",
     "NewNodeRun",
     "NodeRunRecord",
     "NodeRunState",
@@ -154,10 +155,29 @@ on a busy machine. Larger ones (a state reaches megabytes) go to a worker thread
 @dataclass(frozen=True, slots=True)
 class StoredStep:
     """What storing a step read in its transaction: the run's pending attempts (those it
-    inserted among them) and the jobs they run, by id (missing: deleted)."""
+    inserted among them) and the jobs they run, by id (missing: deleted); ``log_ids``: the
+    run-log rows it recorded for them (see :class:`FireRows`), by attempt id, stamped
+    ``logged_at_ms``."""
 
     attempts: builtins.list[NodeRunRecord]
     jobs: dict[int, JobInfo]
+    log_ids: dict[int, int] = field(default_factory=dict)
+    logged_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FireRows:
+    """The run-log rows a step records with the job attempts it starts, where it is one
+    statement (PostgreSQL, ``WorkflowRepository.advance``): one per attempt, as the trigger
+    would record its fire (``trigger_type`` by ``admin_node``, stamped ``trigger_time_ms``,
+    the attempt's params or else its job's, no retries), for a job that still exists in
+    ``job_group`` and whose timing does not mention ``params_template`` (templated params are
+    rendered by the trigger). The others are recorded by the trigger at their fire."""
+
+    admin_node: str
+    trigger_type: str
+    trigger_time_ms: int
+    job_group: int
 
 
 def dumps(doc: Mapping[str, Any]) -> str:

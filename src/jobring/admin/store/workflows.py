@@ -35,6 +35,7 @@ from jobring.admin.store.workflow_records import (
     MANAGED_BY_CODE,
     SMALL_STATE_CHARS,
     EndedNodeRun,
+    FireRows,
     NewNodeRun,
     NodeRunRecord,
     NodeRunState,
@@ -53,6 +54,7 @@ from jobring.admin.store.workflow_records import (
 __all__ = [
     "MANAGED_BY_CODE",
     "EndedNodeRun",
+    "FireRows",
     "NewNodeRun",
     "NodeRunRecord",
     "NodeRunState",
@@ -199,6 +201,7 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         starts: Sequence[NewNodeRun],
         *,
         claimed_by: str | None = None,
+        fire_rows: FireRows | None = None,
     ) -> StoredStep | None:
         """Store a step computed from revision ``rev`` with the node attempts it starts, in one
         transaction; None (nothing stored) when the run is no longer at ``rev``. Returns the
@@ -207,13 +210,16 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         :meth:`claim` would), and those are returned (where the database has INSERT ...
         RETURNING, the step's attempts as that statement returned them). The jobs are read
         in the same transaction (on PostgreSQL with ``claimed_by``, by the step's one
-        statement)."""
+        statement). ``fire_rows``: there, the job attempts' run-log rows are recorded by that
+        statement too (see :class:`FireRows`; elsewhere none is, and the trigger records them
+        as it fires)."""
         text = await _state_text(state)
         caps = await self._db.capabilities()
         returning = claimed_by is not None and caps.insert_returning
         if returning and starts and caps.backend == "postgresql":
             assert claimed_by is not None
-            return await self._advance_in_one(run_id, rev, status, text, now_ms, starts, claimed_by)
+            return await self._advance_in_one(run_id, rev, status, text, now_ms, starts, claimed_by,
+                                              fire_rows)
         async with self._db.write() as conn:
             result = await conn.execute(
                 update(workflow_run)
@@ -242,13 +248,13 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
 
     async def _advance_in_one(
         self, run_id: int, rev: int, status: str, text: str, now_ms: int, starts: Sequence[NewNodeRun],
-        claimed_by: str,
+        claimed_by: str, fire_rows: FireRows | None,
     ) -> StoredStep | None:
-        # PostgreSQL: the step, its claimed attempts and their jobs in one statement without
-        # BEGIN and COMMIT: one round trip instead of five (a read of the jobs after it was
-        # another connection and round trip, 1-2.5 ms of each node start).
+        # PostgreSQL: the step, its claimed attempts, their jobs and their run-log rows in one
+        # statement without BEGIN and COMMIT: one round trip instead of five (a read of the
+        # jobs after it was another connection and round trip, 1-2.5 ms of each node start;
+        # the row's INSERT at the fire another 1.5-2.5).
         values = {"status": status, "state": text, "ended_at": None if status == "running" else now_ms}
         async with self._db.write(alone=True) as conn:
-            stored = await advance_with_claimed_starts(conn, run_id, rev, values, starts, now_ms,
-                                                       claimed_by)
-        return None if stored is None else StoredStep(*stored)
+            return await advance_with_claimed_starts(conn, run_id, rev, values, starts, now_ms, claimed_by,
+                                                     fire_rows)

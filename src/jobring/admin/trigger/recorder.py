@@ -44,6 +44,16 @@ Resolver = Callable[[list[FirePlan]], Awaitable[None]]
 _EPOCH = datetime(1970, 1, 1)
 
 
+def _unresolved(plans: Sequence[FirePlan], exc: BaseException) -> None:
+    """Recorded but no addresses: each fire fails visibly (and is retried/alarmed)."""
+    log.error("reading executor groups failed: %s", exc)
+    # The run's message is shown in the console: a database error's text (its SQL and
+    # parameters) stays in this log.
+    problem = f"could not read the executor group: {public_reason(exc)}"
+    for plan in plans:
+        plan.problem = problem
+
+
 def _ms_to_datetime(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)  # naive UTC
 
@@ -82,15 +92,23 @@ class FireRecorder:
             if isinstance(inserted, BaseException):
                 raise inserted  # nothing recorded
             if isinstance(resolved, BaseException):
-                # Recorded but no addresses: each fire fails visibly (and is retried/alarmed).
-                log.error("reading executor groups failed: %s", resolved)
-                # The run's message is shown in the console: a database error's text (its SQL
-                # and parameters) stays in this log.
-                problem = f"could not read the executor group: {public_reason(resolved)}"
-                for plan in plans:
-                    plan.problem = problem
+                _unresolved(plans, resolved)
         await self._insert_other_shards(plans)
         return plans
+
+    async def adopt(self, req: FireRequest, log_id: int, trigger_time_ms: int) -> FirePlan:
+        """Plan a request whose run-log row is recorded already (``log_id``, stamped
+        ``trigger_time_ms``: a workflow step recorded it with its node attempt, see
+        ``store.workflows.FireRows``) and resolve its group, as :meth:`prepare` does."""
+        plan = self._plan(req, trigger_time_ms, self._admin_timezone)
+        plan.trigger_time_ms = trigger_time_ms  # the row's stamp is the run's identity
+        plan.log_ids.append(log_id)
+        try:
+            await self._resolve([plan])
+        except Exception as exc:
+            _unresolved([plan], exc)
+        await self._insert_other_shards([plan])
+        return plan
 
     async def withdraw(self, plans: Sequence[FirePlan]) -> int:
         """Delete the plans' log rows (while this node holds the jobs' leases); the count."""

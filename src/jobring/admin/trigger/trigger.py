@@ -129,6 +129,14 @@ class TriggerService:
             self.requested[req.trigger_type] = self.requested.get(req.trigger_type, 0) + 1
         return await self._tracked(self._fire_batch(list(reqs)))
 
+    async def fire_recorded(self, req: FireRequest, log_id: int, trigger_time_ms: int) -> FireResult:
+        """:meth:`fire` for a request whose run-log row is recorded already (``log_id``,
+        stamped ``trigger_time_ms``: a workflow node attempt's, recorded by the step that
+        started it): routed and sent without a write first."""
+        self._refuse_if_closed()
+        self.requested[req.trigger_type] = self.requested.get(req.trigger_type, 0) + 1
+        return (await self._tracked(self._fire_adopted(req, log_id, trigger_time_ms)))[0]
+
     async def prepare_batch(self, reqs: Sequence[FireRequest]) -> PreparedBatch:
         """Record the batch's log rows now and dispatch them later with ``dispatch_prepared``.
 
@@ -196,7 +204,14 @@ class TriggerService:
         return await asyncio.shield(task)
 
     async def _fire_batch(self, reqs: list[FireRequest]) -> list[FireResult]:
-        plans = await self.recorder.prepare(reqs)
+        return await self._dispatched(await self.recorder.prepare(reqs))
+
+    async def _fire_adopted(self, req: FireRequest, log_id: int, trigger_time_ms: int) -> list[FireResult]:
+        return await self._dispatched([await self.recorder.adopt(req, log_id, trigger_time_ms)])
+
+    async def _dispatched(self, plans: list[FirePlan]) -> list[FireResult]:
+        """Send recorded plans (through flow control where they have flow settings) and write
+        their answers."""
         if any(p.flow is not None for p in plans):
             return await self._gated(plans)
         return await self._settle(plans, self.dispatcher.start(plans))

@@ -1,0 +1,106 @@
+"""A workflow step records its job attempts' run-log rows where it is one statement (PostgreSQL,
+``store.workflows.FireRows``): the trigger then sends each under that row, with no write of its
+own before the /run; elsewhere, and for a job whose params are a template, the trigger records
+the row at the fire as before. On every backend (the driver, a real trigger service and an
+executor double)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from jobring.admin.services.workflow_steps import Wanted
+from jobring.admin.services.workflows import WorkflowDriver
+from jobring.admin.store import Store
+from jobring.admin.store.records import NewLog
+from jobring.admin.store.workflows import NewNodeRun, NodeRunState
+from jobring.core.workflow import parse_workflow
+from jobring.protocol.models import FAIL_CODE
+from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
+
+NOW = datetime.fromtimestamp(T0 / 1000, tz=UTC)
+
+
+@pytest.fixture
+async def env(store: Store) -> AsyncIterator[Env]:
+    env = await make_env(store, HOSTS)
+    try:
+        yield env
+    finally:
+        await env.trigger.close()
+
+
+def _inserts_counted(env: Env, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by the job ids of each ``insert_fires`` call (the trigger's recording)."""
+    calls: list[int] = []
+    real = env.store.logs.insert_fires
+
+    async def counted(rows: Sequence[NewLog]) -> list[int | None]:
+        calls.extend(r.job_id for r in rows)
+        return await real(rows)
+
+    monkeypatch.setattr(env.store.logs, "insert_fires", counted)
+    return calls
+
+
+async def test_a_chain_runs_each_node_once_under_the_row_its_step_recorded(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = env.store
+    one_statement = (await store.db.capabilities()).backend == "postgresql"
+    plain = await env.job(executor_param="job's")
+    templated = await env.job(timing='{"params_template": true}', executor_param="as is")
+    doc: dict[str, Any] = {
+        "nodes": [{"key": "A", "job_id": plain.id, "params": "A"}, {"key": "B", "job_id": plain.id},
+                  {"key": "T", "job_id": templated.id}],
+        "edges": [{"from": "A", "to": "B"}, {"from": "B", "to": "T"}]}
+    graph = parse_workflow(doc)
+    wf_id = await store.workflows.create("w", env.group_id, "", graph.to_json(), None, T0)
+    workflow = await store.workflows.get(wf_id)
+    assert workflow is not None
+    driver = WorkflowDriver(store, env.trigger, None, env.clock, node_id="node-a")
+    recorded = _inserts_counted(env, monkeypatch)
+    run_id, _ = await driver.start_run(workflow, {}, "alice")
+    for _ in "AB":
+        env.clock.advance(1_500)  # the next row's stamp is another whole second
+        last = env.double.runs()[-1].body
+        await driver.on_results([(int(last["logId"]), 200, "ok")])
+    runs = [c.body for c in env.double.runs()]
+    assert [r["executorParams"] for r in runs] == ["A", "job's", "as is"]
+    # The first step's attempt was stored by start_run (the trigger records it); the others by
+    # steps, which record their rows themselves where they are one statement, except the
+    # templated job's (its params are rendered by the trigger).
+    assert recorded == ([plain.id, templated.id] if one_statement else [plain.id, plain.id, templated.id])
+    for attempt in await store.workflows.node_runs(run_id):
+        assert attempt.log_id is not None
+        entry = await store.logs.get(attempt.log_id)
+        assert entry is not None and entry.workflow_node_run_id == attempt.id
+        (sent,) = [r for r in runs if r["logId"] == attempt.log_id]
+        # The run is sent stamped as its row: (logId, logDateTime) is its identity.
+        assert (entry.admin_node, entry.trigger_type, entry.trigger_code, entry.sent_time) == (
+            "node-a", "WORKFLOW", 200, sent["logDateTime"])
+
+
+async def test_a_row_recorded_with_an_attempt_that_is_not_sent_fails_as_a_trigger(env: Env) -> None:
+    # An attempt whose step recorded its row but which is stopped before its fire: the row is
+    # failed at once (neither sent nor left for the lost-run monitor).
+    store = env.store
+    job = await env.job()
+    wf_id = await store.workflows.create("w", env.group_id, "", {"nodes": [], "edges": []}, None, T0)
+    run_id = await store.workflows.start_run(wf_id, 1, env.group_id, "running", {}, None, T0,
+                                             [NewNodeRun("A", -1, 1, job.id, None, None)])
+    (attempt,) = await store.workflows.node_runs(run_id)
+    (log_id,) = await store.logs.insert_fires([NewLog(env.group_id, job.id, NOW,
+                                                      workflow_node_run_id=attempt.id)])
+    assert log_id is not None
+    driver = WorkflowDriver(store, env.trigger, None, env.clock, node_id="node-a")
+    stopped = Wanted({}, env.group_id, {job.id: job}, superseded=True, recorded=(log_id, T0))
+    await driver.fires.fire(attempt, known=stopped, claimed=True)
+    entry = await store.logs.get(log_id)
+    assert entry is not None and entry.trigger_code == FAIL_CODE
+    assert entry.trigger_msg == "not fired: its node attempt was stopped first"
+    assert env.double.runs() == []
+    (after,) = await store.workflows.node_runs(run_id)
+    assert after.state == NodeRunState.ENDED
