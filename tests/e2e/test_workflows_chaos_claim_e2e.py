@@ -1,5 +1,6 @@
 """A workflow survives the death of its admin inside the claim window (SQLite and PostgreSQL):
-the driver holds a node attempt it claimed before recording its job run
+the driver holds a node attempt it claimed before sending its job run (on SQLite before
+recording it; on PostgreSQL the step recorded it with the attempt)
 (``JOBRING_TEST_PAUSE_AFTER_CLAIMS``, a test-only fault point) and is SIGKILLed there; the
 survivor takes the attempt over once the claim is stale and runs it once
 (tests/e2e/workflow_chaos_kit.py). The survivor's ``workflow_stale_claim_ms`` is short (7 s,
@@ -36,7 +37,8 @@ async def test_a_node_claimed_by_the_killed_admin_and_never_recorded_runs_once(
     database_url: str, tmp_path: Path
 ) -> None:
     """SIGKILL inside the claim window: the driver holds its 20th claimed attempt between the
-    claim and recording its job run (the test-only fault point), and dies there."""
+    claim and sending its job run, recorded only on PostgreSQL (the test-only fault point),
+    and dies there."""
     async with chaos_cluster(database_url, tmp_path, {CLAIM_FAULT_ENV: "20"},
                              {"JOBRING_WORKFLOW_STALE_CLAIM_MS": SURVIVOR_STALE_CLAIM_MS}) as cluster:
         async def held_attempt() -> int | None:

@@ -12,7 +12,14 @@ from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.distributed.service import DistributedService
 from jobring.admin.services.callbacks import CallbackService, child_summary, parse_child_ids
 from jobring.admin.store import Store
-from jobring.admin.store.records import GroupGuard, JobInfo, ParentLink, ResultOutcome
+from jobring.admin.store.records import (
+    FirstResult,
+    GroupGuard,
+    HandleResult,
+    JobInfo,
+    ParentLink,
+    ResultOutcome,
+)
 from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import TriggerType
 from jobring.protocol.models import HandleCallbackParam
@@ -66,23 +73,36 @@ async def test_outcomes_repeat_and_unknown_are_logged(cb: CbEnv, caplog: pytest.
     assert "log item not found. logId=424242" in caplog.text
 
 
-def lone_result_first(cb: CbEnv, monkeypatch: pytest.MonkeyPatch) -> tuple[GroupGuard, list[int]]:
+@dataclass
+class LonePath:
+    guard: GroupGuard
+    links_read: list[int]  # grows with each parent_links read
+    written: list[bool]  # grows with each lone write: whether it wrote the result
+
+
+def lone_result_first(cb: CbEnv, monkeypatch: pytest.MonkeyPatch) -> LonePath:
     """PostgreSQL's way on this store: a lone result of a token-checked callback is written
-    before anything is read, its run's parent link returned by the write. The guard to pass,
-    and a list that grows with each ``parent_links`` read."""
+    before anything is read, its run's parent link returned by the write."""
     async def yes() -> bool:
         return True
 
-    links_read: list[int] = []
-    real = cb.env.store.logs.parent_links
+    lone = LonePath(GroupGuard(only=frozenset({cb.env.group_id})), [], [])
+    logs = cb.env.store.logs
+    real_links, real_first = logs.parent_links, logs.record_first_result
 
     async def counted(run_ids: Collection[int]) -> dict[int, ParentLink]:
-        links_read.append(len(run_ids))
-        return await real(run_ids)
+        lone.links_read.append(len(run_ids))
+        return await real_links(run_ids)
 
-    monkeypatch.setattr(cb.env.store.logs, "writes_lone_result_first", yes)
-    monkeypatch.setattr(cb.env.store.logs, "parent_links", counted)
-    return GroupGuard(only=frozenset({cb.env.group_id})), links_read
+    async def first(result: HandleResult, guard: GroupGuard | None) -> FirstResult | None:
+        written = await real_first(result, guard)
+        lone.written.append(written is not None)
+        return written
+
+    monkeypatch.setattr(logs, "writes_lone_result_first", yes)
+    monkeypatch.setattr(logs, "parent_links", counted)
+    monkeypatch.setattr(logs, "record_first_result", first)
+    return lone
 
 
 @pytest.mark.parametrize("lone", [False, True], ids=["batch", "lone-result-first"])
@@ -90,14 +110,16 @@ async def test_success_fires_children_once_with_parent_trigger_type(
         cb: CbEnv, monkeypatch: pytest.MonkeyPatch, lone: bool) -> None:
     # Lone (PostgreSQL): the children are those the result's own write returned, not read after.
     env = cb.env
-    guard, links_read = lone_result_first(cb, monkeypatch) if lone else (None, [])
+    path = lone_result_first(cb, monkeypatch) if lone else None
+    guard = None if path is None else path.guard
     child_a = await env.job(job_desc="child a")
     child_b = await env.job(job_desc="child b")
     parent = await env.job(child_jobid=f"{child_a.id},oops,{child_b.id},987654")
     log_id = await fired_log(env, parent)
     await cb.callbacks.handle([done(log_id, 200, "all good")], guard)
     await cb.callbacks.wait_idle()
-    assert links_read == []
+    if path is not None:
+        assert (path.written, path.links_read) == ([True], [])
     for child in (child_a, child_b):
         (entry,) = await env.store.logs.for_job(child.id)
         assert entry.trigger_type == "PARENT" and entry.trigger_code == 200
@@ -119,12 +141,14 @@ async def test_success_fires_children_once_with_parent_trigger_type(
 @pytest.mark.parametrize("lone", [False, True], ids=["batch", "lone-result-first"])
 async def test_failure_fires_no_children(cb: CbEnv, monkeypatch: pytest.MonkeyPatch, lone: bool) -> None:
     env = cb.env
-    guard = lone_result_first(cb, monkeypatch)[0] if lone else None
+    path = lone_result_first(cb, monkeypatch) if lone else None
+    guard = None if path is None else path.guard
     child = await env.job()
     parent = await env.job(child_jobid=str(child.id))
     log_id = await fired_log(env, parent)
     await cb.callbacks.handle([done(log_id, 500, "no")], guard)
     await cb.callbacks.wait_idle()
+    assert path is None or path.written == [True]
     assert await env.store.logs.for_job(child.id) == []
     entry = await env.store.logs.get(log_id)
     assert entry is not None and entry.handle_msg == "no"
@@ -149,7 +173,8 @@ async def test_a_success_without_children_or_recovery_alarm_costs_one_read(
     # asks for one. (Before: the link and the job were two reads, and every success spawned the
     # recovery check's two reads, beside a workflow node start's path.) A lone result written
     # first (PostgreSQL) has the link back from its write: no read at all.
-    guard = lone_result_first(cb, monkeypatch)[0] if lone else None
+    path = lone_result_first(cb, monkeypatch) if lone else None
+    guard = None if path is None else path.guard
     alarms = AlarmService(cb.env.store, Alarmer([]))
     callbacks = CallbackService(cb.env.store, cb.env.trigger, cb.env.clock, alarms=alarms)
     job = await cb.env.job()
@@ -171,6 +196,7 @@ async def test_a_success_without_children_or_recovery_alarm_costs_one_read(
         await callbacks.close()
         await alarms.close()
     assert reads == (0 if lone else 1)
+    assert path is None or path.written == [True]
 
 
 @pytest.mark.parametrize("unread", [False, True], ids=["read-first", "lone-result-first"])

@@ -4,6 +4,7 @@ of gone executors, disabled and unregistered addresses, and retention."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,7 +16,14 @@ from jobring.admin.monitors.retention import ARMED_SETTING, RetentionMonitor
 from jobring.admin.services.callbacks import CallbackService
 from jobring.admin.services.settings import AdminSettings
 from jobring.admin.store import Store
-from jobring.admin.store.records import GroupGuard, HandleResult, JobGroup, LogEntry, TriggerResult
+from jobring.admin.store.records import (
+    GroupGuard,
+    HandleResult,
+    JobGroup,
+    LogEntry,
+    ParentLink,
+    TriggerResult,
+)
 from jobring.admin.trigger.trigger import FireRequest
 from jobring.core.enums import AddressType, AlarmStatus, TriggerType
 from jobring.core.retry import retry_delay_ms
@@ -204,8 +212,16 @@ async def test_recovery_alarm_after_a_failure(env: Env, monkeypatch: pytest.Monk
         return True
 
     guard = None
+    reads: list[int] = []
     if lone:
+        real_links = env.store.logs.parent_links
+
+        async def counted(run_ids: Collection[int]) -> dict[int, ParentLink]:
+            reads.append(len(run_ids))
+            return await real_links(run_ids)
+
         monkeypatch.setattr(env.store.logs, "writes_lone_result_first", yes)
+        monkeypatch.setattr(env.store.logs, "parent_links", counted)
         guard = GroupGuard(only=frozenset({env.group_id}))
     channel = Channel()
     alarms = AlarmService(env.store, Alarmer([channel]))
@@ -223,6 +239,7 @@ async def test_recovery_alarm_after_a_failure(env: Env, monkeypatch: pytest.Monk
     await callbacks.wait_idle()
     await alarms.close()
     assert [(c.log.id, c.kind) for c in channel.sent] == [(ok1, AlarmKind.RECOVERY)]
+    assert reads == []  # lone: the job's recovery alarm setting came back with each write
 
 
 async def test_runs_of_a_gone_executor_are_lost_at_once(sqlite_store: Store) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from jobring.admin.dispatch.client import ExecutorClient
 from jobring.admin.store.records import HandleResult, NewLog
+from jobring.admin.trigger.fires import NodeFire
 from jobring.admin.trigger.unsure import UnsureFires
 from jobring.executor.runlog import MSG_LOG_FILE_NOT_EXISTS
 from jobring.protocol.models import ReturnT, msg_uri_not_found
@@ -159,3 +160,21 @@ async def test_executors_are_asked_with_the_groups_appname(env: Env, monkeypatch
     await UnsureFires(env.store, env.trigger, client).resolve([log_id])
     asked = [app for path, app in apps if path in ("received", "log")]
     assert {p for p, _ in apps} >= {"received", "log"} and set(asked) == {"demo-app"}
+
+
+async def test_a_workflow_nodes_run_is_sent_again_with_its_context_and_timeout(env: Env) -> None:
+    # A workflow node's run taken over from a dead admin (recorded, perhaps never sent) goes
+    # again as the node's fire would: with its run's context and the node's own timeout.
+    job = await env.job(executor_timeout=60)
+    (log_id,) = await env.store.logs.insert_fires([NewLog(
+        job_group=env.group_id, job_id=job.id, trigger_time=datetime.fromtimestamp(T0 / 1000, tz=UTC),
+        executor_handler="demoJobHandler", executor_param="p", trigger_type="WORKFLOW", sent_time=T0,
+        admin_node="node-dead", workflow_node_run_id=77)])
+    assert log_id is not None
+    for address in env.double.addresses:
+        env.double.answer(address, "received", _received(set()))
+    done = await _resolver(env).resolve([log_id], {log_id: NodeFire({"rows": 1234}, 7)})
+    assert done.resent == [log_id]
+    (run,) = env.double.runs()
+    assert (run.body["logId"], run.body["executorParams"], run.body["executorTimeout"]) == (log_id, "p", 7)
+    assert run.body["workflowContext"] == {"rows": 1234}

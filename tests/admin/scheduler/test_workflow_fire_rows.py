@@ -18,7 +18,6 @@ from jobring.admin.store import Store
 from jobring.admin.store.records import NewLog
 from jobring.admin.store.workflows import NewNodeRun, NodeRunState
 from jobring.core.workflow import parse_workflow
-from jobring.protocol.models import FAIL_CODE
 from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
 
 NOW = datetime.fromtimestamp(T0 / 1000, tz=UTC)
@@ -83,9 +82,28 @@ async def test_a_chain_runs_each_node_once_under_the_row_its_step_recorded(
             "node-a", "WORKFLOW", 200, sent["logDateTime"])
 
 
-async def test_a_row_recorded_with_an_attempt_that_is_not_sent_fails_as_a_trigger(env: Env) -> None:
+async def test_a_step_starting_more_jobs_than_fire_at_once_leaves_their_rows_to_the_trigger(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The starts beyond the driver's fires in flight wait their turn: their rows are recorded
+    # as each is fired (stamped then), not with the step.
+    store = env.store
+    job = await env.job()
+    doc = {"nodes": [{"key": k, "job_id": job.id, "params": k} for k in "ABC"],
+           "edges": [{"from": "A", "to": "B"}, {"from": "A", "to": "C"}]}
+    wf_id = await store.workflows.create("w", env.group_id, "", parse_workflow(doc).to_json(), None, T0)
+    workflow = await store.workflows.get(wf_id)
+    assert workflow is not None
+    driver = WorkflowDriver(store, env.trigger, None, env.clock, node_id="node-a", max_concurrent_fires=1)
+    recorded = _inserts_counted(env, monkeypatch)
+    await driver.start_run(workflow, {}, "alice")
+    await driver.on_results([(int(env.double.runs()[-1].body["logId"]), 200, "ok")])
+    assert sorted(c.body["executorParams"] for c in env.double.runs()) == ["A", "B", "C"]
+    assert recorded == [job.id] * 3
+
+
+async def test_a_row_recorded_with_an_attempt_that_is_not_sent_is_withdrawn(env: Env) -> None:
     # An attempt whose step recorded its row but which is stopped before its fire: the row is
-    # failed at once (neither sent nor left for the lost-run monitor).
+    # withdrawn, as if never recorded (no run, no failure, nothing for the lost-run monitor).
     store = env.store
     job = await env.job()
     wf_id = await store.workflows.create("w", env.group_id, "", {"nodes": [], "edges": []}, None, T0)
@@ -98,9 +116,7 @@ async def test_a_row_recorded_with_an_attempt_that_is_not_sent_fails_as_a_trigge
     driver = WorkflowDriver(store, env.trigger, None, env.clock, node_id="node-a")
     stopped = Wanted({}, env.group_id, {job.id: job}, superseded=True, recorded=(log_id, T0))
     await driver.fires.fire(attempt, known=stopped, claimed=True)
-    entry = await store.logs.get(log_id)
-    assert entry is not None and entry.trigger_code == FAIL_CODE
-    assert entry.trigger_msg == "not fired: its node attempt was stopped first"
+    assert await store.logs.get(log_id) is None
     assert env.double.runs() == []
     (after,) = await store.workflows.node_runs(run_id)
     assert after.state == NodeRunState.ENDED

@@ -46,9 +46,9 @@ from jobring.admin.services.workflow_steps import (
     wanted_in,
 )
 from jobring.admin.store.errors import is_transient
-from jobring.admin.store.records import HandleResult, TriggerResult
+from jobring.admin.store.records import HandleResult
 from jobring.admin.store.workflow_records import NodeRunRecord, NodeRunState
-from jobring.admin.trigger.fires import run_candidates
+from jobring.admin.trigger.fires import NodeFire, run_candidates
 from jobring.admin.trigger.trigger import FireRequest, NotSent, TriggerRejected, TriggerService
 from jobring.admin.trigger.unsure import UnsureFires
 from jobring.core.clock import Clock
@@ -62,7 +62,6 @@ from jobring.core.workflow import (
     Step,
     run_from_json,
 )
-from jobring.protocol.models import FAIL_CODE
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
@@ -180,7 +179,7 @@ class NodeFires:
         if wanted is None or wanted.superseded:
             await self._store.workflows.ended([attempt.id], now)
             if wanted is not None and wanted.recorded is not None:  # recorded with it, never sent
-                await self._not_sent(wanted.recorded[0], "not fired: its node attempt was stopped first")
+                await self._not_sent(attempt, wanted.recorded[0], "its node attempt was stopped first")
             return
         if attempt.workflow_id is not None:
             await self._children.fire(attempt)
@@ -211,7 +210,7 @@ class NodeFires:
             # executor's answer: it may never have been sent. Left alone it would wait for the
             # lost-run monitor (10 minutes); asked now, it is sent again only if no executor
             # has it (the same run id: a jobring executor that does answers "already received").
-            self._unsure.submit([log_id])
+            self._unsure.submit([log_id], {log_id: NodeFire(wanted.context, attempt.timeout_s)})
         if entry is not None and (
             entry.handle_code != 0 or entry.trigger_code not in (0, HandleCode.SUCCESS)
         ):
@@ -336,7 +335,7 @@ class NodeFires:
             finally:
                 self._held.pop(attempt.id, None)
         if wanted.recorded is not None:
-            await self._not_sent(wanted.recorded[0], f"not fired: {problem}")
+            await self._not_sent(attempt, wanted.recorded[0], problem)
         await self._store.workflows.ended([attempt.id], self._clock.now_ms())
         await self._driver.apply(
             attempt.workflow_run_id,
@@ -351,10 +350,13 @@ class NodeFires:
         )
         return None
 
-    async def _not_sent(self, log_id: int, why: str) -> None:
-        """A run-log row recorded with its attempt's step whose job is not sent: failed as a
-        trigger that failed, so it neither waits for the lost-run monitor nor runs."""
-        await self._store.logs.update_trigger_results([TriggerResult(log_id, None, FAIL_CODE, why)])
+    async def _not_sent(self, attempt: NodeRunRecord, log_id: int, why: str | None) -> None:
+        """The run-log row the attempt's step recorded, for a job this node decided not to send
+        (the attempt was stopped first, or its job cannot run): withdrawn, as if the trigger
+        had never recorded it (no run, no failure alarm, nothing for the lost-run monitor)."""
+        if await self._store.workflows.withdraw_unsent(attempt.id, log_id):
+            log.info("workflow node attempt %s: its recorded run %s withdrawn, not sent: %s", attempt.id,
+                     log_id, why, extra={"run_id": log_id})
 
     async def kill(self, run_id: int, command: KillJob) -> None:
         """End the attempts ``command`` stops and kill their job runs on their executors."""

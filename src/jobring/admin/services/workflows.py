@@ -135,6 +135,7 @@ class WorkflowDriver(Monitor):
                                stale_ms=stale_ms, max_concurrent_fires=max_concurrent_fires,
                                unsure=unsure)
         self.claim_keeper = ClaimKeeper(self.fires)
+        self._max_concurrent_fires = max_concurrent_fires
 
     @property
     def claim_fault(self) -> ClaimFault | None:
@@ -285,14 +286,18 @@ class WorkflowDriver(Monitor):
             starts = new_attempts([c for step, changed in steps if changed for c in step.commands])
             now = self._clock.now_ms()
             fire_rows = None
-            if any(start.job_id for start in starts):
+            jobs_started = sum(1 for start in starts if start.job_id)
+            if jobs_started:
                 # Their group is read while the step is stored, not on their way to the
                 # executor after it (its cached copy lasts a second: a join's last parent
                 # often comes later than that).
                 self._tasks.spawn(self._trigger.warm_group(record.job_group),
                                   f"reading executor group {record.job_group} ahead of run {run_id}'s fires")
+            if 0 < jobs_started <= self._max_concurrent_fires:
                 # Their run-log rows are recorded with the step where it is one statement (no
-                # INSERT of its own at each fire), stamped as the trigger stamps a fire now.
+                # INSERT of its own at each fire), stamped as the trigger stamps a fire now. Not
+                # for more starts than fire at once: the others wait their turn, and a row's
+                # stamp would age while they wait (the trigger stamps each as it records it).
                 fire_rows = FireRows(self._node_id, TriggerType.WORKFLOW.value, sent_instant(None, now),
                                      record.job_group)
             stored = await self._store.workflows.advance(

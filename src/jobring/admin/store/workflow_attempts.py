@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, TextualSelect, bindparam, column, insert, select, text, update
+from sqlalchemy import String, TextualSelect, bindparam, column, delete, insert, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Update
@@ -174,6 +174,15 @@ class NodeAttempts(Repository):
         async with self._db.read() as conn:
             found = (await conn.execute(stmt)).scalar_one_or_none()
         return None if found is None else int(found)
+
+    async def withdraw_unsent(self, node_run_id: int, log_id: int) -> bool:
+        """Delete the job run recorded for this attempt (see FireRows) while it is still
+        unconfirmed: no dispatch answer, no result. False: it is not (it was sent after all)."""
+        c = job_log.c
+        stmt = delete(job_log).where(c.id == log_id, c.workflow_node_run_id == node_run_id,
+                                     c.trigger_code == 0, c.dispatch_time.is_(None), c.handle_code == 0)
+        async with self._db.write() as conn:
+            return int((await conn.execute(stmt)).rowcount) > 0
 
     async def running_with_results(self, limit: int = 500) -> builtins.list[EndedNodeRun]:
         """Running attempts whose job run has ended (a result, or a failed trigger)."""

@@ -94,6 +94,15 @@ class FireRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeFire:
+    """What a workflow node attempt's fire sends beyond its job and run-log row: its run's
+    context as the node starts, and the node's own timeout (None: the job's)."""
+
+    context: Mapping[str, Any]
+    timeout_s: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class FireResult:
     """What became of one request: its log ids, or ``duplicate`` when another node fired it."""
 

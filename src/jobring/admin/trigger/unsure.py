@@ -25,13 +25,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from jobring.admin.store.records import JobInfo, LogEntry
-from jobring.admin.trigger.fires import FirePlan, FireRequest, PreparedBatch, run_candidates, sent_time_ms
+from jobring.admin.trigger.fires import (
+    FirePlan,
+    FireRequest,
+    NodeFire,
+    PreparedBatch,
+    run_candidates,
+    sent_time_ms,
+)
 from jobring.core.enums import RouteStrategy, TriggerType
 from jobring.core.routing import parse_strategy
 from jobring.core.text import one_line
@@ -74,17 +81,19 @@ class UnsureFires:
         # For metrics and tests: how many fires ended each way.
         self.counts: dict[str, int] = {}
 
-    def submit(self, log_ids: Sequence[int]) -> None:
-        """Resolve these fires in the background."""
+    def submit(self, log_ids: Sequence[int], nodes: Mapping[int, NodeFire] | None = None) -> None:
+        """Resolve these fires in the background; ``nodes``: what a workflow node's run is sent
+        with again, by log id (its context and timeout)."""
         if not log_ids:
             return
-        task = asyncio.get_running_loop().create_task(self._run(list(log_ids)), name="jobring-unsure-fires")
+        task = asyncio.get_running_loop().create_task(self._run(list(log_ids), nodes or {}),
+                                                      name="jobring-unsure-fires")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, log_ids: list[int]) -> None:
+    async def _run(self, log_ids: list[int], nodes: Mapping[int, NodeFire]) -> None:
         try:
-            await self.resolve(log_ids)
+            await self.resolve(log_ids, nodes)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -100,8 +109,9 @@ class UnsureFires:
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def resolve(self, log_ids: Sequence[int]) -> Resolution:
-        """One round: ask, then send again what nobody received."""
+    async def resolve(self, log_ids: Sequence[int],
+                      nodes: Mapping[int, NodeFire] | None = None) -> Resolution:
+        """One round: ask, then send again what nobody received (see :meth:`submit`)."""
         done = Resolution()
         # This node's own fires among them may be in flight right now (their answers are
         # written in batches): let them land first, so only fires nobody confirms are asked.
@@ -112,7 +122,7 @@ class UnsureFires:
         jobs = await self._store.jobs.get_many({r.job_id for r in rows})
         plans: list[tuple[LogEntry, FirePlan]] = []
         for row in rows:
-            plan = _plan(row, jobs.get(row.job_id))
+            plan = _plan(row, jobs.get(row.job_id), (nodes or {}).get(row.id))
             if plan is None:
                 done.unknown.append(row.id)
             else:
@@ -196,10 +206,10 @@ class UnsureFires:
         return found
 
 
-def _plan(row: LogEntry, job: JobInfo | None) -> FirePlan | None:
+def _plan(row: LogEntry, job: JobInfo | None, node: NodeFire | None) -> FirePlan | None:
     """The fire to send again for ``row`` (None: not resolvable, left to the lost-run rules):
     a scheduled fire, or a workflow node's run (the workflow driver asks about the runs of
-    attempts it takes over from a dead admin)."""
+    attempts it takes over from a dead admin, giving ``node``)."""
     if job is None or (row.planned_time is None and row.trigger_type != TriggerType.WORKFLOW.value):
         return None
     strategy = parse_strategy(job.executor_route_strategy)
@@ -209,5 +219,9 @@ def _plan(row: LogEntry, job: JobInfo | None) -> FirePlan | None:
         kind = TriggerType(row.trigger_type or TriggerType.CRON.value)
     except ValueError:
         kind = TriggerType.CRON
-    req = FireRequest(job, kind, planned_time=row.planned_time, attempt=row.attempt)
+    if node is not None and node.timeout_s is not None:
+        job = replace(job, executor_timeout=node.timeout_s)
+    req = FireRequest(job, kind, planned_time=row.planned_time, attempt=row.attempt,
+                      workflow_node_run_id=row.workflow_node_run_id,
+                      workflow_context=None if node is None else node.context)
     return FirePlan(req, strategy, row.executor_param or "", row.executor_fail_retry_count, sent_time_ms(row))
