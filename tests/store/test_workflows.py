@@ -270,13 +270,16 @@ async def test_a_step_stores_its_attempts_claimed_and_returns_them_with_their_jo
     assert got is not None and (got.rev, got.status, got.ended_at) == (2, "failed", T0 + 3)
 
 
-async def test_a_step_records_its_job_attempts_run_log_rows_where_it_is_one_statement(store: Store) -> None:
-    # PostgreSQL: the step's statement records each job attempt's run-log row as the trigger
-    # would (its params, else the job's; stamped; no retries), for a job still in the run's
-    # group whose params are not a template, and none for a sub-workflow attempt. Elsewhere
-    # the step records none (the trigger does at the fire). A lost race records nothing.
-
-    one_statement = (await store.db.capabilities()).backend == "postgresql"
+@pytest.mark.parametrize("returning", [True, False], ids=["returning", "no-returning"])
+async def test_a_step_records_its_job_attempts_run_log_rows_in_its_write(
+        store: Store, returning: bool) -> None:
+    # The step's write (PostgreSQL's one statement, or its transaction) records each job
+    # attempt's run-log row as the trigger would (its params, else the job's; stamped; no
+    # retries), for a job still in the run's group whose params are not a template, and none
+    # for a sub-workflow attempt. Without INSERT ... RETURNING the step records none (the
+    # trigger does at the fire). A lost race records nothing.
+    store.db.force_no_returning = not returning
+    one_statement = (await store.db.capabilities()).insert_returning
     group = await store.groups.create(JobGroup(app_name="wf-app", title="W"), NOW)
     other = await store.groups.create(JobGroup(app_name="wf-other", title="O"), NOW)
     job = await store.jobs.create(JobInfo(job_group=group, job_desc="j", executor_handler="h",

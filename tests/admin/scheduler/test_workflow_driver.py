@@ -361,9 +361,10 @@ async def test_the_results_of_a_fan_in_are_applied_as_one_step(two: Two) -> None
 async def test_a_node_starts_after_its_parents_result_without_reading_the_run_again(
     two: Two, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Between a result and the child's /run: store the step with the child's attempt inserted
-    # claimed and returned by its INSERT, its job read in the same transaction (a write of
-    # three statements), and record the job run (a write of one). Nothing is read: the
+    # Between a result and the child's /run: one write, storing the step with the child's
+    # attempt inserted claimed and returned by its INSERT, its job read and its job run
+    # recorded in the same transaction (four statements; until 2026-12-01 the job run was a
+    # write of its own at the fire). Nothing is read: the
     # attempt of the result is the one this driver linked (its context additions come with
     # the result), the run is the one it stored last, the executor group is cached for
     # workflow fires as for scheduled ones, and a small state is never handed to a worker
@@ -410,7 +411,7 @@ async def test_a_node_starts_after_its_parents_result_without_reading_the_run_ag
     finally:
         event.remove(db.engine.sync_engine, "before_cursor_execute", statement)
     assert [p for p, _ in two.fired()] == ["A", "B"]
-    assert at_run == {"read": 0, "write": 2, "thread": 0, "statement": 4}, at_run
+    assert at_run == {"read": 0, "write": 1, "thread": 0, "statement": 4}, at_run
 
 
 async def test_a_result_this_driver_did_not_fire_is_read_with_its_context_additions(two: Two) -> None:

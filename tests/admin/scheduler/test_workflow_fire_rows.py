@@ -1,8 +1,8 @@
-"""A workflow step records its job attempts' run-log rows where it is one statement (PostgreSQL,
-``store.workflows.FireRows``): the trigger then sends each under that row, with no write of its
-own before the /run; elsewhere, and for a job whose params are a template, the trigger records
-the row at the fire as before. On every backend (the driver, a real trigger service and an
-executor double)."""
+"""A workflow step records its job attempts' run-log rows in its own write (``FireRows``, where
+the database has INSERT ... RETURNING): the trigger then sends each under that row, with no
+write of its own before the /run; without it, and for a job whose params are a template, the
+trigger records the row at the fire as before. On every backend (the driver, a real trigger
+service and an executor double)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _inserts_counted(env: Env, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def test_a_chain_runs_each_node_once_under_the_row_its_step_recorded(
         env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     store = env.store
-    one_statement = (await store.db.capabilities()).backend == "postgresql"
+    one_statement = (await store.db.capabilities()).insert_returning
     plain = await env.job(executor_param="job's")
     templated = await env.job(timing='{"params_template": true}', executor_param="as is")
     doc: dict[str, Any] = {
@@ -69,7 +69,7 @@ async def test_a_chain_runs_each_node_once_under_the_row_its_step_recorded(
     runs = [c.body for c in env.double.runs()]
     assert [r["executorParams"] for r in runs] == ["A", "job's", "as is"]
     # The first step's attempt was stored by start_run (the trigger records it); the others by
-    # steps, which record their rows themselves where they are one statement, except the
+    # steps, which record their rows themselves (with INSERT ... RETURNING), except the
     # templated job's (its params are rendered by the trigger).
     assert recorded == ([plain.id, templated.id] if one_statement else [plain.id, plain.id, templated.id])
     for attempt in await store.workflows.node_runs(run_id):

@@ -1,8 +1,8 @@
 """A test-only fault point in the workflow claim window (docs/configuration.md#test-only).
 
 ``JOBRING_TEST_PAUSE_AFTER_CLAIMS=N`` makes this admin hold the N-th node attempt it claims
-right after the claim, before its job run is sent (on PostgreSQL its step recorded the run
-with the attempt; elsewhere it is not recorded yet), and log that it did; the chaos
+right after the claim, before its job run is sent (its step recorded the run with the
+attempt where the database has INSERT ... RETURNING), and log that it did; the chaos
 test (tests/e2e/test_workflows_chaos_e2e.py) then SIGKILLs the admin inside that window. The
 other fires of the admin go on. Read from the environment once at start by the admin's
 wiring; not a setting, and unset in production (then nothing here runs).

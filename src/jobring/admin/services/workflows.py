@@ -294,10 +294,10 @@ class WorkflowDriver(Monitor):
                 self._tasks.spawn(self._trigger.warm_group(record.job_group),
                                   f"reading executor group {record.job_group} ahead of run {run_id}'s fires")
             if 0 < jobs_started <= self._max_concurrent_fires:
-                # Their run-log rows are recorded with the step where it is one statement (no
-                # INSERT of its own at each fire), stamped as the trigger stamps a fire now. Not
-                # for more starts than fire at once: the others wait their turn, and a row's
-                # stamp would age while they wait (the trigger stamps each as it records it).
+                # Their run-log rows are recorded in the step's own write (no write of its own
+                # at each fire), stamped as the trigger stamps a fire now. Not for more starts
+                # than fire at once: the others wait their turn, and a row's stamp would age
+                # while they wait (the trigger stamps each as it records it).
                 fire_rows = FireRows(self._node_id, TriggerType.WORKFLOW.value, sent_instant(None, now),
                                      record.job_group)
             stored = await self._store.workflows.advance(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import functools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "advance_with_claimed_starts",
     "claimed_attempts",
     "insert_claimed_returning",
+    "insert_fire_rows",
     "insert_starts",
     "pending_attempts",
 ]
@@ -287,6 +288,34 @@ _LOGGED = {
     "sent_time": job_log.c.sent_time.type,
     "group": job_log.c.job_group.type,
 }
+
+
+def _records(attempt: NodeRunRecord, job: JobInfo | None, rows: FireRows) -> bool:
+    """Whether a step records this attempt's run-log row (see FireRows; _logged's WHERE)."""
+    return (job is not None and attempt.workflow_id is None and job.job_group == rows.job_group
+            and (job.timing is None or "params_template" not in job.timing))
+
+
+async def insert_fire_rows(
+    conn: AsyncConnection, rows: FireRows, attempts: Sequence[NodeRunRecord], jobs: Mapping[int, JobInfo]
+) -> dict[int, int]:
+    """Record the attempts' run-log rows (see FireRows) in the step's transaction, as _logged
+    does in PostgreSQL's one statement: attempt id -> log id (needs INSERT ... RETURNING)."""
+    at = rows.trigger_time_ms
+    values = [
+        {"job_group": job.job_group, "job_id": job.id, "trigger_time": _EPOCH + timedelta(milliseconds=at),
+         "executor_handler": job.executor_handler,
+         "executor_param": attempt.params if attempt.params is not None else job.executor_param or "",
+         "executor_fail_retry_count": 0, "trigger_code": 0, "handle_code": 0,
+         "trigger_type": rows.trigger_type, "attempt": 1, "admin_node": rows.admin_node, "child_depth": 0,
+         "workflow_node_run_id": attempt.id, "sent_time": at}
+        for attempt in attempts
+        if _records(attempt, job := jobs.get(attempt.job_id), rows) and job is not None
+    ]
+    if not values:
+        return {}
+    stmt = insert(job_log).returning(job_log.c.id, job_log.c.workflow_node_run_id)
+    return {int(r.workflow_node_run_id): int(r.id) for r in (await conn.execute(stmt, values)).all()}
 
 
 def _logged(quote: Callable[[str], str]) -> str:

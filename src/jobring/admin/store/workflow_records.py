@@ -167,8 +167,9 @@ class StoredStep:
 
 @dataclass(frozen=True, slots=True)
 class FireRows:
-    """The run-log rows a step records with the job attempts it starts, where it is one
-    statement (PostgreSQL, ``WorkflowRepository.advance``): one per attempt, as the trigger
+    """The run-log rows a step records with the job attempts it starts, in the same write
+    (PostgreSQL's one statement; a transaction where the database has INSERT ... RETURNING,
+    ``WorkflowRepository.advance``): one per attempt, as the trigger
     would record its fire (``trigger_type`` by ``admin_node``, stamped ``trigger_time_ms``,
     the attempt's params or else its job's, no retries), for a job that still exists in
     ``job_group`` and whose timing does not mention ``params_template`` (templated params are

@@ -27,6 +27,7 @@ from jobring.admin.store.workflow_attempts import (
     advance_with_claimed_starts,
     claimed_attempts,
     insert_claimed_returning,
+    insert_fire_rows,
     insert_starts,
     pending_attempts,
 )
@@ -210,9 +211,9 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         :meth:`claim` would), and those are returned (where the database has INSERT ...
         RETURNING, the step's attempts as that statement returned them). The jobs are read
         in the same transaction (on PostgreSQL with ``claimed_by``, by the step's one
-        statement). ``fire_rows``: there, the job attempts' run-log rows are recorded by that
-        statement too (see :class:`FireRows`; elsewhere none is, and the trigger records them
-        as it fires)."""
+        statement). ``fire_rows`` (with ``claimed_by``, where INSERT ... RETURNING exists): the
+        job attempts' run-log rows are recorded in the same write (see :class:`FireRows`;
+        without it none is, and the trigger records them as it fires)."""
         text = await _state_text(state)
         caps = await self._db.capabilities()
         returning = claimed_by is not None and caps.insert_returning
@@ -244,7 +245,10 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
                 await insert_starts(conn, run_id, starts, now_ms, claimed_by)
                 attempts = await claimed_attempts(conn, run_id, claimed_by, now_ms)
             jobs = await _jobs_of(conn, attempts)
-        return StoredStep(attempts, jobs)
+            if fire_rows is None or not returning:
+                return StoredStep(attempts, jobs)
+            log_ids = await insert_fire_rows(conn, fire_rows, attempts, jobs)
+        return StoredStep(attempts, jobs, log_ids, fire_rows.trigger_time_ms)
 
     async def _advance_in_one(
         self, run_id: int, rev: int, status: str, text: str, now_ms: int, starts: Sequence[NewNodeRun],
