@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 
+from jobring.admin.services.workflow_fires import STOPPED_BY_WORKFLOW
 from jobring.admin.services.workflow_steps import Wanted
 from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from jobring.admin.store.records import NewLog
-from jobring.admin.store.workflows import NewNodeRun, NodeRunState
-from jobring.core.workflow import parse_workflow
+from jobring.admin.store.workflows import NewNodeRun, NodeRunRecord, NodeRunState
+from jobring.core.workflow import KillJob, RunStarted, apply, parse_workflow, run_to_json
+from jobring.protocol.models import FAIL_CODE
 from tests.admin.trigger_kit import HOSTS, T0, Env, make_env
 
 NOW = datetime.fromtimestamp(T0 / 1000, tz=UTC)
@@ -120,3 +122,53 @@ async def test_a_row_recorded_with_an_attempt_that_is_not_sent_is_withdrawn(env:
     assert env.double.runs() == []
     (after,) = await store.workflows.node_runs(run_id)
     assert after.state == NodeRunState.ENDED
+
+
+async def _unsent_attempt(env: Env, claimed_by: str, attempt_no: int) -> tuple[int, NodeRunRecord, int]:
+    """A run whose node A (started: its attempt 1 running) has an attempt ``attempt_no`` claimed
+    by ``claimed_by`` at T0 with a recorded, never confirmed run (as its step records it):
+    (run id, that attempt, its log id)."""
+    store = env.store
+    job = await env.job()
+    graph = parse_workflow({"nodes": [{"key": "A", "job_id": job.id}], "edges": []})
+    wf_id = await store.workflows.create("w", env.group_id, "", graph.to_json(), None, T0)
+    started = apply(graph, None, RunStarted(T0, 1)).run
+    assert started is not None
+    state = run_to_json(started)
+    run_id = await store.workflows.start_run(wf_id, 1, env.group_id, "running", state, None, T0, [])
+    start = [NewNodeRun("A", -1, attempt_no, job.id, None, None)]
+    stored = await store.workflows.advance(run_id, 0, "running", state, T0, start, claimed_by=claimed_by)
+    assert stored is not None
+    (attempt,) = stored.attempts
+    log_id = stored.log_ids.get(attempt.id)
+    if log_id is None:  # no INSERT ... RETURNING: recorded as the trigger would
+        (log_id,) = await store.logs.insert_fires([NewLog(env.group_id, job.id, NOW, trigger_type="WORKFLOW",
+                                                          workflow_node_run_id=attempt.id)])
+    assert log_id is not None
+    return run_id, attempt, log_id
+
+
+async def test_a_stopped_attempt_whose_run_was_recorded_but_not_sent_ends_it_as_killed(env: Env) -> None:
+    # Stopping a node whose attempt is claimed and recorded but not yet linked (its fire not
+    # there yet): the recorded run is ended as killed, not left for the lost-run monitor.
+    run_id, attempt, log_id = await _unsent_attempt(env, "node-a", 1)
+    driver = WorkflowDriver(env.store, env.trigger, None, env.clock, node_id="node-a")
+    await driver.fires.kill(run_id, KillJob("A", 1, None, None))
+    entry = await env.store.logs.get(log_id)
+    assert entry is not None and (entry.handle_code, entry.handle_msg) == (FAIL_CODE, STOPPED_BY_WORKFLOW)
+    (after,) = await env.store.workflows.node_runs(run_id)
+    assert after.state == NodeRunState.ENDED and env.double.runs() == []
+
+
+async def test_a_taken_over_attempt_no_longer_wanted_ends_the_run_its_dead_admin_recorded(env: Env) -> None:
+    # A dead admin's claimed attempt whose run it recorded (perhaps sent), taken over by the
+    # sweep when the run no longer wants it (node A runs its attempt 1, not this 2nd): the run
+    # is ended as its stop ends a linked run, and nothing is sent.
+    run_id, attempt, log_id = await _unsent_attempt(env, "node-dead", 2)
+    env.clock.advance(60_000)  # the claim is stale
+    driver = WorkflowDriver(env.store, env.trigger, None, env.clock, node_id="node-a")
+    await driver.tick()
+    entry = await env.store.logs.get(log_id)
+    assert entry is not None and (entry.handle_code, entry.handle_msg) == (FAIL_CODE, STOPPED_BY_WORKFLOW)
+    (after,) = await env.store.workflows.node_runs(run_id)
+    assert after.state == NodeRunState.ENDED and env.double.runs() == []

@@ -180,6 +180,10 @@ class NodeFires:
             await self._store.workflows.ended([attempt.id], now)
             if wanted is not None and wanted.recorded is not None:  # recorded with it, never sent
                 await self._not_sent(attempt, wanted.recorded[0], "its node attempt was stopped first")
+            elif stale and (left := await self._store.workflows.log_of_node_run(attempt.id)) is not None:
+                # A dead admin's run of it, perhaps sent: ended as its stop ends a linked run.
+                await self._store.logs.record_results(
+                    [HandleResult(left, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))])
             return
         if attempt.workflow_id is not None:
             await self._children.fire(attempt)
@@ -288,8 +292,10 @@ class NodeFires:
         return wanted_in(run, attempt, record.job_group, None)
 
     async def _fire_job(self, attempt: NodeRunRecord, wanted: Wanted, claimed_at: int) -> int | None:
-        """Fire the attempt's job (its own fail-retry off: the engine retries); its log id, or
-        None when it could not even be recorded (the attempt is then failed here). The run's
+        """Fire the attempt's job (its own fail-retry off: the engine retries) under the run
+        its step recorded (``wanted.recorded``) or one recorded now; its log id, or None when
+        it could not be fired (the attempt is then failed here, and a run its step recorded
+        withdrawn). The run's
         group is ``wanted.group``: a job moved to another group since the run started is not
         fired (a workflow runs only its own group's jobs: checked at the start, and here at
         each fire, on the job as read with the attempt's step or now). None too, and nothing
@@ -368,7 +374,10 @@ class NodeFires:
         now = self._clock.now_ms()
         for attempt in attempts:
             await self._store.workflows.ended([attempt.id], now)
-            log_id = attempt.log_id or command.run_id
+            # An attempt not linked yet may have its run recorded by its step (FireRows): the
+            # run is ended as killed too (not left for the lost-run monitor).
+            log_id = (attempt.log_id or command.run_id
+                      or await self._store.workflows.log_of_node_run(attempt.id))
             self.forget(log_id)
             if log_id is None:
                 continue
