@@ -6,7 +6,7 @@ service and an executor double)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +34,23 @@ async def env(store: Store) -> AsyncIterator[Env]:
         await env.trigger.close()
 
 
+@pytest.fixture
+async def new_driver(env: Env) -> AsyncIterator[Callable[..., WorkflowDriver]]:
+    """Makes drivers ("node-a") over the env; their background work (group reads ahead of
+    fires, queued steps) is awaited before the store closes."""
+    made: list[WorkflowDriver] = []
+
+    def make(**kwargs: Any) -> WorkflowDriver:
+        made.append(WorkflowDriver(env.store, env.trigger, None, env.clock, node_id="node-a", **kwargs))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for driver in made:
+            await driver.wait_idle()
+
+
 def _inserts_counted(env: Env, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that grows by the job ids of each ``insert_fires`` call (the trigger's recording)."""
     calls: list[int] = []
@@ -48,7 +65,7 @@ def _inserts_counted(env: Env, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 async def test_a_chain_runs_each_node_once_under_the_row_its_step_recorded(
-        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: Env, new_driver: Callable[..., WorkflowDriver], monkeypatch: pytest.MonkeyPatch) -> None:
     store = env.store
     one_statement = (await store.db.capabilities()).insert_returning
     plain = await env.job(executor_param="job's")
@@ -61,7 +78,7 @@ async def test_a_chain_runs_each_node_once_under_the_row_its_step_recorded(
     wf_id = await store.workflows.create("w", env.group_id, "", graph.to_json(), None, T0)
     workflow = await store.workflows.get(wf_id)
     assert workflow is not None
-    driver = WorkflowDriver(store, env.trigger, None, env.clock, node_id="node-a")
+    driver = new_driver()
     recorded = _inserts_counted(env, monkeypatch)
     run_id, _ = await driver.start_run(workflow, {}, "alice")
     for _ in "AB":
@@ -85,7 +102,7 @@ async def test_a_chain_runs_each_node_once_under_the_row_its_step_recorded(
 
 
 async def test_a_step_starting_more_jobs_than_fire_at_once_leaves_their_rows_to_the_trigger(
-        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: Env, new_driver: Callable[..., WorkflowDriver], monkeypatch: pytest.MonkeyPatch) -> None:
     # The starts beyond the driver's fires in flight wait their turn: their rows are recorded
     # as each is fired (stamped then), not with the step.
     store = env.store
@@ -95,7 +112,7 @@ async def test_a_step_starting_more_jobs_than_fire_at_once_leaves_their_rows_to_
     wf_id = await store.workflows.create("w", env.group_id, "", parse_workflow(doc).to_json(), None, T0)
     workflow = await store.workflows.get(wf_id)
     assert workflow is not None
-    driver = WorkflowDriver(store, env.trigger, None, env.clock, node_id="node-a", max_concurrent_fires=1)
+    driver = new_driver(max_concurrent_fires=1)
     recorded = _inserts_counted(env, monkeypatch)
     await driver.start_run(workflow, {}, "alice")
     await driver.on_results([(int(env.double.runs()[-1].body["logId"]), 200, "ok")])
@@ -103,7 +120,8 @@ async def test_a_step_starting_more_jobs_than_fire_at_once_leaves_their_rows_to_
     assert recorded == [job.id] * 3
 
 
-async def test_a_row_recorded_with_an_attempt_that_is_not_sent_is_withdrawn(env: Env) -> None:
+async def test_a_row_recorded_with_an_attempt_that_is_not_sent_is_withdrawn(
+        env: Env, new_driver: Callable[..., WorkflowDriver]) -> None:
     # An attempt whose step recorded its row but which is stopped before its fire: the row is
     # withdrawn, as if never recorded (no run, no failure, nothing for the lost-run monitor).
     store = env.store
@@ -115,7 +133,7 @@ async def test_a_row_recorded_with_an_attempt_that_is_not_sent_is_withdrawn(env:
     (log_id,) = await store.logs.insert_fires([NewLog(env.group_id, job.id, NOW,
                                                       workflow_node_run_id=attempt.id)])
     assert log_id is not None
-    driver = WorkflowDriver(store, env.trigger, None, env.clock, node_id="node-a")
+    driver = new_driver()
     stopped = Wanted({}, env.group_id, {job.id: job}, superseded=True, recorded=(log_id, T0))
     await driver.fires.fire(attempt, known=stopped, claimed=True)
     assert await store.logs.get(log_id) is None
@@ -148,11 +166,12 @@ async def _unsent_attempt(env: Env, claimed_by: str, attempt_no: int) -> tuple[i
     return run_id, attempt, log_id
 
 
-async def test_a_stopped_attempt_whose_run_was_recorded_but_not_sent_ends_it_as_killed(env: Env) -> None:
+async def test_a_stopped_attempt_whose_run_was_recorded_but_not_sent_ends_it_as_killed(
+        env: Env, new_driver: Callable[..., WorkflowDriver]) -> None:
     # Stopping a node whose attempt is claimed and recorded but not yet linked (its fire not
     # there yet): the recorded run is ended as killed, not left for the lost-run monitor.
     run_id, attempt, log_id = await _unsent_attempt(env, "node-a", 1)
-    driver = WorkflowDriver(env.store, env.trigger, None, env.clock, node_id="node-a")
+    driver = new_driver()
     await driver.fires.kill(run_id, KillJob("A", 1, None, None))
     entry = await env.store.logs.get(log_id)
     assert entry is not None and (entry.handle_code, entry.handle_msg) == (FAIL_CODE, STOPPED_BY_WORKFLOW)
@@ -160,13 +179,14 @@ async def test_a_stopped_attempt_whose_run_was_recorded_but_not_sent_ends_it_as_
     assert after.state == NodeRunState.ENDED and env.double.runs() == []
 
 
-async def test_a_taken_over_attempt_no_longer_wanted_ends_the_run_its_dead_admin_recorded(env: Env) -> None:
+async def test_a_taken_over_attempt_no_longer_wanted_ends_the_run_its_dead_admin_recorded(
+        env: Env, new_driver: Callable[..., WorkflowDriver]) -> None:
     # A dead admin's claimed attempt whose run it recorded (perhaps sent), taken over by the
     # sweep when the run no longer wants it (node A runs its attempt 1, not this 2nd): the run
     # is ended as its stop ends a linked run, and nothing is sent.
     run_id, attempt, log_id = await _unsent_attempt(env, "node-dead", 2)
     env.clock.advance(60_000)  # the claim is stale
-    driver = WorkflowDriver(env.store, env.trigger, None, env.clock, node_id="node-a")
+    driver = new_driver()
     await driver.tick()
     entry = await env.store.logs.get(log_id)
     assert entry is not None and (entry.handle_code, entry.handle_msg) == (FAIL_CODE, STOPPED_BY_WORKFLOW)
