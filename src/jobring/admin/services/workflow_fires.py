@@ -181,9 +181,7 @@ class NodeFires:
             if wanted is not None and wanted.recorded is not None:  # recorded with it, never sent
                 await self._not_sent(attempt, wanted.recorded[0], "its node attempt was stopped first")
             elif stale and (left := await self._store.workflows.log_of_node_run(attempt.id)) is not None:
-                # A dead admin's run of it, perhaps sent: ended as its stop ends a linked run.
-                await self._store.logs.record_results(
-                    [HandleResult(left, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))])
+                await self._end_as_stopped(left, now)  # a dead admin's run of it, perhaps sent
             return
         if attempt.workflow_id is not None:
             await self._children.fire(attempt)
@@ -392,9 +390,13 @@ class NodeFires:
                     runs=run_candidates(entry))
                 if not answer.ok:
                     log.warning("workflow run %s: killing run %s failed: %s", run_id, log_id, answer.msg)
-            await self._store.logs.record_results(
-                [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))]
-            )
+            await self._end_as_stopped(log_id, now)
+
+    async def _end_as_stopped(self, log_id: int, now: int) -> None:
+        """Record the end of a job run its workflow stopped (unless it has a result already)."""
+        await self._store.logs.record_results(
+            [HandleResult(log_id, int(HandleCode.FAIL), STOPPED_BY_WORKFLOW, naive_utc(now))]
+        )
 
 
 class ClaimKeeper(Monitor):

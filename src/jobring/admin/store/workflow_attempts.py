@@ -8,7 +8,6 @@ import builtins
 import dataclasses
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import String, TextualSelect, bindparam, column, delete, insert, select, text, update
@@ -28,6 +27,7 @@ from jobring.admin.store.workflow_records import (
     StoredStep,
     node_run_of,
 )
+from jobring.core.timefmt import naive_utc_ms
 
 __all__ = [
     "NodeAttempts",
@@ -276,7 +276,6 @@ _PER_ATTEMPT = tuple(f.name for f in dataclasses.fields(NewNodeRun))
 # run-log row recorded for it (FireRows) as this column.
 _JOB = "j_"
 _LOG_ID = "logged_id"
-_EPOCH = datetime(1970, 1, 1)  # trigger_time is naive UTC
 
 
 # The run-log row of a job attempt recorded by its step (FireRows): these columns, bound once
@@ -290,9 +289,9 @@ _LOGGED = {
 }
 
 
-def _records(attempt: NodeRunRecord, job: JobInfo | None, rows: FireRows) -> bool:
+def _records(attempt: NodeRunRecord, job: JobInfo, rows: FireRows) -> bool:
     """Whether a step records this attempt's run-log row (see FireRows; _logged's WHERE)."""
-    return (job is not None and attempt.workflow_id is None and job.job_group == rows.job_group
+    return (attempt.workflow_id is None and job.job_group == rows.job_group
             and (job.timing is None or "params_template" not in job.timing))
 
 
@@ -303,14 +302,14 @@ async def insert_fire_rows(
     does in PostgreSQL's one statement: attempt id -> log id (needs INSERT ... RETURNING)."""
     at = rows.trigger_time_ms
     values = [
-        {"job_group": job.job_group, "job_id": job.id, "trigger_time": _EPOCH + timedelta(milliseconds=at),
+        {"job_group": job.job_group, "job_id": job.id, "trigger_time": naive_utc_ms(at),
          "executor_handler": job.executor_handler,
          "executor_param": attempt.params if attempt.params is not None else job.executor_param or "",
          "executor_fail_retry_count": 0, "trigger_code": 0, "handle_code": 0,
          "trigger_type": rows.trigger_type, "attempt": 1, "admin_node": rows.admin_node, "child_depth": 0,
          "workflow_node_run_id": attempt.id, "sent_time": at}
         for attempt in attempts
-        if _records(attempt, job := jobs.get(attempt.job_id), rows) and job is not None
+        if (job := jobs.get(attempt.job_id)) is not None and _records(attempt, job, rows)
     ]
     if not values:
         return {}
@@ -395,7 +394,7 @@ async def advance_with_claimed_starts(
                   claimed_at=now_ms, created_at=now_ms)
     if fire_rows is not None:
         at = fire_rows.trigger_time_ms
-        params.update(l_trigger_time=_EPOCH + timedelta(milliseconds=at), l_sent_time=at,
+        params.update(l_trigger_time=naive_utc_ms(at), l_sent_time=at,
                       l_trigger_type=fire_rows.trigger_type, l_admin_node=fire_rows.admin_node,
                       l_group=fire_rows.job_group)
     statement = _advance_with_claimed_starts(conn.dialect, fire_rows is not None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobring.admin.store.errors import public_reason
@@ -27,6 +26,7 @@ from jobring.admin.trigger.logical import (
 from jobring.core.clock import Clock
 from jobring.core.enums import RouteStrategy, TriggerType
 from jobring.core.routing import parse_strategy
+from jobring.core.timefmt import naive_utc_ms
 
 if TYPE_CHECKING:
     from jobring.admin.store import Store
@@ -41,9 +41,6 @@ Resolver = Callable[[list[FirePlan]], Awaitable[None]]
 """Resolves plans against their executor groups (the dispatcher's ``resolve``)."""
 
 
-_EPOCH = datetime(1970, 1, 1)
-
-
 def _unresolved(plans: Sequence[FirePlan], exc: BaseException) -> None:
     """Recorded but no addresses: each fire fails visibly (and is retried/alarmed)."""
     log.error("reading executor groups failed: %s", exc)
@@ -52,10 +49,6 @@ def _unresolved(plans: Sequence[FirePlan], exc: BaseException) -> None:
     problem = f"could not read the executor group: {public_reason(exc)}"
     for plan in plans:
         plan.problem = problem
-
-
-def _ms_to_datetime(ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=ms)  # naive UTC
 
 
 class FireRecorder:
@@ -149,7 +142,7 @@ class FireRecorder:
         return NewLog(
             job_group=job.job_group,
             job_id=job.id,
-            trigger_time=_ms_to_datetime(plan.trigger_time_ms),
+            trigger_time=naive_utc_ms(plan.trigger_time_ms),
             executor_handler=job.executor_handler,
             executor_param=plan.param,
             executor_sharding_param=f"{shard[0]}/{shard[1]}" if broadcast and shard else None,
