@@ -316,6 +316,13 @@ async def test_a_step_records_its_job_attempts_run_log_rows_in_its_write(
     # The attempt's identity holds: a second row for it is refused.
     with pytest.raises(IntegrityError):
         await store.logs.insert_fires([NewLog(group, job, NOW, workflow_node_run_id=by_key["own"].id)])
+    # A row not sent is withdrawn only by the admin whose claim the attempt still is: one that
+    # took the attempt over owns the run (and may have sent it again).
+    own = stored.log_ids[by_key["own"].id]
+    assert not await store.workflows.withdraw_unsent(by_key["own"].id, own, "n2")
+    assert await store.logs.get(own) is not None
+    assert await store.workflows.withdraw_unsent(by_key["own"].id, own, "n1")
+    assert await store.logs.get(own) is None
 
 
 async def test_a_step_survives_a_column_a_newer_version_added(store: Store) -> None:

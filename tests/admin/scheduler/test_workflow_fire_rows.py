@@ -130,6 +130,7 @@ async def test_a_row_recorded_with_an_attempt_that_is_not_sent_is_withdrawn(
     run_id = await store.workflows.start_run(wf_id, 1, env.group_id, "running", {}, None, T0,
                                              [NewNodeRun("A", -1, 1, job.id, None, None)])
     (attempt,) = await store.workflows.node_runs(run_id)
+    assert await store.workflows.claim(attempt.id, "node-a", T0)  # as its step inserts it
     (log_id,) = await store.logs.insert_fires([NewLog(env.group_id, job.id, NOW,
                                                       workflow_node_run_id=attempt.id)])
     assert log_id is not None

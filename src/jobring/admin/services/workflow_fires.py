@@ -358,7 +358,7 @@ class NodeFires:
         """The run-log row the attempt's step recorded, for a job this node decided not to send
         (the attempt was stopped first, or its job cannot run): withdrawn, as if the trigger
         had never recorded it (no run, no failure alarm, nothing for the lost-run monitor)."""
-        if await self._store.workflows.withdraw_unsent(attempt.id, log_id):
+        if await self._store.workflows.withdraw_unsent(attempt.id, log_id, self._node_id):
             log.info("workflow node attempt %s: its recorded run %s withdrawn, not sent: %s", attempt.id,
                      log_id, why, extra={"run_id": log_id})
 

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import String, TextualSelect, bindparam, column, delete, insert, select, text, update
+from sqlalchemy import String, TextualSelect, bindparam, column, delete, exists, insert, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Update
@@ -176,12 +176,17 @@ class NodeAttempts(Repository):
             found = (await conn.execute(stmt)).scalar_one_or_none()
         return None if found is None else int(found)
 
-    async def withdraw_unsent(self, node_run_id: int, log_id: int) -> bool:
+    async def withdraw_unsent(self, node_run_id: int, log_id: int, node_id: str) -> bool:
         """Delete the job run recorded for this attempt (see FireRows) while it is still
-        unconfirmed: no dispatch answer, no result. False: it is not (it was sent after all)."""
+        unconfirmed (no dispatch answer, no result) and the attempt is still ``node_id``'s
+        claim. False: it is not (it was sent after all, or an admin that took the attempt
+        over owns the run now and may have sent it again)."""
         c = job_log.c
+        still_ours = exists().where(workflow_node_run.c.id == node_run_id,
+                                    workflow_node_run.c.claimed_by == node_id)
         stmt = delete(job_log).where(c.id == log_id, c.workflow_node_run_id == node_run_id,
-                                     c.trigger_code == 0, c.dispatch_time.is_(None), c.handle_code == 0)
+                                     c.trigger_code == 0, c.dispatch_time.is_(None), c.handle_code == 0,
+                                     still_ours)
         async with self._db.write() as conn:
             return int((await conn.execute(stmt)).rowcount) > 0
 
