@@ -972,6 +972,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workflows/validate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Check a workflow as a save would, storing nothing
+         * @description The checks of ``POST /workflows`` (or, with ``workflow_id``, of ``PUT /workflows/{id}``,
+         *     ``version`` included) with their answers; nothing is stored or audited.
+         */
+        post: operations["validate_workflow_workflows_validate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/workflows/{workflow_id}": {
         parameters: {
             query?: never;
@@ -3378,6 +3399,34 @@ export interface components {
             /** Username */
             username?: string;
         };
+        /** WorkflowCheckOut */
+        WorkflowCheckOut: {
+            /**
+             * Edges
+             * @description how many edges
+             */
+            edges: number;
+            /**
+             * Nodes
+             * @description how many nodes
+             */
+            nodes: number;
+            /**
+             * Order
+             * @description the node keys in a topological order (parents before children)
+             */
+            order: string[];
+            /**
+             * Roots
+             * @description the nodes without parents: where a run starts
+             */
+            roots: string[];
+            /**
+             * Valid
+             * @description always true: a graph a save would refuse gets the save's answer (4xx)
+             */
+            valid: boolean;
+        };
         /** WorkflowIn */
         WorkflowIn: {
             /**
@@ -3408,7 +3457,7 @@ export interface components {
             }[];
             /**
              * Version
-             * @description PUT: the version this edit started from (refused with 409 when another save came first)
+             * @description PUT (and validate with workflow_id): the version this edit started from (refused with 409 when another save came first)
              */
             version?: number | null;
         };
@@ -11199,6 +11248,114 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WorkflowOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not permitted */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many attempts */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Internal error (the error_id finds it in the admin's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    validate_workflow_workflows_validate_post: {
+        parameters: {
+            query?: {
+                /** @description check it as a new version of this workflow (as PUT would) */
+                workflow_id?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkflowIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkflowCheckOut"];
                 };
             };
             /** @description Bad request */

@@ -42,6 +42,7 @@ EXAMPLES: dict[str, str] = {
     "workflows list": "jobring workflows list",
     "workflows show": "jobring workflows show 3",
     "workflows create": "jobring workflows create --file nightly.json",
+    "workflows validate": "jobring workflows validate --file nightly.json",
     "workflows update": "jobring workflows update 3 --file nightly.json",
     "workflows delete": "jobring workflows delete 3",
     "workflows trigger": "jobring workflows trigger 3 --params '{\"day\": \"20261201\"}'",

@@ -155,6 +155,24 @@ def _create(args: argparse.Namespace) -> int:
     return run_remote(args, action)
 
 
+def _validate(args: argparse.Namespace) -> int:
+    definition = _read_definition(args.file)
+
+    def action(admin: AdminClient) -> int:
+        # A refusal is the save's own (exit 2 with the API's message, naming the field and node).
+        checked = admin.workflows.validate(definition, workflow_id=args.workflow)
+        if args.json:
+            print_json(checked)
+            return 0
+        as_edit = f" as a new version of workflow {args.workflow}" if args.workflow else ""
+        nodes, edges = checked["nodes"], checked["edges"]
+        print(f"OK{as_edit}: {nodes} node{'s' * (nodes != 1)}, {edges} edge{'s' * (edges != 1)}, "
+              f"starting at {', '.join(checked['roots'])}")
+        print(f"order: {', '.join(checked['order'])}")
+        return 0
+    return run_remote(args, action)
+
+
 def _update(args: argparse.Namespace) -> int:
     definition = _read_definition(args.file)
 
@@ -302,6 +320,13 @@ def register(sub: Any) -> None:
     create.add_argument("--file", required=True, metavar="PATH",
                         help='{"name", "job_group", "nodes", "edges"} (see docs/workflows.md); - reads stdin')
     create.set_defaults(handler=_create)
+
+    validate = remote_parser(commands, "validate",
+                             "check a JSON file as create (or update) would, saving nothing")
+    validate.add_argument("--file", required=True, metavar="PATH", help="as for create; - reads stdin")
+    validate.add_argument("--workflow", type=positive_int, metavar="ID",
+                          help="check it as a new version of this workflow (as update would)")
+    validate.set_defaults(handler=_validate)
 
     update = remote_parser(commands, "update", "save a new version of a workflow from a JSON file")
     update.add_argument("workflow_id", type=positive_int, metavar="WORKFLOW_ID")

@@ -45,6 +45,13 @@ def create_workflow(definition: dict[str, Any]) -> Call[JsonObject]:
     return post("/workflows", as_object, definition)
 
 
+def validate_workflow(definition: dict[str, Any], workflow_id: int | None = None) -> Call[JsonObject]:
+    """Check a definition as a create would (as a save of workflow ``workflow_id`` would, when
+    given), storing nothing: ``{"valid", "nodes", "edges", "order", "roots"}``, or the save's
+    refusal (an :class:`~jobring.client.errors.AdminApiError` naming the field and the node)."""
+    return post("/workflows/validate", as_object, definition, workflow_id=workflow_id)
+
+
 def update_workflow(workflow_id: int, definition: dict[str, Any]) -> Call[JsonObject]:
     """Save a new version (give ``version``: the one the edit started from, to refuse lost updates)."""
     return put(_workflow(workflow_id), as_object, definition)
@@ -109,6 +116,7 @@ class WorkflowsApi(ApiGroup[M]):
     list = Endpoint(list_workflows)
     get = Endpoint(get_workflow)
     create = Endpoint(create_workflow)
+    validate = Endpoint(validate_workflow)
     update = Endpoint(update_workflow)
     delete = Endpoint(delete_workflow)
     trigger = Endpoint(trigger_workflow)

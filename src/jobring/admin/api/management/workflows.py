@@ -3,6 +3,8 @@
 Permissions follow the jobs': a workflow belongs to an executor group (``job_group``: who may
 see and edit it), and saving, triggering or repairing it also needs the right to operate the
 group of every job its nodes run (checked again at each trigger and repair: jobs move).
+``POST /workflows/validate`` runs a save's checks (create's, or with ``workflow_id`` an
+update's) and stores nothing: the editor's "validate before save".
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class WorkflowIn(BaseModel):
     version: int | None = Field(
         default=None,
         ge=1,
-        description="PUT: the version this edit started from (refused with 409 when another save came first)",
+        description="PUT (and validate with workflow_id): the version this edit started from "
+        "(refused with 409 when another save came first)",
     )
 
 
@@ -76,6 +79,14 @@ class WorkflowOut(BaseModel):
     schedule: WorkflowScheduleBrief | None = Field(
         default=None, description="its schedule in short (null: none, it runs only when triggered)"
     )
+
+
+class WorkflowCheckOut(BaseModel):
+    valid: bool = Field(description="always true: a graph a save would refuse gets the save's answer (4xx)")
+    nodes: int = Field(description="how many nodes")
+    edges: int = Field(description="how many edges")
+    order: list[str] = Field(description="the node keys in a topological order (parents before children)")
+    roots: list[str] = Field(description="the nodes without parents: where a run starts")
 
 
 class WorkflowTriggerIn(BaseModel):
@@ -184,11 +195,45 @@ async def list_workflows(
     return PageOut[WorkflowOut](items=items, total=total, offset=offset, limit=limit)
 
 
-@router.post("/workflows", response_model=WorkflowOut, status_code=201, summary="Create a workflow")
-async def create_workflow(body: WorkflowIn, services: Services, principal: Writer) -> WorkflowOut:
+async def _checked_new(body: WorkflowIn, services: ManagementServices, principal: Principal) -> WorkflowGraph:
+    """What a create checks before it stores anything: the caller may operate the workflow's
+    group, the graph parses, and its jobs and sub-workflows pass :func:`check_jobs`."""
     ensure_group_write(principal, body.job_group)
     graph = _parse(body)
     await check_jobs(services, principal, graph, None, body.job_group)
+    return graph
+
+
+async def _checked_edit(
+    workflow_id: int, body: WorkflowIn, services: ManagementServices, principal: Principal
+) -> tuple[WorkflowRecord, WorkflowGraph]:
+    """What a save of a new version checks before it writes: the workflow is one the caller
+    may see and operate (404 otherwise), the caller may operate the group it goes to, it is not
+    declared in code (409), and the graph passes as for a create (checked as this workflow's:
+    a sub-workflow leading back to it is a loop)."""
+    record = await _load(services, principal, workflow_id)
+    ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
+    ensure_group_write(principal, body.job_group)
+    if record.managed_by == MANAGED_BY_CODE:
+        raise ApiError(409, f"workflow {workflow_id} is declared in an executor's code: change it there "
+                       "(it is saved again at the executor's next start)", "managed_by")
+    graph = _parse(body)
+    await check_jobs(services, principal, graph, workflow_id, body.job_group)
+    return record, graph
+
+
+def _stale(workflow_id: int, current: int, expected: int) -> ApiError:
+    return ApiError(
+        409,
+        f"workflow {workflow_id} was saved meanwhile (now version {current}, "
+        f"this edit started from {expected})",
+        "version",
+    )
+
+
+@router.post("/workflows", response_model=WorkflowOut, status_code=201, summary="Create a workflow")
+async def create_workflow(body: WorkflowIn, services: Services, principal: Writer) -> WorkflowOut:
+    graph = await _checked_new(body, services, principal)
     workflow_id = await services.store.workflows.create(
         body.name,
         body.job_group,
@@ -210,6 +255,39 @@ async def create_workflow(body: WorkflowIn, services: Services, principal: Write
     return _out(record)
 
 
+# Before the /workflows/{workflow_id} routes (a POST to /workflows/validate would not match
+# them anyway: none of them is a POST).
+@router.post(
+    "/workflows/validate",
+    response_model=WorkflowCheckOut,
+    summary="Check a workflow as a save would, storing nothing",
+)
+async def validate_workflow(
+    body: WorkflowIn,
+    services: Services,
+    principal: Writer,
+    workflow_id: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_INT32, description="check it as a new version of this workflow (as PUT would)"),
+    ] = None,
+) -> WorkflowCheckOut:
+    """The checks of ``POST /workflows`` (or, with ``workflow_id``, of ``PUT /workflows/{id}``,
+    ``version`` included) with their answers; nothing is stored or audited."""
+    if workflow_id is None:
+        graph = await _checked_new(body, services, principal)
+    else:
+        record, graph = await _checked_edit(workflow_id, body, services, principal)
+        if body.version is not None and body.version != record.version:
+            raise _stale(workflow_id, record.version, body.version)
+    return WorkflowCheckOut(
+        valid=True,
+        nodes=len(graph.nodes),
+        edges=len(graph.edges),
+        order=list(graph.order),
+        roots=[key for key in graph.order if not graph.parents[key]],
+    )
+
+
 @router.get(
     "/workflows/{workflow_id}", response_model=WorkflowOut, summary="A workflow and its current graph"
 )
@@ -226,14 +304,7 @@ async def get_workflow(workflow_id: WorkflowId, services: Services, principal: R
 async def update_workflow(
     workflow_id: WorkflowId, body: WorkflowIn, services: Services, principal: Writer
 ) -> WorkflowOut:
-    record = await _load(services, principal, workflow_id)
-    ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
-    ensure_group_write(principal, body.job_group)
-    if record.managed_by == MANAGED_BY_CODE:
-        raise ApiError(409, f"workflow {workflow_id} is declared in an executor's code: change it there "
-                       "(it is saved again at the executor's next start)", "managed_by")
-    graph = _parse(body)
-    await check_jobs(services, principal, graph, workflow_id, body.job_group)
+    record, graph = await _checked_edit(workflow_id, body, services, principal)
     expected = body.version if body.version is not None else record.version
     # Saved over the version checked above, in its group and managed in the console, or not
     # at all: an edit started from another version, or a move to another group meanwhile,
@@ -251,12 +322,7 @@ async def update_workflow(
         managed_by=None,
     )
     if version is None:
-        raise ApiError(
-            409,
-            f"workflow {workflow_id} was saved meanwhile (now version "
-            f"{record.version}, this edit started from {expected})",
-            "version",
-        )
+        raise _stale(workflow_id, record.version, expected)
     saved = await services.store.workflows.get(workflow_id)
     assert saved is not None
     before, after = _update_audit(record, saved)
