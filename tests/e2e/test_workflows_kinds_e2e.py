@@ -1,8 +1,9 @@
 """Workflows with a real admin process and a real jobring executor process, node kinds and
 repairs: a decision takes the branch its condition picks (the other is skipped), a fan-out
-runs its job once per item with at most its cap at once, an any-success join starts with its
-first parent, mark-succeeded lets a failed run go on, stop kills the running node and starts
-nothing more, and a schedule starts runs by itself."""
+runs its job once per item with at most its cap at once and reaches it (100 items, cap 10, on
+an XXL-JOB executor double), an any-success join starts with its first parent, mark-succeeded
+lets a failed run go on, stop kills the running node and starts nothing more, and a schedule
+starts runs by itself."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests.e2e.waiting import eventually
 from tests.e2e.workflow_kit import EXECUTOR_HEAD, WorkflowEnv, states, workflow_env
+from tests.e2e.xxl_double import double_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -70,26 +72,43 @@ async def test_a_decision_takes_the_branch_its_condition_picks(kinds: WorkflowEn
 
 
 async def test_a_fan_out_runs_once_per_item_with_at_most_its_cap_at_once(kinds: WorkflowEnv) -> None:
-    step = await kinds.job("step")
-    nodes = [{"key": "files", "kind": "fanout", "job_id": step, "items": "files", "parallelism": 3,
-              "params": "item {{ item }}"},
-             {"key": "after", "job_id": step, "params": "after"}]
-    wid = await kinds.workflow("fan", nodes, [{"from": "files", "to": "after"}])
-    files = [f"f{i}" for i in range(10)]
-    run = await kinds.ended((await kinds.admin.workflows.trigger(wid, {"files": files}))["workflow_run_id"])
+    # On an XXL-JOB executor double: the jobring executor runs the runs of one job one after
+    # the other (SERIAL_EXECUTION), so its handlers never overlap; the double holds every run
+    # it receives until released, so what it holds at once is what the admin has in flight.
+    handlers = {"item": lambda params: f"done {params}", "after": lambda params: "after done"}
+    async with double_group(kinds, "fan-double", handlers, holding=True) as (env, double):
+        item, after = await env.job("item"), await env.job("after")
+        fan = {"key": "files", "kind": "fanout", "job_id": item, "items": "files", "parallelism": 10}
+        nodes = [
+            {**fan, "params": "item {{ item }} #{{ item_index }}"},
+            {"key": "after", "job_id": after, "params": "after"},
+        ]
+        wid = await env.workflow("fan", nodes, [{"from": "files", "to": "after"}])
+        files = [f"f{i}" for i in range(100)]
+        run_id = (await env.admin.workflows.trigger(wid, {"files": files}))["workflow_run_id"]
+
+        async def ten_held() -> bool | None:
+            return True if double.held >= 10 else None
+
+        await eventually("the first 10 items at the double", ten_held)
+        # The node started its cap of items and no more: 10 running (all held by the double),
+        # the other 90 waiting for one to end.
+        started = await env.admin.workflows.run(run_id)
+        item_states = [i["state"] for i in started["nodes"][0]["items"]]
+        assert (item_states.count("running"), item_states.count("waiting")) == (10, 90), item_states
+        assert double.held == 10 and len(double.runs) == 10
+        double.release()
+        run = await env.ended(run_id)
     assert run["state"] == "success", run
-    fan = run["nodes"][0]
-    assert [i["state"] for i in fan["items"]] == ["success"] * 10
-    assert len({i["run_id"] for i in fan["items"]}) == 10
-    order = kinds.order()
-    assert sorted(line for line in order if line.startswith("item")) == sorted(
-        f"item {f} {e}" for f in files for e in ("start", "end")), order
-    running = most = 0
-    for line in order:
-        running += 1 if line.endswith("start") else -1
-        most = max(most, running)
-    assert most <= 3, order
-    assert order[-2:] == ["after start", "after end"]
+    items = run["nodes"][0]["items"]
+    assert [i["state"] for i in items] == ["success"] * 100
+    assert len({i["run_id"] for i in items}) == 100
+    # Each item ran exactly once, with its own params; never more than 10 at once, and 10 at once.
+    item_runs = [r for r in double.runs if r.handler == "item"]
+    assert sorted(r.params for r in item_runs) == sorted(f"item f{i} #{i}" for i in range(100))
+    assert {r.log_id for r in item_runs} == {i["run_id"] for i in items}
+    assert double.peak == 10, double.peak
+    assert [r.params for r in double.runs[-1:]] == ["after"] and len(double.runs) == 101
 
 
 async def test_an_any_success_join_starts_with_its_first_parent(kinds: WorkflowEnv) -> None:
