@@ -96,3 +96,18 @@ async def test_the_answer_to_a_schedule_edit_shows_the_sweeps_note_stored_meanwh
         r = await http.put(f"/workflows/{wid}/schedule", json=body)
         assert r.status_code == 200 and r.json()["last_result"] == "started run 7", r.text
         assert r.json()["schedule_conf"] == "0 0 3 * * ?"
+
+
+async def test_a_cron_that_never_fires_again_is_not_started(sqlite_store: Store) -> None:
+    # As a job's: started, it would be stored as running with nothing planned, and never run.
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        wid = await _workflow(env, http)
+        for conf in ("0 0 0 30 2 ?", "0 0 2 * * ? 1999"):
+            body = {"schedule_type": "CRON", "schedule_conf": conf, "enabled": True}
+            r = await http.put(f"/workflows/{wid}/schedule", json=body)
+            assert r.status_code == 422 and r.json()["field"] == "schedule_conf", r.text
+            assert "never fires again" in r.json()["error"], r.text
+        got = (await http.get(f"/workflows/{wid}/schedule")).json()
+        assert got["schedule_type"] == "NONE" and got["enabled"] is False
+        stopped = {"schedule_type": "CRON", "schedule_conf": "0 0 0 30 2 ?", "enabled": False}
+        assert (await http.put(f"/workflows/{wid}/schedule", json=stopped)).status_code == 200

@@ -106,17 +106,20 @@ def planned(
     managed_by: str | None = None,
 ) -> WorkflowSchedule:
     """The row to store for a :func:`checked` ``spec``, its next instant planned from ``now``
-    (FieldError: a started one-shot whose time is over); the last fire is kept from ``before``."""
+    (FieldError: a started schedule that never fires again, e.g. a one-shot whose time is over);
+    the last fire is kept from ``before``."""
     zone = spec.time_zone or default_zone
     next_ms = (
         workflow_schedule(spec.schedule_type, spec.schedule_conf, zone).next_fire_ms(now)
         if spec.enabled
         else None
     )
-    if spec.enabled and next_ms is None and spec.schedule_type == ONCE:
-        raise FieldError(
-            "schedule_conf", f"{spec.schedule_conf} is in the past: a one-shot schedule starts only before it"
-        )
+    if spec.enabled and next_ms is None:
+        if spec.schedule_type == ONCE:
+            past = f"{spec.schedule_conf} is in the past: a one-shot schedule starts only before it"
+            raise FieldError("schedule_conf", past)
+        # As a job's: started, it would be stored as running and never start a run.
+        raise FieldError("schedule_conf", f"{spec.schedule_conf} never fires again: it cannot be started")
     return WorkflowSchedule(
         workflow_id=workflow_id,
         schedule_type=spec.schedule_type,
