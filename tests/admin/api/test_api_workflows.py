@@ -129,6 +129,10 @@ async def test_trigger_observe_stop_retry_and_audit(sqlite_store: Store) -> None
         actions = [e["action"] for e in events]
         wanted = {"workflow.create", "workflow.trigger", "workflow.run_stop", "workflow.run_retry"}
         assert wanted <= set(actions)
+        # The second stop was refused (409): audited as a failure, with why.
+        stops = [(e["outcome"], e["details"]["refused"] is None) for e in events
+                 if e["action"] == "workflow.run_stop"]
+        assert sorted(stops) == [("failure", False), ("success", True)], stops
         # Another group's operator: as if it did not exist.
         async with env.client("op_out") as other:
             assert (await other.get(f"/workflows/{wf['id']}")).status_code == 404

@@ -18,7 +18,7 @@ from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, PageOut
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.api.management.workflows import check_jobs, driver_of
 from jobring.admin.security.principal import Principal
-from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.audit import AuditAction, Outcome
 from jobring.admin.services.workflows import WorkflowRunGone
 from jobring.admin.store.workflows import WorkflowRunRecord
 from jobring.core.workflow import (
@@ -216,6 +216,7 @@ async def _repair(
         target_type="workflow_run",
         target_id=run_id,
         group_id=record.job_group,
+        outcome=Outcome.SUCCESS if step.applied else Outcome.FAILURE,
         details={"workflow_id": record.workflow_id, "refused": step.note},
     )
     if not step.applied:
