@@ -7,7 +7,7 @@ import re
 
 import httpx
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import FloatRect, Locator, Page, expect
 
 from tests.console.conftest import PageErrors, login
 from tests.console.executor_app import XSS
@@ -85,6 +85,116 @@ def test_run_a_workflow_from_the_console_and_repair_its_failed_node(
     nodes.locator("li[data-node-run='report']").get_by_test_id("node-run-link").click()
     expect(page).to_have_url(re.compile(r"/runs/\d+$"))
     expect(page.get_by_test_id("run-log")).to_contain_text("report uploaded", timeout=20_000)
+
+
+def _centre(box: FloatRect | None) -> tuple[float, float]:
+    assert box is not None
+    return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+
+def _draw_edge(page: Page, source: str, target: str) -> None:
+    """Drag from the output handle of node `source` onto node `target` (the rubber band seen
+    on the way)."""
+    graph = page.get_by_test_id("wf-graph")
+    x0, y0 = _centre(graph.locator(f"[data-handle='{source}']").bounding_box())
+    x1, y1 = _centre(graph.locator(f"g.wf-node[data-node='{target}'] rect").bounding_box())
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    page.mouse.move((x0 + x1) / 2, (y0 + y1) / 2, steps=4)
+    expect(page.get_by_test_id("wf-rubber")).to_be_attached()  # a level line has no height to be "visible"
+    page.mouse.move(x1, y1, steps=4)
+    expect(graph.locator(f"g.wf-node.target[data-node='{target}']")).to_have_count(1)
+    page.mouse.up()
+    expect(page.get_by_test_id("wf-rubber")).to_have_count(0)
+
+
+def test_draw_a_workflow_in_the_editor_and_see_a_cycle_refused(
+    page: Page, stack: Stack, errors: PageErrors
+) -> None:
+    errors.allowed.append("422 (Unprocessable Entity)")  # the cycle, refused by the API
+    group = stack.group_id()
+    extract, load, notify = (_job(stack, f"drawn {what}", "hello") for what in ("extract", "load", "notify"))
+    login(page, stack, path="/workflows/new")
+    page.fill("input[name=name]", "drawn in the editor")
+    page.select_option("select[name=job_group]", str(group))
+    fields = page.get_by_test_id("node-fields")
+    graph = page.get_by_test_id("wf-graph")
+    # start -> node, then start -> node_2 (a new node hangs under the selected one)
+    fields.locator("select[name=node_job]").select_option(str(extract))
+    page.get_by_test_id("add-job").click()
+    fields.locator("select[name=node_job]").select_option(str(load))
+    graph.locator("g.wf-node[data-node='start']").click()
+    page.get_by_test_id("add-job").click()
+    expect(fields.locator("input[name=node_key]")).to_have_value("node_2")
+    fields.locator("select[name=node_job]").select_option(str(notify))
+    expect(graph.locator("g.wf-edge")).to_have_count(2)
+
+    # The edge node -> node_2 drawn on the picture; node_2 waits for either parent and goes on
+    # when it fails.
+    _draw_edge(page, "node", "node_2")
+    expect(graph.locator("g.wf-edge")).to_have_count(3)
+    rows = page.get_by_test_id("edge-fields").locator("li")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(2).locator("select[name=edge_from_2]")).to_have_value("node")
+    expect(rows.nth(2).locator("select[name=edge_to_2]")).to_have_value("node_2")
+    _draw_edge(page, "node", "node_2")  # the same edge again: ignored
+    expect(rows).to_have_count(3)
+    fields.locator("select[name=node_join]").select_option("any_success")
+    fields.locator("select[name=node_on_failure]").select_option("continue")
+    page.get_by_test_id("wf-save").click()
+    expect(page).to_have_url(re.compile(r"/workflows/\d+$"))
+    workflow = int(page.url.rsplit("/", 1)[1])
+    with stack.api() as http:
+        saved = http.get(f"/workflows/{workflow}").json()
+    assert {(e["from"], e["to"]) for e in saved["edges"]} == {
+        ("start", "node"), ("start", "node_2"), ("node", "node_2")}
+    last = next(n for n in saved["nodes"] if n["key"] == "node_2")
+    assert (last["job_id"], last["join"], last["on_failure"]) == (notify, "any_success", "continue")
+
+    # A cycle drawn back to the start: the server refuses it and names the node; the refused
+    # edge is picked on the picture and deleted with the Delete key, and the graph saves.
+    expect(graph.locator("g.wf-edge")).to_have_count(3)
+    _draw_edge(page, "node_2", "start")
+    page.get_by_test_id("wf-save").click()
+    refusal = page.get_by_test_id("wf-refusal")
+    expect(refusal).to_contain_text("cycle")
+    expect(refusal).to_contain_text("(node 'node_2')")
+    # the edge the refusal points at (the one closing the cycle the server walked) is marked
+    expect(page.get_by_test_id("edge-fields").locator("li.selected")).to_have_count(1)
+    back = graph.locator("g.wf-edge[data-edge='3'] path.wf-edge-hit")
+    # a point of the drawn edge's line that no node box covers
+    x, y = back.evaluate("""p => {
+        const m = p.getScreenCTM(), edge = p.closest("g.wf-edge");
+        for (let i = 1; i < 20; i += 1) {
+            const at = p.getPointAtLength((p.getTotalLength() * i) / 20);
+            const x = at.x * m.a + at.y * m.c + m.e, y = at.x * m.b + at.y * m.d + m.f;
+            if (document.elementFromPoint(x, y)?.closest("g.wf-edge") === edge) return [x, y];
+        }
+        return null;
+    }""")
+    page.mouse.click(x, y)
+    expect(page.get_by_test_id("edge-picked")).to_contain_text("Edge node_2 → start")
+    page.keyboard.press("Delete")
+    expect(graph.locator("g.wf-edge")).to_have_count(3)
+    expect(rows).to_have_count(3)
+    page.get_by_test_id("wf-save").click()
+    expect(page.locator(".toast", has_text="Saved as version 2")).to_be_visible()
+    expect(refusal).to_have_count(0)
+
+    # The same editor in Chinese.
+    page.evaluate("localStorage.setItem('jobring.locale', 'zh-CN')")
+    page.reload()
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+    expect(page.locator("main")).to_contain_text("从一个节点拖到另一个节点即可画出连线")
+    expect(page.locator("main h3")).to_contain_text("连线")
+    expect(graph.locator("g.wf-edge[data-edge='2']")).to_have_attribute("aria-label", "连线 node → node_2")
+    graph.locator("g.wf-node[data-node='node_2']").click()
+    expect(fields).to_contain_text("节点键")
+    expect(fields).to_contain_text("启动条件")
+    expect(fields).to_contain_text("失败时")
+    graph.locator("g.wf-edge[data-edge='2']").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("remove-picked-edge")).to_have_text("删除连线")
 
 
 @pytest.mark.parametrize("width", [1440, 390])
@@ -182,7 +292,9 @@ def test_the_run_view_is_a_list_of_nodes_at_phone_width(
         item = nodes.locator(f"li[data-node-run='{key}']")
         expect(item).to_contain_text(words["try"])
         expect(item.get_by_test_id("node-run-link")).to_be_visible()
-        expect(item.locator(".wf-row").nth(1).locator("span")).to_have_count(3)  # try, start, duration
+        times = item.locator(".wf-row").nth(1)
+        expect(times.locator(":scope > span")).to_have_count(3)  # try, start -> end, duration
+        expect(times.get_by_test_id("node-ended")).to_be_visible()
     for item in items.all():
         box = item.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box

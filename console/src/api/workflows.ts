@@ -2,6 +2,7 @@ import { api, ok, type QueryOf, type Schemas } from "./client";
 
 export type Workflow = Schemas["WorkflowOut"];
 export type WorkflowBody = Schemas["WorkflowIn"];
+export type WorkflowCheck = Schemas["WorkflowCheckOut"];
 export type WorkflowRun = Schemas["WorkflowRunOut"];
 export type WorkflowRunSummary = Schemas["WorkflowRunSummaryOut"];
 export type NodeRun = Schemas["NodeRunOut"];
@@ -19,6 +20,9 @@ export const getWorkflow = (workflowId: number) => ok(api.GET("/workflows/{workf
 export const createWorkflow = (body: WorkflowBody) => ok(api.POST("/workflows", { body }));
 export const updateWorkflow = (workflowId: number, body: WorkflowBody) =>
   ok(api.PUT("/workflows/{workflow_id}", { ...wf(workflowId), body }));
+/** The save's checks, storing nothing (with `workflowId`: as a new version of that workflow, as updateWorkflow would). */
+export const validateWorkflow = (body: WorkflowBody, workflowId: number | null = null) =>
+  ok(api.POST("/workflows/validate", { params: { query: workflowId === null ? {} : { workflow_id: workflowId } }, body }));
 export const deleteWorkflow = (workflowId: number) => ok(api.DELETE("/workflows/{workflow_id}", wf(workflowId)));
 export const triggerWorkflow = (workflowId: number, params: Record<string, unknown>) =>
   ok(api.POST("/workflows/{workflow_id}/trigger", { ...wf(workflowId), body: { params } }));

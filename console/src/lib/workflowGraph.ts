@@ -244,6 +244,26 @@ export function itemCounts(items: readonly Record<string, unknown>[]): [string, 
   return [...counts.entries()].sort((a, b) => order.indexOf(a[0]) - order.indexOf(b[0]));
 }
 
+export interface FanoutItem {
+  index: number;
+  state: string;
+  attempt: number;
+  /** the job run (run log) of its latest try, once it has one */
+  runId: number | null;
+  message: string;
+}
+
+/** A fan-out's items as the API gives them (state, run_id, attempt, message), typed. */
+export function fanoutItems(items: readonly Record<string, unknown>[]): FanoutItem[] {
+  return items.map((item, i) => ({
+    index: typeof item.index === "number" ? item.index : i,
+    state: typeof item.state === "string" ? item.state : "waiting",
+    attempt: typeof item.attempt === "number" ? item.attempt : 0,
+    runId: typeof item.run_id === "number" ? item.run_id : null,
+    message: typeof item.message === "string" ? item.message : "",
+  }));
+}
+
 /** Where a refusal's field points: `nodes[2].job_id` -> node 2, `job_id`; `edges[1].when` -> edge 1;
  * `name` -> the workflow's own field. */
 export function refusedAt(field: string | null): { node: number | null; edge: number | null; name: string } {

@@ -8,7 +8,7 @@ import { listGroups } from "../../src/api/groups";
 import { listJobs } from "../../src/api/jobs";
 import {
   createWorkflow, getWorkflow, getWorkflowRun, getWorkflowSchedule, putWorkflowSchedule, listWorkflows, markNodeSucceeded, rerunFromNode, retryWorkflowRun, stopWorkflowRun,
-  triggerWorkflow, updateWorkflow, type NodeRun, type Workflow, type WorkflowRun, type WorkflowSchedule,
+  triggerWorkflow, updateWorkflow, validateWorkflow, type NodeRun, type Workflow, type WorkflowRun, type WorkflowSchedule,
 } from "../../src/api/workflows";
 import WorkflowEditView from "../../src/views/WorkflowEditView.vue";
 import WorkflowRunView from "../../src/views/WorkflowRunView.vue";
@@ -135,6 +135,29 @@ describe("WorkflowEditView", () => {
     expect(wrapper.find("[data-testid=wf-refusal]").text()).toContain("node 'load'");
     expect(wrapper.find("svg [data-node=load]").classes()).toContain("selected");
     expect(wrapper.find("[data-testid=node-fields] .field-error").text()).toContain("job 13 does not exist");
+  });
+
+  it("validates without saving: the summary as text, or the refusal at the node it names", async () => {
+    vi.mocked(validateWorkflow)
+      .mockResolvedValueOnce({ valid: true, nodes: 3, edges: 2, order: ["extract", "route", "load"], roots: ["extract"] })
+      .mockRejectedValueOnce(new ApiError(422, "nodes[0].job_id (node 'extract'): job 12 does not exist or is in a group you may not operate", "nodes[0].job_id"));
+    const { wrapper } = await mountView(WorkflowEditView, { path: "/workflows/3", props: { id: "3" } });
+    await wrapper.find("[data-testid=wf-validate]").trigger("click");
+    await flushPromises();
+    const [body, id] = vi.mocked(validateWorkflow).mock.calls[0]!;
+    expect(id).toBe(3);
+    expect(body).toMatchObject({ name: "nightly", job_group: 4, version: 2, edges: workflow().edges });
+    expect(wrapper.find("[data-testid=wf-valid]").text()).toBe("Valid: 3 nodes, 2 edges, starting at extract. Nothing was saved yet.");
+    expect(updateWorkflow).not.toHaveBeenCalled();
+    await wrapper.find("svg [data-node=load]").trigger("click");
+    await wrapper.find("select[name=node_on_failure]").setValue("continue");
+    expect(wrapper.find("[data-testid=wf-valid]").exists()).toBe(false); // an edit makes it stale
+    await wrapper.find("[data-testid=wf-validate]").trigger("click");
+    await flushPromises();
+    expect(wrapper.find("[data-testid=wf-refusal]").text()).toContain("node 'extract'");
+    expect(wrapper.find("svg [data-node=extract]").classes()).toContain("selected");
+    expect(wrapper.find("[data-testid=node-fields] .field-error").text()).toContain("job 12 does not exist");
+    expect(updateWorkflow).not.toHaveBeenCalled();
   });
 
   it("creates a workflow and goes to its page", async () => {
