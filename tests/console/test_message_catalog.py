@@ -12,7 +12,7 @@ from jobring.admin.monitors import failures, monitors
 from jobring.admin.services import callbacks
 from jobring.admin.trigger import fires
 from jobring.admin.trigger.fires import TRIGGER_TYPE_TITLES
-from jobring.core import runstate
+from jobring.core import runstate, runtext
 from jobring.executor import jobworker, received, runlog, worker
 from jobring.executor.http import app as executor_app
 from jobring.protocol import models
@@ -45,7 +45,7 @@ def test_every_server_message_has_a_translation() -> None:
         monitors.MSG_RESULT_LOST, monitors.MSG_DISPATCH_LOST, monitors.lost_message("http://h:1", 90),
         fires.MSG_ADDRESS_EMPTY, fires.msg_no_handler("app", "demo"),
         runstate.KILLED_BY_USER + " (ann)", runstate.KILLED_BY_USER + " (ann): job thread already killed.",
-        _section(callbacks.CHILD_HEADER), _section(failures.MSG_RETRY_MARK), "Trigger Job",
+        _section(runtext.CHILD_HEADER), _section(failures.MSG_RETRY_MARK), "Trigger Job",
         *map(_section, callbacks.child_summary(["7"], {}).splitlines()),
     ]
     untranslated = [m for m in messages if not any(p.fullmatch(m.strip()) for p in patterns)]

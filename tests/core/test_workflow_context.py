@@ -67,6 +67,10 @@ def test_size_is_capped() -> None:
     ("42", None, "not an object (int)"),
     ('{"x": NaN}', None, "NaN is not JSON"),
     ("[" * 100_000, None, "not JSON"),
+    # As stored after a success that fired child jobs: the admin's section is not the executor's.
+    ('{"rows": 5}\n\n>>>>>>>>>>> Trigger child job <<<<<<<<<<<\n1/1 [Job ID=7], Trigger success, '
+     "Trigger msg: submitted", {"rows": 5}, None),
+    (">>>>>>>>>>> Trigger child job <<<<<<<<<<<\n1/1 [Job ID=7], Trigger success", None, "empty"),
 ])
 def test_result_messages(message: str | None, added: dict[str, object] | None, reason: str | None) -> None:
     got, why = parse_result_message(message)

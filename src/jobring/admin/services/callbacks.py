@@ -36,6 +36,7 @@ from jobring.background import Background
 from jobring.core.clock import Clock
 from jobring.core.enums import HandleCode, TriggerType
 from jobring.core.runstate import run_state
+from jobring.core.runtext import CHILD_HEADER
 from jobring.core.workflow.context import CONTEXT_MAX_BYTES, ContextError, merge_context
 from jobring.protocol.models import HandleCallbackParam
 
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 
 MSG_REPEAT = "log repeate callback."
 MSG_NOT_FOUND = "log item not found."
-CHILD_HEADER = ">>>>>>>>>>> Trigger child job <<<<<<<<<<<"
 
 
 DEFAULT_CHILD_FIRE_BUDGET = 100

@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 
 from jobring.core.expression import JsonValue, Value
+from jobring.core.runtext import without_child_section
 from jobring.errors import JobringError
 
 __all__ = [
@@ -90,7 +91,10 @@ def merge_context(context: Mapping[str, JsonValue], additions: Mapping[str, obje
 
 
 def parse_result_message(message: str | None) -> tuple[dict[str, JsonValue] | None, str | None]:
-    """For a node with ``result_json``: (the object to merge, None), or (None, why it was ignored)."""
+    """For a node with ``result_json``: (the object to merge, None), or (None, why it was ignored).
+    The message is the executor's: a child-job section the admin appended after it (a result
+    applied from the stored run) is not part of it."""
+    message = without_child_section(message) if message else message
     if not message or not message.strip():
         return None, "result message is empty, nothing added to the context"
     try:
