@@ -10,13 +10,14 @@ import pytest
 from sqlalchemy import insert, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store
+from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store, TriggerResult
 from jobring.admin.store import workflows as workflows_module
 from jobring.admin.store.tables import job_group, workflow
 from jobring.admin.store.workflows import (
     FireRows,
     NewNodeRun,
     NodeRunState,
+    Withdrawal,
     WorkflowBusy,
     WorkflowGone,
     WorkflowNameTaken,
@@ -319,9 +320,14 @@ async def test_a_step_records_its_job_attempts_run_log_rows_in_its_write(
     # A row not sent is withdrawn only by the admin whose claim the attempt still is: one that
     # took the attempt over owns the run (and may have sent it again).
     own = stored.log_ids[by_key["own"].id]
-    assert not await store.workflows.withdraw_unsent(by_key["own"].id, own, "n2")
+    assert await store.workflows.withdraw_unsent(by_key["own"].id, own, "n2") is Withdrawal.TAKEN_OVER
     assert await store.logs.get(own) is not None
-    assert await store.workflows.withdraw_unsent(by_key["own"].id, own, "n1")
+    default = stored.log_ids[by_key["default"].id]
+    # sent after all (its /run answered): it stays
+    assert await store.logs.update_trigger_results([TriggerResult(default, "http://e:1", 200, "ok", T0)]) == 1
+    assert await store.workflows.withdraw_unsent(by_key["default"].id, default, "n1") is Withdrawal.SENT
+    assert await store.logs.get(default) is not None
+    assert await store.workflows.withdraw_unsent(by_key["own"].id, own, "n1") is Withdrawal.WITHDRAWN
     assert await store.logs.get(own) is None
 
 

@@ -120,27 +120,31 @@ async def test_a_step_starting_more_jobs_than_fire_at_once_leaves_their_rows_to_
     assert recorded == [job.id] * 3
 
 
+@pytest.mark.parametrize("taken_over", [False, True])
+@pytest.mark.parametrize("why", ["stopped", "job moved"])
 async def test_a_row_recorded_with_an_attempt_that_is_not_sent_is_withdrawn(
-        env: Env, new_driver: Callable[..., WorkflowDriver]) -> None:
+        env: Env, new_driver: Callable[..., WorkflowDriver], taken_over: bool, why: str) -> None:
     # An attempt whose step recorded its row but which is stopped before its fire: the row is
     # withdrawn, as if never recorded (no run, no failure, nothing for the lost-run monitor).
+    # Unless another admin took the attempt over meanwhile (this one stalled past the claim
+    # window): then its run is left to that admin (which ends it as stopped, or sends it). When
+    # the fire is refused (here: its job moved to another group) the attempt is left too.
     store = env.store
-    job = await env.job()
-    wf_id = await store.workflows.create("w", env.group_id, "", {"nodes": [], "edges": []}, None, T0)
-    run_id = await store.workflows.start_run(wf_id, 1, env.group_id, "running", {}, None, T0,
-                                             [NewNodeRun("A", -1, 1, job.id, None, None)])
-    (attempt,) = await store.workflows.node_runs(run_id)
-    assert await store.workflows.claim(attempt.id, "node-a", T0)  # as its step inserts it
-    (log_id,) = await store.logs.insert_fires([NewLog(env.group_id, job.id, NOW,
-                                                      workflow_node_run_id=attempt.id)])
-    assert log_id is not None
+    run_id, attempt, log_id = await _unsent_attempt(env, "node-a", 1)
+    job = await store.jobs.get(attempt.job_id)
+    assert job is not None
+    if taken_over:
+        assert await store.workflows.claim(attempt.id, "node-b", T0 + 60_000, stale_before_ms=T0 + 1)
     driver = new_driver()
-    stopped = Wanted({}, env.group_id, {job.id: job}, superseded=True, recorded=(log_id, T0))
-    await driver.fires.fire(attempt, known=stopped, claimed=True)
-    assert await store.logs.get(log_id) is None
+    stopped = why == "stopped"
+    group = env.group_id if stopped else env.group_id + 1000
+    known = Wanted({}, group, {job.id: job}, superseded=stopped, recorded=(log_id, T0))
+    await driver.fires.fire(attempt, known=known, claimed=True)
+    assert (await store.logs.get(log_id) is None) is not taken_over
     assert env.double.runs() == []
     (after,) = await store.workflows.node_runs(run_id)
-    assert after.state == NodeRunState.ENDED
+    left = NodeRunState.FIRING if taken_over and not stopped else NodeRunState.ENDED
+    assert (after.state, after.claimed_by) == (left, "node-b" if taken_over else "node-a")
 
 
 async def _unsent_attempt(env: Env, claimed_by: str, attempt_no: int) -> tuple[int, NodeRunRecord, int]:

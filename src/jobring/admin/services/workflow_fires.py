@@ -47,7 +47,7 @@ from jobring.admin.services.workflow_steps import (
 )
 from jobring.admin.store.errors import is_transient
 from jobring.admin.store.records import HandleResult
-from jobring.admin.store.workflow_records import NodeRunRecord, NodeRunState
+from jobring.admin.store.workflow_records import NodeRunRecord, NodeRunState, Withdrawal
 from jobring.admin.trigger.fires import NodeFire, run_candidates
 from jobring.admin.trigger.trigger import FireRequest, NotSent, TriggerRejected, TriggerService
 from jobring.admin.trigger.unsure import UnsureFires
@@ -338,8 +338,8 @@ class NodeFires:
                 problem = result.trigger_msg
             finally:
                 self._held.pop(attempt.id, None)
-        if wanted.recorded is not None:
-            await self._not_sent(attempt, wanted.recorded[0], problem)
+        if wanted.recorded is not None and not await self._not_sent(attempt, wanted.recorded[0], problem):
+            return None  # taken over: the admin that has the claim settles the attempt and its run
         await self._store.workflows.ended([attempt.id], self._clock.now_ms())
         await self._driver.apply(
             attempt.workflow_run_id,
@@ -354,13 +354,20 @@ class NodeFires:
         )
         return None
 
-    async def _not_sent(self, attempt: NodeRunRecord, log_id: int, why: str | None) -> None:
+    async def _not_sent(self, attempt: NodeRunRecord, log_id: int, why: str | None) -> bool:
         """The run-log row the attempt's step recorded, for a job this node decided not to send
         (the attempt was stopped first, or its job cannot run): withdrawn, as if the trigger
-        had never recorded it (no run, no failure alarm, nothing for the lost-run monitor)."""
-        if await self._store.workflows.withdraw_unsent(attempt.id, log_id, self._node_id):
+        had never recorded it (no run, no failure alarm, nothing for the lost-run monitor).
+        False when the attempt is another admin's claim by now (this one stalled past the
+        claim window): the attempt and its run are that admin's to settle."""
+        done = await self._store.workflows.withdraw_unsent(attempt.id, log_id, self._node_id)
+        if done is Withdrawal.WITHDRAWN:
             log.info("workflow node attempt %s: its recorded run %s withdrawn, not sent: %s", attempt.id,
                      log_id, why, extra={"run_id": log_id})
+        elif done is Withdrawal.TAKEN_OVER:
+            log.warning("workflow node attempt %s was taken over by another admin before its recorded run %s "
+                        "was withdrawn: left to that admin", attempt.id, log_id, extra={"run_id": log_id})
+        return done is not Withdrawal.TAKEN_OVER
 
     async def kill(self, run_id: int, command: KillJob) -> None:
         """End the attempts ``command`` stops and kill their job runs on their executors."""

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import String, TextualSelect, bindparam, column, delete, exists, insert, select, text, update
+from sqlalchemy import String, TextualSelect, bindparam, column, delete, insert, select, text, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Update
@@ -25,6 +25,7 @@ from jobring.admin.store.workflow_records import (
     NodeRunRecord,
     NodeRunState,
     StoredStep,
+    Withdrawal,
     node_run_of,
 )
 from jobring.core.timefmt import naive_utc_ms
@@ -176,19 +177,25 @@ class NodeAttempts(Repository):
             found = (await conn.execute(stmt)).scalar_one_or_none()
         return None if found is None else int(found)
 
-    async def withdraw_unsent(self, node_run_id: int, log_id: int, node_id: str) -> bool:
+    async def withdraw_unsent(self, node_run_id: int, log_id: int, node_id: str) -> Withdrawal:
         """Delete the job run recorded for this attempt (see FireRows) while it is still
-        unconfirmed (no dispatch answer, no result) and the attempt is still ``node_id``'s
-        claim. False: it is not (it was sent after all, or an admin that took the attempt
-        over owns the run now and may have sent it again)."""
+        unconfirmed (no dispatch answer, no result) and the attempt still ``node_id``'s claim.
+        The claim is read locked (SQLite: the write transaction excludes other writers), so a
+        takeover's claim either comes first (TAKEN_OVER: that admin owns the run and may have
+        sent it again) or waits for this write."""
+        claim = select(workflow_node_run.c.claimed_by).where(workflow_node_run.c.id == node_run_id)
         c = job_log.c
-        still_ours = exists().where(workflow_node_run.c.id == node_run_id,
-                                    workflow_node_run.c.claimed_by == node_id)
-        stmt = delete(job_log).where(c.id == log_id, c.workflow_node_run_id == node_run_id,
-                                     c.trigger_code == 0, c.dispatch_time.is_(None), c.handle_code == 0,
-                                     still_ours)
+        unconfirmed = delete(job_log).where(
+            c.id == log_id, c.workflow_node_run_id == node_run_id, c.trigger_code == 0,
+            c.dispatch_time.is_(None), c.handle_code == 0,
+        )
         async with self._db.write() as conn:
-            return int((await conn.execute(stmt)).rowcount) > 0
+            if conn.dialect.name != "sqlite":
+                claim = claim.with_for_update()
+            if (await conn.execute(claim)).scalar_one_or_none() != node_id:
+                return Withdrawal.TAKEN_OVER
+            deleted = int((await conn.execute(unconfirmed)).rowcount)
+        return Withdrawal.WITHDRAWN if deleted else Withdrawal.SENT
 
     async def running_with_results(self, limit: int = 500) -> builtins.list[EndedNodeRun]:
         """Running attempts whose job run has ended (a result, or a failed trigger)."""

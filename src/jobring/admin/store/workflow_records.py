@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import orjson
@@ -27,6 +28,7 @@ __all__ = [
     "WorkflowNameTaken",
     "WorkflowRecord",
     "WorkflowRunRecord",
+    "Withdrawal",
     "decoded_run",
     "dumps",
     "listed_run",
@@ -45,6 +47,14 @@ class NodeRunState:
     FIRING = "firing"
     RUNNING = "running"
     ENDED = "ended"
+
+
+class Withdrawal(Enum):
+    """What became of a recorded job run its admin decided not to send (``withdraw_unsent``)."""
+
+    WITHDRAWN = "withdrawn"  # deleted: it was never sent
+    SENT = "sent"  # confirmed meanwhile (a dispatch answer or a result): it stays
+    TAKEN_OVER = "taken over"  # the attempt is another admin's claim now, and so is its run
 
 
 class WorkflowGone(JobringError, LookupError):

@@ -41,6 +41,7 @@ from jobring.admin.store.workflow_records import (
     NodeRunRecord,
     NodeRunState,
     StoredStep,
+    Withdrawal,
     WorkflowBusy,
     WorkflowGone,
     WorkflowNameTaken,
@@ -66,6 +67,7 @@ __all__ = [
     "WorkflowRecord",
     "WorkflowRepository",
     "WorkflowRunRecord",
+    "Withdrawal",
     "decoded_run",
     "node_run_of",
 ]
