@@ -677,7 +677,7 @@ export const en = {
   "workflows.triggered": "Workflow run {id} started.",
   "workflows.saved": "Saved as version {version}.",
   "workflows.validate": "Validate",
-  "workflows.valid": "Valid: {nodes} nodes, {edges} edges, starting at {roots}. Nothing was saved yet.",
+  "workflows.valid": "Valid (nodes: {nodes}, edges: {edges}; starts at {roots}). Nothing was saved yet.",
   "workflows.stop": "Stop",
   "workflows.retry": "Retry from failed",
   "workflows.mark": "Mark succeeded",

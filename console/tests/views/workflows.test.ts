@@ -147,7 +147,7 @@ describe("WorkflowEditView", () => {
     const [body, id] = vi.mocked(validateWorkflow).mock.calls[0]!;
     expect(id).toBe(3);
     expect(body).toMatchObject({ name: "nightly", job_group: 4, version: 2, edges: workflow().edges });
-    expect(wrapper.find("[data-testid=wf-valid]").text()).toBe("Valid: 3 nodes, 2 edges, starting at extract. Nothing was saved yet.");
+    expect(wrapper.find("[data-testid=wf-valid]").text()).toBe("Valid (nodes: 3, edges: 2; starts at extract). Nothing was saved yet.");
     expect(updateWorkflow).not.toHaveBeenCalled();
     await wrapper.find("svg [data-node=load]").trigger("click");
     await wrapper.find("select[name=node_on_failure]").setValue("continue");

@@ -85,7 +85,10 @@ function middle(key: string): { clientX: number; clientY: number } {
 }
 
 function pointer(target: Element, type: string, at: { clientX: number; clientY: number }): void {
-  target.dispatchEvent(new PointerEvent(type, { ...at, pointerId: 1, button: 0, bubbles: true, cancelable: true }));
+  // the primary button is held from the press until it is let go, as a browser reports it
+  const buttons = type === "pointerup" || type === "pointermove-released" ? 0 : 1;
+  const name = type === "pointermove-released" ? "pointermove" : type;
+  target.dispatchEvent(new PointerEvent(name, { ...at, pointerId: 1, button: 0, buttons, bubbles: true, cancelable: true }));
 }
 
 /** Presses on node `from`, moves over `to` (or a point) and lets go there. */
@@ -137,6 +140,17 @@ describe("drawing the graph in the editor", () => {
     expect(wrapper.find("[data-testid=wf-rubber]").exists()).toBe(true);
     await wrapper.find("svg [data-node=extract]").trigger("keydown", { key: "Escape" });
     pointer(wrapper.find("svg").element, "pointerup", middle("load"));
+    await flushPromises();
+    expect(wrapper.find("[data-testid=wf-rubber]").exists()).toBe(false);
+    // let go outside the picture (its pointerup unseen): the next move, button up, drops the drag
+    pointer(wrapper.find("svg [data-node=extract]").element, "pointerdown", middle("extract"));
+    pointer(wrapper.find("svg").element, "pointermove", middle("load"));
+    await flushPromises();
+    expect(wrapper.find("[data-testid=wf-rubber]").exists()).toBe(true);
+    pointer(wrapper.find("svg").element, "pointermove-released", middle("route"));
+    await flushPromises();
+    expect(wrapper.find("[data-testid=wf-rubber]").exists()).toBe(false);
+    pointer(wrapper.find("svg").element, "pointermove", middle("load"));
     await flushPromises();
     expect(wrapper.find("[data-testid=wf-rubber]").exists()).toBe(false);
     expect(edgeRows(wrapper)).toEqual([["extract", "route"], ["route", "load"]]);
