@@ -29,12 +29,6 @@ def slow(ctx: JobContext) -> None:
     _note(f"{{ctx.params}} end")
 
 
-@executor.job("fail")
-def fail(ctx: JobContext) -> None:
-    _note(f"{{ctx.params}} start")
-    ctx.fail("fail: as asked")
-
-
 @executor.job("hang")
 def hang(ctx: JobContext) -> None:
     _note(f"{{ctx.params}} start")

@@ -16,21 +16,8 @@ from tests.e2e.workflow_kit import EXECUTOR_HEAD, WorkflowEnv, states, workflow_
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-# "flaky" fails until the file flaky.ok exists (the test creates it before the repair).
-EXECUTOR_CODE = (
-    EXECUTOR_HEAD
-    + """
-
-@executor.job("flaky")
-def flaky(ctx: JobContext) -> None:
-    _note(f"{{ctx.params}} start")
-    if not Path("flaky.ok").exists():
-        _note(f"{{ctx.params}} failed")
-        ctx.fail("flaky: not yet")
-        return
-    _note(f"{{ctx.params}} end")
-"""
-)
+# Its "flaky" (workflow_kit) fails until the file flaky.ok exists: created before the repair.
+EXECUTOR_CODE = EXECUTOR_HEAD
 
 
 @pytest.fixture

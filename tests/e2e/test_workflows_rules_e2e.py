@@ -22,17 +22,11 @@ from tests.e2e.xxl_double import double_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-# "fail" fails; "gate" runs until the file "<params>.go" exists in the executor's home (the
+# "fail" (workflow_kit) fails; "gate" runs until the file "<params>.go" exists in the executor's home (the
 # test creates it); "child" notes its params and whether it sees a workflow context.
 EXECUTOR_CODE = (
     EXECUTOR_HEAD
     + """
-
-@executor.job("fail")
-def fail(ctx: JobContext) -> None:
-    _note(f"{{ctx.params}} start")
-    ctx.fail("fail: as asked")
-
 
 @executor.job("gate")
 def gate(ctx: JobContext) -> None:

@@ -18,8 +18,9 @@ from tests.e2e.waiting import eventually
 
 # The executor module's start: ``_note`` appends one line to order.log (one write per line, so
 # lines of parallel runs do not mix); "step" notes "<params> start", sleeps 0.2 s, notes
-# "<params> end". A suite appends its own handlers (braces doubled: the code is formatted with
-# ``app``).
+# "<params> end"; "fail" notes its start and fails; "flaky" fails until the file flaky.ok exists
+# in the executor's home (a test creates it before a repair). A suite appends its own handlers
+# (braces doubled: the code is formatted with ``app``).
 EXECUTOR_HEAD = '''
 import time
 from pathlib import Path
@@ -39,6 +40,22 @@ def _note(text: str) -> None:
 def step(ctx: JobContext) -> None:
     _note(f"{{ctx.params}} start")
     time.sleep(0.2)
+    _note(f"{{ctx.params}} end")
+
+
+@executor.job("fail")
+def fail(ctx: JobContext) -> None:
+    _note(f"{{ctx.params}} start")
+    ctx.fail("fail: as asked")
+
+
+@executor.job("flaky")
+def flaky(ctx: JobContext) -> None:
+    _note(f"{{ctx.params}} start")
+    if not Path("flaky.ok").exists():
+        _note(f"{{ctx.params}} failed")
+        ctx.fail("flaky: not yet")
+        return
     _note(f"{{ctx.params}} end")
 '''
 
