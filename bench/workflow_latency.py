@@ -24,6 +24,9 @@ as an executor would:
 * run page: ``GET /api/v1/workflow-runs/{id}`` of the finished 1,000-node runs, wide (one
   root, 998 in parallel, a sink) and deep (a chain), timed through the Python client (its JSON
   decoding included), ``--gets`` times each.
+* validate before save: ``POST /api/v1/workflows/validate`` of a 1,000-node graph, deep and
+  wide (the save's checks: the body, the graph, every node's job read; nothing stored), timed
+  the same way, ``--gets`` times each.
 
 To measure another checkout, put its ``src`` first: ``PYTHONPATH=/path/to/checkout/src``.
 
@@ -249,6 +252,16 @@ class Bench:
             size = len(run["nodes"])
         return samples, size
 
+    async def validate(self, definition: dict[str, Any], times: int) -> list[float]:
+        """``POST /workflows/validate`` of ``definition`` (stores nothing), timed as ``page``."""
+        samples = []
+        for _ in range(times):
+            start = time.perf_counter_ns()
+            answer = await self.admin.workflows.validate(definition)
+            samples.append((time.perf_counter_ns() - start) / 1e6)
+            assert answer["nodes"] == len(definition["nodes"]), answer
+        return samples
+
 
 def p99(samples: list[float]) -> float:
     ordered = sorted(samples)
@@ -327,6 +340,8 @@ async def _measure(args: argparse.Namespace, base_url: str, executor: TimedExecu
                 sinks.append(sink_ms)
             deep_page, deep_nodes = await bench.page(deep_id, args.gets)
             wide_page, wide_nodes = await bench.page(wide_id, args.gets)
+            deep_check = await bench.validate(chain("check-deep", group, bench.job_id, args.big), args.gets)
+            wide_check = await bench.validate(wide("check-wide", group, bench.job_id, args.big), args.gets)
         finally:
             await callbacks.close()
     return [
@@ -339,6 +354,8 @@ async def _measure(args: argparse.Namespace, base_url: str, executor: TimedExecu
         row(f"sink start after its last parent's callback (wide, {args.big - 2} parents)", sinks),
         row(f"GET /workflow-runs/{{id}}, deep ({deep_nodes} nodes, finished)", deep_page),
         row(f"GET /workflow-runs/{{id}}, wide ({wide_nodes} nodes, finished)", wide_page),
+        row(f"POST /workflows/validate, deep ({args.big} nodes)", deep_check),
+        row(f"POST /workflows/validate, wide ({args.big} nodes, {2 * (args.big - 2)} edges)", wide_check),
     ]
 
 
