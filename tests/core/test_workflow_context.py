@@ -71,6 +71,8 @@ def test_size_is_capped() -> None:
     ('{"rows": 5}\n\n>>>>>>>>>>> Trigger child job <<<<<<<<<<<\n1/1 [Job ID=7], Trigger success, '
      "Trigger msg: submitted", {"rows": 5}, None),
     (">>>>>>>>>>> Trigger child job <<<<<<<<<<<\n1/1 [Job ID=7], Trigger success", None, "empty"),
+    # ... cut by the stored message's length inside the section's header
+    ('{"rows": 5}\n\n>>>>>>>> Trig', {"rows": 5}, None),
 ])
 def test_result_messages(message: str | None, added: dict[str, object] | None, reason: str | None) -> None:
     got, why = parse_result_message(message)

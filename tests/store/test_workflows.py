@@ -317,18 +317,22 @@ async def test_a_step_records_its_job_attempts_run_log_rows_in_its_write(
     # The attempt's identity holds: a second row for it is refused.
     with pytest.raises(IntegrityError):
         await store.logs.insert_fires([NewLog(group, job, NOW, workflow_node_run_id=by_key["own"].id)])
-    # A row not sent is withdrawn only by the admin whose claim the attempt still is: one that
-    # took the attempt over owns the run (and may have sent it again).
+    # A row not sent is withdrawn, and its attempt ended, only by the admin whose claim the
+    # attempt still is: one that took the attempt over owns both (and may have sent it again).
     own = stored.log_ids[by_key["own"].id]
-    assert await store.workflows.withdraw_unsent(by_key["own"].id, own, "n2") is Withdrawal.TAKEN_OVER
+    withdraw = store.workflows.withdraw_unsent
+    assert await withdraw(by_key["own"].id, own, "n2", T0 + 5) is Withdrawal.TAKEN_OVER
     assert await store.logs.get(own) is not None
     default = stored.log_ids[by_key["default"].id]
     # sent after all (its /run answered): it stays
     assert await store.logs.update_trigger_results([TriggerResult(default, "http://e:1", 200, "ok", T0)]) == 1
-    assert await store.workflows.withdraw_unsent(by_key["default"].id, default, "n1") is Withdrawal.SENT
+    assert await withdraw(by_key["default"].id, default, "n1", T0 + 5) is Withdrawal.SENT
     assert await store.logs.get(default) is not None
-    assert await store.workflows.withdraw_unsent(by_key["own"].id, own, "n1") is Withdrawal.WITHDRAWN
+    assert await withdraw(by_key["own"].id, own, "n1", T0 + 5) is Withdrawal.WITHDRAWN
     assert await store.logs.get(own) is None
+    ended = {a.node_key: (a.state, a.ended_at) for a in await store.workflows.node_runs(run)}
+    assert ended["own"] == ended["default"] == (NodeRunState.ENDED, T0 + 5)
+    assert ended["moved"][0] == NodeRunState.FIRING
 
 
 async def test_a_step_survives_a_column_a_newer_version_added(store: Store) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["CHILD_HEADER", "log_text", "message_lines", "message_summary", "without_child_section"]
+__all__ = ["CHILD_HEADER", "log_text", "message_lines", "message_summary"]
 
 # The section the admin appends to a successful parent's handle message (after a blank line),
 # one line per child job it fired, as XXL-JOB does.
@@ -45,10 +45,3 @@ def message_summary(message: str | None, *, last: bool) -> str | None:
         return None
     return said[-1] if last else said[0]
 
-
-def without_child_section(message: str) -> str:
-    """A handle message as its executor sent it: without the child-job section the admin
-    appended when the run succeeded (a stored message may carry it)."""
-    if message.startswith(CHILD_HEADER):
-        return ""
-    return message.partition(f"\n\n{CHILD_HEADER}")[0]

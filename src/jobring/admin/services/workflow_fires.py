@@ -357,10 +357,12 @@ class NodeFires:
     async def _not_sent(self, attempt: NodeRunRecord, log_id: int, why: str | None) -> bool:
         """The run-log row the attempt's step recorded, for a job this node decided not to send
         (the attempt was stopped first, or its job cannot run): withdrawn, as if the trigger
-        had never recorded it (no run, no failure alarm, nothing for the lost-run monitor).
-        False when the attempt is another admin's claim by now (this one stalled past the
-        claim window): the attempt and its run are that admin's to settle."""
-        done = await self._store.workflows.withdraw_unsent(attempt.id, log_id, self._node_id)
+        had never recorded it (no run, no failure alarm, nothing for the lost-run monitor), and
+        the attempt ended in the same write. False when the attempt is another admin's claim by
+        now (this one stalled past the claim window): the attempt and its run are that admin's
+        to settle."""
+        now = self._clock.now_ms()
+        done = await self._store.workflows.withdraw_unsent(attempt.id, log_id, self._node_id, now)
         if done is Withdrawal.WITHDRAWN:
             log.info("workflow node attempt %s: its recorded run %s withdrawn, not sent: %s", attempt.id,
                      log_id, why, extra={"run_id": log_id})

@@ -177,12 +177,14 @@ class NodeAttempts(Repository):
             found = (await conn.execute(stmt)).scalar_one_or_none()
         return None if found is None else int(found)
 
-    async def withdraw_unsent(self, node_run_id: int, log_id: int, node_id: str) -> Withdrawal:
+    async def withdraw_unsent(self, node_run_id: int, log_id: int, node_id: str, now_ms: int) -> Withdrawal:
         """Delete the job run recorded for this attempt (see FireRows) while it is still
-        unconfirmed (no dispatch answer, no result) and the attempt still ``node_id``'s claim.
-        The claim is read locked (SQLite: the write transaction excludes other writers), so a
-        takeover's claim either comes first (TAKEN_OVER: that admin owns the run and may have
-        sent it again) or waits for this write."""
+        unconfirmed (no dispatch answer, no result) and end the attempt, in one write, while it
+        is still ``node_id``'s claim. The claim is read locked (SQLite: the write transaction
+        excludes other writers), so a takeover's claim either comes first (TAKEN_OVER: that
+        admin owns the attempt and its run, and may have sent it again; nothing is changed) or
+        waits for this write and finds the attempt ended. An attempt whose row is gone (its
+        run deleted) has its unconfirmed run deleted too."""
         claim = select(workflow_node_run.c.claimed_by).where(workflow_node_run.c.id == node_run_id)
         c = job_log.c
         unconfirmed = delete(job_log).where(
@@ -192,9 +194,11 @@ class NodeAttempts(Repository):
         async with self._db.write() as conn:
             if conn.dialect.name != "sqlite":
                 claim = claim.with_for_update()
-            if (await conn.execute(claim)).scalar_one_or_none() != node_id:
+            owner = (await conn.execute(claim)).first()
+            if owner is not None and owner.claimed_by != node_id:
                 return Withdrawal.TAKEN_OVER
             deleted = int((await conn.execute(unconfirmed)).rowcount)
+            await conn.execute(_ENDED, {"ids": [node_run_id], "b_now": now_ms})
         return Withdrawal.WITHDRAWN if deleted else Withdrawal.SENT
 
     async def running_with_results(self, limit: int = 500) -> builtins.list[EndedNodeRun]:

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 
 from jobring.core.expression import JsonValue, Value
-from jobring.core.runtext import without_child_section
+from jobring.core.runtext import CHILD_HEADER
 from jobring.errors import JobringError
 
 __all__ = [
@@ -94,7 +94,7 @@ def parse_result_message(message: str | None) -> tuple[dict[str, JsonValue] | No
     """For a node with ``result_json``: (the object to merge, None), or (None, why it was ignored).
     The message is the executor's: a child-job section the admin appended after it (a result
     applied from the stored run) is not part of it."""
-    message = without_child_section(message) if message else message
+    message = _executors_part(message) if message else message
     if not message or not message.strip():
         return None, "result message is empty, nothing added to the context"
     try:
@@ -104,6 +104,16 @@ def parse_result_message(message: str | None) -> tuple[dict[str, JsonValue] | No
     if type(value) is not dict:
         return None, f"result message is JSON but not an object ({type(value).__name__}), nothing added"
     return value, None
+
+
+def _executors_part(message: str) -> str:
+    """The message without the sections the admin appended after a blank line (the child jobs
+    it fired: ``CHILD_HEADER`` and a line each, perhaps cut by the stored message's length).
+    A blank line followed by ``>`` never occurs in JSON text (a string holds no raw line
+    break), so the executor's JSON ends before the first one."""
+    if message.startswith(CHILD_HEADER):
+        return ""
+    return message.partition("\n\n>")[0]
 
 
 def _refuse_constant(name: str) -> JsonValue:
