@@ -59,10 +59,17 @@ async def test_create_trigger_show_stop_retry(env: AdminEnv, cli: Cli, tmp_path:
     run_id = started.out.split()[-1]
     run = await cli("workflows", "run-show", run_id)
     assert run.code == 0 and ": running" in run.out and "extract" in run.out
+    # One run at a time (the overlap rule skip, without a schedule): refused, unless forced.
+    again = await cli("workflows", "trigger", wf)
+    assert again.code == 2 and f"run going ({run_id})" in again.err and "force" in again.err, again.err
+    forced = await cli("workflows", "trigger", wf, "--force")
+    assert forced.code == 0, forced.err
+    assert (await cli("workflows", "stop", forced.out.split()[-1])).code == 0
     stopped = await cli("workflows", "stop", run_id)
     assert stopped.code == 0 and ": stopped" in stopped.out
     runs = json.loads((await cli("workflows", "runs", "--workflow", wf, "--json")).out)
-    assert [(r["id"], r["state"]) for r in runs["items"]] == [(int(run_id), "stopped")]
+    assert [(r["id"], r["state"]) for r in runs["items"]] == [(int(forced.out.split()[-1]), "stopped"),
+                                                               (int(run_id), "stopped")]
     retried = await cli("workflows", "retry", run_id)
     assert retried.code == 0 and ": running" in retried.out
 

@@ -7,12 +7,12 @@ import asyncio
 from datetime import datetime
 
 import pytest
-from sqlalchemy import insert, select, text
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from jobring.admin.store import HandleResult, JobGroup, JobInfo, NewLog, Store, TriggerResult
 from jobring.admin.store import workflows as workflows_module
-from jobring.admin.store.tables import job_group, workflow
+from jobring.admin.store.tables import job_group, workflow, workflow_run
 from jobring.admin.store.workflows import (
     FireRows,
     NewNodeRun,
@@ -114,6 +114,36 @@ async def test_a_declared_create_waits_for_one_in_flight_and_then_finds_it(store
         await mine
     listed, total = await store.workflows.list([group])
     assert total == 1
+
+
+async def test_a_start_alone_waits_for_one_in_flight_and_then_finds_its_run(store: Store) -> None:
+    # Two manual triggers of a one-at-a-time workflow at once: the other one holds the
+    # workflow's row between its check and its commit; this one waits, then finds its run.
+    group = await store.groups.create(JobGroup(app_name="alone", title="a"), NOW)
+    wf = await store.workflows.create("w", group, "", GRAPH, None, T0)
+    first = await store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [], alone=True)
+    with pytest.raises(WorkflowBusy) as busy:
+        await store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [], alone=True)
+    assert busy.value.run_ids == [first]
+    second = await store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [])  # not alone
+    assert second != first
+    async with store.db.write() as conn:  # both ended: none running
+        await conn.execute(update(workflow_run).values(status="success"))
+    if store.db.backend == "sqlite":
+        return  # one write at a time: two starts are never in flight together
+    async with store.db.engine.connect() as rival:
+        await rival.begin()
+        # as a start holds it (shared by starts that are not alone, and by deletes' readers)
+        await rival.execute(select(workflow.c.id).where(workflow.c.id == wf).with_for_update(read=True))
+        await rival.execute(insert(workflow_run).values(workflow_id=wf, version=1, job_group=group,
+                                                        status="running", rev=0, state="{}", started_at=T0))
+        mine = asyncio.create_task(store.workflows.start_run(wf, 1, group, "running", {}, None, T0, [],
+                                                             alone=True))
+        done, _ = await asyncio.wait({mine}, timeout=1.0)
+        assert not done, "the start did not wait for the workflow's lock"
+        await rival.commit()
+    with pytest.raises(WorkflowBusy):
+        await mine
 
 
 async def test_a_save_or_delete_for_one_group_does_not_touch_the_workflow_once_moved(store: Store) -> None:

@@ -3712,6 +3712,12 @@ export interface components {
         /** WorkflowTriggerIn */
         WorkflowTriggerIn: {
             /**
+             * Force
+             * @description start even while a run of the workflow is running (without it, a workflow whose overlap rule is skip or queue_one answers 409 then)
+             * @default false
+             */
+            force: boolean;
+            /**
              * Params
              * @description the run's starting context (JSON object)
              */

@@ -24,8 +24,8 @@ export const updateWorkflow = (workflowId: number, body: WorkflowBody) =>
 export const validateWorkflow = (body: WorkflowBody, workflowId: number | null = null) =>
   ok(api.POST("/workflows/validate", { params: { query: workflowId === null ? {} : { workflow_id: workflowId } }, body }));
 export const deleteWorkflow = (workflowId: number) => ok(api.DELETE("/workflows/{workflow_id}", wf(workflowId)));
-export const triggerWorkflow = (workflowId: number, params: Record<string, unknown>) =>
-  ok(api.POST("/workflows/{workflow_id}/trigger", { ...wf(workflowId), body: { params } }));
+export const triggerWorkflow = (workflowId: number, params: Record<string, unknown>, force = false) =>
+  ok(api.POST("/workflows/{workflow_id}/trigger", { ...wf(workflowId), body: { params, force } }));
 
 export const listWorkflowRuns = (query: WorkflowRunQuery) => ok(api.GET("/workflow-runs", { params: { query } }));
 export const getWorkflowRun = (runId: number) => ok(api.GET("/workflow-runs/{run_id}", run(runId)));

@@ -670,6 +670,7 @@ export const en = {
   "workflows.context": "Context",
   "workflows.graph": "Graph",
   "workflows.confirmDelete": "Delete workflow {name} and its runs?",
+  "workflows.triggerForce": "Start even if a run is going (its overlap rule, skip or queue one, runs one at a time)",
   "workflows.triggerTitle": "Run workflow {name}",
   "workflows.params": "Starting context (JSON object)",
   "workflows.paramsHint": "Its keys are what the nodes' params and conditions read, e.g. {\"day\": \"20261201\"}.",

@@ -672,6 +672,7 @@ export const zhCN: Messages = {
   "workflows.context": "上下文",
   "workflows.graph": "流程图",
   "workflows.confirmDelete": "删除工作流 {name} 及其全部运行？",
+  "workflows.triggerForce": "即使有运行中的实例也启动（重叠规则为跳过或排队一个时，同一时间只运行一个）",
   "workflows.triggerTitle": "运行工作流 {name}",
   "workflows.params": "初始上下文（JSON 对象）",
   "workflows.paramsHint": "节点参数和条件读取其中的键，例如 {\"day\": \"20261201\"}。",

@@ -70,7 +70,9 @@ beforeEach(() => {
 
 describe("WorkflowsView", () => {
   it("lists the workflows and starts a run with a JSON context, then opens it", async () => {
-    vi.mocked(triggerWorkflow).mockResolvedValue({ workflow_run_id: 41 });
+    vi.mocked(triggerWorkflow)
+      .mockRejectedValueOnce(new ApiError(409, "workflow 3 has a run going (40) and its overlap rule, skip, runs one at a time: wait for it, stop it, or trigger with force", "force"))
+      .mockResolvedValue({ workflow_run_id: 41 });
     const { wrapper, router } = await mountView(WorkflowsView, { path: "/workflows" });
     const row = wrapper.find("tr[data-workflow='3']");
     expect(row.text()).toContain("nightly");
@@ -83,7 +85,13 @@ describe("WorkflowsView", () => {
     await wrapper.find("textarea[name=params]").setValue('{"day": "20261201"}');
     await wrapper.find("#wf-trigger-form").trigger("submit");
     await flushPromises();
-    expect(triggerWorkflow).toHaveBeenCalledWith(3, { day: "20261201" });
+    expect(triggerWorkflow).toHaveBeenLastCalledWith(3, { day: "20261201" }, false);
+    // a run is going and the overlap rule runs one at a time: said in the dialog; forced, it starts
+    expect(wrapper.find("#wf-trigger-form .form-error").text()).toContain("run going (40)");
+    await wrapper.find("[data-testid=wf-trigger-force]").setValue(true);
+    await wrapper.find("#wf-trigger-form").trigger("submit");
+    await flushPromises();
+    expect(triggerWorkflow).toHaveBeenLastCalledWith(3, { day: "20261201" }, true);
     expect(router.currentRoute.value.path).toBe("/workflow-runs/41");
   });
 

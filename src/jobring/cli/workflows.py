@@ -195,7 +195,7 @@ def _trigger(args: argparse.Namespace) -> int:
     params = _params(args.params)
 
     def action(admin: AdminClient) -> int:
-        started = admin.workflows.trigger(args.workflow_id, params)
+        started = admin.workflows.trigger(args.workflow_id, params, force=args.force)
         print_result(args, started, f"started workflow run {started['workflow_run_id']}")
         return 0
     return run_remote(args, action)
@@ -340,6 +340,8 @@ def register(sub: Any) -> None:
     trigger = remote_parser(commands, "trigger", "start a run now")
     trigger.add_argument("workflow_id", type=positive_int, metavar="WORKFLOW_ID")
     trigger.add_argument("--params", metavar="JSON", help="the run's starting context, a JSON object")
+    trigger.add_argument("--force", action="store_true",
+                         help="start even while a run is going (overlap skip or queue_one refuses it)")
     trigger.set_defaults(handler=_trigger)
 
     schedule = remote_parser(commands, "schedule", "show or set when a workflow runs by itself")

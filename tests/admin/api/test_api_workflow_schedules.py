@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from jobring.admin.services.workflows import WorkflowDriver
 from jobring.admin.store import Store
 from tests.admin.api_harness import api_env
 
@@ -74,3 +75,41 @@ async def test_a_one_shot_schedule_fires_at_its_time_in_its_zone(sqlite_store: S
         past = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
         kept = await http.put(path, json={**body, "schedule_conf": past, "enabled": False})
         assert kept.status_code == 200 and kept.json()["next_times"] == []
+
+
+async def test_a_manual_trigger_keeps_the_overlap_rule_unless_forced(sqlite_store: Store) -> None:
+    # One run at a time by default (skip), and under queue_one: a trigger while a run is going
+    # answers 409 naming it and starts nothing; with force it starts; under allow it starts.
+    async with api_env(sqlite_store) as env, env.client("op_in") as http:
+        assert env.services.trigger is not None
+        env.services.workflows = WorkflowDriver(env.store, env.services.trigger, env.services.executors,
+                                                env.clock, node_id="api-test")
+        job = await env.add_job(env.group_a)
+        created = await http.post("/workflows", json={"name": "w", "job_group": env.group_a,
+                                                      "nodes": [{"key": "a", "job_id": job}], "edges": []})
+        wid = created.json()["id"]
+        trigger = f"/workflows/{wid}/trigger"
+
+        async def runs() -> list[int]:
+            listed = await http.get("/workflow-runs", params={"workflow_id": wid})
+            return [r["id"] for r in listed.json()["items"]]
+
+        first = await http.post(trigger, json={})
+        assert first.status_code == 200, first.text
+        going = first.json()["workflow_run_id"]
+        for overlap in ("skip", "queue_one"):
+            if overlap != "skip":  # skip is the rule of a workflow without a schedule
+                set_rule = await http.put(f"/workflows/{wid}/schedule", json={"schedule_type": "NONE",
+                                                                               "overlap": overlap})
+                assert set_rule.status_code == 200, set_rule.text
+            refused = await http.post(trigger, json={"params": {"x": 1}})
+            assert refused.status_code == 409 and refused.json()["field"] == "force", refused.text
+            assert str(going) in refused.json()["error"] and overlap in refused.json()["error"], refused.text
+            assert await runs() == [going]
+        forced = await http.post(trigger, json={"force": True})
+        assert forced.status_code == 200, forced.text
+        assert sorted(await runs()) == sorted([going, forced.json()["workflow_run_id"]])
+        await http.put(f"/workflows/{wid}/schedule", json={"schedule_type": "NONE", "overlap": "allow"})
+        allowed = await http.post(trigger, json={})
+        assert allowed.status_code == 200, allowed.text
+        assert len(await runs()) == 3

@@ -171,12 +171,14 @@ class WorkflowDriver(Monitor):
         triggered_by: str | None,
         *,
         parent: NodeRunRecord | None = None,
+        alone: bool = False,
     ) -> tuple[int, Step]:
         """Start a run of the workflow's current version; (run id, first step). A step that is
         not applied (bad params) records nothing: its note says why. WorkflowRunGone when the
         workflow has been deleted, or moved out of the group it was read in. ``parent``: the
         sub-workflow attempt this run is the child of (IntegrityError when that attempt has
-        started a child already)."""
+        started a child already). ``alone``: only while none of the workflow's runs is
+        running (WorkflowBusy otherwise, decided in the write)."""
         graph = await self.graph(workflow.id, workflow.version)
         job_ids = {n.job_id for n in graph.nodes.values() if n.job_id is not None}
         jobs = await self._store.jobs.get_many(job_ids)
@@ -200,6 +202,7 @@ class WorkflowDriver(Monitor):
                 params=params,
                 parent_run_id=None if parent is None else parent.workflow_run_id,
                 parent_node_run_id=None if parent is None else parent.id,
+                alone=alone,
             )
         except WorkflowGone as exc:  # deleted or moved to another group since it was read
             raise WorkflowRunGone(str(exc)) from None

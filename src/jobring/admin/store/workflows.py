@@ -112,17 +112,27 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
         params: Mapping[str, Any] | None = None,
         parent_run_id: int | None = None,
         parent_node_run_id: int | None = None,
+        alone: bool = False,
     ) -> int:
         """Record a run and the node attempts its first step starts; returns the run id.
         :class:`WorkflowGone` when the workflow was deleted (see :meth:`delete`) or is no
         longer in ``job_group`` (moved since it was read: the run would be recorded under a
         group the workflow has left). A child run names its parent run and node attempt
-        (unique: IntegrityError when the attempt has started one already)."""
+        (unique: IntegrityError when the attempt has started one already). ``alone``: only
+        when no run of the workflow is running (:class:`WorkflowBusy` naming them otherwise),
+        decided under the workflow row's exclusive lock, so of two such starts at once one
+        waits for the other and finds its run."""
         text = await _state_text(state)
         params_text = None if params is None else await _state_text(params)  # up to 64 KiB
         async with self._db.write() as conn:
-            if not await lock_workflow_row(conn, workflow_id, group=job_group, shared=True):
+            if not await lock_workflow_row(conn, workflow_id, group=job_group, shared=not alone):
                 raise WorkflowGone(f"workflow {workflow_id} does not exist in group {job_group}")
+            if alone:
+                going = select(workflow_run.c.id).where(
+                    workflow_run.c.workflow_id == workflow_id, workflow_run.c.status == "running"
+                ).order_by(workflow_run.c.id).limit(5)
+                if running := [int(i) for i in (await conn.execute(going)).scalars()]:
+                    raise WorkflowBusy(workflow_id, running)
             run_id = new_id(
                 await conn.execute(
                     insert(workflow_run).values(

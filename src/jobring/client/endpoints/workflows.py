@@ -62,9 +62,15 @@ def delete_workflow(workflow_id: int) -> Call[None]:
     return delete(_workflow(workflow_id), as_nothing)
 
 
-def trigger_workflow(workflow_id: int, params: dict[str, Any] | None = None) -> Call[JsonObject]:
-    """Start a run now; ``params`` is its starting context: ``{"workflow_run_id": id}``."""
-    return post(_workflow(workflow_id) + "/trigger", as_object, {"params": params or {}})
+def trigger_workflow(workflow_id: int, params: dict[str, Any] | None = None, force: bool = False
+                     ) -> Call[JsonObject]:
+    """Start a run now; ``params`` is its starting context: ``{"workflow_run_id": id}``. While a
+    run is going, a workflow whose overlap rule is ``skip`` or ``queue_one`` refuses it (409)
+    unless ``force``."""
+    body: dict[str, Any] = {"params": params or {}}
+    if force:
+        body["force"] = True
+    return post(_workflow(workflow_id) + "/trigger", as_object, body)
 
 
 def get_schedule(workflow_id: int) -> Call[JsonObject]:

@@ -34,6 +34,7 @@ from jobring.core.workflow import (
     definition_summary,
     parse_workflow,
 )
+from jobring.core.workflow.overlap import Overlap
 
 router = APIRouter(tags=["workflows"], responses=ERROR_RESPONSES)
 
@@ -94,6 +95,11 @@ class WorkflowTriggerIn(BaseModel):
 
     params: dict[str, Any] = Field(
         default_factory=dict, description="the run's starting context (JSON object)"
+    )
+    force: bool = Field(
+        default=False,
+        description="start even while a run of the workflow is running (without it, a workflow "
+        "whose overlap rule is skip or queue_one answers 409 then)",
     )
 
 
@@ -394,15 +400,26 @@ async def trigger_workflow(
 ) -> WorkflowTriggerOut:
     record = await _load(services, principal, workflow_id)
     ensure_group_write(principal, record.job_group, not_found("workflow", workflow_id))
-    params = (body or WorkflowTriggerIn()).params
+    body = body or WorkflowTriggerIn()
+    params = body.params
     check_json_value("params", params)
+    schedule = await services.store.workflow_schedules.get(workflow_id)
+    overlap = Overlap(schedule.overlap) if schedule is not None else Overlap.SKIP
     driver = driver_of(services)
     try:  # deleted meanwhile: as if it had never been there
         graph = await driver.graph(record.id, record.version)
         await check_jobs(services, principal, graph, workflow_id, record.job_group)
-        run_id, step = await driver.start_run(record, params, principal.user.username)
+        alone = overlap is not Overlap.ALLOW and not body.force
+        run_id, step = await driver.start_run(record, params, principal.user.username, alone=alone)
     except WorkflowRunGone:
         raise not_found("workflow", workflow_id) from None
+    except WorkflowBusy as exc:
+        raise ApiError(
+            409,
+            f"workflow {workflow_id} has a run going ({', '.join(map(str, exc.run_ids))}) and its overlap "
+            f"rule, {overlap.value}, runs one at a time: wait for it, stop it, or trigger with force",
+            "force",
+        ) from None
     if not step.applied:
         raise ApiError(422, step.note or "the run could not start", "params")
     await services.audit.record(
