@@ -113,3 +113,10 @@ async def test_a_manual_trigger_keeps_the_overlap_rule_unless_forced(sqlite_stor
         allowed = await http.post(trigger, json={})
         assert allowed.status_code == 200, allowed.text
         assert len(await runs()) == 3
+        # Each trigger is audited: the refused ones as failures saying why, a forced one as such.
+        async with env.client("admin") as admin:
+            events = (await admin.get("/audit", params={"limit": 50})).json()["items"]
+        triggers = sorted((e["outcome"], e["details"].get("force"), "runs one at a time" in str(e["details"]))
+                          for e in events if e["action"] == "workflow.trigger")
+        assert triggers == [("failure", None, True), ("failure", None, True), ("success", False, False),
+                            ("success", False, False), ("success", True, False)], triggers

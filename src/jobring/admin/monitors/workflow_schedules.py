@@ -19,6 +19,7 @@ from jobring.admin.monitors.base import Monitor
 from jobring.admin.services.workflow_access import check_tree
 from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
 from jobring.admin.store.workflow_schedules import WorkflowSchedule
+from jobring.admin.store.workflows import WorkflowBusy
 from jobring.core.clock import Clock
 from jobring.core.oneshot import workflow_schedule
 from jobring.core.planning import decide_fire
@@ -124,7 +125,15 @@ class WorkflowScheduler(Monitor):
             log.warning("workflow %s: scheduled run not started: %s", wid, problem)
             return
         try:
-            run_id, step = await self._driver.start_run(record, schedule.params, SCHEDULED_BY)
+            # One at a time unless allowed, decided in the start's write: a manual trigger may
+            # have started a run since the running ones were counted.
+            alone = Overlap(schedule.overlap) is not Overlap.ALLOW
+            run_id, step = await self._driver.start_run(record, schedule.params, SCHEDULED_BY, alone=alone)
+        except WorkflowBusy as exc:
+            text = f"{what}: skipped: run {exc.run_ids[0]} started meanwhile (overlap {schedule.overlap})"
+            await self._store.workflow_schedules.note(wid, text)
+            log.info("workflow %s: %s", wid, text)
+            return
         except WorkflowRunGone:
             if await self._store.workflows.get(wid) is None:
                 await self._store.workflow_schedules.delete(wid)

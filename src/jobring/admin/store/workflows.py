@@ -128,6 +128,10 @@ class WorkflowRepository(WorkflowDefinitions, NodeAttempts):
             if not await lock_workflow_row(conn, workflow_id, group=job_group, shared=not alone):
                 raise WorkflowGone(f"workflow {workflow_id} does not exist in group {job_group}")
             if alone:
+                # A plain read after the lock: PostgreSQL reads as of this statement, and
+                # MariaDB's REPEATABLE READ takes its snapshot at the first plain read, so a run
+                # committed by the start this one waited for is seen (no plain read may come
+                # before the lock in this transaction).
                 going = select(workflow_run.c.id).where(
                     workflow_run.c.workflow_id == workflow_id, workflow_run.c.status == "running"
                 ).order_by(workflow_run.c.id).limit(5)

@@ -20,7 +20,7 @@ from jobring.admin.api.management.models import MAX_INT32, MAX_INT64, Line, Page
 from jobring.admin.api.management.services import ManagementServices
 from jobring.admin.api.management.workflow_schedules import WorkflowScheduleBrief, schedule_brief
 from jobring.admin.security.principal import Principal
-from jobring.admin.services.audit import AuditAction
+from jobring.admin.services.audit import AuditAction, Outcome
 from jobring.admin.services.validation import check_json_value
 from jobring.admin.services.workflow_access import check_tree, store_graphs
 from jobring.admin.services.workflows import WorkflowDriver, WorkflowRunGone
@@ -414,12 +414,13 @@ async def trigger_workflow(
     except WorkflowRunGone:
         raise not_found("workflow", workflow_id) from None
     except WorkflowBusy as exc:
-        raise ApiError(
-            409,
-            f"workflow {workflow_id} has a run going ({', '.join(map(str, exc.run_ids))}) and its overlap "
-            f"rule, {overlap.value}, runs one at a time: wait for it, stop it, or trigger with force",
-            "force",
-        ) from None
+        going = ", ".join(map(str, exc.run_ids))
+        refused = (f"workflow {workflow_id} has a run going ({going}) and its overlap rule, {overlap.value}, "
+                   "runs one at a time: wait for it, stop it, or trigger with force")
+        await services.audit.record(principal, AuditAction.WORKFLOW_TRIGGER, target_type="workflow",
+                                    target_id=workflow_id, group_id=record.job_group, outcome=Outcome.FAILURE,
+                                    details={"refused": refused, "version": record.version})
+        raise ApiError(409, refused, "force") from None
     if not step.applied:
         raise ApiError(422, step.note or "the run could not start", "params")
     await services.audit.record(
@@ -428,6 +429,6 @@ async def trigger_workflow(
         target_type="workflow",
         target_id=workflow_id,
         group_id=record.job_group,
-        details={"workflow_run_id": run_id, "version": record.version},
+        details={"workflow_run_id": run_id, "version": record.version, "force": body.force},
     )
     return WorkflowTriggerOut(workflow_run_id=run_id)
