@@ -63,17 +63,24 @@ class DbProxy:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        # Every accepted connection from its accept on: one whose handler has not started yet
+        # when close() comes (or never starts: its loop ends first) is reset with the others,
+        # not left unclosed for the garbage collector (a warning that fails a test).
+        self._accepted: set[asyncio.Transport] = set()
 
     async def open(self) -> None:
         if self._server is None:
-            self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+            loop = asyncio.get_running_loop()
+            self._server = await loop.create_server(
+                lambda: _TrackedStream(self._accepted, self._accept), "127.0.0.1", self.port)
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
             self._server = None
+        for transport in list(self._accepted):
+            transport.abort()  # reset, not a polite FIN: as when the server host goes away
         for writer in list(self._writers):
-            # Reset, not a polite FIN: as when the server host goes away.
             writer.transport.abort()
         for task in list(self._pipes):
             task.cancel()
@@ -116,6 +123,26 @@ class DbProxy:
                 await writer.drain()
         finally:
             writer.transport.abort()
+
+
+class _TrackedStream(asyncio.StreamReaderProtocol):
+    """A stream server's protocol that keeps its transport in ``accepted`` until it is lost."""
+
+    def __init__(self, accepted: set[asyncio.Transport], handler: Any) -> None:
+        super().__init__(asyncio.StreamReader(), handler)
+        self._accepted = accepted
+        self._own: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._own = transport
+        self._accepted.add(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._own is not None:
+            self._accepted.discard(self._own)
+        super().connection_lost(exc)
 
 
 def proxied_url(url: str, port: int) -> str:

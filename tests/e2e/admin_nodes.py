@@ -164,6 +164,9 @@ class RecordingExecutor:
     answer_delay_ms: int = 0
     _server: asyncio.Server | None = None
     _seen: set[int] = field(default_factory=set)
+    # The admins' open (kept-alive) connections: closed by stop(), not left for the garbage
+    # collector (an unclosed transport warns, and warnings fail whichever test is running).
+    _transports: set[asyncio.Transport] = field(default_factory=set)
 
     @property
     def address(self) -> str:
@@ -177,6 +180,9 @@ class RecordingExecutor:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+            for transport in list(self._transports):
+                transport.abort()
+            self._transports.clear()
             await self._server.wait_closed()
 
     def record(self, path: bytes, body: bytes) -> bytes:
@@ -232,6 +238,11 @@ class _RecordingProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.owner._transports.add(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.owner._transports.discard(self.transport)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
