@@ -44,4 +44,3 @@ def message_summary(message: str | None, *, last: bool) -> str | None:
     if not said:
         return None
     return said[-1] if last else said[0]
-

@@ -338,9 +338,10 @@ class NodeFires:
                 problem = result.trigger_msg
             finally:
                 self._held.pop(attempt.id, None)
-        if wanted.recorded is not None and not await self._not_sent(attempt, wanted.recorded[0], problem):
+        if wanted.recorded is None:
+            await self._store.workflows.ended([attempt.id], self._clock.now_ms())
+        elif not await self._not_sent(attempt, wanted.recorded[0], problem):  # (which ends the attempt)
             return None  # taken over: the admin that has the claim settles the attempt and its run
-        await self._store.workflows.ended([attempt.id], self._clock.now_ms())
         await self._driver.apply(
             attempt.workflow_run_id,
             NodeFinished(

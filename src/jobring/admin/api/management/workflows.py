@@ -390,6 +390,12 @@ async def delete_workflow(workflow_id: WorkflowId, services: Services, principal
     return Response(status_code=204)
 
 
+async def _overlap_of(services: ManagementServices, workflow_id: int) -> Overlap:
+    """The workflow's overlap rule: its schedule's, else the default (one run at a time)."""
+    schedule = await services.store.workflow_schedules.get(workflow_id)
+    return Overlap.SKIP if schedule is None else Overlap(schedule.overlap)
+
+
 @router.post(
     "/workflows/{workflow_id}/trigger",
     response_model=WorkflowTriggerOut,
@@ -403,13 +409,12 @@ async def trigger_workflow(
     body = body or WorkflowTriggerIn()
     params = body.params
     check_json_value("params", params)
-    schedule = await services.store.workflow_schedules.get(workflow_id)
-    overlap = Overlap(schedule.overlap) if schedule is not None else Overlap.SKIP
+    overlap = Overlap.ALLOW if body.force else await _overlap_of(services, workflow_id)
     driver = driver_of(services)
     try:  # deleted meanwhile: as if it had never been there
         graph = await driver.graph(record.id, record.version)
         await check_jobs(services, principal, graph, workflow_id, record.job_group)
-        alone = overlap is not Overlap.ALLOW and not body.force
+        alone = overlap is not Overlap.ALLOW
         run_id, step = await driver.start_run(record, params, principal.user.username, alone=alone)
     except WorkflowRunGone:
         raise not_found("workflow", workflow_id) from None
