@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -167,6 +168,10 @@ class RecordingExecutor:
     # The admins' open (kept-alive) connections: closed by stop(), not left for the garbage
     # collector (an unclosed transport warns, and warnings fail whichever test is running).
     _transports: set[asyncio.Transport] = field(default_factory=set)
+    # For doubles that call the admin back (results, registry): their background tasks and
+    # client, ended by stop().
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _http: httpx.AsyncClient | None = None
 
     @property
     def address(self) -> str:
@@ -177,7 +182,17 @@ class RecordingExecutor:
         self._server = await loop.create_server(lambda: _RecordingProtocol(self), "127.0.0.1", 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.aclose()
         if self._server is not None:
             self._server.close()
             for transport in list(self._transports):

@@ -38,8 +38,6 @@ class WorkingExecutor(RecordingExecutor):
     order: list[tuple[int, int]] = field(default_factory=list)  # (job id, run id) in start order
     started_s: list[float] = field(default_factory=list)  # time.monotonic() of each start, in order
     _held: dict[int, int] = field(default_factory=dict)  # run id -> job id
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _http: httpx.AsyncClient | None = None
     _urls: itertools.cycle[str] | None = None
 
     async def start(self) -> None:
@@ -47,19 +45,6 @@ class WorkingExecutor(RecordingExecutor):
         self._http = httpx.AsyncClient(timeout=30, headers={"XXL-JOB-ACCESS-TOKEN": TOKEN})
         self._urls = itertools.cycle(self.admin_urls)
         self._spawn(self._sample())
-
-    async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._http is not None:
-            await self._http.aclose()
-        await super().stop()
-
-    def _spawn(self, work: object) -> None:
-        task = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     def record(self, path: bytes, body: bytes) -> bytes:
         name = path.rstrip(b"/").rsplit(b"/", 1)[-1]

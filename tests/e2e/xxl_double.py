@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,8 +55,6 @@ class XxlDouble(RecordingExecutor):
     peak: int = 0
     reported: list[int] = field(default_factory=list)
     _released: asyncio.Event = field(default_factory=asyncio.Event)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _http: httpx.AsyncClient | None = None
 
     def __post_init__(self) -> None:
         self.dialect = "xxl"  # no /received; a repeated run id would run again, as in xxl-job-core
@@ -78,14 +76,6 @@ class XxlDouble(RecordingExecutor):
         await self._register()
         self._spawn(self._keep_registered())
 
-    async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._http is not None:
-            await self._http.aclose()
-        await super().stop()
-
     def release(self) -> None:
         """Report the held runs, and every later one as soon as it ran."""
         self._released.set()
@@ -106,11 +96,6 @@ class XxlDouble(RecordingExecutor):
             self.peak = max(self.peak, len(self.running))
             self._spawn(self._run(run))
         return super().record(path, body)
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _run(self, run: XxlRun) -> None:
         handler = self.handlers.get(run.handler)
