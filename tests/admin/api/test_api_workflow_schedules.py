@@ -106,6 +106,9 @@ async def test_a_manual_trigger_keeps_the_overlap_rule_unless_forced(sqlite_stor
             assert refused.status_code == 409 and refused.json()["field"] == "force", refused.text
             assert str(going) in refused.json()["error"] and overlap in refused.json()["error"], refused.text
             assert await runs() == [going]
+        for loose in ("yes", 1):  # only a JSON boolean forces
+            refused = await http.post(trigger, json={"force": loose})
+            assert refused.status_code == 422 and refused.json()["field"] == "force", refused.text
         forced = await http.post(trigger, json={"force": True})
         assert forced.status_code == 200, forced.text
         assert sorted(await runs()) == sorted([going, forced.json()["workflow_run_id"]])

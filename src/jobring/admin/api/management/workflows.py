@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
@@ -96,7 +96,7 @@ class WorkflowTriggerIn(BaseModel):
     params: dict[str, Any] = Field(
         default_factory=dict, description="the run's starting context (JSON object)"
     )
-    force: bool = Field(
+    force: StrictBool = Field(  # true or false only: "yes" or 1 must not start a second run
         default=False,
         description="start even while a run of the workflow is running (without it, a workflow "
         "whose overlap rule is skip or queue_one answers 409 then)",
