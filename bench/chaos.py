@@ -50,10 +50,6 @@ async def _one(name: str, backend: str, workdir: Path, short: bool) -> Verdict |
         return exc
 
 
-def _passed(v: Verdict) -> bool:
-    return not v.lost and not v.doubled and not v.notes and not v.late
-
-
 def _print_table(results: list[tuple[str, str, Verdict | BaseException]]) -> None:
     head = f"{'scenario':<18} {'backend':<11} " + " ".join(f"{c:>12}" for c in COLUMNS) + "  verdict"
     print(head)
@@ -64,7 +60,7 @@ def _print_table(results: list[tuple[str, str, Verdict | BaseException]]) -> Non
             continue
         row = result.row()
         cells = " ".join(f"{'-' if row[c] is None else row[c]:>12}" for c in COLUMNS)
-        print(f"{name:<18} {backend:<11} {cells}  {'ok' if _passed(result) else 'FAIL'}")
+        print(f"{name:<18} {backend:<11} {cells}  {'ok' if result.passed else 'FAIL'}")
         for note in result.info + result.notes:
             print(f"{'':<31}note: {note}")
         if result.lost:
@@ -75,6 +71,8 @@ def _print_table(results: list[tuple[str, str, Verdict | BaseException]]) -> Non
             print(f"{'':<31}late over the bound (job, planned, ms): {result.late[:5]}")
         for pattern in result.patterns:
             print(f"{'':<31}{pattern[:400]}")
+        for node_log in result.node_logs:
+            print(node_log)
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -94,7 +92,7 @@ async def main(argv: list[str] | None = None) -> int:
             _print_table(results[-len(backends):])
     print()
     _print_table(results)
-    return 0 if all(not isinstance(v, BaseException) and _passed(v) for _, _, v in results) else 1
+    return 0 if all(not isinstance(v, BaseException) and v.passed for _, _, v in results) else 1
 
 
 if __name__ == "__main__":

@@ -372,6 +372,13 @@ class Verdict:
     patterns: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # problems found besides lost/doubled/late
     info: list[str] = field(default_factory=list)  # what happened, for the report
+    # Each admin node's warnings and errors, kept only when the verdict fails (the scenario's
+    # temporary directory is gone by the time anyone reads the report).
+    node_logs: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not (self.lost or self.doubled or self.notes or self.late)
 
     def lost_span(self) -> str:
         """Where the lost instants lie, relative to the fault."""

@@ -33,7 +33,7 @@ from tests.chaos.harness import (
     log_rows,
     sleep_until,
 )
-from tests.e2e.admin_nodes import kill, now_ms, stop
+from tests.e2e.admin_nodes import AdminNode, kill, now_ms, stop
 
 
 @dataclass(frozen=True)
@@ -347,11 +347,21 @@ SCENARIOS = {
 async def run_scenario(name: str, backend: str, workdir: Path, t: Timing) -> Verdict:
     async with Cluster(backend, workdir / f"{name}-{backend}") as cluster:
         try:
-            return await SCENARIOS[name](cluster, t)
+            verdict = await SCENARIOS[name](cluster, t)
+            if not verdict.passed:
+                verdict.node_logs = [_warnings_of(node) for node in cluster.nodes]
+            return verdict
         except BaseException:
             for node in cluster.nodes:
                 print(f"--- {node.node_id} ({backend}) log tail:\n{node.log_text()[-3000:]}")
             raise
+
+
+def _warnings_of(node: AdminNode) -> str:
+    lines = [line for line in node.log_text().splitlines() if " WARNING " in line or " ERROR " in line
+             or "liveness" in line or line.startswith(("Traceback", "  "))]
+    head = f"--- {node.node_id}: {len(lines)} warning, error and liveness lines, the last:"
+    return "\n".join([head, *lines[-40:]])
 
 
 # Helpers of scenarios 5 and 6.

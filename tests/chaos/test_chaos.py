@@ -77,10 +77,10 @@ def _table(verdicts: dict[str, Verdict]) -> str:
 def _assert_exact(verdicts: dict[str, Verdict], *, check_late: bool = True) -> None:
     for backend, v in verdicts.items():
         assert not v.doubled, f"{backend}: {len(v.doubled)} doubled: {v.doubled[:10]} {v.row()}"
-        assert not v.notes, f"{backend}: {v.notes}"
+        assert not v.notes, f"{backend}: {v.notes} {v.info}\n" + "\n".join(v.node_logs)
     for backend, v in verdicts.items():
         assert not v.lost, (f"{backend}: {len(v.lost)} of {v.planned} lost ({v.lost_span()}): {v.row()}\n"
-                            + "\n".join(v.patterns))
+                            + "\n".join(v.patterns + v.node_logs))
         if check_late:
             assert not v.late, f"{backend}: {len(v.late)} fires late: {v.late[:10]} {v.row()}"
 
