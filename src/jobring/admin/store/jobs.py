@@ -292,7 +292,7 @@ class JobRepository(Repository):
         filler = next(iter(rows.values()))
         for k in range(1, size - count + 1):
             rows[-k] = filler
-        async with self._db.write() as conn:
+        async with self._db.write(read_committed=True) as conn:
             applied = await update_rows(conn, job_info, rows, match={"lease_owner": node_id})
         return applied
 
@@ -306,7 +306,7 @@ class JobRepository(Repository):
 
     async def _set_lease(self, node_id: str, job_ids: Sequence[int], values: dict[str, Any]) -> int:
         count = 0
-        async with self._db.write() as conn:
+        async with self._db.write(read_committed=True) as conn:
             for part in chunks(list(job_ids)):
                 result = await conn.execute(
                     update(job_info)
