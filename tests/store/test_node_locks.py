@@ -9,9 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import pytest
+from sqlalchemy import update
+from sqlalchemy.exc import DBAPIError
 
 from jobring.admin.store import JobInfo, Store
 from jobring.admin.store.node_locks import NodeLockSession, claim_owned_by, lock_key, lock_name
+from jobring.admin.store.tables import scheduler_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -105,6 +108,30 @@ async def test_a_lost_node_row_is_written_again(store: Store) -> None:
         await store.nodes.forget(20_000)
         await a.raise_fence(3_000)  # the fence is written even with the row gone
         assert await store.nodes.send_fences(["node-a"]) == {"node-a": 3_000}
+
+
+async def test_a_statement_waiting_for_a_row_lock_fails_and_leaves_the_lock_free(store: Store) -> None:
+    # A node whose lock session blocks behind another transaction gives up on the statement
+    # and closes the session; the server must not keep that session (and this node's lock)
+    # for as long as the other transaction lasts: the node could not take its lock again.
+    _servers_only(store)
+    await store.nodes.announce("node-a", 10_000)
+    async with store.engine.connect() as blocker, _session(store, "watcher") as watcher:
+        await blocker.begin()
+        await blocker.execute(update(scheduler_node).where(scheduler_node.c.node_id == "node-a")
+                              .values(alive_until=20_000))
+        a = await NodeLockSession.open(store.engine, "node-a", idle_timeout_ms=30_000, lock_wait_ms=1_000)
+        try:
+            assert await a.try_lock(a.key)
+            started = time.monotonic()
+            with pytest.raises(DBAPIError):  # the server's lock wait timeout, not ours
+                await asyncio.wait_for(a.raise_fence(5_000), 10)
+            assert time.monotonic() - started < 5
+            assert not await watcher.try_lock(a.key)  # the session lives on: it holds the lock
+        finally:
+            await a.close()
+        await _eventually(lambda: watcher.try_lock(a.key), limit_s=3)  # the blocker still open
+        await blocker.rollback()
 
 
 async def test_idle_session_loses_its_lock(store: Store) -> None:

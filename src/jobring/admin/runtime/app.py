@@ -227,8 +227,10 @@ def node_liveness(store: Store, node_id: str, clock: Clock) -> NodeLiveness | No
         return None
 
     async def open_session() -> NodeLockSession:
-        timeout = liveness.config.idle_timeout_ms
-        return await NodeLockSession.open(store.engine, node_id, idle_timeout_ms=timeout)
+        config = liveness.config
+        # A row lock waited for fails on the server before the node gives up on the statement.
+        return await NodeLockSession.open(store.engine, node_id, idle_timeout_ms=config.idle_timeout_ms,
+                                          lock_wait_ms=config.op_timeout_ms // 2)
 
     async def claim_owned(owners: Sequence[str], now_ms: int, window_end_ms: int, lease_ms: int,
                           limit: int) -> Sequence[JobInfo]:

@@ -62,9 +62,11 @@ class NodeLockSession:
         self.key = lock_key(engine.url.database or "", node_id)
 
     @classmethod
-    async def open(cls, engine: AsyncEngine, node_id: str, *, idle_timeout_ms: int) -> NodeLockSession:
+    async def open(cls, engine: AsyncEngine, node_id: str, *, idle_timeout_ms: int,
+                   lock_wait_ms: int = 1_000) -> NodeLockSession:
         """Connect a new session (outside ``engine``'s pool) that the server closes after
-        ``idle_timeout_ms`` without a statement (MariaDB/MySQL: whole seconds, at least 1)."""
+        ``idle_timeout_ms`` without a statement, and whose statements wait at most
+        ``lock_wait_ms`` for a row lock (MariaDB/MySQL: whole seconds, at least 1)."""
         backend = Db(engine).backend
         if backend not in BACKENDS:
             raise ValueError(f"no session locks on {backend}")
@@ -72,7 +74,13 @@ class NodeLockSession:
         try:
             conn = await own.connect()
             await conn.execution_options(isolation_level="AUTOCOMMIT")
+            # A statement the node gave up on (its round trip timed out) goes on waiting on the
+            # server, which notices the closed connection only once it ends: while it waits for
+            # a row lock, the abandoned session keeps this node's lock, and the node cannot take
+            # it again (MariaDB waits 50 s by default; aiomysql does not cancel on the server).
+            wait_s = max(1, -(-lock_wait_ms // 1000))
             if backend == "postgresql":
+                await conn.execute(text(f"SET lock_timeout = {int(lock_wait_ms)}"))
                 version = int((await conn.execute(text("SHOW server_version_num"))).scalar_one())
                 if version >= 140_000:
                     await conn.execute(text(f"SET idle_session_timeout = {int(idle_timeout_ms)}"))
@@ -81,7 +89,9 @@ class NodeLockSession:
                     log.warning("PostgreSQL before 14 has no idle_session_timeout: the jobs of a "
                                 "paused (not dead) admin node are taken over when its leases end")
             else:
-                await conn.execute(text(f"SET SESSION wait_timeout = {max(1, -(-idle_timeout_ms // 1000))}"))
+                idle_s = max(1, -(-idle_timeout_ms // 1000))
+                await conn.execute(text(f"SET SESSION wait_timeout = {idle_s}, innodb_lock_wait_timeout"
+                                        f" = {wait_s}, lock_wait_timeout = {wait_s}"))
         except BaseException:
             await own.dispose()
             raise
