@@ -409,12 +409,12 @@ async def test_a_node_paused_in_a_write_holds_up_no_other_nodes_writes_on_its_ow
     try:
         await asyncio.wait_for(paused.inside.wait(), 10)
         b = store.jobs
-        assert await asyncio.wait_for(b.advance("node-b", [(i, 1_000, 7_000) for i in b_ids]), 5) == 10
-        assert (await asyncio.wait_for(b.renew_held("node-b", 80_000, {}), 5)).ids == frozenset(b_ids)
-        assert await asyncio.wait_for(b.renew_leases("node-b", b_ids, 85_000), 5) == 10
-        assert await asyncio.wait_for(b.release("node-b", b_ids[:1]), 5) == 1
+        assert await asyncio.wait_for(b.advance("node-b", [(i, 1_000, 7_000) for i in b_ids]), 10) == 10
+        assert (await asyncio.wait_for(b.renew_held("node-b", 80_000, {}), 10)).ids == frozenset(b_ids)
+        assert await asyncio.wait_for(b.renew_leases("node-b", b_ids, 85_000), 10) == 10
+        assert await asyncio.wait_for(b.release("node-b", b_ids[:1]), 10) == 1
         # Its own jobs again, the one it released among them; none of node-a's (locked: skipped).
-        claimed = await asyncio.wait_for(b.claim_due("node-b", 1, 10_000, 60_000, 20), 5)
+        claimed = await asyncio.wait_for(b.claim_due("node-b", 1, 10_000, 60_000, 20), 10)
         assert sorted(j.id for j in claimed) == sorted(b_ids)
     finally:
         paused.resume.set()
