@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
 
 import pytest
 from sqlalchemy import event, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from jobring.admin.store import Conflict, JobGroup, JobInfo, JobSort, NotFound, Store
-from jobring.admin.store.engine import Db
 from jobring.admin.store.jobs import JobRepository, due_statement
 from jobring.admin.store.tables import job_info
+from tests.store.transactions_kit import PausedBeforeCommit
 
 NOW = datetime(2026, 3, 1, 12, 0, 0)
 
@@ -365,24 +362,6 @@ async def test_advance_pads_to_statement_sizes_without_touching_other_rows(store
     assert [rows[i].trigger_next_time for i in ids] == [2_000 + i for i in ids[:3]] + [1_000, 1_000]
 
 
-class _PausedBeforeCommit(Db):
-    """An admin node paused (a long GC, SIGSTOP, a stalled VM) inside a write: the write's
-    statements ran, its commit waits for ``resume``, its row locks stay held meanwhile."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        super().__init__(engine)
-        self.inside = asyncio.Event()
-        self.resume = asyncio.Event()
-
-    @asynccontextmanager
-    async def write(self, *, read_committed: bool = False, bulk: bool = False,
-                    alone: bool = False) -> AsyncIterator[AsyncConnection]:
-        async with super().write(read_committed=read_committed, bulk=bulk, alone=alone) as conn:
-            yield conn
-            self.inside.set()
-            await self.resume.wait()
-
-
 _PAUSED_IN = {
     "advance": lambda jobs, ids: jobs.advance("node-a", [(i, 1_000, 9_000) for i in ids]),
     "renew": lambda jobs, ids: jobs.renew_held("node-a", 90_000, {}),
@@ -404,7 +383,7 @@ async def test_a_node_paused_in_a_write_holds_up_no_other_nodes_writes_on_its_ow
     a_ids = [j.id for j in await store.jobs.claim_due("node-a", 1, 2_000, 60_000, 10)]
     b_ids = [j.id for j in await store.jobs.claim_due("node-b", 1, 2_000, 60_000, 10)]
     assert sorted(a_ids + b_ids) == ids
-    paused = _PausedBeforeCommit(store.engine)
+    paused = PausedBeforeCommit(store.engine)
     node_a = asyncio.create_task(_PAUSED_IN[paused_in](JobRepository(paused), a_ids))
     try:
         await asyncio.wait_for(paused.inside.wait(), 10)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
+import pytest
+
 from jobring.admin.store import JobGroup, JobInfo, NewLog, RecordedFire, Store, TriggerResult
+from jobring.admin.store.nodes import SchedulerNodeRepository
+from tests.store.transactions_kit import PausedBeforeCommit
 
 NOW = datetime(2026, 3, 10, 12, 0, 0)
 
@@ -28,6 +32,28 @@ async def test_nodes_announce_count_fence_and_forget(store: Store) -> None:
     assert await store.nodes.forget(5_000) == 1  # b (left); c's fence is newer
     assert await store.nodes.forget(8_000) == 1  # c (never announced, fence older)
     assert await store.nodes.send_fences(["a", "b", "c"]) == {"a": 5_000}
+
+
+async def test_a_node_paused_while_forgetting_old_nodes_holds_up_no_live_nodes_writes(store: Store) -> None:
+    # Its cleanup's DELETE scanned every node row on MariaDB and kept them locked until it
+    # committed: the other nodes' heartbeats and fences waited for a paused node to resume.
+    if store.backend == "sqlite":
+        pytest.skip("SQLite has one writer at a time: a paused write holds every other one by design")
+    await store.nodes.announce("left-long-ago", 0)
+    await store.nodes.announce("node-a", 10_000)
+    await store.nodes.announce("node-b", 10_000)
+    paused = PausedBeforeCommit(store.engine)
+    node_a = asyncio.create_task(SchedulerNodeRepository(paused).forget(5_000))
+    try:
+        await asyncio.wait_for(paused.inside.wait(), 10)
+        await asyncio.wait_for(store.nodes.announce("node-b", 20_000), 10)
+        await asyncio.wait_for(store.nodes.raise_fence("node-b", 15_000), 10)
+        await asyncio.wait_for(store.nodes.announce("node-c", 20_000), 10)  # a new node's first row
+    finally:
+        paused.resume.set()
+    assert await asyncio.wait_for(node_a, 10) == 1
+    assert await store.nodes.send_fences(["left-long-ago", "node-a", "node-b", "node-c"]) == {
+        "node-a": 0, "node-b": 15_000, "node-c": 0}
 
 
 async def test_concurrent_first_writes_of_one_node_make_one_row(store: Store) -> None:

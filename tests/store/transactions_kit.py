@@ -1,8 +1,10 @@
-"""Doubles for the bounded writes: the rows each transaction changed (any backend), and a
-store whose Nth bulk write fails, as an admin killed midway would leave the database."""
+"""Doubles for the writes: the rows each transaction changed (any backend), a store whose
+Nth bulk write fails, as an admin killed midway would leave the database, and a node paused
+inside its writes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any
@@ -12,6 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from jobring.admin.store import Store
+from jobring.admin.store.engine import Db
 
 _CHANGES = ("INSERT", "UPDATE", "DELETE")
 
@@ -78,3 +81,21 @@ def killed_at_write(store: Store, nth: int) -> Iterator[None]:
 async def _refused() -> AsyncIterator[AsyncConnection]:
     raise Killed
     yield  # pragma: no cover
+
+
+class PausedBeforeCommit(Db):
+    """An admin node paused (a long GC, SIGSTOP, a stalled VM) inside a write: the write's
+    statements ran, its commit waits for ``resume``, its row locks stay held meanwhile."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        self.inside = asyncio.Event()
+        self.resume = asyncio.Event()
+
+    @asynccontextmanager
+    async def write(self, *, read_committed: bool = False, bulk: bool = False,
+                    alone: bool = False) -> AsyncIterator[AsyncConnection]:
+        async with super().write(read_committed=read_committed, bulk=bulk, alone=alone) as conn:
+            yield conn
+            self.inside.set()
+            await self.resume.wait()

@@ -47,10 +47,19 @@ class SchedulerNodeRepository(Repository):
 
     async def forget(self, gone_before_ms: int) -> int:
         """Delete nodes neither alive nor fencing since ``gone_before_ms``; returns how many."""
-        async with self._db.write() as conn:
-            result = await conn.execute(delete(scheduler_node).where(
-                scheduler_node.c.alive_until < gone_before_ms, scheduler_node.c.send_fence < gone_before_ms))
-            return int(result.rowcount)
+        node = scheduler_node.c
+        gone = (node.alive_until < gone_before_ms) & (node.send_fence < gone_before_ms)
+        # Found by a plain read, deleted by key (the condition checked again): a DELETE scanning
+        # the table on MariaDB locks every node's row until its commit, and a node paused inside
+        # it would hold up every other node's heartbeat and fence.
+        async with self._db.read() as conn:
+            node_ids = list((await conn.execute(select(node.node_id).where(gone))).scalars())
+        removed = 0
+        for part in chunks(sorted(node_ids)):
+            async with self._db.write(read_committed=True) as conn:
+                result = await conn.execute(delete(scheduler_node).where(node.node_id.in_(part), gone))
+                removed += int(result.rowcount)
+        return removed
 
     async def _write(self, node_id: str, column: str, value: int, *, only_raise: bool) -> None:
         """Set one column of the node's row, creating the row when missing (the node's own
