@@ -13,7 +13,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 
 from jobring.admin.store import JobInfo, Store
-from jobring.admin.store.node_locks import NodeLockSession, claim_owned_by, lock_key, lock_name
+from jobring.admin.store.node_locks import NodeLockSession, NodeRowLocked, claim_owned_by, lock_key, lock_name
 from jobring.admin.store.tables import scheduler_node
 
 pytestmark = pytest.mark.timeout(60)
@@ -132,6 +132,23 @@ async def test_a_statement_waiting_for_a_row_lock_fails_and_leaves_the_lock_free
             await a.close()
         await _eventually(lambda: watcher.try_lock(a.key), limit_s=3)  # the blocker still open
         await blocker.rollback()
+
+
+async def test_marking_a_node_gone_whose_row_is_locked_elsewhere_says_so_and_keeps_the_session(
+        store: Store) -> None:
+    _servers_only(store)
+    await store.nodes.announce("node-a", 10_000)
+    async with store.engine.connect() as paused, _session(store, "node-b") as b:  # 1 s lock wait
+        # node-a stopped inside its heartbeat's write, before the commit.
+        await paused.begin()
+        await paused.execute(update(scheduler_node).where(scheduler_node.c.node_id == "node-a")
+                             .values(alive_until=11_000))
+        with pytest.raises(NodeRowLocked):
+            await asyncio.wait_for(b.mark_gone(["node-a"]), 10)
+        assert await b.acquire_own(1_000)  # the session still answers
+        await paused.commit()
+        await b.mark_gone(["node-a"])
+    assert await store.nodes.live_count(2_000) == 0  # node-a gone (node-b never announced)
 
 
 async def test_idle_session_loses_its_lock(store: Store) -> None:

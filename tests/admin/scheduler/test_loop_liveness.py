@@ -11,6 +11,7 @@ import pytest
 
 from jobring.admin.loop.liveness import LivenessConfig, LivenessLost, NodeLiveness
 from jobring.admin.loop.loop import ScheduleLoop
+from jobring.admin.store.node_locks import NodeRowLocked
 from jobring.admin.store.records import JobInfo
 from jobring.core.clock import ManualClock
 from jobring.core.schedule import parse_schedule
@@ -175,6 +176,7 @@ class FakeSession:
         self.key = hash(node_id)
         self.closed = False
         self.fail = False
+        self.rows_locked = False  # another transaction holds the node rows (a paused node's write)
         self.holding: set[int] = set()
 
     def _check(self) -> None:
@@ -211,6 +213,8 @@ class FakeSession:
 
     async def mark_gone(self, node_ids: Sequence[str]) -> None:
         self._check()
+        if self.rows_locked:
+            raise NodeRowLocked("locked")
         self.world.gone.extend(node_ids)
 
     async def close(self) -> None:
@@ -340,6 +344,27 @@ async def test_dead_node_found_wakes_the_loop_and_is_taken_over_once() -> None:
     assert hash("a") not in world.locks
     assert await live.claim_dead(T0, T0 + 5_000, 10_000, 100) == []
     assert live.takeovers == 1
+    await live.stop()
+
+
+async def test_a_dead_nodes_row_locked_elsewhere_is_taken_over_later_without_losing_the_lock() -> None:
+    world = FakeLockWorld()
+    victim, _ = world.liveness("a")
+    await victim.tick()
+    live, sessions = world.liveness("b")
+    await live.tick()
+    world.announced = ["a", "b"]
+    await victim.stop()
+    await live.tick()
+    sessions[0].rows_locked = True  # "a" was paused inside a write of its own row
+    world.now = 0.5
+    assert await live.claim_dead(T0, T0 + 5_000, 10_000, 100) == []
+    assert world.lost == 0 and live.may_send() and world.claimed == [] and world.gone == []
+    sessions[0].rows_locked = False  # "a" resumed and committed (its lock stays with "b")
+    jobs = await live.claim_dead(T0 + 1_000, T0 + 6_000, 10_000, 100)
+    assert [j.id for j in jobs] == [7] and world.gone == ["a"] and world.claimed == [["a"]]
+    await live.release_dead()
+    assert live.takeovers == 1 and world.lost == 0
     await live.stop()
 
 

@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from jobring.admin.store.node_locks import NodeRowLocked
 from jobring.admin.store.records import JobInfo
 from jobring.core.clock import Clock
 from jobring.errors import JobringError
@@ -215,8 +216,17 @@ class NodeLiveness:
             dead = dict(self._dead)
             if session is None or not dead:
                 return []
+            started = self._mono()
             try:
                 await self._timed(session.mark_gone(list(dead)))
+            except NodeRowLocked:
+                # A node paused inside a write of its own row: the session answered (it is
+                # fine); the takeover is tried again at the next cycle, this one goes on.
+                self._last_ok = max(self._last_ok, started)
+                log.warning("the rows of dead admin nodes %s are locked by another transaction (a "
+                            "paused node's open write?); taking their jobs over at a later cycle",
+                            sorted(dead))
+                return []
             except Exception as exc:
                 self._lose(session, exc)
                 raise

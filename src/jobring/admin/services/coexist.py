@@ -16,6 +16,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from jobring.admin.store import Store
+from jobring.admin.store.errors import is_lock_wait
 from jobring.admin.store.tables import SCHEDULE_LOCK, job_lock, job_log
 from jobring.errors import JobringError
 
@@ -56,10 +57,6 @@ async def java_admin_signs(store: Store, now_ms: int, legacy_log_id_max: int) ->
     return signs
 
 
-# MariaDB answers a NOWAIT on a locked row with "lock wait timeout", MySQL 8 with its own code.
-_LOCKED_CODES = frozenset({1205, 3572})
-
-
 # jobring nodes probe one at a time: two nodes starting together would otherwise each find the
 # row locked by the other's probe and take it for a Java admin.
 _PROBE_GATE = "jobring_coexist_probe"
@@ -83,8 +80,7 @@ async def _lock_is_held(store: Store) -> bool:
                 await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _PROBE_GATE})
                 await conn.commit()
     except DBAPIError as exc:
-        code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
-        if code in _LOCKED_CODES:
+        if is_lock_wait(exc):  # the NOWAIT found the row locked
             return True
         # MySQL 5.7 has no NOWAIT: only the run-based sign is available there.
         log.warning("cannot probe XXL-JOB's schedule_lock (%s); judging by recent runs only", exc.orig)

@@ -60,6 +60,22 @@ _PG_TRANSIENT_SQLSTATES = frozenset(
 _MYSQL_TRANSIENT_CODES = frozenset({1205, 1213, 2002, 2003, 2006, 2013, 1040, 1053})
 
 
+_PG_LOCKED_SQLSTATE = "55P03"
+# MariaDB answers a row lock waited for too long (or a NOWAIT) with 1205, MySQL 8's NOWAIT with 3572.
+_MYSQL_LOCKED_CODES = frozenset({1205, 3572})
+
+
+def is_lock_wait(exc: BaseException) -> bool:
+    """True when ``exc`` says a row was locked by another transaction past the statement's
+    lock wait (MySQL/MariaDB 1205 or 3572, PostgreSQL 55P03): the session itself is fine."""
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    orig = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    args = getattr(orig, "args", ())
+    return sqlstate == _PG_LOCKED_SQLSTATE or bool(args and args[0] in _MYSQL_LOCKED_CODES)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True when ``exc`` is a database error a caller may retry with backoff.
 

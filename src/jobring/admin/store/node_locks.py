@@ -23,12 +23,13 @@ from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, insert, or_, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from jobring.admin.store.base import chunks, to_record
 from jobring.admin.store.engine import Db
+from jobring.admin.store.errors import StoreError, is_lock_wait
 from jobring.admin.store.records import JobInfo
 from jobring.admin.store.tables import job_info, scheduler_node
 
@@ -49,6 +50,12 @@ def lock_key(database: str, node_id: str) -> int:
 def lock_name(key: int) -> str:
     """The MariaDB/MySQL lock name of a key (names are limited to 64 characters)."""
     return f"jobring-node-{key & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+
+
+class NodeRowLocked(StoreError):
+    """A node row this session writes is locked by another transaction past the session's
+    lock wait: the session is fine; try again later. A node paused (not dead: its lock
+    session idled out) inside a write of its own row holds that row until it resumes."""
 
 
 class NodeLockSession:
@@ -78,7 +85,7 @@ class NodeLockSession:
             # server, which notices the closed connection only once it ends: while it waits for
             # a row lock, the abandoned session keeps this node's lock, and the node cannot take
             # it again (MariaDB waits 50 s by default; aiomysql does not cancel on the server).
-            wait_s = max(1, -(-lock_wait_ms // 1000))
+            wait_s = max(1, lock_wait_ms // 1000)  # rounded down: shorter than the caller's wait
             if backend == "postgresql":
                 await conn.execute(text(f"SET lock_timeout = {int(lock_wait_ms)}"))
                 version = int((await conn.execute(text("SHOW server_version_num"))).scalar_one())
@@ -173,10 +180,17 @@ class NodeLockSession:
 
     async def mark_gone(self, node_ids: Sequence[str]) -> None:
         """Record that these nodes (whose locks this session holds) are dead: they no longer
-        count as live nodes and nobody tries their locks again. Their fences stay."""
-        for part in chunks(sorted(node_ids)):
-            await self._conn.execute(update(scheduler_node).where(scheduler_node.c.node_id.in_(part))
-                                     .values(alive_until=0, lock_key=0))
+        count as live nodes and nobody tries their locks again. Their fences stay. Raises
+        :class:`NodeRowLocked` when another transaction holds one of their rows."""
+        try:
+            for part in chunks(sorted(node_ids)):
+                await self._conn.execute(update(scheduler_node).where(scheduler_node.c.node_id.in_(part))
+                                         .values(alive_until=0, lock_key=0))
+        except DBAPIError as exc:
+            if is_lock_wait(exc):
+                raise NodeRowLocked(f"the row of a node among {sorted(node_ids)} is locked by another "
+                                    "transaction") from exc
+            raise
 
 
 async def claim_owned_by(
