@@ -82,7 +82,8 @@ def _assert_exact(verdicts: dict[str, Verdict], *, check_late: bool = True) -> N
         assert not v.lost, (f"{backend}: {len(v.lost)} of {v.planned} lost ({v.lost_span()}): {v.row()}\n"
                             + "\n".join(v.patterns + v.node_logs))
         if check_late:
-            assert not v.late, f"{backend}: {len(v.late)} fires late: {v.late[:10]} {v.row()}"
+            assert not v.late, (f"{backend}: {len(v.late)} fires late: {v.late[:10]} {v.row()}\n"
+                                + "\n".join(v.node_logs))
 
 
 def test_database_unreachable_follows_the_misfire_rules(lanes: ScenarioLanes) -> None:
