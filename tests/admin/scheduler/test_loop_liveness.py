@@ -321,13 +321,19 @@ async def test_own_lock_held_elsewhere_means_not_scheduling() -> None:
     await taker.stop()
 
 
-async def test_dead_node_found_wakes_the_loop_and_is_taken_over_once() -> None:
-    world = FakeLockWorld()
+async def _victim_and_survivor(world: FakeLockWorld) -> tuple[NodeLiveness, NodeLiveness, list[FakeSession]]:
+    """Nodes "a" and "b" holding their locks and announced; b's sessions."""
     victim, _ = world.liveness("a")
     await victim.tick()
-    live, _ = world.liveness("b")
+    live, sessions = world.liveness("b")
     await live.tick()
     world.announced = ["a", "b"]
+    return victim, live, sessions
+
+
+async def test_dead_node_found_wakes_the_loop_and_is_taken_over_once() -> None:
+    world = FakeLockWorld()
+    victim, live, _ = await _victim_and_survivor(world)
     await live.tick()
     assert world.woken == 0  # a holds its lock
     await victim.stop()  # a's session ends
@@ -349,11 +355,7 @@ async def test_dead_node_found_wakes_the_loop_and_is_taken_over_once() -> None:
 
 async def test_a_dead_nodes_row_locked_elsewhere_is_taken_over_later_without_losing_the_lock() -> None:
     world = FakeLockWorld()
-    victim, _ = world.liveness("a")
-    await victim.tick()
-    live, sessions = world.liveness("b")
-    await live.tick()
-    world.announced = ["a", "b"]
+    victim, live, sessions = await _victim_and_survivor(world)
     await victim.stop()
     await live.tick()
     sessions[0].rows_locked = True  # "a" was paused inside a write of its own row
