@@ -93,3 +93,34 @@ async def test_text_that_cannot_be_stored_is_422(
         r = await http.post(path, content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 422 and r.json()["field"] == field, r.text
         assert (await sqlite_store.jobs.list()).total == 0
+
+
+async def test_a_flag_must_be_a_json_boolean(sqlite_store: Store) -> None:
+    # pydantic's lax mode took "yes", "on", 1 or "0" for a flag: a typo or a number turned an
+    # option on or off without a word. A flag is true or false, anything else names the field.
+    async with api_env(sqlite_store) as env, env.client("admin") as http:
+        job = await env.add_job(env.group_a, schedule_conf="0 0 2 * * ?", schedule_timezone="UTC")
+        user = {"username": "bob", "password": "bobs password", "role": "viewer", "group_ids": [env.group_a]}
+        job_fields = {"job_group": env.group_a, "job_desc": "nightly", "executor_handler": "demo",
+                      "schedule_type": "CRON", "schedule_conf": "0 0 3 * * ?"}
+        backfill = {"start": "2026-03-01T00:00:00Z", "end": "2026-03-01T23:59:59Z"}
+        graph = {"name": "w", "job_group": env.group_a, "nodes": [{"key": "a", "job_id": job}], "edges": []}
+        workflow = (await http.post("/workflows", json=graph)).json()["id"]
+        cases = [
+            ("post", "/jobs", job_fields, "alarm_recovery"),
+            ("patch", f"/jobs/{job}", {}, "alarm_recovery"),
+            ("post", "/users", user, "glue_permission"),
+            ("post", "/users", user, "must_change_password"),
+            ("post", "/calendars", {"name": "holidays", "dates": ["2026-01-01"]}, "invert"),
+            ("post", f"/jobs/{job}/backfill", backfill, "dry_run"),
+            ("put", f"/workflows/{workflow}/schedule", {"schedule_type": "FIX_RATE", "schedule_conf": "60"},
+             "enabled"),
+        ]
+        for method, path, body, flag in cases:
+            for loose in ("yes", 1, "true", 0):
+                r = await http.request(method, path, json={**body, flag: loose})
+                assert (r.status_code, r.json()["field"]) == (422, flag), (path, flag, loose, r.text)
+        assert (await sqlite_store.jobs.list()).total == 1  # nothing stored by the refusals
+        assert "bob" not in {u["username"] for u in (await http.get("/users")).json()["items"]}
+        r = await http.post("/jobs", json={**job_fields, "alarm_recovery": True})
+        assert r.status_code == 201 and r.json()["alarm_recovery"] is True, r.text

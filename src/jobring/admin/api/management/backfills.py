@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 import orjson
 from fastapi import APIRouter, Path, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from jobring.admin.api.management import jobservice, timing
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
@@ -61,9 +61,10 @@ class BackfillIn(Strict):
     dates: Annotated[list[DateText], Field(min_length=1, max_length=1_000)] | None = None
     order: Literal["oldest_first", "newest_first"] = "oldest_first"
     parallelism: Annotated[int, Field(ge=1, le=MAX_BACKFILL_PARALLELISM)] = 1
-    honour_calendars: bool = Field(default=False, description="list instants the job's calendars exclude as "
-                                   "skipped instead of running them")
-    dry_run: bool = Field(default=False, description="list the instants, start nothing")
+    honour_calendars: StrictBool = Field(
+        default=False,
+        description="list instants the job's calendars exclude as skipped instead of running them")
+    dry_run: StrictBool = Field(default=False, description="list the instants, start nothing")
 
 
 class BackfillInstantOut(BaseModel):

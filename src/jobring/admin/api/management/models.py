@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
 from jobring.admin.api.management.flowmodels import FlowIn, FlowOut, flow_out
 from jobring.admin.security.passwords import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
@@ -279,7 +279,7 @@ class JobTiming(Strict):
     jitter_seconds: Annotated[int, Field(ge=0, le=86_400)] | None = None
     calendars: Annotated[list[CalendarName], Field(max_length=16)] | None = None
     calendar_action: Literal["skip", "move"] | None = None
-    params_template: bool | None = Field(
+    params_template: StrictBool | None = Field(
         None, description="executor_param is a template over the run's logical time "
         "({{ logical_date | fmt(\"%Y%m%d\") }}, data_interval_start, data_interval_end)")
     overlap: OverlapName | None = Field(
@@ -340,7 +340,7 @@ class JobFields(Strict):
     child_job_ids: ChildJobIds = Field(default_factory=list)
     alarm_targets: AlarmTargets = Field(default_factory=list)
     alarm_on: AlarmOnRule = "failure_final"
-    alarm_recovery: bool = False
+    alarm_recovery: StrictBool = False
     deadline_minutes: DeadlineMinutes | None = Field(
         None, description="alarm when a run is not finished this long after its planned time")
     executor_fail_retry_interval_s: RetryIntervalSeconds = 0
@@ -406,7 +406,7 @@ class JobUpdate(Strict):
     child_job_ids: ChildJobIds | None = None
     alarm_targets: AlarmTargets | None = None
     alarm_on: AlarmOnRule | None = None
-    alarm_recovery: bool | None = None
+    alarm_recovery: StrictBool | None = None
     deadline_minutes: DeadlineMinutes | None = None
     executor_fail_retry_interval_s: RetryIntervalSeconds | None = None
     retry_backoff: RetryBackoffKind | None = None
@@ -825,8 +825,9 @@ class UserCreate(Strict):
     password: NewPassword
     role: RoleName = "operator"
     group_ids: Annotated[list[Id32], Field(max_length=50)] = Field(default_factory=list)
-    glue_permission: bool = False
-    must_change_password: bool = Field(True, description="the user must pick a new password at first login")
+    glue_permission: StrictBool = False
+    must_change_password: StrictBool = Field(
+        True, description="the user must pick a new password at first login")
 
 
 class UserUpdate(Strict):
@@ -837,7 +838,7 @@ class UserUpdate(Strict):
     username: Username | None = None
     role: RoleName | None = None
     group_ids: Annotated[list[Id32], Field(max_length=50)] | None = None
-    glue_permission: bool | None = None
+    glue_permission: StrictBool | None = None
     password: NewPassword | None = Field(None, description="reset the password (the user must change it)")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from jobring.admin.api.management.models import (
     CalendarName,
@@ -59,7 +59,7 @@ class CalendarParts(Strict):
     cron: Annotated[str, Field(max_length=256, json_schema_extra={"format": "quartz-cron"})] | None = Field(
         None, description="the seconds a cron expression selects (Quartz, or Unix 5 fields)")
     periods: Annotated[list[Period], Field(max_length=20_000)] = Field(default_factory=list)
-    invert: bool = Field(False, description="true: only the named times are allowed")
+    invert: StrictBool = Field(False, description="true: only the named times are allowed")
 
 
 class CalendarIn(CalendarParts):
@@ -89,8 +89,9 @@ class CalendarImport(Strict):
         default=None, description="or a list of dates")
     until: DateText | None = Field(
         default=None, description="expand recurring events up to this date (default: 2 years)")
-    invert: bool = False
-    replace: bool = Field(False, description="replace the parts of the calendar of that name, if it exists")
+    invert: StrictBool = False
+    replace: StrictBool = Field(
+        False, description="replace the parts of the calendar of that name, if it exists")
 
 
 class CalendarOut(BaseModel):

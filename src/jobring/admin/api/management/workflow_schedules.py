@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from jobring.admin.api.management.deps import Reader, Services, Writer, ensure_group_read, ensure_group_write
 from jobring.admin.api.management.errors import ERROR_RESPONSES, ApiError, not_found
@@ -47,7 +47,7 @@ class WorkflowScheduleIn(BaseModel):
         default="skip", description="a fire while a run is going: skip it, let one wait, or start another run"
     )
     params: dict[str, Any] = Field(default_factory=dict, description="the scheduled runs' starting context")
-    enabled: bool = Field(default=False, description="started: fires at its instants")
+    enabled: StrictBool = Field(default=False, description="started: fires at its instants")
 
 
 class WorkflowScheduleOut(BaseModel):
