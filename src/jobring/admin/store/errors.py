@@ -65,15 +65,22 @@ _PG_LOCKED_SQLSTATE = "55P03"
 _MYSQL_LOCKED_CODES = frozenset({1205, 3572})
 
 
+def _driver_codes(exc: sa_exc.DBAPIError) -> tuple[str | None, int | None]:
+    """The driver's PostgreSQL SQLSTATE and MySQL/MariaDB error number, where it has them."""
+    orig = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    args = getattr(orig, "args", ())
+    number = args[0] if args and isinstance(args[0], int) else None
+    return (sqlstate if isinstance(sqlstate, str) else None), number
+
+
 def is_lock_wait(exc: BaseException) -> bool:
     """True when ``exc`` says a row was locked by another transaction past the statement's
     lock wait (MySQL/MariaDB 1205 or 3572, PostgreSQL 55P03): the session itself is fine."""
     if not isinstance(exc, sa_exc.DBAPIError):
         return False
-    orig = exc.orig
-    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    args = getattr(orig, "args", ())
-    return sqlstate == _PG_LOCKED_SQLSTATE or bool(args and args[0] in _MYSQL_LOCKED_CODES)
+    sqlstate, number = _driver_codes(exc)
+    return sqlstate == _PG_LOCKED_SQLSTATE or number in _MYSQL_LOCKED_CODES
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -95,14 +102,10 @@ def is_transient(exc: BaseException) -> bool:
             return True
         if isinstance(exc, sa_exc.IntegrityError | sa_exc.ProgrammingError):
             return False
-        orig = exc.orig
-        sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-        if isinstance(sqlstate, str) and sqlstate in _PG_TRANSIENT_SQLSTATES:
+        sqlstate, number = _driver_codes(exc)
+        if sqlstate in _PG_TRANSIENT_SQLSTATES or number in _MYSQL_TRANSIENT_CODES:
             return True
-        args = getattr(orig, "args", ())
-        if args and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT_CODES:
-            return True
-        text = str(orig).lower()
+        text = str(exc.orig).lower()
         if "database is locked" in text or "database is busy" in text:
             return True
         return isinstance(exc, sa_exc.OperationalError) and "connection" in text
